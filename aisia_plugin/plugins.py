@@ -1,0 +1,90 @@
+"""Loading plugins: the entry-point group `aisia` (the built-in strategies are one of them)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pluggy
+
+from . import hookspecs
+
+log = logging.getLogger("aisia_plugin.plugins")
+
+# The built-in plugin modules, registered when the package's own entry points are not visible
+# (running from a source tree that was never installed). They go through the same hooks.
+DEFAULT_PLUGINS = ("aisia_plugin.strategies.builtin",)
+
+_lock = threading.Lock()
+_pm: pluggy.PluginManager | None = None
+_strategies: dict[str, object] | None = None
+
+
+def get_plugin_manager() -> pluggy.PluginManager:
+    global _pm
+    with _lock:
+        if _pm is None:
+            pm = pluggy.PluginManager(hookspecs.PROJECT)
+            pm.add_hookspecs(hookspecs)
+            pm.load_setuptools_entrypoints(hookspecs.PROJECT)
+            import importlib
+
+            for name in DEFAULT_PLUGINS:
+                mod = importlib.import_module(name)
+                if not pm.is_registered(mod):
+                    pm.register(mod, name)
+            _pm = pm
+        return _pm
+
+
+def register_plugin(plugin, name: str | None = None) -> None:
+    """Register a plugin object at run time (tests, embedding applications)."""
+    pm = get_plugin_manager()
+    pm.register(plugin, name)
+    _reset_strategies()
+
+
+def unregister_plugin(plugin) -> None:
+    get_plugin_manager().unregister(plugin)
+    _reset_strategies()
+
+
+def _reset_strategies() -> None:
+    global _strategies
+    with _lock:
+        _strategies = None
+
+
+def strategies() -> dict[str, object]:
+    """Every registered strategy by name and alias."""
+    global _strategies
+    if _strategies is not None:
+        return _strategies
+    pm = get_plugin_manager()
+    found: dict[str, object] = {}
+
+    def register(strategy, aliases=()):
+        for name in (strategy.name, *aliases):
+            if name in found and found[name] is not strategy:
+                log.warning("strategy %r registered twice; the later registration wins", name)
+            found[name] = strategy
+
+    pm.hook.register_strategies(register=register)
+    with _lock:
+        _strategies = found
+    return found
+
+
+def strategy_names() -> list[str]:
+    return sorted(strategies())
+
+
+def get_strategy(name: str):
+    try:
+        return strategies()[name]
+    except KeyError:
+        raise KeyError(f"no plugin provides the strategy {name!r}; known: {', '.join(strategy_names())}") from None
+
+
+def hook():
+    return get_plugin_manager().hook

@@ -1,0 +1,252 @@
+"""Typed, read-only access to a loaded policy.
+
+The fields mirror schemas/aisia-policy.schema.json one to one (tests/test_schema_models.py fails
+when they drift apart). No field has a default here: the loader fills defaults from the schema
+before these models are built, so the schema stays the only place a default is written."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict
+
+Tier = Literal["ultra", "pro", "standard", "free"]
+
+
+def _def(name: str):
+    def wrap(cls):
+        cls.__schema_def__ = name
+        return cls
+
+    return wrap
+
+
+@_def("Selector")
+class Selector(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    models: list[str]
+    ids: list[str]
+    tags: list[str]
+    providers: list[str]
+    tiers: list[Tier]
+    locality: Literal["any", "local", "remote"]
+    exclude: list[str]
+
+
+@_def("Sla")
+class Sla(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    target_p95_ms: float
+    max_error_rate: float
+    max_cost_per_1m: Optional[float]
+    hard_constraints: bool
+
+
+@_def("Budget")
+class Budget(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_cost_per_request_usd: Optional[float]
+    mode: Literal["soft", "strict"]
+    expected_output_tokens: int
+
+
+@_def("Failover")
+class Failover(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    attempts: int
+
+
+@_def("Alias")
+class Alias(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    description: str
+    candidates: Selector
+    strategy: str
+    mode_pack: Optional[str]
+    exploration: float
+    exploration_c: Optional[float]
+    cost_weight: Optional[float]
+    latency_weight: Optional[float]
+    domain_hint: Optional[str]
+    task_hint: Optional[str]
+    tier_hint: Optional[Tier]
+    sla: Sla
+    budget: Budget
+    failover: Failover
+    lkgp_enabled: bool
+
+
+@_def("PerDomain")
+class PerDomain(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    enabled: bool
+    prior_strength: float
+
+
+@_def("Forgetting")
+class Forgetting(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    enabled: bool
+    half_life_requests: float
+
+
+@_def("Bandit")
+class Bandit(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    exploration_c: float
+    cost_weight: float
+    latency_weight: float
+    cost_scale_per_1m: float
+    latency_scale_s: float
+    latency_ema_weight: float
+    initial_latency_s: float
+    thompson_success_threshold: float
+    per_domain: PerDomain
+    forgetting: Forgetting
+
+
+@_def("Reward")
+class Reward(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    quality_weight: float
+    latency_weight: float
+    feedback_weight: float
+    failure_reward: float
+
+
+@_def("Weights")
+class Weights(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    quota: float
+    health: float
+    cost_inv: float
+    latency_inv: float
+    task_fit: float
+    stability: float
+    tier_priority: float
+    tier_affinity: float
+    specificity_match: float
+    context_affinity: float
+    cache_affinity: float
+    session_availability: float
+    reset_window_affinity: float
+    connection_density: float
+    quality: float
+    reliability: float
+
+
+FACTORS: tuple[str, ...] = tuple(Weights.model_fields)
+
+
+@_def("Rules")
+class Rules(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    weights: Weights
+
+
+@_def("ModePack")
+class ModePack(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    description: str
+    weights: dict[str, float]
+
+
+@_def("Domain")
+class Domain(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    description: str
+    patterns: list[str]
+    weight: float
+
+
+@_def("Domains")
+class Domains(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    enabled: bool
+    min_matches: int
+    max_scan_chars: int
+    definitions: dict[str, Domain]
+
+
+@_def("DeploymentAnnotation")
+class DeploymentAnnotation(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    provider: Optional[str]
+    tier: Optional[Tier]
+    local: bool
+    tags: list[str]
+    specialities: dict[str, Optional[str]]
+    input_cost_per_1m: Optional[float]
+    output_cost_per_1m: Optional[float]
+
+
+@_def("CircuitBreaker")
+class CircuitBreaker(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    failure_threshold: int
+    timeout_s: float
+    half_open_max_calls: int
+    failure_status_codes: list[int]
+    count_timeouts: bool
+    count_connection_errors: bool
+    rate_limit_cooldown_s: float
+    max_retry_after_s: float
+
+
+class FitnessBoost(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    contains: str
+    tasks: list[str]
+    boost: float
+
+
+@_def("TaskFitness")
+class TaskFitness(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    default: float
+    models: dict[str, dict[str, float]]
+    boosts: list[FitnessBoost]
+
+
+@_def("Costs")
+class Costs(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    default_per_1m: float
+    by_provider_prefix: dict[str, float]
+
+
+@_def("State")
+class State(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    backend: Literal["memory", "redis"]
+    redis_url_env: str
+    key_prefix: str
+    bandit_ttl_s: int
+    breaker_ttl_s: int
+
+
+@_def("")
+class Policy(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    version: int
+    overrides: bool
+    aliases: dict[str, Alias]
+    bandit: Bandit
+    reward: Reward
+    rules: Rules
+    mode_packs: dict[str, ModePack]
+    domains: Domains
+    deployments: dict[str, DeploymentAnnotation]
+    circuit_breaker: CircuitBreaker
+    task_fitness: TaskFitness
+    costs: Costs
+    state: State
+
+
+# schema $defs name -> model, for the agreement test and the reference generator.
+MODELS_BY_DEF: dict[str, type[BaseModel]] = {
+    cls.__schema_def__: cls
+    for cls in (Selector, Sla, Budget, Failover, Alias, PerDomain, Forgetting, Bandit, Reward, Weights,
+                Rules, ModePack, Domain, Domains, DeploymentAnnotation, CircuitBreaker, TaskFitness,
+                Costs, State, Policy)
+}

@@ -1,0 +1,31 @@
+"""User-editable patterns run on attacker-controlled prompts, so they are compiled with RE2,
+whose matching time is linear in the input. A pattern RE2 cannot compile (backreferences,
+lookaround) is rejected instead of being handed to a backtracking engine."""
+
+from __future__ import annotations
+
+import re2
+
+_OPTIONS = re2.Options()
+_OPTIONS.case_sensitive = False
+_OPTIONS.log_errors = False
+_OPTIONS.max_mem = 8 << 20
+
+
+class PatternError(ValueError):
+    pass
+
+
+def compile_pattern(pattern: str):
+    try:
+        return re2.compile(pattern, _OPTIONS)
+    except re2.error as exc:
+        raise PatternError(
+            f"pattern {pattern!r} is rejected: {exc}; patterns must be RE2 syntax (linear-time: "
+            "no backreferences or lookaround)"
+        ) from None
+
+
+def compile_alternation(patterns: list[str]):
+    """One compiled RE2 program matching any of the patterns (each wrapped as a group)."""
+    return compile_pattern("|".join(f"(?:{p})" for p in patterns))

@@ -1,0 +1,162 @@
+"""The JSON Schema: loading it, checking a document against it, filling its defaults.
+
+The schema file in schemas/ is the single source of truth for field names, types, ranges and
+defaults; nothing here repeats any of them."""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+from functools import lru_cache
+
+import jsonschema
+from jsonschema import Draft202012Validator
+
+from ..resources import schema_path
+from .errors import PolicyIssue, dotted
+from .yamlpos import Locations, position_of
+
+
+@lru_cache(maxsize=1)
+def load_schema() -> dict:
+    with open(schema_path(), encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+@lru_cache(maxsize=1)
+def _validator() -> Draft202012Validator:
+    schema = load_schema()
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
+def resolve(subschema: dict) -> dict:
+    """Follow a local $ref (the schema only uses #/$defs/... references)."""
+    schema = load_schema()
+    while "$ref" in subschema:
+        ref = subschema["$ref"]
+        assert ref.startswith("#/$defs/"), ref
+        target = schema["$defs"][ref[len("#/$defs/"):]]
+        # Sibling keywords next to $ref (description, default) only annotate.
+        subschema = target
+    return subschema
+
+
+def fill_defaults(instance, subschema: dict | None = None):
+    """Return a copy of instance with every absent property that has a schema default set.
+
+    Defaults are filled recursively, so an absent object property defaulting to {} receives its
+    own properties' defaults too."""
+    if subschema is None:
+        subschema = load_schema()
+    sub = resolve(subschema)
+    if isinstance(instance, dict) and sub.get("type") in ("object", None):
+        out = dict(instance)
+        props = sub.get("properties", {})
+        for name, prop in props.items():
+            if name not in out:
+                default = prop["default"] if "default" in prop else resolve(prop).get("default", _MISSING)
+                if default is _MISSING:
+                    continue
+                out[name] = copy.deepcopy(default)
+        for name, value in list(out.items()):
+            if name in props:
+                out[name] = fill_defaults(value, props[name])
+            elif isinstance(sub.get("additionalProperties"), dict):
+                out[name] = fill_defaults(value, sub["additionalProperties"])
+        return out
+    if isinstance(instance, list) and isinstance(sub.get("items"), dict):
+        return [fill_defaults(v, sub["items"]) for v in instance]
+    return instance
+
+
+_MISSING = object()
+
+
+def _allowed_keys(subschema: dict) -> list[str]:
+    return list(resolve(subschema).get("properties", {}).keys())
+
+
+def schema_issues(data, locations: Locations, file: str) -> list[PolicyIssue]:
+    """Every schema violation of one document, each located and worded for a person."""
+    issues = []
+    errors = sorted(_validator().iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
+    for err in errors:
+        issues.extend(_to_issues(err, locations, file))
+    # One problem may be reported by several keywords; keep distinct messages per field.
+    seen, unique = set(), []
+    for i in issues:
+        k = (i.line, i.column, i.path, i.message)
+        if k not in seen:
+            seen.add(k)
+            unique.append(i)
+    return unique
+
+
+def _to_issues(err: jsonschema.ValidationError, locations: Locations, file: str) -> list[PolicyIssue]:
+    path = tuple(err.absolute_path)
+    schema = err.schema if isinstance(err.schema, dict) else {}
+    if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+        allowed = list(schema.get("properties", {}).keys())
+        out = []
+        for key in [k for k in err.instance if k not in allowed]:
+            pos = position_of(locations, path + (key,), key=True)
+            suggestion = difflib.get_close_matches(key, allowed, n=1, cutoff=0.5)
+            if suggestion:
+                hint = f"; did you mean '{suggestion[0]}'?"
+            else:
+                hint = f"; allowed keys: {', '.join(allowed)}" if allowed else ""
+            out.append(PolicyIssue(file, pos.line if pos else 0, pos.column if pos else 0,
+                                   dotted(path + (key,)), f"unknown key '{key}'{hint}"))
+        return out
+    return [_to_issue(err, locations, file)]
+
+
+def _to_issue(err: jsonschema.ValidationError, locations: Locations, file: str) -> PolicyIssue:
+    path = tuple(err.absolute_path)
+    validator = err.validator
+    schema = err.schema if isinstance(err.schema, dict) else {}
+    if validator == "propertyNames":
+        bad = err.instance
+        pos = position_of(locations, path + (bad,), key=True) if isinstance(bad, str) else position_of(locations, path)
+        names = schema.get("propertyNames", {})
+        choices = names.get("enum") if isinstance(names, dict) else None
+        if choices:
+            suggestion = difflib.get_close_matches(str(bad), choices, n=1, cutoff=0.5)
+            hint = f"; did you mean '{suggestion[0]}'?" if suggestion else f"; allowed: {', '.join(choices)}"
+            msg = f"unknown key '{bad}'{hint}"
+        else:
+            msg = f"invalid name '{bad}': {err.message}"
+        return PolicyIssue(file, pos.line if pos else 0, pos.column if pos else 0, dotted(path + (bad,)), msg)
+    pos = position_of(locations, path)
+    line, col = (pos.line, pos.column) if pos else (0, 0)
+    if validator == "required":
+        missing = err.message.split("'")[1] if "'" in err.message else err.message
+        return PolicyIssue(file, line, col, dotted(path + (missing,)), f"required field '{missing}' is missing")
+    if validator == "type":
+        expected = err.validator_value
+        expected = " or ".join(expected) if isinstance(expected, list) else expected
+        return PolicyIssue(file, line, col, dotted(path), f"expected {expected}, got {_type_name(err.instance)} {_short(err.instance)}")
+    if validator == "enum":
+        choices = [c for c in err.validator_value if c is not None]
+        suggestion = difflib.get_close_matches(str(err.instance), [str(c) for c in choices], n=1, cutoff=0.5)
+        hint = f"; did you mean '{suggestion[0]}'?" if suggestion else ""
+        return PolicyIssue(file, line, col, dotted(path), f"{_short(err.instance)} is not one of {', '.join(map(str, choices))}{hint}")
+    if validator in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        words = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[validator]
+        return PolicyIssue(file, line, col, dotted(path), f"value {err.instance} is out of range: must be {words} {err.validator_value}")
+    if validator == "const":
+        return PolicyIssue(file, line, col, dotted(path), f"must be {err.validator_value!r}, got {_short(err.instance)}")
+    return PolicyIssue(file, line, col, dotted(path), err.message)
+
+
+def _type_name(v) -> str:
+    if v is None:
+        return "null"
+    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}.get(type(v), type(v).__name__)
+
+
+def _short(v) -> str:
+    s = repr(v)
+    return s if len(s) <= 60 else s[:57] + "..."

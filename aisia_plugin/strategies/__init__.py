@@ -1,0 +1,1 @@
+"""Routing strategies, one module per family; all registered through the plugin hook."""

@@ -1,0 +1,17 @@
+"""The built-in strategies, registered through the same hook a third-party plugin uses."""
+
+from __future__ import annotations
+
+from ..hookspecs import hookimpl
+
+# name -> (module, class name, aliases). Filled in as strategy modules land.
+_BUILTINS: list[tuple[str, str, tuple[str, ...]]] = []
+
+
+@hookimpl
+def register_strategies(register):
+    import importlib
+
+    for module, cls_name, aliases in _BUILTINS:
+        cls = getattr(importlib.import_module(module, __package__), cls_name)
+        register(cls(), aliases=aliases)
