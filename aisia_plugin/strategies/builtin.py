@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from ..hookspecs import hookimpl
 
-# name -> (module, class name, aliases). Filled in as strategy modules land.
-_BUILTINS: list[tuple[str, str, tuple[str, ...]]] = []
+# (module, class name, aliases): one line per built-in strategy.
+_BUILTINS: list[tuple[str, str, tuple[str, ...]]] = [
+    (".bandit", "UCB1Strategy", ()),
+    (".bandit", "ThompsonStrategy", ()),
+]
 
 
 @hookimpl
