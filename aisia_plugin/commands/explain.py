@@ -1,0 +1,129 @@
+"""`aisia explain`: how one prompt would be routed, and why."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+
+def add_arguments(p):
+    p.add_argument("prompt", help="the user prompt (use - to read it from standard input)")
+    p.add_argument("--alias", default="auto", help="the alias to route for (default: auto)")
+    p.add_argument("--policy", action="append", metavar="PATH", help="policy file or directory (repeatable; default: the configured policy path)")
+    p.add_argument("--deployments", metavar="FILE", help="LiteLLM config (model_list) or replay candidates file; default: a demo pool")
+    p.add_argument("--state", metavar="FILE", help="learned state (JSON from a store dump) to decide on")
+    p.add_argument("--seed", type=int, default=0, help="random seed for strategies that sample")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+# A demo pool (names follow the seed's provider-prefix rule), used when no deployments are given.
+DEMO_POOL = [
+    {"model_name": "cerebras-llama-3.3-70b", "litellm_params": {"model": "cerebras/llama-3.3-70b"}, "model_info": {"id": "cerebras-llama-3.3-70b"}},
+    {"model_name": "groq-llama-3.1-8b", "litellm_params": {"model": "groq/llama-3.1-8b-instant"}, "model_info": {"id": "groq-llama-3.1-8b"}},
+    {"model_name": "deepseek-coder", "litellm_params": {"model": "deepseek/deepseek-coder"}, "model_info": {"id": "deepseek-coder"}},
+    {"model_name": "openai-gpt-4o", "litellm_params": {"model": "openai/gpt-4o"}, "model_info": {"id": "openai-gpt-4o"}},
+    {"model_name": "openai-gpt-4o-mini", "litellm_params": {"model": "openai/gpt-4o-mini"}, "model_info": {"id": "openai-gpt-4o-mini"}},
+    {"model_name": "anthropic-claude-sonnet", "litellm_params": {"model": "anthropic/claude-3-5-sonnet"}, "model_info": {"id": "anthropic-claude-sonnet"}},
+    {"model_name": "ollama-llama3", "litellm_params": {"model": "ollama/llama3"}, "model_info": {"id": "ollama-llama3"}},
+]
+
+
+def _load_deployments(path, policy):
+    import yaml
+
+    from ..deployments import build_deployment
+
+    if path is None:
+        raw = DEMO_POOL
+        # The demo's local model is marked local so that auto/offline has a candidate.
+        deps = [build_deployment(d, policy) for d in raw]
+        from dataclasses import replace
+
+        return [replace(d, local=True) if d.provider == "ollama" else d for d in deps]
+    with open(path, encoding="utf-8") as fh:
+        data = yaml.safe_load(fh) or {}
+    if isinstance(data, dict) and "model_list" in data:
+        return [build_deployment(d, policy) for d in data["model_list"]]
+    if isinstance(data, dict) and "candidates" in data:
+        from ..replay.candidates import load_candidates
+
+        specs = load_candidates(path)
+        return [spec.to_deployment(name, policy) for name, spec in specs.items()]
+    raise ValueError(f"{path}: expected a LiteLLM config with model_list, or a replay candidates file")
+
+
+def _fmt(v):
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return "inf" if math.isinf(v) else f"{v:.4f}"
+    return str(v)
+
+
+def run(args) -> int:
+    from ..engine import Engine, UnknownAlias
+    from ..policy import PolicyError, load_policy
+    from ..state.memory import MemoryState
+
+    try:
+        policy = load_policy(args.policy)
+    except PolicyError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    if args.alias not in policy.aliases:
+        print(f"aisia explain: unknown alias {args.alias!r}; known: {', '.join(policy.aliases)}", file=sys.stderr)
+        return 2
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    try:
+        deployments = _load_deployments(args.deployments, policy)
+        store = MemoryState.load_file(args.state, [d.id for d in deployments]) if args.state else MemoryState()
+    except (OSError, ValueError) as exc:
+        print(f"aisia explain: {exc}", file=sys.stderr)
+        return 2
+    import random
+
+    engine = Engine(policy, clock=lambda: 0.0, rng=random.Random(args.seed), store=store)
+    messages = [{"role": "user", "content": prompt}]
+    from dataclasses import asdict, replace
+
+    feats = replace(engine.features(messages), estimate_probability=True)
+    try:
+        decision = engine.decide(args.alias, messages, deployments, features=feats, reserve=False)
+    except UnknownAlias:
+        return 2
+    features = {k: v for k, v in asdict(feats).items() if k not in ("text", "extra", "estimate_probability")}
+    if args.json:
+        out = {"alias": args.alias, "features": features, "decision": decision.as_dict()}
+        # Infinite scores (UCB1's untried candidates) become null: JSON has no infinity.
+        print(json.dumps(_jsonable(out), indent=2))
+        return 0
+    print(f"alias:     {args.alias}  ({policy.aliases[args.alias].description})")
+    print("features:  " + ", ".join(f"{k}={v}" for k, v in features.items()))
+    print(f"domain:    {decision.domain or '-'}   task type: {decision.task_type}")
+    print(f"strategy:  {decision.strategy}")
+    print("candidates:")
+    for s in decision.scores:
+        if s.excluded:
+            print(f"  - {s.id:32s} excluded: {s.excluded}")
+        else:
+            mark = "*" if s.id == decision.deployment_id else " "
+            terms = " ".join(f"{k}={_fmt(v)}" for k, v in s.terms.items())
+            print(f"  {mark} {s.id:32s} score={_fmt(s.score)}  {terms}")
+    if decision.refused:
+        print(f"decision:  refused ({decision.refused}, HTTP {decision.status_code}): {decision.reason}")
+    else:
+        prob = f", selection probability {decision.probability:.2f}" if decision.probability is not None else ""
+        print(f"decision:  {decision.deployment_id} -> model {decision.model} (score {_fmt(decision.final_score)}{prob})")
+        print(f"reason:    {decision.reason}")
+    return 0
+
+
+def _jsonable(o):
+    if isinstance(o, float):
+        return None if not math.isfinite(o) else o
+    if isinstance(o, dict):
+        return {str(k): _jsonable(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_jsonable(v) for v in o]
+    return o

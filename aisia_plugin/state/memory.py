@@ -1,0 +1,100 @@
+"""The in-memory state store (the default backend, and the Redis store's local fallback).
+
+Keys follow the seed: bandit:{deployment} (and bandit:{deployment}:{domain} per domain),
+cb:{deployment}. A JSON dump/load lets `aisia explain --state FILE` show a decision on learned
+state."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import asdict, fields
+from typing import Optional
+
+from ..bandit import ArmStats
+from ..breaker import BreakerState
+
+
+def _from_dict(cls, raw):
+    # Tolerant: unknown fields dropped, bad values fall back to the defaults.
+    names = {f.name: f for f in fields(cls)}
+    kwargs = {}
+    for k, v in (raw or {}).items():
+        if k in names and isinstance(v, (int, float, str)) and not isinstance(v, bool):
+            kwargs[k] = v
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError):
+        return cls()
+
+
+class MemoryState:
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.arms: dict[tuple[str, Optional[str]], ArmStats] = {}
+        self.breakers: dict[str, BreakerState] = {}
+        self.lkgp: dict[str, str] = {}
+        self.ticks = 0.0
+
+    def arm(self, deployment_id: str, domain: Optional[str] = None) -> Optional[ArmStats]:
+        return self.arms.get((deployment_id, domain))
+
+    def put_arm(self, deployment_id: str, domain: Optional[str], stats: ArmStats) -> None:
+        self.arms[(deployment_id, domain)] = stats
+
+    def breaker(self, deployment_id: str) -> BreakerState:
+        return self.breakers.get(deployment_id) or BreakerState()
+
+    def put_breaker(self, deployment_id: str, state: BreakerState) -> None:
+        self.breakers[deployment_id] = state
+
+    def tick(self) -> float:
+        return self.ticks
+
+    def advance_tick(self) -> float:
+        with self._lock:
+            self.ticks += 1.0
+            return self.ticks
+
+    def last_known_good(self, alias: str) -> Optional[str]:
+        return self.lkgp.get(alias)
+
+    def set_last_known_good(self, alias: str, deployment_id: str) -> None:
+        self.lkgp[alias] = deployment_id
+
+    # -- persistence for the CLI ------------------------------------------------------------
+    def dump(self) -> dict:
+        bandit = {}
+        for (dep, dom), s in self.arms.items():
+            bandit[f"{dep}:{dom}" if dom else dep] = asdict(s)
+        return {
+            "ticks": self.ticks,
+            "bandit": bandit,
+            "breakers": {k: asdict(v) for k, v in self.breakers.items()},
+            "lkgp": dict(self.lkgp),
+        }
+
+    @classmethod
+    def load(cls, data: dict, deployment_ids=()) -> "MemoryState":
+        st = cls()
+        st.ticks = float(data.get("ticks", 0) or 0)
+        known = set(deployment_ids)
+        for key, raw in (data.get("bandit") or {}).items():
+            dep, dom = key, None
+            # A key "dep:domain" is split at the last ':' unless the whole key is a known id.
+            if ":" in key and key not in known:
+                dep, dom = key.rsplit(":", 1)
+            st.arms[(dep, dom)] = _from_dict(ArmStats, raw)
+        for key, raw in (data.get("breakers") or {}).items():
+            st.breakers[key] = _from_dict(BreakerState, raw)
+        st.lkgp = {str(k): str(v) for k, v in (data.get("lkgp") or {}).items()}
+        return st
+
+    def save_file(self, path) -> None:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(self.dump(), fh, indent=1)
+
+    @classmethod
+    def load_file(cls, path, deployment_ids=()) -> "MemoryState":
+        with open(path, encoding="utf-8") as fh:
+            return cls.load(json.load(fh), deployment_ids)

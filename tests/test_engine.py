@@ -1,0 +1,205 @@
+"""The whole pipeline (features -> domain -> candidates -> specialists -> breaker -> budget ->
+strategy) and learning from outcomes, with an injected clock and seed.
+
+As in OmniRoute's combo-matrix, the candidate a scenario expects is listed second, so that a pass
+proves the pipeline reordered the pool rather than taking the first entry."""
+
+from __future__ import annotations
+
+import random
+import textwrap
+
+import pytest
+
+from aisia_plugin.decision import Deployment
+from aisia_plugin.engine import Engine, UnknownAlias
+from aisia_plugin.outcome import Outcome
+from aisia_plugin.policy import load_policy
+
+
+class Clock:
+    def __init__(self, t=1000.0):
+        self.t = t
+
+    def __call__(self):
+        return self.t
+
+
+def dep(id, cost=1.0, **kw):
+    return Deployment(id=id, model_name=id, model=f"{id.split('-')[0]}/{id}", provider=id.split("-")[0],
+                      input_cost_per_1m=cost, output_cost_per_1m=cost, **kw)
+
+
+@pytest.fixture
+def policy_file(tmp_path):
+    def make(extra: str = ""):
+        (tmp_path / "aliases.yaml").write_text(textwrap.dedent("""
+            version: 1
+            aliases:
+              auto: {strategy: ucb1}
+              auto/cheap: {strategy: cost}
+              auto/strict: {strategy: cost, budget: {max_cost_per_request_usd: 0.0001, mode: strict}}
+              auto/soft: {strategy: ucb1, budget: {max_cost_per_request_usd: 0.0001, mode: soft}}
+              auto/coding: {strategy: ucb1, domain_hint: coding}
+            domains:
+              definitions:
+                coding: {patterns: ['\\bpython\\b', '\\bfunction\\b']}
+                translation: {patterns: ['\\btranslate\\b']}
+            """) + textwrap.dedent(extra))
+        return load_policy([tmp_path / "aliases.yaml"])
+    return make
+
+
+MSG = [{"role": "user", "content": "hello there"}]
+
+
+def engine_for(policy, clock=None, seed=7):
+    return Engine(policy, clock=clock or Clock(), rng=random.Random(seed))
+
+
+def test_cold_start_tries_every_candidate_once_then_exploits(policy_file):
+    eng = engine_for(policy_file())
+    pool = [dep("a-1"), dep("b-1"), dep("c-1")]
+    seen = []
+    for _ in range(3):
+        d = eng.decide("auto", MSG, pool)
+        seen.append(d.deployment_id)
+        eng.record(d, Outcome(d.deployment_id, success=True, latency_s=1.0, quality=0.9 if d.deployment_id == "b-1" else 0.2))
+    assert seen == ["a-1", "b-1", "c-1"]
+    d = eng.decide("auto", MSG, pool)
+    assert d.deployment_id == "b-1"
+    assert "UCB1 picked b-1" in d.reason
+    assert {s.id for s in d.scores} == {"a-1", "b-1", "c-1"}
+
+
+def test_specialist_present_competes_alone_and_serves_its_model(policy_file):
+    pol = policy_file()
+    eng = engine_for(pol)
+    pool = [dep("a-gen"), dep("b-coder", specialities={"coding": "b/deepseek-coder-v2"}), dep("c-gen")]
+    d = eng.decide("auto", [{"role": "user", "content": "write a python function"}], pool)
+    assert d.domain == "coding"
+    assert d.deployment_id == "b-coder"
+    assert d.model == "b/deepseek-coder-v2"
+    excluded = {s.id: s.excluded for s in d.scores if s.excluded}
+    assert excluded == {"a-gen": "not a coding specialist", "c-gen": "not a coding specialist"}
+
+
+def test_specialist_absent_everyone_competes(policy_file):
+    eng = engine_for(policy_file())
+    pool = [dep("a-gen"), dep("b-coder", specialities={"coding": None})]
+    d = eng.decide("auto", [{"role": "user", "content": "please translate this"}], pool)
+    assert d.domain == "translation"
+    assert d.deployment_id == "a-gen"  # untried, first in pool order
+    assert not any(s.excluded for s in d.scores)
+
+
+def test_open_breaker_excluded_until_timeout_then_half_open_probe(policy_file):
+    clock = Clock()
+    eng = engine_for(policy_file(), clock)
+    pool = [dep("a-1"), dep("b-1")]
+    for _ in range(5):
+        eng.record("auto", Outcome("a-1", success=False, status_code=503, latency_s=0.1))
+    d = eng.decide("auto/cheap", MSG, pool)
+    assert d.deployment_id == "b-1"
+    assert {s.id: s.excluded for s in d.scores if s.excluded} == {"a-1": "circuit OPEN"}
+    clock.t += 61  # past timeout_s: a-1 reads HALF_OPEN and may take a probe
+    d = eng.decide("auto/cheap", MSG, [dep("a-1", cost=0.1), dep("b-1")])
+    assert d.deployment_id == "a-1"
+    assert eng.store.breaker("a-1").probes_in_flight == 1
+    for _ in range(3):
+        eng.record("auto/cheap", Outcome("a-1", success=True, latency_s=0.1))
+    assert eng.store.breaker("a-1").state == "CLOSED"
+
+
+def test_all_open_still_serves_and_says_so(policy_file):
+    eng = engine_for(policy_file())
+    pool = [dep("a-1"), dep("b-1", cost=0.5)]
+    for id in ("a-1", "b-1"):
+        for _ in range(5):
+            eng.record("auto", Outcome(id, success=False, status_code=500))
+    d = eng.decide("auto/cheap", MSG, pool)
+    assert d.deployment_id == "b-1"
+    assert "serving anyway" in d.reason
+
+
+def test_client_errors_never_open_a_breaker_nor_teach_the_bandit(policy_file):
+    eng = engine_for(policy_file())
+    for _ in range(50):
+        assert eng.record("auto", Outcome("a-1", success=False, status_code=400, message="bad request")) is None
+    assert eng.store.breaker("a-1").state == "CLOSED"
+    assert eng.store.arm("a-1") is None
+
+
+def test_rate_limit_skips_the_deployment_for_retry_after(policy_file):
+    clock = Clock()
+    eng = engine_for(policy_file(), clock)
+    eng.record("auto", Outcome("a-1", success=False, status_code=429, retry_after_s=30))
+    d = eng.decide("auto/cheap", MSG, [dep("b-1", cost=5), dep("a-1", cost=0.1)])
+    assert d.deployment_id == "b-1"
+    assert "rate limited" in {s.id: s.excluded for s in d.scores if s.excluded}["a-1"]
+    clock.t += 31
+    assert eng.decide("auto/cheap", MSG, [dep("b-1", cost=5), dep("a-1", cost=0.1)]).deployment_id == "a-1"
+
+
+def test_strict_budget_refuses_with_402_and_soft_budget_takes_cheapest(policy_file):
+    eng = engine_for(policy_file())
+    pool = [dep("a-1", cost=50.0), dep("b-1", cost=10.0)]
+    d = eng.decide("auto/strict", MSG, pool)
+    assert d.deployment_id is None and d.refused == "budget" and d.status_code == 402
+    d = eng.decide("auto/soft", MSG, pool)
+    assert d.deployment_id == "b-1"
+
+
+def test_failed_attempts_are_excluded_on_retry(policy_file):
+    eng = engine_for(policy_file())
+    pool = [dep("a-1", cost=0.1), dep("b-1", cost=1.0)]
+    d = eng.decide("auto/cheap", MSG, pool, exclude={"a-1"})
+    assert d.deployment_id == "b-1"
+    assert {s.id: s.excluded for s in d.scores if s.excluded} == {"a-1": "already failed for this request"}
+
+
+def test_unknown_alias_raises(policy_file):
+    with pytest.raises(UnknownAlias):
+        engine_for(policy_file()).decide("auto/nope", MSG, [dep("a-1")])
+
+
+def test_per_domain_learning_separates_coding_from_translation(policy_file):
+    eng = engine_for(policy_file())
+    pool = [dep("a-1"), dep("b-1")]
+    code = [{"role": "user", "content": "python function please"}]
+    trans = [{"role": "user", "content": "translate this please"}]
+    for _ in range(30):
+        for msgs, good in ((code, "b-1"), (trans, "a-1")):
+            d = eng.decide("auto", msgs, pool)
+            eng.record(d, Outcome(d.deployment_id, success=True, latency_s=1.0,
+                                  quality=1.0 if d.deployment_id == good else 0.0))
+    assert eng.store.arm("b-1", "coding").mean_reward > 0.9
+    assert eng.store.arm("a-1", "coding").mean_reward < 0.1
+    picks = {"coding": [], "translation": []}
+    for _ in range(20):
+        for msgs, dom in ((code, "coding"), (trans, "translation")):
+            d = eng.decide("auto", msgs, pool)
+            picks[dom].append(d.deployment_id)
+            eng.record(d, Outcome(d.deployment_id, success=True, latency_s=1.0,
+                                  quality=1.0 if d.deployment_id == ("b-1" if dom == "coding" else "a-1") else 0.0))
+    assert picks["coding"].count("b-1") >= 15
+    assert picks["translation"].count("a-1") >= 15
+
+
+def test_forgetting_lets_a_degraded_provider_be_left(policy_file):
+    eng = engine_for(policy_file("""
+        bandit:
+          forgetting: {enabled: true, half_life_requests: 50}
+    """))
+    pool = [dep("a-1"), dep("b-1")]
+    quality = {"a-1": 0.6, "b-1": 0.9}
+    for _ in range(400):
+        d = eng.decide("auto", MSG, pool)
+        eng.record(d, Outcome(d.deployment_id, success=True, latency_s=1.0, quality=quality[d.deployment_id]))
+    quality["b-1"] = 0.1  # b-1 degrades
+    picks = []
+    for _ in range(200):
+        d = eng.decide("auto", MSG, pool)
+        picks.append(d.deployment_id)
+        eng.record(d, Outcome(d.deployment_id, success=True, latency_s=1.0, quality=quality[d.deployment_id]))
+    assert picks[-100:].count("a-1") > 80
