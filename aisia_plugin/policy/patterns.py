@@ -20,10 +20,24 @@ def compile_pattern(pattern: str):
     try:
         return re2.compile(pattern, _OPTIONS)
     except re2.error as exc:
-        raise PatternError(
-            f"pattern {pattern!r} is rejected: {exc}; patterns must be RE2 syntax (linear-time: "
-            "no backreferences or lookaround)"
-        ) from None
+        raise PatternError(f"pattern '{pattern}' is rejected: {_reason(exc)}") from None
+
+
+_HINT = "patterns must be RE2 syntax, which matches in linear time: no backreferences or lookaround"
+
+
+def _reason(exc: Exception) -> str:
+    detail = exc.args[0] if exc.args else str(exc)
+    if isinstance(detail, bytes):
+        detail = detail.decode("utf-8", "replace")
+    detail = str(detail)
+    if "invalid escape sequence: \\" in detail and detail[-1:].isdigit():
+        return f"backreference {detail.rsplit(': ', 1)[-1]} is not supported; {_HINT}"
+    if "invalid perl operator: (?=" in detail or "invalid perl operator: (?!" in detail:
+        return f"lookahead {detail.rsplit(': ', 1)[-1]} is not supported; {_HINT}"
+    if "invalid perl operator: (?<" in detail:
+        return f"lookbehind {detail.rsplit(': ', 1)[-1]} is not supported; {_HINT}"
+    return f"RE2 error '{detail}'; {_HINT}"
 
 
 def compile_alternation(patterns: list[str]):

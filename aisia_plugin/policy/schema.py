@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import math
 from functools import lru_cache
 
 import jsonschema
@@ -82,8 +83,14 @@ def schema_issues(data, locations: Locations, file: str) -> list[PolicyIssue]:
     """Every schema violation of one document, each located and worded for a person."""
     issues = []
     errors = sorted(_validator().iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
+    # A value of the wrong type also fails the keywords that constrain that type (an enum, a
+    # range): report only the type, the root cause.
+    mistyped = {tuple(e.absolute_path) for e in errors if e.validator == "type" and not _about_key(e)}
     for err in errors:
+        if err.validator != "type" and not _about_key(err) and tuple(err.absolute_path) in mistyped:
+            continue
         issues.extend(_to_issues(err, locations, file))
+    issues.extend(_non_finite_issues(data, (), locations, file))
     # One problem may be reported by several keywords; keep distinct messages per field.
     seen, unique = set(), []
     for i in issues:
@@ -113,27 +120,41 @@ def _to_issues(err: jsonschema.ValidationError, locations: Locations, file: str)
     return [_to_issue(err, locations, file)]
 
 
+def _about_key(err: jsonschema.ValidationError) -> bool:
+    """Whether the error is about a mapping's key (a propertyNames failure), not a value."""
+    return "propertyNames" in err.schema_path
+
+
 def _to_issue(err: jsonschema.ValidationError, locations: Locations, file: str) -> PolicyIssue:
     path = tuple(err.absolute_path)
     validator = err.validator
     schema = err.schema if isinstance(err.schema, dict) else {}
-    if validator == "propertyNames":
+    if _about_key(err):
+        # jsonschema reports the failing keyword of the propertyNames subschema, at the path of
+        # the mapping, with the offending name as the instance.
         bad = err.instance
-        pos = position_of(locations, path + (bad,), key=True) if isinstance(bad, str) else position_of(locations, path)
-        names = schema.get("propertyNames", {})
-        choices = names.get("enum") if isinstance(names, dict) else None
-        if choices:
+        pos = position_of(locations, path + (bad,), key=True)
+        if validator == "enum":
+            choices = [str(c) for c in err.validator_value]
             suggestion = difflib.get_close_matches(str(bad), choices, n=1, cutoff=0.5)
-            hint = f"; did you mean '{suggestion[0]}'?" if suggestion else f"; allowed: {', '.join(choices)}"
+            hint = f"; did you mean '{suggestion[0]}'?" if suggestion else f"; allowed keys: {', '.join(choices)}"
             msg = f"unknown key '{bad}'{hint}"
+        elif validator == "pattern":
+            msg = f"invalid name '{bad}': names here must match {err.validator_value}"
         else:
             msg = f"invalid name '{bad}': {err.message}"
         return PolicyIssue(file, pos.line if pos else 0, pos.column if pos else 0, dotted(path + (bad,)), msg)
-    pos = position_of(locations, path)
-    line, col = (pos.line, pos.column) if pos else (0, 0)
     if validator == "required":
+        # Point at the key of the mapping that lacks the field (its value starts at its first
+        # present field, which is not where the missing one belongs).
+        pos = position_of(locations, path, key=True)
+        line, col = (pos.line, pos.column) if pos else (0, 0)
         missing = err.message.split("'")[1] if "'" in err.message else err.message
         return PolicyIssue(file, line, col, dotted(path + (missing,)), f"required field '{missing}' is missing")
+    pos = position_of(locations, path)
+    line, col = (pos.line, pos.column) if pos else (0, 0)
+    if validator in ("minItems", "minProperties") and err.validator_value == 1:
+        return PolicyIssue(file, line, col, dotted(path), "must not be empty")
     if validator == "type":
         expected = err.validator_value
         expected = " or ".join(expected) if isinstance(expected, list) else expected
@@ -149,6 +170,24 @@ def _to_issue(err: jsonschema.ValidationError, locations: Locations, file: str) 
     if validator == "const":
         return PolicyIssue(file, line, col, dotted(path), f"must be {err.validator_value!r}, got {_short(err.instance)}")
     return PolicyIssue(file, line, col, dotted(path), err.message)
+
+
+def _non_finite_issues(value, path: tuple, locations: Locations, file: str) -> list[PolicyIssue]:
+    """NaN and infinities (YAML .nan, .inf) pass JSON Schema's range keywords, which compare with
+    < and >; no policy number may be one of them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        pos = position_of(locations, path)
+        shown = ".nan" if math.isnan(value) else (".inf" if value > 0 else "-.inf")
+        return [PolicyIssue(file, pos.line if pos else 0, pos.column if pos else 0, dotted(path),
+                            f"must be a finite number, got {shown}")]
+    out: list[PolicyIssue] = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out.extend(_non_finite_issues(v, path + (k,), locations, file))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out.extend(_non_finite_issues(v, path + (i,), locations, file))
+    return out
 
 
 def _type_name(v) -> str:

@@ -1,4 +1,8 @@
-"""Checks the schema cannot express: references resolve, weights are usable, patterns are safe."""
+"""Checks the schema cannot express: references resolve, weights are usable, patterns are safe.
+
+They run on the merged document even when the schema rejected parts of it (so that one run
+reports every error), hence every lookup tolerates a value of the wrong shape: the schema has
+already reported it, and the check simply skips it."""
 
 from __future__ import annotations
 
@@ -12,73 +16,113 @@ from .yamlpos import Locations, position_of
 TASK_TYPES = ("coding", "review", "planning", "analysis", "debugging", "documentation", "default")
 
 
+def _map(v) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
+def _seq(v) -> list:
+    return v if isinstance(v, list) else []
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def semantic_issues(data: dict, locs: Locations, known_strategies: set[str]) -> list[PolicyIssue]:
     issues: list[PolicyIssue] = []
+    data = _map(data)
 
     def report(path: tuple, message: str, key: bool = False):
         pos = position_of(locs, path, key=key)
         issues.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0,
                                   pos.column if pos else 0, dotted(path), message, "semantic"))
 
-    packs = data.get("mode_packs", {})
-    domains = data.get("domains", {}).get("definitions", {})
+    packs = _map(data.get("mode_packs"))
+    domains = _map(_map(data.get("domains")).get("definitions"))
 
-    def unknown(kind: str, value: str, choices) -> str:
-        close = difflib.get_close_matches(value, list(choices), n=1, cutoff=0.5)
-        hint = f"; did you mean '{close[0]}'?" if close else (f"; known: {', '.join(sorted(choices))}" if choices else "")
+    def unknown(kind: str, value, choices, plural: str) -> str:
+        choices = sorted(str(c) for c in choices)
+        close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.5)
+        if close:
+            hint = f"; did you mean '{close[0]}'?"
+        elif choices:
+            hint = f"; known: {', '.join(choices)}"
+        else:
+            hint = f"; the policy defines no {plural}"
         return f"unknown {kind} '{value}'{hint}"
 
-    for name, alias in data.get("aliases", {}).items():
+    for name, alias in _map(data.get("aliases")).items():
+        if not isinstance(alias, dict):
+            continue
         base = ("aliases", name)
         strategy = alias.get("strategy")
-        if strategy not in known_strategies:
-            report(base + ("strategy",), unknown("strategy", strategy, known_strategies) + " (no installed plugin provides it)")
+        if isinstance(strategy, str) and strategy and strategy not in known_strategies:
+            report(base + ("strategy",),
+                   unknown("strategy", strategy, known_strategies, "strategies") + " (no installed plugin provides it)")
         pack = alias.get("mode_pack")
-        if pack is not None and pack not in packs:
-            report(base + ("mode_pack",), unknown("mode pack", pack, packs))
+        if isinstance(pack, str) and pack not in packs:
+            report(base + ("mode_pack",), unknown("mode pack", pack, packs, "mode packs (mode_packs)"))
         hint = alias.get("domain_hint")
-        if hint is not None and hint not in domains:
-            report(base + ("domain_hint",), unknown("domain", hint, domains))
+        if isinstance(hint, str) and hint not in domains:
+            report(base + ("domain_hint",), unknown("domain", hint, domains, "domains (domains.definitions)"))
         task = alias.get("task_hint")
-        if task is not None and task not in TASK_TYPES:
-            report(base + ("task_hint",), unknown("task type", task, TASK_TYPES))
+        if isinstance(task, str) and task not in TASK_TYPES:
+            report(base + ("task_hint",), unknown("task type", task, TASK_TYPES, "task types"))
 
-    _check_weights(data.get("rules", {}).get("weights", {}), ("rules", "weights"), report)
+    _check_weights(_map(_map(data.get("rules")).get("weights")), ("rules", "weights"), report)
     for pname, pack in packs.items():
-        _check_weights(pack.get("weights", {}), ("mode_packs", pname, "weights"), report)
+        if isinstance(pack, dict) and isinstance(pack.get("weights"), dict):
+            _check_weights(pack["weights"], ("mode_packs", pname, "weights"), report)
+
+    reward = _map(data.get("reward"))
+    terms = [reward.get(k) for k in ("quality_weight", "latency_weight", "feedback_weight")]
+    if all(_number(v) for v in terms) and sum(terms) <= 0:
+        report(("reward",), key=True, message="quality_weight, latency_weight and feedback_weight are all zero: "
+                            "a successful call would have no reward; give at least one of them a weight above 0")
 
     for dname, domain in domains.items():
-        for i, pattern in enumerate(domain.get("patterns", [])):
+        if not isinstance(domain, dict):
+            continue
+        for i, pattern in enumerate(_seq(domain.get("patterns"))):
+            if not isinstance(pattern, str) or not pattern:
+                continue
             try:
                 compile_pattern(pattern)
             except PatternError as exc:
                 report(("domains", "definitions", dname, "patterns", i), str(exc))
 
-    for dep, ann in data.get("deployments", {}).items():
-        for dom in ann.get("specialities", {}):
+    for dep, ann in _map(data.get("deployments")).items():
+        if not isinstance(ann, dict):
+            continue
+        for dom in _map(ann.get("specialities")):
             if dom not in domains:
-                report(("deployments", dep, "specialities", dom), unknown("domain", dom, domains), key=True)
+                report(("deployments", dep, "specialities", dom),
+                       unknown("domain", dom, domains, "domains (domains.definitions)"), key=True)
 
-    for model, tasks in data.get("task_fitness", {}).get("models", {}).items():
-        for task in tasks:
+    fitness = _map(data.get("task_fitness"))
+    for model, tasks in _map(fitness.get("models")).items():
+        for task in _map(tasks):
             if task not in TASK_TYPES:
-                report(("task_fitness", "models", model, task), unknown("task type", task, TASK_TYPES), key=True)
-    for i, boost in enumerate(data.get("task_fitness", {}).get("boosts", [])):
-        for j, task in enumerate(boost.get("tasks", [])):
-            if task not in TASK_TYPES:
-                report(("task_fitness", "boosts", i, "tasks", j), unknown("task type", task, TASK_TYPES))
+                report(("task_fitness", "models", model, task), unknown("task type", task, TASK_TYPES, "task types"), key=True)
+    for i, boost in enumerate(_seq(fitness.get("boosts"))):
+        if not isinstance(boost, dict):
+            continue
+        for j, task in enumerate(_seq(boost.get("tasks"))):
+            if isinstance(task, str) and task not in TASK_TYPES:
+                report(("task_fitness", "boosts", i, "tasks", j), unknown("task type", task, TASK_TYPES, "task types"))
 
-    cb = data.get("circuit_breaker", {})
-    if cb and cb.get("max_retry_after_s", 0) < cb.get("rate_limit_cooldown_s", 0):
-        report(("circuit_breaker", "max_retry_after_s"), "must be at least rate_limit_cooldown_s")
+    cb = _map(data.get("circuit_breaker"))
+    cap, cooldown = cb.get("max_retry_after_s"), cb.get("rate_limit_cooldown_s")
+    if _number(cap) and _number(cooldown) and cap < cooldown:
+        report(("circuit_breaker", "max_retry_after_s"),
+               f"value {cap} is below circuit_breaker.rate_limit_cooldown_s ({cooldown}): the cap on Retry-After "
+               "must be at least the default cooldown")
     return issues
 
 
 def _check_weights(weights: dict, path: tuple, report) -> None:
-    values = list(weights.values())
-    for k, v in weights.items():
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
-            report(path + (k,), f"weight must be a finite number, got {v!r}")
-    finite = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
-    if values and sum(max(0.0, v) for v in finite) <= 0:
+    # Wrong types and non-finite numbers are reported by the schema step; here only whether the
+    # weights can be normalised (they are divided by their sum).
+    values = [v for v in weights.values() if _number(v)]
+    if values and len(values) == len(weights) and sum(max(0.0, v) for v in values) <= 0:
         report(path, "weights are all zero: at least one factor must weigh more than 0")

@@ -42,7 +42,14 @@ def load_yaml_with_positions(text: str, file: str) -> tuple[object, Locations, l
         col = mark.column + 1 if mark else 0
         problem = getattr(exc, "problem", None) or str(exc)
         context = getattr(exc, "context", None)
+        cmark = getattr(exc, "context_mark", None)
+        if context and cmark is not None and mark is not None and (cmark.line, cmark.column) != (mark.line, mark.column):
+            context = f"{context} started at line {cmark.line + 1}, column {cmark.column + 1}"
         msg = f"YAML syntax error: {problem}" + (f" ({context})" if context else "")
+        for start, hint in _HINTS:
+            if problem.startswith(start):
+                msg += f"; {hint}"
+                break
         return None, {}, [PolicyIssue(file, line, col, "", msg, "yaml")]
     if node is None:
         return {}, {(): {"key": None, "value": Pos(file, 1, 1)}}, []
@@ -80,6 +87,15 @@ def load_yaml_with_positions(text: str, file: str) -> tuple[object, Locations, l
 
     data = build(node, (), None)
     return data, locations, issues
+
+
+# Plain-words hints for PyYAML's most common complaints.
+_HINTS = (
+    ("expected <block end>", "check the indentation of this line against the keys above it"),
+    ("mapping values are not allowed here", "a value containing ': ' must be quoted"),
+    ("found character '\\t'", "YAML indentation must use spaces, not tabs"),
+    ("could not find expected ':'", "a key needs a ':' after it, or a multi-line value needs quoting"),
+)
 
 
 def _lc(node) -> tuple[int, int]:

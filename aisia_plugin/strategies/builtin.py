@@ -8,6 +8,11 @@ from ..hookspecs import hookimpl
 _BUILTINS: list[tuple[str, str, tuple[str, ...]]] = [
     (".bandit", "UCB1Strategy", ()),
     (".bandit", "ThompsonStrategy", ()),
+    (".cost", "CostStrategy", ("eco",)),
+    (".latency", "LatencyStrategy", ("fast",)),
+    (".sla", "SlaStrategy", ("sla",)),
+    (".lkgp", "LkgpStrategy", ()),
+    (".rules", "RulesStrategy", ()),
 ]
 
 

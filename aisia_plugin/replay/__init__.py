@@ -1,0 +1,16 @@
+"""The offline replay (`aisia replay`): recorded outcomes through the real routing pipeline.
+
+    trace.py       the JSON Lines trace format and its checks
+    candidates.py  the candidates file (provider, prices, tier, specialities, latency models)
+    runner.py      materialising a scenario; the router, fixed, uniform random and oracle runs
+    report.py      text tables, JSON, compare, sweep, the plot, the progress bar
+
+(litellm_baselines.py, LiteLLM's own routing strategies as baselines, is imported on its own: it
+needs LiteLLM.)"""
+
+from .candidates import CandidatesError, CandidateSpec, LatencyModel, load_candidates
+from .runner import ReplayError, Scenario, build_scenario, override_alias, replay, sweep
+from .trace import Trace, TraceError, load_trace
+
+__all__ = ["CandidatesError", "CandidateSpec", "LatencyModel", "load_candidates", "ReplayError", "Scenario",
+           "build_scenario", "override_alias", "replay", "sweep", "Trace", "TraceError", "load_trace"]

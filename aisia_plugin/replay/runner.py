@@ -1,0 +1,472 @@
+"""Running a trace through the real routing pipeline, and the baselines it is measured against.
+
+A trace is first *materialised* into a Scenario: every (request, candidate) call gets its final
+success, score, cost and latency (latency models sampled with a seed, outage windows applied), so
+that the router, every fixed candidate, uniform random and the oracle all see exactly the same
+calls, and two policies (``--compare``, ``--sweep``) are measured on the same scenario.
+
+The router runs online in file order: the Engine decides, only the chosen candidate's outcome is
+revealed to it (``Engine.record``), and a failed call fails over to another candidate as the
+alias's ``failover.attempts`` says. The engine's clock is simulated: request i happens at
+i * seconds_per_request.
+
+Figures (per run): requests, mean score (a request the client saw fail scores 0), total cost
+(every attempt's cost), p50/p95 of the latency the client waited (the sum of its attempts;
+requests with no known latency are left out), errors seen by clients, calls per candidate,
+failovers, and regret against the per-request oracle (best score, cheapest among ties)."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping, Optional, Sequence
+
+from ..decision import Deployment
+from ..deployments import selects
+from ..outcome import Outcome
+from .candidates import CandidateSpec
+from .trace import RecordedOutcome, Trace, prompt_chars
+
+Progress = Callable[[int, int], None]
+
+TIE_EPS = 1e-12
+
+
+class ReplayError(ValueError):
+    """A replay that cannot run (an alias selecting no candidate, a bad override...)."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """One candidate's answer to one request, as every run of the scenario sees it."""
+
+    candidate: str
+    success: bool
+    score: float  # 0 for a failed call
+    cost_usd: float
+    latency_ms: Optional[float]
+    status_code: Optional[int] = None
+    error: Optional[str] = None
+    error_type: Optional[str] = None
+    input_tokens: Optional[int] = None
+    output_tokens: Optional[int] = None
+
+    def outcome(self) -> Outcome:
+        """What the learner is told about this call."""
+        latency_s = None if self.latency_ms is None else self.latency_ms / 1000.0
+        if self.success:
+            return Outcome(self.candidate, True, latency_s=latency_s, quality=self.score, cost_usd=self.cost_usd,
+                           input_tokens=self.input_tokens, output_tokens=self.output_tokens)
+        # A failure that names neither status nor type is classified a provider failure by the breaker.
+        return Outcome(self.candidate, False, latency_s=latency_s, status_code=self.status_code, error_type=self.error_type,
+                       message=self.error or "", cost_usd=self.cost_usd)
+
+
+@dataclass
+class Scenario:
+    trace: Trace
+    specs: Mapping[str, CandidateSpec]
+    calls: list[dict[str, Call]]  # per request: candidate -> Call
+    seed: int = 0
+    seconds_per_request: float = 1.0
+
+    @property
+    def candidates(self) -> list[str]:
+        return self.trace.candidates
+
+    def __len__(self) -> int:
+        return len(self.calls)
+
+    def deployments(self, policy) -> dict[str, Deployment]:
+        return {n: self.specs.get(n, CandidateSpec()).to_deployment(n, policy) for n in self.candidates}
+
+    def selected(self, policy, alias: str) -> list[str]:
+        """The trace candidates the alias's selector keeps (the baselines compete among them)."""
+        ap = policy.aliases[alias]
+        return [n for n, d in self.deployments(policy).items() if selects(ap.candidates, d)]
+
+
+def call_cost(rec: RecordedOutcome, messages, dep: Deployment, success: bool) -> float:
+    """cost_usd when recorded; else tokens x the candidate's prices (input estimated from the
+    prompt, chars/4, and output 0 when missing). A failed call with neither costs nothing."""
+    if rec.cost_usd is not None:
+        return rec.cost_usd
+    if not success and rec.input_tokens is None and rec.output_tokens is None:
+        return 0.0
+    tin = rec.input_tokens
+    if tin is None:
+        tin = math.ceil(prompt_chars(messages) / 4) if success else 0
+    tout = rec.output_tokens or 0
+    return (tin * dep.input_cost_per_1m + tout * dep.output_cost_per_1m) / 1e6
+
+
+def build_scenario(trace: Trace, specs: Mapping[str, CandidateSpec] | None, policy, *, seed: int = 0,
+                   seconds_per_request: float = 1.0) -> Scenario:
+    specs = dict(specs or {})
+    names = trace.candidates
+    deps = {n: specs.get(n, CandidateSpec()).to_deployment(n, policy) for n in names}
+    # One random stream per candidate: a candidate's sampled latencies do not depend on the others.
+    rngs = {n: random.Random(f"aisia-replay:{seed}:{n}") for n in names}
+    calls: list[dict[str, Call]] = []
+    for rec in trace.records:
+        row: dict[str, Call] = {}
+        for name, ro in rec.outcomes.items():
+            model = specs.get(name, CandidateSpec()).latency
+            latency = ro.latency_ms
+            if latency is None:
+                latency = model.sample(rec.index, rngs[name])
+            outage = model.outage_at(rec.index)
+            if outage is not None:
+                row[name] = Call(name, False, 0.0, 0.0, outage.latency_ms if outage.latency_ms is not None else latency,
+                                 status_code=outage.status_code, error=outage.error)
+                continue
+            success = not ro.failed
+            row[name] = Call(
+                name, success, float(ro.score) if success else 0.0, call_cost(ro, rec.messages, deps[name], success),
+                latency, status_code=ro.status_code, error=ro.error, error_type=ro.error_type,
+                input_tokens=ro.input_tokens, output_tokens=ro.output_tokens,
+            )
+        calls.append(row)
+    return Scenario(trace, specs, calls, seed=seed, seconds_per_request=seconds_per_request)
+
+
+# -- one run's results ---------------------------------------------------------------------------
+@dataclass
+class Served:
+    """What one request came to in one run."""
+
+    score: float
+    cost_usd: float
+    latency_ms: Optional[float]
+    error: bool
+    served_by: Optional[str]
+    attempts: list[str] = field(default_factory=list)
+    status_code: Optional[int] = None
+
+
+def served_from(attempts: Sequence[Call]) -> Served:
+    """A request served by trying `attempts` in order (the last one succeeded, or all failed)."""
+    cost = sum(c.cost_usd for c in attempts)
+    lats = [c.latency_ms for c in attempts if c.latency_ms is not None]
+    latency = sum(lats) if lats else None
+    last = attempts[-1] if attempts else None
+    if last is not None and last.success:
+        return Served(last.score, cost, latency, False, last.candidate, [c.candidate for c in attempts], 200)
+    return Served(0.0, cost, latency, True, None, [c.candidate for c in attempts],
+                  last.status_code if last is not None else None)
+
+
+def percentile(values: Sequence[float], q: float) -> Optional[float]:
+    """Linear interpolation between closest ranks (numpy's default); None for no values."""
+    xs = sorted(values)
+    if not xs:
+        return None
+    if len(xs) == 1:
+        return float(xs[0])
+    pos = (len(xs) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return float(xs[lo] + (xs[hi] - xs[lo]) * (pos - lo))
+
+
+@dataclass
+class Figures:
+    name: str
+    requests: int
+    mean_score: float
+    total_cost_usd: float
+    p50_latency_ms: Optional[float]
+    p95_latency_ms: Optional[float]
+    errors: int
+    calls: dict[str, int]
+    failovers: int = 0
+    regret: Optional[float] = None  # sum over requests of (oracle score - score)
+    mean_regret: Optional[float] = None
+    missing: int = 0  # requests without an outcome for this run's only candidate (fixed baselines)
+
+    def as_dict(self) -> dict:
+        d = {
+            "requests": self.requests,
+            "mean_score": self.mean_score,
+            "total_cost_usd": self.total_cost_usd,
+            "p50_latency_ms": self.p50_latency_ms,
+            "p95_latency_ms": self.p95_latency_ms,
+            "errors": self.errors,
+            "calls": dict(self.calls),
+            "failovers": self.failovers,
+            "regret": self.regret,
+            "mean_regret": self.mean_regret,
+        }
+        if self.missing:
+            d["missing"] = self.missing
+        return d
+
+
+def figures(name: str, served: Sequence[Served], oracle: Optional[Sequence[Served]] = None, *, missing: int = 0) -> Figures:
+    n = len(served)
+    calls: dict[str, int] = {}
+    for s in served:
+        for c in s.attempts:
+            calls[c] = calls.get(c, 0) + 1
+    lats = [s.latency_ms for s in served if s.latency_ms is not None]
+    regret = mean_regret = None
+    if oracle is not None:
+        regret = sum(o.score - s.score for o, s in zip(oracle, served))
+        mean_regret = regret / n if n else 0.0
+    return Figures(
+        name=name, requests=n, mean_score=(sum(s.score for s in served) / n) if n else 0.0,
+        total_cost_usd=sum(s.cost_usd for s in served),
+        p50_latency_ms=percentile(lats, 50), p95_latency_ms=percentile(lats, 95),
+        errors=sum(1 for s in served if s.error), calls=calls,
+        failovers=sum(max(0, len(s.attempts) - 1) for s in served),
+        regret=regret, mean_regret=mean_regret, missing=missing,
+    )
+
+
+# -- the runs --------------------------------------------------------------------------------------
+def run_router(policy, alias: str, scenario: Scenario, *, seed: int = 0, progress: Optional[Progress] = None) -> list[Served]:
+    """The Engine, online, in file order; only chosen candidates' outcomes are revealed."""
+    import random as _random
+
+    from ..engine import Engine
+
+    ap = policy.aliases.get(alias)
+    if ap is None:
+        raise ReplayError(f"unknown alias {alias!r}; known: {', '.join(policy.aliases)}")
+    deps = scenario.deployments(policy)
+    now = [0.0]
+    engine = Engine(policy, clock=lambda: now[0], rng=_random.Random(seed))
+    attempts_allowed = 1 + ap.failover.attempts
+    order = scenario.candidates
+    out: list[Served] = []
+    total = len(scenario)
+    for i, (rec, row) in enumerate(zip(scenario.trace.records, scenario.calls)):
+        now[0] = i * scenario.seconds_per_request
+        pool = [deps[n] for n in order if n in row]
+        feats = engine.features(rec.messages)
+        tried: list[str] = []
+        attempts: list[Call] = []
+        refused_status = None
+        for _ in range(attempts_allowed):
+            decision = engine.decide(alias, rec.messages, pool, exclude=tried, features=feats)
+            if decision.deployment_id is None:
+                refused_status = decision.status_code
+                break
+            call = row[decision.deployment_id]
+            engine.record(decision, call.outcome())
+            tried.append(call.candidate)
+            attempts.append(call)
+            if call.success:
+                break
+        served = served_from(attempts)
+        if not attempts:
+            served.status_code = refused_status
+        out.append(served)
+        if progress is not None:
+            progress(i + 1, total)
+    return out
+
+
+def run_fixed(scenario: Scenario, name: str) -> tuple[list[Served], int]:
+    """Always `name` (no failover: one deployment). A request without its outcome is an error."""
+    out, missing = [], 0
+    for row in scenario.calls:
+        call = row.get(name)
+        if call is None:
+            missing += 1
+            out.append(Served(0.0, 0.0, None, True, None, [], None))
+        else:
+            out.append(served_from([call]))
+    return out, missing
+
+
+def run_uniform(scenario: Scenario, names: Iterable[str], *, attempts: int = 0, seed: int = 0) -> list[Served]:
+    """Uniformly random among `names`, failing over (at random, without repeats) like the alias."""
+    rng = random.Random(f"aisia-replay-uniform:{seed}")
+    names = list(names)
+    out = []
+    for row in scenario.calls:
+        avail = [n for n in names if n in row]
+        order = rng.sample(avail, min(len(avail), 1 + attempts))
+        tried = []
+        for n in order:
+            tried.append(row[n])
+            if row[n].success:
+                break
+        out.append(served_from(tried) if tried else Served(0.0, 0.0, None, True, None, [], 503))
+    return out
+
+
+def run_oracle(scenario: Scenario, names: Iterable[str]) -> list[Served]:
+    """Per request, the best score (cheapest among ties) among `names`' successful calls."""
+    names = list(names)
+    out = []
+    for row in scenario.calls:
+        ok = [row[n] for n in names if n in row and row[n].success]
+        if not ok:
+            out.append(Served(0.0, 0.0, None, True, None, [], None))
+            continue
+        best = max(c.score for c in ok)
+        tied = [c for c in ok if c.score >= best - TIE_EPS]
+        pick = min(tied, key=lambda c: c.cost_usd)
+        out.append(served_from([pick]))
+    return out
+
+
+# -- whole replays -------------------------------------------------------------------------------
+@dataclass
+class Baselines:
+    candidates: list[str]  # the trace candidates the alias selects
+    oracle_served: list[Served]
+    oracle: Figures
+    uniform: Figures
+    fixed: dict[str, Figures]
+
+    def as_dict(self) -> dict:
+        return {
+            "candidates": list(self.candidates),
+            "fixed": {n: f.as_dict() for n, f in self.fixed.items()},
+            "uniform_random": self.uniform.as_dict(),
+            "oracle": self.oracle.as_dict(),
+        }
+
+
+def baselines(policy, alias: str, scenario: Scenario, *, seed: int = 0) -> Baselines:
+    if alias not in policy.aliases:
+        raise ReplayError(f"unknown alias {alias!r}; known: {', '.join(policy.aliases)}")
+    names = scenario.selected(policy, alias)
+    if not names:
+        raise ReplayError(f"alias {alias!r} selects none of the trace's candidates ({', '.join(scenario.candidates)})")
+    oracle_served = run_oracle(scenario, names)
+    fixed = {}
+    for n in names:
+        served, missing = run_fixed(scenario, n)
+        fixed[n] = figures(n, served, oracle_served, missing=missing)
+    attempts = policy.aliases[alias].failover.attempts
+    uniform = figures("uniform random", run_uniform(scenario, names, attempts=attempts, seed=seed), oracle_served)
+    return Baselines(names, oracle_served, figures("oracle", oracle_served, oracle_served), uniform, fixed)
+
+
+@dataclass
+class ReplayResult:
+    alias: str
+    seed: int
+    requests: int
+    router: Figures
+    baselines: Baselines
+    strategy: str = ""
+
+    def as_dict(self) -> dict:
+        return {
+            "alias": self.alias,
+            "strategy": self.strategy,
+            "seed": self.seed,
+            "requests": self.requests,
+            "router": self.router.as_dict(),
+            "baselines": self.baselines.as_dict(),
+        }
+
+
+def replay(policy, alias: str, scenario: Scenario, *, seed: int = 0, progress: Optional[Progress] = None,
+           name: str = "router") -> ReplayResult:
+    """The router and every baseline on one scenario."""
+    base = baselines(policy, alias, scenario, seed=seed)
+    served = run_router(policy, alias, scenario, seed=seed, progress=progress)
+    return ReplayResult(alias, seed, len(scenario), figures(name, served, base.oracle_served), base,
+                        strategy=policy.aliases[alias].strategy)
+
+
+# -- overrides (--sweep) ---------------------------------------------------------------------------
+SWEEPABLE = ("cost_weight", "latency_weight", "exploration_c", "exploration",
+             "failover.attempts", "sla.target_p95_ms", "budget.max_cost_per_request_usd")
+_INT_FIELDS = {"failover.attempts"}
+_UNIT_FIELDS = {"exploration"}  # must lie in [0, 1]
+
+
+def override_alias(policy, alias: str, param: str, value: float):
+    """The policy with one parameter of one alias replaced. Frozen pydantic models: the alias
+    (and the nested model holding a dotted parameter) are copied with model_copy(update=...)."""
+    if param not in SWEEPABLE:
+        raise ReplayError(f"cannot sweep {param!r}; sweepable: {', '.join(SWEEPABLE)}")
+    if not math.isfinite(value) or value < 0:
+        raise ReplayError(f"{param}={value:g}: must be a finite number >= 0")
+    if param in _UNIT_FIELDS and value > 1:
+        raise ReplayError(f"{param}={value:g}: must lie between 0 and 1")
+    if param in _INT_FIELDS:
+        if value != int(value) or value > 10:
+            raise ReplayError(f"{param}={value:g}: must be a whole number from 0 to 10")
+        value = int(value)
+    ap = policy.aliases.get(alias)
+    if ap is None:
+        raise ReplayError(f"unknown alias {alias!r}; known: {', '.join(policy.aliases)}")
+    if "." in param:
+        outer, inner = param.split(".", 1)
+        nested = getattr(ap, outer).model_copy(update={inner: value})
+        new_alias = ap.model_copy(update={outer: nested})
+    else:
+        new_alias = ap.model_copy(update={param: value})
+    return policy.model_copy(update={"aliases": {**policy.aliases, alias: new_alias}})
+
+
+@dataclass
+class SweepPoint:
+    value: float
+    figures: Figures
+
+
+@dataclass
+class SweepResult:
+    alias: str
+    param: str
+    seed: int
+    requests: int
+    points: list[SweepPoint]
+    baselines: Baselines
+
+    def as_dict(self) -> dict:
+        return {
+            "alias": self.alias,
+            "param": self.param,
+            "seed": self.seed,
+            "requests": self.requests,
+            "points": [{"value": p.value, **p.figures.as_dict()} for p in self.points],
+            "baselines": self.baselines.as_dict(),
+        }
+
+
+def sweep(policy, alias: str, scenario: Scenario, param: str, values: Sequence[float], *, seed: int = 0,
+          progress: Optional[Callable[[int, float], Optional[Progress]]] = None) -> SweepResult:
+    """Re-run the router with `param` set to each value; baselines once (they do not learn).
+    `progress(i, value)` may return a per-run progress callback."""
+    policies = [override_alias(policy, alias, param, v) for v in values]  # every value checked first
+    base = baselines(policy, alias, scenario, seed=seed)
+    points = []
+    for i, (v, pol) in enumerate(zip(values, policies)):
+        cb = progress(i, v) if progress is not None else None
+        served = run_router(pol, alias, scenario, seed=seed, progress=cb)
+        points.append(SweepPoint(v, figures(f"{param}={v:g}", served, base.oracle_served)))
+    return SweepResult(alias, param, seed, len(scenario), points, base)
+
+
+def parse_sweep(spec: str) -> tuple[str, list[float]]:
+    """'cost_weight=0,0.05,0.1' -> ('cost_weight', [0.0, 0.05, 0.1]). Raises ReplayError."""
+    if "=" not in spec:
+        raise ReplayError(f"--sweep {spec!r}: expected PARAM=V1,V2,... (e.g. cost_weight=0,0.05,0.1)")
+    param, _, rest = spec.partition("=")
+    param = param.strip()
+    if param not in SWEEPABLE:
+        raise ReplayError(f"--sweep: cannot sweep {param!r}; sweepable: {', '.join(SWEEPABLE)}")
+    values = []
+    for raw in rest.split(","):
+        raw = raw.strip()
+        if not raw:
+            continue
+        try:
+            v = float(raw)
+        except ValueError:
+            raise ReplayError(f"--sweep: {raw!r} is not a number") from None
+        values.append(v)
+    if not values:
+        raise ReplayError(f"--sweep {spec!r}: give at least one value")
+    return param, values

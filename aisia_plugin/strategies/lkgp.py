@@ -1,0 +1,53 @@
+"""OmniRoute's "lkgp" strategy: stay on the last known good deployment while it is healthy.
+
+context.last_known_good is matched against the candidates' ids first, then against their
+provider names (the first non-OPEN candidate of that provider). A match whose breaker is OPEN is
+never pinned to (OmniRoute bug #11911: a stale pin kept choosing a dead provider until a 502);
+then, and when there is no usable last known good or context.lkgp_enabled is false, the decision
+is the "rules" strategy's, looked up in the plugin registry (a plugin may replace rules). A pin
+is sticky: epsilon-greedy exploration applies only to the rules fallback."""
+
+from __future__ import annotations
+
+from ..decision import Candidate, Decision, RoutingContext, ranked_decision
+
+
+class LkgpStrategy:
+    name = "lkgp"
+    description = "The last known good deployment (or provider) while its breaker is not OPEN, else rules"
+
+    def _rules(self, pool: list[Candidate], context: RoutingContext, why: str) -> Decision:
+        from .. import plugins
+
+        rules = plugins.get_strategy("rules")
+        if rules is self:  # a misregistration must not recurse
+            from .rules import RulesStrategy
+
+            rules = RulesStrategy()
+        decision = rules.select(pool, context)
+        decision.reason = f"{why}; fell back to rules: {decision.reason}"
+        decision.strategy = self.name
+        return decision
+
+    def select(self, pool: list[Candidate], context: RoutingContext) -> Decision:
+        lkg = getattr(context, "last_known_good", None)
+        if not getattr(context, "lkgp_enabled", True):
+            return self._rules(pool, context, "LKGP is disabled for this alias")
+        if not lkg:
+            return self._rules(pool, context, "no last known good deployment yet")
+        by_id = [c for c in pool if c.id == lkg]
+        matches = by_id or [c for c in pool if c.provider == lkg]
+        what = "deployment" if by_id else "provider"
+        if not matches:
+            return self._rules(pool, context, f"last known good {lkg!r} is not in the pool")
+        usable = [c for c in matches if c.breaker != "OPEN"]
+        if not usable:
+            return self._rules(pool, context, f"the LKGP {what} {lkg!r} is OPEN, not pinning to it")
+        chosen = usable[0]
+        scores = {c.id: (1.0 if c is chosen else 0.0) for c in pool}
+        terms = {c.id: {"last_known_good": c is chosen} for c in pool}
+        state = "" if chosen.breaker == "CLOSED" else f" (breaker {chosen.breaker})"
+        via = "" if by_id else f" via provider {lkg!r}"
+        reason = f"last known good {chosen.id}{via} is not OPEN{state}: pinned to it"
+        decision = ranked_decision(self.name, pool, scores, chosen, reason, probability=1.0, terms=terms)
+        return decision

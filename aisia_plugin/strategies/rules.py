@@ -1,0 +1,224 @@
+"""OmniRoute's multi-factor "rules" strategy (16 factors), and the helpers every ranking strategy
+(cost, latency, sla-aware, lkgp, rules) shares: clamping, epsilon-greedy exploration and the
+Decision with OPEN candidates marked as excluded.
+
+Factors, each clamped to [0, 1]; pool maxima are computed once per call over the competing pool:
+
+    quota                 c.quota
+    health                breaker CLOSED 1, HALF_OPEN 0.5, OPEN 0
+    cost_inv              1 - cost / max(max cost in pool, 0.001)
+    latency_inv           1 - p95 / max(max p95 in pool, 1)
+    task_fit              c.task_fit (task_fitness.TaskFitnessTable)
+    stability             1 - stddev / max stddev in pool (1 when every stddev is 0)
+    tier_priority         ultra 1, pro 0.67, standard 0.33, free 0 (no tier: as standard)
+    tier_affinity         no hint 0.5; the hinted tier 1; an adjacent tier 0.7; else 0.3
+    specificity_match     no specificity 0.5; else 1 - |specificity - tier level| where the tier
+                          level is the tier_priority value: a very specific (demanding) request
+                          matches the top tier, a generic one the free tier
+    context_affinity      c.signals["context_affinity"], default 0.5
+    cache_affinity        c.signals["cache_affinity"], default 0
+    session_availability  c.signals["session_availability"], default 1
+    reset_window_affinity c.signals["reset_window_affinity"], default 0.5
+    connection_density    (pool size - 1) / 10
+    quality               c.stats.mean_reward when observed, else 0.5
+    reliability           1 - c.error_rate
+
+score = clamp01(sum(w_i * f_i)) with the context's (normalised) weights."""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Optional
+
+from ..decision import Candidate, Decision, RoutingContext, not_open, ranked_decision
+from ..policy.models import FACTORS
+
+TIER_LEVEL = {"ultra": 1.0, "pro": 0.67, "standard": 0.33, "free": 0.0}
+TIER_ORDER = ("free", "standard", "pro", "ultra")
+DEFAULT_TIER = "standard"  # a deployment without a tier is treated as standard
+
+SIGNAL_DEFAULTS = {"context_affinity": 0.5, "cache_affinity": 0.0, "session_availability": 1.0,
+                   "reset_window_affinity": 0.5}
+
+
+# -- helpers shared by the ranking strategies ------------------------------------------------------
+def clamp01(x) -> float:
+    """x clamped to [0, 1]; NaN and non-numbers count as 0."""
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return 0.0
+    if not x > 0.0:  # also NaN
+        return 0.0
+    return 1.0 if x > 1.0 else x
+
+
+def finite(x, default: float = 0.0) -> float:
+    """x as a finite float (non-finite or non-numeric -> default; +inf -> default too)."""
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return default
+    return x if math.isfinite(x) else default
+
+
+def sort_key(x) -> float:
+    """A lower-is-better key: NaN counts as +inf so it ranks last."""
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return math.inf
+    return math.inf if math.isnan(x) else x
+
+
+def relative_score(best: float, value: float) -> float:
+    """For lower-is-better keys: best / value in [0, 1], 1 for the best (and for equal keys)."""
+    if value <= best:
+        return 1.0
+    if not math.isfinite(value) or best <= 0:
+        return 0.0
+    return clamp01(best / value)
+
+
+def explore(eligible: list[Candidate], context: RoutingContext) -> Optional[Candidate]:
+    """Epsilon-greedy: with probability context.exploration a uniformly random eligible candidate.
+
+    Uses context.rng (two draws when epsilon > 0: the coin, then the pick); epsilon 0 draws
+    nothing, so a seeded test is exact either way."""
+    eps = finite(getattr(context, "exploration", 0.0))
+    if eps <= 0.0 or not eligible:
+        return None
+    if context.rng.random() < eps:
+        return context.rng.choice(eligible)
+    return None
+
+
+def selection_probability(eligible: list[Candidate], chosen: Candidate, best: Candidate, context) -> float:
+    """P(chosen) under epsilon-greedy over `eligible` with ranking winner `best`."""
+    eps = min(1.0, max(0.0, finite(getattr(context, "exploration", 0.0))))
+    share = eps / len(eligible) if eligible else 0.0
+    return (1.0 - eps) + share if chosen is best else share
+
+
+def finish(strategy: str, pool: list[Candidate], eligible: list[Candidate], scores: Mapping[str, float],
+           best: Candidate, reason: str, context: RoutingContext, *, terms: Mapping[str, dict] | None = None,
+           allow_explore: bool = True) -> Decision:
+    """The Decision of a ranking strategy: epsilon-greedy exploration over `eligible`, every pool
+    member listed, and the candidates that did not compete (OPEN breakers) marked excluded."""
+    chosen = explore(eligible, context) if allow_explore else None
+    if chosen is not None:
+        eps = finite(context.exploration)
+        if chosen is best:
+            reason = (f"exploration (epsilon {eps:g}) drew {chosen.id} at random from {len(eligible)} candidates, "
+                      f"which is also the ranking's choice; {reason}")
+        else:
+            reason = (f"exploration (epsilon {eps:g}) chose {chosen.id} at random from {len(eligible)} candidates "
+                      f"instead of the ranking's {best.id}; ranking: {reason}")
+    else:
+        chosen = best
+    probability = selection_probability(eligible, chosen, best, context) if allow_explore else 1.0
+    decision = ranked_decision(strategy, pool, scores, chosen, reason, probability=probability, terms=terms)
+    competing = {id(c) for c in eligible}
+    for c, s in zip(pool, decision.scores):
+        if id(c) not in competing:
+            s.excluded = f"breaker {c.breaker}: competes only when every candidate is OPEN"
+    return decision
+
+
+# -- factors ---------------------------------------------------------------------------------------
+def _tier(c: Candidate) -> str:
+    t = c.deployment.tier
+    return t if t in TIER_LEVEL else DEFAULT_TIER
+
+
+def tier_affinity(tier: str, hint: Optional[str]) -> float:
+    if not hint or hint not in TIER_LEVEL:
+        return 0.5
+    d = abs(TIER_ORDER.index(tier) - TIER_ORDER.index(hint))
+    return 1.0 if d == 0 else (0.7 if d == 1 else 0.3)
+
+
+def specificity_match(tier: str, specificity) -> float:
+    if specificity is None:
+        return 0.5
+    try:
+        s = float(specificity)
+    except (TypeError, ValueError):
+        return 0.5
+    if not math.isfinite(s):
+        return 0.5
+    return clamp01(1.0 - abs(clamp01(s) - TIER_LEVEL[tier]))
+
+
+def factor_table(pool: list[Candidate], context: RoutingContext) -> dict[str, dict[str, float]]:
+    """Every candidate's 16 factor values (candidate id -> factor -> value in [0, 1])."""
+    max_cost = max((finite(c.cost_per_1m) for c in pool), default=0.0)
+    max_p95 = max((finite(c.p95_latency_ms) for c in pool), default=0.0)
+    max_sd = max((finite(c.latency_stddev_ms) for c in pool), default=0.0)
+    cost_den = max(max_cost, 0.001)
+    p95_den = max(max_p95, 1.0)
+    density = clamp01((len(pool) - 1) / 10.0)
+    hint = getattr(context, "tier_hint", None)
+    spec = getattr(getattr(context, "features", None), "specificity", None)
+    out = {}
+    for c in pool:
+        tier = _tier(c)
+        sig = c.signals or {}
+        stats = c.stats
+        pulls = finite(getattr(stats, "pulls", 0.0))
+        f = {
+            "quota": clamp01(c.quota),
+            "health": clamp01(c.health),
+            "cost_inv": clamp01(1.0 - finite(c.cost_per_1m, cost_den) / cost_den),
+            "latency_inv": clamp01(1.0 - finite(c.p95_latency_ms, p95_den) / p95_den),
+            "task_fit": clamp01(c.task_fit),
+            "stability": 1.0 if max_sd <= 0 else clamp01(1.0 - finite(c.latency_stddev_ms, max_sd) / max_sd),
+            "tier_priority": TIER_LEVEL[tier],
+            "tier_affinity": tier_affinity(tier, hint),
+            "specificity_match": specificity_match(tier, spec),
+            **{k: clamp01(sig.get(k, d)) for k, d in SIGNAL_DEFAULTS.items()},
+            "connection_density": density,
+            "quality": clamp01(getattr(stats, "mean_reward", 0.5)) if pulls > 0 else 0.5,
+            "reliability": clamp01(1.0 - finite(c.error_rate, 1.0)),
+        }
+        out[c.id] = {k: f[k] for k in FACTORS}
+    return out
+
+
+def context_weights(context: RoutingContext) -> dict[str, float]:
+    """The context's factor weights; without any, the policy's rules weights (or OmniRoute's
+    defaults), normalised."""
+    from ..weights import DEFAULT_WEIGHTS, normalise
+
+    w = getattr(context, "weights", None)
+    if w:
+        return {k: finite(w.get(k, 0.0)) for k in FACTORS}
+    policy = getattr(context, "policy", None)
+    fallback = policy.rules.weights.model_dump() if policy is not None else DEFAULT_WEIGHTS
+    return normalise(fallback, DEFAULT_WEIGHTS)
+
+
+def rules_scores(pool: list[Candidate], context: RoutingContext):
+    """(scores, factor terms) of the rules strategy over `pool`."""
+    factors = factor_table(pool, context)
+    w = context_weights(context)
+    scores = {cid: clamp01(sum(w[k] * v for k, v in f.items())) for cid, f in factors.items()}
+    return scores, factors, w
+
+
+class RulesStrategy:
+    name = "rules"
+    description = "OmniRoute's 16-factor weighted score (quota, health, cost, latency, task fit, tiers, ...); OPEN breakers dropped"
+
+    def select(self, pool: list[Candidate], context: RoutingContext) -> Decision:
+        eligible = not_open(pool)
+        scores, factors, w = rules_scores(eligible, context)
+        best = max(eligible, key=lambda c: scores[c.id])  # first of equal scores: pool order
+        top = sorted(((w[k] * v, k) for k, v in factors[best.id].items()), reverse=True)[:3]
+        parts = ", ".join(f"{k} {contrib:.3f}" for contrib, k in top if contrib > 0)
+        runner = max((scores[c.id] for c in eligible if c is not best), default=None)
+        margin = f", {scores[best.id] - runner:.3f} ahead of the next" if runner is not None else ""
+        all_open = " (every candidate is OPEN)" if best.breaker == "OPEN" else ""
+        reason = f"rules picked {best.id}: score {scores[best.id]:.3f} (largest parts: {parts or 'none'}){margin}{all_open}"
+        terms = {cid: {k: round(v, 6) for k, v in f.items()} for cid, f in factors.items()}
+        return finish(self.name, pool, eligible, scores, best, reason, context, terms=terms)

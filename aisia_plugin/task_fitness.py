@@ -1,0 +1,80 @@
+"""Model x task fitness (OmniRoute's task-fitness table, with its two bugs avoided).
+
+Lookup for (model, task):
+
+1. the static table: its keys are globs (fnmatch, case-insensitive) matched against the full
+   model string ("openai/gpt-4o-mini") and against the part after the last "/" ("gpt-4o-mini").
+   The MOST SPECIFIC matching pattern wins (most literal characters, then the longest pattern;
+   see ``globs.specificity``), never the first one inserted: "gpt-4o-mini" gets the gpt-4o-mini
+   row, not gpt-4o's. Within the row: the task's score, else the row's "default" key, else the
+   table's default;
+2. a model no pattern matches: the table's default plus every applicable wildcard boost (the
+   boost's `contains` is a case-insensitive substring of the model name without its provider
+   prefix; a boost with no tasks applies to every task).
+
+Results are clamped to [0, 1] and cached per (model, task): this runs once per candidate per
+request."""
+
+from __future__ import annotations
+
+import threading
+from typing import Optional
+
+from .globs import most_specific
+from .policy.models import TaskFitness
+
+CACHE_SIZE = 4096
+
+
+def _clamp01(x: float) -> float:
+    return 0.0 if not x > 0.0 else (1.0 if x > 1.0 else float(x))
+
+
+def _bare(model: str) -> str:
+    """The model without its provider prefix ("openai/gpt-4o" -> "gpt-4o")."""
+    return model.rsplit("/", 1)[-1]
+
+
+class TaskFitnessTable:
+    def __init__(self, cfg: TaskFitness, cache_size: int = CACHE_SIZE):
+        self.cfg = cfg
+        self.default = float(cfg.default)
+        self._rows = {pattern: {k.lower(): float(v) for k, v in row.items()} for pattern, row in cfg.models.items()}
+        self._boosts = [(b.contains.lower(), {t.lower() for t in b.tasks}, float(b.boost)) for b in cfg.boosts]
+        self._cache: dict[tuple[str, str], float] = {}
+        self._cache_size = max(1, int(cache_size))
+        self._lock = threading.Lock()
+
+    def pattern_for(self, model: str) -> Optional[str]:
+        """The table pattern that decides `model`'s row (None: the model is not in the table)."""
+        if not model:
+            return None
+        return most_specific(self._rows, (model, _bare(model)))
+
+    def fitness(self, model: str, task: str) -> float:
+        model = model or ""
+        task = (task or "default").lower()
+        key = (model, task)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        value = _clamp01(self._compute(model, task))
+        with self._lock:
+            if len(self._cache) >= self._cache_size:
+                self._cache.clear()  # bounded: start over rather than grow without limit
+            self._cache[key] = value
+        return value
+
+    def _compute(self, model: str, task: str) -> float:
+        pattern = self.pattern_for(model)
+        if pattern is not None:
+            row = self._rows[pattern]
+            if task in row:
+                return row[task]
+            return row.get("default", self.default)
+        name = _bare(model).lower()
+        score = self.default
+        for contains, tasks, boost in self._boosts:
+            if contains and contains in name and (not tasks or task in tasks):
+                score += boost
+        return score

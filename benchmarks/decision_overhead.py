@@ -1,0 +1,520 @@
+"""Decision overhead: the cost of one full aisia routing decision vs. LiteLLM's own selection.
+
+A benchmark, not a test: nothing is asserted. Run with
+
+    /work/main/.venv/bin/python benchmarks/decision_overhead.py [--calls 3000] [--sizes 4,16,64]
+
+What is timed (time.perf_counter_ns around each single call, after an untimed warm-up):
+
+* ours: ``Engine.decide(alias, messages, deployments)`` -- features, domain detection, alias
+  candidate selection, specialists, circuit breaker, budget, per-arm stats (decay + per-domain
+  blend), strategy (through the plugin registry), Decision building and the observe hook -- for
+  the aliases auto (ucb1), auto/smart (thompson), auto/cheap (cost), auto/fast (latency) and
+  auto/lkgp, over pools of 4/16/64 deployments, a 2 KB prompt, learned state warmed by ~200
+  recorded outcomes. ``reserve=True`` (the default; all breakers are CLOSED so it writes nothing).
+* pieces: the same steps called separately with the same inputs (extract_features,
+  Engine.features incl. plugin hook, DomainDetector.detect, the breaker loop over the pool, the
+  per-arm stats loop, each strategy's select() alone on the exact candidates/context the engine
+  built) and Engine.record() for reference.
+* litellm: ``LiteLLMBaseline(strategy, candidates, seed=1).choose(messages, now)`` for
+  simple-shuffle, latency-based-routing, cost-based-routing over the same pools, warmed with the
+  same ~200 outcomes; plus ``router_only``: the Router call alone (sync
+  ``Router.get_available_deployment``, or for cost-based-routing ``await
+  Router.async_get_available_deployment`` timed inside one running coroutine), i.e. without the
+  baseline's harness (lock, simulated-clock activation, event-loop round trip, task drain).
+
+GC: gc.collect() before every timing loop and gc.disable() during it (re-enabled after), so the
+numbers are the code's own cost; a real proxy also pays occasional GC pauses.
+"""
+
+from __future__ import annotations
+
+import os
+
+# LiteLLM must not try to download its cost map (no network here); set before any litellm import.
+for _flag in ("LITELLM_LOCAL_MODEL_COST_MAP", "LITELLM_LOCAL_BLOG_POSTS",
+              "LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS", "LITELLM_LOCAL_AUTOROUTER_PRESETS",
+              "LITELLM_LOCAL_POLICY_TEMPLATES"):
+    os.environ.setdefault(_flag, "True")
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import cProfile  # noqa: E402
+import gc  # noqa: E402
+import io  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import pstats  # noqa: E402
+import random  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Callable  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+
+# (provider, USD per 1M input tokens) -- the seed's COST_PER_1M table (policies/costs.yaml);
+# output priced at 3x input, a typical ratio. Base latency (s) per provider for the warm-up.
+PROVIDERS = [
+    ("cerebras", 0.20, 0.35), ("groq", 0.30, 0.45), ("deepseek", 0.50, 2.2), ("openai", 5.00, 1.4),
+    ("anthropic", 8.00, 1.8), ("mistral", 2.00, 1.1), ("gemini", 1.25, 1.0), ("together", 0.80, 1.3),
+    ("fireworks", 0.90, 0.9), ("cohere", 1.00, 1.5), ("deepinfra", 0.60, 1.6), ("perplexity", 1.00, 1.7),
+]
+ALIASES = [("auto", "ucb1"), ("auto/smart", "thompson"), ("auto/cheap", "cost"), ("auto/fast", "latency"),
+           ("auto/lkgp", "lkgp")]
+LITELLM_STRATEGIES = ["simple-shuffle", "latency-based-routing", "cost-based-routing"]
+WARM_OUTCOMES = 200
+WARM_CALLS = 200  # untimed calls before each timing loop
+TARGET_N = 16
+TARGET_P50_US, TARGET_P99_US = 50.0, 200.0
+
+
+# ---------------------------------------------------------------------------------------------
+# inputs
+# ---------------------------------------------------------------------------------------------
+def make_messages(total_bytes: int = 2048) -> list[dict]:
+    """A system line plus a user message; the contents total exactly ``total_bytes`` UTF-8 bytes."""
+    system = "You are a careful senior engineer. Answer precisely and show working code."
+    para = ("I have a Python service that calls an HTTP API and parses the JSON response into dataclasses. "
+            "Sometimes the function raises a KeyError deep inside the parser and the stack trace is hard "
+            "to read. Can you help me debug it, suggest a cleaner class design, and write a pytest test "
+            "that reproduces the failure with a fixture? Here is the relevant part of the code:\n"
+            "def parse(payload):\n    items = payload['data']['items']\n    return [Item(**x) for x in items]\n")
+    need = total_bytes - len(system.encode())
+    user = (para * (need // len(para) + 1))[:need]
+    msgs = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    assert sum(len(m["content"].encode()) for m in msgs) == total_bytes
+    return msgs
+
+
+def pool_specs(n: int) -> list[dict]:
+    specs = []
+    for i in range(n):
+        prov, price, lat = PROVIDERS[i % len(PROVIDERS)]
+        specs.append({"id": f"{prov}-model-{i}", "provider": prov, "model": f"{prov}/model-{i}",
+                      "input_cost_per_1m": price, "output_cost_per_1m": round(price * 3, 4),
+                      "latency_s": lat * (1 + 0.05 * (i // len(PROVIDERS)))})
+    return specs
+
+
+class SimClock:
+    def __init__(self, t: float = 1_000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+# ---------------------------------------------------------------------------------------------
+# timing
+# ---------------------------------------------------------------------------------------------
+def summarize(ns: list[int]) -> dict:
+    s = sorted(ns)
+    n = len(s)
+
+    def q(p: float) -> float:
+        return s[min(n - 1, int(round(p * (n - 1))))] / 1000.0
+
+    return {"p50_us": round(q(0.50), 2), "p90_us": round(q(0.90), 2), "p99_us": round(q(0.99), 2),
+            "mean_us": round(statistics.fmean(s) / 1000.0, 2), "max_us": round(s[-1] / 1000.0, 2), "n": n}
+
+
+def time_calls(fn: Callable[[], object], calls: int, warm: int = WARM_CALLS) -> dict:
+    for _ in range(warm):
+        fn()
+    out = [0] * calls
+    pc = time.perf_counter_ns
+    gc.collect()
+    gc.disable()
+    try:
+        for i in range(calls):
+            t0 = pc()
+            fn()
+            out[i] = pc() - t0
+    finally:
+        gc.enable()
+    return summarize(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# ours
+# ---------------------------------------------------------------------------------------------
+def import_engine(wait_s: float):
+    """Import the engine, retrying while the other engineers' modules are still missing."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            from aisia_plugin import decision, engine, outcome, policy  # noqa: F401
+            from aisia_plugin.policy import PolicyError
+
+            try:
+                loaded = policy.load_policy()  # unknown strategies fail validation until they exist
+            except PolicyError as e:
+                raise ImportError(f"shipped policy does not load yet: {str(e).splitlines()[0]}") from e
+            return (engine, decision, outcome, policy), loaded
+        except ImportError as e:
+            if time.monotonic() >= deadline:
+                raise
+            print(f"[wait] engine import failed ({e}); retrying in 30 s", file=sys.stderr)
+            for m in [m for m in sys.modules if m.startswith("aisia_plugin")]:
+                del sys.modules[m]
+            time.sleep(30)
+
+
+def build_engine(mods, specs: list[dict], policy):
+    engine_mod, decision_mod, outcome_mod, _ = mods
+    clock = SimClock()
+    eng = engine_mod.Engine(policy, clock=clock, rng=random.Random(1))
+    deps = [decision_mod.Deployment(id=s["id"], model_name="bench-pool", model=s["model"], provider=s["provider"],
+                                    input_cost_per_1m=s["input_cost_per_1m"],
+                                    output_cost_per_1m=s["output_cost_per_1m"]) for s in specs]
+    return eng, clock, deps
+
+
+def warm_engine(mods, eng, clock, deps, specs, messages, aliases: list[str]) -> int:
+    """~WARM_OUTCOMES successful outcomes: every deployment tried, then routed by the aliases."""
+    _, _, outcome_mod, _ = mods
+    r = random.Random(7)
+    lat = {s["id"]: s["latency_s"] for s in specs}
+    recorded = 0
+    i = 0
+    while recorded < WARM_OUTCOMES:
+        alias = aliases[i % len(aliases)]
+        i += 1
+        clock.t += 0.5
+        d = eng.decide(alias, messages, deps)
+        dep = d.deployment_id
+        if recorded < len(deps):  # make sure each arm has been pulled at least once
+            dep = deps[recorded].id
+        eng.record(d, outcome_mod.Outcome(dep, success=True, latency_s=lat[dep] * r.uniform(0.7, 1.5),
+                                          quality=r.uniform(0.5, 1.0)))
+        recorded += 1
+    return recorded
+
+
+def capture_select_inputs(plugins_mod, eng, strategy_name: str, alias: str, messages, deps):
+    """The exact (candidates, context) the engine hands to the strategy for one decide()."""
+    strat = plugins_mod.get_strategy(strategy_name)
+    captured = {}
+    real = strat.select
+
+    def spy(pool, ctx):
+        captured["args"] = (list(pool), ctx)
+        return real(pool, ctx)
+
+    try:
+        strat.select = spy  # instance attribute shadows the method
+    except AttributeError:
+        return None, None
+    try:
+        eng.decide(alias, messages, deps)
+    finally:
+        try:
+            del strat.select
+        except AttributeError:
+            pass
+    pool, ctx = captured["args"]
+    return strat, (pool, ctx)
+
+
+def bench_ours(mods, policy, sizes, calls, messages, profile_n: int):
+    from aisia_plugin import plugins
+    from aisia_plugin.bandit import blend, decayed
+    from aisia_plugin.features import extract_features
+
+    engine_mod = mods[0]
+    ours, pieces, notes = {}, {}, []
+    available = [(a, s) for a, s in ALIASES if a in policy.aliases]
+    for a, s in ALIASES:
+        if a not in policy.aliases:
+            notes.append(f"alias {a} not in the shipped policy: skipped")
+    profile_text = profile = None
+    for n in sizes:
+        specs = pool_specs(n)
+        eng, clock, deps = build_engine(mods, specs, policy)
+        usable = []
+        for alias, strat in available:
+            try:
+                eng.decide(alias, messages, deps)
+                usable.append((alias, strat))
+            except Exception as e:  # a strategy not registered yet, etc.
+                notes.append(f"n={n} {alias} ({strat}): decide() failed: {type(e).__name__}: {e}")
+        warm_engine(mods, eng, clock, deps, specs, messages, [a for a, _ in usable] or ["auto"])
+        clock.t += 1.0
+        res = {}
+        for alias, strat in usable:
+            st = time_calls(lambda: eng.decide(alias, messages, deps), calls)
+            st["strategy"] = strat
+            res[alias] = st
+            print(f"  ours    n={n:<3} {alias:<11} ({strat:<8}) p50 {st['p50_us']:8.1f} us  p99 {st['p99_us']:8.1f} us",
+                  flush=True)
+        ours[str(n)] = res
+
+        # pieces, same inputs
+        pc = {}
+        max_chars = policy.domains.max_scan_chars
+        pc["extract_features"] = time_calls(lambda: extract_features(messages, None, None, max_chars=max_chars), calls)
+        pc["engine.features (incl. hook)"] = time_calls(lambda: eng.features(messages), calls)
+        feats = eng.features(messages)
+        pc["detect_domain"] = time_calls(lambda: eng.detector.detect(feats.text), calls)
+        domain = eng.detector.detect(feats.text)
+        now = clock.t
+
+        def breaker_loop():
+            br, store = eng.breaker, eng.store
+            for d in deps:
+                bs = store.breaker(d.id)
+                br.effective_state(bs, now)
+                br.available(bs, now)
+
+        pc["breaker (pool loop)"] = time_calls(breaker_loop, calls)
+
+        def stats_loop():
+            store, gamma = eng.store, eng.gamma
+            tick = store.tick()
+            pdom = policy.bandit.per_domain
+            for d in deps:
+                g = store.arm(d.id, None)
+                g = decayed(g, tick, gamma) if g is not None else eng._fresh
+                if domain and pdom.enabled:
+                    ds = store.arm(d.id, domain)
+                    blend(g, decayed(ds, tick, gamma) if ds is not None else None, pdom.prior_strength)
+                eng.fitness.fitness(d.model, feats.task_type)
+
+        pc["arm stats (decay+blend+fitness, pool loop)"] = time_calls(stats_loop, calls)
+        for alias, strat in usable:
+            s_obj, args = capture_select_inputs(plugins, eng, strat, alias, messages, deps)
+            if s_obj is None:
+                notes.append(f"could not capture select() inputs for {strat}")
+                continue
+            pool, ctx = args
+            pc[f"select:{strat}"] = time_calls(lambda: s_obj.select(pool, ctx), calls)
+        # record(), for reference (mutates the learned state: run on a throwaway engine copy)
+        eng2, clock2, deps2 = build_engine(mods, specs, policy)
+        warm_engine(mods, eng2, clock2, deps2, specs, messages, ["auto"])
+        d0 = eng2.decide("auto", messages, deps2)
+        oc = mods[2].Outcome(d0.deployment_id, success=True, latency_s=1.0, quality=0.8)
+        pc["engine.record (success)"] = time_calls(lambda: eng2.record(d0, oc), calls)
+        pieces[str(n)] = pc
+        for k, v in pc.items():
+            print(f"  piece   n={n:<3} {k:<44} p50 {v['p50_us']:8.1f} us  p99 {v['p99_us']:8.1f} us", flush=True)
+
+        if n == TARGET_N and usable:
+            prof = cProfile.Profile()
+            alias0 = usable[0][0]
+            prof.enable()
+            for _ in range(profile_n):
+                eng.decide(alias0, messages, deps)
+            prof.disable()
+            buf = io.StringIO()
+            ps = pstats.Stats(prof, stream=buf).strip_dirs().sort_stats("tottime")
+            ps.print_stats(20)
+            profile_text = f"cProfile of {profile_n} x engine.decide({alias0!r}) at n={n}, sorted by tottime\n" + buf.getvalue()
+            top = []
+            for (file, line, func), (cc, nc, tt, ct, _) in sorted(ps.stats.items(), key=lambda kv: -kv[1][2])[:15]:
+                top.append({"function": f"{file}:{line}({func})", "calls_per_decide": round(nc / profile_n, 2),
+                            "tottime_us_per_decide": round(tt / profile_n * 1e6, 2),
+                            "cumtime_us_per_decide": round(ct / profile_n * 1e6, 2)})
+            profile = {"alias": alias0, "n": n, "decides": profile_n, "top_by_tottime": top}
+    return ours, pieces, notes, profile, profile_text
+
+
+# ---------------------------------------------------------------------------------------------
+# LiteLLM
+# ---------------------------------------------------------------------------------------------
+def bench_litellm(sizes, calls, messages):
+    from aisia_plugin.replay.litellm_baselines import MODEL_GROUP, LiteLLMBaseline
+
+    out, notes = {}, []
+    for n in sizes:
+        specs = pool_specs(n)
+        cands = [{"id": s["id"], "input_cost_per_1m": s["input_cost_per_1m"],
+                  "output_cost_per_1m": s["output_cost_per_1m"]} for s in specs]
+        res = {}
+        for strat in LITELLM_STRATEGIES:
+            try:
+                b = LiteLLMBaseline(strat, cands, seed=1)
+            except Exception as e:
+                notes.append(f"n={n} {strat}: LiteLLMBaseline failed: {type(e).__name__}: {e}")
+                continue
+            try:
+                r = random.Random(7)
+                lat = {s["id"]: s["latency_s"] for s in specs}
+                now = 0.0
+                for k in range(WARM_OUTCOMES):
+                    now += 0.5
+                    cid = b.choose(messages, now) if k >= n else specs[k]["id"]  # each tried once first
+                    l = lat[cid] * r.uniform(0.7, 1.5)
+                    b.record(cid, now=now + l, latency_s=l, success=True, input_tokens=512, output_tokens=200)
+                now += 5.0
+                st = time_calls(lambda: b.choose(messages, now), calls)
+                st["measured"] = "LiteLLMBaseline.choose()"
+                # the Router call alone, without the baseline harness
+                router = b.router
+                if strat == "cost-based-routing":
+                    async def loop_async():
+                        for _ in range(WARM_CALLS):
+                            await router.async_get_available_deployment(model=MODEL_GROUP, request_kwargs={},
+                                                                        messages=messages)
+                        ns = [0] * calls
+                        pcn = time.perf_counter_ns
+                        gc.collect()
+                        gc.disable()
+                        try:
+                            for i in range(calls):
+                                t0 = pcn()
+                                await router.async_get_available_deployment(model=MODEL_GROUP, request_kwargs={},
+                                                                            messages=messages)
+                                ns[i] = pcn() - t0
+                        finally:
+                            gc.enable()
+                        return ns
+
+                    with b._activate(now):
+                        raw = summarize(b._loop.run_until_complete(loop_async()))
+                    raw["measured"] = "await Router.async_get_available_deployment() inside one running loop"
+                else:
+                    with b._activate(now):
+                        raw = time_calls(lambda: router.get_available_deployment(model=MODEL_GROUP, messages=messages,
+                                                                                 request_kwargs={}), calls)
+                    raw["measured"] = "Router.get_available_deployment() (sync)"
+                st["router_only"] = raw
+                res[strat] = st
+                print(f"  litellm n={n:<3} {strat:<22} choose p50 {st['p50_us']:8.1f} us  p99 {st['p99_us']:8.1f} us"
+                      f" | router-only p50 {raw['p50_us']:8.1f} us  p99 {raw['p99_us']:8.1f} us", flush=True)
+            except Exception as e:
+                notes.append(f"n={n} {strat}: {type(e).__name__}: {e}")
+                traceback.print_exc()
+            finally:
+                b.close()
+        out[str(n)] = res
+    return out, notes
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+# ---------------------------------------------------------------------------------------------
+def fmt(st: dict | None) -> str:
+    return "-" if not st else f"{st['p50_us']:.1f} / {st['p90_us']:.1f} / {st['p99_us']:.1f} / {st['mean_us']:.1f}"
+
+
+def render(report: dict) -> str:
+    sizes = report["conditions"]["pool_sizes"]
+    c = report["conditions"]
+    lines = ["# Routing decision overhead", "",
+             "Microseconds per call, `p50 / p90 / p99 / mean`. Generated by `benchmarks/decision_overhead.py`.", "",
+             "## Full decision", "",
+             "| path | " + " | ".join(f"n={n}" for n in sizes) + " |",
+             "|---|" + "---|" * len(sizes)]
+    rows = []
+    for alias, strat in ALIASES:
+        rows.append((f"ours `{alias}` ({strat})", [report["ours"].get(str(n), {}).get(alias) for n in sizes]))
+    for strat in LITELLM_STRATEGIES:
+        rows.append((f"LiteLLM `{strat}` choose()", [report["litellm"].get(str(n), {}).get(strat) for n in sizes]))
+        rows.append((f"LiteLLM `{strat}` router only",
+                     [(report["litellm"].get(str(n), {}).get(strat) or {}).get("router_only") for n in sizes]))
+    for name, sts in rows:
+        lines.append(f"| {name} | " + " | ".join(fmt(s) for s in sts) + " |")
+    lines += ["", "## Pieces of our decision (same inputs)", "",
+              "| piece | " + " | ".join(f"n={n}" for n in sizes) + " |", "|---|" + "---|" * len(sizes)]
+    keys = []
+    for n in sizes:
+        for k in report["pieces"].get(str(n), {}):
+            if k not in keys:
+                keys.append(k)
+    for k in keys:
+        lines.append(f"| {k} | " + " | ".join(fmt(report["pieces"].get(str(n), {}).get(k)) for n in sizes) + " |")
+    lines += ["", "## Targets (n=16, reported, never asserted)", ""]
+    lines += [f"- {t}" for t in report["targets"]]
+    lines += ["", "## Conditions", ""]
+    for k, v in c.items():
+        lines.append(f"- {k}: {v}")
+    if report.get("notes"):
+        lines += ["", "## Notes", ""] + [f"- {x}" for x in report["notes"]]
+    if report.get("profile"):
+        p = report["profile"]
+        lines += ["", f"## Hot spots (cProfile, {p['decides']} x decide({p['alias']!r}), n={p['n']}, by own time)", "",
+                  "| function | calls/decide | own us/decide | cum us/decide |", "|---|---|---|---|"]
+        for r in p["top_by_tottime"]:
+            lines.append(f"| `{r['function']}` | {r['calls_per_decide']} | {r['tottime_us_per_decide']} | "
+                         f"{r['cumtime_us_per_decide']} |")
+        lines += ["", "cProfile inflates per-call overhead of small Python functions; use it for ranking, not absolutes."]
+    return "\n".join(lines) + "\n"
+
+
+def targets(report: dict) -> list[str]:
+    out = []
+    res = report["ours"].get(str(TARGET_N), {})
+    if not res:
+        return [f"no n={TARGET_N} measurement of ours"]
+    for alias, st in res.items():
+        ok50 = st["p50_us"] < TARGET_P50_US
+        ok99 = st["p99_us"] < TARGET_P99_US
+        out.append(f"`{alias}` ({st['strategy']}): p50 {st['p50_us']:.1f} us vs target < {TARGET_P50_US:g} us -> "
+                   f"{'met' if ok50 else 'NOT met'} ({st['p50_us'] / TARGET_P50_US:.1f}x target); "
+                   f"p99 {st['p99_us']:.1f} us vs target < {TARGET_P99_US:g} us -> {'met' if ok99 else 'NOT met'}")
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=3000)
+    ap.add_argument("--litellm-calls", type=int, default=None, help="default: --calls")
+    ap.add_argument("--sizes", default="4,16,64")
+    ap.add_argument("--profile-decides", type=int, default=3000)
+    ap.add_argument("--wait-import-s", type=float, default=600.0)
+    ap.add_argument("--skip-litellm", action="store_true")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    sizes = [int(x) for x in args.sizes.split(",")]
+    lcalls = args.litellm_calls or args.calls
+    messages = make_messages(2048)
+
+    mods, policy = import_engine(args.wait_import_s)
+    import litellm
+
+    print(f"decision overhead: python {platform.python_version()}, litellm {getattr(litellm, 'version', '?')}, "
+          f"{args.calls} calls", flush=True)
+    t0 = time.monotonic()
+    ours, pieces, notes, profile, profile_text = bench_ours(mods, policy, sizes, args.calls, messages,
+                                                            args.profile_decides)
+    lit, lnotes = ({}, ["--skip-litellm"]) if args.skip_litellm else bench_litellm(sizes, lcalls, messages)
+    try:
+        from importlib.metadata import version as _v
+        litellm_version = _v("litellm")
+    except Exception:
+        litellm_version = getattr(litellm, "version", "?")
+    report = {
+        "conditions": {
+            "python": platform.python_version(), "implementation": platform.python_implementation(),
+            "platform": platform.platform(), "cpu_count": os.cpu_count(), "litellm": litellm_version,
+            "calls": args.calls, "litellm_calls": lcalls, "warm_calls_untimed": WARM_CALLS,
+            "warm_outcomes_recorded": WARM_OUTCOMES, "prompt_bytes": sum(len(m["content"].encode()) for m in messages),
+            "messages": len(messages), "pool_sizes": sizes, "timer": "time.perf_counter_ns per call",
+            "gc": "gc.collect() before each timing loop, gc.disable() during it",
+            "policy": "aisia_plugin.policy.load_policy() (shipped defaults)",
+            "engine": "Engine(policy, clock=simulated fixed clock, rng=random.Random(1)), MemoryState",
+            "litellm_measured": ("choose(): LiteLLMBaseline harness (RLock, simulated clock/RNG activation, "
+                                 "cost-based-routing: event-loop run_until_complete + task drain) + LiteLLM "
+                                 "selection; router_only: the Router selection call alone"),
+            "wall_s": round(time.monotonic() - t0, 1),
+        },
+        "ours": ours, "litellm": lit, "pieces": pieces, "notes": notes + lnotes, "profile": profile,
+    }
+    report["targets"] = targets(report)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "overhead.json").write_text(json.dumps(report, indent=2) + "\n")
+    md = render(report)
+    (args.out / "overhead.md").write_text(md)
+    print()
+    print(md)
+    if profile_text:
+        print(profile_text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

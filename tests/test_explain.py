@@ -1,0 +1,76 @@
+"""`aisia explain` for every default alias, in text and JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from aisia_plugin.cli import main
+from aisia_plugin.policy import load_policy
+
+ALIASES = list(load_policy().aliases)
+
+
+def test_the_default_policy_has_the_seven_aliases():
+    assert ALIASES == ["auto", "auto/coding", "auto/fast", "auto/cheap", "auto/offline", "auto/smart", "auto/lkgp"]
+
+
+@pytest.mark.parametrize("alias", ALIASES)
+def test_explain_text_names_the_decision(alias, capsys):
+    assert main(["explain", "--alias", alias, "Écris une fonction Python qui trie une liste"]) == 0
+    out = capsys.readouterr().out
+    assert f"alias:     {alias}" in out
+    assert "decision:  " in out and "reason:    " in out
+    assert "candidates:" in out
+
+
+@pytest.mark.parametrize("alias", ALIASES)
+def test_explain_json_is_one_object_with_a_pool_member(alias, capsys):
+    assert main(["explain", "--alias", alias, "--json", "Translate 'bonjour' to English"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    d = data["decision"]
+    ids = {c["id"] for c in d["candidates"]}
+    assert d["deployment_id"] in ids
+    assert d["strategy"] == load_policy().aliases[alias].strategy
+    assert d["reason"]
+    assert "task_type" in data["features"]
+
+
+def test_explain_offline_keeps_only_local_deployments(capsys):
+    assert main(["explain", "--alias", "auto/offline", "--json", "hello"]) == 0
+    d = json.loads(capsys.readouterr().out)["decision"]
+    assert d["deployment_id"] == "ollama-llama3"
+    assert all(c.get("excluded") for c in d["candidates"] if c["id"] != "ollama-llama3")
+
+
+def test_explain_on_learned_state(tmp_path, capsys):
+    state = {"ticks": 100, "bandit": {
+        "cerebras-llama-3.3-70b": {"pulls": 50, "total_reward": 42.5, "avg_latency": 1.0, "count": 50, "tick": 100},
+        "openai-gpt-4o": {"pulls": 30, "total_reward": 27.0, "avg_latency": 10.0, "count": 30, "tick": 100},
+        "groq-llama-3.1-8b": {"pulls": 20, "total_reward": 16.0, "avg_latency": 2.0, "count": 20, "tick": 100},
+    }}
+    cfg = tmp_path / "litellm.yaml"
+    cfg.write_text("""
+model_list:
+  - model_name: cerebras-llama-3.3-70b
+    litellm_params: {model: cerebras/llama-3.3-70b}
+    model_info: {id: cerebras-llama-3.3-70b}
+  - model_name: openai-gpt-4o
+    litellm_params: {model: openai/gpt-4o}
+    model_info: {id: openai-gpt-4o}
+  - model_name: groq-llama-3.1-8b
+    litellm_params: {model: groq/llama-3.1-8b-instant}
+    model_info: {id: groq-llama-3.1-8b}
+""")
+    sf = tmp_path / "state.json"
+    sf.write_text(json.dumps(state))
+    assert main(["explain", "--alias", "auto", "--json", "--state", str(sf), "--deployments", str(cfg), "hello"]) == 0
+    d = json.loads(capsys.readouterr().out)["decision"]
+    assert d["strategy"] == "ucb1"
+    assert d["deployment_id"] == "groq-llama-3.1-8b"
+
+
+def test_explain_unknown_alias_is_a_usage_error(capsys):
+    assert main(["explain", "--alias", "auto/nope", "x"]) == 2
+    assert "unknown alias" in capsys.readouterr().err

@@ -1,0 +1,365 @@
+"""`aisia validate`: every kind of policy mistake exits 1 and names the file, line, column and
+field; usage and I/O errors exit 2; the shipped policies pass."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from aisia_plugin.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+FIX = "tests/fixtures/policies"
+BAD = f"{FIX}/bad"
+RE2_HINT = "patterns must be RE2 syntax, which matches in linear time: no backreferences or lookaround"
+
+
+@pytest.fixture(autouse=True)
+def _at_repo_root(monkeypatch):
+    # Paths in messages are shown as given; run from the repository root so that they are short
+    # and the expected messages exact.
+    monkeypatch.chdir(REPO)
+    monkeypatch.delenv("AISIA_POLICY", raising=False)
+
+
+def validate(capsys, *argv):
+    code = main(["validate", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# --- the shipped policies ------------------------------------------------------------------
+
+
+def test_shipped_policies_are_valid(capsys):
+    code, out, err = validate(capsys, "policies/")
+    assert code == 0, out + err
+    n_files = len(list((REPO / "policies").glob("*.y*ml")))
+    assert re.fullmatch(rf"ok: {n_files} files, \d+ aliases\n", out), out
+    assert err == ""
+
+
+def test_shipped_policies_fail_at_most_for_strategies_not_yet_registered(capsys):
+    """While strategies are still being written, the only acceptable problem of the shipped
+    policy is an alias naming a strategy no plugin registers yet (test above then fails too)."""
+    code, out, err = validate(capsys, "--format", "json", "policies/")
+    report = json.loads(out)
+    others = [e for e in report["errors"] if not e["message"].startswith("unknown strategy")]
+    assert others == []
+    assert code == (0 if not report["errors"] else 1)
+
+
+def test_default_path_is_the_configured_policy_path(capsys, monkeypatch):
+    monkeypatch.setenv("AISIA_POLICY", f"{FIX}/good")
+    code, out, _ = validate(capsys)
+    assert (code, out) == (0, "ok: 1 file, 2 aliases\n")
+
+
+# --- one fixture per kind of mistake --------------------------------------------------------
+
+CASES = {
+    "yaml_syntax": [
+        f"{BAD}/yaml_syntax.yaml:5:4: <document>: YAML syntax error: expected <block end>, but found "
+        "'<block mapping start>' (while parsing a block mapping started at line 3, column 3); "
+        "check the indentation of this line against the keys above it",
+    ],
+    "unknown_key": [
+        f"{BAD}/unknown_key.yaml:5:5: aliases.auto.stratgy: unknown key 'stratgy'; did you mean 'strategy'?",
+    ],
+    "wrong_type": [
+        f"{BAD}/wrong_type.yaml:6:17: aliases.auto.failover.attempts: expected integer, got string 'two'",
+    ],
+    "out_of_range": [
+        f"{BAD}/out_of_range.yaml:5:18: aliases.auto.exploration: value 1.5 is out of range: must be <= 1",
+    ],
+    "domain_without_patterns": [
+        f"{BAD}/domain_without_patterns.yaml:4:5: domains.definitions.coding.patterns: required field 'patterns' is missing",
+    ],
+    "pack_without_weights": [
+        f"{BAD}/pack_without_weights.yaml:3:3: mode_packs.fast.weights: required field 'weights' is missing",
+    ],
+    "unknown_mode_pack": [
+        f"{BAD}/unknown_mode_pack.yaml:8:16: aliases.auto.mode_pack: unknown mode pack 'quality-frist'; did you mean 'quality-first'?",
+    ],
+    "unknown_strategy": [
+        f"{BAD}/unknown_strategy.yaml:4:15: aliases.auto.strategy: unknown strategy 'ucb'; did you mean 'ucb1'? "
+        "(no installed plugin provides it)",
+    ],
+    "backreference": [
+        f"{BAD}/backreference.yaml:5:29: domains.definitions.coding.patterns.1: pattern '(\\w+) \\1' is rejected: "
+        f"backreference \\1 is not supported; {RE2_HINT}",
+    ],
+    "lookahead": [
+        f"{BAD}/lookahead.yaml:5:18: domains.definitions.coding.patterns.0: pattern '\\bpython(?=3)' is rejected: "
+        f"lookahead (?= is not supported; {RE2_HINT}",
+    ],
+    "duplicate_key": [
+        f"{BAD}/duplicate_key.yaml:6:5: aliases.auto.exploration: duplicate key 'exploration' (first set at line 5); "
+        "only one value may be given",
+    ],
+    "zero_weights": [
+        f"{BAD}/zero_weights.yaml:5:14: mode_packs.nothing.weights: weights are all zero: at least one factor must weigh more than 0",
+    ],
+    "non_finite": [
+        f"{BAD}/non_finite.yaml:3:22: bandit.cost_scale_per_1m: must be a finite number, got .inf",
+        f"{BAD}/non_finite.yaml:6:22: mode_packs.odd.weights.quota: must be a finite number, got .nan",
+    ],
+    "thresholds": [
+        f"{BAD}/thresholds.yaml:4:22: circuit_breaker.max_retry_after_s: value 60 is below "
+        "circuit_breaker.rate_limit_cooldown_s (600): the cap on Retry-After must be at least the default cooldown",
+        f"{BAD}/thresholds.yaml:5:1: reward: quality_weight, latency_weight and feedback_weight are all zero: "
+        "a successful call would have no reward; give at least one of them a weight above 0",
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_each_kind_of_mistake_is_reported_with_file_line_and_field(capsys, name):
+    code, out, err = validate(capsys, f"{BAD}/{name}.yaml")
+    assert code == 1, out + err
+    assert out.splitlines() == CASES[name]
+    n = len(CASES[name])
+    assert err == f"invalid policy: {n} error{'s' if n > 1 else ''} in 1 file\n"
+
+
+def test_every_bad_fixture_has_a_case():
+    on_disk = {p.stem for p in (REPO / BAD).glob("*.yaml")}
+    assert on_disk == set(CASES) | {"many_errors", "mixed_shapes"}
+
+
+def test_several_errors_in_one_file_are_all_reported_in_one_run(capsys):
+    code, out, _ = validate(capsys, f"{BAD}/many_errors.yaml")
+    assert code == 1
+    f = f"{BAD}/many_errors.yaml"
+    assert out.splitlines() == [  # sorted by line, schema and semantic problems together
+        f"{f}:4:15: aliases.auto.strategy: unknown strategy 'thompsn'; did you mean 'thompson'? (no installed plugin provides it)",
+        f"{f}:5:5: aliases.auto.exploraton: unknown key 'exploraton'; did you mean 'exploration'?",
+        f"{f}:7:17: aliases.auto.failover.attempts: value 11 is out of range: must be <= 10",
+        f"{f}:10:16: aliases.auto/coding.mode_pack: unknown mode pack 'missing-pack'; the policy defines no mode packs (mode_packs)",
+        f"{f}:11:18: aliases.auto/coding.cost_weight: expected number or null, got string 'high'",
+        f"{f}:13:3: circuit_breaker.failure_treshold: unknown key 'failure_treshold'; did you mean 'failure_threshold'?",
+    ]
+
+
+def test_semantic_checks_still_run_when_values_have_the_wrong_shape(capsys):
+    code, out, _ = validate(capsys, f"{BAD}/mixed_shapes.yaml")
+    assert code == 1
+    f = f"{BAD}/mixed_shapes.yaml"
+    assert out.splitlines() == [
+        f"{f}:3:9: aliases.auto: expected object, got string 'ucb1'",
+        f"{f}:6:18: aliases.auto/coding.domain_hint: unknown domain 'codin'; did you mean 'coding'?",
+        f"{f}:7:17: aliases.auto/coding.candidates: expected object, got array ['gpt-4o']",
+        f"{f}:11:29: domains.definitions.coding.patterns.1: pattern '(?<!un)safe' is rejected: "
+        f"lookbehind (?<! is not supported; {RE2_HINT}",
+        f"{f}:12:15: domains.definitions.coding.weight: value 0 is out of range: must be > 0",
+    ]
+
+
+def test_errors_of_several_files_are_reported_in_one_run(capsys):
+    code, out, err = validate(capsys, f"{BAD}/unknown_key.yaml", f"{BAD}/yaml_syntax.yaml", f"{BAD}/wrong_type.yaml")
+    assert code == 1
+    files = [line.split(":", 1)[0] for line in out.splitlines()]
+    assert files == [f"{BAD}/unknown_key.yaml", f"{BAD}/yaml_syntax.yaml", f"{BAD}/wrong_type.yaml"]
+    assert err == "invalid policy: 3 errors in 3 files\n"
+
+
+# --- several files ---------------------------------------------------------------------------
+
+
+def test_two_files_that_conflict(capsys):
+    code, out, _ = validate(capsys, f"{FIX}/conflict")
+    assert code == 1
+    assert out.splitlines() == [
+        f"{FIX}/conflict/20-team.yaml:4:15: aliases.auto.strategy: conflicts with {FIX}/conflict/10-base.yaml:4 "
+        "which sets it to 'ucb1'; this file sets 'thompson' (add 'overrides: true' to this file to make it win)",
+    ]
+
+
+def test_the_same_with_overrides_true_passes_and_the_later_file_wins(capsys):
+    from aisia_plugin.policy import load_policy
+
+    code, out, _ = validate(capsys, f"{FIX}/override")
+    assert (code, out) == (0, "ok: 2 files, 1 alias\n")
+    policy = load_policy([f"{FIX}/override"])
+    assert policy.aliases["auto"].strategy == "thompson"
+    assert policy.aliases["auto"].exploration == 0.1  # set identically by the first file only
+
+
+def test_a_file_checked_alone_misses_references_to_its_siblings_unless_asked(capsys):
+    code, out, _ = validate(capsys, f"{FIX}/split/aliases.yaml")
+    assert code == 1
+    assert out.startswith(f"{FIX}/split/aliases.yaml:5:16: aliases.auto/smart.mode_pack: unknown mode pack 'quality-first'")
+    code, out, _ = validate(capsys, "--siblings", f"{FIX}/split/aliases.yaml", f"{FIX}/split/mode_packs.yaml")
+    assert (code, out) == (0, "ok: 2 files, 1 alias\n")
+
+
+def test_a_selector_that_matches_nothing_is_not_an_error(capsys):
+    code, out, _ = validate(capsys, f"{FIX}/good/minimal.yaml")
+    assert (code, out) == (0, "ok: 1 file, 2 aliases\n")
+
+
+# --- output formats --------------------------------------------------------------------------
+
+
+def test_json_format(capsys):
+    code, out, _ = validate(capsys, "--format", "json", f"{BAD}/many_errors.yaml", f"{BAD}/pack_without_weights.yaml",
+                            f"{BAD}/duplicate_key.yaml")
+    assert code == 1
+    report = json.loads(out)
+    assert report["valid"] is False
+    assert report["files"] == [f"{BAD}/many_errors.yaml", f"{BAD}/pack_without_weights.yaml", f"{BAD}/duplicate_key.yaml"]
+    # 6 + 1 + the duplicate key, and a conflict: both files set aliases.auto.strategy
+    assert len(report["errors"]) == 9
+    for e in report["errors"]:
+        assert set(e) == {"file", "line", "column", "path", "message", "kind"}
+        assert isinstance(e["line"], int) and e["line"] > 0 and e["column"] > 0
+    kinds = {(e["file"].rsplit("/", 1)[-1], e["path"]): e["kind"] for e in report["errors"]}
+    assert kinds[("many_errors.yaml", "aliases.auto.exploraton")] == "schema"
+    assert kinds[("many_errors.yaml", "aliases.auto.strategy")] == "semantic"
+    assert kinds[("duplicate_key.yaml", "aliases.auto.strategy")] == "conflict"
+    assert kinds[("pack_without_weights.yaml", "mode_packs.fast.weights")] == "schema"
+    assert {
+        "file": f"{BAD}/duplicate_key.yaml", "line": 6, "column": 5, "path": "aliases.auto.exploration",
+        "message": "duplicate key 'exploration' (first set at line 5); only one value may be given", "kind": "yaml",
+    } in report["errors"]
+
+
+def test_json_format_on_success(capsys):
+    code, out, _ = validate(capsys, "--format", "json", f"{FIX}/good")
+    assert code == 0
+    report = json.loads(out)
+    assert report["valid"] is True and report["errors"] == []
+    assert report["files"] == [f"{FIX}/good/minimal.yaml"]
+
+
+def test_json_format_conflict_kind(capsys):
+    _, out, _ = validate(capsys, "--format", "json", f"{FIX}/conflict")
+    (e,) = json.loads(out)["errors"]
+    assert (e["kind"], e["path"], e["line"], e["column"]) == ("conflict", "aliases.auto.strategy", 4, 15)
+
+
+def test_github_format(capsys):
+    code, out, _ = validate(capsys, "--format", "github", f"{BAD}/unknown_key.yaml", f"{BAD}/out_of_range.yaml")
+    assert code == 1
+    assert out.splitlines() == [
+        f"::error file={BAD}/unknown_key.yaml,line=5,col=5,title=aisia policy::aliases.auto.stratgy: "
+        "unknown key 'stratgy'; did you mean 'strategy'?",
+        f"::error file={BAD}/out_of_range.yaml,line=5,col=18,title=aisia policy::aliases.auto.exploration: "
+        "value 1.5 is out of range: must be <= 1",
+    ]
+
+
+def test_github_annotation_escapes_its_separators():
+    from aisia_plugin.commands.validate import github_annotation
+    from aisia_plugin.policy import PolicyIssue
+
+    line = github_annotation(PolicyIssue("a,b:c.yaml", 0, 0, "x", "100% bad\nreally", "io"))
+    assert line == "::error file=a%2Cb%3Ac.yaml,title=aisia policy::x: 100%25 bad%0Areally"
+
+
+# --- exit 2: usage and I/O errors --------------------------------------------------------------
+
+
+def test_missing_path_exits_2(capsys):
+    code, out, err = validate(capsys, "policies/", "no/such/policy.yaml")
+    assert code == 2
+    assert out == "no/such/policy.yaml:0:0: <document>: no such file or directory\n"
+    assert err == "I/O error: 1 error in 1 file\n"
+
+
+def test_missing_path_exits_2_in_json_too(capsys):
+    code, out, _ = validate(capsys, "--format", "json", "no/such/dir")
+    assert code == 2
+    report = json.loads(out)
+    assert report["valid"] is False and report["errors"][0]["kind"] == "io"
+
+
+def test_directory_without_policy_files_exits_2(capsys):
+    code, out, _ = validate(capsys, f"{FIX}/empty_dir")
+    assert code == 2
+    assert out == f"{FIX}/empty_dir:0:0: <document>: directory holds no .yaml or .yml policy file\n"
+
+
+def test_unreadable_file_exits_2(capsys, monkeypatch):
+    target = (REPO / FIX / "good" / "minimal.yaml").resolve()
+    real = Path.read_text
+
+    def read_text(self, *a, **k):
+        if self.resolve() == target:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    code, out, _ = validate(capsys, f"{FIX}/good/minimal.yaml")
+    assert code == 2
+    assert out.startswith(f"{FIX}/good/minimal.yaml:0:0: <document>: cannot read: ")
+    assert "Permission denied" in out
+
+
+@pytest.mark.parametrize("argv", [["--format", "xml", "policies/"], ["--no-such-option"]])
+def test_bad_usage_exits_2(capsys, argv):
+    code, out, err = validate(capsys, *argv)
+    assert code == 2
+    assert "usage: aisia" in err
+
+
+# --- the real console script -------------------------------------------------------------------
+
+
+def test_console_script_entry_point():
+    script = Path(sys.executable).with_name("aisia")
+    assert script.exists(), f"console script missing next to {sys.executable}"
+    proc = subprocess.run([str(script), "validate", f"{BAD}/unknown_key.yaml"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout == f"{BAD}/unknown_key.yaml:5:5: aliases.auto.stratgy: unknown key 'stratgy'; did you mean 'strategy'?\n"
+    proc = subprocess.run([str(script), "validate", f"{FIX}/good"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout) == (0, "ok: 1 file, 2 aliases\n")
+    proc = subprocess.run([str(script), "validate", "no/such/path"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+
+
+# --- schema, docs, pre-commit --------------------------------------------------------------------
+
+
+def test_schema_command_prints_the_schema(capsys):
+    from aisia_plugin.policy.schema import load_schema
+
+    assert main(["schema"]) == 0
+    out, _ = capsys.readouterr()
+    assert json.loads(out) == load_schema()
+
+
+def test_docs_check_detects_a_stale_reference(capsys, tmp_path):
+    ref = tmp_path / "policy-reference.md"
+    assert main(["docs", "--check", "--output", str(ref)]) == 1  # missing
+    capsys.readouterr()
+    assert main(["docs", "--output", str(ref)]) == 0
+    assert main(["docs", "--check", "--output", str(ref)]) == 0
+    ref.write_text(ref.read_text(encoding="utf-8").replace("Only 1 exists.", "Several exist."), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["docs", "--check", "--output", str(ref)]) == 1
+    _, err = capsys.readouterr()
+    assert "is out of date with the schema; run `aisia docs` to regenerate it" in err
+    assert "-| `version` |" in err and "+| `version` |" in err
+
+
+def test_shipped_reference_is_current(capsys):
+    assert main(["docs", "--check"]) == 0, capsys.readouterr().err
+
+
+def test_pre_commit_hook():
+    hooks = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))
+    (hook,) = [h for h in hooks if h["id"] == "aisia-validate"]
+    assert hook["entry"] == "aisia validate"
+    assert hook["language"] == "python"
+    assert hook["pass_filenames"] is True
+    files = re.compile(hook["files"])
+    assert files.search("policies/aliases.yaml") and files.search("deploy/policies/team.yml")
+    assert not files.search("src/config.yaml") and not files.search("policies/README.md")
