@@ -11,9 +11,10 @@ from . import hookspecs
 
 log = logging.getLogger("aisia_plugin.plugins")
 
-# The built-in plugin modules, registered when the package's own entry points are not visible
-# (running from a source tree that was never installed). They go through the same hooks.
-DEFAULT_PLUGINS = ("aisia_plugin.strategies.builtin",)
+# The built-in plugin modules, by their entry-point names in pyproject.toml. They implement the
+# same hooks as any third-party plugin; registering them up front also covers a source tree that
+# was never installed (no entry points visible).
+DEFAULT_PLUGINS = (("builtin_strategies", "aisia_plugin.strategies.builtin"),)
 
 _lock = threading.Lock()
 _pm: pluggy.PluginManager | None = None
@@ -26,13 +27,14 @@ def get_plugin_manager() -> pluggy.PluginManager:
         if _pm is None:
             pm = pluggy.PluginManager(hookspecs.PROJECT)
             pm.add_hookspecs(hookspecs)
-            pm.load_setuptools_entrypoints(hookspecs.PROJECT)
             import importlib
 
-            for name in DEFAULT_PLUGINS:
-                mod = importlib.import_module(name)
-                if not pm.is_registered(mod):
-                    pm.register(mod, name)
+            # Built-ins first, under their entry-point names, so that the entry-point loader skips
+            # them and every third-party plugin is registered after them: pluggy calls the most
+            # recent registration first, and the first registration of a name wins below.
+            for ep_name, module in DEFAULT_PLUGINS:
+                pm.register(importlib.import_module(module), ep_name)
+            pm.load_setuptools_entrypoints(hookspecs.PROJECT)
             _pm = pm
         return _pm
 
@@ -66,7 +68,9 @@ def strategies() -> dict[str, object]:
     def register(strategy, aliases=()):
         for name in (strategy.name, *aliases):
             if name in found and found[name] is not strategy:
-                log.warning("strategy %r registered twice; the later registration wins", name)
+                # Hooks run newest plugin first: the plugin registered last keeps the name.
+                log.warning("strategy %r is provided by several plugins; the one registered last wins", name)
+                continue
             found[name] = strategy
 
     pm.hook.register_strategies(register=register)

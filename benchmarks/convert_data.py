@@ -1,0 +1,250 @@
+"""Convert the shared real-outcome data sets (../shared/data, or $AISIA_SHARED_DATA) into replay
+traces (the JSON Lines format of ``aisia_plugin/replay/trace.py``).
+
+    python benchmarks/convert_data.py [--limit N] [--out benchmarks/out]
+
+Writes, next to each trace, ``<name>.meta.json`` (source, prices, latency model, seed) and
+``<name>.candidates.yaml`` (a replay candidates file with the prices, for ``aisia replay``).
+The data itself is never copied into the repository: outputs go to ``benchmarks/out/`` (gitignored).
+
+RouteLLM GSM8K (routellm_gsm8k_responses.csv)
+  candidates ``mixtral-8x7b`` and ``gpt-4-1106``; score 1.0/0.0 from the True/False columns;
+  tokens *estimated*: input = ceil(len(prompt)/4), output = ceil(len(response)/4);
+  prices (USD per 1M tokens, input/output): Mixtral 0.6/0.6, GPT-4-1106 10/30;
+  latency: not in the data, drawn from LATENCY_MODELS (seeded), label "math".
+RouterArena (routerarena_<model>.jsonl, joined on global_index)
+  candidates ``gemini-2.0-flash-001`` and ``claude-3-haiku-20240307``; score =
+  evaluation_result.score; cost = evaluation_result.inference_cost (recorded) else tokens x the
+  price in routerarena_model_cost.json; tokens from token_usage; an ``error`` when success is
+  false; label = the dataset prefix of global_index (before the last "_"); latency drawn from
+  LATENCY_MODELS (seeded).
+
+Latency model (both data sets carry none): for a call with ``out`` output tokens,
+    latency_ms = median_ms * (0.3 + 0.7 * out / ref_output_tokens) * exp(sigma * N(0, 1))
+i.e. lognormal noise around a median proportional (plus a fixed 30 % part) to the output length,
+with one ``random.Random(f"{seed}:{dataset}:{candidate}")`` stream per candidate."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import random
+import sys
+from pathlib import Path
+from typing import Optional
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = REPO / "benchmarks" / "out"
+DEFAULT_SEED = 20240601
+
+ROUTELLM_FILE = "routellm_gsm8k_responses.csv"
+ROUTERARENA_MODELS = ("gemini-2.0-flash-001", "claude-3-haiku-20240307")
+ROUTERARENA_COST_FILE = "routerarena_model_cost.json"
+
+# candidate -> (source column, input USD/1M, output USD/1M)
+ROUTELLM_CANDIDATES = {
+    "mixtral-8x7b": ("mistralai/Mixtral-8x7B-Instruct-v0.1", 0.6, 0.6),
+    "gpt-4-1106": ("gpt-4-1106-preview", 10.0, 30.0),
+}
+# RouterArena provider names for the candidates files (the name's own prefix would be "gemini"/"claude")
+ROUTERARENA_PROVIDERS = {"gemini-2.0-flash-001": "gemini", "claude-3-haiku-20240307": "anthropic"}
+
+# candidate -> (median_ms at ref_output_tokens, ref_output_tokens, sigma)
+LATENCY_MODELS = {
+    "mixtral-8x7b": (600.0, 150, 0.35),
+    "gpt-4-1106": (1500.0, 150, 0.35),
+    "gemini-2.0-flash-001": (500.0, 200, 0.35),
+    "claude-3-haiku-20240307": (800.0, 200, 0.35),
+}
+
+
+def shared_data_dir() -> Path:
+    env = os.environ.get("AISIA_SHARED_DATA")
+    if env:
+        return Path(env)
+    return (REPO / ".." / "shared" / "data").resolve()
+
+
+def estimate_tokens(text: str) -> int:
+    return max(1, math.ceil(len(text or "") / 4))
+
+
+def sample_latency(candidate: str, output_tokens: int, rng: random.Random) -> float:
+    median, ref, sigma = LATENCY_MODELS[candidate]
+    scale = 0.3 + 0.7 * max(0, output_tokens) / ref
+    return round(median * scale * math.exp(sigma * rng.gauss(0.0, 1.0)), 1)
+
+
+def latency_model_text() -> str:
+    parts = [f"{c}: median {m:g} ms at {r} output tokens, sigma {s:g}" for c, (m, r, s) in LATENCY_MODELS.items()]
+    return ("latency_ms = median * (0.3 + 0.7 * output_tokens / ref) * exp(sigma * N(0,1)), seeded; " + "; ".join(parts))
+
+
+def _truthy(v: str) -> bool:
+    s = str(v).strip().lower()
+    if s in ("true", "1", "1.0", "yes"):
+        return True
+    if s in ("false", "0", "0.0", "no", ""):
+        return False
+    raise ValueError(f"not a boolean: {v!r}")
+
+
+# -- RouteLLM GSM8K ------------------------------------------------------------------------------
+def convert_routellm(data_dir: Path, *, limit: Optional[int] = None, seed: int = DEFAULT_SEED) -> list[dict]:
+    csv.field_size_limit(1 << 30)
+    rngs = {c: random.Random(f"{seed}:routellm_gsm8k:{c}") for c in ROUTELLM_CANDIDATES}
+    out = []
+    with open(data_dir / ROUTELLM_FILE, newline="", encoding="utf-8") as fh:
+        for i, row in enumerate(csv.DictReader(fh)):
+            if limit is not None and i >= limit:
+                break
+            prompt = row["prompt"]
+            tin = estimate_tokens(prompt)
+            outcomes = {}
+            for cand, (col, pin, pout) in ROUTELLM_CANDIDATES.items():
+                tout = estimate_tokens(row.get(f"{col}_response", ""))
+                outcomes[cand] = {
+                    "score": 1.0 if _truthy(row[col]) else 0.0,
+                    "cost_usd": round((tin * pin + tout * pout) / 1e6, 10),
+                    "latency_ms": sample_latency(cand, tout, rngs[cand]),
+                    "input_tokens": tin,
+                    "output_tokens": tout,
+                }
+            out.append({"id": f"gsm8k-{i}", "messages": [{"role": "user", "content": prompt}], "label": "math",
+                        "outcomes": outcomes})
+    return out
+
+
+# -- RouterArena ---------------------------------------------------------------------------------
+def dataset_label(global_index: str) -> str:
+    return global_index.rsplit("_", 1)[0] if "_" in global_index else global_index
+
+
+def load_routerarena_prices(data_dir: Path) -> dict[str, tuple[float, float]]:
+    with open(data_dir / ROUTERARENA_COST_FILE, encoding="utf-8") as fh:
+        table = json.load(fh)
+    prices = {}
+    for m in ROUTERARENA_MODELS:
+        row = table.get(m) or {}
+        prices[m] = (float(row.get("input_token_price_per_million", 0.0)), float(row.get("output_token_price_per_million", 0.0)))
+    return prices
+
+
+def convert_routerarena(data_dir: Path, *, limit: Optional[int] = None, seed: int = DEFAULT_SEED) -> list[dict]:
+    prices = load_routerarena_prices(data_dir)
+    per_model: dict[str, dict[str, dict]] = {}
+    order: list[str] = []
+    for m in ROUTERARENA_MODELS:
+        rows = {}
+        with open(data_dir / f"routerarena_{m}.jsonl", encoding="utf-8") as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                r = json.loads(line)
+                rows[str(r["global_index"])] = r
+                if m == ROUTERARENA_MODELS[0]:
+                    order.append(str(r["global_index"]))
+        per_model[m] = rows
+    rngs = {m: random.Random(f"{seed}:routerarena:{m}") for m in ROUTERARENA_MODELS}
+    out = []
+    for gi in order:
+        if limit is not None and len(out) >= limit:
+            break
+        if not all(gi in per_model[m] for m in ROUTERARENA_MODELS):
+            continue  # only prompts answered by both models
+        first = per_model[ROUTERARENA_MODELS[0]][gi]
+        outcomes = {}
+        for m in ROUTERARENA_MODELS:
+            r = per_model[m][gi]
+            usage = r.get("token_usage") or {}
+            tin = int(usage.get("input_tokens") or 0)
+            tout = int(usage.get("output_tokens") or 0)
+            ev = r.get("evaluation_result") or {}
+            cost = ev.get("inference_cost")
+            if cost is None:
+                pin, pout = prices[m]
+                cost = (tin * pin + tout * pout) / 1e6
+            o = {"cost_usd": float(cost), "latency_ms": sample_latency(m, tout, rngs[m]),
+                 "input_tokens": tin, "output_tokens": tout}
+            if r.get("success") is False:
+                o["error"] = str(r.get("error") or "call failed")
+            else:
+                score = ev.get("score")
+                o["score"] = min(1.0, max(0.0, float(score if score is not None else 0.0)))
+            outcomes[m] = o
+        out.append({"id": gi, "messages": [{"role": "user", "content": first["question"]}], "label": dataset_label(gi),
+                    "outcomes": outcomes})
+    return out
+
+
+# -- writing -------------------------------------------------------------------------------------
+def write_jsonl(path: Path, records: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        for r in records:
+            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+def write_candidates_yaml(path: Path, cands: dict[str, dict]) -> None:
+    """A replay candidates file (aisia replay --deployments) with each candidate's provider and prices."""
+    lines = ["# generated by benchmarks/convert_data.py / synthetic.py", "candidates:"]
+    for name, c in cands.items():
+        lines.append(f"  {name}:")
+        lines.append(f"    provider: {c['provider']}")
+        lines.append(f"    input_cost_per_1m: {c['input_cost_per_1m']}")
+        lines.append(f"    output_cost_per_1m: {c['output_cost_per_1m']}")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def routellm_candidates() -> dict[str, dict]:
+    return {c: {"provider": c.split("-")[0], "input_cost_per_1m": pin, "output_cost_per_1m": pout}
+            for c, (_, pin, pout) in ROUTELLM_CANDIDATES.items()}
+
+
+def routerarena_candidates(data_dir: Path) -> dict[str, dict]:
+    prices = load_routerarena_prices(data_dir)
+    return {m: {"provider": ROUTERARENA_PROVIDERS[m], "input_cost_per_1m": prices[m][0], "output_cost_per_1m": prices[m][1]}
+            for m in ROUTERARENA_MODELS}
+
+
+def convert_all(out_dir: Path = DEFAULT_OUT, *, limit: Optional[int] = None, seed: int = DEFAULT_SEED,
+                data_dir: Optional[Path] = None) -> dict[str, Path]:
+    data_dir = data_dir or shared_data_dir()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = {}
+    jobs = [
+        ("routellm_gsm8k", convert_routellm, routellm_candidates(), ROUTELLM_FILE,
+         "score from RouteLLM's True/False correctness columns; tokens estimated as chars/4 (prompt, response)"),
+        ("routerarena", convert_routerarena, routerarena_candidates(data_dir),
+         "routerarena_<model>.jsonl joined on global_index",
+         "score = evaluation_result.score; cost = evaluation_result.inference_cost; tokens from token_usage"),
+    ]
+    for name, fn, cands, source, notes in jobs:
+        records = fn(data_dir, limit=limit, seed=seed)
+        path = out_dir / f"{name}.jsonl"
+        write_jsonl(path, records)
+        write_candidates_yaml(out_dir / f"{name}.candidates.yaml", cands)
+        meta = {"name": name, "source": source, "data_dir": str(data_dir), "requests": len(records), "seed": seed,
+                "candidates": cands, "prices_usd_per_1m": {c: [v["input_cost_per_1m"], v["output_cost_per_1m"]] for c, v in cands.items()},
+                "latency_model": latency_model_text(), "notes": notes}
+        (out_dir / f"{name}.meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        written[name] = path
+    return written
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", default=str(DEFAULT_OUT))
+    p.add_argument("--limit", type=int, default=None, help="convert only the first N prompts of each data set")
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    args = p.parse_args(argv)
+    for name, path in convert_all(Path(args.out), limit=args.limit, seed=args.seed).items():
+        print(f"{name}: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

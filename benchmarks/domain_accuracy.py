@@ -1,0 +1,262 @@
+"""Domain-detection accuracy of the shipped policy on real prompts.
+
+Data (read in place, never copied): RouterArena's 809 prompts (../shared/data/routerarena_*.jsonl,
+field ``question``; the dataset is the prefix of ``global_index`` before the last "_") and RouteLLM's
+1,319 GSM8K prompts (column ``prompt``, all maths: a recall check only).
+
+Labels come from the dataset (LABELS below). A few datasets are ambiguous: their prompts are not
+requests for a specialist, but a specialist would not be a wrong choice either (ACCEPT): a
+prediction of one of the accepted domains is not counted as a false positive, and a None on them
+is correct too; they are in no domain's recall support.
+
+Two views are measured: the full prompt as sent, and the prompt with the benchmark's instruction
+wrapper removed (its first line and its "Provide ..."/"Keep ..." lines), which shows how much the
+detection owes to template words.
+
+Usage: python benchmarks/domain_accuracy.py [--data DIR] [--no-write]
+Writes benchmarks/results/domain_accuracy.json and docs/domain-accuracy.md."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+import timeit
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from aisia_plugin.domains import DomainDetector  # noqa: E402
+from aisia_plugin.policy import load_policy  # noqa: E402
+
+DEFAULT_DATA = Path(os.environ.get("AISIA_DATA", ROOT.parent / "shared" / "data"))
+ARENA = "routerarena_claude-3-haiku-20240307.jsonl"
+GSM8K = "routellm_gsm8k_responses.csv"
+
+LABELS = {
+    "GSM8K": "math", "AIME": "math", "MATH": "math", "MathQA": "math", "AsDiv": "math",
+    "MMLUPro_math": "math", "OpenTDB_Science: Mathematics": "math",
+    "LiveCodeBench": "coding",
+    "MedMCQA": "medical", "PubMedQA": "medical", "MMLUPro_health": "medical",
+    "FinQA": "finance",
+    "MMLUPro_law": "legal",
+    "MMLUPro_physics": "science", "MMLUPro_chemistry": "science", "MMLUPro_biology": "science",
+    "OpenTDB_Science & Nature": "science", "QANTA_Science": "science",
+    "MMLU_formal_logic": "reasoning",
+}
+# Ambiguous datasets: no label of their own (None), but these domains are accepted as well.
+ACCEPT = {
+    # Business questions are mostly accounting, interest and insurance arithmetic; economics is
+    # macro/micro theory: a finance specialist is a fair choice for either, not a required one.
+    "MMLUPro_business": {"finance"},
+    "MMLUPro_economics": {"finance"},
+    # Computer-science trivia is not a request to write code: None is the label, coding accepted.
+    "MMLUPro_computer science": {"coding"},
+    "OpenTDB_Science: Computers": {"coding"},
+    # Engineering problems are applied physics with calculations.
+    "MMLUPro_engineering": {"science", "math"},
+}
+
+
+def label_of(dataset: str):
+    if dataset.startswith("WMT19-"):
+        return "translation"
+    return LABELS.get(dataset)
+
+
+def strip_wrapper(prompt: str) -> str:
+    """The prompt without the benchmark's instruction lines (first line, 'Provide/Keep' lines)."""
+    lines = prompt.split("\n")[1:]
+    return "\n".join(l for l in lines if not l.lstrip().startswith(("Provide ", "Keep ", "Output ")))
+
+
+def load(data: Path):
+    rows = []
+    with open(data / ARENA, encoding="utf-8") as fh:
+        for line in fh:
+            r = json.loads(line)
+            ds = r["global_index"].rsplit("_", 1)[0]
+            rows.append((ds, r["question"]))
+    return rows
+
+
+def evaluate(detector: DomainDetector, rows, names, view):
+    per = {n: {"tp": 0, "fp": 0, "fn": 0, "support": 0, "predicted": 0, "accepted_other": 0} for n in names}
+    correct = unlabelled = unlabelled_fp = 0
+    confusions: dict[str, int] = {}
+    for ds, prompt in rows:
+        text = view(prompt)
+        label = label_of(ds)
+        accept = ACCEPT.get(ds, set())
+        pred = detector.detect(text)
+        if label is not None:
+            per[label]["support"] += 1
+        if pred is not None:
+            per[pred]["predicted"] += 1
+        ok = pred == label or pred in accept
+        correct += ok
+        if label is None and not accept:
+            unlabelled += 1
+            unlabelled_fp += pred is not None
+        if pred == label and label is not None:
+            per[label]["tp"] += 1
+        else:
+            if label is not None:
+                per[label]["fn"] += 1
+            if pred is not None:
+                if pred in accept:
+                    per[pred]["accepted_other"] += 1
+                else:
+                    per[pred]["fp"] += 1
+            if not ok:
+                key = f"{ds} -> {pred}"
+                confusions[key] = confusions.get(key, 0) + 1
+    table = {}
+    for n, c in per.items():
+        hits = c["tp"] + c["accepted_other"]
+        table[n] = {
+            "support": c["support"], "predicted": c["predicted"], "tp": c["tp"], "fp": c["fp"],
+            "accepted_other": c["accepted_other"],
+            "precision": round(hits / c["predicted"], 4) if c["predicted"] else None,
+            "recall": round(c["tp"] / c["support"], 4) if c["support"] else None,
+        }
+    return {
+        "domains": table,
+        "accuracy": round(correct / len(rows), 4),
+        "unlabelled": unlabelled,
+        "unlabelled_false_positive_rate": round(unlabelled_fp / unlabelled, 4) if unlabelled else None,
+        "errors": dict(sorted(confusions.items(), key=lambda kv: -kv[1])),
+    }
+
+
+def gsm8k_recall(detector, data: Path):
+    path = data / GSM8K
+    if not path.exists():
+        return None
+    n = hits = 0
+    other: dict[str, int] = {}
+    with open(path, encoding="utf-8", newline="") as fh:
+        for row in csv.DictReader(fh):
+            n += 1
+            pred = detector.detect(row["prompt"])
+            hits += pred == "math"
+            if pred not in (None, "math"):
+                other[pred] = other.get(pred, 0) + 1
+    return {"prompts": n, "math_recall": round(hits / n, 4), "other_domains": other}
+
+
+def speed(detector, rows):
+    sample = [p for _, p in rows if len(p) >= 1500][:50]
+    two_kb = [(p * 2)[:2048] for p in sample]
+    n = 200
+    t = timeit.timeit(lambda: [detector.detect(p) for p in two_kb], number=n)
+    return {"us_per_2kb_prompt": round(t / (n * len(two_kb)) * 1e6, 2), "prompts": len(two_kb)}
+
+
+def fmt(v):
+    return "-" if v is None else f"{v:.2f}"
+
+
+def markdown(result) -> str:
+    full, bare = result["full_prompt"], result["without_wrapper"]
+    out = [
+        "# Domain detection accuracy",
+        "",
+        "Generated by `benchmarks/domain_accuracy.py` (do not edit by hand).",
+        "",
+        f"Conditions: the shipped policy (`policies/domains.yaml`, min_matches="
+        f"{result['policy']['min_matches']}, max_scan_chars={result['policy']['max_scan_chars']}) is run "
+        f"by `DomainDetector.detect` on the {result['prompts']} RouterArena prompts of `{ARENA}` "
+        "(field `question`), labelled by their dataset (the `global_index` prefix): GSM8K, AIME, MATH, "
+        "MathQA, AsDiv, MMLUPro_math and OpenTDB_Science: Mathematics -> math; LiveCodeBench -> coding; "
+        "MedMCQA, PubMedQA, MMLUPro_health -> medical; FinQA -> finance; WMT19-* -> translation; "
+        "MMLUPro_law -> legal; MMLUPro_physics/chemistry/biology, OpenTDB_Science & Nature, QANTA_Science "
+        "-> science; MMLU_formal_logic -> reasoning; every other dataset -> no domain. Ambiguous datasets "
+        "have no domain but also accept one: MMLUPro_business and MMLUPro_economics accept finance, "
+        "MMLUPro_computer science and OpenTDB_Science: Computers accept coding (computer-science trivia "
+        "is not a coding request), MMLUPro_engineering accepts science or math; a prediction of an "
+        "accepted domain is counted as correct (column `acc.`) and never as a false positive, and these "
+        "prompts are in no recall support. Precision = (tp + acc.) / predicted; recall = tp / support. "
+        "\"Without wrapper\" drops each prompt's first line and its `Provide ...`/`Keep ...` lines (the "
+        "benchmarks' instruction template), to show what the question text alone yields. The "
+        f"{result['gsm8k']['prompts'] if result['gsm8k'] else 0} RouteLLM GSM8K prompts (`{GSM8K}`, "
+        "no wrapper, all maths) are a recall check for math.",
+        "",
+        "| domain | support | predicted | tp | fp | acc. | precision | recall | precision (no wrapper) | recall (no wrapper) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for n, c in full["domains"].items():
+        b = bare["domains"][n]
+        out.append(f"| {n} | {c['support']} | {c['predicted']} | {c['tp']} | {c['fp']} | {c['accepted_other']} | "
+                   f"{fmt(c['precision'])} | {fmt(c['recall'])} | {fmt(b['precision'])} | {fmt(b['recall'])} |")
+    out += [
+        "",
+        f"- Overall accuracy (label or accepted domain): {full['accuracy']:.3f} "
+        f"(without wrapper: {bare['accuracy']:.3f}).",
+        f"- False-positive rate on the {full['unlabelled']} unlabelled prompts (a domain where none is "
+        f"expected): {full['unlabelled_false_positive_rate']:.3f} (without wrapper: "
+        f"{bare['unlabelled_false_positive_rate']:.3f}).",
+    ]
+    if result["gsm8k"]:
+        g = result["gsm8k"]
+        out.append(f"- RouteLLM GSM8K math recall: {g['math_recall']:.3f} over {g['prompts']} prompts "
+                   f"(other domains predicted: {g['other_domains'] or 'none'}).")
+    out.append(f"- Speed: {result['speed']['us_per_2kb_prompt']} us per 2 KB prompt "
+               f"(`detect`, one RE2 scan, mean over {result['speed']['prompts']} prompts).")
+    out += ["", "Most frequent errors on full prompts (dataset -> predicted):", ""]
+    for k, v in list(full["errors"].items())[:15]:
+        out.append(f"- {k}: {v}")
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--errors", type=int, default=0, help="print this many misclassified prompts")
+    args = ap.parse_args(argv)
+    policy = load_policy()
+    detector = DomainDetector(policy.domains)
+    names = list(policy.domains.definitions)
+    rows = load(args.data)
+    result = {
+        "data": ARENA,
+        "prompts": len(rows),
+        "policy": {"min_matches": policy.domains.min_matches, "max_scan_chars": policy.domains.max_scan_chars},
+        "full_prompt": evaluate(detector, rows, names, lambda p: p),
+        "without_wrapper": evaluate(detector, rows, names, strip_wrapper),
+        "gsm8k": gsm8k_recall(detector, args.data),
+        "speed": speed(detector, rows),
+    }
+    print(f"{'domain':15} {'sup':>4} {'pred':>4} {'tp':>4} {'fp':>4} {'acc':>4} {'prec':>6} {'rec':>6} | {'prec-nw':>7} {'rec-nw':>6}")
+    for n, c in result["full_prompt"]["domains"].items():
+        b = result["without_wrapper"]["domains"][n]
+        print(f"{n:15} {c['support']:4} {c['predicted']:4} {c['tp']:4} {c['fp']:4} {c['accepted_other']:4} "
+              f"{fmt(c['precision']):>6} {fmt(c['recall']):>6} | {fmt(b['precision']):>7} {fmt(b['recall']):>6}")
+    f = result["full_prompt"]
+    print(f"accuracy {f['accuracy']}  unlabelled FP rate {f['unlabelled_false_positive_rate']} (n={f['unlabelled']})"
+          f"  | no wrapper: {result['without_wrapper']['accuracy']} / {result['without_wrapper']['unlabelled_false_positive_rate']}")
+    print("gsm8k", result["gsm8k"])
+    print("speed", result["speed"])
+    print("errors", list(f["errors"].items())[:25])
+    if args.errors:
+        shown = 0
+        for ds, p in rows:
+            pred = detector.detect(p)
+            if pred != label_of(ds) and pred not in ACCEPT.get(ds, set()):
+                print(f"--- {ds} -> {pred} {detector.scores(p)}\n{strip_wrapper(p)[:300]!r}")
+                shown += 1
+                if shown >= args.errors:
+                    break
+    if not args.no_write:
+        out = ROOT / "benchmarks" / "results"
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "domain_accuracy.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        (ROOT / "docs" / "domain-accuracy.md").write_text(markdown(result), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

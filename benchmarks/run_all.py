@@ -1,0 +1,493 @@
+"""Regenerate benchmarks/RESULTS.md and benchmarks/results/*.json in one command.
+
+    /work/main/.venv/bin/python benchmarks/run_all.py [--quick] [--seed 7]
+
+1. converts the shared real data (convert_data.py) and generates the synthetic scenarios
+   (synthetic.py) into benchmarks/out/ (gitignored);
+2. replays every trace, online, through: our policy (``auto``; plus ``auto/cheap`` and
+   ``auto/smart`` on the real data) with ``aisia_plugin.replay.runner.run_router`` (the real
+   Engine); LiteLLM's ``simple-shuffle``, ``latency-based-routing`` and ``cost-based-routing``
+   through ``LiteLLMBaseline`` (LiteLLM's own Router code, simulated clock); the best fixed
+   candidate, uniform random and the per-request oracle (``aisia_plugin.replay.runner``);
+3. writes one JSON per trace and RESULTS.md.
+
+Failover, the same for every router: a failed call is retried on another candidate, up to 2 more
+attempts (the ``auto`` alias's ``failover.attempts``). Ours: the Engine excludes the tried
+candidates. LiteLLM: its strategy is asked again after the failure was recorded (so LiteLLM's
+cooldown applies); if it names a candidate already tried for this request, a seeded random
+untried candidate is used (LiteLLM itself has no per-request exclusion in its selectors).
+
+Clock: request i happens at i seconds (runner default seconds_per_request = 1.0), for both.
+
+Move-away / come-back (per router, synthetic scenarios with an event on candidate X starting at
+request s and ending at e): over the router's *first* choice per request,
+* move-away = the smallest k >= 0 such that X holds < 20 % of the choices in [s+k, s+k+20);
+* come-back (events that end before the run does) = the smallest k >= 0 such that X's share of
+  [e+k, e+k+20) reaches at least half its share over the 200 requests before s (the router
+  regains half the traffic it gave X before); "never" when it does not within the run,
+  "n/a" when X had < 20 % of the choices before s (nothing to move away from or back to).
+"""
+
+from __future__ import annotations
+
+import os
+
+for _flag in ("LITELLM_LOCAL_MODEL_COST_MAP", "LITELLM_LOCAL_BLOG_POSTS", "LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS",
+              "LITELLM_LOCAL_AUTOROUTER_PRESETS", "LITELLM_LOCAL_POLICY_TEMPLATES"):
+    os.environ.setdefault(_flag, "True")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import random  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Optional  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO))
+
+import convert_data  # noqa: E402
+import synthetic  # noqa: E402
+from aisia_plugin.replay.litellm_baselines import LiteLLMBaseline, NoDeploymentAvailable  # noqa: E402
+from aisia_plugin.policy import load_policy  # noqa: E402
+from aisia_plugin.replay.candidates import CandidateSpec  # noqa: E402
+from aisia_plugin.replay.runner import (Call, Served, baselines, build_scenario, figures, run_router,  # noqa: E402
+                                        served_from)
+from aisia_plugin.replay.report import jsonable  # noqa: E402
+from aisia_plugin.replay.trace import load_trace  # noqa: E402
+
+OUT = HERE / "out"
+RESULTS_DIR = HERE / "results"
+RESULTS_MD = HERE / "RESULTS.md"
+LITELLM_STRATEGIES = ("simple-shuffle", "latency-based-routing", "cost-based-routing")
+WINDOW = 20
+LEAVE_SHARE = 0.2
+PRE_WINDOW = 200
+FAILOVER_ATTEMPTS = 2
+
+
+# -- routers ---------------------------------------------------------------------------------------
+def run_engine_with_price_event(policy, alias, scenario, event, *, seed=0) -> list[Served]:
+    """run_router's loop (same Engine calls), except that the event candidate's Deployment prices
+    change at the event start (a config reload in a live proxy: deployments are read per request).
+    Used only for price_change, where runner.run_router (static prices) cannot express it."""
+    from dataclasses import replace
+
+    from aisia_plugin.engine import Engine
+
+    ap = policy.aliases[alias]
+    deps = scenario.deployments(policy)
+    cand = event["candidate"]
+    new_dep = replace(deps[cand], input_cost_per_1m=deps[cand].input_cost_per_1m * event["factor"],
+                      output_cost_per_1m=deps[cand].output_cost_per_1m * event["factor"])
+    now = [0.0]
+    engine = Engine(policy, clock=lambda: now[0], rng=random.Random(seed))
+    out = []
+    for i, (rec, row) in enumerate(zip(scenario.trace.records, scenario.calls)):
+        now[0] = i * scenario.seconds_per_request
+        cur = dict(deps)
+        if event["start"] <= i < event["end"]:
+            cur[cand] = new_dep
+        pool = [cur[n] for n in scenario.candidates if n in row]
+        feats = engine.features(rec.messages)
+        tried, attempts, refused = [], [], None
+        for _ in range(1 + ap.failover.attempts):
+            d = engine.decide(alias, rec.messages, pool, exclude=tried, features=feats)
+            if d.deployment_id is None:
+                refused = d.status_code
+                break
+            call = row[d.deployment_id]
+            engine.record(d, call.outcome())
+            tried.append(call.candidate)
+            attempts.append(call)
+            if call.success:
+                break
+        s = served_from(attempts)
+        if not attempts:
+            s.status_code = refused
+        out.append(s)
+    return out
+
+
+def run_litellm(strategy: str, scenario, names: list[str], prices: dict, *, seed: int = 0,
+                price_event: Optional[dict] = None) -> tuple[list[Served], dict]:
+    cands = [{"id": n, "input_cost_per_1m": prices[n][0], "output_cost_per_1m": prices[n][1]} for n in names]
+    rng = random.Random(f"litellm-failover:{seed}:{strategy}")
+    stats = {"random_failover_picks": 0, "no_deployment": 0}
+    out: list[Served] = []
+    with LiteLLMBaseline(strategy, cands, seed=seed) as bl:
+        for i, (rec, row) in enumerate(zip(scenario.trace.records, scenario.calls)):
+            now = i * scenario.seconds_per_request
+            if price_event is not None and i == price_event["start"]:
+                _set_litellm_price(bl, price_event["candidate"], prices[price_event["candidate"]], price_event["factor"])
+            tried: list[str] = []
+            attempts: list[Call] = []
+            for _ in range(1 + FAILOVER_ATTEMPTS):
+                try:
+                    cid = bl.choose(rec.messages, now)
+                except NoDeploymentAvailable:
+                    stats["no_deployment"] += 1
+                    cid = None
+                avail = [n for n in names if n in row and n not in tried]
+                if not avail:
+                    break
+                if cid is None or cid in tried or cid not in row:
+                    cid = rng.choice(avail)
+                    stats["random_failover_picks"] += 1
+                call = row[cid]
+                bl.record(cid, now=now, latency_s=(call.latency_ms or 0.0) / 1000.0, success=call.success,
+                          input_tokens=call.input_tokens or 0, output_tokens=call.output_tokens or 0,
+                          cost_usd=call.cost_usd, status_code=None if call.success else (call.status_code or 500))
+                tried.append(cid)
+                attempts.append(call)
+                if call.success:
+                    break
+            out.append(served_from(attempts) if attempts else Served(0.0, 0.0, None, True, None, [], 429))
+    return out, stats
+
+
+def _set_litellm_price(bl, cid: str, base: tuple, factor: float) -> None:
+    """A price update of one deployment in LiteLLM's Router (what a config reload would set)."""
+    pin, pout = base[0] * factor / 1e6, base[1] * factor / 1e6
+    deps = [d for d in (bl.router.model_list or []) if str(d.get("model_info", {}).get("id")) == cid]
+    deps.append(bl._deployments[cid])
+    for d in deps:
+        for section in ("litellm_params", "model_info"):
+            if isinstance(d.get(section), dict):
+                d[section]["input_cost_per_token"] = pin
+                d[section]["output_cost_per_token"] = pout
+    bl._prices[cid] = (pin, pout)
+
+
+# -- metrics ---------------------------------------------------------------------------------------
+def first_choices(served: list[Served]) -> list[Optional[str]]:
+    return [(s.attempts[0] if s.attempts else s.served_by) for s in served]
+
+
+def share(choices, cand, lo, hi) -> Optional[float]:
+    seg = choices[max(0, lo):max(0, hi)]
+    return (sum(1 for c in seg if c == cand) / len(seg)) if seg else None
+
+
+def move_metrics(choices, event, n) -> dict:
+    if not event:
+        return {}
+    cand, s, e = event["candidate"], event["start"], event["end"]
+    pre = share(choices, cand, s - PRE_WINDOW, s) or 0.0
+    res = {"pre_share": round(pre, 4), "during_share": round(share(choices, cand, s, e) or 0.0, 4),
+           "after_share": round(share(choices, cand, e, n) or 0.0, 4) if e < n else None,
+           "move_away": None, "come_back": None}
+    if pre < LEAVE_SHARE:
+        res["move_away"] = res["come_back"] = "n/a"
+        return res
+    res["move_away"] = "never"
+    for k in range(0, e - s):
+        sh = share(choices, cand, s + k, s + k + WINDOW)
+        if sh is not None and sh < LEAVE_SHARE:
+            res["move_away"] = k
+            break
+    if e < n:
+        res["come_back"] = "never"
+        for k in range(0, n - e - WINDOW + 1):
+            sh = share(choices, cand, e + k, e + k + WINDOW)
+            if sh is not None and sh >= pre / 2:
+                res["come_back"] = k
+                break
+    return res
+
+
+def row_dict(name, served, oracle_served, oracle_mean, event, n, extra=None) -> dict:
+    f = figures(name, served, oracle_served)
+    d = f.as_dict()
+    d["errors_pct"] = 100.0 * f.errors / n if n else 0.0
+    d["pct_of_oracle"] = 100.0 * f.mean_score / oracle_mean if oracle_mean else None
+    d.update({"move": move_metrics(first_choices(served), event, n)})
+    if extra:
+        d.update(extra)
+    return d
+
+
+# -- one trace -------------------------------------------------------------------------------------
+def specs_from(cands: dict) -> dict:
+    return {n: CandidateSpec(provider=c["provider"], input_cost_per_1m=c["input_cost_per_1m"],
+                             output_cost_per_1m=c["output_cost_per_1m"]) for n, c in cands.items()}
+
+
+def bench_trace(name: str, path: Path, cands: dict, policy, aliases: list[str], *, seed: int, event=None,
+                kind: str = "synthetic") -> dict:
+    t0 = time.monotonic()
+    trace = load_trace(str(path))
+    specs = specs_from(cands)
+    scenario = build_scenario(trace, specs, policy, seed=seed)
+    n = len(scenario)
+    base = baselines(policy, "auto", scenario, seed=seed)
+    names = base.candidates
+    oracle_served = base.oracle_served
+    om = base.oracle.mean_score
+    prices = {c: (v["input_cost_per_1m"], v["output_cost_per_1m"]) for c, v in cands.items()}
+    price_event = event if event and event.get("kind") == "price" else None
+    rows: dict[str, dict] = {}
+    timings: dict[str, float] = {}
+    for alias in aliases:
+        t = time.monotonic()
+        if price_event is not None:
+            served = run_engine_with_price_event(policy, alias, scenario, price_event, seed=seed)
+        else:
+            served = run_router(policy, alias, scenario, seed=seed)
+        rows[f"aisia {alias}"] = row_dict(alias, served, oracle_served, om, event, n,
+                                          {"strategy": policy.aliases[alias].strategy})
+        timings[f"aisia {alias}"] = round(time.monotonic() - t, 2)
+    for strat in LITELLM_STRATEGIES:
+        t = time.monotonic()
+        served, st = run_litellm(strat, scenario, names, prices, seed=seed, price_event=price_event)
+        rows[f"litellm {strat}"] = row_dict(strat, served, oracle_served, om, event, n, {"failover_notes": st})
+        timings[f"litellm {strat}"] = round(time.monotonic() - t, 2)
+    # best fixed candidate (by mean score, cheapest on ties), uniform random, oracle
+    best = max(base.fixed.items(), key=lambda kv: (kv[1].mean_score, -kv[1].total_cost_usd))[0]
+    from aisia_plugin.replay.runner import run_fixed, run_oracle, run_uniform
+
+    fixed_served, _ = run_fixed(scenario, best)
+    rows[f"best fixed ({best})"] = row_dict(best, fixed_served, oracle_served, om, event, n)
+    uni = run_uniform(scenario, names, attempts=policy.aliases["auto"].failover.attempts, seed=seed)
+    rows["uniform random"] = row_dict("uniform random", uni, oracle_served, om, event, n)
+    rows["oracle"] = row_dict("oracle", run_oracle(scenario, names), oracle_served, om, event, n)
+    return {"name": name, "kind": kind, "trace": str(path.relative_to(REPO)), "requests": n, "seed": seed,
+            "candidates": names, "event": event, "best_fixed": best, "rows": rows,
+            "fixed_all": {k: v.as_dict() for k, v in base.fixed.items()},
+            "wall_s": round(time.monotonic() - t0, 2), "router_wall_s": timings}
+
+
+# -- RESULTS.md ------------------------------------------------------------------------------------
+def _fmt(v, spec="{:.4f}"):
+    if v is None:
+        return "-"
+    if isinstance(v, str):
+        return v
+    return spec.format(v)
+
+
+def table(res: dict) -> list[str]:
+    has_event = bool(res.get("event"))
+    head = ["router", "mean reward", "total cost $", "p95 ms", "errors %", "regret", "% of oracle"]
+    if has_event:
+        head += ["share of X before/during/after", "move-away", "come-back"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, r in res["rows"].items():
+        cells = [f"`{name}`", _fmt(r["mean_score"]), _fmt(r["total_cost_usd"], "{:.4f}"), _fmt(r["p95_latency_ms"], "{:.0f}"),
+                 _fmt(r["errors_pct"], "{:.2f}"), _fmt(r["regret"], "{:.1f}"), _fmt(r["pct_of_oracle"], "{:.1f}")]
+        if has_event:
+            m = r.get("move") or {}
+            sh = "/".join(_fmt(m.get(k), "{:.0%}") for k in ("pre_share", "during_share", "after_share"))
+            mv = m.get("move_away") if "fixed" not in name else "-"
+            cb = m.get("come_back") if "fixed" not in name else "-"
+            cells += [sh, _fmt(mv, "{}"), _fmt(cb, "{}")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def bf_score(r: dict) -> float:
+    return r["rows"][f"best fixed ({r['best_fixed']})"]["mean_score"]
+
+
+def summary(results: list[dict]) -> list[str]:
+    out = []
+    synth = [r for r in results if r["kind"] == "synthetic"]
+    # 1. reward vs each LiteLLM strategy
+    wins, losses = [], []
+    for r in synth:
+        ours = r["rows"]["aisia auto"]["mean_score"]
+        for s in LITELLM_STRATEGIES:
+            theirs = r["rows"][f"litellm {s}"]["mean_score"]
+            (wins if ours > theirs else losses).append(f"{r['name']} vs {s}: {ours:.4f} vs {theirs:.4f}")
+    ok = not losses
+    out.append(f"- **Reward above every LiteLLM strategy on every synthetic scenario: {'MET' if ok else 'NOT MET'}** "
+               f"({len(wins)} of {len(wins) + len(losses)} comparisons won)."
+               + (f" Lost: {'; '.join(losses)}." if losses else ""))
+    for r in synth:
+        ours = r["rows"]["aisia auto"]["mean_score"]
+        parts = ", ".join(f"{s} {r['rows'][f'litellm {s}']['mean_score']:.4f}" for s in LITELLM_STRATEGIES)
+        out.append(f"  - {r['name']}: auto {ours:.4f}; {parts}; best fixed ({r['best_fixed']}) "
+                   f"{bf_score(r):.4f}; "
+                   f"oracle {r['rows']['oracle']['mean_score']:.4f}")
+    st = next((r for r in synth if r["name"] == "stationary"), None)
+    if st:
+        pct = st["rows"]["aisia auto"]["pct_of_oracle"]
+        out.append(f"- **Within 10 % of the oracle on stationary: {'MET' if pct >= 90 else 'NOT MET'}** "
+                   f"(auto reaches {pct:.1f} % of the oracle's mean reward).")
+    dg = next((r for r in synth if r["name"] == "degrade"), None)
+    if dg:
+        m = dg["rows"]["aisia auto"]["move"]
+        mv = m.get("move_away")
+        met = isinstance(mv, int) and mv <= 50
+        out.append(f"- **Traffic leaves the degraded provider within 50 requests: {'MET' if met else 'NOT MET'}** "
+                   f"(auto: move-away {mv}, come-back {m.get('come_back')}; share of {dg['event']['candidate']} "
+                   f"{m.get('pre_share', 0):.0%} before, {m.get('during_share', 0):.0%} during, "
+                   f"{(m.get('after_share') or 0):.0%} after). LiteLLM: "
+                   + ", ".join(f"{s} {dg['rows'][f'litellm {s}']['move'].get('move_away')}" for s in LITELLM_STRATEGIES) + ".")
+    og = next((r for r in synth if r["name"] == "outage"), None)
+    if og:
+        e = og["rows"]["aisia auto"]["errors_pct"]
+        out.append(f"- **Client-visible errors under 1 % after an outage: {'MET' if e < 1 else 'NOT MET'}** "
+                   f"(auto {e:.2f} % of requests; "
+                   + ", ".join(f"{s} {og['rows'][f'litellm {s}']['errors_pct']:.2f} %" for s in LITELLM_STRATEGIES)
+                   + f"; auto move-away {og['rows']['aisia auto']['move'].get('move_away')}, "
+                   f"come-back {og['rows']['aisia auto']['move'].get('come_back')}).")
+    for r in synth:
+        a = r["rows"]["aisia auto"]
+        cheap = min((r["rows"][f"litellm {s}"] for s in LITELLM_STRATEGIES), key=lambda x: x["total_cost_usd"])
+        fast = min((r["rows"][f"litellm {s}"] for s in LITELLM_STRATEGIES), key=lambda x: x["p95_latency_ms"] or 1e18)
+        out.append(f"- {r['name']}: cost auto ${a['total_cost_usd']:.4f} vs cheapest LiteLLM ${cheap['total_cost_usd']:.4f}; "
+                   f"p95 auto {a['p95_latency_ms']:.0f} ms vs fastest LiteLLM {fast['p95_latency_ms']:.0f} ms.")
+    for r in results:
+        if r["kind"] != "real":
+            continue
+        rows = r["rows"]
+        ours = {k: v for k, v in rows.items() if k.startswith("aisia")}
+        best_ours = max(ours.items(), key=lambda kv: kv[1]["mean_score"])
+        best_lit = max(((s, rows[f"litellm {s}"]) for s in LITELLM_STRATEGIES), key=lambda kv: kv[1]["mean_score"])
+        out.append(f"- {r['name']} (real outcomes): " + ", ".join(
+            f"{k.split(' ', 1)[1]} {v['mean_score']:.4f} (${v['total_cost_usd']:.3f})" for k, v in ours.items())
+            + f"; best LiteLLM {best_lit[0]} {best_lit[1]['mean_score']:.4f} (${best_lit[1]['total_cost_usd']:.3f}); "
+              f"best fixed {r['best_fixed']} {bf_score(r):.4f}; "
+              f"oracle {rows['oracle']['mean_score']:.4f}. Best of ours: {best_ours[0]}.")
+    return out
+
+
+def overhead_section() -> list[str]:
+    p = RESULTS_DIR / "overhead.json"
+    lines = ["## Decision overhead", "", "<!-- overhead -->"]
+    if not p.exists():
+        return lines + ["", "(not measured in this run: `benchmarks/results/overhead.json` is absent; "
+                            "run `benchmarks/decision_overhead.py`)"]
+    try:
+        rep = json.loads(p.read_text())
+    except (OSError, ValueError) as exc:
+        return lines + ["", f"(overhead.json unreadable: {exc})"]
+    sizes = sorted({*rep.get("ours", {}), *rep.get("litellm", {})}, key=lambda s: int(s) if str(s).isdigit() else 0)
+    lines += ["", "Microseconds per decision, p50 / p99 (from `benchmarks/results/overhead.json`).", "",
+              "| decision | " + " | ".join(f"n={s}" for s in sizes) + " |", "|---|" + "---|" * len(sizes)]
+    names = []
+    for who in ("ours", "litellm"):
+        for s in sizes:
+            for k in (rep.get(who, {}).get(s) or {}):
+                if (who, k) not in names:
+                    names.append((who, k))
+    for who, k in names:
+        cells = []
+        for s in sizes:
+            st = (rep.get(who, {}).get(s) or {}).get(k)
+            cells.append(f"{st['p50_us']:.1f} / {st['p99_us']:.1f}" if isinstance(st, dict) and "p50_us" in st else "-")
+        lines.append(f"| {'ours' if who == 'ours' else 'LiteLLM'} `{k}` | " + " | ".join(cells) + " |")
+    return lines
+
+
+def render(results: list[dict], conditions: dict) -> str:
+    c = conditions
+    L = ["# Routing benchmark results", "",
+         "Generated by `benchmarks/run_all.py` " + ("(`--quick`) " if c["quick"] else "")
+         + "- do not edit by hand. Every figure below is measured by that run.", "",
+         "## Conditions", "",
+         f"- machine: {c['cpu_count']} cores, Python {c['python']}, {c['platform']}",
+         f"- LiteLLM {c['litellm']} (real `litellm.Router` strategies via `LiteLLMBaseline`, simulated clock); "
+         f"aisia_plugin {c['aisia']}; shipped default policy (`policies/`)",
+         f"- seeds: synthetic generator {c['synthetic_seed']}, data conversion {c['data_seed']}, replay/router {c['seed']}",
+         f"- synthetic: {c['synthetic_requests']} requests per scenario, {c['providers']} providers "
+         "(prices from the AISIA seed table, same price in and out), latency lognormal per provider "
+         "(medians 300-2600 ms, sigma 0.35, scaled by output length), per-domain Bernoulli/graded quality "
+         "with difficulty correlated across providers (see `benchmarks/synthetic.py`)",
+         f"- real data: {c['data_dir']} (RouteLLM GSM8K {c['gsm8k_requests']} prompts, RouterArena {c['arena_requests']} prompts); "
+         "prices: Mixtral $0.6/$0.6, GPT-4-1106 $10/$30 per 1M (in/out), RouterArena from routerarena_model_cost.json "
+         "and its recorded inference_cost; GSM8K tokens estimated as chars/4",
+         f"- latency model for the real data (none recorded): {c['latency_model']}",
+         "- failover: up to 2 more attempts on another candidate for every router (LiteLLM: re-asked after recording the "
+         "failure; if it repeats a tried candidate, a seeded random untried one)",
+         "- clock: request i at t = i s; mean reward = mean score (a request the client saw fail scores 0); "
+         "cost = every attempt's cost; p95 = latency the client waited (sum of attempts); regret = sum of (oracle score - score)",
+         f"- move-away: after the change at request s, smallest k with the changed candidate X under {LEAVE_SHARE:.0%} of the "
+         f"router's first choices in [s+k, s+k+{WINDOW}); come-back: after the event ends at e, smallest k with X's share of "
+         f"[e+k, e+k+{WINDOW}) >= half its share over the {PRE_WINDOW} requests before s; `n/a` when X had < 20 % before s",
+         f"- wall time of this run: {c['wall_s']:.0f} s", "",
+         "## Summary", ""]
+    L += summary(results)
+    L += [""]
+    for r in results:
+        ev = r.get("event")
+        L += [f"## {r['name']} ({r['kind']}, {r['requests']} requests)", ""]
+        if ev:
+            L += [f"Event: `{ev['kind']}` on X = `{ev['candidate']}` ({ev.get('why', '')}) for requests "
+                  f"[{ev['start']}, {ev['end']})" + (f", factor {ev['factor']:g}" if "factor" in ev else "")
+                  + (f", HTTP {ev['status_code']}" if "status_code" in ev else "") + ".", ""]
+        L += table(r)
+        L += ["", f"Candidates: {', '.join(f'`{x}`' for x in r['candidates'])}. Replay wall time {r['wall_s']:.1f} s.", ""]
+    L += overhead_section()
+    return "\n".join(L) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="regenerate benchmarks/RESULTS.md")
+    ap.add_argument("--quick", action="store_true", help="fewer requests (1000 synthetic, 300 per real data set)")
+    ap.add_argument("--seed", type=int, default=0, help="router / latency-model / uniform-random seed")
+    ap.add_argument("--synthetic-seed", type=int, default=synthetic.DEFAULT_SEED)
+    ap.add_argument("--providers", type=int, default=synthetic.DEFAULT_PROVIDERS)
+    ap.add_argument("--only", action="append", help="only these traces (names)")
+    args = ap.parse_args(argv)
+    t0 = time.monotonic()
+    n_syn = 1000 if args.quick else synthetic.DEFAULT_REQUESTS
+    limit = 300 if args.quick else None
+
+    data_dir = convert_data.shared_data_dir()
+    real = convert_data.convert_all(OUT, limit=limit, data_dir=data_dir)
+    policy = load_policy(None)
+    jobs = []
+    for name, path in real.items():
+        cands = (convert_data.routellm_candidates() if name == "routellm_gsm8k"
+                 else convert_data.routerarena_candidates(data_dir))
+        jobs.append((name, path, cands, ["auto", "auto/cheap", "auto/smart"], None, "real"))
+    for name in synthetic.SCENARIOS:
+        path, meta = synthetic.write_scenario(name, OUT, n=n_syn, n_providers=args.providers, seed=args.synthetic_seed)
+        jobs.append((name, path, synthetic.candidates_of(meta), ["auto"], meta["event"], "synthetic"))
+    # synthetic first in the report
+    jobs.sort(key=lambda j: 0 if j[5] == "synthetic" else 1)
+
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    results = []
+    for name, path, cands, aliases, event, kind in jobs:
+        if args.only and name not in args.only:
+            continue
+        print(f"[{time.monotonic() - t0:6.1f}s] {name}: replaying {path.name} ...", flush=True)
+        res = bench_trace(name, path, cands, policy, aliases, seed=args.seed, event=event, kind=kind)
+        (RESULTS_DIR / f"{name}.json").write_text(json.dumps(jsonable(res), indent=2) + "\n")
+        a = res["rows"]["aisia auto"]
+        print(f"          auto {a['mean_score']:.4f} ({a['pct_of_oracle']:.1f} % of oracle), {res['wall_s']:.1f} s "
+              f"{res['router_wall_s']}", flush=True)
+        results.append(res)
+
+    from importlib.metadata import version
+
+    import aisia_plugin
+
+    def count(p):
+        with open(p, encoding="utf-8") as fh:
+            return sum(1 for line in fh if line.strip())
+
+    conditions = {
+        "quick": args.quick, "cpu_count": os.cpu_count(), "python": platform.python_version(),
+        "platform": platform.platform(), "litellm": version("litellm"), "aisia": aisia_plugin.__version__,
+        "seed": args.seed, "synthetic_seed": args.synthetic_seed, "data_seed": convert_data.DEFAULT_SEED,
+        "synthetic_requests": n_syn, "providers": args.providers, "data_dir": "../shared/data ($AISIA_SHARED_DATA)",
+        "gsm8k_requests": count(real["routellm_gsm8k"]), "arena_requests": count(real["routerarena"]),
+        "latency_model": convert_data.latency_model_text(), "wall_s": time.monotonic() - t0,
+    }
+    (RESULTS_DIR / "conditions.json").write_text(json.dumps(conditions, indent=2) + "\n")
+    if not args.only:
+        RESULTS_MD.write_text(render(results, conditions), encoding="utf-8")
+        print(f"wrote {RESULTS_MD.relative_to(REPO)} in {conditions['wall_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,312 @@
+"""Seeded synthetic routing scenarios: N providers, per-domain quality, lognormal latencies, prices.
+
+    python benchmarks/synthetic.py [--requests 3000] [--providers 11] [--seed 7] [--out benchmarks/out]
+
+Every trace line carries the outcome of EVERY candidate (so the oracle is exact). Next to each
+``<scenario>.jsonl`` the generator writes ``<scenario>.meta.json``: the providers (price, latency
+median, per-domain success probability), the seed, and the *event* of the scenario (which
+candidate changes, how, from which request index to which) that the benchmark runner uses to
+measure how fast traffic moves away and back; plus ``<scenario>.candidates.yaml`` (prices for
+``aisia replay --deployments``).
+
+Model
+-----
+* Candidates: ``<provider>-<model>`` (the provider is the part before the first '-', the seed's
+  rule); price per 1M tokens from the AISIA seed's table (same price for input and output).
+* Requests: a domain drawn from DOMAIN_MIX (coding, math, translation, general), a short
+  realistic prompt of that domain in English or French (templates below, filled at random).
+  Input tokens = ceil(chars/4) + system overhead; output tokens lognormal per domain.
+* Quality: provider p has a success probability q[p][domain]. Successes are correlated across
+  providers through the request's difficulty (Gaussian copula, rho = 0.7): u_p = Phi(rho*z +
+  sqrt(1-rho^2)*e_p), success iff u_p < q. Coding and math are scored 1/0; translation and
+  general get a graded score clamp(0.5 + q - u_p, 0, 1) (mean ~ q).
+* Latency: lognormal, per-provider median (300-4000 ms), sigma 0.35, scaled by output length
+  (0.5 + 0.5 * out / 250).
+* Cost: (input_tokens + output_tokens) * price / 1e6.
+
+Scenarios (n requests, default 3000)
+------------------------------------
+* ``stationary``: nothing changes.
+* ``degrade``: the best provider (highest mean success probability) drops to DEGRADE_FACTOR of
+  its quality on every domain from n/2 to 3n/4 (then recovers).
+* ``outage``: the best provider fails every call (HTTP 503, 150 ms) from 0.4n to 0.5n (a tenth of
+  the run), then recovers.
+* ``latency_spike``: the fastest provider's latency x10 from n/2 to 3n/4.
+* ``price_change``: the cheapest *good* provider (mean quality >= GOOD_QUALITY) costs x10 from n/2
+  to the end (no recovery: the runner measures the move away only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = REPO / "benchmarks" / "out"
+DEFAULT_SEED = 7
+DEFAULT_REQUESTS = 3000
+DEFAULT_PROVIDERS = 11
+SCENARIOS = ("stationary", "degrade", "outage", "latency_spike", "price_change")
+DOMAINS = ("coding", "math", "translation", "general")
+DOMAIN_MIX = {"coding": 0.3, "math": 0.25, "translation": 0.2, "general": 0.25}
+GRADED = {"translation", "general"}
+RHO = 0.7
+LATENCY_SIGMA = 0.35
+DEGRADE_FACTOR = 0.25
+SPIKE_FACTOR = 10.0
+PRICE_FACTOR = 10.0
+GOOD_QUALITY = 0.75
+OUTAGE_STATUS = 503
+OUTAGE_LATENCY_MS = 150.0
+SYSTEM_OVERHEAD_TOKENS = 12
+OUTPUT_TOKENS = {"coding": (260, 0.5), "math": (180, 0.5), "translation": (90, 0.4), "general": (160, 0.6)}
+
+# The AISIA seed's price table, USD per 1M tokens.
+SEED_PRICES = {
+    "cerebras": 0.2, "groq": 0.3, "deepseek": 0.5, "deepinfra": 0.6, "together": 0.8, "fireworks": 0.9,
+    "cohere": 1.0, "perplexity": 1.0, "gemini": 1.25, "ai21": 1.5, "mistral": 2.0, "openrouter": 3.0,
+    "openai": 5.0, "anthropic": 8.0,
+}
+
+
+@dataclass(frozen=True)
+class Provider:
+    name: str  # candidate name, provider prefix before the first '-'
+    median_ms: float
+    quality: tuple  # base success probability per DOMAINS entry
+
+    @property
+    def provider(self) -> str:
+        return self.name.split("-", 1)[0]
+
+    @property
+    def price_per_1m(self) -> float:
+        return SEED_PRICES[self.provider]
+
+
+# In order of inclusion (the first N are used). quality: coding, math, translation, general.
+PROVIDERS = [
+    Provider("cerebras-llama-8b", 300, (0.45, 0.40, 0.60, 0.65)),
+    Provider("groq-llama-70b", 380, (0.68, 0.62, 0.72, 0.78)),
+    Provider("deepseek-v3", 2600, (0.86, 0.84, 0.70, 0.78)),
+    Provider("fireworks-llama-405b", 900, (0.93, 0.91, 0.90, 0.93)),
+    Provider("together-mixtral-8x22b", 800, (0.66, 0.60, 0.80, 0.74)),
+    Provider("openai-gpt-4o", 1500, (0.88, 0.87, 0.88, 0.90)),
+    Provider("anthropic-claude-sonnet", 2200, (0.90, 0.85, 0.87, 0.89)),
+    Provider("mistral-large", 1300, (0.74, 0.70, 0.90, 0.80)),
+    Provider("gemini-1.5-pro", 1700, (0.82, 0.86, 0.84, 0.84)),
+    Provider("deepinfra-qwen-72b", 1100, (0.78, 0.80, 0.70, 0.74)),
+    Provider("cohere-command-r", 1400, (0.58, 0.50, 0.78, 0.72)),
+    Provider("perplexity-sonar", 2000, (0.62, 0.58, 0.66, 0.82)),
+    Provider("ai21-jamba", 1600, (0.60, 0.55, 0.72, 0.70)),
+    Provider("openrouter-llama-70b", 4000, (0.68, 0.62, 0.72, 0.78)),
+    Provider("gemini-1.5-flash", 600, (0.70, 0.74, 0.78, 0.76)),
+]
+
+# Short realistic prompts per domain, English and French; {x}/{y} filled from the lists below.
+TEMPLATES = {
+    "coding": [
+        "Write a Python function that {code_task}.",
+        "Debug this code: it raises a KeyError when {code_bug}.",
+        "Écris une fonction Python qui {code_task_fr}.",
+        "Explain what this API call does and write a pytest test for the function that {code_task}.",
+        "Peux-tu corriger ce code ? La fonction plante quand {code_bug_fr}.",
+        "Refactor this class so that it {code_task}, with type hints.",
+    ],
+    "math": [
+        "Solve the equation {a}x + {b} = {c} and explain each step.",
+        "Calculate the derivative of x^{a} + {b}x and evaluate it at x = {c}.",
+        "Résous l'équation {a}x - {b} = {c} et calcule la valeur de x.",
+        "What is the probability of drawing {a} red balls out of {c} draws if {b}% of the balls are red?",
+        "Calcule le déterminant de la matrice [[{a}, {b}], [{c}, {a}]].",
+        "A train travels {c} km in {a} hours; calculate its average speed and the time for {b} km.",
+    ],
+    "translation": [
+        "Traduis en anglais : « {fr_sentence} »",
+        "Translate to French: \"{en_sentence}\"",
+        "Traduction en français, registre formel : \"{en_sentence}\"",
+        "Peux-tu traduire ce paragraphe en anglais ? {fr_sentence}",
+    ],
+    "general": [
+        "Give me three ideas for {topic}.",
+        "Summarise the main arguments for and against {topic} in a short paragraph.",
+        "Donne-moi trois idées pour {topic_fr}.",
+        "Write a polite email asking my manager about {topic}.",
+        "Quels sont les avantages et les inconvénients de {topic_fr} ?",
+    ],
+}
+FILL = {
+    "code_task": ["parses a CSV file and returns the column averages", "removes duplicates from a list while keeping order",
+                  "retries an HTTP request with exponential backoff", "validates an email address",
+                  "merges two sorted lists", "caches the results of an expensive call"],
+    "code_task_fr": ["lit un fichier JSON et renvoie les clés", "trie une liste de dictionnaires par date",
+                     "calcule la moyenne mobile d'une série", "vérifie qu'un mot est un palindrome"],
+    "code_bug": ["the input dictionary is empty", "two threads update the cache", "the config file is missing a key"],
+    "code_bug_fr": ["la liste est vide", "le fichier n'existe pas", "l'utilisateur n'a pas d'adresse"],
+    "fr_sentence": ["Le rendez-vous est reporté à jeudi prochain.", "Nous avons bien reçu votre commande et vous en remercions.",
+                    "La réunion portera sur le budget du trimestre.", "Merci de confirmer votre présence avant vendredi."],
+    "en_sentence": ["Please find attached the signed contract.", "The delivery will arrive within three business days.",
+                    "We are sorry for the inconvenience caused.", "The meeting has been moved to the main room."],
+    "topic": ["a team-building day", "remote work", "reducing our cloud bill", "a birthday party for a ten-year-old",
+              "learning a new language", "a weekend trip to the mountains"],
+    "topic_fr": ["une sortie d'équipe", "le télétravail", "réduire nos dépenses", "un week-end à la campagne",
+                 "apprendre la guitare"],
+}
+
+
+def _phi(x: float) -> float:
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def _prompt(domain: str, rng: random.Random) -> str:
+    tpl = rng.choice(TEMPLATES[domain])
+    values = {k: rng.choice(v) for k, v in FILL.items()}
+    values.update(a=rng.randint(2, 9), b=rng.randint(1, 40), c=rng.randint(10, 99))
+    return tpl.format(**values)
+
+
+def providers(n: int = DEFAULT_PROVIDERS) -> list[Provider]:
+    if not 8 <= n <= len(PROVIDERS):
+        raise ValueError(f"providers: 8 to {len(PROVIDERS)}")
+    return PROVIDERS[:n]
+
+
+def mean_quality(p: Provider) -> float:
+    return sum(DOMAIN_MIX[d] * q for d, q in zip(DOMAINS, p.quality))
+
+
+def best_provider(ps: list[Provider]) -> Provider:
+    return max(ps, key=lambda p: (mean_quality(p), -p.price_per_1m))
+
+
+def fastest_provider(ps: list[Provider]) -> Provider:
+    return min(ps, key=lambda p: p.median_ms)
+
+
+def cheapest_good_provider(ps: list[Provider]) -> Provider:
+    good = [p for p in ps if mean_quality(p) >= GOOD_QUALITY]
+    return min(good, key=lambda p: (p.price_per_1m, -mean_quality(p)))
+
+
+def scenario_event(name: str, ps: list[Provider], n: int) -> Optional[dict]:
+    """Which candidate changes, how and when (request indices, [start, end))."""
+    if name == "stationary":
+        return None
+    if name == "degrade":
+        p = best_provider(ps)
+        return {"kind": "quality", "candidate": p.name, "start": n // 2, "end": (3 * n) // 4, "factor": DEGRADE_FACTOR,
+                "why": "best provider by mean success probability"}
+    if name == "outage":
+        p = best_provider(ps)
+        return {"kind": "outage", "candidate": p.name, "start": (4 * n) // 10, "end": n // 2,
+                "status_code": OUTAGE_STATUS, "latency_ms": OUTAGE_LATENCY_MS, "why": "best provider by mean success probability"}
+    if name == "latency_spike":
+        p = fastest_provider(ps)
+        return {"kind": "latency", "candidate": p.name, "start": n // 2, "end": (3 * n) // 4, "factor": SPIKE_FACTOR,
+                "why": "fastest provider (lowest latency median)"}
+    if name == "price_change":
+        p = cheapest_good_provider(ps)
+        return {"kind": "price", "candidate": p.name, "start": n // 2, "end": n, "factor": PRICE_FACTOR,
+                "new_price_per_1m": p.price_per_1m * PRICE_FACTOR,
+                "why": f"cheapest provider with mean quality >= {GOOD_QUALITY}"}
+    raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+
+
+def generate(name: str, *, n: int = DEFAULT_REQUESTS, n_providers: int = DEFAULT_PROVIDERS,
+             seed: int = DEFAULT_SEED) -> tuple[list[dict], dict]:
+    """(trace records, metadata) for one scenario. The requests and the candidates' underlying
+    draws depend only on the seed (not on the scenario), so scenarios differ only by their event."""
+    ps = providers(n_providers)
+    event = scenario_event(name, ps, n)
+    rng = random.Random(f"aisia-synthetic:{seed}")
+    domains, weights = list(DOMAIN_MIX), list(DOMAIN_MIX.values())
+    records = []
+    for i in range(n):
+        domain = rng.choices(domains, weights)[0]
+        di = DOMAINS.index(domain)
+        prompt = _prompt(domain, rng)
+        tin = math.ceil(len(prompt) / 4) + SYSTEM_OVERHEAD_TOKENS
+        med_out, sig_out = OUTPUT_TOKENS[domain]
+        z = rng.gauss(0.0, 1.0)  # the request's difficulty (shared by every provider)
+        outcomes = {}
+        for p in ps:
+            e = rng.gauss(0.0, 1.0)
+            u = _phi(RHO * z + math.sqrt(1.0 - RHO * RHO) * e)
+            tout = max(1, int(round(med_out * math.exp(sig_out * rng.gauss(0.0, 1.0)))))
+            latency = p.median_ms * (0.5 + 0.5 * tout / 250.0) * math.exp(LATENCY_SIGMA * rng.gauss(0.0, 1.0))
+            q = p.quality[di]
+            price = p.price_per_1m
+            active = event is not None and event["candidate"] == p.name and event["start"] <= i < event["end"]
+            if active and event["kind"] == "quality":
+                q *= event["factor"]
+            if active and event["kind"] == "latency":
+                latency *= event["factor"]
+            if active and event["kind"] == "price":
+                price *= event["factor"]
+            if active and event["kind"] == "outage":
+                outcomes[p.name] = {"error": "simulated outage: 503 Service Unavailable", "status_code": event["status_code"],
+                                    "latency_ms": event["latency_ms"], "cost_usd": 0.0, "input_tokens": tin,
+                                    "output_tokens": 0}
+                continue
+            if domain in GRADED:
+                score = min(1.0, max(0.0, 0.5 + q - u))
+            else:
+                score = 1.0 if u < q else 0.0
+            outcomes[p.name] = {"score": round(score, 4), "cost_usd": round((tin + tout) * price / 1e6, 10),
+                                "latency_ms": round(latency, 1), "input_tokens": tin, "output_tokens": tout}
+        records.append({"id": f"{name}-{i}", "messages": [{"role": "user", "content": prompt}], "label": domain,
+                        "outcomes": outcomes})
+    meta = {
+        "scenario": name, "requests": n, "seed": seed, "event": event,
+        "providers": {p.name: {"provider": p.provider, "price_per_1m": p.price_per_1m, "latency_median_ms": p.median_ms,
+                               "quality": dict(zip(DOMAINS, p.quality)), "mean_quality": round(mean_quality(p), 4)}
+                      for p in ps},
+        "model": {"domain_mix": DOMAIN_MIX, "graded_domains": sorted(GRADED), "copula_rho": RHO,
+                  "latency": f"lognormal, median per provider x (0.5 + 0.5*out_tokens/250), sigma {LATENCY_SIGMA}",
+                  "output_tokens": {d: {"median": m, "sigma": s} for d, (m, s) in OUTPUT_TOKENS.items()},
+                  "cost": "(input + output tokens) x price per 1M / 1e6"},
+    }
+    return records, meta
+
+
+def candidates_of(meta: dict) -> dict[str, dict]:
+    """Replay candidate facts at list price (the price before any price event)."""
+    return {n: {"provider": p["provider"], "input_cost_per_1m": p["price_per_1m"], "output_cost_per_1m": p["price_per_1m"]}
+            for n, p in meta["providers"].items()}
+
+
+def write_scenario(name: str, out_dir: Path = DEFAULT_OUT, **kw) -> tuple[Path, dict]:
+    from convert_data import write_candidates_yaml, write_jsonl  # same directory
+
+    records, meta = generate(name, **kw)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}.jsonl"
+    write_jsonl(path, records)
+    (out_dir / f"{name}.meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_candidates_yaml(out_dir / f"{name}.candidates.yaml", candidates_of(meta))
+    return path, meta
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description="seeded synthetic routing scenarios")
+    p.add_argument("--out", default=str(DEFAULT_OUT))
+    p.add_argument("--requests", type=int, default=DEFAULT_REQUESTS)
+    p.add_argument("--providers", type=int, default=DEFAULT_PROVIDERS)
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    p.add_argument("--scenario", action="append", choices=SCENARIOS, help="default: all")
+    args = p.parse_args(argv)
+    for name in args.scenario or SCENARIOS:
+        path, meta = write_scenario(name, Path(args.out), n=args.requests, n_providers=args.providers, seed=args.seed)
+        print(f"{name}: {path} event={json.dumps(meta['event'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""The benchmark data: converters of the shared real data and the synthetic scenario generator."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import convert_data  # noqa: E402
+import synthetic  # noqa: E402
+from aisia_plugin.replay.trace import load_trace  # noqa: E402
+
+DATA = convert_data.shared_data_dir()
+needs_data = pytest.mark.skipif(not (DATA / convert_data.ROUTELLM_FILE).exists(), reason=f"no shared data in {DATA}")
+
+
+def _check_record(r: dict, candidates: set[str]) -> None:
+    assert isinstance(r["id"], str) and r["id"]
+    assert r["messages"][0]["role"] == "user" and r["messages"][0]["content"].strip()
+    assert set(r["outcomes"]) == candidates
+    for o in r["outcomes"].values():
+        if "error" not in o:
+            assert 0.0 <= o["score"] <= 1.0
+        assert o["cost_usd"] >= 0 and o["latency_ms"] > 0
+        assert o["input_tokens"] >= 0 and o["output_tokens"] >= 0
+
+
+@needs_data
+def test_routellm_slice(tmp_path):
+    recs = convert_data.convert_routellm(DATA, limit=20)
+    assert len(recs) == 20
+    for r in recs:
+        _check_record(r, {"mixtral-8x7b", "gpt-4-1106"})
+        assert r["label"] == "math"
+        for o in r["outcomes"].values():
+            assert o["score"] in (0.0, 1.0)
+        g = r["outcomes"]["gpt-4-1106"]
+        assert g["cost_usd"] == pytest.approx((g["input_tokens"] * 10 + g["output_tokens"] * 30) / 1e6)
+        m = r["outcomes"]["mixtral-8x7b"]
+        assert m["cost_usd"] == pytest.approx((m["input_tokens"] + m["output_tokens"]) * 0.6 / 1e6)
+        assert g["input_tokens"] == m["input_tokens"] == convert_data.estimate_tokens(r["messages"][0]["content"])
+    # scores follow the CSV's True/False columns
+    import csv
+
+    csv.field_size_limit(1 << 30)
+    with open(DATA / convert_data.ROUTELLM_FILE, newline="", encoding="utf-8") as fh:
+        rows = [row for _, row in zip(range(20), csv.DictReader(fh))]
+    for r, row in zip(recs, rows):
+        assert r["messages"][0]["content"] == row["prompt"]
+        assert r["outcomes"]["gpt-4-1106"]["score"] == (1.0 if row["gpt-4-1106-preview"] == "True" else 0.0)
+    # the written file passes the replay's trace checks
+    path = tmp_path / "t.jsonl"
+    convert_data.write_jsonl(path, recs)
+    assert len(load_trace(str(path))) == 20
+
+
+@needs_data
+def test_routerarena_join_and_labels(tmp_path):
+    recs = convert_data.convert_routerarena(DATA, limit=20)
+    assert len(recs) == 20
+    raw = {}
+    for m in convert_data.ROUTERARENA_MODELS:
+        with open(DATA / f"routerarena_{m}.jsonl", encoding="utf-8") as fh:
+            raw[m] = {json.loads(line)["global_index"]: json.loads(line) for line in fh if line.strip()}
+    for r in recs:
+        _check_record(r, set(convert_data.ROUTERARENA_MODELS))
+        gi = r["id"]
+        # the same prompt for both models (the join on global_index)
+        qs = {raw[m][gi]["question"] for m in convert_data.ROUTERARENA_MODELS}
+        assert len(qs) == 1 and r["messages"][0]["content"] in qs
+        assert r["label"] == gi.rsplit("_", 1)[0] and gi == f"{r['label']}_{gi.rsplit('_', 1)[1]}"
+        for m in convert_data.ROUTERARENA_MODELS:
+            src, o = raw[m][gi], r["outcomes"][m]
+            assert o["score"] == pytest.approx(src["evaluation_result"]["score"])
+            assert o["cost_usd"] == pytest.approx(src["evaluation_result"]["inference_cost"])
+            assert o["input_tokens"] == src["token_usage"]["input_tokens"]
+    assert convert_data.dataset_label("WMT19-de-en_5") == "WMT19-de-en"
+    assert convert_data.dataset_label("MMLUPro_12") == "MMLUPro"
+    path = tmp_path / "a.jsonl"
+    convert_data.write_jsonl(path, recs)
+    assert len(load_trace(str(path))) == 20
+
+
+def test_synthetic_deterministic_and_valid(tmp_path):
+    a, meta_a = synthetic.generate("stationary", n=200, seed=3)
+    b, meta_b = synthetic.generate("stationary", n=200, seed=3)
+    c, _ = synthetic.generate("stationary", n=200, seed=4)
+    assert a == b and meta_a == meta_b
+    assert a != c
+    names = set(meta_a["providers"])
+    assert 8 <= len(names) <= 15
+    for n, p in meta_a["providers"].items():
+        assert p["provider"] == n.split("-", 1)[0]
+        assert p["price_per_1m"] == synthetic.SEED_PRICES[p["provider"]]
+    labels = {r["label"] for r in a}
+    assert labels <= set(synthetic.DOMAINS) and len(labels) >= 3
+    for r in a:
+        _check_record(r, names)
+    path = tmp_path / "s.jsonl"
+    convert_data.write_jsonl(path, a)
+    assert len(load_trace(str(path))) == 200
+
+
+def test_degrade_really_degrades_the_named_provider():
+    n = 2000
+    recs, meta = synthetic.generate("degrade", n=n, seed=11)
+    ev = meta["event"]
+    x = ev["candidate"]
+    assert x == synthetic.best_provider(synthetic.providers()).name
+    assert ev["start"] == n // 2 and ev["end"] == 3 * n // 4
+
+    def mean(lo, hi, cand):
+        return sum(r["outcomes"][cand]["score"] for r in recs[lo:hi]) / (hi - lo)
+
+    before, during, after = mean(0, ev["start"], x), mean(ev["start"], ev["end"], x), mean(ev["end"], n, x)
+    assert during < 0.5 * before
+    assert after > 0.8 * before
+    # another provider is unchanged
+    other = next(p for p in meta["providers"] if p != x)
+    assert abs(mean(0, ev["start"], other) - mean(ev["start"], ev["end"], other)) < 0.1
+    # the scenarios share the underlying draws: outside the event, degrade == stationary
+    stat, _ = synthetic.generate("stationary", n=n, seed=11)
+    assert recs[10]["outcomes"] == stat[10]["outcomes"]
+
+
+def test_outage_errors_every_call_in_window():
+    n = 1000
+    recs, meta = synthetic.generate("outage", n=n, seed=5)
+    ev = meta["event"]
+    x = ev["candidate"]
+    assert ev["end"] - ev["start"] == n // 10
+    for r in recs[ev["start"]:ev["end"]]:
+        assert "error" in r["outcomes"][x] and r["outcomes"][x]["status_code"] == 503
+    assert not any("error" in o for r in recs[:ev["start"]] for o in r["outcomes"].values())
