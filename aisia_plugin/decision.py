@@ -161,6 +161,6 @@ def ranked_decision(strategy: str, pool: list[Candidate], scores: Mapping[str, f
         reason=reason,
         candidates_considered=len(pool),
         final_score=scores.get(chosen.id),
-        scores=[CandidateScore(c.id, scores.get(c.id), None, dict(terms.get(c.id, {}))) for c in pool],
+        scores=[CandidateScore(c.id, scores.get(c.id), None, terms.get(c.id, {})) for c in pool],
         probability=probability,
     )

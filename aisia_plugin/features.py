@@ -1,37 +1,107 @@
-"""Request features from OpenAI-format messages (AISIA seed section 8). Pure and linear-time:
-the prompts are attacker-controlled, so every pattern here is RE2 and every loop is bounded by
-the input's size."""
+"""Request features from OpenAI-format messages (AISIA seed section 8).
+
+Pure (no I/O) and linear-time: prompts are attacker-controlled, so there is no backtracking regex
+here. Every keyword list and phrase (task types, creative, real-time, image/audio output requests,
+code syntax) is one entry of a single RE2 set, so the prompt is scanned once, in linear time, and
+the scan says which entries matched; character classes are counted with ``bytes.count``.
+
+Specificity heuristic (``RequestFeatures.specificity``, 0..1, read by the rules strategy's
+specificityMatch): how technical/precise the request looks, from four signals on the scanned
+text, each saturating at 1:
+
+- symbols (0.35): share of code/maths symbols ``_(){}[]=<>/\\#$^*|~`` among characters, 5 % = 1;
+- digits (0.15): share of digits among characters, 5 % = 1;
+- vocabulary (0.30): mean length of the distinct words, 4 letters = 0, 8 or more = 1 (jargon and
+  identifiers are long, chit-chat is short);
+- code (0.20): detected code syntax.
+
+Prompts under 8 words are scaled down in proportion (a two-word prompt says too little to be
+specific). "Hello, how are you?" scores about 0.05; a traceback or a maths problem 0.5 to 0.9."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import re2
 
 _OPT = re2.Options()
 _OPT.case_sensitive = False
 _OPT.log_errors = False
+_OPT.max_mem = 32 << 20
+
+_CLASSES = bytearray(b"L" * 256)  # byte -> class: L letter, D digit, S code/maths symbol, P punctuation, " " blank
+for _c in b"0123456789":
+    _CLASSES[_c] = ord("D")
+for _c in b"_(){}[]=<>/\\#$^*|~":
+    _CLASSES[_c] = ord("S")
+for _c in b".,;:!?'\"-@%&+`":
+    _CLASSES[_c] = ord("P")
+for _c in b" \n\t\r\f\v":
+    _CLASSES[_c] = ord(" ")
+_CLASSES = bytes(_CLASSES)
+_NB = r"(?:^|[^\pL\pN_])"   # a word boundary that, unlike RE2's \b, knows accented letters
+_NA = r"(?:$|[^\pL\pN_])"
 
 
-def _re(p: str):
-    return re2.compile(p, _OPT)
+def _words(text: str) -> str:
+    return _NB + "(?:" + "|".join(re2.escape(w) for w in text.split()) + ")" + _NA
 
 
-_CODE = _re(r"```|\bdef \w+\(|\bclass \w+[:(]|\bfunction\s*\w*\(|\bimport \w+|#include|\bpublic static\b|=>|\};|\bconsole\.log\b|\bSELECT .+ FROM\b")
-_CREATIVE = _re(r"\b(?:poem|poème|story|histoire|conte|novel|roman|lyrics|haiku|sonnet|screenplay|creative|slogan|fiction)\b")
-_REALTIME = _re(r"\b(?:quick(?:ly)?|asap|urgent|real[- ]time|temps réel|autocomplete|rapidement|vite|immediately|tout de suite)\b")
-_IMAGE_OUT = _re(r"\b(?:generate|create|draw|dessine|génère|genere|crée)\b.{0,40}\b(?:image|picture|illustration|drawing|logo|photo)\b|dall-?e|stable diffusion")
-_AUDIO_OUT = _re(r"text to speech|\btts\b|synthèse vocale|read (?:it|this) aloud|lis (?:le|ce) texte à voix haute")
-_TASKS = [
-    ("debugging", _re(r"\b(?:debug|bug|error|exception|traceback|stack trace|fix|crash|erreur|corrige|plante)\b")),
-    ("review", _re(r"\b(?:review|code review|relis|critique|audit)\b")),
-    ("documentation", _re(r"\b(?:document(?:ation)?|docstring|readme|comment(?:s|aire)?)\b")),
-    ("planning", _re(r"\b(?:plan|roadmap|design|architecture|strategy|stratégie|étapes|steps to)\b")),
-    ("coding", _re(r"\b(?:code|function|fonction|class|script|implement|implémente|program|programme|python|javascript|typescript|java|rust|golang|sql|api|regex)\b")),
-    ("analysis", _re(r"\b(?:analy[sz]e|analyse|compare|evaluate|évalue|explain why|explique pourquoi|assess)\b")),
-]
-_TECH = _re(r"\b(?:\w+\(\)|\w+\.\w+\(|v?\d+\.\d+(?:\.\d+)?|[A-Z]{2,}\d*|\w+_\w+)\b")
+def _literals(items) -> str:
+    return "|".join(re2.escape(i) for i in items)
+
+
+_TASK_NAMES = ("debugging", "review", "documentation", "planning", "coding", "analysis")
+_TASK_WORDS = (
+    """debug debugging debugger bug bugs error errors exception exceptions traceback stacktrace crash
+    crashes crashing segfault fix fixing broken erreur erreurs bogue plante plantage corrige corriger
+    déboguer débogue dépanne""",
+    "review reviewing reviewer critique audit relis relire relecture revue feedback",
+    """document documentation docstring docstrings readme docs commentaire commentaires changelog
+    tutorial tutoriel""",
+    """plan planning roadmap architecture design strategy stratégie planifie planifier milestones étapes
+    schedule""",
+    """code coding function fonction class script implement implémente implémenter program programme
+    programming python javascript typescript java rust golang sql api regex refactor compile algorithm
+    algorithme""",
+    """analyze analyse analyser analysis compare comparer evaluate évalue évaluer assess explain explique
+    expliquer why pourquoi summarize résume""",
+)
+_CREATIVE = _words("""poem poems poème poèmes poetry poésie story stories conte contes novel nouvelle lyrics
+    paroles haiku haïku sonnet screenplay scénario fiction fable limerick slogan ballad ballade""") + "|" + _literals(
+    ("creative writing", "écriture créative", "write a song", "écris une chanson", "once upon a time",
+     "il était une fois"))
+_REALTIME = _words("""quick quickly asap urgent urgently immediately instantly realtime autocomplete
+    autocompletion vite rapidement rapide immédiatement urgence""") + "|" + _literals(
+    ("real-time", "real time", "temps réel", "temps-réel", "tout de suite", "right now", "au plus vite",
+     "low latency", "faible latence"))
+_IMAGE_OUT = (r"\b(?:generate|create|draw|make|render|paint|design|produce)\b(?:\s+\S+){0,4}?\s+"
+              r"(?:images?|pictures?|illustrations?|drawing|painting|logo|portrait|wallpaper|artwork|photo)\b"
+              r"|(?:génère\w*|crée\w*|dessine\w*|produi\w*)(?:\s+\S+){0,4}?\s+(?:images?|illustrations?|dessin|logo|photo|peinture)"
+              r"|\bdall-?e\b|\bstable diffusion\b|\bmidjourney\b|\btext-to-image\b")
+_AUDIO_OUT = _words("tts") + "|" + _literals(
+    ("text to speech", "text-to-speech", "read it aloud", "read this aloud", "read aloud", "out loud",
+     "à voix haute", "synthèse vocale", "voice message", "audio version", "as audio", "en audio",
+     "as an mp3", "en mp3", "spoken version", "narrate this"))
+_STRONG_CODE = _literals(("```", "#include", "console.log", "public static", "system.out", "<?php", "();",
+                          "){", ") {", "};", "=>", "!==", "===", "print(", "\ndef ", "\nclass ",
+                          "\nimport ", "\nfrom ", "\n    return", "\treturn", "printf(", "#!/", "std::",
+                          "pip install", "npm install"))
+_WEAK_CODE = ("def ", "class ", "import ", "function ", "return ", " = ", "[i]", "==", "!=", "++", "->",
+              "::", "/*", "//", "\t", "self.", "this.")
+
+# One RE2 set: a single linear scan tells which of these matched anywhere in the prompt.
+_SET = re2.Set.SearchSet(_OPT)
+_IDX: dict[str, int] = {}
+for _name, _pattern in [*zip(_TASK_NAMES, map(_words, _TASK_WORDS)), ("creative", _CREATIVE),
+                        ("realtime", _REALTIME), ("image", _IMAGE_OUT), ("audio", _AUDIO_OUT),
+                        ("code", _STRONG_CODE)] + [(f"weak{i}", re2.escape(w)) for i, w in enumerate(_WEAK_CODE)]:
+    _IDX[_name] = _SET.Add(_pattern)
+_SET.Compile()
+_SET_MATCH = _SET._set.Match
+_WEAK_IDX = frozenset(v for k, v in _IDX.items() if k.startswith("weak"))
+_MODALITY_NAMES = frozenset(["text", "image", "audio", "video"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,23 +122,32 @@ class RequestFeatures:
 
 
 def _parts(messages):
-    """(kind, text) for every content part; odd shapes are skipped, never raised on."""
+    """(role, kind, text) for every content part; odd shapes are skipped, never raised on."""
     if not isinstance(messages, (list, tuple)):
         return
     for m in messages:
-        if not isinstance(m, dict):
+        if not isinstance(m, Mapping):
             continue
-        role = m.get("role") if isinstance(m.get("role"), str) else "user"
-        content = m.get("content")
+        try:
+            role = m.get("role")
+            content = m.get("content")
+        except Exception:  # a hostile Mapping
+            continue
+        role = role if isinstance(role, str) else ""
         if isinstance(content, str):
             yield role, "text", content
-        elif isinstance(content, list):
+        elif isinstance(content, (list, tuple)):
             for part in content:
-                if not isinstance(part, dict):
+                if isinstance(part, str):
+                    yield role, "text", part
+                    continue
+                if not isinstance(part, Mapping):
                     continue
                 kind = part.get("type")
-                if kind == "text" and isinstance(part.get("text"), str):
-                    yield role, "text", part["text"]
+                if kind == "text":
+                    t = part.get("text")
+                    if isinstance(t, str):
+                        yield role, "text", t
                 elif kind in ("image_url", "image", "input_image"):
                     yield role, "image", ""
                 elif kind in ("input_audio", "audio"):
@@ -76,62 +155,104 @@ def _parts(messages):
 
 
 def message_text(messages) -> str:
+    """All the text of OpenAI-format messages, one part per line; never raises."""
     return "\n".join(t for _, kind, t in _parts(messages) if kind == "text" and t)
 
 
 def _bounded(text: str, max_chars: int) -> str:
+    max_chars = max(2, int(max_chars))
     if len(text) <= max_chars:
         return text
     half = max_chars // 2
     return text[:half] + "\n" + text[-half:]
 
 
+def _tool_chars(tools, budget: int = 4_000_000) -> int:
+    """Approximate JSON size of the tool schemas, walked iteratively (no recursion, bounded)."""
+    size, stack, seen = 0, [tools], 0
+    while stack and size < budget and seen < 200_000:
+        obj = stack.pop()
+        seen += 1
+        if isinstance(obj, str):
+            size += len(obj) + 2
+        elif isinstance(obj, Mapping):
+            size += 2
+            try:
+                items = list(obj.items())
+            except Exception:
+                continue
+            for k, v in items:
+                size += (len(k) + 3) if isinstance(k, str) else 4
+                stack.append(v)
+        elif isinstance(obj, (list, tuple)):
+            size += 2 + len(obj)
+            stack.extend(obj)
+        else:
+            size += 5
+    return min(size, budget)
+
+
+def _requested(request_modalities, hits) -> tuple[str, ...]:
+    if isinstance(request_modalities, str):
+        request_modalities = [request_modalities]
+    if isinstance(request_modalities, (list, tuple)):
+        asked = tuple(dict.fromkeys(m.lower() for m in request_modalities
+                                    if isinstance(m, str) and m.lower() in _MODALITY_NAMES))
+        if asked:
+            return asked
+    if _IDX["image"] in hits:
+        return ("image",)
+    if _IDX["audio"] in hits:
+        return ("audio",)
+    return ("text",)
+
+
+def _specificity(raw: bytes, has_code: bool) -> float:
+    n = len(raw)
+    classes = raw.translate(_CLASSES)  # one C pass: every byte replaced by its class letter
+    blanks = classes.count(b" ")
+    if not n or blanks >= n:
+        return 0.0
+    n_words = blanks + 1
+    symbols, digits = classes.count(b"S"), classes.count(b"D")
+    mean_len = classes.count(b"L") / n_words  # letters (and non-ASCII bytes) per word
+    score = (0.35 * min(1.0, symbols / n / 0.05) + 0.15 * min(1.0, digits / n / 0.05)
+             + 0.30 * min(1.0, max(0.0, (mean_len - 4.0) / 4.0)) + (0.20 if has_code else 0.0))
+    if n_words < 8:
+        score *= n_words / 8
+    return round(min(1.0, max(0.0, score)), 4)
+
+
 def extract_features(messages, tools=None, request_modalities=None, *, max_chars: int = 8000) -> RequestFeatures:
-    chars = 0
-    images = audio = 0
-    user_texts = []
-    for role, kind, text in _parts(messages):
+    """Features of one request. ``text`` is the user messages' text (latest last; all the text
+    when there is no user message), bounded to ``max_chars`` keeping its start and its end; the
+    detections run on that text. Never raises on odd message shapes."""
+    chars = images = audio = 0
+    user_texts, other_texts = [], []
+    for role, kind, t in _parts(messages):
         if kind == "text":
-            chars += len(text)
-            if role == "user":
-                user_texts.append(text)
+            chars += len(t)
+            if t:
+                (user_texts if role == "user" else other_texts).append(t)
         elif kind == "image":
             images += 1
         else:
             audio += 1
-    text = _bounded("\n".join(user_texts) if user_texts else message_text(messages), max_chars)
-    tool_chars = 0
-    if isinstance(tools, list) and tools:
-        tool_chars = len(repr(tools)[:1_000_000])
-    tokens = chars // 4 + 85 * images + 100 * audio + tool_chars // 4
+    text = _bounded("\n".join(user_texts or other_texts), max_chars)
+
+    has_tools = isinstance(tools, (list, tuple)) and len(tools) > 0
+    tokens = chars // 4 + 85 * images + (_tool_chars(tools) // 4 if has_tools else 0)
     bucket = "short" if tokens < 200 else "medium" if tokens < 2000 else "long" if tokens < 16000 else "very_long"
-    kinds = (["text"] if chars else []) + (["image"] if images else []) + (["audio"] if audio else [])
+    kinds = [k for k, present in (("text", chars), ("image", images), ("audio", audio)) if present]
     modality = "mixed" if len(kinds) > 1 else (kinds[0] if kinds else "text")
-    requested = []
-    if isinstance(request_modalities, (list, tuple)):
-        requested = [str(m) for m in request_modalities if isinstance(m, str)]
-    if not requested:
-        requested = ["text"]
-        if _IMAGE_OUT.search(text):
-            requested = ["image"]
-        elif _AUDIO_OUT.search(text):
-            requested = ["audio"]
-    has_code = bool(_CODE.search(text))
-    task = "default"
-    for name, rx in _TASKS:
-        if rx.search(text):
-            task = name
-            break
-    if task == "default" and has_code:
-        task = "coding"
-    # Specificity: share of technical tokens (identifiers, versions, acronyms, calls) among
-    # words, saturating at 1; code counts as highly specific.
-    words = max(1, text.count(" ") + 1)
-    tech = len(_TECH.findall(text[:4000]))
-    specificity = min(1.0, tech / max(1.0, min(words, 1000) / 10.0) + (0.3 if has_code else 0.0))
+
+    raw = text.encode("utf-8", "replace")
+    hits = set(_SET_MATCH(raw) or ()) if raw else set()
+    has_code = _IDX["code"] in hits or len(hits & _WEAK_IDX) >= 3
+    task = next((name for name in _TASK_NAMES if _IDX[name] in hits), "coding" if has_code else "default")
     return RequestFeatures(
-        task_type=task, has_code=has_code, is_creative=bool(_CREATIVE.search(text)),
-        is_realtime=bool(_REALTIME.search(text)), length_bucket=bucket, modality=modality,
-        requested_modalities=tuple(requested), input_tokens=int(tokens), has_tools=bool(tools),
-        specificity=round(specificity, 4), text=text,
+        task_type=task, has_code=has_code, is_creative=_IDX["creative"] in hits,
+        is_realtime=_IDX["realtime"] in hits, length_bucket=bucket, modality=modality,
+        requested_modalities=_requested(request_modalities, hits),
+        input_tokens=int(tokens), has_tools=has_tools, specificity=_specificity(raw, has_code), text=text,
     )

@@ -479,6 +479,7 @@ def main(argv=None) -> int:
     print(f"decision overhead: python {platform.python_version()}, litellm {getattr(litellm, 'version', '?')}, "
           f"{args.calls} calls", flush=True)
     t0 = time.monotonic()
+    load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
     ours, pieces, notes, profile, profile_text = bench_ours(mods, policy, sizes, args.calls, messages,
                                                             args.profile_decides)
     lit, lnotes = ({}, ["--skip-litellm"]) if args.skip_litellm else bench_litellm(sizes, lcalls, messages)
@@ -501,6 +502,8 @@ def main(argv=None) -> int:
                                  "cost-based-routing: event-loop run_until_complete + task drain) + LiteLLM "
                                  "selection; router_only: the Router selection call alone"),
             "wall_s": round(time.monotonic() - t0, 1),
+            "loadavg_1_5_15_start": load_start,
+            "loadavg_1_5_15_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
         },
         "ours": ours, "litellm": lit, "pieces": pieces, "notes": notes + lnotes, "profile": profile,
     }

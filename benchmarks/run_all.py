@@ -323,7 +323,9 @@ def summary(results: list[dict]) -> list[str]:
         m = dg["rows"]["aisia auto"]["move"]
         mv = m.get("move_away")
         met = isinstance(mv, int) and mv <= 50
-        out.append(f"- **Traffic leaves the degraded provider within 50 requests: {'MET' if met else 'NOT MET'}** "
+        verdict = "MET" if met else ("NOT MEASURABLE (auto gave X under 20 % of its traffic before the change, "
+                                     "so there was no concentration to move away from)" if mv == "n/a" else "NOT MET")
+        out.append(f"- **Traffic leaves the degraded provider within 50 requests: {verdict}** "
                    f"(auto: move-away {mv}, come-back {m.get('come_back')}; share of {dg['event']['candidate']} "
                    f"{m.get('pre_share', 0):.0%} before, {m.get('during_share', 0):.0%} during, "
                    f"{(m.get('after_share') or 0):.0%} after). LiteLLM: "

@@ -65,7 +65,14 @@ model_list:
 """)
     sf = tmp_path / "state.json"
     sf.write_text(json.dumps(state))
-    assert main(["explain", "--alias", "auto", "--json", "--state", str(sf), "--deployments", str(cfg), "hello"]) == 0
+    # The seed's worked example uses C = sqrt 2; the shipped auto alias explores less, so a team
+    # file overrides it (exercising the merge rule too).
+    override = tmp_path / "team.yaml"
+    override.write_text("version: 1\noverrides: true\naliases:\n  auto: {exploration_c: 1.4142135623730951}\n")
+    from aisia_plugin.resources import policies_dir
+
+    assert main(["explain", "--alias", "auto", "--json", "--policy", str(policies_dir()), "--policy", str(override),
+                 "--state", str(sf), "--deployments", str(cfg), "hello"]) == 0
     d = json.loads(capsys.readouterr().out)["decision"]
     assert d["strategy"] == "ucb1"
     assert d["deployment_id"] == "groq-llama-3.1-8b"

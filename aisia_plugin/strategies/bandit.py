@@ -27,7 +27,7 @@ class UCB1Strategy:
             t = ucb1_terms(c.stats, context.total_pulls, c=context.exploration_c, cost_per_1m=c.cost_per_1m,
                            cost_weight=context.cost_weight, latency_weight=context.latency_weight,
                            cost_scale=context.cost_scale_per_1m, latency_scale=context.latency_scale_s)
-            terms[c.id] = {k: round(v, 6) for k, v in t.items() if k != "score"}
+            terms[c.id] = t
             scores[c.id] = t["score"]
         # max() keeps the first of equal scores: ties go to pool order, deterministically.
         best = max(pool, key=lambda c: scores[c.id])

@@ -1,0 +1,140 @@
+"""Feature extraction: shapes, hostile input, buckets, token estimate, modality."""
+
+from dataclasses import replace
+
+import pytest
+
+from aisia_plugin.features import RequestFeatures, extract_features, message_text
+
+
+def user(content):
+    return [{"role": "user", "content": content}]
+
+
+def test_message_text_str_parts_and_odd_shapes():
+    msgs = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": [{"type": "text", "text": "hello"}, {"type": "image_url", "image_url": {"url": "x"}},
+                                     {"type": "input_audio", "input_audio": {"data": "..."}}, {"type": "weird", "text": "no"},
+                                     {"type": "text", "text": 42}, "bare string part", None, 7]},
+        {"role": "assistant", "content": None},
+        "not a dict", None, 3.5, {"content": {"nested": "dict"}}, {"role": 5, "content": "odd role"},
+    ]
+    assert message_text(msgs) == "sys\nhello\nbare string part\nodd role"
+    for odd in (None, "text", 5, {"role": "user"}, [None], [[]], [{"content": b"bytes"}], ({"content": "t"},)):
+        assert isinstance(message_text(odd), str)
+
+
+class Hostile(dict):
+    def get(self, *a):
+        raise RuntimeError("boom")
+
+
+@pytest.mark.parametrize("messages", [
+    None, 1, "x", b"bytes", [], [None], [1, 2], [{"role": "user"}], [{"role": "user", "content": 12}],
+    [{"role": "user", "content": [{"type": "text"}]}], [{"role": "user", "content": [{"type": None, "text": None}]}],
+    [{"role": "user", "content": [[["deep"]]]}], [Hostile()], [{"role": "user", "content": object()}],
+    [{"role": "user", "content": "\ud800 lone surrogate"}],
+])
+def test_never_raises_on_odd_shapes(messages):
+    f = extract_features(messages, tools={"not": "a list"}, request_modalities=123)
+    assert isinstance(f, RequestFeatures)
+    assert f.length_bucket in ("short", "medium", "long", "very_long")
+    assert 0.0 <= f.specificity <= 1.0
+
+
+def test_one_megabyte_prompt_is_bounded():
+    big = "a" * 10**6 + "!"
+    f = extract_features(user(big), max_chars=8000)
+    assert len(f.text) <= 8001 and f.text.startswith("aaa") and f.text.endswith("!")
+    assert f.input_tokens == len(big) // 4 and f.length_bucket == "very_long"
+    g = extract_features(user("(" * 10**6 + "```"))
+    assert g.has_code
+
+
+def test_text_is_user_messages_latest_last():
+    msgs = [{"role": "system", "content": "SYSTEM"}, {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "reply"}, {"role": "user", "content": "second"}]
+    f = extract_features(msgs)
+    assert f.text == "first\nsecond"
+    assert extract_features([{"role": "system", "content": "only system"}]).text == "only system"
+
+
+@pytest.mark.parametrize("chars,bucket", [(0, "short"), (796, "short"), (800, "medium"), (7996, "medium"),
+                                         (8000, "long"), (63996, "long"), (64000, "very_long")])
+def test_length_buckets(chars, bucket):
+    assert extract_features(user("x" * chars)).length_bucket == bucket
+
+
+def test_token_estimate_text_images_tools():
+    parts = [{"type": "text", "text": "x" * 400}, {"type": "image_url", "image_url": {"url": "u"}},
+             {"type": "image_url", "image_url": {"url": "v"}}]
+    f = extract_features(user(parts) + [{"role": "system", "content": "y" * 40}])
+    assert f.input_tokens == 440 // 4 + 2 * 85
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}}]
+    g = extract_features(user("x" * 400), tools=tools)
+    assert g.has_tools and g.input_tokens > 100
+    assert not extract_features(user("x"), tools=[]).has_tools
+    # a self-referencing tool schema is walked with a bound, not forever
+    loop = {"a": []}
+    loop["a"].append(loop)
+    assert extract_features(user("x"), tools=[loop]).has_tools
+
+
+def test_modality_detection():
+    img = {"type": "image_url", "image_url": {"url": "u"}}
+    aud = {"type": "input_audio", "input_audio": {"data": "d", "format": "wav"}}
+    assert extract_features(user("hi")).modality == "text"
+    assert extract_features(user([img])).modality == "image"
+    assert extract_features(user([aud])).modality == "audio"
+    assert extract_features(user([{"type": "text", "text": "what is this"}, img])).modality == "mixed"
+    assert extract_features(user([img, aud])).modality == "mixed"
+    assert extract_features([]).modality == "text"
+
+
+def test_requested_modalities():
+    assert extract_features(user("Summarise this article")).requested_modalities == ("text",)
+    assert extract_features(user("Generate an image of a red fox in the snow")).requested_modalities == ("image",)
+    assert extract_features(user("Génère une image d'un chat")).requested_modalities == ("image",)
+    assert extract_features(user("Use DALL-E for a logo")).requested_modalities == ("image",)
+    assert extract_features(user("Describe this image")).requested_modalities == ("text",)
+    assert extract_features(user("Convert this paragraph with text to speech")).requested_modalities == ("audio",)
+    assert extract_features(user("Lis ce texte à voix haute")).requested_modalities == ("audio",)
+    assert extract_features(user("hi"), request_modalities=["text", "audio"]).requested_modalities == ("text", "audio")
+    assert extract_features(user("hi"), request_modalities=["Audio", "bogus", 3]).requested_modalities == ("audio",)
+    assert extract_features(user("draw a picture of a cat"), request_modalities=[]).requested_modalities == ("image",)
+
+
+def test_code_task_creative_realtime():
+    f = extract_features(user("```python\ndef add(a, b):\n    return a + b\n```"))
+    assert f.has_code and f.task_type == "coding"
+    assert extract_features(user("Écris une fonction Python qui trie une liste")).task_type == "coding"
+    assert extract_features(user("I get a Traceback with a KeyError, please fix it")).task_type == "debugging"
+    assert extract_features(user("Corrige cette erreur dans mon script")).task_type == "debugging"
+    assert extract_features(user("Please review my pull request")).task_type == "review"
+    assert extract_features(user("Write the README documentation")).task_type == "documentation"
+    assert extract_features(user("Make a roadmap for the migration")).task_type == "planning"
+    assert extract_features(user("Compare these two offers")).task_type == "analysis"
+    assert extract_features(user("Bonjour, ça va ?")).task_type == "default"
+    assert not extract_features(user("The class of 2020 met in Paris.")).has_code
+    assert extract_features(user("Write a poem about the sea")).is_creative
+    assert extract_features(user("Écris un poème sur la mer")).is_creative
+    assert not extract_features(user("What is the capital of France?")).is_creative
+    assert extract_features(user("I need a quick answer")).is_realtime
+    assert extract_features(user("Réponds rapidement stp")).is_realtime
+    assert extract_features(user("real-time autocomplete for my editor")).is_realtime
+    assert not extract_features(user("Explain photosynthesis")).is_realtime
+
+
+def test_specificity_range_and_order():
+    chat = extract_features(user("Hello, how are you today? I hope all is well with you.")).specificity
+    tech = extract_features(user("Fix KeyError in pandas.DataFrame.merge(on=['id_x']) with pandas==2.1.4 "
+                                 "and numpy 1.26 on python3.11; traceback: File 'etl/load_v2.py', line 42")).specificity
+    assert 0.0 <= chat < 0.2 < tech <= 1.0
+    assert extract_features(user("")).specificity == 0.0
+
+
+def test_replace_and_defaults():
+    f = extract_features(user("hi"))
+    assert f.extra == {} and f.estimate_probability is False
+    assert replace(f, estimate_probability=True).estimate_probability is True
