@@ -37,6 +37,20 @@ def _options(capture: bool):
     return opts
 
 
+_PROBES = ("", "a", " ", "a b", "é", "0")
+
+
+def _matches_empty(pattern: str) -> bool:
+    """Does the pattern match the empty string somewhere in ordinary text? (it also names a pattern
+    RE2 rejects, through compile_pattern's error)"""
+    rx = compile_pattern(pattern)
+    for probe in _PROBES:
+        m = rx.search(probe)
+        if m is not None and m.end() == m.start():
+            return True
+    return False
+
+
 class DomainDetector:
     """Compiled once from a policy's ``domains`` section; ``scores``/``detect`` never raise."""
 
@@ -46,14 +60,16 @@ class DomainDetector:
         self.max_scan_chars = domains.max_scan_chars
         self.names: list[str] = list(domains.definitions)
         self.weights: list[float] = [float(domains.definitions[n].weight) for n in self.names]
-        groups = []
-        for n in self.names:
-            pats = domains.definitions[n].patterns
-            for p in pats:
-                compile_pattern(p)  # a clear error naming the bad pattern (the loader checks it too)
-            groups.append("(" + "|".join(f"(?:{p})" for p in pats) + ")")
+        groups, owners = [], []
+        for i, n in enumerate(self.names):
+            # A pattern that can match the empty string would match everywhere (and, placed in one
+            # alternation, shadow the patterns after it): it counts nothing, so it is left out.
+            pats = [p for p in domains.definitions[n].patterns if not _matches_empty(p)]
+            if pats:
+                groups.append("(" + "|".join(f"(?:{p})" for p in pats) + ")")
+                owners.append(i)
         self._scan = self._capture = None
-        self._group_of: list[int] = []
+        self._group_of: list[tuple[int, int]] = []  # (capture group index, domain index)
         self._memo: dict[tuple, int] = {}
         if not groups:
             return
@@ -62,8 +78,8 @@ class DomainDetector:
         self._capture = re2.compile(combined, _options(capture=True))._regexp
         # Patterns may hold capture groups of their own: note where each domain's group sits.
         index = 1
-        for g in groups:
-            self._group_of.append(index)
+        for g, owner in zip(groups, owners):
+            self._group_of.append((index, owner))
             index += 1 + re2.compile(g[1:-1], _options(capture=True))._regexp.NumberOfCapturingGroups()
 
     # -- scanning ---------------------------------------------------------------------------
@@ -82,9 +98,9 @@ class DomainDetector:
             return hit
         spans = self._capture.Match(_ANCHOR_START, data, start, n)
         found = -1
-        for i, g in enumerate(self._group_of):
+        for g, owner in self._group_of:
             if spans[g][0] >= 0:
-                found = i
+                found = owner
                 break
         if len(self._memo) >= _MEMO_MAX:
             self._memo.clear()
