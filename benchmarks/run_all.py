@@ -72,45 +72,21 @@ FAILOVER_ATTEMPTS = 2
 
 # -- routers ---------------------------------------------------------------------------------------
 def run_engine_with_price_event(policy, alias, scenario, event, *, seed=0) -> list[Served]:
-    """run_router's loop (same Engine calls), except that the event candidate's Deployment prices
-    change at the event start (a config reload in a live proxy: deployments are read per request).
-    Used only for price_change, where runner.run_router (static prices) cannot express it."""
+    """run_router with the event candidate's prices changed inside the event window (a config
+    reload in a live proxy: deployments are read per request)."""
     from dataclasses import replace
 
-    from aisia_plugin.engine import Engine
-
-    ap = policy.aliases[alias]
-    deps = scenario.deployments(policy)
     cand = event["candidate"]
-    new_dep = replace(deps[cand], input_cost_per_1m=deps[cand].input_cost_per_1m * event["factor"],
-                      output_cost_per_1m=deps[cand].output_cost_per_1m * event["factor"])
-    now = [0.0]
-    engine = Engine(policy, clock=lambda: now[0], rng=random.Random(seed))
-    out = []
-    for i, (rec, row) in enumerate(zip(scenario.trace.records, scenario.calls)):
-        now[0] = i * scenario.seconds_per_request
+
+    def deployments_at(i, deps):
+        if not event["start"] <= i < event["end"]:
+            return deps
         cur = dict(deps)
-        if event["start"] <= i < event["end"]:
-            cur[cand] = new_dep
-        pool = [cur[n] for n in scenario.candidates if n in row]
-        feats = engine.features(rec.messages)
-        tried, attempts, refused = [], [], None
-        for _ in range(1 + ap.failover.attempts):
-            d = engine.decide(alias, rec.messages, pool, exclude=tried, features=feats)
-            if d.deployment_id is None:
-                refused = d.status_code
-                break
-            call = row[d.deployment_id]
-            engine.record(d, call.outcome())
-            tried.append(call.candidate)
-            attempts.append(call)
-            if call.success:
-                break
-        s = served_from(attempts)
-        if not attempts:
-            s.status_code = refused
-        out.append(s)
-    return out
+        cur[cand] = replace(deps[cand], input_cost_per_1m=deps[cand].input_cost_per_1m * event["factor"],
+                            output_cost_per_1m=deps[cand].output_cost_per_1m * event["factor"])
+        return cur
+
+    return run_router(policy, alias, scenario, seed=seed, deployments_at=deployments_at)
 
 
 def run_litellm(strategy: str, scenario, names: list[str], prices: dict, *, seed: int = 0,

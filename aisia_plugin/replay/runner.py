@@ -225,8 +225,12 @@ def figures(name: str, served: Sequence[Served], oracle: Optional[Sequence[Serve
 
 
 # -- the runs --------------------------------------------------------------------------------------
-def run_router(policy, alias: str, scenario: Scenario, *, seed: int = 0, progress: Optional[Progress] = None) -> list[Served]:
-    """The Engine, online, in file order; only chosen candidates' outcomes are revealed."""
+def run_router(policy, alias: str, scenario: Scenario, *, seed: int = 0, progress: Optional[Progress] = None,
+               deployments_at: Optional[Callable[[int, dict], dict]] = None) -> list[Served]:
+    """The Engine, online, in file order; only chosen candidates' outcomes are revealed.
+
+    `deployments_at(index, deployments)` may return the deployments as they are at request
+    `index` (a price change or config reload mid-trace: a live proxy reads them per request)."""
     import random as _random
 
     from ..engine import Engine
@@ -243,7 +247,8 @@ def run_router(policy, alias: str, scenario: Scenario, *, seed: int = 0, progres
     total = len(scenario)
     for i, (rec, row) in enumerate(zip(scenario.trace.records, scenario.calls)):
         now[0] = i * scenario.seconds_per_request
-        pool = [deps[n] for n in order if n in row]
+        cur = deployments_at(i, deps) if deployments_at is not None else deps
+        pool = [cur[n] for n in order if n in row]
         feats = engine.features(rec.messages)
         tried: list[str] = []
         attempts: list[Call] = []
