@@ -12,7 +12,10 @@ import math
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True, slots=True)
+# Treated as immutable (every function here returns a new record) but not frozen: a frozen
+# dataclass's __init__ goes through object.__setattr__ per field and costs about five times more,
+# and a record is built per candidate per request.
+@dataclass(slots=True)
 class ArmStats:
     pulls: float = 0.0  # observations, discounted (seed: pulls)
     total_reward: float = 0.0  # discounted sum of rewards (seed: total_reward)
@@ -108,6 +111,94 @@ def blend(global_stats: ArmStats, domain_stats: ArmStats | None, prior_strength:
     )
 
 
+def arm_view(g: ArmStats | None, d: ArmStats | None, tick: float, gamma: float,
+             prior_strength: float | None, fresh: ArmStats) -> ArmStats:
+    """What a decision sees of one deployment at `tick`: its global record decayed and, when
+    `prior_strength` is given (per-domain learning on and the request has a domain), blended
+    with its decayed domain record. Same result as ``blend(decayed(g), decayed(d), prior)``
+    (``decayed(g)`` alone without a prior), computed in one pass building one record: this runs
+    per candidate per request."""
+    forget = gamma < 1.0
+    if g is None:  # never observed: the fresh record, as is (nothing to forget)
+        g = fresh
+        fg, g_tick = 1.0, g.tick
+    elif forget and tick > g.tick:
+        fg, g_tick = gamma ** (tick - g.tick), tick
+    else:
+        fg, g_tick = 1.0, g.tick
+    if prior_strength is None:
+        if g_tick == g.tick:
+            return g
+        return ArmStats(g.pulls * fg, g.total_reward * fg, 1.0 + (g.alpha - 1.0) * fg, 1.0 + (g.beta - 1.0) * fg,
+                        g.avg_latency, g.latency_var, g.failures * fg, g.count, tick)
+    g_pulls = g.pulls * fg
+    w = prior_strength if prior_strength < g_pulls else g_pulls
+    gs = (w / g_pulls if g_pulls > 0 else 0.0) * fg  # the prior's share of the undecayed global sums
+    g_count = g.count if w > 0 else 0
+    if d is None:
+        return ArmStats(w, gs * g.total_reward, 1.0 + gs * (g.alpha - 1.0), 1.0 + gs * (g.beta - 1.0),
+                        g.avg_latency, g.latency_var, gs * g.failures, g_count, g_tick if g_tick > 0.0 else 0.0)
+    if forget and tick > d.tick:
+        fd, d_tick = gamma ** (tick - d.tick), tick
+    else:
+        fd, d_tick = 1.0, d.tick
+    return ArmStats(d.pulls * fd + w, d.total_reward * fd + gs * g.total_reward,
+                    1.0 + (d.alpha - 1.0) * fd + gs * (g.alpha - 1.0), 1.0 + (d.beta - 1.0) * fd + gs * (g.beta - 1.0),
+                    g.avg_latency, g.latency_var, d.failures * fd + gs * g.failures, d.count + g_count,
+                    g_tick if g_tick > d_tick else d_tick)
+
+
+_LOG4 = math.log(4.0)
+_ONE_PLUS_LOG5 = 1.0 + math.log(5.0)
+
+
+def beta_sample(rng, a: float, b: float) -> float:
+    """One draw from Beta(a, b) using only ``rng.random()``: Thompson sampling's posterior draw.
+
+    ``random.Random.betavariate`` draws two gamma variates, about 2.5 us in CPython, once per
+    candidate per request; this is exact and several times cheaper. Shapes of 1 use the closed
+    forms (Beta(1, 1) is uniform; Beta(a, 1) is U**(1/a)); both shapes above 1 (the usual case:
+    posteriors start at (1, 1) and only grow) use Cheng's algorithm BB (Cheng 1978,
+    "Generating beta variates with nonintegral shape parameters", Comm. ACM 21(4)), a rejection
+    method accepting about 80% or more of the time; a shape below 1 (never produced by our
+    updates, possible in a hand-made state) falls back to betavariate."""
+    if a == 1.0 and b == 1.0:
+        return rng.random()
+    if b == 1.0 and a > 0.0:
+        return rng.random() ** (1.0 / a)
+    if a == 1.0 and b > 0.0:
+        return 1.0 - rng.random() ** (1.0 / b)
+    if a <= 1.0 or b <= 1.0:
+        return rng.betavariate(a, b)
+    # Cheng's BB works with a = min shape; swap and mirror otherwise.
+    swap = a > b
+    if swap:
+        a, b = b, a
+    alpha = a + b
+    beta = math.sqrt((alpha - 2.0) / (2.0 * a * b - alpha))
+    gamma = a + 1.0 / beta
+    log, exp, random = math.log, math.exp, rng.random
+    while True:
+        u1 = random()
+        if not 0.0 < u1 < 1.0:
+            continue
+        u2 = random()
+        v = beta * log(u1 / (1.0 - u1))
+        w = a * exp(v) if v < 700.0 else math.inf
+        z = u1 * u1 * u2
+        r = gamma * v - _LOG4
+        s = a + r - w
+        if s + _ONE_PLUS_LOG5 >= 5.0 * z:
+            break
+        t = log(z) if z > 0.0 else -math.inf
+        if s > t:
+            break
+        if w != math.inf and r + alpha * log(alpha / (b + w)) >= t:
+            break
+    x = w / (b + w) if w != math.inf else 1.0
+    return 1.0 - x if swap else x
+
+
 def cost_bonus(cost_per_1m: float, cost_weight: float, scale: float = 10.0) -> float:
     """Seed section 4: max(0, 1 - cost / 10) * cost_weight."""
     return max(0.0, 1.0 - cost_per_1m / scale) * cost_weight
@@ -125,14 +216,39 @@ def exploration_term(total_pulls: float, pulls: float, c: float) -> float:
     return c * math.sqrt(math.log(max(total_pulls, 1.0)) / pulls)
 
 
+def ucb1_pool(stats, costs_per_1m, total_pulls: float, *, c: float, cost_weight: float, latency_weight: float,
+              cost_scale: float = 10.0, latency_scale: float = 30.0) -> list[tuple[float, float, float, float, float]]:
+    """The seed's UCB1 score for every arm of a pool, as ``(score, mean_reward, exploration,
+    cost_bonus, latency_bonus)`` tuples in pool order:
+
+        score = mean_reward + C * sqrt(ln N / n) + max(0, 1 - cost / 10) * cost_weight
+                + max(0, 1 - avg_latency / 30) * latency_weight
+
+    (the same terms as :func:`exploration_term`, :func:`cost_bonus` and :func:`latency_bonus`,
+    written out in one loop because this runs per request over the whole pool). An untried arm
+    (n = 0) has an infinite exploration term and score."""
+    log_n = math.log(total_pulls) if total_pulls > 1.0 else 0.0
+    sqrt, inf = math.sqrt, math.inf
+    out = []
+    for s, cost in zip(stats, costs_per_1m):
+        n = s.pulls
+        cb = 1.0 - cost / cost_scale
+        cb = cb * cost_weight if cb > 0.0 else 0.0
+        lb = 1.0 - s.avg_latency / latency_scale
+        lb = lb * latency_weight if lb > 0.0 else 0.0
+        if n > 0:
+            mean = s.total_reward / n
+            ex = c * sqrt(log_n / n)
+            out.append((mean + ex + cb + lb, mean, ex, cb, lb))
+        else:
+            out.append((inf, 0.0, inf, cb, lb))
+    return out
+
+
 def ucb1_terms(s: ArmStats, total_pulls: float, *, c: float, cost_per_1m: float, cost_weight: float,
                latency_weight: float, cost_scale: float = 10.0, latency_scale: float = 30.0) -> dict:
-    """The four terms of the seed's UCB1 score and their sum."""
-    terms = {
-        "mean_reward": s.mean_reward,
-        "exploration": exploration_term(total_pulls, s.pulls, c),
-        "cost_bonus": cost_bonus(cost_per_1m, cost_weight, cost_scale),
-        "latency_bonus": latency_bonus(s.avg_latency, latency_weight, latency_scale),
-    }
-    terms["score"] = sum(terms.values())
-    return terms
+    """The four terms of the seed's UCB1 score and their sum, for one arm."""
+    (score, mean, ex, cb, lb), = ucb1_pool((s,), (cost_per_1m,), total_pulls, c=c, cost_weight=cost_weight,
+                                           latency_weight=latency_weight, cost_scale=cost_scale,
+                                           latency_scale=latency_scale)
+    return {"mean_reward": mean, "exploration": ex, "cost_bonus": cb, "latency_bonus": lb, "score": score}

@@ -8,9 +8,35 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
+from collections.abc import Mapping as _MappingABC
 from typing import Any, Mapping, Optional
 
 HEALTH = {"CLOSED": 1.0, "HALF_OPEN": 0.5, "OPEN": 0.0}
+
+
+class _NoSignals(_MappingABC):
+    """The empty, read-only, hashable mapping shared as Candidate.signals' default: building a
+    dict per candidate per request would cost more than the rest of the candidate."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key):
+        raise KeyError(key)
+
+    def __iter__(self):
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return "{}"
+
+
+NO_SIGNALS: Mapping[str, float] = _NoSignals()
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +73,7 @@ class Candidate:
     error_rate: float = 0.0
     task_fit: float = 0.5
     quota: float = 1.0  # remaining quota share, 0..1 (1 when unknown)
-    signals: dict = field(default_factory=dict)  # supplied factors (context_affinity, ...)
+    signals: Mapping[str, float] = NO_SIGNALS  # supplied factors (context_affinity, ...)
 
     @property
     def id(self) -> str:
@@ -108,23 +134,68 @@ class CandidateScore:
         return d
 
 
-@dataclass(slots=True)
 class Decision:
-    """The outcome of routing one request, explaining itself."""
+    """The outcome of routing one request, explaining itself.
 
-    deployment_id: Optional[str]
-    model: Optional[str]
-    strategy: str
-    reason: str
-    candidates_considered: int
-    final_score: Optional[float]
-    scores: list[CandidateScore] = field(default_factory=list)
-    probability: Optional[float] = None  # selection probability, where the strategy can state it
-    alias: str = ""
-    domain: Optional[str] = None
-    task_type: str = "default"
-    refused: Optional[str] = None  # set when no deployment may serve (e.g. strict budget)
-    status_code: int = 200  # HTTP status to answer with when refused (402 budget, 503 none)
+    ``scores`` (every candidate's score or the reason it was excluded, with the named parts of
+    the score) may be built on first read: a strategy passes ``build_scores``, a function of no
+    argument returning the rows, so that a request whose explanation nobody reads does not pay
+    for one object per candidate. Reading ``scores`` (or ``as_dict()``) always gives the full
+    list, the same on every read. The other fields are plain attributes."""
+
+    __slots__ = ("deployment_id", "model", "strategy", "reason", "candidates_considered", "final_score",
+                 "probability", "alias", "domain", "task_type", "refused", "status_code",
+                 "_scores", "_build_scores", "_more_scores")
+
+    def __init__(self, deployment_id: Optional[str], model: Optional[str], strategy: str, reason: str,
+                 candidates_considered: int, final_score: Optional[float], scores: Optional[list] = None,
+                 probability: Optional[float] = None, alias: str = "", domain: Optional[str] = None,
+                 task_type: str = "default", refused: Optional[str] = None, status_code: int = 200, *,
+                 build_scores=None):
+        self.deployment_id = deployment_id
+        self.model = model
+        self.strategy = strategy
+        self.reason = reason
+        self.candidates_considered = candidates_considered
+        self.final_score = final_score
+        self.probability = probability  # selection probability, where the strategy can state it
+        self.alias = alias
+        self.domain = domain
+        self.task_type = task_type
+        self.refused = refused  # set when no deployment may serve (e.g. strict budget)
+        self.status_code = status_code  # HTTP status to answer with when refused (402 budget, 503 none)
+        self._scores = list(scores) if scores is not None else (None if build_scores is not None else [])
+        self._build_scores = build_scores
+        self._more_scores: Optional[list] = None
+
+    @property
+    def scores(self) -> list[CandidateScore]:
+        if self._scores is None:
+            rows = list(self._build_scores())
+            if self._more_scores:
+                rows.extend(self._more_scores)
+            self._scores, self._build_scores, self._more_scores = rows, None, None
+        return self._scores
+
+    @scores.setter
+    def scores(self, rows) -> None:
+        self._scores, self._build_scores, self._more_scores = list(rows), None, None
+
+    def add_scores(self, rows) -> None:
+        """Append rows (the engine's exclusions) after the strategy's, without building them."""
+        if not rows:
+            return
+        if self._scores is not None:
+            self._scores.extend(rows)
+        elif self._more_scores is None:
+            self._more_scores = list(rows)
+        else:
+            self._more_scores.extend(rows)
+
+    def __repr__(self) -> str:
+        return (f"Decision(deployment_id={self.deployment_id!r}, model={self.model!r}, strategy={self.strategy!r}, "
+                f"reason={self.reason!r}, final_score={self.final_score!r}, alias={self.alias!r}, "
+                f"domain={self.domain!r}, refused={self.refused!r}, status_code={self.status_code!r})")
 
     def as_dict(self) -> dict:
         return {
@@ -150,17 +221,47 @@ def not_open(pool: list[Candidate]) -> list[Candidate]:
     return healthy or list(pool)
 
 
-def ranked_decision(strategy: str, pool: list[Candidate], scores: Mapping[str, float], chosen: Candidate,
-                    reason: str, *, probability: Optional[float] = None, terms: Mapping[str, dict] | None = None) -> Decision:
-    """A Decision listing every pool member's score (helper for strategies)."""
-    terms = terms or {}
-    return Decision(
-        deployment_id=chosen.id,
-        model=chosen.deployment.model,
-        strategy=strategy,
-        reason=reason,
-        candidates_considered=len(pool),
-        final_score=scores.get(chosen.id),
-        scores=[CandidateScore(c.id, scores.get(c.id), None, terms.get(c.id, {})) for c in pool],
-        probability=probability,
-    )
+def ranked_decision(strategy: str, pool: list[Candidate], scores, chosen: Candidate,
+                    reason: str, *, probability: Optional[float] = None, terms=None,
+                    excluded: Optional[Mapping[int, str]] = None, final_score: Optional[float] = None) -> Decision:
+    """A Decision listing every pool member's score (helper for strategies).
+
+    `scores` and `terms` are mappings by candidate id, or functions of no argument returning
+    them, called only when the decision's rows are first read (then `final_score`, the chosen
+    candidate's score, must be given); `excluded` maps ``id(candidate)`` to why that pool member
+    did not compete."""
+    if callable(scores):
+        score_of = None
+    else:
+        score_of = scores
+        final_score = scores.get(chosen.id)
+
+    def rows():
+        sc = score_of if score_of is not None else scores()
+        tm = (terms() if callable(terms) else terms) or {}
+        out = [CandidateScore(c.id, sc.get(c.id), None, tm.get(c.id, {})) for c in pool]
+        if excluded:
+            for c, row in zip(pool, out):
+                why = excluded.get(id(c))
+                if why is not None:
+                    row.excluded = why
+        return out
+
+    return Decision(chosen.id, chosen.deployment.model, strategy, reason, len(pool), final_score,
+                    probability=probability, build_scores=rows)
+
+
+def pool_decision(strategy: str, pool: list[Candidate], scores: list, chosen: int, reason: str, *,
+                  probability: Optional[float] = None, terms=None) -> Decision:
+    """Like :func:`ranked_decision` with the scores as a list in pool order and the chosen
+    candidate as an index. The rows are built when the decision's ``scores`` are first read;
+    ``terms``, when given, is a function of the candidate's index returning its named terms."""
+    c = pool[chosen]
+
+    def rows():
+        if terms is None:
+            return [CandidateScore(x.deployment.id, sc) for x, sc in zip(pool, scores)]
+        return [CandidateScore(x.deployment.id, sc, None, terms(i)) for i, (x, sc) in enumerate(zip(pool, scores))]
+
+    return Decision(c.deployment.id, c.deployment.model, strategy, reason, len(pool), scores[chosen],
+                    probability=probability, build_scores=rows)

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Callable, Iterable, Optional, Sequence
 
 from . import plugins
-from .bandit import ArmStats, blend, decayed, gamma_for, update
+from .bandit import ArmStats, arm_view, gamma_for, update
 from .breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker, FailureKind, classify_failure
 from .decision import Candidate, CandidateScore, Decision, Deployment, RoutingContext
 from .deployments import selects
@@ -49,6 +49,7 @@ class Engine:
                          for name, a in policy.aliases.items()}
         self._fresh = ArmStats(avg_latency=policy.bandit.initial_latency_s)
         self._hook = plugins.hook()
+        self._selection_cache: dict[tuple, tuple] = {}
 
     # -- deciding ------------------------------------------------------------------------------
     def features(self, messages, tools=None, request_modalities=None) -> RequestFeatures:
@@ -69,17 +70,15 @@ class Engine:
         feats = features if features is not None else self.features(messages, tools, request_modalities)
         domain = ap.domain_hint or self.detector.detect(feats.text)
         task = ap.task_hint or feats.task_type
-        excluded: list[CandidateScore] = []
-        exclude = set(exclude)
-
-        pool = []
-        for d in deployments:
-            if not selects(ap.candidates, d):
-                excluded.append(CandidateScore(d.id, excluded="not selected by the alias's candidates"))
-            elif d.id in exclude:
-                excluded.append(CandidateScore(d.id, excluded="already failed for this request"))
-            else:
-                pool.append(d)
+        selected, excluded = self._selected(alias, ap, deployments)
+        excluded = list(excluded)
+        pool = selected
+        if exclude:
+            exclude = set(exclude)
+            pool = [d for d in selected if d.id not in exclude]
+            if len(pool) != len(selected):
+                excluded.extend(CandidateScore(d.id, excluded="already failed for this request")
+                                for d in selected if d.id in exclude)
 
         # Specialists (seed section 6): when some candidates specialise in the domain, only they compete.
         if domain and pool:
@@ -90,12 +89,20 @@ class Engine:
                         excluded.append(CandidateScore(d.id, excluded=f"not a {domain} specialist"))
                 pool = specialists
 
-        # Circuit breaker: skip OPEN, rate-limited and probe-saturated deployments.
+        # One read of the store for the whole pool (the Redis store: one round trip).
+        per_domain = self.policy.bandit.per_domain
+        learn_domain = domain if (domain and per_domain.enabled) else None
+        tick, breakers, global_arms, domain_arms, last_good = self.store.read_pool([d.id for d in pool], learn_domain, alias)
+
+        # Circuit breaker: skip OPEN, rate-limited and probe-saturated deployments. A deployment
+        # with no stored breaker, or a CLOSED one not rate limited, is available as is.
         breaker_state = {}
         available = []
         blocked = []
-        for d in pool:
-            bs = self.store.breaker(d.id)
+        for d, bs in zip(pool, breakers):
+            if bs is None or (bs.state == CLOSED and now >= bs.rate_limited_until):
+                available.append(d)
+                continue
             eff = self.breaker.effective_state(bs, now)
             breaker_state[d.id] = (bs, eff)
             if self.breaker.available(bs, now):
@@ -105,11 +112,16 @@ class Engine:
                        else "circuit OPEN" if eff == OPEN else "half-open probes all in flight")
                 blocked.append((d, why))
         degraded = False
-        if available:
-            excluded.extend(CandidateScore(d.id, excluded=why) for d, why in blocked)
-            pool = available
-        elif pool:
-            degraded = True  # every candidate is blocked: still serve, from the whole pool
+        if blocked:
+            if available:
+                excluded.extend(CandidateScore(d.id, excluded=why) for d, why in blocked)
+                keep = {d.id for d in available}
+                rows = [(d, g, ds) for d, g, ds in zip(pool, global_arms, domain_arms) if d.id in keep]
+                pool = available
+                global_arms = [r[1] for r in rows]
+                domain_arms = [r[2] for r in rows]
+            else:
+                degraded = True  # every candidate is blocked: still serve, from the whole pool
 
         # Budget cap (OmniRoute): estimated cost of this request per candidate.
         budget = ap.budget
@@ -127,10 +139,15 @@ class Engine:
                         alias=alias, domain=domain, task_type=task, refused="budget", status_code=402), feats)
                 cheapest = min(pool, key=lambda d: est[d.id])
                 excluded.extend(CandidateScore(d.id, excluded=f"estimated ${est[d.id]:.6f} over budget") for d in pool if d is not cheapest)
-                pool = [cheapest]
+                keep_ids = {cheapest.id}
             else:
                 excluded.extend(CandidateScore(d.id, excluded=f"estimated ${est[d.id]:.6f} over budget") for d in pool if d not in fits)
-                pool = fits
+                keep_ids = {d.id for d in fits}
+            if len(keep_ids) != len(pool):
+                rows = [(d, g, ds) for d, g, ds in zip(pool, global_arms, domain_arms) if d.id in keep_ids]
+                pool = [r[0] for r in rows]
+                global_arms = [r[1] for r in rows]
+                domain_arms = [r[2] for r in rows]
 
         if not pool:
             return self._finish(Decision(None, None, ap.strategy, "no deployment is available for this alias", 0, None,
@@ -138,24 +155,23 @@ class Engine:
                                          refused="no_candidates", status_code=503), feats)
 
         # Candidates with what is known about them now.
-        tick = self.store.tick()
-        per_domain = self.policy.bandit.per_domain
+        prior = per_domain.prior_strength if learn_domain is not None else None
+        gamma, fresh = self.gamma, self._fresh
+        fits = self.fitness.fitness_of([d.model or "" for d in pool], task)
         candidates = []
         total = 0.0
-        for d in pool:
-            g = self.store.arm(d.id, None)
-            g = decayed(g, tick, self.gamma) if g is not None else self._fresh
-            if domain and per_domain.enabled:
-                ds = self.store.arm(d.id, domain)
-                stats = blend(g, decayed(ds, tick, self.gamma) if ds is not None else None, per_domain.prior_strength)
-            else:
-                stats = g
+        for d, g, ds, fit in zip(pool, global_arms, domain_arms, fits):
+            stats = arm_view(g, ds, tick, gamma, prior, fresh)
+            # The deployment-wide figures come from the global record; forgetting scales failures
+            # and pulls alike, so the error rate needs no decay.
+            gv = g if g is not None else fresh
             total += stats.pulls
-            eff = breaker_state[d.id][1]
+            sd = math.sqrt(gv.latency_var) if gv.latency_var > 0.0 else 0.0
+            bs_eff = breaker_state.get(d.id)
             candidates.append(Candidate(
-                deployment=d, stats=stats, breaker=eff,
-                p95_latency_ms=g.p95_latency * 1000.0, latency_stddev_ms=g.latency_stddev * 1000.0,
-                error_rate=g.error_rate, task_fit=self.fitness.fitness(d.model, task),
+                d, stats, bs_eff[1] if bs_eff is not None else CLOSED,
+                (gv.avg_latency + 1.645 * sd) * 1000.0, sd * 1000.0,
+                gv.failures / gv.pulls if gv.pulls > 0 else 0.0, fit,
             ))
         bp = self.policy.bandit
         ctx = RoutingContext(
@@ -165,11 +181,15 @@ class Engine:
             latency_weight=ap.latency_weight if ap.latency_weight is not None else bp.latency_weight,
             cost_scale_per_1m=bp.cost_scale_per_1m, latency_scale_s=bp.latency_scale_s,
             exploration=ap.exploration, weights=self._weights[alias], tier_hint=ap.tier_hint, sla=ap.sla,
-            last_known_good=self.store.last_known_good(alias), lkgp_enabled=ap.lkgp_enabled,
+            last_known_good=last_good, lkgp_enabled=ap.lkgp_enabled,
             total_pulls=total, policy=self.policy,
         )
         decision = plugins.get_strategy(ap.strategy).select(candidates, ctx)
-        chosen = next((c for c in candidates if c.id == decision.deployment_id), None)
+        chosen = None
+        for c in candidates:
+            if c.deployment.id == decision.deployment_id:
+                chosen = c
+                break
         if chosen is None:  # a plugin returned something outside the pool: never route there
             chosen = candidates[0]
             decision.reason = f"strategy returned {decision.deployment_id!r}, not in the pool; using {chosen.id}"
@@ -177,15 +197,34 @@ class Engine:
         special = chosen.deployment.specialities.get(domain) if domain else None
         decision.model = special or chosen.deployment.model
         decision.alias, decision.domain, decision.task_type = alias, domain, task
-        decision.scores.extend(excluded)
+        decision.add_scores(excluded)
         if degraded:
             decision.reason += " (every candidate's breaker blocks it: serving anyway)"
-        if reserve:
+        if reserve and chosen.id in breaker_state:
             bs, eff = breaker_state[chosen.id]
             if eff != CLOSED:
                 _, new_state = self.breaker.reserve(bs, now)
                 self.store.put_breaker(chosen.id, new_state)
         return self._finish(decision, feats)
+
+    def _selected(self, alias: str, ap, deployments: Sequence[Deployment]):
+        """The alias's candidates among `deployments` and the exclusions of the others, memoised:
+        the deployment list is the proxy's model list, the same objects request after request."""
+        key = (alias, *map(id, deployments))
+        hit = self._selection_cache.get(key)
+        if hit is not None and len(hit[0]) == len(deployments) and all(a is b for a, b in zip(hit[0], deployments)):
+            return hit[1], hit[2]
+        selected, excluded = [], []
+        for d in deployments:
+            if selects(ap.candidates, d):
+                selected.append(d)
+            else:
+                excluded.append(CandidateScore(d.id, excluded="not selected by the alias's candidates"))
+        if len(self._selection_cache) >= 256:
+            self._selection_cache.clear()
+        # The deployments are kept with the entry so that their ids cannot be reused while it lives.
+        self._selection_cache[key] = (tuple(deployments), selected, tuple(excluded))
+        return selected, excluded
 
     def _finish(self, decision: Decision, feats) -> Decision:
         try:

@@ -65,6 +65,16 @@ class TaskFitnessTable:
             self._cache[key] = value
         return value
 
+    def fitness_of(self, models, task: str) -> list[float]:
+        """``fitness(model, task)`` for each of `models`, in one call (a pool's worth per request)."""
+        task = (task or "default").lower()
+        cache = self._cache
+        out = []
+        for model in models:
+            hit = cache.get((model, task))
+            out.append(hit if hit is not None else self.fitness(model, task))
+        return out
+
     def _compute(self, model: str, task: str) -> float:
         pattern = self.pattern_for(model)
         if pattern is not None:

@@ -42,6 +42,7 @@ import asyncio  # noqa: E402
 import cProfile  # noqa: E402
 import gc  # noqa: E402
 import io  # noqa: E402
+import itertools  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import pstats  # noqa: E402
@@ -88,6 +89,38 @@ def make_messages(total_bytes: int = 2048) -> list[dict]:
     msgs = [{"role": "system", "content": system}, {"role": "user", "content": user}]
     assert sum(len(m["content"].encode()) for m in msgs) == total_bytes
     return msgs
+
+
+def real_prompt_messages(total_bytes: int = 2048, limit: int = 400) -> list[list[dict]]:
+    """RouterArena's prompts (../shared/data, read in place), each padded to ``total_bytes`` UTF-8
+    bytes by appending the following prompts: distinct real 2 KB requests, so that no cache sees
+    the same text twice in a row. Empty when the data is not beside the checkout."""
+    data = HERE.parent.parent / "shared" / "data"
+    files = sorted(data.glob("routerarena_*.jsonl")) if data.is_dir() else []
+    if not files:
+        return []
+    prompts = []
+    with open(files[0], encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            p = row.get("prompt") or row.get("question") or ""
+            if isinstance(p, str) and p.strip():
+                prompts.append(p)
+    system = "You are a helpful assistant."
+    need = total_bytes - len(system.encode())
+    out = []
+    step = max(1, len(prompts) // limit)  # spread over the file: it is grouped by dataset
+    for i in range(0, len(prompts), step)[:limit]:
+        text, j = prompts[i], i
+        while len(text.encode()) < need:
+            j = (j + 1) % len(prompts)
+            text += "\n" + prompts[j]
+        text = text.encode()[:need].decode("utf-8", "ignore")
+        out.append([{"role": "system", "content": system}, {"role": "user", "content": text}])
+    return out
 
 
 def pool_specs(n: int) -> list[dict]:
@@ -142,6 +175,34 @@ def time_calls(fn: Callable[[], object], calls: int, warm: int = WARM_CALLS) -> 
 # ---------------------------------------------------------------------------------------------
 # ours
 # ---------------------------------------------------------------------------------------------
+def time_steady(eng, clock, alias: str, messages_list, deps, specs, calls: int, outcome_mod, warm: int = WARM_CALLS) -> dict:
+    """decide() timed alone while every decision is followed by a recorded outcome (untimed), as
+    in a serving proxy: the learned state changes between decisions, so nothing computed for the
+    previous decision can be reused as is. Prompts cycle through ``messages_list``."""
+    r = random.Random(11)
+    lat = {sp["id"]: sp["latency_s"] for sp in specs}
+    out = [0] * calls
+    pc = time.perf_counter_ns
+    k = len(messages_list)
+    for i in range(warm + calls):
+        msgs = messages_list[i % k]
+        clock.t += 0.05
+        t0 = pc()
+        d = eng.decide(alias, msgs, deps)
+        t1 = pc()
+        if i >= warm:
+            out[i - warm] = t1 - t0
+        dep = d.deployment_id
+        ok = r.random() > 0.03
+        eng.record(d, outcome_mod.Outcome(dep, success=ok, latency_s=lat[dep] * r.uniform(0.7, 1.5),
+                                          status_code=None if ok else 503, quality=r.uniform(0.5, 1.0) if ok else None))
+        if i == warm:
+            gc.collect()
+            gc.disable()
+    gc.enable()
+    return summarize(out)
+
+
 def import_engine(wait_s: float):
     """Import the engine, retrying while the other engineers' modules are still missing."""
     deadline = time.monotonic() + wait_s
@@ -222,11 +283,14 @@ def capture_select_inputs(plugins_mod, eng, strategy_name: str, alias: str, mess
 
 def bench_ours(mods, policy, sizes, calls, messages, profile_n: int):
     from aisia_plugin import plugins
-    from aisia_plugin.bandit import blend, decayed
+    from aisia_plugin.bandit import arm_view
     from aisia_plugin.features import extract_features
 
     engine_mod = mods[0]
-    ours, pieces, notes = {}, {}, []
+    ours, pieces, notes, modes = {}, {}, [], {}
+    real_prompts = real_prompt_messages()
+    if not real_prompts:
+        notes.append("../shared/data not found: the real-prompt modes use the synthetic prompt")
     available = [(a, s) for a, s in ALIASES if a in policy.aliases]
     for a, s in ALIASES:
         if a not in policy.aliases:
@@ -244,14 +308,20 @@ def bench_ours(mods, policy, sizes, calls, messages, profile_n: int):
                 notes.append(f"n={n} {alias} ({strat}): decide() failed: {type(e).__name__}: {e}")
         warm_engine(mods, eng, clock, deps, specs, messages, [a for a, _ in usable] or ["auto"])
         clock.t += 1.0
-        res = {}
+        res, mres = {}, {}
         for alias, strat in usable:
             st = time_calls(lambda: eng.decide(alias, messages, deps), calls)
             st["strategy"] = strat
             res[alias] = st
             print(f"  ours    n={n:<3} {alias:<11} ({strat:<8}) p50 {st['p50_us']:8.1f} us  p99 {st['p99_us']:8.1f} us",
                   flush=True)
+            m = mres.setdefault(alias, {"strategy": strat})
+            m["explained"] = time_calls(lambda: eng.decide(alias, messages, deps).as_dict(), calls)
+            if real_prompts:
+                it = itertools.cycle(real_prompts)
+                m["real_prompts"] = time_calls(lambda: eng.decide(alias, next(it), deps), calls)
         ours[str(n)] = res
+        modes[str(n)] = mres
 
         # pieces, same inputs
         pc = {}
@@ -263,28 +333,29 @@ def bench_ours(mods, policy, sizes, calls, messages, profile_n: int):
         domain = eng.detector.detect(feats.text)
         now = clock.t
 
+        ids = [d.id for d in deps]
+        learn_domain = domain if policy.bandit.per_domain.enabled else None
+        pc["store.read_pool (breakers+arms+lkgp)"] = time_calls(lambda: eng.store.read_pool(ids, learn_domain, "auto"), calls)
+        _, breakers, garms, darms, _ = eng.store.read_pool(ids, learn_domain, "auto")
+
         def breaker_loop():
-            br, store = eng.breaker, eng.store
-            for d in deps:
-                bs = store.breaker(d.id)
+            br = eng.breaker
+            for bs in breakers:
+                if bs is None:
+                    continue
                 br.effective_state(bs, now)
                 br.available(bs, now)
 
         pc["breaker (pool loop)"] = time_calls(breaker_loop, calls)
 
         def stats_loop():
-            store, gamma = eng.store, eng.gamma
-            tick = store.tick()
-            pdom = policy.bandit.per_domain
-            for d in deps:
-                g = store.arm(d.id, None)
-                g = decayed(g, tick, gamma) if g is not None else eng._fresh
-                if domain and pdom.enabled:
-                    ds = store.arm(d.id, domain)
-                    blend(g, decayed(ds, tick, gamma) if ds is not None else None, pdom.prior_strength)
-                eng.fitness.fitness(d.model, feats.task_type)
+            tick, gamma = eng.store.tick(), eng.gamma
+            prior = policy.bandit.per_domain.prior_strength if learn_domain else None
+            for g, ds in zip(garms, darms):
+                arm_view(g, ds, tick, gamma, prior, eng._fresh)
+            eng.fitness.fitness_of([d.model for d in deps], feats.task_type)
 
-        pc["arm stats (decay+blend+fitness, pool loop)"] = time_calls(stats_loop, calls)
+        pc["arm views (decay+blend, pool loop) + fitness"] = time_calls(stats_loop, calls)
         for alias, strat in usable:
             s_obj, args = capture_select_inputs(plugins, eng, strat, alias, messages, deps)
             if s_obj is None:
@@ -299,6 +370,12 @@ def bench_ours(mods, policy, sizes, calls, messages, profile_n: int):
         oc = mods[2].Outcome(d0.deployment_id, success=True, latency_s=1.0, quality=0.8)
         pc["engine.record (success)"] = time_calls(lambda: eng2.record(d0, oc), calls)
         pieces[str(n)] = pc
+        # Steady state last: it records outcomes, i.e. changes the learned state.
+        for alias, strat in usable:
+            m = mres[alias]
+            m["steady"] = time_steady(eng, clock, alias, real_prompts or [messages], deps, specs, calls, mods[2])
+            parts = "  ".join(f"{k} p50 {v['p50_us']:.1f}/p99 {v['p99_us']:.1f}" for k, v in m.items() if isinstance(v, dict))
+            print(f"  modes   n={n:<3} {alias:<11} {parts}", flush=True)
         for k, v in pc.items():
             print(f"  piece   n={n:<3} {k:<44} p50 {v['p50_us']:8.1f} us  p99 {v['p99_us']:8.1f} us", flush=True)
 
@@ -319,7 +396,7 @@ def bench_ours(mods, policy, sizes, calls, messages, profile_n: int):
                             "tottime_us_per_decide": round(tt / profile_n * 1e6, 2),
                             "cumtime_us_per_decide": round(ct / profile_n * 1e6, 2)})
             profile = {"alias": alias0, "n": n, "decides": profile_n, "top_by_tottime": top}
-    return ours, pieces, notes, profile, profile_text
+    return ours, pieces, notes, profile, profile_text, modes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -418,6 +495,20 @@ def render(report: dict) -> str:
                      [(report["litellm"].get(str(n), {}).get(strat) or {}).get("router_only") for n in sizes]))
     for name, sts in rows:
         lines.append(f"| {name} | " + " | ".join(fmt(s) for s in sts) + " |")
+    modes = report.get("ours_modes") or {}
+    if modes:
+        lines += ["", "## Our decision under other conditions", "",
+                  "- `fixed`: the table above (one synthetic keyword-dense 2 KB prompt, learned state frozen);",
+                  "- `explained`: the same, plus `Decision.as_dict()` (every candidate's score row and terms built);",
+                  "- `real prompts`: 2 KB RouterArena prompts, a different one on every call, state frozen;",
+                  "- `steady`: real prompts, and every decision followed by a recorded outcome (untimed), so the",
+                  "  learned state changes between decisions, as in a serving proxy.", "",
+                  "| alias | mode | " + " | ".join(f"n={n}" for n in sizes) + " |", "|---|---|" + "---|" * len(sizes)]
+        for alias, strat in ALIASES:
+            for mode in ("explained", "real_prompts", "steady"):
+                sts = [(modes.get(str(n), {}).get(alias) or {}).get(mode) for n in sizes]
+                if any(sts):
+                    lines.append(f"| `{alias}` ({strat}) | {mode.replace('_', ' ')} | " + " | ".join(fmt(x) for x in sts) + " |")
     lines += ["", "## Pieces of our decision (same inputs)", "",
               "| piece | " + " | ".join(f"n={n}" for n in sizes) + " |", "|---|" + "---|" * len(sizes)]
     keys = []
@@ -450,12 +541,14 @@ def targets(report: dict) -> list[str]:
     res = report["ours"].get(str(TARGET_N), {})
     if not res:
         return [f"no n={TARGET_N} measurement of ours"]
+    modes = (report.get("ours_modes") or {}).get(str(TARGET_N), {})
     for alias, st in res.items():
-        ok50 = st["p50_us"] < TARGET_P50_US
-        ok99 = st["p99_us"] < TARGET_P99_US
-        out.append(f"`{alias}` ({st['strategy']}): p50 {st['p50_us']:.1f} us vs target < {TARGET_P50_US:g} us -> "
-                   f"{'met' if ok50 else 'NOT met'} ({st['p50_us'] / TARGET_P50_US:.1f}x target); "
-                   f"p99 {st['p99_us']:.1f} us vs target < {TARGET_P99_US:g} us -> {'met' if ok99 else 'NOT met'}")
+        for mode, m in [("fixed", st)] + [(k, v) for k, v in (modes.get(alias) or {}).items() if isinstance(v, dict)]:
+            ok50 = m["p50_us"] < TARGET_P50_US
+            ok99 = m["p99_us"] < TARGET_P99_US
+            out.append(f"`{alias}` ({st['strategy']}, {mode.replace('_', ' ')}): p50 {m['p50_us']:.1f} us vs target < "
+                       f"{TARGET_P50_US:g} us -> {'met' if ok50 else 'NOT met'} ({m['p50_us'] / TARGET_P50_US:.2f}x target); "
+                       f"p99 {m['p99_us']:.1f} us vs target < {TARGET_P99_US:g} us -> {'met' if ok99 else 'NOT met'}")
     return out
 
 
@@ -480,7 +573,7 @@ def main(argv=None) -> int:
           f"{args.calls} calls", flush=True)
     t0 = time.monotonic()
     load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
-    ours, pieces, notes, profile, profile_text = bench_ours(mods, policy, sizes, args.calls, messages,
+    ours, pieces, notes, profile, profile_text, modes = bench_ours(mods, policy, sizes, args.calls, messages,
                                                             args.profile_decides)
     lit, lnotes = ({}, ["--skip-litellm"]) if args.skip_litellm else bench_litellm(sizes, lcalls, messages)
     try:
@@ -505,7 +598,7 @@ def main(argv=None) -> int:
             "loadavg_1_5_15_start": load_start,
             "loadavg_1_5_15_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
         },
-        "ours": ours, "litellm": lit, "pieces": pieces, "notes": notes + lnotes, "profile": profile,
+        "ours": ours, "ours_modes": modes, "litellm": lit, "pieces": pieces, "notes": notes + lnotes, "profile": profile,
     }
     report["targets"] = targets(report)
     args.out.mkdir(parents=True, exist_ok=True)

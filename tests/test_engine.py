@@ -203,3 +203,31 @@ def test_forgetting_lets_a_degraded_provider_be_left(policy_file):
         picks.append(d.deployment_id)
         eng.record(d, Outcome(d.deployment_id, success=True, latency_s=1.0, quality=quality[d.deployment_id]))
     assert picks[-100:].count("a-1") > 80
+
+
+def test_decision_rows_built_on_read_are_complete_and_stable(policy_file):
+    # The strategy's rows are built when first read; the engine's exclusions follow them.
+    eng = engine_for(policy_file())
+    deps = [dep("a-x", cost=5.0), dep("b-y", cost=0.5), dep("c-z", cost=1.0)]
+    d = eng.decide("auto/cheap", MSG, deps, exclude=["c-z"])
+    assert d.deployment_id == "b-y" and d.final_score == 1.0
+    first = d.as_dict()["candidates"]
+    assert [r["id"] for r in first] == ["a-x", "b-y", "c-z"]
+    assert first[0]["score"] == pytest.approx(0.1) and first[1]["score"] == 1.0
+    assert first[2]["excluded"] == "already failed for this request"
+    assert d.as_dict()["candidates"] == first and d.scores is d.scores
+    d.add_scores([])
+    assert len(d.scores) == 3
+
+
+def test_read_pool_answers_a_decision_in_one_call(policy_file):
+    eng = engine_for(policy_file())
+    deps = [dep("a-x"), dep("b-y")]
+    d = eng.decide("auto", [{"role": "user", "content": "write a python function"}], deps)
+    eng.record(d, Outcome(d.deployment_id, success=False, status_code=503))
+    tick, breakers, g, dom, lkg = eng.store.read_pool(["b-y", "a-x", "nope"], "coding", "auto")
+    assert tick == 1.0 and breakers[2] is None and g[2] is None and dom[2] is None and lkg is None
+    failed = ["b-y", "a-x"].index(d.deployment_id)
+    assert breakers[failed].failures == 1 and breakers[1 - failed] is None
+    assert g[failed].pulls == 1.0 and dom[failed] is not None and dom[failed].pulls == 1.0
+    assert eng.store.read_pool(["a-x"], None, None)[3] == [None]

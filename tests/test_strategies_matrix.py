@@ -341,10 +341,11 @@ def test_ucb1_cold_start_tries_the_untried_first():
 def test_thompson_cold_start_is_exact_with_a_seed():
     pool = [cand("a", cost=2.0), cand("b", cost=2.0), cand("c", cost=2.0)]
     # Independent replay of the documented draw order: one Beta(1, 1) draw per candidate in pool
-    # order; equal bonuses, so the largest draw wins.
+    # order (bandit.beta_sample: Beta(1, 1) is one uniform draw); equal bonuses, so the largest
+    # draw wins.
     for seed in range(5):
         r = random.Random(seed)
-        draws = [r.betavariate(1.0, 1.0) for _ in pool]
+        draws = [r.random() for _ in pool]
         expected = pool[draws.index(max(draws))].id
         assert pick("thompson", pool, seed=seed).deployment_id == expected
     assert pick("thompson", pool, seed=2).deployment_id == pick("thompson", pool, seed=2).deployment_id

@@ -42,6 +42,18 @@ class MemoryState:
     def put_arm(self, deployment_id: str, domain: Optional[str], stats: ArmStats) -> None:
         self.arms[(deployment_id, domain)] = stats
 
+    def read_pool(self, deployment_ids, domain: Optional[str] = None, alias: Optional[str] = None):
+        """Everything a decision reads, in one call (the Redis store answers it in one round
+        trip): ``(tick, breakers, global_arms, domain_arms, last_known_good)``, the lists in the
+        order of ``deployment_ids`` with None where nothing is stored (a default breaker, an
+        unseen arm); ``domain_arms`` is all None when ``domain`` is None, ``last_known_good`` is
+        the alias's (None without an alias)."""
+        arms, breakers = self.arms, self.breakers
+        g = [arms.get((i, None)) for i in deployment_ids]
+        d = [arms.get((i, domain)) for i in deployment_ids] if domain is not None else [None] * len(g)
+        return (self.ticks, [breakers.get(i) for i in deployment_ids], g, d,
+                self.lkgp.get(alias) if alias is not None else None)
+
     def breaker(self, deployment_id: str) -> BreakerState:
         return self.breakers.get(deployment_id) or BreakerState()
 

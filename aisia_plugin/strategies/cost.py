@@ -16,12 +16,14 @@ class CostStrategy:
 
     def select(self, pool: list[Candidate], context: RoutingContext) -> Decision:
         eligible = not_open(pool)
-        key = {c.id: sort_key(c.cost_per_1m) for c in eligible}
-        best = min(eligible, key=lambda c: key[c.id])  # min keeps the first of equals: pool order
-        scores = {c.id: relative_score(key[best.id], key[c.id]) for c in eligible}
-        terms = {c.id: {"cost_per_1m": key[c.id]} for c in eligible}
-        nxt = min((key[c.id] for c in eligible if c is not best), default=None)
+        keys = [sort_key(c.deployment.cost_per_1m) for c in eligible]
+        i = min(range(len(keys)), key=keys.__getitem__)  # min keeps the first of equals: pool order
+        best, low = eligible[i], keys[i]
+        nxt = min(keys[:i] + keys[i + 1:], default=None)
         vs = f" (next cheapest ${nxt:.4g})" if nxt is not None else ""
         all_open = "; every candidate is OPEN" if best.breaker == "OPEN" else ""
-        reason = f"cost picked {best.id}: cheapest at ${key[best.id]:.4g} per 1M tokens{vs}{all_open}"
-        return finish(self.name, pool, eligible, scores, best, reason, context, terms=terms)
+        reason = f"cost picked {best.id}: cheapest at ${low:.4g} per 1M tokens{vs}{all_open}"
+        return finish(self.name, pool, eligible,
+                      lambda: {c.id: relative_score(low, k) for c, k in zip(eligible, keys)},
+                      best, reason, context, terms=lambda: {c.id: {"cost_per_1m": k} for c, k in zip(eligible, keys)},
+                      score_of=lambda c: relative_score(low, sort_key(c.deployment.cost_per_1m)))

@@ -23,14 +23,19 @@ class LatencyStrategy:
 
     def select(self, pool: list[Candidate], context: RoutingContext) -> Decision:
         eligible = not_open(pool)
-        key = {c.id: effective_latency_ms(c) for c in eligible}
-        best = min(eligible, key=lambda c: key[c.id])
-        scores = {c.id: relative_score(key[best.id], key[c.id]) for c in eligible}
-        terms = {c.id: {"p95_latency_ms": round(sort_key(c.p95_latency_ms), 3), "error_rate": round(finite(c.error_rate), 6),
-                        "effective_ms": round(key[c.id], 3)} for c in eligible}
-        nxt = min((key[c.id] for c in eligible if c is not best), default=None)
+        keys = [effective_latency_ms(c) for c in eligible]
+        i = min(range(len(keys)), key=keys.__getitem__)  # first of equals: pool order
+        best, low = eligible[i], keys[i]
+        nxt = min(keys[:i] + keys[i + 1:], default=None)
         vs = f" (next {nxt:.0f} ms)" if nxt is not None else ""
         all_open = "; every candidate is OPEN" if best.breaker == "OPEN" else ""
         reason = (f"latency picked {best.id}: p95 {sort_key(best.p95_latency_ms):.0f} ms + error rate "
-                  f"{finite(best.error_rate):.3f} x 1000 = {key[best.id]:.0f} ms, the lowest{vs}{all_open}")
-        return finish(self.name, pool, eligible, scores, best, reason, context, terms=terms)
+                  f"{finite(best.error_rate):.3f} x 1000 = {low:.0f} ms, the lowest{vs}{all_open}")
+
+        def terms():
+            return {c.id: {"p95_latency_ms": round(sort_key(c.p95_latency_ms), 3), "error_rate": round(finite(c.error_rate), 6),
+                           "effective_ms": round(k, 3)} for c, k in zip(eligible, keys)}
+
+        return finish(self.name, pool, eligible, lambda: {c.id: relative_score(low, k) for c, k in zip(eligible, keys)},
+                      best, reason, context, terms=terms,
+                      score_of=lambda c: relative_score(low, effective_latency_ms(c)))

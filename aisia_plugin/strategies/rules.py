@@ -100,11 +100,14 @@ def selection_probability(eligible: list[Candidate], chosen: Candidate, best: Ca
     return (1.0 - eps) + share if chosen is best else share
 
 
-def finish(strategy: str, pool: list[Candidate], eligible: list[Candidate], scores: Mapping[str, float],
-           best: Candidate, reason: str, context: RoutingContext, *, terms: Mapping[str, dict] | None = None,
-           allow_explore: bool = True) -> Decision:
+def finish(strategy: str, pool: list[Candidate], eligible: list[Candidate], scores,
+           best: Candidate, reason: str, context: RoutingContext, *, terms=None,
+           allow_explore: bool = True, score_of=None) -> Decision:
     """The Decision of a ranking strategy: epsilon-greedy exploration over `eligible`, every pool
-    member listed, and the candidates that did not compete (OPEN breakers) marked excluded."""
+    member listed, and the candidates that did not compete (OPEN breakers) marked excluded.
+
+    `scores` and `terms` may be functions building the mappings on demand (see
+    ``decision.ranked_decision``); then `score_of(candidate)` gives the chosen one's score."""
     chosen = explore(eligible, context) if allow_explore else None
     if chosen is not None:
         eps = finite(context.exploration)
@@ -117,12 +120,14 @@ def finish(strategy: str, pool: list[Candidate], eligible: list[Candidate], scor
     else:
         chosen = best
     probability = selection_probability(eligible, chosen, best, context) if allow_explore else 1.0
-    decision = ranked_decision(strategy, pool, scores, chosen, reason, probability=probability, terms=terms)
-    competing = {id(c) for c in eligible}
-    for c, s in zip(pool, decision.scores):
-        if id(c) not in competing:
-            s.excluded = f"breaker {c.breaker}: competes only when every candidate is OPEN"
-    return decision
+    excluded = None
+    if len(eligible) != len(pool):
+        competing = {id(c) for c in eligible}
+        excluded = {id(c): f"breaker {c.breaker}: competes only when every candidate is OPEN"
+                    for c in pool if id(c) not in competing}
+    final = score_of(chosen) if callable(scores) else None
+    return ranked_decision(strategy, pool, scores, chosen, reason, probability=probability, terms=terms,
+                           excluded=excluded, final_score=final)
 
 
 # -- factors ---------------------------------------------------------------------------------------
@@ -220,5 +225,7 @@ class RulesStrategy:
         margin = f", {scores[best.id] - runner:.3f} ahead of the next" if runner is not None else ""
         all_open = " (every candidate is OPEN)" if best.breaker == "OPEN" else ""
         reason = f"rules picked {best.id}: score {scores[best.id]:.3f} (largest parts: {parts or 'none'}){margin}{all_open}"
-        terms = {cid: {k: round(v, 6) for k, v in f.items()} for cid, f in factors.items()}
+        def terms():
+            return {cid: {k: round(v, 6) for k, v in f.items()} for cid, f in factors.items()}
+
         return finish(self.name, pool, eligible, scores, best, reason, context, terms=terms)

@@ -99,5 +99,7 @@ class SlaStrategy:
         if best.breaker == "OPEN":
             reason += "; every candidate is OPEN"
         scores = {cid: v["score"] for cid, v in t.items()}
-        terms = {cid: {k: round(v, 6) for k, v in d.items() if k != "score"} for cid, d in t.items()}
+        def terms():
+            return {cid: {k: round(v, 6) for k, v in d.items() if k != "score"} for cid, d in t.items()}
+
         return finish(self.name, pool, eligible, scores, best, reason, context, terms=terms)

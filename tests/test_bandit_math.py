@@ -1,0 +1,94 @@
+"""The bandit's fast paths against their reference definitions: arm_view against
+decayed + blend, ucb1_pool against the seed's terms, beta_sample against Beta's moments and
+against random.betavariate's distribution."""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aisia_plugin.bandit import (ArmStats, arm_view, beta_sample, blend, cost_bonus, decayed, exploration_term,
+                                 latency_bonus, ucb1_pool, ucb1_terms, update)
+
+FRESH = ArmStats(avg_latency=5.0)
+
+
+def _history(seed: int, n: int, gamma: float) -> ArmStats:
+    r = random.Random(seed)
+    s, t = ArmStats(), 0.0
+    for _ in range(n):
+        t += r.randint(0, 40)
+        s = update(s, reward=r.random(), latency_s=r.uniform(0.1, 4.0), failed=r.random() < 0.2, tick=t, gamma=gamma)
+    return s
+
+
+@settings(max_examples=300, deadline=None)
+@given(g_seed=st.integers(0, 10_000), g_n=st.integers(0, 30), d_seed=st.integers(0, 10_000), d_n=st.integers(0, 30),
+       has_g=st.booleans(), has_d=st.booleans(), gamma=st.sampled_from([1.0, 0.999, 0.95]),
+       tick=st.sampled_from([0.0, 3.0, 400.0, 5000.0]), prior=st.sampled_from([None, 1.0, 5.0, 50.0]))
+def test_arm_view_is_decayed_then_blended(g_seed, g_n, d_seed, d_n, has_g, has_d, gamma, tick, prior):
+    g = _history(g_seed, g_n, gamma) if has_g else None
+    d = _history(d_seed, d_n, gamma) if has_d else None
+    seen = decayed(g, tick, gamma) if g is not None else FRESH
+    want = seen if prior is None else blend(seen, decayed(d, tick, gamma) if d is not None else None, prior)
+    got = arm_view(g, d, tick, gamma, prior, FRESH)
+    for name in ArmStats.__slots__:
+        assert math.isclose(getattr(got, name), getattr(want, name), rel_tol=1e-12, abs_tol=1e-12), name
+
+
+def test_ucb1_pool_matches_the_seed_terms():
+    arms = [ArmStats(pulls=10, total_reward=8.5, avg_latency=0.4), ArmStats(pulls=3, total_reward=1.0, avg_latency=12.0),
+            ArmStats(pulls=0, avg_latency=5.0)]
+    costs = [0.2, 12.0, 5.0]
+    rows = ucb1_pool(arms, costs, 13.0, c=math.sqrt(2), cost_weight=0.1, latency_weight=0.15)
+    for s, cost, (score, mean, ex, cb, lb) in zip(arms, costs, rows):
+        assert cb == cost_bonus(cost, 0.1) and lb == latency_bonus(s.avg_latency, 0.15)
+        assert ex == exploration_term(13.0, s.pulls, math.sqrt(2))
+        if s.pulls:
+            assert mean == s.mean_reward and score == mean + ex + cb + lb
+        else:
+            assert score == math.inf
+    # A cost above the scale earns no bonus; an untried arm explores first.
+    assert rows[1][3] == 0.0 and rows[2][0] == math.inf
+    assert ucb1_terms(arms[0], 13.0, c=math.sqrt(2), cost_per_1m=0.2, cost_weight=0.1,
+                      latency_weight=0.15)["score"] == rows[0][0]
+
+
+@pytest.mark.parametrize("a,b", [(1.0, 1.0), (3.0, 1.0), (1.0, 4.0), (1.5, 1.5), (2.0, 5.0), (5.0, 2.0),
+                                 (10.0, 990.0), (990.0, 10.0), (1.01, 1.02), (30.5, 70.2), (0.5, 0.7)])
+def test_beta_sample_has_the_moments_of_beta(a, b):
+    r = random.Random(42)
+    xs = [beta_sample(r, a, b) for _ in range(40_000)]
+    assert all(0.0 <= x <= 1.0 for x in xs)
+    mean, var = a / (a + b), a * b / ((a + b) ** 2 * (a + b + 1))
+    sd_of_mean = math.sqrt(var / len(xs))
+    assert abs(statistics.fmean(xs) - mean) < 5 * sd_of_mean
+    assert abs(statistics.pvariance(xs) - var) < 0.05 * var
+
+
+@pytest.mark.parametrize("a,b", [(2.0, 5.0), (1.3, 7.7), (40.0, 3.0)])
+def test_beta_sample_matches_betavariate_in_distribution(a, b):
+    # Two-sample Kolmogorov-Smirnov statistic against the standard library's sampler.
+    n = 20_000
+    r1, r2 = random.Random(1), random.Random(2)
+    xs = sorted(beta_sample(r1, a, b) for _ in range(n))
+    ys = sorted(r2.betavariate(a, b) for _ in range(n))
+    i = j = 0
+    d = 0.0
+    while i < n and j < n:
+        if xs[i] <= ys[j]:
+            i += 1
+        else:
+            j += 1
+        d = max(d, abs(i - j) / n)
+    # Critical value at alpha = 0.001: 1.95 * sqrt(2 / n).
+    assert d < 1.95 * math.sqrt(2 / n)
+
+
+def test_beta_sample_is_reproducible_with_a_seed():
+    assert [beta_sample(random.Random(7), 3.5, 2.5) for _ in range(3)] == [beta_sample(random.Random(7), 3.5, 2.5)] * 3
