@@ -54,8 +54,11 @@ class Engine:
     # -- deciding ------------------------------------------------------------------------------
     def features(self, messages, tools=None, request_modalities=None) -> RequestFeatures:
         feats = extract_features(messages, tools, request_modalities, max_chars=self.policy.domains.max_scan_chars)
+        hook = self._hook.extract_features
+        if not hook.get_hookimpls():
+            return feats
         extra = {}
-        for contributed in self._hook.extract_features(messages=messages, features=feats):
+        for contributed in hook(messages=messages, features=feats):
             if isinstance(contributed, dict):
                 extra.update(contributed)
         return replace(feats, extra=extra) if extra else feats
@@ -210,9 +213,12 @@ class Engine:
     def _selected(self, alias: str, ap, deployments: Sequence[Deployment]):
         """The alias's candidates among `deployments` and the exclusions of the others, memoised:
         the deployment list is the proxy's model list, the same objects request after request."""
-        key = (alias, *map(id, deployments))
+        deps = tuple(deployments)
+        key = (alias, *map(id, deps))
         hit = self._selection_cache.get(key)
-        if hit is not None and len(hit[0]) == len(deployments) and all(a is b for a, b in zip(hit[0], deployments)):
+        # Tuple equality checks identity first, element by element, in C: the same objects match
+        # at once; a reused id (another object) falls through to a full comparison.
+        if hit is not None and hit[0] == deps:
             return hit[1], hit[2]
         selected, excluded = [], []
         for d in deployments:
@@ -223,12 +229,15 @@ class Engine:
         if len(self._selection_cache) >= 256:
             self._selection_cache.clear()
         # The deployments are kept with the entry so that their ids cannot be reused while it lives.
-        self._selection_cache[key] = (tuple(deployments), selected, tuple(excluded))
+        self._selection_cache[key] = (deps, selected, tuple(excluded))
         return selected, excluded
 
     def _finish(self, decision: Decision, feats) -> Decision:
+        observe = self._hook.observe_decision
+        if not observe.get_hookimpls():  # nobody observes: skip pluggy's call machinery
+            return decision
         try:
-            self._hook.observe_decision(decision=decision, context=feats)
+            observe(decision=decision, context=feats)
         except Exception:  # an observer must never break routing
             pass
         return decision

@@ -43,6 +43,7 @@ class TaskFitnessTable:
         self._boosts = [(b.contains.lower(), {t.lower() for t in b.tasks}, float(b.boost)) for b in cfg.boosts]
         self._cache: dict[tuple[str, str], float] = {}
         self._cache_size = max(1, int(cache_size))
+        self._by_task: dict[str, dict[str, float]] = {}  # task -> model -> fitness, for fitness_of
         self._lock = threading.Lock()
 
     def pattern_for(self, model: str) -> Optional[str]:
@@ -68,11 +69,15 @@ class TaskFitnessTable:
     def fitness_of(self, models, task: str) -> list[float]:
         """``fitness(model, task)`` for each of `models`, in one call (a pool's worth per request)."""
         task = (task or "default").lower()
-        cache = self._cache
+        by_model = self._by_task.get(task)
+        if by_model is None or len(by_model) >= self._cache_size:
+            by_model = self._by_task[task] = {}
         out = []
         for model in models:
-            hit = cache.get((model, task))
-            out.append(hit if hit is not None else self.fitness(model, task))
+            hit = by_model.get(model)
+            if hit is None:
+                hit = by_model[model] = self.fitness(model, task)
+            out.append(hit)
         return out
 
     def _compute(self, model: str, task: str) -> float:

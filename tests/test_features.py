@@ -138,3 +138,107 @@ def test_replace_and_defaults():
     f = extract_features(user("hi"))
     assert f.extra == {} and f.estimate_probability is False
     assert replace(f, estimate_probability=True).estimate_probability is True
+
+
+# --- the fast paths of extract_features (construction, Set reading, class counts) ----------------
+
+import pickle  # noqa: E402
+from collections.abc import Mapping  # noqa: E402
+from dataclasses import FrozenInstanceError, asdict, fields  # noqa: E402
+
+from aisia_plugin import features as F  # noqa: E402
+
+
+def test_result_is_a_genuine_frozen_request_features():
+    f = extract_features(user("Fix this bug in my python code: print(x) ();"))
+    assert type(f) is RequestFeatures
+    assert f == RequestFeatures(**{k.name: getattr(f, k.name) for k in fields(RequestFeatures)})
+    with pytest.raises(FrozenInstanceError):
+        f.text = "changed"
+    with pytest.raises(FrozenInstanceError):
+        f.extra = {"x": 1}
+    g = replace(f, extra={"plugin": 1})
+    assert type(g) is RequestFeatures and g.extra == {"plugin": 1} and g.text == f.text and f.extra == {}
+    assert asdict(f)["task_type"] == f.task_type == "debugging"
+    assert pickle.loads(pickle.dumps(f)) == f
+    assert extract_features(user("hi")).extra is not extract_features(user("hi")).extra  # a fresh dict each time
+
+
+def _reference_specificity(raw: bytes, has_code: bool) -> float:
+    """The straightforward form: every byte to its class letter, then count each class."""
+    n = len(raw)
+    classes = raw.translate(F._CLASSES)
+    blanks = classes.count(b" ")
+    if not n or blanks >= n:
+        return 0.0
+    n_words = blanks + 1
+    symbols, digits = classes.count(b"S"), classes.count(b"D")
+    mean_len = classes.count(b"L") / n_words
+    score = (0.35 * min(1.0, symbols / n / 0.05) + 0.15 * min(1.0, digits / n / 0.05)
+             + 0.30 * min(1.0, max(0.0, (mean_len - 4.0) / 4.0)) + (0.20 if has_code else 0.0))
+    if n_words < 8:
+        score *= n_words / 8
+    return round(min(1.0, max(0.0, score)), 4)
+
+
+@pytest.mark.parametrize("raw", [
+    b"", b" ", b" \n\t\r\f\v", b"a", b"abcd efgh", b"0123456789", b"_(){}[]=<>/\\#$^*|~", b".,;:!?'\"-@%&+`",
+    b"\x00\x01\x7f\x80\xff", bytes(range(256)), bytes(range(256)) * 3 + b" word" * 9,
+    "é ü ß 漢字 😀 naïve café".encode(), b"x" * 5000, b"a b c d e f g", b"a b c d e f g h",
+    b"verylongidentifier_with_underscores anotherlongword " * 8, b"1 + 2 = 3; x[i] == y(j) " * 20,
+])
+def test_specificity_matches_the_reference_counts(raw):
+    for has_code in (False, True):
+        assert F._specificity(raw, has_code) == _reference_specificity(raw, has_code)
+    for b in range(256):  # every byte value, alone and inside words
+        one = bytes([b])
+        assert F._specificity(one, False) == _reference_specificity(one, False)
+        mixed = b"word " + one + b" ab" + one * 3 + b"cd 12 (x)"
+        assert F._specificity(mixed, True) == _reference_specificity(mixed, True)
+
+
+def test_task_is_the_first_in_task_order_and_weak_code_needs_three_hints():
+    # several task keywords: the first task of _TASK_NAMES wins, whatever their order in the text
+    assert extract_features(user("Explain and compare, then review, then debug it")).task_type == "debugging"
+    assert extract_features(user("Analyze the design and write the docs")).task_type == "documentation"
+    assert extract_features(user("analyze this, plan the roadmap")).task_type == "planning"
+    # weak code hints: 2 are not code, 3 are; a strong one alone is
+    assert not extract_features(user("a = b and c == d")).has_code
+    assert extract_features(user("a = b and c == d -> e")).has_code
+    assert extract_features(user("x => y")).has_code
+    assert extract_features(user("a = b; c == d; e -> f")).task_type == "coding"
+
+
+def test_role_and_shapes_on_the_fast_and_the_generic_path():
+    # a non-str role is not "user", for str content and for list content alike
+    assert extract_features([{"role": 5, "content": "odd"}, {"role": "user", "content": "u"}]).text == "u"
+    assert extract_features([{"role": 5, "content": [{"type": "text", "text": "odd"}]},
+                             {"role": "user", "content": [{"type": "text", "text": "u"}]}]).text == "u"
+    assert extract_features([{"role": 5, "content": [{"type": "text", "text": "odd"}]}]).text == "odd"
+
+    class Msg(Mapping):  # a Mapping that is not a dict goes through the generic check
+        def __init__(self, **kw):
+            self._d = kw
+
+        def __getitem__(self, k):
+            return self._d[k]
+
+        def __iter__(self):
+            return iter(self._d)
+
+        def __len__(self):
+            return len(self._d)
+
+    f = extract_features([Msg(role="user", content="from a mapping"), ({"role": "user"}), "str"])
+    assert f.text == "from a mapping" and f.input_tokens == len("from a mapping") // 4
+    assert extract_features(({"role": "user", "content": "t"},)).text == "t"  # a tuple of messages
+
+
+@pytest.mark.parametrize("max_chars", [8000, 10, 7.9, True, "12", 10**9, 0, -3])
+def test_max_chars_of_any_type_bounds_like_int(max_chars):
+    text = "abcdefghij" * 5
+    bound = max(2, int(max_chars))
+    expect = text if len(text) <= bound else text[:bound // 2] + "\n" + text[-(bound // 2):]
+    assert extract_features(user(text), max_chars=max_chars).text == expect
+    with pytest.raises(ValueError):
+        extract_features(user(text), max_chars="many")
