@@ -2,39 +2,43 @@
 
 A domain's score is the number of occurrences of its patterns in the prompt times its weight;
 the best-scoring domain wins (a tie goes to the first domain in policy order) when its score
-reaches ``min_matches``. The occurrences are those of one leftmost-first scan with all the
-policy's patterns: each is counted once, for the first domain (in policy order) whose patterns
-match where it starts.
+reaches ``min_matches``. The occurrences are those of one leftmost-first, non-overlapping scan
+with all the policy's patterns; each counts once, for the first domain (in policy order) whose
+patterns match where it starts.
 
 The patterns are user-editable and the prompts attacker-controlled, so matching is RE2 only
 (linear time in the prompt, never a backtracking engine), on the prompt's UTF-8 bytes cut to
-``max_scan_chars`` (its start and its end). What costs is the number of native calls (about a
-microsecond each through the binding) and the number of passes over the bytes (a few microseconds
-per 2 KB each), so ``detect`` makes as few of both as the answer needs:
+``max_scan_chars`` (its start and its end). Through the Python binding the cost is the number of
+native calls (about 1 us each) plus the bytes the DFAs read (about 5 us per 2 KB pass, more while
+RE2's lazy DFA meets new text), so ``detect`` makes as few of both as its answer needs:
 
-1. The union program (every domain's patterns, no submatch tracking: RE2's DFA fast path) finds
-   the first occurrence. None: no domain, after a single pass.
-2. Its domain is the first one whose patterns match where it starts: an anchored ``RE2::Set``
-   (one entry per domain) answers in one short call, memoised on the occurrence's bytes and the
-   byte on each side, which is all that ``\\b``, ``^`` and ``$`` can see (a recurring word costs
-   a dictionary look-up).
-3. An unanchored ``RE2::Set`` over the rest of the prompt tells which domains occur after it, in
-   the same pass. None: the answer is that one occurrence. Only the same domain: every later
-   occurrence is also its own, so its count is at least 2 and, when that is enough to reach
-   ``min_matches`` (the shipped policy's case), the answer is known without counting further.
-   Otherwise the scan goes on to the end of the prompt (step 1 from the end of each occurrence,
-   step 2 for its domain), which is what ``counts`` always does.
+1. The union of all the patterns (one program, no submatch tracking: RE2's DFA alone) finds the
+   first occurrence. None: no domain, after a single pass.
+2. Its domain is the first whose patterns match there: one short call to an anchored
+   ``RE2::Set`` (one entry per domain), memoised on the occurrence and the byte on each side,
+   which decide it (``\\b``, ``^`` and ``$`` see no further), so a recurring word costs a dict
+   look-up.
+3. An unanchored ``RE2::Set`` over the rest of the prompt (the rest of the same pass) tells which
+   domains occur after it. None: the counts are final. A single domain: every later occurrence
+   is its own and the others' counts are final, so it wins as soon as its count times its weight
+   beats theirs and reaches ``min_matches``: on the shipped policy (min_matches 2) a topic domain
+   found again is decided right there, with no counting at all. Several domains: the scan goes on
+   to the end (step 1 from the end of each occurrence, step 2 for its domain), which is what
+   ``counts``/``scores`` always do. A weight is > 0, so a partial count is a lower bound of the
+   score and these early answers are exactly those of the full count.
 
-So a prompt with no domain or with one domain (three prompts out of four on RouterArena) costs
-one pass and two or three calls, however many keywords it holds; a prompt mixing domains costs
-two passes and two calls per occurrence (one when memoised). The Sets see the bytes after a
-position through a one-byte window (entries prefixed with ``\\C``, any byte), so that ``\\b`` and
-``^`` keep their true left context. A Set cannot fall back to the NFA and reports a failure as
-"no match", but RE2 keeps flushing its DFA cache on a Set match rather than giving up, and a budget
-too small for the DFA fails at ``Compile()``: at policy load, never silently on a prompt.
+So a prompt with no domain or a single one (two prompts out of three on RouterArena) costs one
+pass and at most three calls, however many keywords it holds (a keyword-dense prompt no longer
+costs a call per keyword); a prompt mixing domains costs about two passes and one call per
+occurrence. The Sets read the bytes after a position through a one-byte window (entries
+prefixed with ``\\C``, any byte) so that ``\\b`` and ``^`` keep their true left context. A Set
+cannot fall back to the NFA and would report a failure as "no match", but RE2 keeps flushing a
+Set's DFA cache rather than giving up, and a budget too small for the DFA fails at
+``Compile()``: at policy load, never silently on a prompt.
 
-Patterns that can match the empty string are left out: they would count everywhere, and, placed
-in the union, shadow the patterns after them. The test is exact (every assertion context)."""
+Patterns that can match the empty string are left out (they would count everywhere and, in the
+union, shadow the patterns after them); the test is exact, over every context an empty match can
+depend on."""
 
 from __future__ import annotations
 
@@ -50,16 +54,18 @@ from .policy.patterns import compile_pattern
 _UNANCHORED = _re2.RE2.Anchor.UNANCHORED
 _ANCHOR_START = _re2.RE2.Anchor.ANCHOR_START
 _ANCHOR_BOTH = _re2.RE2.Anchor.ANCHOR_BOTH
-_MAX_MEM = 64 << 20
-_MEMO_MAX = 4096
+_MAX_MEM = 64 << 20  # per unanchored program (RE2's budget for its lazy DFA cache)
+_ANCHORED_MAX_MEM = 8 << 20  # the anchored Sets only read one occurrence at a time
+_MEMO_MAX = 4096  # memoised occurrences (the memo is cleared when full)
+_MEMO_SPAN = 256  # longer occurrences are not memoised
 
 
-def _options():
+def _options(max_mem: int = _MAX_MEM):
     opts = re2.Options()
     opts.case_sensitive = False
     opts.log_errors = False
     opts.never_capture = True
-    opts.max_mem = _MAX_MEM
+    opts.max_mem = max_mem
     return opts
 
 
@@ -115,59 +121,64 @@ class DomainDetector:
         owners = [self.names[i] for i in self._owner]
         windowed = [f"\\C(?:{a})" for a in alternations]
         self._scan = re2.compile("|".join(f"(?:{a})" for a in alternations), opts)._regexp.Match
-        self._at_start = _compiled_set(_ANCHOR_START, alternations, opts, owners)  # at byte 0
-        self._at = _compiled_set(_ANCHOR_START, windowed, opts, owners)  # at p, on data[p-1:]
+        small = _options(_ANCHORED_MAX_MEM)
+        self._at_start = _compiled_set(_ANCHOR_START, alternations, small, owners)  # at byte 0
+        self._at = _compiled_set(_ANCHOR_START, windowed, small, owners)  # at p, on data[p-1:]
         self._after = _compiled_set(_UNANCHORED, windowed, opts, owners)  # from p, on data[p-1:]
 
     # -- scanning ---------------------------------------------------------------------------
 
-    def _bounded(self, text: str) -> str:
-        if len(text) > self.max_scan_chars:
-            half = self.max_scan_chars // 2
-            return text[:half] + "\n" + text[-half:]
-        return text
-
-    def _domain_at(self, data: bytes, view: memoryview, start: int, end: int) -> int:
-        """The domain of the occurrence data[start:end]: the first whose patterns match at start."""
+    def _domain_at(self, data: bytes, start: int, end: int) -> int:
+        """The domain of the union's occurrence data[start:end]: the first whose patterns match at
+        ``start``. That is the first domain able to match exactly these bytes between these two
+        neighbours (an earlier one able to would have been the union's choice), so the answer is
+        memoised on ``data[start-1:end+1]`` (a tuple at the prompt's edges)."""
         n = len(data)
-        key = (data[start - 1] if start else -1, data[start:end], data[end] if end < n else -1)
+        if 0 < start and end < n:
+            key = data[start - 1:end + 1]
+        else:
+            key = (start == 0, end == n, data[start - 1 if start else 0:end + 1])
         hit = self._memo.get(key)
-        if hit is not None:
-            return hit
-        entries = self._at(view[start - 1:]) if start else self._at_start(data)
-        found = self._owner[min(entries)] if entries else -1
-        if len(self._memo) >= _MEMO_MAX:
-            self._memo.clear()
-        self._memo[key] = found
-        return found
+        if hit is None:
+            entries = self._at(memoryview(data)[start - 1:]) if start else self._at_start(data)
+            hit = self._owner[min(entries)] if entries else -1
+            if end - start <= _MEMO_SPAN:
+                if len(self._memo) >= _MEMO_MAX:
+                    self._memo.clear()
+                self._memo[key] = hit
+        return hit
 
-    def _sweep(self, data: bytes, view: memoryview, pos: int, counts: list[int]) -> list[int]:
+    def _sweep(self, data: bytes, pos: int, counts: list[int]) -> list[int]:
         """Add the occurrences from ``pos`` to the end to ``counts`` (per domain, policy order)."""
-        scan, n = self._scan, len(data)
+        scan, n, memo, domain_at = self._scan, len(data), self._memo, self._domain_at
         while pos <= n:
             (start, end), = scan(_UNANCHORED, data, pos, n)
             if start < 0:
                 break
-            if end > start:
-                d = self._domain_at(data, view, start, end)
-                if d >= 0:
-                    counts[d] += 1
-                pos = end
-            else:  # unreachable (no pattern matches the empty string): step over one byte
+            if end == start:  # unreachable (no pattern matches the empty string): step over a byte
                 pos = end + 1
+                continue
+            d = memo.get(data[start - 1:end + 1]) if 0 < start and end < n else None
+            if d is None:
+                d = domain_at(data, start, end)
+            if d >= 0:
+                counts[d] += 1
+            pos = end
         return counts
 
     def _data(self, text) -> Optional[bytes]:
         if not self.enabled or self._scan is None or not isinstance(text, str) or not text:
             return None
-        return self._bounded(text).encode("utf-8", "replace")
+        if len(text) > self.max_scan_chars:
+            half = self.max_scan_chars // 2
+            text = text[:half] + "\n" + text[-half:]
+        return text.encode("utf-8", "replace")
 
     def counts(self, text: str) -> list[int]:
         """Occurrences per domain (policy order); all zeros when disabled or on a non-str."""
         data = self._data(text)
-        if data is None:
-            return [0] * len(self.names)
-        return self._sweep(data, memoryview(data), 0, [0] * len(self.names))
+        counts = [0] * len(self.names)
+        return counts if data is None else self._sweep(data, 0, counts)
 
     def scores(self, text: str) -> dict[str, float]:
         """domain -> match count * weight, for the domains with at least one match (policy order)."""
@@ -177,8 +188,7 @@ class DomainDetector:
     def detect(self, text: str) -> Optional[str]:
         """The best-scoring domain, or None (no match, best score < min_matches, disabled).
 
-        The same answer as the best of ``scores(text)``, found with fewer calls (module
-        docstring): counting stops once the answer cannot change."""
+        The same answer as the best of ``scores(text)``, with fewer calls (module docstring)."""
         data = self._data(text)
         if data is None:
             return None
@@ -186,42 +196,45 @@ class DomainDetector:
         (start, end), = self._scan(_UNANCHORED, data, 0, n)
         if start < 0:
             return None
-        view = memoryview(data)
-        counts = [0] * len(self.names)
         if end == start or not self._bounds_hold:  # (unreachable / outside the schema)
-            return self._best(self._sweep(data, view, 0, counts))
-        scan, names, weights, needed = self._scan, self.names, self.weights, self.min_matches
-        first = self._domain_at(data, view, start, end)
-        (start, end2), = scan(_UNANCHORED, data, end, n)
-        if start < 0:  # a single occurrence
-            return names[first] if first >= 0 and weights[first] >= needed else None
-        if end2 == start:  # (unreachable)
-            return self._best(self._sweep(data, view, 0, counts))
-        second, end = self._domain_at(data, view, start, end2), end2
-        if second == first >= 0:
-            # Two occurrences of one domain: if no other domain occurs after them, it wins as
-            # soon as its count times its weight reaches min_matches.
-            later = self._after(view[end - 1:]) if end < n else ()
-            if all(self._owner[k] == first for k in later):
-                found, weight = 2, weights[first]
-                if (found + bool(later)) * weight >= needed:
-                    return names[first]
-                pos = end
-                while pos <= n:  # every later occurrence is its own
-                    (start, end), = scan(_UNANCHORED, data, pos, n)
-                    if start < 0:
-                        break
-                    if end > start:
-                        found, pos = found + 1, end
-                        if found * weight >= needed:
-                            return names[first]
-                    else:
-                        pos = end + 1
-                return None
-        for d in (first, second):
-            if d >= 0:
-                counts[d] += 1
-        return self._best(self._sweep(data, view, end, counts))
+            return self._best(self._sweep(data, 0, [0] * len(self.names)))
+        first = self._domain_at(data, start, end)
+        if first < 0:  # (unreachable: the union matched, so some domain does)
+            return self._best(self._sweep(data, 0, [0] * len(self.names)))
+        counts = [0] * len(self.names)
+        counts[first] = 1
+        later = self._after(memoryview(data)[end - 1:]) if end < n else ()
+        if not later:  # a single occurrence
+            return self.names[first] if self.weights[first] >= self.min_matches else None
+        live = {self._owner[k] for k in later}
+        if len(live) > 1:
+            return self._best(self._sweep(data, end, counts))
+        # Only one domain occurs from here on: every later occurrence is its own (there is at
+        # least one), the others' counts are final, and it wins once its score beats theirs and
+        # reaches min_matches.
+        (d,) = live
+        weight, needed = self.weights[d], self.min_matches
+        other = first if first != d else -1  # the only other domain with a score (final)
+        rival = counts[other] * self.weights[other] if other >= 0 else -1.0
+        tie_wins = other < 0 or d < other  # a tie goes to the first domain in policy order
+        found = counts[d] + 1
+        score = found * weight
+        if score >= needed and (score > rival or (tie_wins and score == rival)):
+            return self.names[d]
+        scan, pos, found = self._scan, end, counts[d]
+        while pos <= n:
+            (start, end), = scan(_UNANCHORED, data, pos, n)
+            if start < 0:
+                break
+            if end > start:
+                found, pos = found + 1, end
+                score = found * weight
+                if score >= needed and (score > rival or (tie_wins and score == rival)):
+                    return self.names[d]
+            else:
+                pos = end + 1
+        counts[d] = found
+        return self._best(counts)
 
     def _best(self, counts: list[int]) -> Optional[str]:
         scores = {n: c * self.weights[i] for i, (n, c) in enumerate(zip(self.names, counts)) if c}

@@ -148,3 +148,121 @@ def test_detect_never_raises_on_keyword_soup(text):
     scores = det.scores(text)
     assert set(scores) <= set(ORDER) and all(v > 0 for v in scores.values())
     assert det.detect(text) in {None, *ORDER}
+
+
+# -- the counting method (see the module docstring of aisia_plugin.domains) ------------------
+
+from types import SimpleNamespace  # noqa: E402
+
+
+def _section(definitions: dict, min_matches: int = 2, max_scan_chars: int = 8000, enabled: bool = True):
+    """A domains section without the policy loader (the detector reads only these fields)."""
+    return SimpleNamespace(enabled=enabled, min_matches=min_matches, max_scan_chars=max_scan_chars,
+                           definitions={n: SimpleNamespace(patterns=p, weight=w) for n, (p, w) in definitions.items()})
+
+
+def _reference(det: DomainDetector, text) -> str | None:
+    """detect() as the full count defines it: the first best score, if it reaches min_matches."""
+    scores = det.scores(text)
+    if not scores:
+        return None
+    best = max(scores, key=scores.__getitem__)
+    return best if scores[best] >= det.min_matches else None
+
+
+def test_a_word_matched_by_two_domains_counts_for_the_first_only():
+    det = DomainDetector(_section({"fruit": ([r"\bapple\b"], 1), "company": ([r"\bapple\b", r"\biphone\b"], 1)},
+                                  min_matches=1))
+    assert det.counts("apple apple iphone") == [2, 1]
+    assert det.detect("apple apple iphone") == "fruit"
+    # leftmost-first: the longer match of a later domain does not take the occurrence
+    det = DomainDetector(_section({"a": ([r"\bnew\b"], 1), "b": ([r"\bnew york\b"], 1)}, min_matches=1))
+    assert det.counts("new york new york") == [2, 0]
+    det = DomainDetector(_section({"b": ([r"\bnew york\b"], 1), "a": ([r"\bnew\b"], 1)}, min_matches=1))
+    assert det.counts("new york new") == [1, 1]
+
+
+def test_empty_matching_patterns_are_left_out_whatever_their_context():
+    # [a-z0-9]|\b$ matches the empty string only at the end of a word ending the text
+    det = DomainDetector(_section({"odd": ([r"[a-z0-9]|\b$", r"(?m)^$", r"\B"], 1), "word": ([r"\bcat\b"], 1)},
+                                  min_matches=1))
+    assert det.counts("a cat\n\nbb") == [0, 1]
+    assert det.detect("xyz") is None
+
+
+def test_single_domain_answers_are_those_of_the_full_count():
+    det = DomainDetector(_section({"fruit": ([r"\bapple\b", r"\bpear\b"], 1), "task": ([r"\btranslate\b"], 4)}))
+    assert det.detect("apple") is None and det.counts("apple") == [1, 0]       # 1 < min_matches
+    assert det.detect("an apple and a pear") == "fruit"                          # the 2nd decides
+    assert det.detect("translate") == "task"                                     # 4 >= 2 at once
+    assert det.detect("pear " * 500) == "fruit" and det.counts("pear " * 500) == [500, 0]
+    high = DomainDetector(_section({"fruit": ([r"\bapple\b"], 1)}, min_matches=5))
+    assert high.detect("apple " * 4) is None
+    assert high.detect("apple " * 5) == "fruit"
+    assert high.detect("apple" + " x" * 3000 + " apple" * 4) == "fruit"
+
+
+def test_a_domain_alone_after_the_first_occurrence_must_beat_it():
+    det = DomainDetector(_section({"heavy": ([r"\bstone\b"], 3), "light": ([r"\bfeather\b"], 1)}, min_matches=1))
+    assert det.detect("stone feather feather") == "heavy"           # 3 > 2
+    assert det.detect("stone feather feather feather") == "heavy"   # 3 == 3: the first in policy order
+    assert det.detect("stone" + " feather" * 4) == "light"          # 4 > 3
+    det = DomainDetector(_section({"light": ([r"\bfeather\b"], 1), "heavy": ([r"\bstone\b"], 3)}, min_matches=1))
+    assert det.detect("stone feather feather feather") == "light"   # the tie goes to light now
+    assert det.detect("stone feather feather") == "heavy"
+
+
+def test_occurrences_at_the_edges_and_line_starts():
+    det = DomainDetector(_section({"item": ([r"(?m)^item\b"], 1), "end": ([r"\bstop$"], 1)}, min_matches=1))
+    assert det.counts("item x item\nitem") == [2, 0]
+    assert det.counts("x item") == [0, 0]
+    assert det.counts("stop stop") == [0, 1]
+    assert det.detect("stop") == "end" and det.detect("item") == "item"
+    # the same bytes in another context are not taken for the memoised occurrence
+    det = DomainDetector(_section({"a": ([r"foo\b"], 1), "b": ([r"foo"], 1)}, min_matches=1))
+    for _ in range(2):
+        assert det.counts("foo bar") == [1, 0]
+        assert det.counts("foobar") == [0, 1]
+        assert det.counts("a foo") == [1, 0] and det.counts("a foob") == [0, 1]
+
+
+def test_keyword_dense_prompt():
+    para = ("I have a Python service that calls an HTTP API and parses the JSON response into dataclasses. "
+            "Sometimes the function raises a KeyError deep inside the parser and the stack trace is hard "
+            "to read. Can you help me debug it, suggest a cleaner class design, and write a pytest test "
+            "that reproduces the failure with a fixture? Here is the relevant part of the code:\n"
+            "def parse(payload):\n    items = payload['data']['items']\n    return [Item(**x) for x in items]\n")
+    text = (para * 6)[:2048]
+    det = _default_detector()
+    assert det.detect(text) == "coding" == _reference(det, text)
+    assert det.counts(text)[ORDER.index("coding")] >= 30
+
+
+_VOCABULARY = ["apple", "pear", "stone", "feather", "new york", "new", "york", "translate", "foo", "foobar",
+               "item", "\nitem", "stop", "é", " ", " ", "\n", "x", "applepear", "pear-apple"]
+_POLICIES = [
+    _section({"fruit": ([r"\bapple\b", r"pear"], 1), "heavy": ([r"\bstone\b", r"\bfoo"], 3),
+              "city": ([r"\bnew york\b", r"york"], 1), "task": ([r"\btranslate\b"], 4)}),
+    _section({"city": ([r"\bnew\b"], 2), "fruit": ([r"apple|pear"], 1), "end": ([r"\bstop$", r"(?m)^item"], 1.5)},
+             min_matches=3),
+    _section({"a": ([r"foo\b", r"\bx\b"], 1), "b": ([r"foo", r"feather"], 1), "c": ([r"é|\bitem"], 2)},
+             min_matches=1),
+    _section({"only": ([r"\b(?:apple|pear|stone)\b"], 0.5)}, min_matches=2),
+]
+_DETECTORS = [DomainDetector(p) for p in _POLICIES]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(0, len(_POLICIES) - 1), st.lists(st.sampled_from(_VOCABULARY), max_size=40).map("".join))
+def test_detect_is_the_best_of_the_full_count(which, text):
+    det = _DETECTORS[which]
+    assert det.detect(text) == _reference(det, text)
+
+
+def test_detect_is_the_best_of_the_full_count_on_the_shipped_policy():
+    det = _default_detector()
+    texts = [t for pair in EXAMPLES.values() for t in pair]
+    texts += ["Please solve the following mathematical problem step by step. " + t for t in texts]
+    texts += [" ".join(texts[i:i + 5]) for i in range(0, len(texts), 3)]
+    for text in texts:
+        assert det.detect(text) == _reference(det, text)
