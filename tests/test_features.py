@@ -197,16 +197,23 @@ def test_specificity_matches_the_reference_counts(raw):
         assert F._specificity(mixed, True) == _reference_specificity(mixed, True)
 
 
-def test_task_is_the_first_in_task_order_and_weak_code_needs_three_hints():
+@pytest.mark.parametrize("text,task,has_code", [
     # several task keywords: the first task of _TASK_NAMES wins, whatever their order in the text
-    assert extract_features(user("Explain and compare, then review, then debug it")).task_type == "debugging"
-    assert extract_features(user("Analyze the design and write the docs")).task_type == "documentation"
-    assert extract_features(user("analyze this, plan the roadmap")).task_type == "planning"
+    ("Explain and compare, then review, then debug it", "debugging", None),
+    ("Analyze the design and write the docs", "documentation", None),
+    ("analyze this, plan the roadmap", "planning", None),
     # weak code hints: 2 are not code, 3 are; a strong one alone is
-    assert not extract_features(user("a = b and c == d")).has_code
-    assert extract_features(user("a = b and c == d -> e")).has_code
-    assert extract_features(user("x => y")).has_code
-    assert extract_features(user("a = b; c == d; e -> f")).task_type == "coding"
+    ("a = b and c == d", None, False),
+    ("a = b and c == d -> e", None, True),
+    ("x => y", None, True),
+    ("a = b; c == d; e -> f", "coding", True),
+])
+def test_task_is_the_first_in_task_order_and_weak_code_needs_three_hints(text, task, has_code):
+    f = extract_features(user(text))
+    if task is not None:
+        assert f.task_type == task
+    if has_code is not None:
+        assert f.has_code is has_code
 
 
 def test_role_and_shapes_on_the_fast_and_the_generic_path():
