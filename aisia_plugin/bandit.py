@@ -111,41 +111,85 @@ def blend(global_stats: ArmStats, domain_stats: ArmStats | None, prior_strength:
     )
 
 
+# A record with nothing in it: a view's missing side (no domain record, or no prior).
+EMPTY = ArmStats()
+
+
+def arm_weights(globals_, domains, tick: float, gamma: float, prior_strength: float | None,
+                fresh: ArmStats) -> tuple[list[tuple[ArmStats, float, ArmStats, float]], list[float], list[float]]:
+    """What a decision sees of each arm of a pool at `tick`, as weights: per arm ``(a, fa, b, fb)``
+    such that every additive field of the arm's view (pulls, total_reward, failures, alpha - 1,
+    beta - 1) is ``a.x * fa + b.x * fb``; returned with the two fields every learning strategy
+    reads, the views' pulls and total rewards, as columns: ``(weights, pulls, rewards)``. The
+    one home of forgetting and per-domain blending (``arm_view`` builds a whole record from the
+    same weights).
+
+    Without `prior_strength` (per-domain learning off, or no domain): the global record decayed,
+    ``(g, gamma ** elapsed, EMPTY, 0)``. With it: the decayed domain record plus up to
+    `prior_strength` observations' worth of the decayed global record, ``(d, fd, g, share)``.
+    A missing global record is `fresh`; a missing domain record is EMPTY. Latency is a property of
+    the deployment: a view's latency is always the global record's.
+
+    Written as one loop over the pool, because it runs per request over every candidate."""
+    forget = gamma < 1.0
+    weights, pulls, rewards = [], [], []
+    add, add_pulls, add_reward = weights.append, pulls.append, rewards.append
+    if prior_strength is None:
+        for g in globals_:
+            if g is None:  # never observed: the fresh record, as is (nothing to forget)
+                g, f = fresh, 1.0
+            else:
+                f = gamma ** (tick - g.tick) if forget and tick > g.tick else 1.0
+            add((g, f, EMPTY, 0.0))
+            add_pulls(g.pulls * f)
+            add_reward(g.total_reward * f)
+        return weights, pulls, rewards
+    for g, d in zip(globals_, domains):
+        if g is None:
+            g, share = fresh, 0.0  # never observed: no prior (fresh has no pulls)
+        else:
+            fg = gamma ** (tick - g.tick) if forget and tick > g.tick else 1.0
+            g_pulls = g.pulls
+            # The prior's weight w = min(prior, decayed pulls), as a share of the undecayed sums.
+            share = (prior_strength / g_pulls if prior_strength < g_pulls * fg else fg) if g_pulls > 0 else 0.0
+        if d is None:
+            d, fd = EMPTY, 0.0
+        else:
+            fd = gamma ** (tick - d.tick) if forget and tick > d.tick else 1.0
+        add((d, fd, g, share))
+        add_pulls(d.pulls * fd + g.pulls * share)
+        add_reward(d.total_reward * fd + g.total_reward * share)
+    return weights, pulls, rewards
+
+
 def arm_view(g: ArmStats | None, d: ArmStats | None, tick: float, gamma: float,
              prior_strength: float | None, fresh: ArmStats) -> ArmStats:
-    """What a decision sees of one deployment at `tick`: its global record decayed and, when
-    `prior_strength` is given (per-domain learning on and the request has a domain), blended
-    with its decayed domain record. Same result as ``blend(decayed(g), decayed(d), prior)``
-    (``decayed(g)`` alone without a prior), computed in one pass building one record: this runs
-    per candidate per request."""
-    forget = gamma < 1.0
-    if g is None:  # never observed: the fresh record, as is (nothing to forget)
-        g = fresh
-        fg, g_tick = 1.0, g.tick
-    elif forget and tick > g.tick:
-        fg, g_tick = gamma ** (tick - g.tick), tick
-    else:
-        fg, g_tick = 1.0, g.tick
+    """One arm's view at `tick` as a whole record (the request path reads the weights of
+    ``arm_weights`` instead): the same result as ``blend(decayed(g), decayed(d), prior)``
+    (``decayed(g)`` alone without a prior)."""
+    ((a, fa, b, fb),), _, _ = arm_weights((g,), (d,), tick, gamma, prior_strength, fresh)
+    gl = g if g is not None else fresh
     if prior_strength is None:
-        if g_tick == g.tick:
-            return g
-        return ArmStats(g.pulls * fg, g.total_reward * fg, 1.0 + (g.alpha - 1.0) * fg, 1.0 + (g.beta - 1.0) * fg,
-                        g.avg_latency, g.latency_var, g.failures * fg, g.count, tick)
-    g_pulls = g.pulls * fg
-    w = prior_strength if prior_strength < g_pulls else g_pulls
-    gs = (w / g_pulls if g_pulls > 0 else 0.0) * fg  # the prior's share of the undecayed global sums
-    g_count = g.count if w > 0 else 0
-    if d is None:
-        return ArmStats(w, gs * g.total_reward, 1.0 + gs * (g.alpha - 1.0), 1.0 + gs * (g.beta - 1.0),
-                        g.avg_latency, g.latency_var, gs * g.failures, g_count, g_tick if g_tick > 0.0 else 0.0)
-    if forget and tick > d.tick:
-        fd, d_tick = gamma ** (tick - d.tick), tick
+        if fa == 1.0:
+            return gl
+        count, at = gl.count, tick
     else:
-        fd, d_tick = 1.0, d.tick
-    return ArmStats(d.pulls * fd + w, d.total_reward * fd + gs * g.total_reward,
-                    1.0 + (d.alpha - 1.0) * fd + gs * (g.alpha - 1.0), 1.0 + (d.beta - 1.0) * fd + gs * (g.beta - 1.0),
-                    g.avg_latency, g.latency_var, d.failures * fd + gs * g.failures, d.count + g_count,
-                    g_tick if g_tick > d_tick else d_tick)
+        count = (d.count if d is not None else 0) + (gl.count if fb > 0.0 else 0)
+        g_tick = tick if (g is not None and gamma < 1.0 and tick > g.tick) else gl.tick
+        d_tick = 0.0 if d is None else (tick if gamma < 1.0 and tick > d.tick else d.tick)
+        at = g_tick if g_tick > d_tick else d_tick
+    return ArmStats(a.pulls * fa + b.pulls * fb, a.total_reward * fa + b.total_reward * fb,
+                    1.0 + (a.alpha - 1.0) * fa + (b.alpha - 1.0) * fb, 1.0 + (a.beta - 1.0) * fa + (b.beta - 1.0) * fb,
+                    gl.avg_latency, gl.latency_var, a.failures * fa + b.failures * fb, count, at)
+
+
+def beta_params(weights) -> tuple[list[float], list[float]]:
+    """Each view's Beta posterior (alpha, beta), in pool order."""
+    alphas, betas = [], []
+    for a, fa, b, fb in weights:
+        alphas.append(1.0 + (a.alpha - 1.0) * fa + (b.alpha - 1.0) * fb)
+        betas.append(1.0 + (a.beta - 1.0) * fa + (b.beta - 1.0) * fb)
+    return alphas, betas
 
 
 _LOG4 = math.log(4.0)
@@ -216,39 +260,31 @@ def exploration_term(total_pulls: float, pulls: float, c: float) -> float:
     return c * math.sqrt(math.log(max(total_pulls, 1.0)) / pulls)
 
 
-def ucb1_pool(stats, costs_per_1m, total_pulls: float, *, c: float, cost_weight: float, latency_weight: float,
-              cost_scale: float = 10.0, latency_scale: float = 30.0) -> list[tuple[float, float, float, float, float]]:
-    """The seed's UCB1 score for every arm of a pool, as ``(score, mean_reward, exploration,
-    cost_bonus, latency_bonus)`` tuples in pool order:
+def ucb1_scores(pulls, rewards, latencies, costs_per_1m, total_pulls: float, *, c: float, cost_weight: float,
+                latency_weight: float, cost_scale: float = 10.0, latency_scale: float = 30.0) -> list[float]:
+    """The seed's UCB1 score of every arm of a pool with at least one pull, from columns in pool
+    order (each arm's pulls, total reward, average latency in seconds, cost per 1M tokens):
 
         score = mean_reward + C * sqrt(ln N / n) + max(0, 1 - cost / 10) * cost_weight
                 + max(0, 1 - avg_latency / 30) * latency_weight
 
-    (the same terms as :func:`exploration_term`, :func:`cost_bonus` and :func:`latency_bonus`,
-    written out in one loop because this runs per request over the whole pool). An untried arm
-    (n = 0) has an infinite exploration term and score."""
+    The same sum as :func:`ucb1_terms` (the explanation, term by term), written as one expression
+    because this runs per request over the whole pool. The caller serves untried arms first."""
     log_n = math.log(total_pulls) if total_pulls > 1.0 else 0.0
-    sqrt, inf = math.sqrt, math.inf
-    out = []
-    for s, cost in zip(stats, costs_per_1m):
-        n = s.pulls
-        cb = 1.0 - cost / cost_scale
-        cb = cb * cost_weight if cb > 0.0 else 0.0
-        lb = 1.0 - s.avg_latency / latency_scale
-        lb = lb * latency_weight if lb > 0.0 else 0.0
-        if n > 0:
-            mean = s.total_reward / n
-            ex = c * sqrt(log_n / n)
-            out.append((mean + ex + cb + lb, mean, ex, cb, lb))
-        else:
-            out.append((inf, 0.0, inf, cb, lb))
-    return out
+    sqrt = math.sqrt
+    cw, lw = cost_weight, latency_weight
+    return [total / n + c * sqrt(log_n / n) + ((1.0 - cost / cost_scale) * cw if cost < cost_scale else 0.0)
+            + ((1.0 - latency / latency_scale) * lw if latency < latency_scale else 0.0)
+            for n, total, latency, cost in zip(pulls, rewards, latencies, costs_per_1m)]
 
 
 def ucb1_terms(s: ArmStats, total_pulls: float, *, c: float, cost_per_1m: float, cost_weight: float,
                latency_weight: float, cost_scale: float = 10.0, latency_scale: float = 30.0) -> dict:
-    """The four terms of the seed's UCB1 score and their sum, for one arm."""
-    (score, mean, ex, cb, lb), = ucb1_pool((s,), (cost_per_1m,), total_pulls, c=c, cost_weight=cost_weight,
-                                           latency_weight=latency_weight, cost_scale=cost_scale,
-                                           latency_scale=latency_scale)
-    return {"mean_reward": mean, "exploration": ex, "cost_bonus": cb, "latency_bonus": lb, "score": score}
+    """The four terms of the seed's UCB1 score and their sum, for one arm (infinite exploration
+    and score for an untried arm)."""
+    n = s.pulls
+    mean = s.total_reward / n if n > 0 else 0.0
+    ex = exploration_term(total_pulls, n, c)
+    cb = cost_bonus(cost_per_1m, cost_weight, cost_scale)
+    lb = latency_bonus(s.avg_latency, latency_weight, latency_scale)
+    return {"mean_reward": mean, "exploration": ex, "cost_bonus": cb, "latency_bonus": lb, "score": mean + ex + cb + lb}

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field
 from collections.abc import Mapping as _MappingABC
+from collections.abc import Sequence as _SequenceABC
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
+
+from .bandit import EMPTY, arm_view, arm_weights, beta_params
 
 HEALTH = {"CLOSED": 1.0, "HALF_OPEN": 0.5, "OPEN": 0.0}
 
@@ -54,11 +57,12 @@ class Deployment:
     output_cost_per_1m: float = 2.0
     # Domain -> model served for that domain (None: the deployment's own model).
     specialities: Mapping[str, Optional[str]] = field(default_factory=dict)
+    # One price per 1M tokens, as the seed's bonuses expect: a 3:1 input:output blend. Derived
+    # (never passed): computed once here because every decision reads it for every candidate.
+    cost_per_1m: float = field(init=False, repr=False, compare=False)
 
-    @property
-    def cost_per_1m(self) -> float:
-        """One price per 1M tokens, as the seed's bonuses expect: a 3:1 input:output blend."""
-        return 0.75 * self.input_cost_per_1m + 0.25 * self.output_cost_per_1m
+    def __post_init__(self):
+        object.__setattr__(self, "cost_per_1m", 0.75 * self.input_cost_per_1m + 0.25 * self.output_cost_per_1m)
 
 
 @dataclass(slots=True)
@@ -92,6 +96,186 @@ class Candidate:
         return HEALTH[self.breaker]
 
 
+class Pool(_SequenceABC):
+    """The candidates competing in one decision, in pool order, held as columns.
+
+    Read as a sequence, a Pool is the list of Candidates it stands for (each built on first
+    access, then kept): a plugin strategy may iterate it like any list. The built-in strategies
+    read its columns instead, plain lists in pool order, each computed at most once and only when
+    read: a decision runs per request over the whole pool, and one object per candidate costs
+    more than the rest of the decision. The engine's pools hold the learned records as the store
+    returned them; the views (forgetting, per-domain blend) come from ``bandit.arm_weights``.
+
+    Columns: ``deployments``, ``breakers`` (effective states), ``task_fit``, ``quota``,
+    ``signals``, and the properties ``ids``, ``costs`` (per 1M tokens), ``weights`` (the
+    arms' view weights), ``pulls``, ``rewards``, ``latencies`` (average, s), ``p95_ms``,
+    ``stddev_ms``, ``error_rates``, ``beta_params``."""
+
+    __slots__ = ("deployments", "breakers", "task_fit", "quota", "signals", "_globals", "_domains", "_arm_at",
+                 "_candidates", "_ids", "_weights", "_pulls", "_rewards", "_latencies", "_p95", "_sd", "_err",
+                 "_beta")
+
+    def __init__(self, deployments: list, breakers: list, task_fit: list, globals_: list, domains: list,
+                 tick: float, gamma: float, prior_strength: Optional[float], fresh, *, quota: Optional[list] = None,
+                 signals: Optional[list] = None):
+        """An engine's pool: each candidate's global and domain records as stored (None where
+        there is none), to be seen at `tick` with forgetting `gamma` and the domain prior."""
+        n = len(deployments)
+        self.deployments = deployments
+        self.breakers = breakers
+        self.task_fit = task_fit
+        self.quota = quota if quota is not None else [1.0] * n
+        self.signals = signals if signals is not None else [NO_SIGNALS] * n
+        self._globals = globals_
+        self._domains = domains
+        self._arm_at = (tick, gamma, prior_strength, fresh)
+        self._candidates = self._ids = self._weights = self._pulls = self._rewards = self._latencies = None
+        self._p95 = self._sd = self._err = self._beta = None
+
+    @classmethod
+    def of(cls, candidates) -> "Pool":
+        """The Pool of ready-made Candidates (a test's, a plugin's): their stats are the views."""
+        if type(candidates) is cls:
+            return candidates
+        cands = list(candidates)
+        p = cls.__new__(cls)
+        p.deployments = [c.deployment for c in cands]
+        p.breakers = [c.breaker for c in cands]
+        p.task_fit = [c.task_fit for c in cands]
+        p.quota = [c.quota for c in cands]
+        p.signals = [c.signals for c in cands]
+        p._globals = p._domains = p._arm_at = None
+        p._candidates = cands
+        p._ids = None
+        p._weights = [(c.stats, 1.0, EMPTY, 0.0) for c in cands]
+        p._pulls = [c.stats.pulls for c in cands]
+        p._rewards = [c.stats.total_reward for c in cands]
+        p._beta = None
+        p._latencies = [c.stats.avg_latency for c in cands]
+        p._p95 = [c.p95_latency_ms for c in cands]
+        p._sd = [c.latency_stddev_ms for c in cands]
+        p._err = [c.error_rate for c in cands]
+        return p
+
+    # -- the sequence of Candidates -------------------------------------------------------------
+    def _built(self) -> list:
+        cands = self._candidates
+        if cands is None:
+            tick, gamma, prior, fresh = self._arm_at
+            cands = self._candidates = [
+                Candidate(dep, arm_view(g, d, tick, gamma, prior, fresh), br, p95, sd, err, fit, q, sig)
+                for dep, g, d, br, p95, sd, err, fit, q, sig in zip(
+                    self.deployments, self._globals, self._domains, self.breakers, self.p95_ms, self.stddev_ms,
+                    self.error_rates, self.task_fit, self.quota, self.signals)]
+        return cands
+
+    def __len__(self) -> int:
+        return len(self.deployments)
+
+    def __getitem__(self, i):
+        return self._built()[i]
+
+    def __iter__(self):
+        return iter(self._built())
+
+    def __repr__(self) -> str:
+        return f"Pool({self.ids!r})"
+
+    def subset(self, indices) -> "Pool":
+        """The pool of the members at `indices` (as Candidates: off the hot path)."""
+        cands = self._built()
+        return Pool.of([cands[i] for i in indices])
+
+    def not_open(self) -> "Pool":
+        """The members whose breaker is not OPEN (the pool itself when none is); the whole pool
+        when every one is OPEN."""
+        breakers = self.breakers
+        if "OPEN" not in breakers:
+            return self
+        keep = [i for i, b in enumerate(breakers) if b != "OPEN"]
+        return self.subset(keep) if keep else self
+
+    # -- columns ----------------------------------------------------------------------------------
+    @property
+    def ids(self) -> list[str]:
+        ids = self._ids
+        if ids is None:
+            ids = self._ids = [d.id for d in self.deployments]
+        return ids
+
+    @property
+    def costs(self) -> list[float]:
+        return [d.cost_per_1m for d in self.deployments]
+
+    def _views(self) -> None:
+        tick, gamma, prior, fresh = self._arm_at
+        self._weights, self._pulls, self._rewards = arm_weights(self._globals, self._domains, tick, gamma, prior, fresh)
+
+    @property
+    def weights(self) -> list:
+        if self._weights is None:
+            self._views()
+        return self._weights
+
+    @property
+    def pulls(self) -> list[float]:
+        if self._pulls is None:
+            self._views()
+        return self._pulls
+
+    @property
+    def rewards(self) -> list[float]:
+        if self._rewards is None:
+            self._views()
+        return self._rewards
+
+    @property
+    def beta_params(self) -> tuple[list[float], list[float]]:
+        if self._beta is None:
+            self._beta = beta_params(self.weights)
+        return self._beta
+
+    def _records(self) -> list:
+        fresh = self._arm_at[3]
+        return [g if g is not None else fresh for g in self._globals]
+
+    @property
+    def latencies(self) -> list[float]:
+        if self._latencies is None:
+            self._latencies = [g.avg_latency for g in self._records()]
+        return self._latencies
+
+    def _latency_columns(self) -> None:
+        # The deployment-wide figures come from the global record; forgetting scales failures
+        # and pulls alike, so the error rate needs no decay.
+        sqrt = math.sqrt
+        p95, sds, errs = [], [], []
+        for g in self._records():
+            sd = sqrt(g.latency_var) if g.latency_var > 0.0 else 0.0
+            p95.append((g.avg_latency + 1.645 * sd) * 1000.0)
+            sds.append(sd * 1000.0)
+            errs.append(g.failures / g.pulls if g.pulls > 0 else 0.0)
+        self._p95, self._sd, self._err = p95, sds, errs
+
+    @property
+    def p95_ms(self) -> list[float]:
+        if self._p95 is None:
+            self._latency_columns()
+        return self._p95
+
+    @property
+    def stddev_ms(self) -> list[float]:
+        if self._sd is None:
+            self._latency_columns()
+        return self._sd
+
+    @property
+    def error_rates(self) -> list[float]:
+        if self._err is None:
+            self._latency_columns()
+        return self._err
+
+
 @dataclass(slots=True)
 class RoutingContext:
     """Everything a strategy may use besides the pool. Built by the engine."""
@@ -114,7 +298,7 @@ class RoutingContext:
     sla: Any = None  # policy.models.Sla
     last_known_good: Optional[str] = None
     lkgp_enabled: bool = True
-    total_pulls: float = 0.0  # N of UCB1, over the pool
+    total_pulls: Optional[float] = None  # N of UCB1; None: the sum over the competing pool
     policy: Any = None  # the whole policy.models.Policy, for plugins
 
 
@@ -216,19 +400,20 @@ class Decision:
 
 
 def not_open(pool: list[Candidate]) -> list[Candidate]:
-    """The candidates whose breaker is not OPEN; the whole pool when every one is OPEN."""
+    """The candidates whose breaker is not OPEN; the whole pool when every one is OPEN (a list of
+    Candidates; ``Pool.not_open`` is the same rule over a Pool)."""
     healthy = [c for c in pool if c.breaker != "OPEN"]
     return healthy or list(pool)
 
 
-def ranked_decision(strategy: str, pool: list[Candidate], scores, chosen: Candidate,
-                    reason: str, *, probability: Optional[float] = None, terms=None,
-                    excluded: Optional[Mapping[int, str]] = None, final_score: Optional[float] = None) -> Decision:
+def ranked_decision(strategy: str, pool: Pool, scores, chosen: Deployment, reason: str, *,
+                    probability: Optional[float] = None, terms=None, excluded: Optional[Mapping[str, str]] = None,
+                    final_score: Optional[float] = None) -> Decision:
     """A Decision listing every pool member's score (helper for strategies).
 
     `scores` and `terms` are mappings by candidate id, or functions of no argument returning
     them, called only when the decision's rows are first read (then `final_score`, the chosen
-    candidate's score, must be given); `excluded` maps ``id(candidate)`` to why that pool member
+    candidate's score, must be given); `excluded` maps a candidate id to why that pool member
     did not compete."""
     if callable(scores):
         score_of = None
@@ -239,29 +424,29 @@ def ranked_decision(strategy: str, pool: list[Candidate], scores, chosen: Candid
     def rows():
         sc = score_of if score_of is not None else scores()
         tm = (terms() if callable(terms) else terms) or {}
-        out = [CandidateScore(c.id, sc.get(c.id), None, tm.get(c.id, {})) for c in pool]
+        out = [CandidateScore(i, sc.get(i), None, tm.get(i, {})) for i in pool.ids]
         if excluded:
-            for c, row in zip(pool, out):
-                why = excluded.get(id(c))
+            for row in out:
+                why = excluded.get(row.id)
                 if why is not None:
                     row.excluded = why
         return out
 
-    return Decision(chosen.id, chosen.deployment.model, strategy, reason, len(pool), final_score,
+    return Decision(chosen.id, chosen.model, strategy, reason, len(pool), final_score,
                     probability=probability, build_scores=rows)
 
 
-def pool_decision(strategy: str, pool: list[Candidate], scores: list, chosen: int, reason: str, *,
+def pool_decision(strategy: str, pool: Pool, scores: list, chosen: int, reason: str, *,
                   probability: Optional[float] = None, terms=None) -> Decision:
     """Like :func:`ranked_decision` with the scores as a list in pool order and the chosen
     candidate as an index. The rows are built when the decision's ``scores`` are first read;
     ``terms``, when given, is a function of the candidate's index returning its named terms."""
-    c = pool[chosen]
+    d = pool.deployments[chosen]
 
     def rows():
         if terms is None:
-            return [CandidateScore(x.deployment.id, sc) for x, sc in zip(pool, scores)]
-        return [CandidateScore(x.deployment.id, sc, None, terms(i)) for i, (x, sc) in enumerate(zip(pool, scores))]
+            return [CandidateScore(i, sc) for i, sc in zip(pool.ids, scores)]
+        return [CandidateScore(i, sc, None, terms(k)) for k, (i, sc) in enumerate(zip(pool.ids, scores))]
 
-    return Decision(c.deployment.id, c.deployment.model, strategy, reason, len(pool), scores[chosen],
+    return Decision(d.id, d.model, strategy, reason, len(pool), scores[chosen],
                     probability=probability, build_scores=rows)

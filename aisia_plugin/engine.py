@@ -9,16 +9,15 @@ plain data; the Redis adapter implements the same methods)."""
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from dataclasses import replace
 from typing import Callable, Iterable, Optional, Sequence
 
 from . import plugins
-from .bandit import ArmStats, arm_view, gamma_for, update
-from .breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker, FailureKind, classify_failure
-from .decision import Candidate, CandidateScore, Decision, Deployment, RoutingContext
+from .bandit import ArmStats, gamma_for, update
+from .breaker import CLOSED, OPEN, CircuitBreaker, FailureKind, classify_failure
+from .decision import CandidateScore, Decision, Deployment, Pool, RoutingContext
 from .deployments import selects
 from .domains import DomainDetector
 from .features import RequestFeatures, extract_features
@@ -49,7 +48,16 @@ class Engine:
                          for name, a in policy.aliases.items()}
         self._fresh = ArmStats(avg_latency=policy.bandit.initial_latency_s)
         self._hook = plugins.hook()
-        self._selection_cache: dict[tuple, tuple] = {}
+        self._pools: dict[tuple, _AliasPool] = {}
+        # Per alias, the RoutingContext fields between `rng` and `last_known_good` (policy data,
+        # resolved once): exploration_c .. sla.
+        bp = policy.bandit
+        self._alias_context = {
+            name: (a.exploration_c if a.exploration_c is not None else bp.exploration_c,
+                   a.cost_weight if a.cost_weight is not None else bp.cost_weight,
+                   a.latency_weight if a.latency_weight is not None else bp.latency_weight,
+                   bp.cost_scale_per_1m, bp.latency_scale_s, a.exploration, self._weights[name], a.tier_hint, a.sla)
+            for name, a in policy.aliases.items()}
 
     # -- deciding ------------------------------------------------------------------------------
     def features(self, messages, tools=None, request_modalities=None) -> RequestFeatures:
@@ -73,164 +81,121 @@ class Engine:
         feats = features if features is not None else self.features(messages, tools, request_modalities)
         domain = ap.domain_hint or self.detector.detect(feats.text)
         task = ap.task_hint or feats.task_type
-        selected, excluded = self._selected(alias, ap, deployments)
-        excluded = list(excluded)
-        pool = selected
-        if exclude:
-            exclude = set(exclude)
-            pool = [d for d in selected if d.id not in exclude]
-            if len(pool) != len(selected):
-                excluded.extend(CandidateScore(d.id, excluded="already failed for this request")
-                                for d in selected if d.id in exclude)
 
-        # Specialists (seed section 6): when some candidates specialise in the domain, only they compete.
-        if domain and pool:
-            specialists = [d for d in pool if domain in d.specialities]
-            if specialists:
-                for d in pool:
-                    if domain not in d.specialities:
-                        excluded.append(CandidateScore(d.id, excluded=f"not a {domain} specialist"))
-                pool = specialists
+        # The alias's candidates and, when some specialise in the domain, only they (seed section
+        # 6); memoised per deployment list and domain, with the exclusion rows of the others.
+        # A retry's failed deployments leave before the specialists are chosen (its last
+        # specialist failed: everyone competes).
+        group = self._alias_pool(alias, ap, deployments)
+        group = group.without(set(exclude), domain) if exclude else group.for_domain(domain)
+        deps, ids, excluded = group.deployments, group.ids, group.excluded
+        fits = group.fits(self.fitness, task)
 
         # One read of the store for the whole pool (the Redis store: one round trip).
         per_domain = self.policy.bandit.per_domain
         learn_domain = domain if (domain and per_domain.enabled) else None
-        tick, breakers, global_arms, domain_arms, last_good = self.store.read_pool([d.id for d in pool], learn_domain, alias)
+        tick, breakers, global_arms, domain_arms, last_good = self.store.read_pool(ids, learn_domain, alias)
 
         # Circuit breaker: skip OPEN, rate-limited and probe-saturated deployments. A deployment
         # with no stored breaker, or a CLOSED one not rate limited, is available as is.
+        states = None  # effective breaker states where one is not plainly CLOSED
         breaker_state = {}
-        available = []
         blocked = []
-        for d, bs in zip(pool, breakers):
+        for k, bs in enumerate(breakers):
             if bs is None or (bs.state == CLOSED and now >= bs.rate_limited_until):
-                available.append(d)
                 continue
             eff = self.breaker.effective_state(bs, now)
-            breaker_state[d.id] = (bs, eff)
-            if self.breaker.available(bs, now):
-                available.append(d)
-            else:
+            breaker_state[ids[k]] = (bs, eff)
+            if states is None:
+                states = [CLOSED] * len(ids)
+            states[k] = eff
+            if not self.breaker.available(bs, now):
                 why = ("rate limited (429) until t=%.1f" % bs.rate_limited_until if self.breaker.is_rate_limited(bs, now)
                        else "circuit OPEN" if eff == OPEN else "half-open probes all in flight")
-                blocked.append((d, why))
+                blocked.append((k, why))
         degraded = False
         if blocked:
-            if available:
-                excluded.extend(CandidateScore(d.id, excluded=why) for d, why in blocked)
-                keep = {d.id for d in available}
-                rows = [(d, g, ds) for d, g, ds in zip(pool, global_arms, domain_arms) if d.id in keep]
-                pool = available
-                global_arms = [r[1] for r in rows]
-                domain_arms = [r[2] for r in rows]
+            if len(blocked) < len(ids):
+                excluded = excluded + [CandidateScore(ids[k], excluded=why) for k, why in blocked]
+                out = {k for k, _ in blocked}
+                keep = [k for k in range(len(ids)) if k not in out]
+                deps, ids, fits, states, global_arms, domain_arms = _take(keep, deps, ids, fits, states,
+                                                                         global_arms, domain_arms)
             else:
                 degraded = True  # every candidate is blocked: still serve, from the whole pool
 
         # Budget cap (OmniRoute): estimated cost of this request per candidate.
         budget = ap.budget
-        if budget.max_cost_per_request_usd is not None and pool:
-            est = {d.id: (feats.input_tokens * d.input_cost_per_1m + budget.expected_output_tokens * d.output_cost_per_1m) / 1e6
-                   for d in pool}
-            fits = [d for d in pool if est[d.id] <= budget.max_cost_per_request_usd]
-            if not fits:
+        if budget.max_cost_per_request_usd is not None and deps:
+            cap = budget.max_cost_per_request_usd
+            est = [(feats.input_tokens * d.input_cost_per_1m + budget.expected_output_tokens * d.output_cost_per_1m) / 1e6
+                   for d in deps]
+            fits_budget = [k for k, e in enumerate(est) if e <= cap]
+            over = [CandidateScore(i, excluded=f"estimated ${e:.6f} over budget") for i, e in zip(ids, est)]
+            if not fits_budget:
                 if budget.mode == "strict":
                     return self._finish(Decision(
                         None, None, ap.strategy,
-                        f"no candidate fits the budget of ${budget.max_cost_per_request_usd:g} per request "
-                        f"(cheapest estimate ${min(est.values()):.6f}); strict budget refuses",
-                        0, None, excluded + [CandidateScore(d.id, excluded=f"estimated ${est[d.id]:.6f} over budget") for d in pool],
-                        alias=alias, domain=domain, task_type=task, refused="budget", status_code=402), feats)
-                cheapest = min(pool, key=lambda d: est[d.id])
-                excluded.extend(CandidateScore(d.id, excluded=f"estimated ${est[d.id]:.6f} over budget") for d in pool if d is not cheapest)
-                keep_ids = {cheapest.id}
-            else:
-                excluded.extend(CandidateScore(d.id, excluded=f"estimated ${est[d.id]:.6f} over budget") for d in pool if d not in fits)
-                keep_ids = {d.id for d in fits}
-            if len(keep_ids) != len(pool):
-                rows = [(d, g, ds) for d, g, ds in zip(pool, global_arms, domain_arms) if d.id in keep_ids]
-                pool = [r[0] for r in rows]
-                global_arms = [r[1] for r in rows]
-                domain_arms = [r[2] for r in rows]
+                        f"no candidate fits the budget of ${cap:g} per request "
+                        f"(cheapest estimate ${min(est):.6f}); strict budget refuses",
+                        0, None, excluded + over, alias=alias, domain=domain, task_type=task, refused="budget",
+                        status_code=402), feats)
+                cheapest = est.index(min(est))
+                fits_budget = [cheapest]
+            if len(fits_budget) != len(deps):
+                inside = set(fits_budget)
+                excluded = excluded + [row for k, row in enumerate(over) if k not in inside]
+                deps, ids, fits, states, global_arms, domain_arms = _take(fits_budget, deps, ids, fits, states,
+                                                                         global_arms, domain_arms)
 
-        if not pool:
+        if not deps:
             return self._finish(Decision(None, None, ap.strategy, "no deployment is available for this alias", 0, None,
                                          excluded, alias=alias, domain=domain, task_type=task,
                                          refused="no_candidates", status_code=503), feats)
 
-        # Candidates with what is known about them now.
+        # The pool as columns; the arms' views (forgetting, per-domain blend) are computed by the
+        # strategy's first read of them.
         prior = per_domain.prior_strength if learn_domain is not None else None
-        gamma, fresh = self.gamma, self._fresh
-        fits = self.fitness.fitness_of([d.model or "" for d in pool], task)
-        candidates = []
-        total = 0.0
-        for d, g, ds, fit in zip(pool, global_arms, domain_arms, fits):
-            stats = arm_view(g, ds, tick, gamma, prior, fresh)
-            # The deployment-wide figures come from the global record; forgetting scales failures
-            # and pulls alike, so the error rate needs no decay.
-            gv = g if g is not None else fresh
-            total += stats.pulls
-            sd = math.sqrt(gv.latency_var) if gv.latency_var > 0.0 else 0.0
-            bs_eff = breaker_state.get(d.id)
-            candidates.append(Candidate(
-                d, stats, bs_eff[1] if bs_eff is not None else CLOSED,
-                (gv.avg_latency + 1.645 * sd) * 1000.0, sd * 1000.0,
-                gv.failures / gv.pulls if gv.pulls > 0 else 0.0, fit,
-            ))
-        bp = self.policy.bandit
-        ctx = RoutingContext(
-            alias=alias, strategy=ap.strategy, features=feats, domain=domain, task_type=task, now=now, rng=self.rng,
-            exploration_c=ap.exploration_c if ap.exploration_c is not None else bp.exploration_c,
-            cost_weight=ap.cost_weight if ap.cost_weight is not None else bp.cost_weight,
-            latency_weight=ap.latency_weight if ap.latency_weight is not None else bp.latency_weight,
-            cost_scale_per_1m=bp.cost_scale_per_1m, latency_scale_s=bp.latency_scale_s,
-            exploration=ap.exploration, weights=self._weights[alias], tier_hint=ap.tier_hint, sla=ap.sla,
-            last_known_good=last_good, lkgp_enabled=ap.lkgp_enabled,
-            total_pulls=total, policy=self.policy,
-        )
-        decision = plugins.get_strategy(ap.strategy).select(candidates, ctx)
-        chosen = None
-        for c in candidates:
-            if c.deployment.id == decision.deployment_id:
-                chosen = c
-                break
-        if chosen is None:  # a plugin returned something outside the pool: never route there
-            chosen = candidates[0]
-            decision.reason = f"strategy returned {decision.deployment_id!r}, not in the pool; using {chosen.id}"
-            decision.deployment_id = chosen.id
-        special = chosen.deployment.specialities.get(domain) if domain else None
-        decision.model = special or chosen.deployment.model
+        pool = Pool(deps, states if states is not None else [CLOSED] * len(deps), fits, global_arms, domain_arms,
+                    tick, self.gamma, prior, self._fresh)
+        ctx = RoutingContext(alias, ap.strategy, feats, domain, task, now, self.rng, *self._alias_context[alias],
+                             last_good, ap.lkgp_enabled, None, self.policy)
+        decision = plugins.get_strategy(ap.strategy).select(pool, ctx)
+        try:
+            k = pool.ids.index(decision.deployment_id)
+        except ValueError:  # a plugin returned something outside the pool: never route there
+            k = 0
+            decision.reason = f"strategy returned {decision.deployment_id!r}, not in the pool; using {ids[0]}"
+            decision.deployment_id = ids[0]
+        chosen = deps[k]
+        special = chosen.specialities.get(domain) if domain else None
+        decision.model = special or chosen.model
         decision.alias, decision.domain, decision.task_type = alias, domain, task
         decision.add_scores(excluded)
         if degraded:
             decision.reason += " (every candidate's breaker blocks it: serving anyway)"
-        if reserve and chosen.id in breaker_state:
-            bs, eff = breaker_state[chosen.id]
-            if eff != CLOSED:
-                _, new_state = self.breaker.reserve(bs, now)
+        if reserve and breaker_state:
+            held = breaker_state.get(chosen.id)
+            if held is not None and held[1] != CLOSED:
+                _, new_state = self.breaker.reserve(held[0], now)
                 self.store.put_breaker(chosen.id, new_state)
         return self._finish(decision, feats)
 
-    def _selected(self, alias: str, ap, deployments: Sequence[Deployment]):
-        """The alias's candidates among `deployments` and the exclusions of the others, memoised:
-        the deployment list is the proxy's model list, the same objects request after request."""
+    def _alias_pool(self, alias: str, ap, deployments: Sequence[Deployment]) -> "_AliasPool":
+        """The alias's candidates among `deployments`, memoised: the deployment list is the
+        proxy's model list, the same objects request after request."""
         deps = tuple(deployments)
-        key = (alias, *map(id, deps))
-        hit = self._selection_cache.get(key)
+        key = (alias, len(deps), id(deps[0]) if deps else 0, id(deps[-1]) if deps else 0)
+        hit = self._pools.get(key)
         # Tuple equality checks identity first, element by element, in C: the same objects match
-        # at once; a reused id (another object) falls through to a full comparison.
-        if hit is not None and hit[0] == deps:
-            return hit[1], hit[2]
-        selected, excluded = [], []
-        for d in deployments:
-            if selects(ap.candidates, d):
-                selected.append(d)
-            else:
-                excluded.append(CandidateScore(d.id, excluded="not selected by the alias's candidates"))
-        if len(self._selection_cache) >= 256:
-            self._selection_cache.clear()
+        # at once; another list with the same ends falls through to a full comparison.
+        if hit is not None and hit.source == deps:
+            return hit
+        if len(self._pools) >= 256:
+            self._pools.clear()
         # The deployments are kept with the entry so that their ids cannot be reused while it lives.
-        self._selection_cache[key] = (deps, selected, tuple(excluded))
-        return selected, excluded
+        entry = self._pools[key] = _AliasPool(deps, ap.candidates)
+        return entry
 
     def _finish(self, decision: Decision, feats) -> Decision:
         observe = self._hook.observe_decision
@@ -282,3 +247,66 @@ class Engine:
         except Exception:
             pass
         return value
+
+
+def _take(keep: list[int], *columns):
+    """The columns (lists in pool order, or None) restricted to the positions in `keep`."""
+    return tuple(None if col is None else [col[k] for k in keep] for col in columns)
+
+
+class _AliasPool:
+    """An alias's candidates among one deployment list, and what follows from them alone: the
+    exclusion rows of the others, the specialists of each domain, the task fitness of each
+    model. Built once per deployment list (the engine memoises it)."""
+
+    __slots__ = ("source", "selected", "excluded", "_by_domain")
+
+    def __init__(self, deployments: tuple, candidates):
+        self.source = deployments
+        self.selected = [d for d in deployments if selects(candidates, d)]
+        chosen = {id(d) for d in self.selected}
+        self.excluded = [CandidateScore(d.id, excluded="not selected by the alias's candidates")
+                         for d in deployments if id(d) not in chosen]
+        self._by_domain: dict = {}
+
+    def for_domain(self, domain: Optional[str]) -> "_DomainPool":
+        hit = self._by_domain.get(domain)
+        if hit is None:
+            if len(self._by_domain) >= 64:
+                self._by_domain.clear()
+            hit = self._by_domain[domain] = _DomainPool(self.selected, self.excluded, domain)
+        return hit
+
+    def without(self, failed: set, domain: Optional[str]) -> "_DomainPool":
+        """The competitors for `domain` once the `failed` deployments are left out (not memoised:
+        a retry's own)."""
+        kept = [d for d in self.selected if d.id not in failed]
+        rows = [CandidateScore(d.id, excluded="already failed for this request")
+                for d in self.selected if d.id in failed]
+        return _DomainPool(kept, self.excluded + rows, domain)
+
+
+class _DomainPool:
+    """The competitors of an alias for one domain: only the specialists of the domain when some
+    candidates declare it (seed section 6), else every candidate."""
+
+    __slots__ = ("deployments", "ids", "excluded", "_fits")
+
+    def __init__(self, pool: list, excluded: list, domain: Optional[str]):
+        excluded = list(excluded)
+        if domain and pool:
+            specialists = [d for d in pool if domain in d.specialities]
+            if specialists:
+                excluded += [CandidateScore(d.id, excluded=f"not a {domain} specialist")
+                             for d in pool if domain not in d.specialities]
+                pool = specialists
+        self.deployments = list(pool)
+        self.ids = [d.id for d in pool]
+        self.excluded = excluded
+        self._fits: dict = {}
+
+    def fits(self, table: TaskFitnessTable, task: str) -> list[float]:
+        hit = self._fits.get(task)
+        if hit is None:
+            hit = self._fits[task] = table.fitness_of([d.model or "" for d in self.deployments], task)
+        return hit

@@ -1,5 +1,5 @@
 """The bandit's fast paths against their reference definitions: arm_view against
-decayed + blend, ucb1_pool against the seed's terms, beta_sample against Beta's moments and
+decayed + blend, ucb1_scores against the seed's terms, beta_sample against Beta's moments and
 against random.betavariate's distribution."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aisia_plugin.bandit import (ArmStats, arm_view, beta_sample, blend, cost_bonus, decayed, exploration_term,
-                                 latency_bonus, ucb1_pool, ucb1_terms, update)
+                                 latency_bonus, ucb1_scores, ucb1_terms, update)
 
 FRESH = ArmStats(avg_latency=5.0)
 
@@ -41,22 +41,21 @@ def test_arm_view_is_decayed_then_blended(g_seed, g_n, d_seed, d_n, has_g, has_d
         assert math.isclose(getattr(got, name), getattr(want, name), rel_tol=1e-12, abs_tol=1e-12), name
 
 
-def test_ucb1_pool_matches_the_seed_terms():
+def test_ucb1_scores_match_the_seed_terms():
     arms = [ArmStats(pulls=10, total_reward=8.5, avg_latency=0.4), ArmStats(pulls=3, total_reward=1.0, avg_latency=12.0),
-            ArmStats(pulls=0, avg_latency=5.0)]
+            ArmStats(pulls=1, total_reward=0.2, avg_latency=45.0)]
     costs = [0.2, 12.0, 5.0]
-    rows = ucb1_pool(arms, costs, 13.0, c=math.sqrt(2), cost_weight=0.1, latency_weight=0.15)
-    for s, cost, (score, mean, ex, cb, lb) in zip(arms, costs, rows):
-        assert cb == cost_bonus(cost, 0.1) and lb == latency_bonus(s.avg_latency, 0.15)
-        assert ex == exploration_term(13.0, s.pulls, math.sqrt(2))
-        if s.pulls:
-            assert mean == s.mean_reward and score == mean + ex + cb + lb
-        else:
-            assert score == math.inf
-    # A cost above the scale earns no bonus; an untried arm explores first.
-    assert rows[1][3] == 0.0 and rows[2][0] == math.inf
-    assert ucb1_terms(arms[0], 13.0, c=math.sqrt(2), cost_per_1m=0.2, cost_weight=0.1,
-                      latency_weight=0.15)["score"] == rows[0][0]
+    scores = ucb1_scores([a.pulls for a in arms], [a.total_reward for a in arms], [a.avg_latency for a in arms], costs,
+                         14.0, c=math.sqrt(2), cost_weight=0.1, latency_weight=0.15)
+    for s, cost, score in zip(arms, costs, scores):
+        t = ucb1_terms(s, 14.0, c=math.sqrt(2), cost_per_1m=cost, cost_weight=0.1, latency_weight=0.15)
+        assert t["cost_bonus"] == cost_bonus(cost, 0.1) and t["latency_bonus"] == latency_bonus(s.avg_latency, 0.15)
+        assert t["exploration"] == exploration_term(14.0, s.pulls, math.sqrt(2))
+        assert t["mean_reward"] == s.mean_reward
+        assert score == t["score"] == t["mean_reward"] + t["exploration"] + t["cost_bonus"] + t["latency_bonus"]
+    # A cost above the scale earns no bonus, nor a latency above 30 s; an untried arm's terms are infinite.
+    assert cost_bonus(12.0, 0.1) == 0.0 and latency_bonus(45.0, 0.15) == 0.0
+    assert ucb1_terms(ArmStats(), 14.0, c=1.0, cost_per_1m=1.0, cost_weight=0.1, latency_weight=0.1)["score"] == math.inf
 
 
 @pytest.mark.parametrize("a,b", [(1.0, 1.0), (3.0, 1.0), (1.0, 4.0), (1.5, 1.5), (2.0, 5.0), (5.0, 2.0),

@@ -31,16 +31,22 @@ def _from_dict(cls, raw):
 class MemoryState:
     def __init__(self):
         self._lock = threading.Lock()
-        self.arms: dict[tuple[str, Optional[str]], ArmStats] = {}
+        # domain (None: the global record) -> deployment -> record: a pool's read is then one
+        # dict look-up per deployment, with no key to build.
+        self.arms: dict[Optional[str], dict[str, ArmStats]] = {None: {}}
         self.breakers: dict[str, BreakerState] = {}
         self.lkgp: dict[str, str] = {}
         self.ticks = 0.0
 
     def arm(self, deployment_id: str, domain: Optional[str] = None) -> Optional[ArmStats]:
-        return self.arms.get((deployment_id, domain))
+        by_dep = self.arms.get(domain)
+        return by_dep.get(deployment_id) if by_dep is not None else None
 
     def put_arm(self, deployment_id: str, domain: Optional[str], stats: ArmStats) -> None:
-        self.arms[(deployment_id, domain)] = stats
+        by_dep = self.arms.get(domain)
+        if by_dep is None:
+            by_dep = self.arms[domain] = {}
+        by_dep[deployment_id] = stats
 
     def read_pool(self, deployment_ids, domain: Optional[str] = None, alias: Optional[str] = None):
         """Everything a decision reads, in one call (the Redis store answers it in one round
@@ -48,10 +54,11 @@ class MemoryState:
         order of ``deployment_ids`` with None where nothing is stored (a default breaker, an
         unseen arm); ``domain_arms`` is all None when ``domain`` is None, ``last_known_good`` is
         the alias's (None without an alias)."""
-        arms, breakers = self.arms, self.breakers
-        g = [arms.get((i, None)) for i in deployment_ids]
-        d = [arms.get((i, domain)) for i in deployment_ids] if domain is not None else [None] * len(g)
-        return (self.ticks, [breakers.get(i) for i in deployment_ids], g, d,
+        arms, breakers = self.arms, self.breakers.get
+        g = list(map(arms[None].get, deployment_ids))
+        by_domain = arms.get(domain) if domain is not None else None
+        d = list(map(by_domain.get, deployment_ids)) if by_domain is not None else [None] * len(g)
+        return (self.ticks, list(map(breakers, deployment_ids)), g, d,
                 self.lkgp.get(alias) if alias is not None else None)
 
     def breaker(self, deployment_id: str) -> BreakerState:
@@ -77,8 +84,9 @@ class MemoryState:
     # -- persistence for the CLI ------------------------------------------------------------
     def dump(self) -> dict:
         bandit = {}
-        for (dep, dom), s in self.arms.items():
-            bandit[f"{dep}:{dom}" if dom else dep] = asdict(s)
+        for dom, by_dep in self.arms.items():
+            for dep, s in by_dep.items():
+                bandit[f"{dep}:{dom}" if dom else dep] = asdict(s)
         return {
             "ticks": self.ticks,
             "bandit": bandit,
@@ -96,7 +104,7 @@ class MemoryState:
             # A key "dep:domain" is split at the last ':' unless the whole key is a known id.
             if ":" in key and key not in known:
                 dep, dom = key.rsplit(":", 1)
-            st.arms[(dep, dom)] = _from_dict(ArmStats, raw)
+            st.put_arm(dep, dom, _from_dict(ArmStats, raw))
         for key, raw in (data.get("breakers") or {}).items():
             st.breakers[key] = _from_dict(BreakerState, raw)
         st.lkgp = {str(k): str(v) for k, v in (data.get("lkgp") or {}).items()}

@@ -1,45 +1,66 @@
-"""The AISIA bandits as strategies: UCB1 (seed section 2) and Thompson sampling (section 3)."""
+"""The AISIA bandits as strategies: UCB1 (seed section 2) and Thompson sampling (section 3).
+
+Both read the pool's columns (decision.Pool): the arms' views, costs and latencies, in pool order."""
 
 from __future__ import annotations
 
 import math
 
-from ..bandit import beta_sample, cost_bonus, latency_bonus, ucb1_pool
-from ..decision import Candidate, Decision, RoutingContext, not_open, pool_decision, ranked_decision
+from ..bandit import ArmStats, beta_sample, ucb1_scores, ucb1_terms
+from ..decision import Decision, Pool, RoutingContext, pool_decision, ranked_decision
 
 
 class UCB1Strategy:
     name = "ucb1"
     description = "UCB1: mean reward + C*sqrt(ln N / n) + cost bonus + latency bonus; untried candidates first"
 
-    def select(self, pool: list[Candidate], context: RoutingContext) -> Decision:
-        pool = not_open(pool)
+    def select(self, pool, context: RoutingContext) -> Decision:
+        pool = Pool.of(pool).not_open()
+        pulls = pool.pulls
         # Seed: a candidate with no observation is chosen before the formula applies, in pool
         # order, so that every candidate is tried once.
-        for c in pool:
-            if c.stats.pulls <= 0:
-                return ranked_decision(
-                    self.name, pool, {x.id: (math.inf if x.stats.pulls <= 0 else None) for x in pool}, c,
-                    f"{c.id} has never been tried: explored first", probability=1.0,
-                )
-        rows = ucb1_pool([c.stats for c in pool], [c.deployment.cost_per_1m for c in pool], context.total_pulls,
-                         c=context.exploration_c, cost_weight=context.cost_weight,
-                         latency_weight=context.latency_weight, cost_scale=context.cost_scale_per_1m,
-                         latency_scale=context.latency_scale_s)
-        scores = [r[0] for r in rows]
-        # max() keeps the first of equal scores: ties go to pool order, deterministically.
-        best = max(range(len(pool)), key=scores.__getitem__)
-        top, mean, ex, cb, lb = rows[best]
-        runner = max(scores[:best] + scores[best + 1:], default=None)
-        margin = f", {top - runner:.3f} ahead of the next" if runner is not None else ""
-        reason = (f"UCB1 picked {pool[best].deployment.id}: score {top:.3f} = reward {mean:.3f}"
-                  f" + exploration {ex:.3f} + cost {cb:.3f} + latency {lb:.3f}{margin}")
+        if min(pulls) <= 0:
+            first = next(i for i, n in enumerate(pulls) if n <= 0)
+            untried = pool.deployments[first]
+            return ranked_decision(
+                self.name, pool, {i: (math.inf if n <= 0 else None) for i, n in zip(pool.ids, pulls)}, untried,
+                f"{untried.id} has never been tried: explored first", probability=1.0,
+            )
+        total = context.total_pulls
+        if total is None:
+            total = sum(pulls)
+        rewards, latencies, costs = pool.rewards, pool.latencies, pool.costs
+        knobs = dict(c=context.exploration_c, cost_weight=context.cost_weight, latency_weight=context.latency_weight,
+                     cost_scale=context.cost_scale_per_1m, latency_scale=context.latency_scale_s)
+        scores = ucb1_scores(pulls, rewards, latencies, costs, total, **knobs)
+        # index(max) is the first of equal scores: ties go to pool order, deterministically.
+        top = max(scores)
+        best = scores.index(top)
 
         def terms(i: int) -> dict:
-            r = rows[i]
-            return {"mean_reward": r[1], "exploration": r[2], "cost_bonus": r[3], "latency_bonus": r[4], "score": r[0]}
+            arm = ArmStats(pulls=pulls[i], total_reward=rewards[i], avg_latency=latencies[i])
+            return ucb1_terms(arm, total, cost_per_1m=costs[i], **knobs)
 
+        t = terms(best)
+        runner = max(scores[:best] + scores[best + 1:], default=None)
+        margin = f", {top - runner:.3f} ahead of the next" if runner is not None else ""
+        reason = (f"UCB1 picked {pool.deployments[best].id}: score {top:.3f} = reward {t['mean_reward']:.3f}"
+                  f" + exploration {t['exploration']:.3f} + cost {t['cost_bonus']:.3f}"
+                  f" + latency {t['latency_bonus']:.3f}{margin}")
         return pool_decision(self.name, pool, scores, best, reason, probability=1.0, terms=terms)
+
+
+def bandit_bonuses(pool: Pool, context: RoutingContext) -> list[float]:
+    """Each member's seed cost bonus plus latency bonus (bandit.cost_bonus + bandit.latency_bonus,
+    written out in one loop: this runs per request over the pool)."""
+    cw, lw = context.cost_weight, context.latency_weight
+    cs, ls = context.cost_scale_per_1m, context.latency_scale_s
+    out = []
+    for cost, latency in zip(pool.costs, pool.latencies):
+        cb = 1.0 - cost / cs
+        lb = 1.0 - latency / ls
+        out.append((cb * cw if cb > 0.0 else 0.0) + (lb * lw if lb > 0.0 else 0.0))
+    return out
 
 
 class ThompsonStrategy:
@@ -48,34 +69,32 @@ class ThompsonStrategy:
     # Draws used to estimate the selection probability when the context asks for it.
     probability_draws = 200
 
-    def select(self, pool: list[Candidate], context: RoutingContext) -> Decision:
-        pool = not_open(pool)
+    def select(self, pool, context: RoutingContext) -> Decision:
+        pool = Pool.of(pool).not_open()
         rng = context.rng
-        cw, lw = context.cost_weight, context.latency_weight
-        cs, ls = context.cost_scale_per_1m, context.latency_scale_s
-        bonus = [cost_bonus(c.deployment.cost_per_1m, cw, cs) + latency_bonus(c.stats.avg_latency, lw, ls) for c in pool]
+        alphas, betas = pool.beta_params
+        bonus = bandit_bonuses(pool, context)
         # One posterior draw per candidate, in pool order (a seeded test replays them exactly).
-        draws = [beta_sample(rng, c.stats.alpha, c.stats.beta) for c in pool]
+        draws = [beta_sample(rng, a, b) for a, b in zip(alphas, betas)]
         scores = [d + b for d, b in zip(draws, bonus)]
-        i = max(range(len(pool)), key=scores.__getitem__)
-        best = pool[i]
+        i = scores.index(max(scores))
         probability = None
         if getattr(context.features, "estimate_probability", False):
-            probability = self._probability(pool, best, dict(zip((c.id for c in pool), bonus)), rng)
-        reason = (f"Thompson picked {best.id}: sample {draws[i]:.3f} from Beta({best.stats.alpha:.1f}, "
-                  f"{best.stats.beta:.1f}) + bonus {bonus[i]:.3f}")
+            probability = self._probability(alphas, betas, bonus, i, rng)
+        reason = (f"Thompson picked {pool.deployments[i].id}: sample {draws[i]:.3f} from Beta({alphas[i]:.1f}, "
+                  f"{betas[i]:.1f}) + bonus {bonus[i]:.3f}")
 
         def terms(j: int) -> dict:
-            c = pool[j]
-            return {"sample": round(draws[j], 6), "alpha": round(c.stats.alpha, 4), "beta": round(c.stats.beta, 4),
+            return {"sample": round(draws[j], 6), "alpha": round(alphas[j], 4), "beta": round(betas[j], 4),
                     "bonus": round(bonus[j], 6)}
 
         return pool_decision(self.name, pool, scores, i, reason, probability=probability, terms=terms)
 
-    def _probability(self, pool, best, bonus, rng) -> float:
+    def _probability(self, alphas, betas, bonus, best: int, rng) -> float:
         # Monte-Carlo estimate of P(best wins), for offline evaluation; off the request path.
         wins = 0
+        arms = list(zip(alphas, betas, bonus))
         for _ in range(self.probability_draws):
-            top = max(pool, key=lambda c: beta_sample(rng, c.stats.alpha, c.stats.beta) + bonus[c.id])
-            wins += top is best
+            scores = [beta_sample(rng, a, b) + x for a, b, x in arms]
+            wins += scores.index(max(scores)) == best
         return wins / self.probability_draws

@@ -6,24 +6,26 @@ the raw cost is in its terms. Every candidate OPEN: the whole pool competes."""
 
 from __future__ import annotations
 
-from ..decision import Candidate, Decision, RoutingContext, not_open
-from .rules import finish, relative_score, sort_key
+from ..decision import Decision, Pool, RoutingContext
+from .rules import finish, lower_is_better, relative_score
 
 
 class CostStrategy:
     name = "cost"
     description = "Cheapest candidate per 1M tokens; OPEN breakers dropped"
 
-    def select(self, pool: list[Candidate], context: RoutingContext) -> Decision:
-        eligible = not_open(pool)
-        keys = [sort_key(c.deployment.cost_per_1m) for c in eligible]
-        i = min(range(len(keys)), key=keys.__getitem__)  # min keeps the first of equals: pool order
-        best, low = eligible[i], keys[i]
+    def select(self, pool, context: RoutingContext) -> Decision:
+        pool = Pool.of(pool)
+        eligible = pool.not_open()
+        keys = lower_is_better(eligible.costs)
+        low = min(keys)
+        i = keys.index(low)  # the first of equals: pool order
         nxt = min(keys[:i] + keys[i + 1:], default=None)
         vs = f" (next cheapest ${nxt:.4g})" if nxt is not None else ""
-        all_open = "; every candidate is OPEN" if best.breaker == "OPEN" else ""
-        reason = f"cost picked {best.id}: cheapest at ${low:.4g} per 1M tokens{vs}{all_open}"
+        all_open = "; every candidate is OPEN" if eligible.breakers[i] == "OPEN" else ""
+        reason = f"cost picked {eligible.ids[i]}: cheapest at ${low:.4g} per 1M tokens{vs}{all_open}"
+        ids = eligible.ids
         return finish(self.name, pool, eligible,
-                      lambda: {c.id: relative_score(low, k) for c, k in zip(eligible, keys)},
-                      best, reason, context, terms=lambda: {c.id: {"cost_per_1m": k} for c, k in zip(eligible, keys)},
-                      score_of=lambda c: relative_score(low, sort_key(c.deployment.cost_per_1m)))
+                      lambda: {c: relative_score(low, k) for c, k in zip(ids, keys)},
+                      i, reason, context, terms=lambda: {c: {"cost_per_1m": k} for c, k in zip(ids, keys)},
+                      score_of=lambda j: relative_score(low, keys[j]))

@@ -7,7 +7,9 @@ winner, higher is better); the parts are in the terms."""
 
 from __future__ import annotations
 
-from ..decision import Candidate, Decision, RoutingContext, not_open
+import math
+
+from ..decision import Candidate, Decision, Pool, RoutingContext
 from .rules import finish, finite, relative_score, sort_key
 
 ERROR_PENALTY_MS = 1000.0
@@ -17,25 +19,40 @@ def effective_latency_ms(c: Candidate) -> float:
     return sort_key(c.p95_latency_ms) + finite(c.error_rate) * ERROR_PENALTY_MS
 
 
+def effective_latencies_ms(pool: Pool) -> list[float]:
+    """``effective_latency_ms`` of every member, from the pool's columns (a NaN p95 ranks last; a
+    non-finite error rate counts as 0)."""
+    inf = math.inf
+    out = []
+    for p95, err in zip(pool.p95_ms, pool.error_rates):
+        if p95 != p95:
+            p95 = inf
+        if err != err or err == inf or err == -inf:
+            err = 0.0
+        out.append(p95 + err * ERROR_PENALTY_MS)
+    return out
+
+
 class LatencyStrategy:
     name = "latency"
     description = "Lowest p95 latency + error rate x 1000 ms; OPEN breakers dropped"
 
-    def select(self, pool: list[Candidate], context: RoutingContext) -> Decision:
-        eligible = not_open(pool)
-        keys = [effective_latency_ms(c) for c in eligible]
-        i = min(range(len(keys)), key=keys.__getitem__)  # first of equals: pool order
-        best, low = eligible[i], keys[i]
+    def select(self, pool, context: RoutingContext) -> Decision:
+        pool = Pool.of(pool)
+        eligible = pool.not_open()
+        keys = effective_latencies_ms(eligible)
+        low = min(keys)
+        i = keys.index(low)  # first of equals: pool order
         nxt = min(keys[:i] + keys[i + 1:], default=None)
         vs = f" (next {nxt:.0f} ms)" if nxt is not None else ""
-        all_open = "; every candidate is OPEN" if best.breaker == "OPEN" else ""
-        reason = (f"latency picked {best.id}: p95 {sort_key(best.p95_latency_ms):.0f} ms + error rate "
-                  f"{finite(best.error_rate):.3f} x 1000 = {low:.0f} ms, the lowest{vs}{all_open}")
+        all_open = "; every candidate is OPEN" if eligible.breakers[i] == "OPEN" else ""
+        ids, p95s, errs = eligible.ids, eligible.p95_ms, eligible.error_rates
+        reason = (f"latency picked {ids[i]}: p95 {sort_key(p95s[i]):.0f} ms + error rate "
+                  f"{finite(errs[i]):.3f} x 1000 = {low:.0f} ms, the lowest{vs}{all_open}")
 
         def terms():
-            return {c.id: {"p95_latency_ms": round(sort_key(c.p95_latency_ms), 3), "error_rate": round(finite(c.error_rate), 6),
-                           "effective_ms": round(k, 3)} for c, k in zip(eligible, keys)}
+            return {c: {"p95_latency_ms": round(sort_key(p), 3), "error_rate": round(finite(e), 6),
+                        "effective_ms": round(k, 3)} for c, p, e, k in zip(ids, p95s, errs, keys)}
 
-        return finish(self.name, pool, eligible, lambda: {c.id: relative_score(low, k) for c, k in zip(eligible, keys)},
-                      best, reason, context, terms=terms,
-                      score_of=lambda c: relative_score(low, effective_latency_ms(c)))
+        return finish(self.name, pool, eligible, lambda: {c: relative_score(low, k) for c, k in zip(ids, keys)},
+                      i, reason, context, terms=terms, score_of=lambda j: relative_score(low, keys[j]))

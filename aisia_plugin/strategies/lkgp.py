@@ -9,14 +9,14 @@ is sticky: epsilon-greedy exploration applies only to the rules fallback."""
 
 from __future__ import annotations
 
-from ..decision import Candidate, Decision, RoutingContext, ranked_decision
+from ..decision import Decision, Pool, RoutingContext, ranked_decision
 
 
 class LkgpStrategy:
     name = "lkgp"
     description = "The last known good deployment (or provider) while its breaker is not OPEN, else rules"
 
-    def _rules(self, pool: list[Candidate], context: RoutingContext, why: str) -> Decision:
+    def _rules(self, pool: Pool, context: RoutingContext, why: str) -> Decision:
         from .. import plugins
 
         rules = plugins.get_strategy("rules")
@@ -29,25 +29,28 @@ class LkgpStrategy:
         decision.strategy = self.name
         return decision
 
-    def select(self, pool: list[Candidate], context: RoutingContext) -> Decision:
+    def select(self, pool, context: RoutingContext) -> Decision:
+        pool = Pool.of(pool)
         lkg = getattr(context, "last_known_good", None)
         if not getattr(context, "lkgp_enabled", True):
             return self._rules(pool, context, "LKGP is disabled for this alias")
         if not lkg:
             return self._rules(pool, context, "no last known good deployment yet")
-        by_id = [c for c in pool if c.id == lkg]
-        matches = by_id or [c for c in pool if c.provider == lkg]
+        ids, breakers = pool.ids, pool.breakers
+        by_id = lkg in ids
+        matches = ([i for i, x in enumerate(ids) if x == lkg] if by_id
+                   else [i for i, d in enumerate(pool.deployments) if d.provider == lkg])
         what = "deployment" if by_id else "provider"
         if not matches:
             return self._rules(pool, context, f"last known good {lkg!r} is not in the pool")
-        usable = [c for c in matches if c.breaker != "OPEN"]
+        usable = [i for i in matches if breakers[i] != "OPEN"]
         if not usable:
             return self._rules(pool, context, f"the LKGP {what} {lkg!r} is OPEN, not pinning to it")
-        chosen = usable[0]
-        scores = {c.id: (1.0 if c is chosen else 0.0) for c in pool}
-        terms = {c.id: {"last_known_good": c is chosen} for c in pool}
-        state = "" if chosen.breaker == "CLOSED" else f" (breaker {chosen.breaker})"
+        k = usable[0]
+        chosen = ids[k]
+        state = "" if breakers[k] == "CLOSED" else f" (breaker {breakers[k]})"
         via = "" if by_id else f" via provider {lkg!r}"
-        reason = f"last known good {chosen.id}{via} is not OPEN{state}: pinned to it"
-        decision = ranked_decision(self.name, pool, scores, chosen, reason, probability=1.0, terms=terms)
-        return decision
+        reason = f"last known good {chosen}{via} is not OPEN{state}: pinned to it"
+        return ranked_decision(self.name, pool, lambda: {i: (1.0 if i == chosen else 0.0) for i in ids},
+                               pool.deployments[k], reason, probability=1.0, final_score=1.0,
+                               terms=lambda: {i: {"last_known_good": i == chosen} for i in ids})

@@ -28,9 +28,9 @@ score = clamp01(sum(w_i * f_i)) with the context's (normalised) weights."""
 from __future__ import annotations
 
 import math
-from typing import Mapping, Optional
+from typing import Optional
 
-from ..decision import Candidate, Decision, RoutingContext, not_open, ranked_decision
+from ..decision import Candidate, Decision, Pool, RoutingContext, ranked_decision
 from ..policy.models import FACTORS
 
 TIER_LEVEL = {"ultra": 1.0, "pro": 0.67, "standard": 0.33, "free": 0.0}
@@ -71,6 +71,12 @@ def sort_key(x) -> float:
     return math.inf if math.isnan(x) else x
 
 
+def lower_is_better(values) -> list[float]:
+    """``sort_key`` of each value (a pool's column of floats: NaN -> +inf), in one pass."""
+    inf = math.inf
+    return [x if x == x else inf for x in values]
+
+
 def relative_score(best: float, value: float) -> float:
     """For lower-is-better keys: best / value in [0, 1], 1 for the best (and for equal keys)."""
     if value <= best:
@@ -80,54 +86,56 @@ def relative_score(best: float, value: float) -> float:
     return clamp01(best / value)
 
 
-def explore(eligible: list[Candidate], context: RoutingContext) -> Optional[Candidate]:
-    """Epsilon-greedy: with probability context.exploration a uniformly random eligible candidate.
+def explore(eligible, context: RoutingContext) -> Optional[int]:
+    """Epsilon-greedy: with probability context.exploration the index of a uniformly random
+    eligible candidate.
 
     Uses context.rng (two draws when epsilon > 0: the coin, then the pick); epsilon 0 draws
     nothing, so a seeded test is exact either way."""
     eps = finite(getattr(context, "exploration", 0.0))
-    if eps <= 0.0 or not eligible:
+    if eps <= 0.0 or not len(eligible):
         return None
     if context.rng.random() < eps:
-        return context.rng.choice(eligible)
+        return context.rng.choice(range(len(eligible)))
     return None
 
 
-def selection_probability(eligible: list[Candidate], chosen: Candidate, best: Candidate, context) -> float:
-    """P(chosen) under epsilon-greedy over `eligible` with ranking winner `best`."""
+def selection_probability(n_eligible: int, chosen_is_best: bool, context) -> float:
+    """P(chosen) under epsilon-greedy over `n_eligible` candidates with ranking winner `best`."""
     eps = min(1.0, max(0.0, finite(getattr(context, "exploration", 0.0))))
-    share = eps / len(eligible) if eligible else 0.0
-    return (1.0 - eps) + share if chosen is best else share
+    share = eps / n_eligible if n_eligible else 0.0
+    return (1.0 - eps) + share if chosen_is_best else share
 
 
-def finish(strategy: str, pool: list[Candidate], eligible: list[Candidate], scores,
-           best: Candidate, reason: str, context: RoutingContext, *, terms=None,
-           allow_explore: bool = True, score_of=None) -> Decision:
-    """The Decision of a ranking strategy: epsilon-greedy exploration over `eligible`, every pool
-    member listed, and the candidates that did not compete (OPEN breakers) marked excluded.
+def finish(strategy: str, pool: Pool, eligible: Pool, scores, best: int, reason: str, context: RoutingContext, *,
+           terms=None, allow_explore: bool = True, score_of=None) -> Decision:
+    """The Decision of a ranking strategy whose winner is ``eligible``'s member `best`:
+    epsilon-greedy exploration over `eligible`, every pool member listed, and the candidates that
+    did not compete (OPEN breakers) marked excluded.
 
-    `scores` and `terms` may be functions building the mappings on demand (see
-    ``decision.ranked_decision``); then `score_of(candidate)` gives the chosen one's score."""
+    `scores` and `terms` are mappings by candidate id, or functions building them on demand
+    (see ``decision.ranked_decision``); then `score_of(i)` gives eligible member i's score."""
     chosen = explore(eligible, context) if allow_explore else None
+    ids = eligible.ids
     if chosen is not None:
         eps = finite(context.exploration)
-        if chosen is best:
-            reason = (f"exploration (epsilon {eps:g}) drew {chosen.id} at random from {len(eligible)} candidates, "
+        if chosen == best:
+            reason = (f"exploration (epsilon {eps:g}) drew {ids[chosen]} at random from {len(eligible)} candidates, "
                       f"which is also the ranking's choice; {reason}")
         else:
-            reason = (f"exploration (epsilon {eps:g}) chose {chosen.id} at random from {len(eligible)} candidates "
-                      f"instead of the ranking's {best.id}; ranking: {reason}")
+            reason = (f"exploration (epsilon {eps:g}) chose {ids[chosen]} at random from {len(eligible)} candidates "
+                      f"instead of the ranking's {ids[best]}; ranking: {reason}")
     else:
         chosen = best
-    probability = selection_probability(eligible, chosen, best, context) if allow_explore else 1.0
+    probability = selection_probability(len(eligible), chosen == best, context) if allow_explore else 1.0
     excluded = None
     if len(eligible) != len(pool):
-        competing = {id(c) for c in eligible}
-        excluded = {id(c): f"breaker {c.breaker}: competes only when every candidate is OPEN"
-                    for c in pool if id(c) not in competing}
+        competing = set(ids)
+        excluded = {i: f"breaker {b}: competes only when every candidate is OPEN"
+                    for i, b in zip(pool.ids, pool.breakers) if i not in competing}
     final = score_of(chosen) if callable(scores) else None
-    return ranked_decision(strategy, pool, scores, chosen, reason, probability=probability, terms=terms,
-                           excluded=excluded, final_score=final)
+    return ranked_decision(strategy, pool, scores, eligible.deployments[chosen], reason, probability=probability,
+                           terms=terms, excluded=excluded, final_score=final)
 
 
 # -- factors ---------------------------------------------------------------------------------------
@@ -215,17 +223,21 @@ class RulesStrategy:
     name = "rules"
     description = "OmniRoute's 16-factor weighted score (quota, health, cost, latency, task fit, tiers, ...); OPEN breakers dropped"
 
-    def select(self, pool: list[Candidate], context: RoutingContext) -> Decision:
-        eligible = not_open(pool)
+    def select(self, pool, context: RoutingContext) -> Decision:
+        pool = Pool.of(pool)
+        eligible = pool.not_open()
         scores, factors, w = rules_scores(eligible, context)
-        best = max(eligible, key=lambda c: scores[c.id])  # first of equal scores: pool order
+        ids = eligible.ids
+        values = [scores[i] for i in ids]
+        b = values.index(max(values))  # first of equal scores: pool order
+        best = eligible[b]
         top = sorted(((w[k] * v, k) for k, v in factors[best.id].items()), reverse=True)[:3]
         parts = ", ".join(f"{k} {contrib:.3f}" for contrib, k in top if contrib > 0)
-        runner = max((scores[c.id] for c in eligible if c is not best), default=None)
+        runner = max(values[:b] + values[b + 1:], default=None)
         margin = f", {scores[best.id] - runner:.3f} ahead of the next" if runner is not None else ""
         all_open = " (every candidate is OPEN)" if best.breaker == "OPEN" else ""
         reason = f"rules picked {best.id}: score {scores[best.id]:.3f} (largest parts: {parts or 'none'}){margin}{all_open}"
         def terms():
             return {cid: {k: round(v, 6) for k, v in f.items()} for cid, f in factors.items()}
 
-        return finish(self.name, pool, eligible, scores, best, reason, context, terms=terms)
+        return finish(self.name, pool, eligible, scores, b, reason, context, terms=terms)

@@ -19,7 +19,7 @@ an SLA in the context: target 2000 ms, max error rate 0.05, no cost cap, soft co
 
 from __future__ import annotations
 
-from ..decision import Candidate, Decision, RoutingContext, not_open
+from ..decision import Candidate, Decision, Pool, RoutingContext
 from .rules import clamp01, finish, finite, sort_key
 
 EPS = 1e-6
@@ -75,15 +75,17 @@ class SlaStrategy:
     name = "sla-aware"
     description = "Best SLA compliance: 35% p95 vs target, 35% error rate vs max, 15% health, 10% cost, 5% stability"
 
-    def select(self, pool: list[Candidate], context: RoutingContext) -> Decision:
+    def select(self, pool, context: RoutingContext) -> Decision:
+        pool = Pool.of(pool)
         target, max_err, max_cost, hard = sla_limits(getattr(context, "sla", None))
         t = sla_terms(pool, getattr(context, "sla", None))
-        eligible = not_open(pool)
+        eligible = pool.not_open()
         if hard:
-            ranked = sorted(eligible, key=lambda c: (t[c.id]["violation"], -t[c.id]["score"]))
+            ranked = sorted(range(len(eligible)), key=lambda i: (t[eligible.ids[i]]["violation"], -t[eligible.ids[i]]["score"]))
         else:
-            ranked = sorted(eligible, key=lambda c: -t[c.id]["score"])  # stable: ties keep pool order
-        best = ranked[0]
+            ranked = sorted(range(len(eligible)), key=lambda i: -t[eligible.ids[i]]["score"])  # stable: ties keep pool order
+        b = ranked[0]
+        best = eligible[b]
         tb = t[best.id]
         compliant = [c for c in eligible if t[c.id]["violation"] == 0.0]
         limits = f"p95 <= {target:g} ms, error rate <= {max_err:g}" + (f", cost <= ${max_cost:g}/1M" if max_cost is not None else "")
@@ -102,4 +104,4 @@ class SlaStrategy:
         def terms():
             return {cid: {k: round(v, 6) for k, v in d.items() if k != "score"} for cid, d in t.items()}
 
-        return finish(self.name, pool, eligible, scores, best, reason, context, terms=terms)
+        return finish(self.name, pool, eligible, scores, b, reason, context, terms=terms)
