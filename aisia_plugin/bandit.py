@@ -116,13 +116,12 @@ EMPTY = ArmStats()
 
 
 def arm_weights(globals_, domains, tick: float, gamma: float, prior_strength: float | None,
-                fresh: ArmStats) -> tuple[list[tuple[ArmStats, float, ArmStats, float]], list[float], list[float]]:
+                fresh: ArmStats) -> tuple[list[tuple[ArmStats, float, ArmStats, float]], list[float], list[float], list[float]]:
     """What a decision sees of each arm of a pool at `tick`, as weights: per arm ``(a, fa, b, fb)``
     such that every additive field of the arm's view (pulls, total_reward, failures, alpha - 1,
-    beta - 1) is ``a.x * fa + b.x * fb``; returned with the two fields every learning strategy
-    reads, the views' pulls and total rewards, as columns: ``(weights, pulls, rewards)``. The
-    one home of forgetting and per-domain blending (``arm_view`` builds a whole record from the
-    same weights).
+    beta - 1) is ``a.x * fa + b.x * fb``; returned with the columns every learning strategy
+    reads: ``(weights, pulls, total_rewards, avg_latencies)``. The one home of forgetting and
+    per-domain blending (``arm_view`` builds a whole record from the same weights).
 
     Without `prior_strength` (per-domain learning off, or no domain): the global record decayed,
     ``(g, gamma ** elapsed, EMPTY, 0)``. With it: the decayed domain record plus up to
@@ -132,8 +131,8 @@ def arm_weights(globals_, domains, tick: float, gamma: float, prior_strength: fl
 
     Written as one loop over the pool, because it runs per request over every candidate."""
     forget = gamma < 1.0
-    weights, pulls, rewards = [], [], []
-    add, add_pulls, add_reward = weights.append, pulls.append, rewards.append
+    weights, pulls, rewards, latencies = [], [], [], []
+    add, add_pulls, add_reward, add_latency = weights.append, pulls.append, rewards.append, latencies.append
     if prior_strength is None:
         for g in globals_:
             if g is None:  # never observed: the fresh record, as is (nothing to forget)
@@ -143,7 +142,8 @@ def arm_weights(globals_, domains, tick: float, gamma: float, prior_strength: fl
             add((g, f, EMPTY, 0.0))
             add_pulls(g.pulls * f)
             add_reward(g.total_reward * f)
-        return weights, pulls, rewards
+            add_latency(g.avg_latency)
+        return weights, pulls, rewards, latencies
     for g, d in zip(globals_, domains):
         if g is None:
             g, share = fresh, 0.0  # never observed: no prior (fresh has no pulls)
@@ -159,7 +159,8 @@ def arm_weights(globals_, domains, tick: float, gamma: float, prior_strength: fl
         add((d, fd, g, share))
         add_pulls(d.pulls * fd + g.pulls * share)
         add_reward(d.total_reward * fd + g.total_reward * share)
-    return weights, pulls, rewards
+        add_latency(g.avg_latency)
+    return weights, pulls, rewards, latencies
 
 
 def arm_view(g: ArmStats | None, d: ArmStats | None, tick: float, gamma: float,
@@ -167,7 +168,7 @@ def arm_view(g: ArmStats | None, d: ArmStats | None, tick: float, gamma: float,
     """One arm's view at `tick` as a whole record (the request path reads the weights of
     ``arm_weights`` instead): the same result as ``blend(decayed(g), decayed(d), prior)``
     (``decayed(g)`` alone without a prior)."""
-    ((a, fa, b, fb),), _, _ = arm_weights((g,), (d,), tick, gamma, prior_strength, fresh)
+    ((a, fa, b, fb),), _, _, _ = arm_weights((g,), (d,), tick, gamma, prior_strength, fresh)
     gl = g if g is not None else fresh
     if prior_strength is None:
         if fa == 1.0:

@@ -209,7 +209,8 @@ class Pool(_SequenceABC):
 
     def _views(self) -> None:
         tick, gamma, prior, fresh = self._arm_at
-        self._weights, self._pulls, self._rewards = arm_weights(self._globals, self._domains, tick, gamma, prior, fresh)
+        self._weights, self._pulls, self._rewards, self._latencies = arm_weights(
+            self._globals, self._domains, tick, gamma, prior, fresh)
 
     @property
     def weights(self) -> list:
@@ -242,7 +243,7 @@ class Pool(_SequenceABC):
     @property
     def latencies(self) -> list[float]:
         if self._latencies is None:
-            self._latencies = [g.avg_latency for g in self._records()]
+            self._views()
         return self._latencies
 
     def _latency_columns(self) -> None:
@@ -325,13 +326,15 @@ class Decision:
     the score) may be built on first read: a strategy passes ``build_scores``, a function of no
     argument returning the rows, so that a request whose explanation nobody reads does not pay
     for one object per candidate. Reading ``scores`` (or ``as_dict()``) always gives the full
-    list, the same on every read. The other fields are plain attributes."""
+    list, the same on every read. ``reason`` likewise may be given as a function of no argument
+    returning the one-line reason, formatted on first read. The other fields are plain
+    attributes."""
 
-    __slots__ = ("deployment_id", "model", "strategy", "reason", "candidates_considered", "final_score",
+    __slots__ = ("deployment_id", "model", "strategy", "_reason", "candidates_considered", "final_score",
                  "probability", "alias", "domain", "task_type", "refused", "status_code",
                  "_scores", "_build_scores", "_more_scores")
 
-    def __init__(self, deployment_id: Optional[str], model: Optional[str], strategy: str, reason: str,
+    def __init__(self, deployment_id: Optional[str], model: Optional[str], strategy: str, reason,
                  candidates_considered: int, final_score: Optional[float], scores: Optional[list] = None,
                  probability: Optional[float] = None, alias: str = "", domain: Optional[str] = None,
                  task_type: str = "default", refused: Optional[str] = None, status_code: int = 200, *,
@@ -339,7 +342,7 @@ class Decision:
         self.deployment_id = deployment_id
         self.model = model
         self.strategy = strategy
-        self.reason = reason
+        self._reason = reason
         self.candidates_considered = candidates_considered
         self.final_score = final_score
         self.probability = probability  # selection probability, where the strategy can state it
@@ -351,6 +354,17 @@ class Decision:
         self._scores = list(scores) if scores is not None else (None if build_scores is not None else [])
         self._build_scores = build_scores
         self._more_scores: Optional[list] = None
+
+    @property
+    def reason(self) -> str:
+        r = self._reason
+        if not isinstance(r, str):
+            r = self._reason = r()
+        return r
+
+    @reason.setter
+    def reason(self, value: str) -> None:
+        self._reason = value
 
     @property
     def scores(self) -> list[CandidateScore]:
@@ -406,7 +420,7 @@ def not_open(pool: list[Candidate]) -> list[Candidate]:
     return healthy or list(pool)
 
 
-def ranked_decision(strategy: str, pool: Pool, scores, chosen: Deployment, reason: str, *,
+def ranked_decision(strategy: str, pool: Pool, scores, chosen: Deployment, reason, *,
                     probability: Optional[float] = None, terms=None, excluded: Optional[Mapping[str, str]] = None,
                     final_score: Optional[float] = None) -> Decision:
     """A Decision listing every pool member's score (helper for strategies).
@@ -436,7 +450,7 @@ def ranked_decision(strategy: str, pool: Pool, scores, chosen: Deployment, reaso
                     probability=probability, build_scores=rows)
 
 
-def pool_decision(strategy: str, pool: Pool, scores: list, chosen: int, reason: str, *,
+def pool_decision(strategy: str, pool: Pool, scores: list, chosen: int, reason, *,
                   probability: Optional[float] = None, terms=None) -> Decision:
     """Like :func:`ranked_decision` with the scores as a list in pool order and the chosen
     candidate as an index. The rows are built when the decision's ``scores`` are first read;

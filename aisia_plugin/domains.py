@@ -115,6 +115,9 @@ class DomainDetector:
                 self._owner.append(i)
         self._memo: dict[tuple, int] = {}
         self._scan = None
+        # Per entry: the domain's patterns as one RE2 alternation, and the domain's index; a Set of
+        # these over the whole prompt tells which domains occur (scan.PromptScanner).
+        self.alternations: list[tuple[str, int]] = list(zip(alternations, self._owner))
         if not alternations:
             return
         opts = _options()
@@ -185,13 +188,22 @@ class DomainDetector:
         counts = self.counts(text)
         return {n: c * self.weights[i] for i, (n, c) in enumerate(zip(self.names, counts)) if c}
 
-    def detect(self, text: str) -> Optional[str]:
+    def detect(self, text: str, present=None) -> Optional[str]:
         """The best-scoring domain, or None (no match, best score < min_matches, disabled).
 
-        The same answer as the best of ``scores(text)``, with fewer calls (module docstring)."""
+        The same answer as the best of ``scores(text)``, with fewer calls (module docstring).
+        ``present``, when the caller's own pass over the text already told it, is the set of the
+        domains (indices in policy order) whose patterns occur in the text: no domain then costs
+        nothing more, and a single one only the scans its count needs."""
         data = self._data(text)
         if data is None:
             return None
+        if present is not None and self._bounds_hold:
+            if not present:
+                return None
+            if len(present) == 1:
+                (d,) = present
+                return self._count_alone(data, d, 0, [0] * len(self.names), at_least=1)
         n = len(data)
         (start, end), = self._scan(_UNANCHORED, data, 0, n)
         if start < 0:
@@ -210,18 +222,29 @@ class DomainDetector:
         if len(live) > 1:
             return self._best(self._sweep(data, end, counts))
         # Only one domain occurs from here on: every later occurrence is its own (there is at
-        # least one), the others' counts are final, and it wins once its score beats theirs and
-        # reaches min_matches.
+        # least one: the Set saw it), the others' counts are final.
         (d,) = live
+        return self._count_alone(data, d, end, counts, at_least=1)
+
+    def _count_alone(self, data: bytes, d: int, pos: int, counts: list[int], at_least: int = 0) -> Optional[str]:
+        """The answer when `d` is the only domain occurring from `pos` on (at least `at_least`
+        times), `counts` holding every count before `pos`: each union occurrence from `pos` is
+        `d`'s and the other counts are final, so `d` wins as soon as its score beats theirs and
+        reaches min_matches, and the scan stops there."""
         weight, needed = self.weights[d], self.min_matches
-        other = first if first != d else -1  # the only other domain with a score (final)
-        rival = counts[other] * self.weights[other] if other >= 0 else -1.0
-        tie_wins = other < 0 or d < other  # a tie goes to the first domain in policy order
-        found = counts[d] + 1
-        score = found * weight
-        if score >= needed and (score > rival or (tie_wins and score == rival)):
+        # The best other score, and whether d wins a tie with it (a tie goes to the first domain
+        # in policy order: the first k reaching the best score is the one that matters).
+        rival, tie_wins = -1.0, True
+        for k, c in enumerate(counts):
+            if c and k != d:
+                score = c * self.weights[k]
+                if score > rival:
+                    rival, tie_wins = score, d < k
+        found = counts[d]
+        score = (found + at_least) * weight
+        if at_least and score >= needed and (score > rival or (tie_wins and score == rival)):
             return self.names[d]
-        scan, pos, found = self._scan, end, counts[d]
+        scan, n = self._scan, len(data)
         while pos <= n:
             (start, end), = scan(_UNANCHORED, data, pos, n)
             if start < 0:

@@ -20,9 +20,10 @@ from .breaker import CLOSED, OPEN, CircuitBreaker, FailureKind, classify_failure
 from .decision import CandidateScore, Decision, Deployment, Pool, RoutingContext
 from .deployments import selects
 from .domains import DomainDetector
-from .features import RequestFeatures, extract_features
+from .features import RequestFeatures
 from .outcome import Outcome, reward
 from .policy.models import Policy
+from .scan import PromptScanner
 from .state.memory import MemoryState
 from .task_fitness import TaskFitnessTable
 from .weights import normalise, weights_for_alias
@@ -41,6 +42,7 @@ class Engine:
         self.store = store if store is not None else MemoryState()
         self.breaker = CircuitBreaker(policy.circuit_breaker)
         self.detector = DomainDetector(policy.domains)
+        self.scanner = PromptScanner(self.detector, policy.domains.max_scan_chars)
         self.fitness = TaskFitnessTable(policy.task_fitness)
         self.gamma = gamma_for(policy.bandit.forgetting.half_life_requests if policy.bandit.forgetting.enabled else None)
         self._fallback_weights = policy.rules.weights.model_dump()
@@ -61,7 +63,15 @@ class Engine:
 
     # -- deciding ------------------------------------------------------------------------------
     def features(self, messages, tools=None, request_modalities=None) -> RequestFeatures:
-        feats = extract_features(messages, tools, request_modalities, max_chars=self.policy.domains.max_scan_chars)
+        return self._scan(messages, tools, request_modalities)[0]
+
+    def _scan(self, messages, tools, request_modalities) -> tuple[RequestFeatures, set]:
+        """The request's features (with the plugins' contributions) and the domains occurring in
+        its text, from one pass over it (scan.PromptScanner)."""
+        feats, present = self.scanner.scan(messages, tools, request_modalities)
+        return self._contributed(messages, feats), present
+
+    def _contributed(self, messages, feats: RequestFeatures) -> RequestFeatures:
         hook = self._hook.extract_features
         if not hook.get_hookimpls():
             return feats
@@ -78,8 +88,11 @@ class Engine:
         if ap is None:
             raise UnknownAlias(alias)
         now = self.clock()
-        feats = features if features is not None else self.features(messages, tools, request_modalities)
-        domain = ap.domain_hint or self.detector.detect(feats.text)
+        if features is None:
+            feats, present = self._scan(messages, tools, request_modalities)
+        else:
+            feats, present = features, None
+        domain = ap.domain_hint or self.detector.detect(feats.text, present)
         task = ap.task_hint or feats.task_type
 
         # The alias's candidates and, when some specialise in the domain, only they (seed section

@@ -98,12 +98,18 @@ _STRONG_CODE = _literals(("```", "#include", "console.log", "public static", "sy
 _WEAK_CODE = ("def ", "class ", "import ", "function ", "return ", " = ", "[i]", "==", "!=", "++", "->",
               "::", "/*", "//", "\t", "self.", "this.")
 
+# The keyword questions, as (name, RE2 pattern) in the order of their entry numbers.
+SCAN_ENTRIES: tuple[tuple[str, str], ...] = (
+    *zip(_TASK_NAMES, map(_words, _TASK_WORDS)), ("creative", _CREATIVE), ("realtime", _REALTIME),
+    ("image", _IMAGE_OUT), ("audio", _AUDIO_OUT), ("code", _STRONG_CODE),
+    *((f"weak{i}", re2.escape(w)) for i, w in enumerate(_WEAK_CODE)))
+# Case-insensitive, like every entry of a Set that carries them (scan.PromptScanner).
+SCAN_OPTIONS = _OPT
+
 # One RE2 set: a single linear scan tells which of these matched anywhere in the prompt.
 _SET = re2.Set.SearchSet(_OPT)
 _IDX: dict[str, int] = {}
-for _name, _pattern in [*zip(_TASK_NAMES, map(_words, _TASK_WORDS)), ("creative", _CREATIVE),
-                        ("realtime", _REALTIME), ("image", _IMAGE_OUT), ("audio", _AUDIO_OUT),
-                        ("code", _STRONG_CODE)] + [(f"weak{i}", re2.escape(w)) for i, w in enumerate(_WEAK_CODE)]:
+for _name, _pattern in SCAN_ENTRIES:
     _IDX[_name] = _SET.Add(_pattern)
 _SET.Compile()
 _SET_MATCH = _SET._set.Match
@@ -287,6 +293,17 @@ def extract_features(messages, tools=None, request_modalities=None, *, max_chars
     """Features of one request. ``text`` is the user messages' text (latest last; all the text
     when there is no user message), bounded to ``max_chars`` keeping its start and its end; the
     detections run on that text. Never raises on odd message shapes."""
+    return features_and_hits(messages, tools, request_modalities, max_chars=max_chars)[0]
+
+
+def features_and_hits(messages, tools=None, request_modalities=None, *, max_chars: int = 8000,
+                      scan=None) -> tuple[RequestFeatures, tuple | list]:
+    """``extract_features``, and the matched entry numbers of the scan of ``text``'s UTF-8 bytes.
+
+    ``scan`` (bytes -> matched entry numbers, a Set's Match) may be a Set holding SCAN_ENTRIES
+    first, in order, then entries of its own (numbered from len(SCAN_ENTRIES), ignored here): one
+    pass then answers the features' questions and the caller's (scan.PromptScanner adds the
+    policy's domains). Default: the features' own Set."""
     chars = images = audio = 0
     user_texts, other_texts = [], []
     for role, kind, t in _parts(messages):
@@ -317,7 +334,7 @@ def extract_features(messages, tools=None, request_modalities=None, *, max_chars
         raw = text.encode("utf-8", "replace")
     # hits: the matched entry numbers, read with list membership tests (see _CODE_I); with no
     # request_modalities, _requested's answer is written inline (it would only read the hits).
-    hits = (_SET_MATCH(raw) or ()) if raw else ()
+    hits = (((scan or _SET_MATCH)(raw)) or ()) if raw else ()
     if hits:
         has_code = _CODE_I in hits or len(_WEAK_IDX.intersection(hits)) >= 3
         first = min(hits)
@@ -344,4 +361,4 @@ def extract_features(messages, tools=None, request_modalities=None, *, max_chars
     f.extra = {}
     f.estimate_probability = False
     f.__class__ = RequestFeatures
-    return f
+    return f, hits

@@ -41,12 +41,14 @@ class UCB1Strategy:
             arm = ArmStats(pulls=pulls[i], total_reward=rewards[i], avg_latency=latencies[i])
             return ucb1_terms(arm, total, cost_per_1m=costs[i], **knobs)
 
-        t = terms(best)
-        runner = max(scores[:best] + scores[best + 1:], default=None)
-        margin = f", {top - runner:.3f} ahead of the next" if runner is not None else ""
-        reason = (f"UCB1 picked {pool.deployments[best].id}: score {top:.3f} = reward {t['mean_reward']:.3f}"
-                  f" + exploration {t['exploration']:.3f} + cost {t['cost_bonus']:.3f}"
-                  f" + latency {t['latency_bonus']:.3f}{margin}")
+        def reason() -> str:  # formatted when first read
+            t = terms(best)
+            runner = max(scores[:best] + scores[best + 1:], default=None)
+            margin = f", {top - runner:.3f} ahead of the next" if runner is not None else ""
+            return (f"UCB1 picked {pool.deployments[best].id}: score {top:.3f} = reward {t['mean_reward']:.3f}"
+                    f" + exploration {t['exploration']:.3f} + cost {t['cost_bonus']:.3f}"
+                    f" + latency {t['latency_bonus']:.3f}{margin}")
+
         return pool_decision(self.name, pool, scores, best, reason, probability=1.0, terms=terms)
 
 
@@ -81,8 +83,9 @@ class ThompsonStrategy:
         probability = None
         if getattr(context.features, "estimate_probability", False):
             probability = self._probability(alphas, betas, bonus, i, rng)
-        reason = (f"Thompson picked {pool.deployments[i].id}: sample {draws[i]:.3f} from Beta({alphas[i]:.1f}, "
-                  f"{betas[i]:.1f}) + bonus {bonus[i]:.3f}")
+        def reason() -> str:  # formatted when first read
+            return (f"Thompson picked {pool.deployments[i].id}: sample {draws[i]:.3f} from Beta({alphas[i]:.1f}, "
+                    f"{betas[i]:.1f}) + bonus {bonus[i]:.3f}")
 
         def terms(j: int) -> dict:
             return {"sample": round(draws[j], 6), "alpha": round(alphas[j], 4), "beta": round(betas[j], 4),

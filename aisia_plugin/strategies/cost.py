@@ -20,11 +20,14 @@ class CostStrategy:
         keys = lower_is_better(eligible.costs)
         low = min(keys)
         i = keys.index(low)  # the first of equals: pool order
-        nxt = min(keys[:i] + keys[i + 1:], default=None)
-        vs = f" (next cheapest ${nxt:.4g})" if nxt is not None else ""
-        all_open = "; every candidate is OPEN" if eligible.breakers[i] == "OPEN" else ""
-        reason = f"cost picked {eligible.ids[i]}: cheapest at ${low:.4g} per 1M tokens{vs}{all_open}"
         ids = eligible.ids
+
+        def reason() -> str:  # formatted when first read
+            nxt = min(keys[:i] + keys[i + 1:], default=None)
+            vs = f" (next cheapest ${nxt:.4g})" if nxt is not None else ""
+            all_open = "; every candidate is OPEN" if eligible.breakers[i] == "OPEN" else ""
+            return f"cost picked {ids[i]}: cheapest at ${low:.4g} per 1M tokens{vs}{all_open}"
+
         return finish(self.name, pool, eligible,
                       lambda: {c: relative_score(low, k) for c, k in zip(ids, keys)},
                       i, reason, context, terms=lambda: {c: {"cost_per_1m": k} for c, k in zip(ids, keys)},

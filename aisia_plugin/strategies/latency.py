@@ -43,12 +43,14 @@ class LatencyStrategy:
         keys = effective_latencies_ms(eligible)
         low = min(keys)
         i = keys.index(low)  # first of equals: pool order
-        nxt = min(keys[:i] + keys[i + 1:], default=None)
-        vs = f" (next {nxt:.0f} ms)" if nxt is not None else ""
-        all_open = "; every candidate is OPEN" if eligible.breakers[i] == "OPEN" else ""
         ids, p95s, errs = eligible.ids, eligible.p95_ms, eligible.error_rates
-        reason = (f"latency picked {ids[i]}: p95 {sort_key(p95s[i]):.0f} ms + error rate "
-                  f"{finite(errs[i]):.3f} x 1000 = {low:.0f} ms, the lowest{vs}{all_open}")
+
+        def reason() -> str:  # formatted when first read
+            nxt = min(keys[:i] + keys[i + 1:], default=None)
+            vs = f" (next {nxt:.0f} ms)" if nxt is not None else ""
+            all_open = "; every candidate is OPEN" if eligible.breakers[i] == "OPEN" else ""
+            return (f"latency picked {ids[i]}: p95 {sort_key(p95s[i]):.0f} ms + error rate "
+                    f"{finite(errs[i]):.3f} x 1000 = {low:.0f} ms, the lowest{vs}{all_open}")
 
         def terms():
             return {c: {"p95_latency_ms": round(sort_key(p), 3), "error_rate": round(finite(e), 6),

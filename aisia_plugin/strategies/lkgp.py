@@ -48,9 +48,11 @@ class LkgpStrategy:
             return self._rules(pool, context, f"the LKGP {what} {lkg!r} is OPEN, not pinning to it")
         k = usable[0]
         chosen = ids[k]
-        state = "" if breakers[k] == "CLOSED" else f" (breaker {breakers[k]})"
-        via = "" if by_id else f" via provider {lkg!r}"
-        reason = f"last known good {chosen}{via} is not OPEN{state}: pinned to it"
+        def reason() -> str:  # formatted when first read
+            state = "" if breakers[k] == "CLOSED" else f" (breaker {breakers[k]})"
+            via = "" if by_id else f" via provider {lkg!r}"
+            return f"last known good {chosen}{via} is not OPEN{state}: pinned to it"
+
         return ranked_decision(self.name, pool, lambda: {i: (1.0 if i == chosen else 0.0) for i in ids},
                                pool.deployments[k], reason, probability=1.0, final_score=1.0,
                                terms=lambda: {i: {"last_known_good": i == chosen} for i in ids})

@@ -107,24 +107,27 @@ def selection_probability(n_eligible: int, chosen_is_best: bool, context) -> flo
     return (1.0 - eps) + share if chosen_is_best else share
 
 
-def finish(strategy: str, pool: Pool, eligible: Pool, scores, best: int, reason: str, context: RoutingContext, *,
+def finish(strategy: str, pool: Pool, eligible: Pool, scores, best: int, reason, context: RoutingContext, *,
            terms=None, allow_explore: bool = True, score_of=None) -> Decision:
     """The Decision of a ranking strategy whose winner is ``eligible``'s member `best`:
     epsilon-greedy exploration over `eligible`, every pool member listed, and the candidates that
     did not compete (OPEN breakers) marked excluded.
 
     `scores` and `terms` are mappings by candidate id, or functions building them on demand
-    (see ``decision.ranked_decision``); then `score_of(i)` gives eligible member i's score."""
+    (see ``decision.ranked_decision``); then `score_of(i)` gives eligible member i's score. The
+    `reason` may be a function formatting it on first read (``Decision.reason``)."""
     chosen = explore(eligible, context) if allow_explore else None
     ids = eligible.ids
     if chosen is not None:
-        eps = finite(context.exploration)
-        if chosen == best:
-            reason = (f"exploration (epsilon {eps:g}) drew {ids[chosen]} at random from {len(eligible)} candidates, "
-                      f"which is also the ranking's choice; {reason}")
-        else:
-            reason = (f"exploration (epsilon {eps:g}) chose {ids[chosen]} at random from {len(eligible)} candidates "
-                      f"instead of the ranking's {ids[best]}; ranking: {reason}")
+        ranking, eps, picked = reason, finite(context.exploration), chosen
+
+        def reason() -> str:
+            why = ranking if isinstance(ranking, str) else ranking()
+            if picked == best:
+                return (f"exploration (epsilon {eps:g}) drew {ids[picked]} at random from {len(eligible)} candidates, "
+                        f"which is also the ranking's choice; {why}")
+            return (f"exploration (epsilon {eps:g}) chose {ids[picked]} at random from {len(eligible)} candidates "
+                    f"instead of the ranking's {ids[best]}; ranking: {why}")
     else:
         chosen = best
     probability = selection_probability(len(eligible), chosen == best, context) if allow_explore else 1.0

@@ -1,0 +1,59 @@
+"""One linear pass over the prompt for every keyword question of a decision.
+
+The request features (features.SCAN_ENTRIES: task words, creative, real-time, code syntax...) and
+the policy's domains (which of them occur: DomainDetector.alternations) are entries of a single
+RE2 Set, compiled once per policy: one DFA pass over the prompt's bytes answers both, where two
+Sets would read the prompt twice. The features read the entry numbers below
+len(SCAN_ENTRIES); the domains above are handed to ``DomainDetector.detect(text, present)``,
+which then has nothing left to scan when no domain or a single one occurs. RE2 only (linear
+time on attacker-controlled prompts)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from re2 import _re2
+
+from .domains import DomainDetector
+from .features import SCAN_ENTRIES, RequestFeatures, features_and_hits
+
+_MAX_MEM = 64 << 20  # RE2's budget for the Set's lazy DFA cache
+
+
+class PromptScanner:
+    def __init__(self, detector: DomainDetector, max_chars: int):
+        self.detector = detector
+        self.max_chars = max_chars
+        opts = _re2.RE2.Options()
+        opts.case_sensitive = False
+        opts.log_errors = False
+        opts.never_capture = True
+        opts.max_mem = _MAX_MEM
+        rset = _re2.Set(_re2.RE2.Anchor.UNANCHORED, opts)
+        for k, (_, pattern) in enumerate(SCAN_ENTRIES):
+            if rset.Add(pattern.encode("utf-8")) != k:
+                raise ValueError(f"feature entry {k}: RE2 cannot add it to the prompt scan")
+        self._first_domain = len(SCAN_ENTRIES)
+        # Entry number -> domain index, for the entries after the features'.
+        self._owner: list[int] = []
+        for alternation, owner in detector.alternations:
+            if rset.Add(alternation.encode("utf-8")) < 0:
+                raise ValueError(f"domain '{detector.names[owner]}': RE2 cannot add its patterns to the prompt scan")
+            self._owner.append(owner)
+        if not rset.Compile():
+            raise ValueError("the prompt scan (feature and domain patterns) does not fit its memory budget")
+        self._match = rset.Match
+
+    def scan(self, messages, tools=None, request_modalities=None) -> tuple[RequestFeatures, set]:
+        """``features.extract_features`` of the request, and the domains (indices in policy
+        order) occurring in its text, for ``DomainDetector.detect(features.text, present)``; one
+        pass over the text."""
+        feats, hits = features_and_hits(messages, tools, request_modalities, max_chars=self.max_chars,
+                                        scan=self._match)
+        first, owner = self._first_domain, self._owner
+        return feats, {owner[k - first] for k in hits if k >= first}
+
+    def features_and_domain(self, messages, tools=None, request_modalities=None) -> tuple[RequestFeatures, Optional[str]]:
+        """``features.extract_features`` and ``DomainDetector.detect`` of the request."""
+        feats, present = self.scan(messages, tools, request_modalities)
+        return feats, self.detector.detect(feats.text, present)
