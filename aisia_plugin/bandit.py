@@ -198,7 +198,13 @@ _ONE_PLUS_LOG5 = 1.0 + math.log(5.0)
 
 
 def beta_sample(rng, a: float, b: float) -> float:
-    """One draw from Beta(a, b) using only ``rng.random()``: Thompson sampling's posterior draw.
+    """One draw from Beta(a, b) using only ``rng.random()``: Thompson sampling's posterior draw
+    (see :func:`beta_draws`)."""
+    return beta_draws(rng, (a,), (b,))[0]
+
+
+def beta_draws(rng, alphas, betas) -> list[float]:
+    """One draw from each Beta(alphas[i], betas[i]), in order, using only ``rng.random()``.
 
     ``random.Random.betavariate`` draws two gamma variates, about 2.5 us in CPython, once per
     candidate per request; this is exact and several times cheaper. Shapes of 1 use the closed
@@ -206,42 +212,51 @@ def beta_sample(rng, a: float, b: float) -> float:
     posteriors start at (1, 1) and only grow) use Cheng's algorithm BB (Cheng 1978,
     "Generating beta variates with nonintegral shape parameters", Comm. ACM 21(4)), a rejection
     method accepting about 80% or more of the time; a shape below 1 (never produced by our
-    updates, possible in a hand-made state) falls back to betavariate."""
-    if a == 1.0 and b == 1.0:
-        return rng.random()
-    if b == 1.0 and a > 0.0:
-        return rng.random() ** (1.0 / a)
-    if a == 1.0 and b > 0.0:
-        return 1.0 - rng.random() ** (1.0 / b)
-    if a <= 1.0 or b <= 1.0:
-        return rng.betavariate(a, b)
-    # Cheng's BB works with a = min shape; swap and mirror otherwise.
-    swap = a > b
-    if swap:
-        a, b = b, a
-    alpha = a + b
-    beta = math.sqrt((alpha - 2.0) / (2.0 * a * b - alpha))
-    gamma = a + 1.0 / beta
-    log, exp, random = math.log, math.exp, rng.random
-    while True:
-        u1 = random()
-        if not 0.0 < u1 < 1.0:
+    updates, possible in a hand-made state) falls back to betavariate. One loop over the pool
+    (this runs per request): the draws are the same as one ``beta_sample`` call per pair."""
+    log, exp, sqrt, random, inf = math.log, math.exp, math.sqrt, rng.random, math.inf
+    out = []
+    add = out.append
+    for a, b in zip(alphas, betas):
+        if a == 1.0 and b == 1.0:
+            add(random())
             continue
-        u2 = random()
-        v = beta * log(u1 / (1.0 - u1))
-        w = a * exp(v) if v < 700.0 else math.inf
-        z = u1 * u1 * u2
-        r = gamma * v - _LOG4
-        s = a + r - w
-        if s + _ONE_PLUS_LOG5 >= 5.0 * z:
-            break
-        t = log(z) if z > 0.0 else -math.inf
-        if s > t:
-            break
-        if w != math.inf and r + alpha * log(alpha / (b + w)) >= t:
-            break
-    x = w / (b + w) if w != math.inf else 1.0
-    return 1.0 - x if swap else x
+        if b == 1.0 and a > 0.0:
+            add(random() ** (1.0 / a))
+            continue
+        if a == 1.0 and b > 0.0:
+            add(1.0 - random() ** (1.0 / b))
+            continue
+        if a <= 1.0 or b <= 1.0:
+            add(rng.betavariate(a, b))
+            continue
+        # Cheng's BB works with a = min shape; swap and mirror otherwise.
+        swap = a > b
+        if swap:
+            a, b = b, a
+        alpha = a + b
+        beta = sqrt((alpha - 2.0) / (2.0 * a * b - alpha))
+        gamma = a + 1.0 / beta
+        while True:
+            u1 = random()
+            if not 0.0 < u1 < 1.0:
+                continue
+            u2 = random()
+            v = beta * log(u1 / (1.0 - u1))
+            w = a * exp(v) if v < 700.0 else inf
+            z = u1 * u1 * u2
+            r = gamma * v - _LOG4
+            s = a + r - w
+            if s + _ONE_PLUS_LOG5 >= 5.0 * z:
+                break
+            t = log(z) if z > 0.0 else -inf
+            if s > t:
+                break
+            if w != inf and r + alpha * log(alpha / (b + w)) >= t:
+                break
+        x = w / (b + w) if w != inf else 1.0
+        add(1.0 - x if swap else x)
+    return out
 
 
 def cost_bonus(cost_per_1m: float, cost_weight: float, scale: float = 10.0) -> float:

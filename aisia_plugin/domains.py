@@ -194,16 +194,19 @@ class DomainDetector:
         The same answer as the best of ``scores(text)``, with fewer calls (module docstring).
         ``present``, when the caller's own pass over the text already told it, is the set of the
         domains (indices in policy order) whose patterns occur in the text: no domain then costs
-        nothing more, and a single one only the scans its count needs."""
+        nothing more, a single one only the scans its count needs, and several the counting
+        sweep alone (the Set pass that would look for an early answer costs more than it saves
+        once the first pass has said that several domains occur)."""
         data = self._data(text)
         if data is None:
             return None
-        if present is not None and self._bounds_hold:
+        if present is not None:
             if not present:
                 return None
-            if len(present) == 1:
+            if len(present) == 1 and self._bounds_hold:
                 (d,) = present
                 return self._count_alone(data, d, 0, [0] * len(self.names), at_least=1)
+            return self._best(self._sweep(data, 0, [0] * len(self.names)))
         n = len(data)
         (start, end), = self._scan(_UNANCHORED, data, 0, n)
         if start < 0:

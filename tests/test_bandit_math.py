@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aisia_plugin.bandit import (ArmStats, arm_view, beta_sample, blend, cost_bonus, decayed, exploration_term,
+from aisia_plugin.bandit import (ArmStats, arm_view, beta_draws, beta_sample, blend, cost_bonus, decayed, exploration_term,
                                  latency_bonus, ucb1_scores, ucb1_terms, update)
 
 FRESH = ArmStats(avg_latency=5.0)
@@ -91,3 +91,11 @@ def test_beta_sample_matches_betavariate_in_distribution(a, b):
 
 def test_beta_sample_is_reproducible_with_a_seed():
     assert [beta_sample(random.Random(7), 3.5, 2.5) for _ in range(3)] == [beta_sample(random.Random(7), 3.5, 2.5)] * 3
+
+
+def test_beta_draws_are_one_beta_sample_per_pair_in_order():
+    shapes = [(1.0, 1.0), (3.0, 1.0), (1.0, 4.0), (0.5, 0.7), (30.5, 70.2), (990.0, 10.0), (2.0, 5.0)]
+    r1, r2 = random.Random(11), random.Random(11)
+    one_by_one = [beta_sample(r1, a, b) for a, b in shapes]
+    assert beta_draws(r2, [a for a, _ in shapes], [b for _, b in shapes]) == one_by_one
+    assert r1.random() == r2.random()  # the same uniforms consumed

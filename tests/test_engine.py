@@ -231,3 +231,39 @@ def test_read_pool_answers_a_decision_in_one_call(policy_file):
     assert breakers[failed].failures == 1 and breakers[1 - failed] is None
     assert g[failed].pulls == 1.0 and dom[failed] is not None and dom[failed].pulls == 1.0
     assert eng.store.read_pool(["a-x"], None, None)[3] == [None]
+
+
+def test_retry_without_the_failed_specialist_falls_back_to_everyone(policy_file):
+    eng = engine_for(policy_file())
+    pool = [dep("a-gen"), dep("b-coder", specialities={"coding": "b/coder"})]
+    msg = [{"role": "user", "content": "write a python function"}]
+    assert eng.decide("auto", msg, pool).deployment_id == "b-coder"
+    d = eng.decide("auto", msg, pool, exclude=["b-coder"])
+    assert d.deployment_id == "a-gen" and d.model == "a/a-gen"
+    assert {s.id: s.excluded for s in d.scores if s.excluded} == {"b-coder": "already failed for this request"}
+    # The memoised pools are untouched by a retry's own.
+    assert eng.decide("auto", msg, pool).deployment_id == "b-coder"
+
+
+def test_a_changed_deployment_list_is_seen_at_once(policy_file):
+    # The alias's pool is memoised per deployment list; replacing a member of the same list object
+    # (same length, same ends) must still be seen.
+    eng = engine_for(policy_file())
+    pool = [dep("a-1", cost=5.0), dep("b-1", cost=3.0), dep("c-1", cost=4.0)]
+    assert eng.decide("auto/cheap", MSG, pool).deployment_id == "b-1"
+    pool[1] = dep("z-1", cost=0.1)
+    d = eng.decide("auto/cheap", MSG, pool)
+    assert d.deployment_id == "z-1" and [s.id for s in d.scores] == ["a-1", "z-1", "c-1"]
+    pool.append(dep("y-1", cost=0.01))
+    assert eng.decide("auto/cheap", MSG, pool).deployment_id == "y-1"
+
+
+def test_reason_is_formatted_on_first_read_and_can_be_amended(policy_file):
+    eng = engine_for(policy_file())
+    pool = [dep("a-1", cost=5.0), dep("b-1", cost=0.5)]
+    d = eng.decide("auto/cheap", MSG, pool)
+    assert not isinstance(d._reason, str)  # nothing formatted yet
+    assert d.reason == "cost picked b-1: cheapest at $0.5 per 1M tokens (next cheapest $5)"
+    assert d.reason is d.reason and d.as_dict()["reason"] == d.reason
+    d.reason += "; amended"
+    assert d.reason.endswith("; amended")

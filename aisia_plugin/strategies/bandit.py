@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from ..bandit import ArmStats, beta_sample, ucb1_scores, ucb1_terms
+from ..bandit import ArmStats, beta_draws, ucb1_scores, ucb1_terms
 from ..decision import Decision, Pool, RoutingContext, pool_decision, ranked_decision
 
 
@@ -77,7 +77,7 @@ class ThompsonStrategy:
         alphas, betas = pool.beta_params
         bonus = bandit_bonuses(pool, context)
         # One posterior draw per candidate, in pool order (a seeded test replays them exactly).
-        draws = [beta_sample(rng, a, b) for a, b in zip(alphas, betas)]
+        draws = beta_draws(rng, alphas, betas)
         scores = [d + b for d, b in zip(draws, bonus)]
         i = scores.index(max(scores))
         probability = None
@@ -96,8 +96,7 @@ class ThompsonStrategy:
     def _probability(self, alphas, betas, bonus, best: int, rng) -> float:
         # Monte-Carlo estimate of P(best wins), for offline evaluation; off the request path.
         wins = 0
-        arms = list(zip(alphas, betas, bonus))
         for _ in range(self.probability_draws):
-            scores = [beta_sample(rng, a, b) + x for a, b, x in arms]
+            scores = [d + x for d, x in zip(beta_draws(rng, alphas, betas), bonus)]
             wins += scores.index(max(scores)) == best
         return wins / self.probability_draws
