@@ -12,19 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import arm_history
+
 from aisia_plugin.bandit import (ArmStats, arm_view, beta_draws, beta_sample, blend, cost_bonus, decayed, exploration_term,
-                                 latency_bonus, ucb1_scores, ucb1_terms, update)
+                                 latency_bonus, ucb1_scores, ucb1_terms)
 
 FRESH = ArmStats(avg_latency=5.0)
-
-
-def _history(seed: int, n: int, gamma: float) -> ArmStats:
-    r = random.Random(seed)
-    s, t = ArmStats(), 0.0
-    for _ in range(n):
-        t += r.randint(0, 40)
-        s = update(s, reward=r.random(), latency_s=r.uniform(0.1, 4.0), failed=r.random() < 0.2, tick=t, gamma=gamma)
-    return s
 
 
 @settings(max_examples=300, deadline=None)
@@ -32,8 +25,8 @@ def _history(seed: int, n: int, gamma: float) -> ArmStats:
        has_g=st.booleans(), has_d=st.booleans(), gamma=st.sampled_from([1.0, 0.999, 0.95]),
        tick=st.sampled_from([0.0, 3.0, 400.0, 5000.0]), prior=st.sampled_from([None, 1.0, 5.0, 50.0]))
 def test_arm_view_is_decayed_then_blended(g_seed, g_n, d_seed, d_n, has_g, has_d, gamma, tick, prior):
-    g = _history(g_seed, g_n, gamma) if has_g else None
-    d = _history(d_seed, d_n, gamma) if has_d else None
+    g = arm_history(g_seed, g_n, gamma) if has_g else None
+    d = arm_history(d_seed, d_n, gamma) if has_d else None
     seen = decayed(g, tick, gamma) if g is not None else FRESH
     want = seen if prior is None else blend(seen, decayed(d, tick, gamma) if d is not None else None, prior)
     got = arm_view(g, d, tick, gamma, prior, FRESH)

@@ -13,22 +13,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers import arm_history
+
 from aisia_plugin import plugins
-from aisia_plugin.bandit import ArmStats, arm_view, update
+from aisia_plugin.bandit import ArmStats, arm_view
 from aisia_plugin.decision import Candidate, Deployment, Pool, RoutingContext
 from aisia_plugin.weights import DEFAULT_WEIGHTS, normalise
 
 FRESH = ArmStats(avg_latency=5.0)
 STRATEGIES = sorted({s.name for s in plugins.strategies().values()})
-
-
-def history(seed: int, n: int, gamma: float) -> ArmStats:
-    r = random.Random(seed)
-    s, t = ArmStats(), 0.0
-    for _ in range(n):
-        t += r.randint(0, 30)
-        s = update(s, reward=r.random(), latency_s=r.uniform(0.1, 4.0), failed=r.random() < 0.2, tick=t, gamma=gamma)
-    return s
 
 
 @st.composite
@@ -39,9 +32,9 @@ def engine_pools(draw):
                        tier=draw(st.sampled_from([None, "ultra", "pro", "free"])),
                        input_cost_per_1m=draw(st.floats(0, 20)), output_cost_per_1m=draw(st.floats(0, 20)))
             for i in range(n)]
-    g = [history(draw(st.integers(0, 999)), draw(st.integers(0, 25)), gamma) if draw(st.booleans()) else None
+    g = [arm_history(draw(st.integers(0, 999)), draw(st.integers(0, 25)), gamma) if draw(st.booleans()) else None
          for _ in range(n)]
-    d = [history(draw(st.integers(0, 999)), draw(st.integers(0, 25)), gamma) if draw(st.booleans()) else None
+    d = [arm_history(draw(st.integers(0, 999)), draw(st.integers(0, 25)), gamma) if draw(st.booleans()) else None
          for _ in range(n)]
     breakers = [draw(st.sampled_from(["CLOSED", "CLOSED", "HALF_OPEN", "OPEN"])) for _ in range(n)]
     fits = [draw(st.floats(0, 1)) for _ in range(n)]
