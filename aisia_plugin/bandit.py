@@ -194,6 +194,7 @@ def beta_params(weights) -> tuple[list[float], list[float]]:
 
 
 _LOG4 = math.log(4.0)
+_HUGE_SHAPE = 1e12  # Cheng's constants overflow near 1e154; no real history comes near either
 _ONE_PLUS_LOG5 = 1.0 + math.log(5.0)
 
 
@@ -212,23 +213,27 @@ def beta_draws(rng, alphas, betas) -> list[float]:
     posteriors start at (1, 1) and only grow) use Cheng's algorithm BB (Cheng 1978,
     "Generating beta variates with nonintegral shape parameters", Comm. ACM 21(4)), a rejection
     method accepting about 80% or more of the time; a shape below 1 (never produced by our
-    updates, possible in a hand-made state) falls back to betavariate. One loop over the pool
+    updates, possible in a hand-made state) falls back to betavariate, shapes both above 1e12
+    (no real history) give the mean, and a shape that is no positive finite number (a corrupted
+    state) the prior's uniform draw, never a rejection loop that could not end. One loop over the pool
     (this runs per request): the draws are the same as one ``beta_sample`` call per pair."""
     log, exp, sqrt, random, inf = math.log, math.exp, math.sqrt, rng.random, math.inf
     out = []
     add = out.append
     for a, b in zip(alphas, betas):
-        if a == 1.0 and b == 1.0:
-            add(random())
-            continue
-        if b == 1.0 and a > 0.0:
-            add(random() ** (1.0 / a))
-            continue
-        if a == 1.0 and b > 0.0:
-            add(1.0 - random() ** (1.0 / b))
-            continue
-        if a <= 1.0 or b <= 1.0:
-            add(rng.betavariate(a, b))
+        if not (1.0 < a < _HUGE_SHAPE and 1.0 < b < _HUGE_SHAPE):  # the usual case is tested first
+            if a == 1.0 and b == 1.0:
+                add(random())
+            elif b == 1.0 and a > 0.0:
+                add(random() ** (1.0 / a))
+            elif a == 1.0 and b > 0.0:
+                add(1.0 - random() ** (1.0 / b))
+            elif 1.0 < a < inf and 1.0 < b < inf:  # counts beyond any real history: the mean (sd < 1e-6)
+                add(a / (a + b))
+            elif 0.0 < a < inf and 0.0 < b < inf:
+                add(rng.betavariate(a, b))
+            else:  # no usable posterior (a NaN, infinite or non-positive shape): the prior's draw
+                add(random())
             continue
         # Cheng's BB works with a = min shape; swap and mirror otherwise.
         swap = a > b

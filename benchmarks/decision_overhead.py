@@ -6,12 +6,15 @@ A benchmark, not a test: nothing is asserted. Run with
 
 What is timed (time.perf_counter_ns around each single call, after an untimed warm-up):
 
-* ours: ``Engine.decide(alias, messages, deployments)`` -- features, domain detection, alias
-  candidate selection, specialists, circuit breaker, budget, per-arm stats (decay + per-domain
-  blend), strategy (through the plugin registry), Decision building and the observe hook -- for
-  the aliases auto (ucb1), auto/smart (thompson), auto/cheap (cost), auto/fast (latency) and
-  auto/lkgp, over pools of 4/16/64 deployments, a 2 KB prompt, learned state warmed by ~200
-  recorded outcomes. ``reserve=True`` (the default; all breakers are CLOSED so it writes nothing).
+* ours: ``Engine.decide(alias, messages, deployments)`` -- features and domain detection (one
+  RE2 pass), alias candidate selection, specialists, circuit breaker, budget, per-arm views
+  (decay + per-domain blend), strategy (through the plugin registry), Decision building and the
+  observe hook -- for the aliases auto (ucb1), auto/smart (thompson), auto/cheap (cost),
+  auto/fast (latency) and auto/lkgp, over pools of 4/16/64 deployments, a 2 KB prompt, learned
+  state warmed by ~200 recorded outcomes. ``reserve=True`` (the default; all breakers are CLOSED
+  so it writes nothing). Four modes per alias (``decide_steps``): fixed, explained, real prompts,
+  steady. Every (alias, mode) cell of one pool size is timed in six turns taken in round robin
+  (``interleaved``), so that a slow spell of the shared machine falls on all of them alike.
 * pieces: the same steps called separately with the same inputs (extract_features,
   Engine.features incl. plugin hook, DomainDetector.detect, the breaker loop over the pool, the
   per-arm stats loop, each strategy's select() alone on the exact candidates/context the engine
@@ -38,7 +41,6 @@ for _flag in ("LITELLM_LOCAL_MODEL_COST_MAP", "LITELLM_LOCAL_BLOG_POSTS",
     os.environ.setdefault(_flag, "True")
 
 import argparse  # noqa: E402
-import asyncio  # noqa: E402
 import cProfile  # noqa: E402
 import gc  # noqa: E402
 import io  # noqa: E402
@@ -175,32 +177,74 @@ def time_calls(fn: Callable[[], object], calls: int, warm: int = WARM_CALLS) -> 
 # ---------------------------------------------------------------------------------------------
 # ours
 # ---------------------------------------------------------------------------------------------
-def time_steady(eng, clock, alias: str, messages_list, deps, specs, calls: int, outcome_mod, warm: int = WARM_CALLS) -> dict:
-    """decide() timed alone while every decision is followed by a recorded outcome (untimed), as
-    in a serving proxy: the learned state changes between decisions, so nothing computed for the
-    previous decision can be reused as is. Prompts cycle through ``messages_list``."""
+def interleaved(cells: dict, calls: int, rounds: int = 6) -> dict:
+    """Time every cell's ``step()`` (one call; it returns the nanoseconds of what it timed)
+    ``calls`` times, the cells taking turns ``calls // rounds`` calls at a time after their warm-up
+    calls: a slow spell of the shared machine then falls on every cell alike instead of on
+    whichever was being timed. ``cells``: name -> (step, warm-up calls)."""
+    for step, warm in cells.values():
+        for _ in range(warm):
+            step()
+    samples = {k: [] for k in cells}
+    chunk = max(1, calls // rounds)
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            for k, (step, _) in cells.items():
+                add = samples[k].append
+                for _ in range(chunk):
+                    add(step())
+    finally:
+        gc.enable()
+    return {k: summarize(v) for k, v in samples.items()}
+
+
+def decide_steps(eng, clock, alias: str, messages, real_prompts, deps, specs, outcome_mod) -> dict:
+    """One alias's timed steps: ``fixed`` (the synthetic prompt, learned state unchanged),
+    ``explained`` (the same plus ``Decision.as_dict()``), ``real_prompts`` (a different RouterArena
+    prompt each call) and ``steady`` (real prompts, and every decision followed by a recorded
+    outcome, untimed, as in a serving proxy: nothing computed for one decision can be reused as is
+    by the next)."""
+    pc = time.perf_counter_ns
+    decide = eng.decide
+
+    def fixed():
+        t0 = pc()
+        decide(alias, messages, deps)
+        return pc() - t0
+
+    def explained():
+        t0 = pc()
+        decide(alias, messages, deps).as_dict()
+        return pc() - t0
+
+    steps = {"fixed": fixed, "explained": explained}
+    if real_prompts:
+        it = itertools.cycle(real_prompts)
+
+        def real():
+            msgs = next(it)
+            t0 = pc()
+            decide(alias, msgs, deps)
+            return pc() - t0
+
+        steps["real_prompts"] = real
     r = random.Random(11)
     lat = {sp["id"]: sp["latency_s"] for sp in specs}
-    out = [0] * calls
-    pc = time.perf_counter_ns
-    k = len(messages_list)
-    for i in range(warm + calls):
-        msgs = messages_list[i % k]
+    it2 = itertools.cycle(real_prompts or [messages])
+
+    def steady():
+        msgs = next(it2)
         clock.t += 0.05
         t0 = pc()
-        d = eng.decide(alias, msgs, deps)
+        d = decide(alias, msgs, deps)
         t1 = pc()
-        if i >= warm:
-            out[i - warm] = t1 - t0
-        dep = d.deployment_id
-        ok = r.random() > 0.03
-        eng.record(d, outcome_mod.Outcome(dep, success=ok, latency_s=lat[dep] * r.uniform(0.7, 1.5),
-                                          status_code=None if ok else 503, quality=r.uniform(0.5, 1.0) if ok else None))
-        if i == warm:
-            gc.collect()
-            gc.disable()
-    gc.enable()
-    return summarize(out)
+        eng.record(d, outcome(outcome_mod, r, d.deployment_id, lat[d.deployment_id]))
+        return t1 - t0
+
+    steps["steady"] = steady
+    return steps
 
 
 def import_engine(wait_s: float):
@@ -235,8 +279,19 @@ def build_engine(mods, specs: list[dict], policy):
     return eng, clock, deps
 
 
+def outcome(outcome_mod, r: random.Random, dep: str, latency_s: float):
+    """A simulated outcome: 3 % provider failures (503), latency 0.7..1.5 x the deployment's,
+    quality 0.3..1."""
+    ok = r.random() > 0.03
+    return outcome_mod.Outcome(dep, success=ok, latency_s=latency_s * r.uniform(0.7, 1.5),
+                               status_code=None if ok else 503, quality=r.uniform(0.3, 1.0) if ok else None)
+
+
 def warm_engine(mods, eng, clock, deps, specs, messages, aliases: list[str]) -> int:
-    """~WARM_OUTCOMES successful outcomes: every deployment tried, then routed by the aliases."""
+    """~WARM_OUTCOMES outcomes (3 % failures, qualities 0.3..1, as in the steady mode): every
+    deployment tried, then routed by the aliases. Some rewards fall below 0.5, so the Beta
+    posteriors have both shapes above 1, as in a serving proxy (Thompson then draws with Cheng's
+    algorithm, not the shape-1 closed forms)."""
     _, _, outcome_mod, _ = mods
     r = random.Random(7)
     lat = {s["id"]: s["latency_s"] for s in specs}
@@ -250,8 +305,7 @@ def warm_engine(mods, eng, clock, deps, specs, messages, aliases: list[str]) -> 
         dep = d.deployment_id
         if recorded < len(deps):  # make sure each arm has been pulled at least once
             dep = deps[recorded].id
-        eng.record(d, outcome_mod.Outcome(dep, success=True, latency_s=lat[dep] * r.uniform(0.7, 1.5),
-                                          quality=r.uniform(0.5, 1.0)))
+        eng.record(d, outcome(outcome_mod, r, dep, lat[dep]))
         recorded += 1
     return recorded
 
@@ -296,7 +350,6 @@ def bench_ours(mods, policy, sizes, calls, messages, profile_n: int):
     from aisia_plugin.bandit import arm_weights
     from aisia_plugin.features import extract_features
 
-    engine_mod = mods[0]
     ours, pieces, notes, modes = {}, {}, [], {}
     real_prompts = real_prompt_messages()
     if not real_prompts:
@@ -318,21 +371,26 @@ def bench_ours(mods, policy, sizes, calls, messages, profile_n: int):
                 notes.append(f"n={n} {alias} ({strat}): decide() failed: {type(e).__name__}: {e}")
         warm_engine(mods, eng, clock, deps, specs, messages, [a for a, _ in usable] or ["auto"])
         clock.t += 1.0
+        # Untimed first: the real prompts, every one twice, so that RE2's lazy DFAs have met the
+        # texts (a fresh process's first pass is reported apart: README, domain detection).
+        warm = {"fixed": WARM_CALLS, "explained": WARM_CALLS, "real_prompts": 2 * len(real_prompts),
+                "steady": max(WARM_CALLS, 2 * len(real_prompts))}
+        cells = {}
+        for alias, strat in usable:
+            for mode, step in decide_steps(eng, clock, alias, messages, real_prompts, deps, specs, mods[2]).items():
+                cells[(alias, mode)] = (step, warm[mode])
+        timed = interleaved(cells, calls)
         res, mres = {}, {}
         for alias, strat in usable:
-            st = time_calls(lambda: eng.decide(alias, messages, deps), calls)
-            st["strategy"] = strat
+            st = dict(timed[(alias, "fixed")], strategy=strat)
             res[alias] = st
-            print(f"  ours    n={n:<3} {alias:<11} ({strat:<8}) p50 {st['p50_us']:8.1f} us  p99 {st['p99_us']:8.1f} us",
-                  flush=True)
             m = mres.setdefault(alias, {"strategy": strat})
-            m["explained"] = time_calls(lambda: eng.decide(alias, messages, deps).as_dict(), calls)
-            if real_prompts:
-                it = itertools.cycle(real_prompts)
-                # Untimed first: every prompt twice, so that RE2's lazy DFAs have met the texts
-                # (a fresh process's first pass is reported apart: README, domain detection).
-                m["real_prompts"] = time_calls(lambda: eng.decide(alias, next(it), deps), calls,
-                                               warm=2 * len(real_prompts))
+            for mode in ("explained", "real_prompts", "steady"):
+                if (alias, mode) in timed:
+                    m[mode] = timed[(alias, mode)]
+            parts = "  ".join(f"{k} p50 {v['p50_us']:.1f}/p99 {v['p99_us']:.1f}" for k, v in m.items() if isinstance(v, dict))
+            print(f"  ours    n={n:<3} {alias:<11} ({strat:<8}) fixed p50 {st['p50_us']:.1f}/p99 {st['p99_us']:.1f}  {parts}",
+                  flush=True)
         ours[str(n)] = res
         modes[str(n)] = mres
 
@@ -384,13 +442,6 @@ def bench_ours(mods, policy, sizes, calls, messages, profile_n: int):
         oc = mods[2].Outcome(d0.deployment_id, success=True, latency_s=1.0, quality=0.8)
         pc["engine.record (success)"] = time_calls(lambda: eng2.record(d0, oc), calls)
         pieces[str(n)] = pc
-        # Steady state last: it records outcomes, i.e. changes the learned state.
-        for alias, strat in usable:
-            m = mres[alias]
-            m["steady"] = time_steady(eng, clock, alias, real_prompts or [messages], deps, specs, calls, mods[2],
-                                      warm=max(WARM_CALLS, 2 * len(real_prompts)))
-            parts = "  ".join(f"{k} p50 {v['p50_us']:.1f}/p99 {v['p99_us']:.1f}" for k, v in m.items() if isinstance(v, dict))
-            print(f"  modes   n={n:<3} {alias:<11} {parts}", flush=True)
         for k, v in pc.items():
             print(f"  piece   n={n:<3} {k:<44} p50 {v['p50_us']:8.1f} us  p99 {v['p99_us']:8.1f} us", flush=True)
 

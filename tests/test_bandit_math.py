@@ -92,3 +92,13 @@ def test_beta_draws_are_one_beta_sample_per_pair_in_order():
     one_by_one = [beta_sample(r1, a, b) for a, b in shapes]
     assert beta_draws(r2, [a for a, _ in shapes], [b for _, b in shapes]) == one_by_one
     assert r1.random() == r2.random()  # the same uniforms consumed
+
+
+def test_beta_draws_survive_unusable_shapes():
+    # A corrupted state (NaN, infinite, zero or negative counts) must never hang or raise.
+    r = random.Random(3)
+    bad = [math.nan, math.inf, -math.inf, 0.0, -2.0]
+    for a in bad + [0.5, 1.0, 3.0, 1e300]:
+        for b in bad + [0.5, 1.0, 3.0, 1e300]:
+            (x,) = beta_draws(r, [a], [b])
+            assert 0.0 <= x <= 1.0, (a, b, x)
