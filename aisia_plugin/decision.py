@@ -101,8 +101,8 @@ class Pool(_SequenceABC):
 
     Read as a sequence, a Pool is the list of Candidates it stands for (each built on first
     access, then kept): a plugin strategy may iterate it like any list. The built-in strategies
-    read its columns instead, plain lists in pool order, each computed at most once and only when
-    read: a decision runs per request over the whole pool, and one object per candidate costs
+    read its columns instead, sequences in pool order (lists or tuples: read them, never change
+    them), each computed at most once and only when read: a decision runs per request over the whole pool, and one object per candidate costs
     more than the rest of the decision. The engine's pools hold the learned records as the store
     returned them; the views (forgetting, per-domain blend) come from ``bandit.arm_weights``.
 
@@ -117,9 +117,10 @@ class Pool(_SequenceABC):
 
     def __init__(self, deployments: list, breakers: list, task_fit: list, globals_: list, domains: list,
                  tick: float, gamma: float, prior_strength: Optional[float], fresh, *, quota: Optional[list] = None,
-                 signals: Optional[list] = None):
+                 signals: Optional[list] = None, ids: Optional[list] = None):
         """An engine's pool: each candidate's global and domain records as stored (None where
-        there is none), to be seen at `tick` with forgetting `gamma` and the domain prior."""
+        there is none), to be seen at `tick` with forgetting `gamma` and the domain prior (`ids`:
+        the deployments' ids, when the caller has them at hand)."""
         n = len(deployments)
         self.deployments = deployments
         self.breakers = breakers
@@ -129,7 +130,8 @@ class Pool(_SequenceABC):
         self._globals = globals_
         self._domains = domains
         self._arm_at = (tick, gamma, prior_strength, fresh)
-        self._candidates = self._ids = self._weights = self._pulls = self._rewards = self._latencies = None
+        self._ids = ids
+        self._candidates = self._weights = self._pulls = self._rewards = self._latencies = None
         self._p95 = self._sd = self._err = self._beta = None
 
     @classmethod

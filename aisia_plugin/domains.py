@@ -238,11 +238,12 @@ class DomainDetector:
         # The best other score, and whether d wins a tie with it (a tie goes to the first domain
         # in policy order: the first k reaching the best score is the one that matters).
         rival, tie_wins = -1.0, True
-        for k, c in enumerate(counts):
-            if c and k != d:
-                score = c * self.weights[k]
-                if score > rival:
-                    rival, tie_wins = score, d < k
+        if any(counts):
+            for k, c in enumerate(counts):
+                if c and k != d:
+                    score = c * self.weights[k]
+                    if score > rival:
+                        rival, tie_wins = score, d < k
         found = counts[d]
         score = (found + at_least) * weight
         if at_least and score >= needed and (score > rival or (tie_wins and score == rival)):

@@ -170,12 +170,12 @@ class Engine:
         # strategy's first read of them.
         prior = per_domain.prior_strength if learn_domain is not None else None
         pool = Pool(deps, states if states is not None else [CLOSED] * len(deps), fits, global_arms, domain_arms,
-                    tick, self.gamma, prior, self._fresh)
+                    tick, self.gamma, prior, self._fresh, ids=ids)
         ctx = RoutingContext(alias, ap.strategy, feats, domain, task, now, self.rng, *self._alias_context[alias],
                              last_good, ap.lkgp_enabled, None, self.policy)
         decision = plugins.get_strategy(ap.strategy).select(pool, ctx)
         try:
-            k = pool.ids.index(decision.deployment_id)
+            k = ids.index(decision.deployment_id)
         except ValueError:  # a plugin returned something outside the pool: never route there
             k = 0
             decision.reason = f"strategy returned {decision.deployment_id!r}, not in the pool; using {ids[0]}"
@@ -313,13 +313,15 @@ class _DomainPool:
                 excluded += [CandidateScore(d.id, excluded=f"not a {domain} specialist")
                              for d in pool if domain not in d.specialities]
                 pool = specialists
-        self.deployments = list(pool)
-        self.ids = [d.id for d in pool]
+        # Tuples: these are handed to every decision's Pool, and a strategy must not be able to
+        # change what the next decision starts from.
+        self.deployments = tuple(pool)
+        self.ids = tuple(d.id for d in pool)
         self.excluded = excluded
         self._fits: dict = {}
 
-    def fits(self, table: TaskFitnessTable, task: str) -> list[float]:
+    def fits(self, table: TaskFitnessTable, task: str) -> tuple:
         hit = self._fits.get(task)
         if hit is None:
-            hit = self._fits[task] = table.fitness_of([d.model or "" for d in self.deployments], task)
+            hit = self._fits[task] = tuple(table.fitness_of([d.model or "" for d in self.deployments], task))
         return hit

@@ -43,6 +43,8 @@ class PromptScanner:
         if not rset.Compile():
             raise ValueError("the prompt scan (feature and domain patterns) does not fit its memory budget")
         self._match = rset.Match
+        # Entry number -> its domain, None for the features' entries (read with one C-level map).
+        self._domain_of_entry = ([None] * self._first_domain + self._owner).__getitem__
 
     def scan(self, messages, tools=None, request_modalities=None) -> tuple[RequestFeatures, set]:
         """``features.extract_features`` of the request, and the domains (indices in policy
@@ -50,8 +52,9 @@ class PromptScanner:
         pass over the text."""
         feats, hits = features_and_hits(messages, tools, request_modalities, max_chars=self.max_chars,
                                         scan=self._match)
-        first, owner = self._first_domain, self._owner
-        return feats, {owner[k - first] for k in hits if k >= first}
+        present = set(map(self._domain_of_entry, hits))
+        present.discard(None)
+        return feats, present
 
     def features_and_domain(self, messages, tools=None, request_modalities=None) -> tuple[RequestFeatures, Optional[str]]:
         """``features.extract_features`` and ``DomainDetector.detect`` of the request."""

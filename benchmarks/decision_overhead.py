@@ -46,6 +46,7 @@ import gc  # noqa: E402
 import io  # noqa: E402
 import itertools  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import platform  # noqa: E402
 import pstats  # noqa: E402
 import random  # noqa: E402
@@ -146,6 +147,23 @@ class SimClock:
 # ---------------------------------------------------------------------------------------------
 # timing
 # ---------------------------------------------------------------------------------------------
+def machine_speed_ms() -> float:
+    """A fixed pure-Python workload's best time of five, in ms: how fast this machine runs Python
+    code right now (a shared VM's speed varies from run to run)."""
+    def work():
+        total = 0
+        for i in range(1_000_000):
+            total += i
+        return total
+
+    best = math.inf
+    for _ in range(5):
+        t0 = time.perf_counter()
+        work()
+        best = min(best, time.perf_counter() - t0)
+    return round(best * 1000.0, 1)
+
+
 def summarize(ns: list[int]) -> dict:
     s = sorted(ns)
     n = len(s)
@@ -639,6 +657,7 @@ def main(argv=None) -> int:
           f"{args.calls} calls", flush=True)
     t0 = time.monotonic()
     load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
+    speed_start = machine_speed_ms()
     ours, pieces, notes, profile, profile_text, modes = bench_ours(mods, policy, sizes, args.calls, messages,
                                                             args.profile_decides)
     lit, lnotes = ({}, ["--skip-litellm"]) if args.skip_litellm else bench_litellm(sizes, lcalls, messages)
@@ -664,6 +683,9 @@ def main(argv=None) -> int:
             "wall_s": round(time.monotonic() - t0, 1),
             "loadavg_1_5_15_start": load_start,
             "loadavg_1_5_15_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
+            "machine_speed_ms_start_end": [speed_start, machine_speed_ms()],
+            "machine_speed_ms": "best of 5 timings of a fixed pure-Python workload (1e6 additions in a loop): "
+                                "the same code takes longer on a busier or slower machine; compare runs by it",
         },
         "ours": ours, "ours_modes": modes, "litellm": lit, "pieces": pieces, "notes": notes + lnotes, "profile": profile,
     }
