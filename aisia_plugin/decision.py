@@ -425,12 +425,16 @@ def not_open(pool: list[Candidate]) -> list[Candidate]:
 def ranked_decision(strategy: str, pool: Pool, scores, chosen: Deployment, reason, *,
                     probability: Optional[float] = None, terms=None, excluded: Optional[Mapping[str, str]] = None,
                     final_score: Optional[float] = None) -> Decision:
-    """A Decision listing every pool member's score (helper for strategies).
+    """A Decision listing every pool member's score (helper for strategies; `pool` a Pool or a
+    list of Candidates, `chosen` a Deployment or a Candidate).
 
     `scores` and `terms` are mappings by candidate id, or functions of no argument returning
     them, called only when the decision's rows are first read (then `final_score`, the chosen
     candidate's score, must be given); `excluded` maps a candidate id to why that pool member
     did not compete."""
+    pool = Pool.of(pool)
+    if isinstance(chosen, Candidate):
+        chosen = chosen.deployment
     if callable(scores):
         score_of = None
     else:
@@ -457,6 +461,7 @@ def pool_decision(strategy: str, pool: Pool, scores: list, chosen: int, reason, 
     """Like :func:`ranked_decision` with the scores as a list in pool order and the chosen
     candidate as an index. The rows are built when the decision's ``scores`` are first read;
     ``terms``, when given, is a function of the candidate's index returning its named terms."""
+    pool = Pool.of(pool)
     d = pool.deployments[chosen]
 
     def rows():

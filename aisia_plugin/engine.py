@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Callable, Iterable, Optional, Sequence
 
 from . import plugins
@@ -31,6 +31,15 @@ from .weights import normalise, weights_for_alias
 
 class UnknownAlias(KeyError):
     pass
+
+
+# decide() builds its RoutingContext positionally (keyword arguments cost twice as much, per
+# request): a field added or moved must be met here, not misplaced silently.
+_CONTEXT_FIELDS = ("alias", "strategy", "features", "domain", "task_type", "now", "rng", "exploration_c",
+                   "cost_weight", "latency_weight", "cost_scale_per_1m", "latency_scale_s", "exploration", "weights",
+                   "tier_hint", "sla", "last_known_good", "lkgp_enabled", "total_pulls", "policy")
+if tuple(f.name for f in fields(RoutingContext)) != _CONTEXT_FIELDS:  # not an assert: kept under -O
+    raise RuntimeError("RoutingContext's fields changed: update Engine.decide and _CONTEXT_FIELDS")
 
 
 class Engine:
@@ -143,9 +152,9 @@ class Engine:
             cap = budget.max_cost_per_request_usd
             est = [(feats.input_tokens * d.input_cost_per_1m + budget.expected_output_tokens * d.output_cost_per_1m) / 1e6
                    for d in deps]
-            fits_budget = [k for k, e in enumerate(est) if e <= cap]
+            within = [k for k, e in enumerate(est) if e <= cap]
             over = [CandidateScore(i, excluded=f"estimated ${e:.6f} over budget") for i, e in zip(ids, est)]
-            if not fits_budget:
+            if not within:
                 if budget.mode == "strict":
                     return self._finish(Decision(
                         None, None, ap.strategy,
@@ -154,11 +163,11 @@ class Engine:
                         0, None, excluded + over, alias=alias, domain=domain, task_type=task, refused="budget",
                         status_code=402), feats)
                 cheapest = est.index(min(est))
-                fits_budget = [cheapest]
-            if len(fits_budget) != len(deps):
-                inside = set(fits_budget)
+                within = [cheapest]
+            if len(within) != len(deps):
+                inside = set(within)
                 excluded = excluded + [row for k, row in enumerate(over) if k not in inside]
-                deps, ids, fits, states, global_arms, domain_arms = _take(fits_budget, deps, ids, fits, states,
+                deps, ids, fits, states, global_arms, domain_arms = _take(within, deps, ids, fits, states,
                                                                          global_arms, domain_arms)
 
         if not deps:
