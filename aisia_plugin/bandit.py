@@ -115,13 +115,15 @@ def blend(global_stats: ArmStats, domain_stats: ArmStats | None, prior_strength:
 EMPTY = ArmStats()
 
 
-def arm_weights(globals_, domains, tick: float, gamma: float, prior_strength: float | None,
-                fresh: ArmStats) -> tuple[list[tuple[ArmStats, float, ArmStats, float]], list[float], list[float], list[float]]:
+def arm_weights(globals_, domains, tick: float, gamma: float, prior_strength: float | None, fresh: ArmStats, *,
+                posterior: bool = False) -> tuple[list[tuple[ArmStats, float, ArmStats, float]], list[float], list[float],
+                                                  list[float]]:
     """What a decision sees of each arm of a pool at `tick`, as weights: per arm ``(a, fa, b, fb)``
     such that every additive field of the arm's view (pulls, total_reward, failures, alpha - 1,
-    beta - 1) is ``a.x * fa + b.x * fb``; returned with the columns every learning strategy
-    reads: ``(weights, pulls, total_rewards, avg_latencies)``. The one home of forgetting and
-    per-domain blending (``arm_view`` builds a whole record from the same weights).
+    beta - 1) is ``a.x * fa + b.x * fb``; returned with the columns a learning strategy reads:
+    ``(weights, pulls, total_rewards, avg_latencies)``, or with `posterior`
+    ``(weights, alphas, betas, avg_latencies)`` (the views' Beta shapes). The one home of
+    forgetting and per-domain blending (``arm_view`` builds a whole record from the same weights).
 
     Without `prior_strength` (per-domain learning off, or no domain): the global record decayed,
     ``(g, gamma ** elapsed, EMPTY, 0)``. With it: the decayed domain record plus up to
@@ -131,8 +133,8 @@ def arm_weights(globals_, domains, tick: float, gamma: float, prior_strength: fl
 
     Written as one loop over the pool, because it runs per request over every candidate."""
     forget = gamma < 1.0
-    weights, pulls, rewards, latencies = [], [], [], []
-    add, add_pulls, add_reward, add_latency = weights.append, pulls.append, rewards.append, latencies.append
+    weights, first, second, latencies = [], [], [], []
+    add, add_first, add_second, add_latency = weights.append, first.append, second.append, latencies.append
     if prior_strength is None:
         for g in globals_:
             if g is None:  # never observed: the fresh record, as is (nothing to forget)
@@ -140,10 +142,14 @@ def arm_weights(globals_, domains, tick: float, gamma: float, prior_strength: fl
             else:
                 f = gamma ** (tick - g.tick) if forget and tick > g.tick else 1.0
             add((g, f, EMPTY, 0.0))
-            add_pulls(g.pulls * f)
-            add_reward(g.total_reward * f)
+            if posterior:
+                add_first(1.0 + (g.alpha - 1.0) * f)
+                add_second(1.0 + (g.beta - 1.0) * f)
+            else:
+                add_first(g.pulls * f)
+                add_second(g.total_reward * f)
             add_latency(g.avg_latency)
-        return weights, pulls, rewards, latencies
+        return weights, first, second, latencies
     for g, d in zip(globals_, domains):
         if g is None:
             g, share = fresh, 0.0  # never observed: no prior (fresh has no pulls)
@@ -157,10 +163,14 @@ def arm_weights(globals_, domains, tick: float, gamma: float, prior_strength: fl
         else:
             fd = gamma ** (tick - d.tick) if forget and tick > d.tick else 1.0
         add((d, fd, g, share))
-        add_pulls(d.pulls * fd + g.pulls * share)
-        add_reward(d.total_reward * fd + g.total_reward * share)
+        if posterior:
+            add_first(1.0 + (d.alpha - 1.0) * fd + (g.alpha - 1.0) * share)
+            add_second(1.0 + (d.beta - 1.0) * fd + (g.beta - 1.0) * share)
+        else:
+            add_first(d.pulls * fd + g.pulls * share)
+            add_second(d.total_reward * fd + g.total_reward * share)
         add_latency(g.avg_latency)
-    return weights, pulls, rewards, latencies
+    return weights, first, second, latencies
 
 
 def arm_view(g: ArmStats | None, d: ArmStats | None, tick: float, gamma: float,
@@ -182,6 +192,15 @@ def arm_view(g: ArmStats | None, d: ArmStats | None, tick: float, gamma: float,
     return ArmStats(a.pulls * fa + b.pulls * fb, a.total_reward * fa + b.total_reward * fb,
                     1.0 + (a.alpha - 1.0) * fa + (b.alpha - 1.0) * fb, 1.0 + (a.beta - 1.0) * fa + (b.beta - 1.0) * fb,
                     gl.avg_latency, gl.latency_var, a.failures * fa + b.failures * fb, count, at)
+
+
+def pulls_and_rewards(weights) -> tuple[list[float], list[float]]:
+    """Each view's pulls and total reward, from ``arm_weights``' weights, in pool order."""
+    pulls, rewards = [], []
+    for a, fa, b, fb in weights:
+        pulls.append(a.pulls * fa + b.pulls * fb)
+        rewards.append(a.total_reward * fa + b.total_reward * fb)
+    return pulls, rewards
 
 
 def beta_params(weights) -> tuple[list[float], list[float]]:

@@ -12,7 +12,7 @@ from collections.abc import Sequence as _SequenceABC
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from .bandit import EMPTY, arm_view, arm_weights, beta_params
+from .bandit import EMPTY, arm_view, arm_weights, beta_params, pulls_and_rewards
 
 HEALTH = {"CLOSED": 1.0, "HALF_OPEN": 0.5, "OPEN": 0.0}
 
@@ -209,10 +209,17 @@ class Pool(_SequenceABC):
     def costs(self) -> list[float]:
         return [d.cost_per_1m for d in self.deployments]
 
-    def _views(self) -> None:
+    def _views(self, posterior: bool = False) -> None:
+        # One pass computes the weights, the latencies and the two sums the first reader wants
+        # (a bandit reads either pulls and rewards, or Beta shapes); the other two come from the
+        # weights if ever read.
         tick, gamma, prior, fresh = self._arm_at
-        self._weights, self._pulls, self._rewards, self._latencies = arm_weights(
-            self._globals, self._domains, tick, gamma, prior, fresh)
+        self._weights, first, second, self._latencies = arm_weights(
+            self._globals, self._domains, tick, gamma, prior, fresh, posterior=posterior)
+        if posterior:
+            self._beta = (first, second)
+        else:
+            self._pulls, self._rewards = first, second
 
     @property
     def weights(self) -> list:
@@ -223,19 +230,25 @@ class Pool(_SequenceABC):
     @property
     def pulls(self) -> list[float]:
         if self._pulls is None:
-            self._views()
+            if self._weights is None:
+                self._views()
+            else:
+                self._pulls, self._rewards = pulls_and_rewards(self._weights)
         return self._pulls
 
     @property
     def rewards(self) -> list[float]:
         if self._rewards is None:
-            self._views()
+            _ = self.pulls  # computes both
         return self._rewards
 
     @property
     def beta_params(self) -> tuple[list[float], list[float]]:
         if self._beta is None:
-            self._beta = beta_params(self.weights)
+            if self._weights is None:
+                self._views(posterior=True)
+            else:
+                self._beta = beta_params(self._weights)
         return self._beta
 
     def _records(self) -> list:

@@ -44,15 +44,21 @@ def engine_pools(draw):
 
 
 @settings(max_examples=300, deadline=None)
-@given(pool=engine_pools())
-def test_columns_equal_the_candidates_fields(pool):
+@given(pool=engine_pools(), beta_first=st.booleans())
+def test_columns_equal_the_candidates_fields(pool, beta_first):
     tick, gamma, prior, fresh = pool._arm_at
-    # Read the columns first (a Pool keeps them), then build the Candidates.
-    cols = (list(pool.pulls), list(pool.rewards), list(pool.latencies), pool.beta_params, list(pool.p95_ms),
-            list(pool.stddev_ms), list(pool.error_rates), pool.ids, pool.costs)
+    # Read the columns first (a Pool keeps them; the first bandit column read decides which sums
+    # the views' pass computes), then build the Candidates.
+    if beta_first:
+        alphas, betas = pool.beta_params
+        pulls, rewards = list(pool.pulls), list(pool.rewards)
+    else:
+        pulls, rewards = list(pool.pulls), list(pool.rewards)
+        alphas, betas = pool.beta_params
+    cols = (list(pool.latencies), list(pool.p95_ms), list(pool.stddev_ms), list(pool.error_rates), pool.ids, pool.costs)
     cands = list(pool)
     assert len(cands) == len(pool) and pool[0] is cands[0]
-    pulls, rewards, latencies, (alphas, betas), p95, sd, err, ids, costs = cols
+    latencies, p95, sd, err, ids, costs = cols
     for i, (c, g, d) in enumerate(zip(cands, pool._globals, pool._domains)):
         view = arm_view(g, d, tick, gamma, prior, fresh)
         assert c.stats == view
