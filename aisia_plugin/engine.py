@@ -118,23 +118,8 @@ class Engine:
         learn_domain = domain if (domain and per_domain.enabled) else None
         tick, breakers, global_arms, domain_arms, last_good = self.store.read_pool(ids, learn_domain, alias)
 
-        # Circuit breaker: skip OPEN, rate-limited and probe-saturated deployments. A deployment
-        # with no stored breaker, or a CLOSED one not rate limited, is available as is.
-        states = None  # effective breaker states where one is not plainly CLOSED
-        breaker_state = {}
-        blocked = []
-        for k, bs in enumerate(breakers):
-            if bs is None or (bs.state == CLOSED and now >= bs.rate_limited_until):
-                continue
-            eff = self.breaker.effective_state(bs, now)
-            breaker_state[ids[k]] = (bs, eff)
-            if states is None:
-                states = [CLOSED] * len(ids)
-            states[k] = eff
-            if not self.breaker.available(bs, now):
-                why = ("rate limited (429) until t=%.1f" % bs.rate_limited_until if self.breaker.is_rate_limited(bs, now)
-                       else "circuit OPEN" if eff == OPEN else "half-open probes all in flight")
-                blocked.append((k, why))
+        # Circuit breaker: skip OPEN, rate-limited and probe-saturated deployments.
+        states, breaker_state, blocked = self._breakers(ids, breakers, now)
         degraded = False
         if blocked:
             if len(blocked) < len(ids):
@@ -202,6 +187,28 @@ class Engine:
                 _, new_state = self.breaker.reserve(held[0], now)
                 self.store.put_breaker(chosen.id, new_state)
         return self._finish(decision, feats)
+
+    def _breakers(self, ids, breakers, now: float):
+        """The pool's breakers as a decision sees them: ``(states, held, blocked)`` -- the
+        effective states in pool order (None: all plainly CLOSED), the stored and effective state
+        by id of every deployment whose breaker is not plainly CLOSED, and ``(position, why)`` of
+        each one that may not take this request. A deployment with no stored breaker, or a CLOSED
+        one not rate limited, costs one test."""
+        states, held, blocked = None, {}, []
+        breaker = self.breaker
+        for k, bs in enumerate(breakers):
+            if bs is None or (bs.state == CLOSED and now >= bs.rate_limited_until):
+                continue
+            eff = breaker.effective_state(bs, now)
+            held[ids[k]] = (bs, eff)
+            if states is None:
+                states = [CLOSED] * len(ids)
+            states[k] = eff
+            if not breaker.available(bs, now):
+                why = ("rate limited (429) until t=%.1f" % bs.rate_limited_until if breaker.is_rate_limited(bs, now)
+                       else "circuit OPEN" if eff == OPEN else "half-open probes all in flight")
+                blocked.append((k, why))
+        return states, held, blocked
 
     def _alias_pool(self, alias: str, ap, deployments: Sequence[Deployment]) -> "_AliasPool":
         """The alias's candidates among `deployments`, memoised: the deployment list is the

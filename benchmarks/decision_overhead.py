@@ -429,15 +429,7 @@ def bench_ours(mods, policy, sizes, calls, messages, profile_n: int):
         pc["store.read_pool (breakers+arms+lkgp)"] = time_calls(lambda: eng.store.read_pool(ids, learn_domain, "auto"), calls)
         _, breakers, garms, darms, _ = eng.store.read_pool(ids, learn_domain, "auto")
 
-        def breaker_loop():
-            br = eng.breaker
-            for bs in breakers:
-                if bs is None:
-                    continue
-                br.effective_state(bs, now)
-                br.available(bs, now)
-
-        pc["breaker (pool loop)"] = time_calls(breaker_loop, calls)
+        pc["breakers (Engine._breakers over the pool)"] = time_calls(lambda: eng._breakers(ids, breakers, now), calls)
 
         def views():
             tick, gamma = eng.store.tick(), eng.gamma
