@@ -7,25 +7,39 @@ state."""
 from __future__ import annotations
 
 import json
+import math
 import threading
 from dataclasses import asdict, fields
 from typing import Optional
 
 from ..bandit import ArmStats
-from ..breaker import BreakerState
+from ..breaker import CLOSED, HALF_OPEN, OPEN, BreakerState
+
+BREAKER_STATES = (CLOSED, HALF_OPEN, OPEN)
 
 
 def _from_dict(cls, raw):
-    # Tolerant: unknown fields dropped, bad values fall back to the defaults.
-    names = {f.name: f for f in fields(cls)}
+    """A record from a state file's mapping. Tolerant: unknown fields are dropped, and a value of
+    the wrong kind (a string or a boolean for a number, a number that is not finite, an unknown
+    breaker state) falls back to the field's default, so that a hand-edited or corrupted file can
+    never put a value into a decision that its arithmetic would choke on."""
     kwargs = {}
-    for k, v in (raw or {}).items():
-        if k in names and isinstance(v, (int, float, str)) and not isinstance(v, bool):
-            kwargs[k] = v
-    try:
-        return cls(**kwargs)
-    except (TypeError, ValueError):
+    if not isinstance(raw, dict):
         return cls()
+    for f in fields(cls):
+        if f.name not in raw:
+            continue
+        v = raw[f.name]
+        default = f.default
+        if isinstance(default, str):
+            ok = isinstance(v, str) and (cls is not BreakerState or f.name != "state" or v in BREAKER_STATES)
+        else:
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            if ok and isinstance(default, int) and not isinstance(default, bool):
+                v = int(v)
+        if ok:
+            kwargs[f.name] = v
+    return cls(**kwargs)
 
 
 class MemoryState:
@@ -96,8 +110,17 @@ class MemoryState:
 
     @classmethod
     def load(cls, data: dict, deployment_ids=()) -> "MemoryState":
+        """The store a ``dump()`` describes. A wrong shape (not an object, or a section that is not
+        one) is a ValueError; a bad value inside a record falls back to its default."""
+        if not isinstance(data, dict):
+            raise ValueError("not a state: expected a JSON object with 'ticks', 'bandit', 'breakers' and 'lkgp'")
+        for section in ("bandit", "breakers", "lkgp"):
+            if not isinstance(data.get(section) or {}, dict):
+                raise ValueError(f"not a state: '{section}' must be a JSON object")
         st = cls()
-        st.ticks = float(data.get("ticks", 0) or 0)
+        ticks = data.get("ticks", 0)
+        ok = isinstance(ticks, (int, float)) and not isinstance(ticks, bool) and math.isfinite(ticks) and ticks >= 0
+        st.ticks = float(ticks) if ok else 0.0
         known = set(deployment_ids)
         for key, raw in (data.get("bandit") or {}).items():
             dep, dom = key, None
@@ -107,7 +130,7 @@ class MemoryState:
             st.put_arm(dep, dom, _from_dict(ArmStats, raw))
         for key, raw in (data.get("breakers") or {}).items():
             st.breakers[key] = _from_dict(BreakerState, raw)
-        st.lkgp = {str(k): str(v) for k, v in (data.get("lkgp") or {}).items()}
+        st.lkgp = {str(k): v for k, v in (data.get("lkgp") or {}).items() if isinstance(v, str)}
         return st
 
     def save_file(self, path) -> None:
@@ -117,4 +140,7 @@ class MemoryState:
     @classmethod
     def load_file(cls, path, deployment_ids=()) -> "MemoryState":
         with open(path, encoding="utf-8") as fh:
-            return cls.load(json.load(fh), deployment_ids)
+            try:
+                return cls.load(json.load(fh), deployment_ids)
+            except ValueError as exc:
+                raise ValueError(f"{path}: {exc}") from None

@@ -1,0 +1,70 @@
+"""The memory store's state file: a round trip keeps every learned value, and a corrupted or
+hand-edited file never puts a value into a decision that its arithmetic would choke on."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+from aisia_plugin.bandit import ArmStats, update
+from aisia_plugin.breaker import BreakerState
+from aisia_plugin.decision import Deployment
+from aisia_plugin.engine import Engine
+from aisia_plugin.policy import load_policy
+from aisia_plugin.state.memory import MemoryState
+
+POLICY = load_policy()
+DEPS = [Deployment(id=i, model_name="g", model=f"p/{i}", provider=i, input_cost_per_1m=c, output_cost_per_1m=c)
+        for i, c in (("a-1", 3.0), ("b-2", 0.5), ("c-3", 1.0))]
+MSG = [{"role": "user", "content": "write a python function that parses json"}]
+
+
+def test_dump_and_load_keep_everything(tmp_path):
+    st = MemoryState()
+    st.put_arm("a-1", None, update(ArmStats(), reward=0.8, latency_s=1.2, failed=False, tick=3.0))
+    st.put_arm("a-1", "coding", update(ArmStats(), reward=0.4, latency_s=0.7, failed=True, tick=4.0))
+    st.put_breaker("b-2", BreakerState(state="OPEN", failures=5, last_failure_time=12.5))
+    st.set_last_known_good("auto", "a-1")
+    st.ticks = 4.0
+    path = tmp_path / "state.json"
+    st.save_file(path)
+    back = MemoryState.load_file(path, [d.id for d in DEPS])
+    assert back.dump() == st.dump()
+    assert back.arm("a-1", "coding") == st.arm("a-1", "coding") and back.breaker("b-2").state == "OPEN"
+
+
+@pytest.mark.parametrize("bad", ["abc", None, True, math.nan, math.inf, [1], {"x": 1}])
+def test_bad_values_fall_back_to_defaults_and_decisions_still_work(tmp_path, bad):
+    data = {"ticks": bad, "bandit": {"a-1": {"pulls": bad, "total_reward": 3.0, "alpha": bad, "avg_latency": bad},
+                                     "b-2:coding": {"pulls": 4, "total_reward": bad, "beta": bad, "count": 2.0}},
+            "breakers": {"c-3": {"state": bad, "failures": bad, "rate_limited_until": bad}, "a-1": bad},
+            "lkgp": {"auto/lkgp": bad}}
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(data, allow_nan=True))
+    st = MemoryState.load_file(path, [d.id for d in DEPS])
+    a = st.arm("a-1")
+    assert (a.pulls, a.alpha, a.avg_latency, a.total_reward) == (0.0, 1.0, 5.0, 3.0)
+    b = st.arm("b-2", "coding")
+    assert (b.pulls, b.total_reward, b.beta, b.count) == (4.0, 0.0, 1.0, 2)
+    assert st.breaker("c-3") == BreakerState() and st.breaker("a-1") == BreakerState()
+    # A string is a deployment id like any other (LKGP says when it is not in the pool).
+    assert st.ticks == 0.0 and st.last_known_good("auto/lkgp") == (bad if isinstance(bad, str) else None)
+    eng = Engine(POLICY, clock=lambda: 100.0, rng=random.Random(1), store=st)
+    for alias in POLICY.aliases:
+        if alias == "auto/offline":  # local deployments only: none here
+            continue
+        d = eng.decide(alias, MSG, DEPS)
+        assert d.deployment_id in {x.id for x in DEPS}
+        assert d.final_score is None or not math.isnan(d.final_score), (alias, d.reason)
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", '"state"', '{"bandit": [1]}', '{"breakers": "x"}', "{not json"])
+def test_a_file_that_is_no_state_is_a_clear_error(tmp_path, text):
+    path = tmp_path / "state.json"
+    path.write_text(text)
+    with pytest.raises(ValueError) as err:
+        MemoryState.load_file(path)
+    assert str(path) in str(err.value) or "Expecting" in str(err.value)
