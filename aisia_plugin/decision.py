@@ -102,9 +102,10 @@ class Pool(_SequenceABC):
     Read as a sequence, a Pool is the list of Candidates it stands for (each built on first
     access, then kept): a plugin strategy may iterate it like any list. The built-in strategies
     read its columns instead, sequences in pool order (lists or tuples: read them, never change
-    them), each computed at most once and only when read: a decision runs per request over the whole pool, and one object per candidate costs
-    more than the rest of the decision. The engine's pools hold the learned records as the store
-    returned them; the views (forgetting, per-domain blend) come from ``bandit.arm_weights``.
+    them), each computed at most once and only when read: a decision runs per request over the
+    whole pool, and one object per candidate costs more than the rest of the decision. The
+    engine's pools hold the learned records as the store returned them; the views (forgetting,
+    per-domain blend) come from ``bandit.arm_weights``.
 
     Columns: ``deployments``, ``breakers`` (effective states), ``task_fit``, ``quota``,
     ``signals``, and the properties ``ids``, ``costs`` (per 1M tokens), ``weights`` (the

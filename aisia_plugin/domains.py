@@ -36,6 +36,11 @@ cannot fall back to the NFA and would report a failure as "no match", but RE2 ke
 Set's DFA cache rather than giving up, and a budget too small for the DFA fails at
 ``Compile()``: at policy load, never silently on a prompt.
 
+When the caller's own pass already said which domains occur (``detect(text, present)``: the
+engine's one Set over the prompt, scan.PromptScanner, carries the domains' alternations after the
+features' entries), steps 1 and 3 are skipped: no domain costs nothing, a single one only the
+union scans that find the occurrences its score needs, several the counting sweep from the start.
+
 Patterns that can match the empty string are left out (they would count everywhere and, in the
 union, shadow the patterns after them); the test is exact, over every context an empty match can
 depend on."""

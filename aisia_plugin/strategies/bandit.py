@@ -83,6 +83,7 @@ class ThompsonStrategy:
         probability = None
         if getattr(context.features, "estimate_probability", False):
             probability = self._probability(alphas, betas, bonus, i, rng)
+
         def reason() -> str:  # formatted when first read
             return (f"Thompson picked {pool.deployments[i].id}: sample {draws[i]:.3f} from Beta({alphas[i]:.1f}, "
                     f"{betas[i]:.1f}) + bonus {bonus[i]:.3f}")
