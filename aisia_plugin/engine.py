@@ -15,12 +15,14 @@ from dataclasses import fields, replace
 from typing import Callable, Iterable, Optional, Sequence
 
 from . import plugins
-from .bandit import ArmStats, gamma_for, update
+from .bandit import ArmStats, gamma_for
 from .breaker import CLOSED, OPEN, CircuitBreaker, FailureKind, classify_failure
 from .decision import CandidateScore, Decision, Deployment, Pool, RoutingContext
 from .deployments import selects
 from .domains import DomainDetector
 from .features import RequestFeatures
+from .interfaces import StateStore
+from .learning import LearningRules, OutcomeRecord
 from .outcome import Outcome, reward
 from .policy.models import Policy
 from .scan import PromptScanner
@@ -44,7 +46,7 @@ if tuple(f.name for f in fields(RoutingContext)) != _CONTEXT_FIELDS:  # not an a
 
 class Engine:
     def __init__(self, policy: Policy, *, clock: Callable[[], float] = time.time,
-                 rng: Optional[random.Random] = None, store=None):
+                 rng: Optional[random.Random] = None, store: Optional[StateStore] = None):
         self.policy = policy
         self.clock = clock
         self.rng = rng if rng is not None else random.Random()
@@ -58,11 +60,13 @@ class Engine:
         self._weights = {name: normalise(weights_for_alias(policy, a), self._fallback_weights)
                          for name, a in policy.aliases.items()}
         self._fresh = ArmStats(avg_latency=policy.bandit.initial_latency_s)
+        bp = policy.bandit
+        self.rules = LearningRules(self.breaker, self.gamma, bp.latency_ema_weight, bp.thompson_success_threshold,
+                                   self._fresh)
         self._hook = plugins.hook()
         self._pools: dict[tuple, _AliasPool] = {}
         # Per alias, the RoutingContext fields between `rng` and `last_known_good` (policy data,
         # resolved once): exploration_c .. sla.
-        bp = policy.bandit
         self._alias_context = {
             name: (a.exploration_c if a.exploration_c is not None else bp.exploration_c,
                    a.cost_weight if a.cost_weight is not None else bp.cost_weight,
@@ -183,9 +187,12 @@ class Engine:
             decision.reason += " (every candidate's breaker blocks it: serving anyway)"
         if reserve and breaker_state:
             held = breaker_state.get(chosen.id)
-            if held is not None and held[1] != CLOSED:
-                _, new_state = self.breaker.reserve(held[0], now)
-                self.store.put_breaker(chosen.id, new_state)
+            if held is not None and held[1] != CLOSED and not self.store.reserve_probe(chosen.id, now, self.breaker):
+                if not degraded:
+                    # Another request (or replica) took the last probe slot since the read: the
+                    # same decision without this deployment.
+                    return self.decide(alias, messages, deployments, tools=tools, exclude=(*exclude, chosen.id),
+                                       request_modalities=request_modalities, features=feats, reserve=reserve)
         return self._finish(decision, feats)
 
     def _breakers(self, ids, breakers, now: float):
@@ -238,39 +245,26 @@ class Engine:
 
     # -- learning --------------------------------------------------------------------------------
     def record(self, decision_or_alias, outcome: Outcome, *, domain: Optional[str] = None) -> float | None:
-        """Learn from one outcome. Returns the reward, or None when the outcome says nothing about
-        the deployment's quality (a client error or a rate limit)."""
+        """Learn from one outcome: classify it, compute its reward, and hand the store one record
+        to apply atomically (``learning.apply_outcome``). Returns the reward, or None when the
+        outcome says nothing about the deployment's quality (a client error or a rate limit)."""
         if isinstance(decision_or_alias, Decision):
             alias, domain = decision_or_alias.alias, decision_or_alias.domain
         else:
             alias = decision_or_alias
         ap = self.policy.aliases.get(alias)
-        now = self.clock()
-        dep = outcome.deployment_id
-        bs = self.store.breaker(dep)
         kind = None
-        if outcome.success:
-            self.store.put_breaker(dep, self.breaker.on_success(bs, now))
-        else:
+        if not outcome.success:
             kind = classify_failure(self.policy.circuit_breaker, status_code=outcome.status_code,
                                     error_type=outcome.error_type, message=outcome.message)
-            self.store.put_breaker(dep, self.breaker.on_failure(bs, now, kind, outcome.retry_after_s))
         value = None
-        if kind in (None, FailureKind.PROVIDER):
+        if kind is None or kind is FailureKind.PROVIDER:
             target = ap.sla.target_p95_ms if ap is not None else 2000.0
             value = reward(outcome, self.policy.reward, target)
-            tick = self.store.advance_tick()
-            bp = self.policy.bandit
-            keys = [None]
-            if domain and bp.per_domain.enabled:
-                keys.append(domain)
-            for key in keys:
-                prev = self.store.arm(dep, key) or self._fresh
-                self.store.put_arm(dep, key, update(
-                    prev, reward=value, latency_s=outcome.latency_s, failed=not outcome.success, tick=tick,
-                    gamma=self.gamma, ema_weight=bp.latency_ema_weight, success_threshold=bp.thompson_success_threshold))
-            if outcome.success and alias:
-                self.store.set_last_known_good(alias, dep)
+        per_domain = domain if (domain and self.policy.bandit.per_domain.enabled) else None
+        self.store.record_outcome(OutcomeRecord(
+            outcome.deployment_id, self.clock(), kind, value if value is not None else 0.0, outcome.latency_s,
+            alias or None, per_domain, outcome.retry_after_s), self.rules)
         try:
             self._hook.observe_outcome(outcome=outcome, decision=decision_or_alias)
         except Exception:

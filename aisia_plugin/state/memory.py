@@ -13,7 +13,8 @@ from dataclasses import asdict, fields
 from typing import Optional
 
 from ..bandit import ArmStats
-from ..breaker import CLOSED, HALF_OPEN, OPEN, BreakerState
+from ..breaker import CLOSED, HALF_OPEN, OPEN, BreakerState, CircuitBreaker
+from ..learning import LearningRules, OutcomeRecord, apply_outcome
 
 BREAKER_STATES = (CLOSED, HALF_OPEN, OPEN)
 
@@ -43,6 +44,10 @@ def _from_dict(cls, raw):
 
 
 class MemoryState:
+    """The in-process store (implements ``interfaces.StateStore``). Writes take one lock, so an
+    outcome's records change together under threads; asyncio tasks never interleave inside a
+    call, since no call awaits."""
+
     def __init__(self):
         self._lock = threading.Lock()
         # domain (None: the global record) -> deployment -> record: a pool's read is then one
@@ -74,6 +79,36 @@ class MemoryState:
         d = list(map(by_domain.get, deployment_ids)) if by_domain is not None else [None] * len(g)
         return (self.ticks, list(map(breakers, deployment_ids)), g, d,
                 self.lkgp.get(alias) if alias is not None else None)
+
+    def record_outcome(self, rec: OutcomeRecord, rules: LearningRules) -> float:
+        with self._lock:
+            dep = rec.deployment_id
+            by_dep = self.arms[None]
+            dom = self.arms.get(rec.domain) if rec.domain is not None else None
+            out = apply_outcome(rec, rules, self.breakers.get(dep), self.ticks, by_dep.get(dep),
+                                dom.get(dep) if dom is not None else None)
+            self.breakers[dep] = out.breaker
+            self.ticks = out.tick
+            if out.global_arm is not None:
+                by_dep[dep] = out.global_arm
+            if out.domain_arm is not None:
+                self.put_arm(dep, rec.domain, out.domain_arm)
+            if out.last_known_good is not None:
+                self.lkgp[out.last_known_good] = dep
+            return out.tick
+
+    def reserve_probe(self, deployment_id: str, now: float, breaker: CircuitBreaker) -> bool:
+        with self._lock:
+            allowed, new = breaker.reserve(self.breaker(deployment_id), now)
+            if allowed:
+                self.breakers[deployment_id] = new
+            return allowed
+
+    def reset(self, deployment_id: str) -> None:
+        with self._lock:
+            for by_dep in self.arms.values():
+                by_dep.pop(deployment_id, None)
+            self.breakers.pop(deployment_id, None)
 
     def breaker(self, deployment_id: str) -> BreakerState:
         return self.breakers.get(deployment_id) or BreakerState()

@@ -1,0 +1,60 @@
+"""The declared extension contracts: what a strategy and a state store must provide.
+
+The engine depends on these protocols only; the built-in strategies and stores are checked
+against them in tests (tests/test_interfaces.py)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Protocol, Sequence, runtime_checkable
+
+from .bandit import ArmStats
+from .breaker import BreakerState, CircuitBreaker
+from .decision import Decision, Pool, RoutingContext
+from .learning import LearningRules, OutcomeRecord
+
+# read_pool's answer: (tick, breakers, global arms, per-domain arms, the alias's last known
+# good), the lists in the order of the ids asked for, None where nothing is stored.
+PoolState = tuple[float, list[Optional[BreakerState]], list[Optional[ArmStats]], list[Optional[ArmStats]],
+                  Optional[str]]
+
+
+@runtime_checkable
+class Strategy(Protocol):
+    """Chooses one candidate of a pool. Registered through the ``register_strategies`` hook."""
+
+    name: str
+    description: str
+
+    def select(self, pool: Pool, context: RoutingContext) -> Decision: ...
+
+
+@runtime_checkable
+class StateStore(Protocol):
+    """Learned state: bandit arms (global and per domain), breakers, LKGP pins and the tick.
+
+    Synchronous by design: the engine runs these on the request path and must never wait on I/O.
+    A shared store (Redis) answers them from its local mirror and synchronises that mirror with
+    the server outside the decision (see aisia_plugin/state/redis.py)."""
+
+    def read_pool(self, deployment_ids: Sequence[str], domain: Optional[str] = None,
+                  alias: Optional[str] = None) -> PoolState:
+        """Everything one decision reads, in one call."""
+
+    def record_outcome(self, rec: OutcomeRecord, rules: LearningRules) -> float:
+        """Apply one outcome atomically (``learning.apply_outcome``); returns the tick after it."""
+
+    def reserve_probe(self, deployment_id: str, now: float, breaker: CircuitBreaker) -> bool:
+        """Take a half-open probe slot for a deployment about to be served, atomically; False when
+        the breaker no longer admits it (OPEN, or every probe slot taken meanwhile)."""
+
+    def breaker(self, deployment_id: str) -> BreakerState: ...
+
+    def arm(self, deployment_id: str, domain: Optional[str] = None) -> Optional[ArmStats]: ...
+
+    def last_known_good(self, alias: str) -> Optional[str]: ...
+
+    def reset(self, deployment_id: str) -> None:
+        """Forget a deployment's arms (every domain) and breaker: an operator knows it is fixed."""
+
+    def dump(self) -> dict[str, Any]:
+        """Everything learned, as plain JSON data (``MemoryState.load`` reads it back)."""

@@ -1,0 +1,93 @@
+"""What one outcome changes, as one pure function over plain records.
+
+A state store applies :func:`apply_outcome` atomically (the memory store under its lock, the
+Redis store in a Lua script that mirrors it step by step; a property test holds the two equal).
+The engine only classifies the outcome and computes its reward: it never reads then writes the
+store, so two replicas recording at once cannot lose each other's updates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .bandit import ArmStats, update
+from .breaker import BreakerState, CircuitBreaker, FailureKind
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeRecord:
+    """One classified outcome, as a store records it.
+
+    ``kind`` is None for a success, else the failure's class; ``learn`` says whether the bandit
+    learns from it (a success or a provider failure: a client error or a rate limit says nothing
+    about quality). ``domain`` is the per-domain record to update as well (None: global only).
+    ``id`` makes the record idempotent where a store replays batches (the Redis store)."""
+
+    deployment_id: str
+    now: float
+    kind: Optional[FailureKind] = None
+    reward: float = 0.0
+    latency_s: Optional[float] = None
+    alias: Optional[str] = None
+    domain: Optional[str] = None
+    retry_after_s: Optional[float] = None
+    id: Optional[str] = None
+
+    @property
+    def success(self) -> bool:
+        return self.kind is None
+
+    @property
+    def learn(self) -> bool:
+        return self.kind is None or self.kind is FailureKind.PROVIDER
+
+
+@dataclass(frozen=True, slots=True)
+class LearningRules:
+    """The policy's parameters of an update, handed to the store with each record (so that a
+    reloaded policy applies from the next outcome on): the breaker's transitions, forgetting,
+    the latency EMA weight, Thompson's success threshold and the record of an unseen arm."""
+
+    breaker: CircuitBreaker
+    gamma: float = 1.0
+    ema_weight: float = 0.2
+    success_threshold: float = 0.5
+    fresh: ArmStats = field(default_factory=ArmStats)
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """The records after one outcome (arms None where they did not change)."""
+
+    breaker: BreakerState
+    tick: float
+    global_arm: Optional[ArmStats]
+    domain_arm: Optional[ArmStats]
+    last_known_good: Optional[str]
+
+
+def apply_outcome(rec: OutcomeRecord, rules: LearningRules, breaker: Optional[BreakerState], tick: float,
+                  global_arm: Optional[ArmStats], domain_arm: Optional[ArmStats]) -> Applied:
+    """The breaker transition, then (for a learning outcome) the tick advanced by one and the
+    global and per-domain arms updated at the new tick, and the alias's last known good set on a
+    success."""
+    bs = breaker if breaker is not None else BreakerState()
+    cb = rules.breaker
+    if rec.kind is None:
+        bs = cb.on_success(bs, rec.now)
+    else:
+        bs = cb.on_failure(bs, rec.now, rec.kind, rec.retry_after_s)
+    if not rec.learn:
+        return Applied(bs, tick, None, None, None)
+    tick = tick + 1.0
+    failed = rec.kind is not None
+
+    def step(prev: Optional[ArmStats]) -> ArmStats:
+        return update(prev if prev is not None else rules.fresh, reward=rec.reward, latency_s=rec.latency_s,
+                      failed=failed, tick=tick, gamma=rules.gamma, ema_weight=rules.ema_weight,
+                      success_threshold=rules.success_threshold)
+
+    g = step(global_arm)
+    d = step(domain_arm) if rec.domain is not None else None
+    lkgp = rec.alias if (rec.kind is None and rec.alias) else None
+    return Applied(bs, tick, g, d, lkgp)
