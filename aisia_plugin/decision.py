@@ -348,7 +348,7 @@ class Decision:
 
     __slots__ = ("deployment_id", "model", "strategy", "_reason", "candidates_considered", "final_score",
                  "probability", "alias", "domain", "task_type", "refused", "status_code",
-                 "_scores", "_build_scores", "_more_scores")
+                 "probe", "_scores", "_build_scores", "_more_scores")
 
     def __init__(self, deployment_id: Optional[str], model: Optional[str], strategy: str, reason,
                  candidates_considered: int, final_score: Optional[float], scores: Optional[list] = None,
@@ -367,6 +367,10 @@ class Decision:
         self.task_type = task_type
         self.refused = refused  # set when no deployment may serve (e.g. strict budget)
         self.status_code = status_code  # HTTP status to answer with when refused (402 budget, 503 none)
+        # The chosen deployment's breaker is half-open: serving it takes a probe slot (the engine
+        # reserves it when deciding with reserve=True; a caller deciding with reserve=False, as
+        # the proxy does with a shared store, reserves it itself).
+        self.probe = False
         self._scores = list(scores) if scores is not None else (None if build_scores is not None else [])
         self._build_scores = build_scores
         self._more_scores: Optional[list] = None

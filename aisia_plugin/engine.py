@@ -185,14 +185,14 @@ class Engine:
         decision.add_scores(excluded)
         if degraded:
             decision.reason += " (every candidate's breaker blocks it: serving anyway)"
-        if reserve and breaker_state:
-            held = breaker_state.get(chosen.id)
-            if held is not None and held[1] != CLOSED and not self.store.reserve_probe(chosen.id, now, self.breaker):
-                if not degraded:
-                    # Another request (or replica) took the last probe slot since the read: the
-                    # same decision without this deployment.
-                    return self.decide(alias, messages, deployments, tools=tools, exclude=(*exclude, chosen.id),
-                                       request_modalities=request_modalities, features=feats, reserve=reserve)
+        held = breaker_state.get(chosen.id) if breaker_state else None
+        if held is not None and held[1] != CLOSED:
+            decision.probe = True
+            if reserve and not self.store.reserve_probe(chosen.id, now, self.breaker) and not degraded:
+                # Another request (or replica) took the last probe slot since the read: the same
+                # decision without this deployment.
+                return self.decide(alias, messages, deployments, tools=tools, exclude=(*exclude, chosen.id),
+                                   request_modalities=request_modalities, features=feats, reserve=reserve)
         return self._finish(decision, feats)
 
     def _breakers(self, ids, breakers, now: float):
