@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+import time
 from dataclasses import asdict, fields
 from typing import Optional
 
@@ -129,6 +130,48 @@ class MemoryState:
 
     def set_last_known_good(self, alias: str, deployment_id: str) -> None:
         self.lkgp[alias] = deployment_id
+
+    # -- the shared-store side of the contract (nothing to share here) --------------------------
+    def clock(self) -> float:
+        """The time the engine should decide with (a shared store gives its server's)."""
+        return time.time()
+
+    async def start(self) -> None:
+        """Open the store (a shared one connects; never raises for an unreachable server)."""
+
+    async def prepare(self, deployment_ids, alias: Optional[str] = None) -> None:
+        """Make what a decision over these deployments reads current (a shared store refreshes
+        its local mirror when older than its cache bound). Nothing to do in memory."""
+
+    async def reserve_probe_shared(self, deployment_id: str, now: float, breaker: CircuitBreaker) -> bool:
+        """``reserve_probe`` made atomic across every process sharing the store."""
+        return self.reserve_probe(deployment_id, now, breaker)
+
+    async def aclose(self) -> None:
+        """Flush what is pending (a shared store's queued outcomes, a snapshot)."""
+
+    def stats(self) -> dict:
+        """Per deployment, the seed's ``/admin/bandit/stats`` shape plus the exact count, the
+        error rate, the average latency, the breaker and the per-domain records:
+        ``{dep: {pulls, mean_reward, alpha, beta, count, avg_latency, error_rate, breaker,
+        domains: {domain: {...}}}}``."""
+
+        def row(s: ArmStats) -> dict:
+            return {"pulls": s.pulls, "mean_reward": s.mean_reward, "alpha": s.alpha, "beta": s.beta,
+                    "count": s.count, "avg_latency": s.avg_latency, "error_rate": s.error_rate}
+
+        out: dict = {}
+        for dep, s in sorted(self.arms[None].items()):
+            out[dep] = {**row(s), "breaker": self.breaker(dep).state, "domains": {}}
+        for dom, by_dep in self.arms.items():
+            if dom is None:
+                continue
+            for dep, s in by_dep.items():
+                entry = out.setdefault(dep, {**row(ArmStats()), "breaker": self.breaker(dep).state, "domains": {}})
+                entry["domains"][dom] = row(s)
+        for dep, bs in self.breakers.items():
+            out.setdefault(dep, {**row(ArmStats()), "breaker": bs.state, "domains": {}})
+        return out
 
     # -- persistence for the CLI ------------------------------------------------------------
     def dump(self) -> dict:
