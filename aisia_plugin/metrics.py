@@ -1,0 +1,149 @@
+"""Prometheus metrics of the router: a thin adapter from decisions, outcomes and store events to
+prometheus_client.
+
+Names: the AISIA seed's two (``ai_circuit_breaker_state{provider}``, 0 CLOSED, 1 HALF_OPEN,
+2 OPEN, and ``ai_bandit_choice_total{provider,strategy}``), then ours under ``aisia_``. Label
+values come only from configured names (deployment ids, aliases, domains, strategies, and the
+small fixed vocabularies below); anything else is counted under ``other``, so that no prompt
+text, user id or key can reach a label and cardinality stays bounded.
+
+Metrics go to prometheus_client's default registry unless one is given: LiteLLM's own
+``/metrics`` (when its Prometheus integration is on) then shows them; in prometheus_client's
+multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``, as LiteLLM sets up with several workers) gauges
+aggregate by the modes given here."""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+from .breaker import PROMETHEUS_CODE
+
+OTHER = "other"
+NO_DOMAIN = "none"  # also the deployment label of a refused decision
+OUTCOME_RESULTS = ("success", "provider_failure", "client_error", "rate_limited")
+DECISION_RESULTS = ("routed", "refused")
+REFUSAL_REASONS = ("budget", "no_candidates", "unknown_alias")
+STORE_EVENTS = ("fallback", "reconnect", "batch_flushed", "outcomes_merged", "queue_full", "reseeded")
+RELOAD_RESULTS = ("ok", "invalid", "unreadable")
+# Decision cost from 5 us to 10 ms (the decision itself costs tens of microseconds).
+DECISION_BUCKETS = (5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2)
+
+# Every metric this module exports (the Grafana dashboard's test checks its queries against it).
+EXPORTED = (
+    "ai_circuit_breaker_state", "ai_bandit_choice_total", "aisia_decisions_total", "aisia_outcomes_total",
+    "aisia_failovers_total", "aisia_refusals_total", "aisia_decision_seconds", "aisia_learned_mean_reward",
+    "aisia_learned_latency_seconds", "aisia_learned_pulls", "aisia_state_store_events_total",
+    "aisia_state_queue_depth", "aisia_policy_reloads_total",
+)
+
+
+class _Names:
+    """A bounded vocabulary: a value outside it reads as ``other``."""
+
+    __slots__ = ("known",)
+
+    def __init__(self, names: Iterable[str] = ()):
+        self.known = frozenset(str(n) for n in names)
+
+    def __call__(self, value) -> str:
+        return value if value in self.known else OTHER
+
+
+class RouterMetrics:
+    """One set of router metrics. ``configure`` sets the vocabularies (the policy's aliases,
+    domains and strategies, the deployments' ids); call it again after a reload."""
+
+    def __init__(self, registry: Optional[CollectorRegistry] = None):
+        r = registry if registry is not None else REGISTRY
+        self.registry = r
+        self.breaker_state = Gauge("ai_circuit_breaker_state", "Circuit breaker state per deployment "
+                                   "(0 CLOSED, 1 HALF_OPEN, 2 OPEN).", ["provider"], registry=r,
+                                   multiprocess_mode="mostrecent")
+        self.choices = Counter("ai_bandit_choice_total", "Deployments chosen, by strategy.",
+                               ["provider", "strategy"], registry=r)
+        self.decisions = Counter("aisia_decisions_total", "Routing decisions by alias, domain, chosen deployment "
+                                 "('none' when refused) and result.", ["alias", "domain", "deployment", "result"],
+                                 registry=r)
+        self.outcomes = Counter("aisia_outcomes_total", "Attempt outcomes by alias, deployment and result.",
+                                ["alias", "deployment", "result"], registry=r)
+        self.failovers = Counter("aisia_failovers_total", "Retries routed to another deployment after a failure.",
+                                 ["alias"], registry=r)
+        self.refusals = Counter("aisia_refusals_total", "Requests refused, by alias and reason.",
+                                ["alias", "reason"], registry=r)
+        self.decision_seconds = Histogram("aisia_decision_seconds", "Time to decide one attempt (seconds).",
+                                          ["alias"], buckets=DECISION_BUCKETS, registry=r)
+        self.mean_reward = Gauge("aisia_learned_mean_reward", "Learned mean reward per deployment and domain.",
+                                 ["deployment", "domain"], registry=r, multiprocess_mode="mostrecent")
+        self.latency = Gauge("aisia_learned_latency_seconds", "Learned average latency per deployment (EMA).",
+                             ["deployment"], registry=r, multiprocess_mode="mostrecent")
+        self.pulls = Gauge("aisia_learned_pulls", "Learned (discounted) pulls per deployment and domain.",
+                           ["deployment", "domain"], registry=r, multiprocess_mode="mostrecent")
+        self.store_events = Counter("aisia_state_store_events_total", "State store events.", ["event"], registry=r)
+        self.queue_depth = Gauge("aisia_state_queue_depth", "Outcomes queued for the shared store.", registry=r,
+                                 multiprocess_mode="livesum")
+        self.reloads = Counter("aisia_policy_reloads_total", "Policy reloads by result.", ["result"], registry=r)
+        self._alias = self._domain = self._deployment = self._strategy = _Names()
+        self._results = _Names(OUTCOME_RESULTS)
+        self._reasons = _Names(REFUSAL_REASONS)
+        self._events = _Names(STORE_EVENTS)
+        self._reload = _Names(RELOAD_RESULTS)
+
+    def configure(self, *, aliases: Iterable[str], domains: Iterable[str], deployments: Iterable[str],
+                  strategies: Iterable[str]) -> None:
+        self._alias = _Names(aliases)
+        self._domain = _Names([*domains, NO_DOMAIN])
+        self._deployment = _Names(deployments)
+        self._strategy = _Names(strategies)
+
+    # -- events --------------------------------------------------------------------------------
+    def decision(self, decision, elapsed_s: float, *, failover: bool = False) -> None:
+        alias = self._alias(decision.alias)
+        domain = self._domain(decision.domain or NO_DOMAIN)
+        self.decision_seconds.labels(alias).observe(elapsed_s)
+        if decision.refused or decision.deployment_id is None:
+            self.decisions.labels(alias, domain, NO_DOMAIN, "refused").inc()
+            self.refusals.labels(alias, self._reasons(decision.refused or "no_candidates")).inc()
+            return
+        dep = self._deployment(decision.deployment_id)
+        self.decisions.labels(alias, domain, dep, "routed").inc()
+        self.choices.labels(dep, self._strategy(decision.strategy)).inc()
+        if failover:
+            self.failovers.labels(alias).inc()
+
+    def refused(self, alias: str, reason: str) -> None:
+        """A request refused before any decision (an alias the policy does not define)."""
+        self.refusals.labels(self._alias(alias), self._reasons(reason)).inc()
+
+    def outcome(self, alias: str, deployment_id: str, result: str) -> None:
+        self.outcomes.labels(self._alias(alias), self._deployment(deployment_id), self._results(result)).inc()
+
+    def learned(self, stats: dict) -> None:
+        """Gauges from a store's ``stats()`` (per deployment, with per-domain rows)."""
+        for dep, row in stats.items():
+            d = self._deployment(dep)
+            if d == OTHER:
+                continue
+            self.mean_reward.labels(d, NO_DOMAIN).set(row["mean_reward"])
+            self.pulls.labels(d, NO_DOMAIN).set(row["pulls"])
+            self.latency.labels(d).set(row["avg_latency"])
+            for dom, drow in (row.get("domains") or {}).items():
+                self.mean_reward.labels(d, self._domain(dom)).set(drow["mean_reward"])
+                self.pulls.labels(d, self._domain(dom)).set(drow["pulls"])
+
+    def breakers(self, states: dict[str, str]) -> None:
+        """``{deployment id: effective state}`` -> ``ai_circuit_breaker_state``."""
+        for dep, state in states.items():
+            d = self._deployment(dep)
+            if d != OTHER:
+                self.breaker_state.labels(d).set(PROMETHEUS_CODE.get(state, 0))
+
+    def store_event(self, event: str, n: int = 1) -> None:
+        self.store_events.labels(self._events(event)).inc(n)
+
+    def set_queue_depth(self, depth: int) -> None:
+        self.queue_depth.set(depth)
+
+    def reload(self, result: str) -> None:
+        self.reloads.labels(self._reload(result)).inc()

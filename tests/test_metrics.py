@@ -1,0 +1,98 @@
+"""Router metrics: the seed's names and labels, values that follow the events, label values
+bounded to configured names, and a Grafana dashboard whose every query names an exported metric."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from aisia_plugin.decision import Decision
+from aisia_plugin.metrics import EXPORTED, RouterMetrics
+
+DASHBOARD = Path(__file__).resolve().parents[1] / "examples" / "grafana" / "aisia-dashboard.json"
+
+
+def _metrics():
+    reg = CollectorRegistry()
+    m = RouterMetrics(reg)
+    m.configure(aliases=["auto", "auto/coding"], domains=["coding", "math"], deployments=["a-1", "b-2"],
+                strategies=["ucb1", "cost"])
+    return reg, m
+
+
+def _value(reg, name, **labels):
+    v = reg.get_sample_value(name, labels)
+    return 0.0 if v is None else v
+
+
+def test_decisions_choices_and_refusals_are_counted_with_bounded_labels():
+    reg, m = _metrics()
+    d = Decision("a-1", "openai/x", "ucb1", "best", 2, 0.9, alias="auto/coding", domain="coding")
+    for _ in range(3):
+        m.decision(d, 2e-5)
+    m.decision(Decision("b-2", "x", "cost", "retry", 1, 0.5, alias="auto", domain=None), 3e-5, failover=True)
+    m.decision(Decision(None, None, "cost", "over budget", 0, None, alias="auto", refused="budget"), 1e-5)
+    # A name nobody configured (a client's typo, a prompt fragment) never becomes a label value.
+    m.decision(Decision("secret prompt text", "x", "evil", "r", 1, 0.1, alias="auto/../x", domain="hack"), 1e-5)
+    assert _value(reg, "ai_bandit_choice_total", provider="a-1", strategy="ucb1") == 3
+    assert _value(reg, "ai_bandit_choice_total", provider="other", strategy="other") == 1
+    assert _value(reg, "aisia_decisions_total", alias="auto/coding", domain="coding", deployment="a-1",
+                  result="routed") == 3
+    assert _value(reg, "aisia_decisions_total", alias="auto", domain="none", deployment="none", result="refused") == 1
+    assert _value(reg, "aisia_refusals_total", alias="auto", reason="budget") == 1
+    assert _value(reg, "aisia_failovers_total", alias="auto") == 1
+    assert _value(reg, "aisia_decision_seconds_count", alias="auto/coding") == 3
+    text = generate_latest(reg).decode()
+    assert "secret" not in text and "hack" not in text and "evil" not in text
+
+
+def test_breakers_and_learned_gauges():
+    reg, m = _metrics()
+    m.breakers({"a-1": "OPEN", "b-2": "HALF_OPEN", "zzz": "OPEN"})
+    assert _value(reg, "ai_circuit_breaker_state", provider="a-1") == 2
+    assert _value(reg, "ai_circuit_breaker_state", provider="b-2") == 1
+    assert reg.get_sample_value("ai_circuit_breaker_state", {"provider": "zzz"}) is None
+    m.breakers({"a-1": "CLOSED"})
+    assert _value(reg, "ai_circuit_breaker_state", provider="a-1") == 0
+    m.learned({"a-1": {"pulls": 4.0, "mean_reward": 0.75, "avg_latency": 0.2,
+                       "domains": {"coding": {"pulls": 2.0, "mean_reward": 0.5}}}})
+    assert _value(reg, "aisia_learned_mean_reward", deployment="a-1", domain="none") == 0.75
+    assert _value(reg, "aisia_learned_mean_reward", deployment="a-1", domain="coding") == 0.5
+    assert _value(reg, "aisia_learned_latency_seconds", deployment="a-1") == 0.2
+    m.outcome("auto", "a-1", "provider_failure")
+    m.store_event("fallback")
+    m.store_event("not-an-event")
+    m.reload("ok")
+    assert _value(reg, "aisia_outcomes_total", alias="auto", deployment="a-1", result="provider_failure") == 1
+    assert _value(reg, "aisia_state_store_events_total", event="fallback") == 1
+    assert _value(reg, "aisia_state_store_events_total", event="other") == 1
+    assert _value(reg, "aisia_policy_reloads_total", result="ok") == 1
+
+
+def test_every_exported_metric_is_registered():
+    reg, _ = _metrics()
+    names = {metric.name for metric in reg.collect()}
+    # prometheus_client reports counters without their _total suffix.
+    assert {n[:-6] if n.endswith("_total") else n for n in EXPORTED} == names
+
+
+def test_every_dashboard_query_names_an_exported_metric():
+    dash = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    assert len(exprs) >= 10
+    suffixes = ("_bucket", "_count", "_sum")
+    used = set()
+    for expr in exprs:
+        names = {n for n in re.findall(r"\b((?:ai|aisia)_[a-z_]+)\b", expr)}
+        assert names, expr
+        for n in names:
+            base = next((n[: -len(s)] for s in suffixes if n.endswith(s) and n[: -len(s)] in EXPORTED), n)
+            assert base in EXPORTED, (n, expr)
+            used.add(base)
+    # The panels the issue asks for: choices, breakers, decision latency, reward, failovers, Redis.
+    for needed in ("aisia_decisions_total", "ai_circuit_breaker_state", "aisia_decision_seconds",
+                   "aisia_learned_mean_reward", "aisia_failovers_total", "aisia_state_store_events_total"):
+        assert needed in used
