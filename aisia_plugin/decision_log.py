@@ -1,0 +1,131 @@
+"""The decision log: one JSON line per decision and one per outcome, for audits and for offline
+evaluation of another policy on the same traffic (``aisia replay --logged``).
+
+No prompt or response text is written unless the operator turns ``log_prompts`` on. Writing never
+fails a request: an unwritable path or a full disk is reported once (a warning, and the
+``on_error`` callback, e.g. a metric) and the line is dropped. Rotation is by size: ``path`` is
+renamed ``path.1`` (older ones shift up to ``backups``) once it would grow past ``max_bytes``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from typing import Callable, Optional
+
+log = logging.getLogger("aisia_plugin.decision_log")
+
+FORMAT_VERSION = 1
+
+
+class DecisionLog:
+    def __init__(self, path: Optional[str], *, max_bytes: int = 50_000_000, backups: int = 5,
+                 log_prompts: bool = False, clock: Callable[[], float] = time.time,
+                 on_error: Optional[Callable[[], None]] = None):
+        """``path`` None or "-" writes to standard output."""
+        self.path = None if path in (None, "", "-") else str(path)
+        self.max_bytes = max(1024, int(max_bytes))
+        self.backups = max(0, int(backups))
+        self.log_prompts = bool(log_prompts)
+        self.clock = clock
+        self.on_error = on_error
+        self._lock = threading.Lock()
+        self._fh = None
+        self._size = 0
+        self._failing = False
+
+    # -- records -------------------------------------------------------------------------------
+    def decision(self, request_id: str, decision, *, features=None, prompt: Optional[str] = None,
+                 attempt: int = 0) -> None:
+        rec = {
+            "v": FORMAT_VERSION, "type": "decision", "ts": self.clock(), "request_id": request_id, "attempt": attempt,
+            "alias": decision.alias, "domain": decision.domain, "task_type": decision.task_type,
+            "strategy": decision.strategy, "deployment": decision.deployment_id, "model": decision.model,
+            "probability": decision.probability, "score": decision.final_score, "refused": decision.refused,
+            "reason": decision.reason,
+            "candidates": [s.id for s in decision.scores if not s.excluded],
+            "excluded": {s.id: s.excluded for s in decision.scores if s.excluded},
+        }
+        if features is not None:
+            rec["features"] = {k: getattr(features, k, None) for k in
+                               ("task_type", "has_code", "length_bucket", "modality", "input_tokens", "has_tools")}
+        if self.log_prompts and prompt is not None:
+            rec["prompt"] = prompt
+        self._write(rec)
+
+    def outcome(self, request_id: str, deployment_id: str, *, alias: str, success: bool,
+                status_code: Optional[int] = None, latency_s: Optional[float] = None, cost_usd: Optional[float] = None,
+                reward: Optional[float] = None, attempt: int = 0, response: Optional[str] = None) -> None:
+        rec = {"v": FORMAT_VERSION, "type": "outcome", "ts": self.clock(), "request_id": request_id,
+               "attempt": attempt, "alias": alias, "deployment": deployment_id, "success": success,
+               "status": status_code, "latency_s": latency_s, "cost_usd": cost_usd, "reward": reward}
+        if self.log_prompts and response is not None:
+            rec["response"] = response
+        self._write(rec)
+
+    # -- writing -------------------------------------------------------------------------------
+    def _write(self, rec: dict) -> None:
+        line = json.dumps(rec, ensure_ascii=False, allow_nan=False, default=str) + "\n"
+        data = line.encode("utf-8")
+        with self._lock:
+            try:
+                if self.path is None:
+                    sys.stdout.write(line)
+                    sys.stdout.flush()
+                    return
+                if self._fh is None:
+                    self._open()
+                elif self._size + len(data) > self.max_bytes:
+                    self._rotate()
+                self._fh.write(data)
+                self._fh.flush()
+                self._size += len(data)
+                if self._failing:
+                    log.warning("decision log %s is writable again", self.path)
+                    self._failing = False
+            except (OSError, ValueError) as exc:
+                self._fail(exc)
+
+    def _open(self) -> None:
+        self._fh = open(self.path, "ab")
+        self._size = self._fh.tell()
+
+    def _rotate(self) -> None:
+        self._fh.close()
+        self._fh = None
+        if self.backups == 0:
+            os.replace(self.path, self.path + ".old")
+            os.remove(self.path + ".old")
+        else:
+            for k in range(self.backups - 1, 0, -1):
+                src = f"{self.path}.{k}"
+                if os.path.exists(src):
+                    os.replace(src, f"{self.path}.{k + 1}")
+            os.replace(self.path, self.path + ".1")
+        self._open()
+
+    def _fail(self, exc: Exception) -> None:
+        if self._fh is not None:
+            try:
+                self._fh.close()
+            except OSError:
+                pass
+            self._fh = None
+        if not self._failing:
+            log.warning("decision log %s cannot be written (%s); decisions go unlogged until it can",
+                        self.path or "<stdout>", exc)
+            self._failing = True
+        if self.on_error is not None:
+            try:
+                self.on_error()
+            except Exception:  # a metric must never break routing
+                log.exception("decision log error callback failed")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None

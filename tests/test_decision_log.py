@@ -1,0 +1,81 @@
+"""The decision log: one JSON line per decision and per outcome, no prompt text unless asked,
+rotation by size, and an unwritable path that never raises (one warning, the error callback)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+from aisia_plugin.decision import CandidateScore, Decision
+from aisia_plugin.decision_log import DecisionLog
+from aisia_plugin.features import RequestFeatures
+
+SECRET = "zebra-marker-4417"
+
+
+def _decision():
+    return Decision("a-1", "openai/x", "ucb1", "best mean reward", 2, 0.8,
+                    [CandidateScore("a-1", 0.8), CandidateScore("b-2", 0.5), CandidateScore("c-3", excluded="circuit OPEN")],
+                    probability=1.0, alias="auto", domain="coding", task_type="coding")
+
+
+def test_lines_carry_the_decision_and_the_outcome_without_prompt_text(tmp_path):
+    path = tmp_path / "decisions.jsonl"
+    dl = DecisionLog(str(path), clock=lambda: 12.5)
+    feats = RequestFeatures(task_type="coding", has_code=True, text=f"write {SECRET}", input_tokens=7)
+    dl.decision("req-1", _decision(), features=feats, prompt=f"write {SECRET}")
+    dl.outcome("req-1", "a-1", alias="auto", success=True, status_code=200, latency_s=0.25, cost_usd=0.001,
+               reward=0.9, response=f"done {SECRET}")
+    dl.close()
+    text = path.read_text()
+    assert SECRET not in text
+    dec, out = [json.loads(line) for line in text.splitlines()]
+    assert dec["type"] == "decision" and dec["request_id"] == "req-1" and dec["deployment"] == "a-1"
+    assert dec["probability"] == 1.0 and dec["candidates"] == ["a-1", "b-2"] and dec["excluded"] == {"c-3": "circuit OPEN"}
+    assert dec["features"]["task_type"] == "coding" and dec["features"]["input_tokens"] == 7 and dec["ts"] == 12.5
+    assert out["type"] == "outcome" and out["reward"] == 0.9 and out["latency_s"] == 0.25 and out["success"] is True
+
+
+def test_log_prompts_switch_writes_the_text(tmp_path):
+    path = tmp_path / "d.jsonl"
+    dl = DecisionLog(str(path), log_prompts=True)
+    dl.decision("r", _decision(), prompt=f"hello {SECRET}")
+    dl.close()
+    assert json.loads(path.read_text())["prompt"] == f"hello {SECRET}"
+
+
+def test_rotation_by_size_keeps_the_backups(tmp_path):
+    path = tmp_path / "d.jsonl"
+    dl = DecisionLog(str(path), max_bytes=2048, backups=2)
+    for i in range(60):
+        dl.outcome(f"r{i}", "a-1", alias="auto", success=True)
+    dl.close()
+    names = sorted(os.listdir(tmp_path))
+    assert names == ["d.jsonl", "d.jsonl.1", "d.jsonl.2"]
+    for name in names:
+        size = (tmp_path / name).stat().st_size
+        assert 0 < size <= 2048
+        for line in (tmp_path / name).read_text().splitlines():
+            json.loads(line)
+    # The newest line is in the live file.
+    assert json.loads((tmp_path / "d.jsonl").read_text().splitlines()[-1])["request_id"] == "r59"
+
+
+def test_an_unwritable_path_warns_once_and_never_raises(tmp_path, caplog):
+    errors = []
+    dl = DecisionLog(str(tmp_path / "missing-dir" / "d.jsonl"), on_error=lambda: errors.append(1))
+    with caplog.at_level(logging.WARNING, logger="aisia_plugin.decision_log"):
+        for i in range(5):
+            dl.decision(f"r{i}", _decision())
+    assert len(errors) == 5
+    assert len([r for r in caplog.records if "cannot be written" in r.getMessage()]) == 1
+    (tmp_path / "missing-dir").mkdir()
+    dl.outcome("r9", "a-1", alias="auto", success=True)
+    dl.close()
+    assert json.loads((tmp_path / "missing-dir" / "d.jsonl").read_text())["request_id"] == "r9"
+
+
+def test_stdout(capsys):
+    DecisionLog("-").outcome("r1", "a-1", alias="auto", success=False, status_code=503)
+    assert json.loads(capsys.readouterr().out)["status"] == 503
