@@ -1,0 +1,21 @@
+"""The test side of the proxy harness: a real LiteLLM proxy process and simulated upstreams.
+
+One home for the proxy-starting code: `aisia_plugin.demo.proxy` (the demo uses it too); this
+module only re-exports it under the names the test modules use. A proxy takes several seconds to
+start, so a test module shares one (a module-scoped fixture) rather than starting one per test:
+
+    @pytest.fixture(scope="module")
+    def proxy(tmp_path_factory, upstreams):
+        p = start_proxy({"model_list": [deployment("a", upstreams[0])], ...},
+                        tmp_path_factory.mktemp("proxy"), env={"AISIA_POLICY": ...})
+        yield p
+        p.stop()
+"""
+
+from __future__ import annotations
+
+from aisia_plugin.demo.proxy import OFFLINE_ENV, Proxy, ProxyError, deployment, free_port, start_proxy
+from aisia_plugin.demo.upstream import RunningUpstream, UpstreamSpec, parse_reply, start_upstreams, stop_upstreams
+
+__all__ = ["OFFLINE_ENV", "Proxy", "ProxyError", "RunningUpstream", "UpstreamSpec", "deployment", "free_port",
+           "parse_reply", "start_proxy", "start_upstreams", "stop_upstreams"]
