@@ -1,0 +1,174 @@
+"""Off-policy evaluation on a decision log: what would another policy have earned on the traffic
+the logging policy saw?
+
+Each logged attempt is an event (context, chosen deployment, the probability the logging policy
+gave it, observed reward). For a target policy's probabilities pi(a | x) over the same candidates:
+
+- inverse propensity (IPS): mean of w * r with w = pi(a_logged | x) / p_logged;
+- self-normalised IPS: sum(w * r) / sum(w) (a ratio estimate, its interval by the delta method);
+- doubly robust (DR): mean of  sum_a pi(a | x) q(x, a) + w * (r - q(x, a_logged)),  where q is a
+  reward model fitted on the log (mean reward per domain and deployment, shrunk to the
+  deployment's mean), cross-fitted on two folds so an event's own reward never fits its q.
+
+Each estimate comes with a normal 95 % interval (1.96 standard errors). Unbiasedness needs every
+action the target can take to have a positive logged probability where the target takes it: an
+event with a logged probability of 0 or none is skipped and counted. Pure functions: reading the
+log and deciding for the target policy are the caller's (aisia_plugin/commands/replay.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping, Optional, Sequence
+
+Z95 = 1.959963984540054
+
+
+@dataclass(frozen=True)
+class LoggedEvent:
+    request_id: str
+    alias: str
+    domain: Optional[str]
+    candidates: tuple[str, ...]
+    chosen: str
+    propensity: float
+    reward: float
+    features: Mapping[str, object] = field(default_factory=dict)
+    attempt: int = 0
+
+
+@dataclass(frozen=True)
+class Estimate:
+    value: float
+    low: float
+    high: float
+    se: float
+
+    def as_dict(self) -> dict:
+        return {"value": self.value, "ci95": [self.low, self.high], "se": self.se}
+
+
+def _mean_se(xs: Sequence[float]) -> tuple[float, float]:
+    n = len(xs)
+    if n == 0:
+        return math.nan, math.nan
+    m = math.fsum(xs) / n
+    if n == 1:
+        return m, math.inf
+    var = math.fsum((x - m) ** 2 for x in xs) / (n - 1)
+    return m, math.sqrt(var / n)
+
+
+def _estimate(m: float, se: float) -> Estimate:
+    return Estimate(m, m - Z95 * se, m + Z95 * se, se)
+
+
+class RewardModel:
+    """q(domain, deployment): the mean logged reward per (domain, deployment), shrunk towards the
+    deployment's mean with ``prior`` pseudo-observations, and that towards the global mean."""
+
+    def __init__(self, events: Iterable[LoggedEvent], prior: float = 5.0):
+        by_pair: dict = defaultdict(lambda: [0.0, 0])
+        by_dep: dict = defaultdict(lambda: [0.0, 0])
+        total, n = 0.0, 0
+        for e in events:
+            for table, key in ((by_pair, (e.domain, e.chosen)), (by_dep, e.chosen)):
+                table[key][0] += e.reward
+                table[key][1] += 1
+            total += e.reward
+            n += 1
+        self.prior = prior
+        self.global_mean = total / n if n else 0.0
+        self.by_dep = {k: (s + prior * self.global_mean) / (c + prior) for k, (s, c) in by_dep.items()}
+        self.by_pair = {k: (s + prior * self.by_dep[k[1]]) / (c + prior) for k, (s, c) in by_pair.items()}
+
+    def __call__(self, domain: Optional[str], deployment: str) -> float:
+        hit = self.by_pair.get((domain, deployment))
+        if hit is not None:
+            return hit
+        return self.by_dep.get(deployment, self.global_mean)
+
+
+TargetPolicy = Callable[[LoggedEvent], Mapping[str, float]]
+
+
+def evaluate(events: Sequence[LoggedEvent], target: TargetPolicy) -> dict:
+    """The estimates of the target's mean reward per event, next to the logging policy's own."""
+    usable = [e for e in events if e.propensity is not None and e.propensity > 0 and math.isfinite(e.propensity)]
+    skipped = len(events) - len(usable)
+    folds = (usable[0::2], usable[1::2])
+    models = (RewardModel(folds[1]), RewardModel(folds[0]))  # each fold's q is fitted on the other
+    ips_terms, weights, dr_terms, agree = [], [], [], 0
+    for k, fold in enumerate(folds):
+        q = models[k]
+        for e in fold:
+            pi = target(e)
+            w = float(pi.get(e.chosen, 0.0)) / e.propensity
+            if pi.get(e.chosen, 0.0) > 0:
+                agree += 1
+            ips_terms.append(w * e.reward)
+            weights.append(w)
+            direct = math.fsum(p * q(e.domain, a) for a, p in pi.items())
+            dr_terms.append(direct + w * (e.reward - q(e.domain, e.chosen)))
+    n = len(usable)
+    logged_m, logged_se = _mean_se([e.reward for e in usable])
+    ips_m, ips_se = _mean_se(ips_terms)
+    dr_m, dr_se = _mean_se(dr_terms)
+    sw = math.fsum(weights)
+    if n and sw > 0:
+        snips = math.fsum(ips_terms) / sw
+        wbar = sw / n
+        resid = [(t - snips * w) / wbar for t, w in zip(ips_terms, weights)]
+        _, snips_se = _mean_se(resid)
+    else:
+        snips, snips_se = math.nan, math.nan
+    return {
+        "events": n,
+        "skipped_no_propensity": skipped,
+        "agreement": agree / n if n else math.nan,
+        "logged": _estimate(logged_m, logged_se).as_dict(),
+        "ips": _estimate(ips_m, ips_se).as_dict(),
+        "snips": _estimate(snips, snips_se).as_dict(),
+        "dr": _estimate(dr_m, dr_se).as_dict(),
+        "effective_sample_size": (sw * sw / math.fsum(w * w for w in weights)) if weights and sw > 0 else 0.0,
+    }
+
+
+class LogError(ValueError):
+    pass
+
+
+def read_log(lines: Iterable[str], source: str = "<log>") -> list[LoggedEvent]:
+    """Events from a decision log (aisia_plugin/decision_log.py): each decision line joined with
+    the outcome line of the same request id and attempt. A line that is not JSON is an error
+    naming the file and line; decisions with no outcome (still in flight, or refused) are left out."""
+    decisions: dict = {}
+    events: list[LoggedEvent] = []
+    for lineno, line in enumerate(lines, start=1):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise LogError(f"{source}:{lineno}: not JSON ({exc.msg})") from None
+        if not isinstance(rec, dict) or rec.get("type") not in ("decision", "outcome"):
+            raise LogError(f"{source}:{lineno}: not a decision-log record (no 'type': decision or outcome)")
+        key = (str(rec.get("request_id")), int(rec.get("attempt") or 0))
+        if rec["type"] == "decision":
+            if rec.get("deployment") is not None and not rec.get("refused"):
+                decisions[key] = rec
+            continue
+        dec = decisions.pop(key, None)
+        reward = rec.get("reward")
+        if dec is None or dec.get("deployment") != rec.get("deployment") or not isinstance(reward, (int, float)):
+            continue
+        prob = dec.get("probability")
+        events.append(LoggedEvent(
+            request_id=key[0], alias=str(dec.get("alias") or ""), domain=dec.get("domain"),
+            candidates=tuple(dec.get("candidates") or (dec["deployment"],)), chosen=dec["deployment"],
+            propensity=float(prob) if isinstance(prob, (int, float)) else math.nan, reward=float(reward),
+            features=dec.get("features") or {}, attempt=key[1]))
+    return events
