@@ -1,0 +1,45 @@
+"""The routing page's data: traffic shares per alias, breakers with time to half-open, learned
+statistics; and the page itself is one self-contained file (no external resource)."""
+
+from __future__ import annotations
+
+import re
+
+from aisia_plugin.breaker import BreakerState, CircuitBreaker
+from aisia_plugin.decision import Deployment
+from aisia_plugin.policy import load_policy
+from aisia_plugin.ui import page_html, snapshot
+
+POLICY = load_policy()
+
+
+def test_snapshot_shares_breakers_and_stats():
+    deps = [Deployment("a-1", "gpt", "openai/gpt-4o", "openai", input_cost_per_1m=4.0, output_cost_per_1m=8.0),
+            Deployment("b-2", "llama", "ollama/llama3", "ollama", local=True, input_cost_per_1m=0.0, output_cost_per_1m=0.0)]
+    cb = CircuitBreaker(POLICY.circuit_breaker)
+    breakers = {"b-2": BreakerState(state="OPEN", failures=5, last_failure_time=100.0)}
+    recent = [{"alias": "auto", "deployment": "a-1", "reason": "r1"}, {"alias": "auto", "deployment": "a-1"},
+              {"alias": "auto", "deployment": "b-2"}, {"alias": "auto/cheap", "deployment": None, "reason": "refused"}]
+    stats = {"a-1": {"count": 3, "pulls": 3.0, "mean_reward": 0.9, "avg_latency": 0.2, "error_rate": 0.0,
+                     "domains": {"coding": {"count": 2, "mean_reward": 0.95}}}}
+    snap = snapshot(now=110.0, aliases=POLICY.aliases, deployments=deps, stats=stats, breakers=breakers,
+                    breaker=cb, recent=recent)
+    assert snap["aliases"]["auto"]["share"] == {"a-1": 2 / 3, "b-2": 1 / 3}
+    assert snap["aliases"]["auto"]["decisions"] == 3 and snap["aliases"]["auto/cheap"]["share"] == {}
+    a, b = snap["deployments"]
+    assert a["breaker"] == "CLOSED" and a["to_half_open_s"] is None and a["count"] == 3
+    assert a["domains"] == {"coding": {"count": 2, "mean_reward": 0.95}} and a["cost_per_1m"] == 0.75 * 4 + 0.25 * 8
+    assert b["breaker"] == "OPEN" and b["to_half_open_s"] == cb.timeout_s - 10.0 and b["local"] is True
+    assert b["count"] == 0 and b["avg_latency_s"] is None
+    assert snap["recent"][0]["alias"] == "auto/cheap"  # newest first
+    later = snapshot(now=100.0 + cb.timeout_s + 1, aliases={}, deployments=deps, stats={}, breakers=breakers,
+                     breaker=cb, recent=[])
+    assert later["deployments"][1]["breaker"] == "HALF_OPEN"
+
+
+def test_the_page_is_self_contained():
+    html = page_html()
+    assert "<script>" in html and "/data" in html
+    # No CDN, no external script, style sheet, font or image.
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
+    assert "@import" not in html
