@@ -98,13 +98,16 @@ def evaluate(events: Sequence[LoggedEvent], target: TargetPolicy) -> dict:
     """The estimates of the target's mean reward per event, next to the logging policy's own."""
     usable = [e for e in events if e.propensity is not None and e.propensity > 0 and math.isfinite(e.propensity)]
     skipped = len(events) - len(usable)
-    folds = (usable[0::2], usable[1::2])
-    models = (RewardModel(folds[1]), RewardModel(folds[0]))  # each fold's q is fitted on the other
+    # The target is asked in log order: a learning target (engine_target) replays the log's
+    # outcomes as it goes.
+    pis = [target(e) for e in usable]
+    folds = ((0, 2), (1, 2))
+    models = (RewardModel(usable[1::2]), RewardModel(usable[0::2]))  # each fold's q is fitted on the other
     ips_terms, weights, dr_terms, agree = [], [], [], 0
-    for k, fold in enumerate(folds):
+    for k, (start, step) in enumerate(folds):
         q = models[k]
-        for e in fold:
-            pi = target(e)
+        for i in range(start, len(usable), step):
+            e, pi = usable[i], pis[i]
             w = float(pi.get(e.chosen, 0.0)) / e.propensity
             if pi.get(e.chosen, 0.0) > 0:
                 agree += 1
@@ -172,3 +175,61 @@ def read_log(lines: Iterable[str], source: str = "<log>") -> list[LoggedEvent]:
             propensity=float(prob) if isinstance(prob, (int, float)) else math.nan, reward=float(reward),
             features=dec.get("features") or {}, attempt=key[1]))
     return events
+
+
+class _LoggedDomain:
+    """Stands in for the engine's domain detector: the log holds no prompt text, only the domain
+    the router detected for it, which the target policy is then given."""
+
+    __slots__ = ("domain",)
+
+    def __init__(self):
+        self.domain = None
+
+    def detect(self, text, present=None):
+        return self.domain
+
+
+def engine_target(policy, deployments, *, alias: Optional[str] = None, seed: int = 0) -> TargetPolicy:
+    """The target policy as the engine would run it: for each logged event (in log order), the
+    decision of `policy` among the event's candidates for the logged domain (or the given
+    alias), on the state learned from the log's outcomes so far; then the event's outcome is
+    recorded, as the shared store would have. Deterministic strategies give probability 1 to
+    their choice (epsilon-exploring ones their stated probability, the rest spread evenly);
+    Thompson sampling estimates it by sampling."""
+    import random
+
+    from ..engine import Engine
+    from ..features import RequestFeatures
+    from ..outcome import Outcome
+
+    by_id = {d.id: d for d in deployments}
+    clock = [0.0]
+    engine = Engine(policy, clock=lambda: clock[0], rng=random.Random(seed))
+    detector = _LoggedDomain()
+    engine.detector = detector
+
+    def target(e: LoggedEvent) -> Mapping[str, float]:
+        name = alias or e.alias
+        pool = [by_id[c] for c in e.candidates if c in by_id]
+        if name not in policy.aliases or not pool:
+            return {}
+        detector.domain = e.domain
+        clock[0] += 1.0
+        f = e.features
+        feats = RequestFeatures(task_type=str(f.get("task_type") or "default"), has_code=bool(f.get("has_code")),
+                                length_bucket=str(f.get("length_bucket") or "short"),
+                                modality=str(f.get("modality") or "text"), input_tokens=int(f.get("input_tokens") or 0),
+                                has_tools=bool(f.get("has_tools")), estimate_probability=True)
+        d = engine.decide(name, [], pool, features=feats)
+        out: dict = {}
+        if d.deployment_id is not None:
+            p = 1.0 if d.probability is None else min(1.0, max(0.0, float(d.probability)))
+            out[d.deployment_id] = p
+            rest = [c.id for c in pool if c.id != d.deployment_id]
+            for c in rest:
+                out[c] = (1.0 - p) / len(rest)
+        engine.record(name, Outcome(e.chosen, success=e.reward > 0, quality=e.reward), domain=e.domain)
+        return out
+
+    return target
