@@ -37,13 +37,12 @@ import math
 from dataclasses import asdict, dataclass, replace
 from email.utils import parsedate_to_datetime
 from enum import Enum
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Optional
 
 CLOSED, HALF_OPEN, OPEN = "CLOSED", "HALF_OPEN", "OPEN"
 STATES = (CLOSED, HALF_OPEN, OPEN)
 # Seed: ai_circuit_breaker_state{provider="xxx"} = 0|1|2
 PROMETHEUS_CODE = {CLOSED: 0, HALF_OPEN: 1, OPEN: 2}
-_STATE_BY_CODE = {v: k for k, v in PROMETHEUS_CODE.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,69 +379,13 @@ def to_dict(s: BreakerState) -> dict[str, Any]:
     return asdict(s)
 
 
-def _text(v: Any) -> Any:
-    return v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else v
-
-
-def _int(v: Any) -> int:
-    v = _text(v)
-    if isinstance(v, bool):
-        return 0
-    try:
-        f = float(v)
-    except (TypeError, ValueError, OverflowError):
-        return 0
-    return max(0, int(f)) if math.isfinite(f) else 0
-
-
-def _float(v: Any) -> float:
-    v = _text(v)
-    if isinstance(v, bool):
-        return 0.0
-    try:
-        f = float(v)
-    except (TypeError, ValueError, OverflowError):
-        return 0.0
-    return f if math.isfinite(f) else 0.0
-
-
-def _state(v: Any) -> str:
-    v = _text(v)
-    if isinstance(v, str):
-        t = v.strip().upper().replace("-", "_")
-        if t in PROMETHEUS_CODE:
-            return t
-        if t.isdigit():
-            return _STATE_BY_CODE.get(int(t), CLOSED)
-        return CLOSED
-    if isinstance(v, int) and not isinstance(v, bool):
-        return _STATE_BY_CODE.get(v, CLOSED)
-    return CLOSED
-
-
 def from_dict(raw: Any) -> BreakerState:
-    """Tolerant reader for a stored breaker (e.g. a Redis HGETALL, bytes keys and values):
-    missing or garbage fields take their defaults, unknown fields are ignored, negative
-    counters become 0, and it never raises.  An unreadable state reads as CLOSED: failing open
-    (routing to the deployment) is better than benching it on a corrupt record."""
-    if not isinstance(raw, Mapping):
-        return BreakerState()
-    d: dict[str, Any] = {}
-    try:
-        for k, v in raw.items():
-            d[str(_text(k))] = v
-    except Exception:
-        return BreakerState()
-    return BreakerState(
-        state=_state(d.get("state")),
-        failures=_int(d.get("failures")),
-        last_failure_time=_float(d.get("last_failure_time")),
-        success_count=_int(d.get("success_count")),
-        probes_in_flight=_int(d.get("probes_in_flight")),
-        rate_limited_until=_float(d.get("rate_limited_until")),
-        rate_limits=_int(d.get("rate_limits")),
-        probe_reserved_at=_float(d.get("probe_reserved_at")),
-    )
+    """A stored breaker (a snapshot's mapping, a Redis HGETALL with bytes keys and values) read
+    by the one lenient reader of stored records, ``aisia_plugin.state.records.read_breaker``:
+    it never raises, and a corrupt record reads as a usable one (an unreadable state as CLOSED)."""
+    from .state.records import read_breaker  # the stores' module imports this one
+
+    return read_breaker(raw)
 
 
 __all__ = [

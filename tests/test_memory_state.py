@@ -46,7 +46,8 @@ def test_bad_values_fall_back_to_defaults_and_decisions_still_work(tmp_path, bad
     path.write_text(json.dumps(data, allow_nan=True))
     st = MemoryState.load_file(path, [d.id for d in DEPS])
     a = st.arm("a-1")
-    assert (a.pulls, a.alpha, a.avg_latency, a.total_reward) == (0.0, 1.0, 5.0, 3.0)
+    # A reward total cannot exceed the pulls it came from: clamped to them.
+    assert (a.pulls, a.alpha, a.avg_latency, a.total_reward) == (0.0, 1.0, 5.0, 0.0)
     b = st.arm("b-2", "coding")
     assert (b.pulls, b.total_reward, b.beta, b.count) == (4.0, 0.0, 1.0, 2)
     assert st.breaker("c-3") == BreakerState() and st.breaker("a-1") == BreakerState()
@@ -68,3 +69,50 @@ def test_a_file_that_is_no_state_is_a_clear_error(tmp_path, text):
     with pytest.raises(ValueError) as err:
         MemoryState.load_file(path)
     assert str(path) in str(err.value) or "Expecting" in str(err.value)
+
+
+def test_out_of_range_values_are_clamped_or_rejected_by_the_one_reader(tmp_path):
+    """The snapshot's reader is the Redis store's (state/records.py): the same input reads the
+    same everywhere, including breaker.from_dict."""
+    from aisia_plugin.breaker import from_dict
+
+    data = {"ticks": -3, "bandit": {"a-1": {"pulls": 10, "total_reward": 25, "alpha": 0.2, "beta": 1e300,
+                                            "avg_latency": -2.0, "latency_var": -1, "failures": 40, "count": -5,
+                                            "tick": 1e300}},
+            "breakers": {"a-1": {"state": "open", "failures": 7, "last_failure_time": 1e300,
+                                 "rate_limited_until": 1e300, "probes_in_flight": -2, "success_count": "2"},
+                         "b-2": {"state": "half-open", "probe_reserved_at": "12.5"}, "c-3": {"state": 2}},
+            "lkgp": {}}
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(data))
+    st = MemoryState.load_file(path)
+    a = st.arm("a-1")
+    assert (a.pulls, a.total_reward, a.alpha, a.beta, a.avg_latency, a.latency_var, a.failures, a.count, a.tick) == \
+        (10.0, 10.0, 1.0, 1.0, 5.0, 0.0, 10.0, 0, 0.0)
+    assert st.ticks == 0.0
+    b = st.breaker("a-1")
+    assert (b.state, b.failures, b.last_failure_time, b.rate_limited_until, b.probes_in_flight, b.success_count) == \
+        ("OPEN", 7, 0.0, 0.0, 0, 2)
+    assert st.breaker("b-2") == BreakerState(state="HALF_OPEN", probe_reserved_at=12.5)
+    assert st.breaker("c-3").state == "OPEN"
+    for dep, raw in data["breakers"].items():
+        assert from_dict(raw) == st.breaker(dep)
+
+
+async def test_snapshot_is_loaded_at_start_and_written_on_close(tmp_path):
+    from aisia_plugin.learning import OutcomeRecord
+    from aisia_plugin.state import open_store
+
+    path = tmp_path / "snap.json"
+    policy = POLICY.model_copy(update={"state": POLICY.state.model_copy(update={"snapshot_path": str(path)})})
+    st = open_store(policy)
+    await st.start()  # no file yet: a first start
+    eng = Engine(policy, clock=lambda: 50.0, store=st)
+    st.record_outcome(OutcomeRecord("a-1", 50.0, None, 0.9, 0.4, "auto", "coding"), eng.rules)
+    await st.aclose()
+    again = open_store(policy)
+    await again.start()
+    assert again.dump() == st.dump() and again.arm("a-1", "coding").count == 1
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="snap.json"):
+        await open_store(policy).start()

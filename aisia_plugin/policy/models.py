@@ -223,6 +223,15 @@ class State(BaseModel):
     key_prefix: str
     bandit_ttl_s: int
     breaker_ttl_s: int
+    cache_ttl_ms: int
+    timeout_ms: int
+    io_timeout_ms: int
+    flush_ms: int
+    batch_max: int
+    queue_max: int
+    reconnect_max_ms: int
+    cluster: bool
+    snapshot_path: Optional[str]
 
 
 @_def("")

@@ -1,9 +1,16 @@
-"""Learned state: bandit records, breakers, LKGP pins. memory.py is the reference store."""
+"""Learned state: bandit records, breakers, LKGP pins. memory.py is the reference store;
+redis.py shares the same records between processes; records.py reads what either stored."""
 
 
 def open_store(policy):
     """The store the policy's ``state`` section asks for, not yet started (``await
-    store.start()``). Only the memory store exists so far."""
+    store.start()``). The Redis store reads its URL from the environment variable
+    ``state.redis_url_env`` here, so that a missing or malformed URL fails at start-up
+    (``redis.StoreConfigError``); an unreachable Redis does not (routing starts on local state)."""
+    if policy.state.backend == "redis":
+        from .redis import RedisStore
+
+        return RedisStore(policy)
     from .memory import MemoryState
 
-    return MemoryState()
+    return MemoryState(snapshot_path=policy.state.snapshot_path)

@@ -2,55 +2,35 @@
 
 Keys follow the seed: bandit:{deployment} (and bandit:{deployment}:{domain} per domain),
 cb:{deployment}. A JSON dump/load lets `aisia explain --state FILE` show a decision on learned
-state."""
+state; with ``state.snapshot_path`` the store loads that file at start and writes it back on a
+clean shutdown, so a single-process user keeps what was learned. Stored values are read by the
+one lenient reader of stored records (records.py)."""
 
 from __future__ import annotations
 
 import json
-import math
+import logging
+import os
 import threading
 import time
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from typing import Optional
 
 from ..bandit import ArmStats
-from ..breaker import CLOSED, HALF_OPEN, OPEN, BreakerState, CircuitBreaker
+from ..breaker import BreakerState, CircuitBreaker
 from ..learning import LearningRules, OutcomeRecord, apply_outcome
+from .records import number, read_arm, read_breaker
 
-BREAKER_STATES = (CLOSED, HALF_OPEN, OPEN)
-
-
-def _from_dict(cls, raw):
-    """A record from a state file's mapping. Tolerant: unknown fields are dropped, and a value of
-    the wrong kind (a string or a boolean for a number, a number that is not finite, an unknown
-    breaker state) falls back to the field's default, so that a hand-edited or corrupted file can
-    never put a value into a decision that its arithmetic would choke on."""
-    kwargs = {}
-    if not isinstance(raw, dict):
-        return cls()
-    for f in fields(cls):
-        if f.name not in raw:
-            continue
-        v = raw[f.name]
-        default = f.default
-        if isinstance(default, str):
-            ok = isinstance(v, str) and (cls is not BreakerState or f.name != "state" or v in BREAKER_STATES)
-        else:
-            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-            if ok and isinstance(default, int) and not isinstance(default, bool):
-                v = int(v)
-        if ok:
-            kwargs[f.name] = v
-    return cls(**kwargs)
-
+log = logging.getLogger("aisia.state")
 
 class MemoryState:
     """The in-process store (implements ``interfaces.StateStore``). Writes take one lock, so an
     outcome's records change together under threads; asyncio tasks never interleave inside a
     call, since no call awaits."""
 
-    def __init__(self):
+    def __init__(self, snapshot_path=None):
         self._lock = threading.Lock()
+        self.snapshot_path = snapshot_path
         # domain (None: the global record) -> deployment -> record: a pool's read is then one
         # dict look-up per deployment, with no key to build.
         self.arms: dict[Optional[str], dict[str, ArmStats]] = {None: {}}
@@ -137,7 +117,13 @@ class MemoryState:
         return time.time()
 
     async def start(self) -> None:
-        """Open the store (a shared one connects; never raises for an unreachable server)."""
+        """Open the store (a shared one connects; never raises for an unreachable server). With a
+        snapshot path, load what the file holds (a missing file is a first start); a file that is
+        no state is a ValueError naming it."""
+        path = self.snapshot_path
+        if path and os.path.exists(path):
+            self.replace_with(MemoryState.load_file(path))
+            log.info("state loaded from the snapshot %s", path)
 
     async def prepare(self, deployment_ids, alias: Optional[str] = None) -> None:
         """Make what a decision over these deployments reads current (a shared store refreshes
@@ -148,7 +134,9 @@ class MemoryState:
         return self.reserve_probe(deployment_id, now, breaker)
 
     async def aclose(self) -> None:
-        """Flush what is pending (a shared store's queued outcomes, a snapshot)."""
+        """Flush what is pending (a shared store's queued outcomes; here the snapshot, if any)."""
+        if self.snapshot_path:
+            self.save_file(self.snapshot_path)
 
     def stats(self) -> dict:
         """Per deployment, the seed's ``/admin/bandit/stats`` shape plus the exact count, the
@@ -196,24 +184,44 @@ class MemoryState:
             if not isinstance(data.get(section) or {}, dict):
                 raise ValueError(f"not a state: '{section}' must be a JSON object")
         st = cls()
-        ticks = data.get("ticks", 0)
-        ok = isinstance(ticks, (int, float)) and not isinstance(ticks, bool) and math.isfinite(ticks) and ticks >= 0
-        st.ticks = float(ticks) if ok else 0.0
+        ticks = number(data.get("ticks", 0), 0.0, 1e15)
+        st.ticks = ticks if ticks is not None else 0.0
         known = set(deployment_ids)
         for key, raw in (data.get("bandit") or {}).items():
             dep, dom = key, None
             # A key "dep:domain" is split at the last ':' unless the whole key is a known id.
             if ":" in key and key not in known:
                 dep, dom = key.rsplit(":", 1)
-            st.put_arm(dep, dom, _from_dict(ArmStats, raw))
+            st.put_arm(dep, dom, read_arm(raw))
         for key, raw in (data.get("breakers") or {}).items():
-            st.breakers[key] = _from_dict(BreakerState, raw)
+            st.breakers[key] = read_breaker(raw)
         st.lkgp = {str(k): v for k, v in (data.get("lkgp") or {}).items() if isinstance(v, str)}
         return st
 
     def save_file(self, path) -> None:
-        with open(path, "w", encoding="utf-8") as fh:
+        """Write the dump to ``path`` atomically (a temporary file renamed over it), so that a
+        crash while writing can never leave a truncated state behind."""
+        path = os.fspath(path)
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(self.dump(), fh, indent=1)
+        os.replace(tmp, path)
+
+    def copy(self) -> "MemoryState":
+        """An independent store with the same records (records are never changed in place: a
+        copy of the mappings is enough)."""
+        st = MemoryState()
+        with self._lock:
+            st.arms = {dom: dict(by_dep) for dom, by_dep in self.arms.items()}
+            st.breakers = dict(self.breakers)
+            st.lkgp = dict(self.lkgp)
+            st.ticks = self.ticks
+        return st
+
+    def replace_with(self, other: "MemoryState") -> None:
+        """Take every record of ``other`` (the snapshot loaded at start)."""
+        with self._lock:
+            self.arms, self.breakers, self.lkgp, self.ticks = other.arms, other.breakers, other.lkgp, other.ticks
 
     @classmethod
     def load_file(cls, path, deployment_ids=()) -> "MemoryState":

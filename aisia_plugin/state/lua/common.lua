@@ -1,0 +1,180 @@
+-- Shared by every script of the Redis store (redis.py prepends this file to each): reading and
+-- writing records, and the step-by-step mirror of aisia_plugin/breaker.py's transitions and
+-- aisia_plugin/bandit.py's update (tests/test_redis_store.py holds the two equal on random
+-- outcome sequences). Floats travel as %.17g text, which reads back as the same double.
+
+local function num(v, default)
+  local n = tonumber(v)
+  if n == nil or n ~= n or n == math.huge or n == -math.huge then return default end
+  return n
+end
+
+local function fmt(x)
+  return string.format('%.17g', x)
+end
+
+local ARM = {'pulls', 'total_reward', 'alpha', 'beta', 'avg_latency', 'latency_var', 'failures', 'count', 'tick'}
+local ARM_DEFAULT = {pulls = 0, total_reward = 0, alpha = 1, beta = 1, avg_latency = 5, latency_var = 0,
+                     failures = 0, count = 0, tick = 0}
+local CB = {'state', 'failures', 'last_failure_time', 'success_count', 'probes_in_flight', 'rate_limited_until',
+            'rate_limits', 'probe_reserved_at'}
+
+local function hash(key)
+  local flat = redis.call('HGETALL', key)
+  if #flat == 0 then return nil end
+  local t = {}
+  for i = 1, #flat, 2 do t[flat[i]] = flat[i + 1] end
+  return t
+end
+
+local function read_arm(key)
+  local h = hash(key)
+  if h == nil then return nil end
+  local s = {}
+  for _, f in ipairs(ARM) do s[f] = num(h[f], ARM_DEFAULT[f]) end
+  return s
+end
+
+local function read_cb(key)
+  local h = hash(key) or {}
+  local state = string.upper(string.gsub(h.state or 'CLOSED', '-', '_'))
+  if state ~= 'CLOSED' and state ~= 'HALF_OPEN' and state ~= 'OPEN' then state = 'CLOSED' end
+  return {state = state, failures = num(h.failures, 0), last_failure_time = num(h.last_failure_time, 0),
+          success_count = num(h.success_count, 0), probes_in_flight = num(h.probes_in_flight, 0),
+          rate_limited_until = num(h.rate_limited_until, 0), rate_limits = num(h.rate_limits, 0),
+          probe_reserved_at = num(h.probe_reserved_at, 0)}
+end
+
+local function write(key, fields, rec, ttl)
+  local args = {}
+  for _, f in ipairs(fields) do
+    args[#args + 1] = f
+    local v = rec[f]
+    args[#args + 1] = type(v) == 'number' and fmt(v) or v
+  end
+  redis.call('HSET', key, unpack(args))
+  redis.call('EXPIRE', key, ttl)
+end
+
+local function copy(s)
+  local t = {}
+  for k, v in pairs(s) do t[k] = v end
+  return t
+end
+
+-- CircuitBreaker (breaker.py); cfg = {threshold, timeout, max_calls, cooldown, max_retry, lease}
+local function effective(cfg, s, now)
+  if s.state == 'OPEN' and now - s.last_failure_time > cfg.timeout then return 'HALF_OPEN' end
+  return s.state
+end
+
+local function probes(cfg, s, now)
+  if s.state ~= 'HALF_OPEN' then return 0 end
+  if s.probes_in_flight > 0 and now - s.probe_reserved_at > cfg.lease then return 0 end
+  return math.max(0, s.probes_in_flight)
+end
+
+local function reserve(cfg, s, now)
+  local eff = effective(cfg, s, now)
+  if eff == 'CLOSED' then return true, s end
+  if eff == 'OPEN' then return false, s end
+  local n = copy(s)
+  if s.state == 'OPEN' then
+    n.state, n.success_count, n.probes_in_flight, n.probe_reserved_at = 'HALF_OPEN', 0, 1, now
+    return true, n
+  end
+  local held = probes(cfg, s, now)
+  if held >= cfg.max_calls then return false, s end
+  n.probes_in_flight, n.probe_reserved_at = held + 1, now
+  return true, n
+end
+
+local function release(s)
+  if s.probes_in_flight <= 0 then return s end
+  local n = copy(s)
+  n.probes_in_flight = s.probes_in_flight - 1
+  return n
+end
+
+local function on_success(cfg, s, now)
+  local eff = effective(cfg, s, now)
+  if eff == 'CLOSED' then
+    if s.failures <= 0 and s.probes_in_flight == 0 and s.state == 'CLOSED' then return s end
+    local n = copy(s)
+    n.state, n.failures, n.probes_in_flight = 'CLOSED', math.max(0, s.failures - 1), 0
+    return n
+  end
+  if eff == 'OPEN' then return s end
+  local base = s
+  if s.state ~= 'HALF_OPEN' then
+    base = copy(s)
+    base.state, base.success_count, base.probes_in_flight = 'HALF_OPEN', 0, 0
+  end
+  local successes = base.success_count + 1
+  local n = copy(base)
+  if successes >= cfg.max_calls then
+    n.state, n.failures, n.last_failure_time, n.success_count, n.probes_in_flight, n.probe_reserved_at =
+      'CLOSED', 0, 0, 0, 0, 0
+    return n
+  end
+  n.success_count, n.probes_in_flight = successes, math.max(0, base.probes_in_flight - 1)
+  return n
+end
+
+local function on_failure(cfg, s, now, kind, retry_after)
+  if kind == 'client' then return release(s) end
+  if kind == 'rate_limit' then
+    local wait = retry_after
+    if wait == nil or wait <= 0 then wait = cfg.cooldown end
+    wait = math.min(wait, cfg.max_retry)
+    local n = copy(release(s))
+    n.rate_limited_until = math.max(s.rate_limited_until, now + wait)
+    n.rate_limits = math.max(0, s.rate_limits) + 1
+    return n
+  end
+  local eff = effective(cfg, s, now)
+  local n = copy(s)
+  if eff == 'CLOSED' then
+    local failures = math.max(0, s.failures) + 1
+    if failures >= cfg.threshold then
+      n.state, n.failures, n.last_failure_time, n.success_count, n.probes_in_flight = 'OPEN', failures, now, 0, 0
+    else
+      n.state, n.failures, n.last_failure_time = 'CLOSED', failures, now
+    end
+    return n
+  end
+  if eff == 'HALF_OPEN' then
+    n.state, n.failures, n.last_failure_time, n.success_count, n.probes_in_flight =
+      'OPEN', math.max(0, s.failures) + 1, now, 0, 0
+    return n
+  end
+  n.last_failure_time = math.max(s.last_failure_time, now)
+  return n
+end
+
+-- bandit.update; learn = {gamma, ema, threshold}
+local function arm_update(learn, s, reward, latency, failed, tick)
+  reward = math.min(1, math.max(0, reward))
+  if learn.gamma < 1 and tick > s.tick then
+    local f = learn.gamma ^ (tick - s.tick)
+    s = {pulls = s.pulls * f, total_reward = s.total_reward * f, alpha = 1 + (s.alpha - 1) * f,
+         beta = 1 + (s.beta - 1) * f, avg_latency = s.avg_latency, latency_var = s.latency_var,
+         failures = s.failures * f, count = s.count, tick = tick}
+  end
+  local avg, var = s.avg_latency, s.latency_var
+  if latency ~= nil and latency >= 0 then
+    if s.count == 0 then
+      avg, var = latency, 0
+    else
+      local w = learn.ema
+      local delta = latency - avg
+      avg = avg * (1 - w) + latency * w
+      var = (1 - w) * (var + w * delta * delta)
+    end
+  end
+  local success = reward >= learn.threshold
+  return {pulls = s.pulls + 1, total_reward = s.total_reward + reward,
+          alpha = s.alpha + (success and 1 or 0), beta = s.beta + (success and 0 or 1),
+          avg_latency = avg, latency_var = var, failures = s.failures + (failed and 1 or 0),
+          count = s.count + 1, tick = math.max(tick, s.tick)}
+end

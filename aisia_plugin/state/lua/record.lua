@@ -1,0 +1,111 @@
+-- Apply one batch of outcomes (and resets) atomically: learning.apply_outcome step by step for
+-- each, in order, against the shared tick. Exactly once per batch: the batch's sequence number
+-- must exceed the last one applied for its process (a batch re-sent after a lost reply is
+-- skipped). Refused when the store's epoch is not the client's (Redis came back empty: the
+-- client re-seeds it first).
+-- KEYS[1] = <tag>tick
+-- ARGV: tag, epoch, process, seq, bandit_ttl, breaker_ttl,
+--       threshold, timeout, max_calls, cooldown, max_retry, lease, gamma, ema, success_threshold,
+--       fresh (9 arm fields), n, then n ops of 9 fields:
+--       op ('o' outcome | 'r' reset), deployment, now, kind ('' success | provider | client |
+--       rate_limit), reward, latency ('' none), alias ('' none), domain ('' none), retry_after ('' none)
+local tag = ARGV[1]
+local epoch = redis.call('GET', tag .. 'epoch')
+if epoch ~= ARGV[2] then return {'epoch', epoch or ''} end
+local process, seq = ARGV[3], tonumber(ARGV[4])
+local version = redis.call('GET', tag .. 'version') or '0'
+local last = tonumber(redis.call('HGET', tag .. 'applied', process) or '0')
+if seq <= last then return {'dup', version} end
+local bandit_ttl, breaker_ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
+local cfg = {threshold = tonumber(ARGV[7]), timeout = tonumber(ARGV[8]), max_calls = tonumber(ARGV[9]),
+             cooldown = tonumber(ARGV[10]), max_retry = tonumber(ARGV[11]), lease = tonumber(ARGV[12])}
+local learn = {gamma = tonumber(ARGV[13]), ema = tonumber(ARGV[14]), threshold = tonumber(ARGV[15])}
+local fresh = {}
+for i, f in ipairs(ARM) do fresh[f] = tonumber(ARGV[15 + i]) end
+local n = tonumber(ARGV[25])
+
+local tick = num(redis.call('GET', tag .. 'tick'), 0)
+-- Records read once and written once per batch: key -> record, or false when absent.
+local arms, cbs, dirty_arms, dirty_cbs, lkgp = {}, {}, {}, {}, {}
+local deployments, domains = {}, {}
+
+local function arm(key)
+  local s = arms[key]
+  if s == nil then
+    s = read_arm(key) or false
+    arms[key] = s
+  end
+  return s
+end
+
+local function cb(dep)
+  local s = cbs[dep]
+  if s == nil then
+    s = read_cb(tag .. 'cb:' .. dep)
+    cbs[dep] = s
+  end
+  return s
+end
+
+for i = 0, n - 1 do
+  local o = 26 + i * 9
+  local op, dep = ARGV[o], ARGV[o + 1]
+  if op == 'r' then
+    local keys = {tag .. 'bandit:' .. dep, tag .. 'cb:' .. dep}
+    for _, dom in ipairs(redis.call('SMEMBERS', tag .. 'domains')) do
+      keys[#keys + 1] = tag .. 'bandit:' .. dep .. ':' .. dom
+    end
+    redis.call('DEL', unpack(keys))
+    for _, key in ipairs(keys) do
+      arms[key], dirty_arms[key] = false, nil
+    end
+    cbs[dep], dirty_cbs[dep], deployments[dep] = nil, nil, nil
+    redis.call('SREM', tag .. 'deployments', dep)
+  else
+    local now, kind, reward = tonumber(ARGV[o + 2]), ARGV[o + 3], tonumber(ARGV[o + 4])
+    local latency, alias, domain = tonumber(ARGV[o + 5]), ARGV[o + 6], ARGV[o + 7]
+    local retry_after = tonumber(ARGV[o + 8])
+    local s = cb(dep)
+    if kind == '' then s = on_success(cfg, s, now) else s = on_failure(cfg, s, now, kind, retry_after) end
+    cbs[dep], dirty_cbs[dep], deployments[dep] = s, true, true
+    if kind == '' or kind == 'provider' then
+      tick = tick + 1
+      local failed = kind ~= ''
+      local gkey = tag .. 'bandit:' .. dep
+      arms[gkey] = arm_update(learn, arm(gkey) or fresh, reward, latency, failed, tick)
+      dirty_arms[gkey] = true
+      if domain ~= '' then
+        local dkey = gkey .. ':' .. domain
+        arms[dkey] = arm_update(learn, arm(dkey) or fresh, reward, latency, failed, tick)
+        dirty_arms[dkey], domains[domain] = true, true
+      end
+      if kind == '' and alias ~= '' then lkgp[alias] = dep end
+    end
+  end
+end
+
+for key in pairs(dirty_arms) do write(key, ARM, arms[key], bandit_ttl) end
+for dep in pairs(dirty_cbs) do write(tag .. 'cb:' .. dep, CB, cbs[dep], breaker_ttl) end
+redis.call('SET', tag .. 'tick', fmt(tick), 'EX', bandit_ttl)
+local pins = {}
+for alias, dep in pairs(lkgp) do pins[#pins + 1] = alias; pins[#pins + 1] = dep end
+if #pins > 0 then
+  redis.call('HSET', tag .. 'lkgp', unpack(pins))
+  redis.call('EXPIRE', tag .. 'lkgp', bandit_ttl)
+end
+local members = {}
+for dep in pairs(deployments) do members[#members + 1] = dep end
+if #members > 0 then
+  redis.call('SADD', tag .. 'deployments', unpack(members))
+  redis.call('EXPIRE', tag .. 'deployments', bandit_ttl)
+end
+members = {}
+for dom in pairs(domains) do members[#members + 1] = dom end
+if #members > 0 then
+  redis.call('SADD', tag .. 'domains', unpack(members))
+  redis.call('EXPIRE', tag .. 'domains', bandit_ttl)
+end
+redis.call('HSET', tag .. 'applied', process, ARGV[4])
+redis.call('EXPIRE', tag .. 'applied', bandit_ttl)
+version = redis.call('INCR', tag .. 'version')
+return {'ok', tostring(version), fmt(tick)}

@@ -1,0 +1,21 @@
+-- Everything a replica's local copy holds, in one round trip, with the server's clock; only the
+-- version, epoch and clock when nothing was written since the version the client has.
+-- KEYS[1] = <tag>tick; ARGV: tag, known version ('' reads everything)
+local tag = ARGV[1]
+local t = redis.call('TIME')
+local version = redis.call('GET', tag .. 'version') or '0'
+local epoch = redis.call('GET', tag .. 'epoch') or ''
+if version == ARGV[2] then return {version, epoch, t[1], t[2]} end
+local domains = redis.call('SMEMBERS', tag .. 'domains')
+local rows = {}
+for _, dep in ipairs(redis.call('SMEMBERS', tag .. 'deployments')) do
+  local key = tag .. 'bandit:' .. dep
+  local per_domain = {}
+  for _, dom in ipairs(domains) do
+    local h = redis.call('HGETALL', key .. ':' .. dom)
+    if #h > 0 then per_domain[#per_domain + 1] = dom; per_domain[#per_domain + 1] = h end
+  end
+  rows[#rows + 1] = {dep, redis.call('HGETALL', key), redis.call('HGETALL', tag .. 'cb:' .. dep), per_domain}
+end
+return {version, epoch, t[1], t[2], redis.call('GET', tag .. 'tick') or '0',
+        redis.call('HGETALL', tag .. 'applied'), redis.call('HGETALL', tag .. 'lkgp'), rows}

@@ -1,0 +1,61 @@
+-- Re-seed a store that has no epoch (a new Redis, or one restarted without persistence) from a
+-- replica's local copy, unless another replica did it first. A record already present is kept.
+-- KEYS[1] = <tag>epoch
+-- ARGV: tag, new epoch, bandit_ttl, breaker_ttl, tick, then counted sections:
+--   n_applied, (process, seq)...; n_lkgp, (alias, deployment)...;
+--   n_arms, (deployment, domain or '', 9 arm fields)...; n_cbs, (deployment, 8 breaker fields)...
+local tag = ARGV[1]
+local current = redis.call('GET', KEYS[1])
+if current then return {'exists', current} end
+local bandit_ttl, breaker_ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
+local i = 6
+local function section()
+  local count = tonumber(ARGV[i]); i = i + 1
+  return count
+end
+local function member(set, value)
+  redis.call('SADD', tag .. set, value)
+  redis.call('EXPIRE', tag .. set, bandit_ttl)
+end
+for _ = 1, section() do
+  local proc, seq = ARGV[i], tonumber(ARGV[i + 1]); i = i + 2
+  if tonumber(redis.call('HGET', tag .. 'applied', proc) or '0') < seq then
+    redis.call('HSET', tag .. 'applied', proc, ARGV[i - 1])
+  end
+  redis.call('EXPIRE', tag .. 'applied', bandit_ttl)
+end
+for _ = 1, section() do
+  redis.call('HSETNX', tag .. 'lkgp', ARGV[i], ARGV[i + 1]); i = i + 2
+  redis.call('EXPIRE', tag .. 'lkgp', bandit_ttl)
+end
+for _ = 1, section() do
+  local dep, dom = ARGV[i], ARGV[i + 1]
+  local key = tag .. 'bandit:' .. dep
+  if dom ~= '' then key = key .. ':' .. dom; member('domains', dom) end
+  if redis.call('EXISTS', key) == 0 then
+    local args = {}
+    for k, f in ipairs(ARM) do args[#args + 1] = f; args[#args + 1] = ARGV[i + 1 + k] end
+    redis.call('HSET', key, unpack(args))
+    redis.call('EXPIRE', key, bandit_ttl)
+  end
+  member('deployments', dep)
+  i = i + 2 + #ARM
+end
+for _ = 1, section() do
+  local dep = ARGV[i]
+  local key = tag .. 'cb:' .. dep
+  if redis.call('EXISTS', key) == 0 then
+    local args = {}
+    for k, f in ipairs(CB) do args[#args + 1] = f; args[#args + 1] = ARGV[i + k] end
+    redis.call('HSET', key, unpack(args))
+    redis.call('EXPIRE', key, breaker_ttl)
+  end
+  member('deployments', dep)
+  i = i + 1 + #CB
+end
+if num(redis.call('GET', tag .. 'tick'), 0) < tonumber(ARGV[5]) then
+  redis.call('SET', tag .. 'tick', ARGV[5], 'EX', bandit_ttl)
+end
+redis.call('SET', KEYS[1], ARGV[2])
+redis.call('INCR', tag .. 'version')
+return {'seeded', ARGV[2]}

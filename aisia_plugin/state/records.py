@@ -1,0 +1,160 @@
+"""The one reader of stored records (a snapshot file's JSON, a Redis hash's strings), and their
+writer.
+
+Lenient by design: whatever a hand-edited file or a corrupted key holds, the record read is one
+the arithmetic of a decision can use. A field that is missing, of the wrong kind (a boolean, a
+list, an unparsable string), not finite, or out of its range takes the field's default; a few
+values are clamped instead, where the nearest valid value is clearly what was meant (a reward
+total above the pulls it came from, failures above the pulls). Breaker states are read
+case-insensitively, or as their Prometheus codes (0, 1, 2).
+
+Bounds: a count above ``MAX_COUNT`` or a time above ``MAX_TIME`` (seconds since the epoch, the
+year 5138) is no real history: a breaker whose last failure is dated 1e300 would stay OPEN
+forever, a rate limit ``until`` 1e300 would bench a deployment for good."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+from ..bandit import ArmStats
+from ..breaker import CLOSED, PROMETHEUS_CODE, BreakerState
+
+MAX_COUNT = 1e15
+MAX_TIME = 1e11
+MAX_LATENCY_S = 1e6
+
+_STATE_BY_CODE = {v: k for k, v in PROMETHEUS_CODE.items()}
+
+ARM_FIELDS = ("pulls", "total_reward", "alpha", "beta", "avg_latency", "latency_var", "failures", "count", "tick")
+BREAKER_FIELDS = ("state", "failures", "last_failure_time", "success_count", "probes_in_flight",
+                  "rate_limited_until", "rate_limits", "probe_reserved_at")
+
+
+def _text(v: Any) -> Any:
+    return v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else v
+
+
+def number(v: Any, lo: float, hi: float) -> float | None:
+    """``v`` as a finite float within [lo, hi], else None. Strings (and bytes) are parsed;
+    booleans are not numbers."""
+    v = _text(v)
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, str):
+        try:
+            v = float(v.strip())
+        except ValueError:
+            return None
+    if not isinstance(v, (int, float)):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if (math.isfinite(f) and lo <= f <= hi) else None
+
+
+def _mapping(raw: Any) -> dict[str, Any] | None:
+    if not isinstance(raw, Mapping):
+        return None
+    try:
+        return {str(_text(k)): v for k, v in raw.items()}
+    except Exception:  # a mapping whose items() breaks is no record
+        return None
+
+
+def breaker_state_name(v: Any) -> str:
+    """A stored breaker state: CLOSED, HALF_OPEN or OPEN in any case ("open", "half-open"), or a
+    Prometheus code; anything else reads as CLOSED (failing open: routing to a deployment beats
+    benching it on a corrupt record)."""
+    v = _text(v)
+    if isinstance(v, str):
+        t = v.strip().upper().replace("-", "_")
+        if t in PROMETHEUS_CODE:
+            return t
+        v = number(t, 0, 2)
+    elif isinstance(v, bool):
+        return CLOSED
+    if isinstance(v, (int, float)) and float(v).is_integer():
+        return _STATE_BY_CODE.get(int(v), CLOSED)
+    return CLOSED
+
+
+def read_arm(raw: Any) -> ArmStats:
+    """An arm record from a stored mapping (see the module docstring for the rules)."""
+    d = _mapping(raw)
+    if d is None:
+        return ArmStats()
+    base = ArmStats()
+
+    def get(name, lo, hi):
+        v = number(d.get(name), lo, hi)
+        return getattr(base, name) if v is None else v
+
+    pulls = get("pulls", 0.0, MAX_COUNT)
+    count = number(d.get("count"), 0.0, MAX_COUNT)
+    return ArmStats(
+        pulls=pulls,
+        # Rewards lie in [0, 1] and failures count calls: neither sum can exceed the pulls.
+        total_reward=min(get("total_reward", 0.0, MAX_COUNT), pulls),
+        alpha=get("alpha", 1.0, MAX_COUNT + 1.0),
+        beta=get("beta", 1.0, MAX_COUNT + 1.0),
+        avg_latency=get("avg_latency", 0.0, MAX_LATENCY_S),
+        latency_var=get("latency_var", 0.0, MAX_LATENCY_S * MAX_LATENCY_S),
+        failures=min(get("failures", 0.0, MAX_COUNT), pulls),
+        count=int(count) if count is not None else base.count,
+        tick=get("tick", 0.0, MAX_COUNT),
+    )
+
+
+def read_breaker(raw: Any) -> BreakerState:
+    """A breaker record from a stored mapping (see the module docstring for the rules)."""
+    d = _mapping(raw)
+    if d is None:
+        return BreakerState()
+
+    def count(name):
+        v = number(d.get(name), 0.0, MAX_COUNT)
+        return int(v) if v is not None else 0
+
+    def when(name):
+        v = number(d.get(name), 0.0, MAX_TIME)
+        return v if v is not None else 0.0
+
+    return BreakerState(
+        state=breaker_state_name(d.get("state")),
+        failures=count("failures"),
+        last_failure_time=when("last_failure_time"),
+        success_count=count("success_count"),
+        probes_in_flight=count("probes_in_flight"),
+        rate_limited_until=when("rate_limited_until"),
+        rate_limits=count("rate_limits"),
+        probe_reserved_at=when("probe_reserved_at"),
+    )
+
+
+def _num(v) -> str:
+    # repr() of a float is the shortest string that reads back as the same double.
+    return repr(float(v)) if isinstance(v, float) else str(v)
+
+
+def arm_fields(s: ArmStats) -> list[str]:
+    """An arm as the flat field/value list of a Redis HSET (values exact)."""
+    out = []
+    for name in ARM_FIELDS:
+        out += (name, _num(getattr(s, name)))
+    return out
+
+
+def breaker_fields(s: BreakerState) -> list[str]:
+    out = []
+    for name in BREAKER_FIELDS:
+        out += (name, _num(getattr(s, name)))
+    return out
+
+
+def pairs(flat) -> dict:
+    """A Redis flat reply [k1, v1, k2, v2, ...] as a mapping."""
+    it = iter(flat or ())
+    return {_text(k): v for k, v in zip(it, it)}

@@ -1,0 +1,637 @@
+"""The Redis state store: state shared by every worker and replica (Redis 7+, Valkey, Cluster).
+
+How it keeps the request path free of I/O:
+
+* A local copy (a ``MemoryState``, "the mirror") answers every synchronous call of
+  ``interfaces.StateStore``; the engine never waits on Redis.
+* ``prepare`` (awaited by the proxy before a decision) refreshes the mirror in one EVALSHA when it
+  is older than ``state.cache_ttl_ms`` -- the staleness bound of what other replicas learned --
+  waiting at most ``state.timeout_ms`` (then the decision goes on with the local copy, and the
+  refresh lands when it arrives).
+* ``record_outcome`` applies the outcome to the mirror at once and queues it; a background task
+  writes the queue in batches (``state.batch_max``, at least every ``state.flush_ms``, and on
+  ``aclose``) through ``lua/record.lua``, which runs ``learning.apply_outcome`` step by step
+  server-side against the shared tick.
+
+Exactly once: each batch carries (process id, sequence number) and Redis keeps the last sequence
+applied per process (``applied``), so a batch re-sent after a lost reply is skipped. The mirror is
+rebuilt on each refresh as the server's records plus every outcome of this process whose batch the
+server has not applied yet (sequence above its ``applied`` entry) -- none vanishes, none counts
+twice. The same rule re-sends batches that a Redis restarted from an older disk image lost.
+
+Outages: any connection error or timeout switches to local state (one warning per outage), and
+reconnection is attempted with a doubling backoff up to ``state.reconnect_max_ms``; queued outcomes
+are written when Redis returns. A store without its ``epoch`` key (a new Redis, or one restarted
+without persistence) is re-seeded from the mirror's shared part, then the batches are re-sent.
+
+Breaker timing uses the server's clock: ``clock()`` is the local clock plus the offset to Redis's
+TIME measured on each refresh, and the engine decides and records with it. Decay uses the shared
+tick. Keys: see ``keys`` below and the README's table."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import math
+import os
+import threading
+import time
+import uuid
+from collections import deque
+from importlib import resources
+from typing import Callable, Optional
+from urllib.parse import unquote, urlsplit
+
+from ..bandit import ArmStats
+from ..breaker import BreakerState, CircuitBreaker, FailureKind
+from ..learning import LearningRules, OutcomeRecord
+from .memory import MemoryState
+from .records import ARM_FIELDS, BREAKER_FIELDS, number, pairs, read_arm, read_breaker
+
+log = logging.getLogger("aisia.state")
+
+SCRIPTS = ("record", "refresh", "seed", "reserve")
+_RESET = "reset"
+
+
+class StoreConfigError(ValueError):
+    """The Redis store cannot start: the URL is missing or malformed (the message never holds
+    the password)."""
+
+
+# -- URL ---------------------------------------------------------------------------------------
+def redact(url: str) -> str:
+    """The URL with its password replaced by ***."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        user = parts.username or ""
+        host = parts.netloc.rsplit("@", 1)[1]
+        return parts._replace(netloc=f"{user}:***@{host}").geturl()
+    except ValueError:
+        return "<unparsable URL>"
+
+
+def redact_text(text: str, url: str) -> str:
+    """Any text (an exception's message) with the URL's password taken out."""
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    if password:
+        text = text.replace(password, "***").replace(unquote(password), "***")
+    return text
+
+
+def check_url(url: str, source: str) -> str:
+    """``url`` if it is a usable redis:// or rediss:// URL, else a StoreConfigError saying why
+    (``source`` names where it came from)."""
+    shown = redact(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise StoreConfigError(f"{source}: malformed Redis URL {shown!r}: {exc}") from None
+    if parts.scheme not in ("redis", "rediss"):
+        raise StoreConfigError(f"{source}: Redis URL {shown!r} must start with redis:// or rediss://")
+    if not parts.hostname:
+        raise StoreConfigError(f"{source}: Redis URL {shown!r} names no host")
+    if port is not None and not 0 < port < 65536:
+        raise StoreConfigError(f"{source}: Redis URL {shown!r}: port {port} out of range")
+    db = parts.path.strip("/")
+    if db and not db.isdigit():
+        raise StoreConfigError(f"{source}: Redis URL {shown!r}: the path must be a database number, not {db!r}")
+    return url
+
+
+def key_tag(prefix: str) -> str:
+    """What every key starts with: the prefix made a Cluster hash tag (``aisia:`` -> ``{aisia}:``)
+    so that every key of the store shares one slot and one script may touch any of them. A
+    prefix that already holds a ``{...}`` tag is used as it is."""
+    if "{" in prefix and "}" in prefix.split("{", 1)[1]:
+        return prefix
+    core = prefix[:-1] if prefix.endswith(":") else prefix
+    return "{%s}:" % (core or "aisia")
+
+
+class _Batch:
+    __slots__ = ("seq", "ops", "rules")
+
+    def __init__(self, seq: int, ops: list, rules: Optional[LearningRules]):
+        self.seq, self.ops, self.rules = seq, ops, rules
+
+
+def _apply(st: MemoryState, op, rules) -> None:
+    if isinstance(op, OutcomeRecord):
+        st.record_outcome(op, rules)
+    else:
+        st.reset(op[1])
+
+
+def _f(v) -> str:
+    return repr(float(v))
+
+
+def _opt(v) -> str:
+    """An optional number for the script ('' for none; a value that is no finite number is none,
+    as the Python update treats it)."""
+    if v is None or isinstance(v, bool):
+        return ""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return ""
+    return repr(f) if math.isfinite(f) else ""
+
+
+class RedisStore:
+    """``interfaces.StateStore`` over Redis, shared by every process of a deployment (see the
+    module docstring). ``on_event(name, n)``, when set, is told of store events (the names of
+    ``metrics.STORE_EVENTS``)."""
+
+    def __init__(self, policy, url: Optional[str] = None, *, process_id: Optional[str] = None):
+        cfg = policy.state
+        self.cfg = cfg
+        if url is None:
+            url = os.environ.get(cfg.redis_url_env)
+            if not url:
+                raise StoreConfigError(f"state.backend is redis but the environment variable {cfg.redis_url_env} "
+                                       "(state.redis_url_env) is not set")
+        self.url = check_url(url, f"${cfg.redis_url_env}")
+        self.shown_url = redact(url)
+        self.tag = key_tag(cfg.key_prefix)
+        self.process = process_id or uuid.uuid4().hex
+        self.on_event: Optional[Callable[[str, int], None]] = None
+        self._lock = threading.Lock()
+        self._mirror = MemoryState()
+        self._base = MemoryState()  # the server's records as of the last full refresh
+        self._base_applied: dict[str, int] = {}
+        self._queue: list = []  # (op, rules) not yet in a batch
+        self._batches: deque[_Batch] = deque()  # batched, not known applied
+        self._confirmed: deque[_Batch] = deque()  # applied since the last full refresh
+        self._retained = 0  # ops in the three above
+        self._seq = 0
+        self._epoch: Optional[str] = None
+        self._version = ""
+        self._offset = 0.0
+        self._fresh_until = 0.0
+        self._client = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._io: Optional[asyncio.Lock] = None
+        self._wake: Optional[asyncio.Event] = None
+        self._flusher: Optional[asyncio.Task] = None
+        self._refreshing: Optional[asyncio.Task] = None
+        self._closing = False
+        self._down = False
+        self._down_since = 0.0
+        self._retry_at = 0.0
+        self._backoff = 0.1
+        self._overflowing = False
+        self._rules_args: dict[int, tuple[LearningRules, list[str]]] = {}
+        self.counters = {"batches": 0, "outcomes_written": 0, "duplicates_skipped": 0, "queue_full": 0,
+                         "outages": 0, "reseeded": 0, "refreshes": 0}
+        self._sources = {name: self._script(name) for name in SCRIPTS}
+        self._shas = {name: hashlib.sha1(src.encode()).hexdigest() for name, src in self._sources.items()}
+
+    # -- keys ----------------------------------------------------------------------------------
+    def keys(self, deployment_id: str, domain: Optional[str] = None) -> dict[str, str]:
+        """The keys of one deployment's records (the README's table)."""
+        t = self.tag
+        arm = f"{t}bandit:{deployment_id}" + (f":{domain}" if domain else "")
+        return {"bandit": arm, "cb": f"{t}cb:{deployment_id}"}
+
+    def key(self, name: str) -> str:
+        """A store-wide key: tick, lkgp, deployments, domains, applied, version, epoch."""
+        return f"{self.tag}{name}"
+
+    @staticmethod
+    def _script(name: str) -> str:
+        base = resources.files("aisia_plugin.state") / "lua"
+        return (base / "common.lua").read_text(encoding="utf-8") + "\n" + (base / f"{name}.lua").read_text(encoding="utf-8")
+
+    # -- the synchronous contract: answered by the mirror --------------------------------------
+    def read_pool(self, deployment_ids, domain: Optional[str] = None, alias: Optional[str] = None):
+        return self._mirror.read_pool(deployment_ids, domain, alias)
+
+    def breaker(self, deployment_id: str) -> BreakerState:
+        return self._mirror.breaker(deployment_id)
+
+    def arm(self, deployment_id: str, domain: Optional[str] = None) -> Optional[ArmStats]:
+        return self._mirror.arm(deployment_id, domain)
+
+    def last_known_good(self, alias: str) -> Optional[str]:
+        return self._mirror.last_known_good(alias)
+
+    def tick(self) -> float:
+        return self._mirror.ticks
+
+    def dump(self) -> dict:
+        return self._mirror.dump()
+
+    def stats(self) -> dict:
+        return self._mirror.stats()
+
+    def record_outcome(self, rec: OutcomeRecord, rules: LearningRules) -> float:
+        if rec.domain == "":  # the script reads '' as "no domain"
+            rec = OutcomeRecord(rec.deployment_id, rec.now, rec.kind, rec.reward, rec.latency_s, rec.alias, None,
+                                rec.retry_after_s, rec.id)
+        with self._lock:
+            tick = self._mirror.record_outcome(rec, rules)
+            self._enqueue(rec, rules)
+        return tick
+
+    def reserve_probe(self, deployment_id: str, now: float, breaker: CircuitBreaker) -> bool:
+        """This process's reservation only (the engine's ``reserve=True``); the proxy reserves
+        across processes with :meth:`reserve_probe_shared`."""
+        with self._lock:
+            return self._mirror.reserve_probe(deployment_id, now, breaker)
+
+    def reset(self, deployment_id: str) -> None:
+        """Forget a deployment here at once and in Redis with the next batch (ordered with the
+        outcomes recorded before it)."""
+        with self._lock:
+            self._mirror.reset(deployment_id)
+            self._enqueue((_RESET, deployment_id), None)
+
+    def _enqueue(self, op, rules) -> None:
+        """Queue an op for Redis (the caller holds the lock and has applied it to the mirror)."""
+        if self._retained >= self.cfg.queue_max:
+            self.counters["queue_full"] += 1
+            self._event("queue_full")
+            if not self._overflowing:
+                self._overflowing = True
+                log.warning("state store queue full (%d outcomes waiting for Redis at %s): further outcomes stay in "
+                            "this process's local state only until the queue drains", self._retained, self.shown_url)
+            return
+        self._queue.append((op, rules))
+        self._retained += 1
+        if len(self._queue) >= self.cfg.batch_max and self._wake is not None and not self._wake.is_set():
+            try:
+                self._loop.call_soon_threadsafe(self._wake.set)
+            except RuntimeError:  # the loop is closed (shutdown)
+                pass
+
+    def clock(self) -> float:
+        """The server's time, as this process best knows it (local clock + measured offset)."""
+        return time.time() + self._offset
+
+    def queue_depth(self) -> int:
+        """Outcomes recorded here and not yet known to be applied in Redis."""
+        return self._retained
+
+    @property
+    def connected(self) -> bool:
+        return self._client is not None and not self._down
+
+    def _event(self, name: str, n: int = 1) -> None:
+        if self.on_event is not None:
+            try:
+                self.on_event(name, n)
+            except Exception:  # a metrics sink must never break the store
+                pass
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def _make_client(self):
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
+        io = self.cfg.io_timeout_ms / 1000.0
+        # One immediate retry: a pooled connection that died with a restarted server fails once
+        # even though the server is back. Every script is safe to re-send (record is idempotent).
+        kwargs = dict(socket_timeout=io, socket_connect_timeout=io, retry=Retry(NoBackoff(), 1),
+                      health_check_interval=0, decode_responses=False)
+        if self.cfg.cluster:
+            from redis.asyncio.cluster import RedisCluster
+
+            return RedisCluster.from_url(self.url, cluster_error_retry_attempts=1, **kwargs)
+        from redis.asyncio import Redis
+
+        return Redis.from_url(self.url, **kwargs)
+
+    async def start(self) -> None:
+        """Connect and read the shared state (at most ``state.io_timeout_ms``). Never raises for
+        an unreachable Redis: that is an outage, routing starts on local state."""
+        self._loop = asyncio.get_running_loop()
+        self._io = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._closing = False
+        try:
+            self._client = self._make_client()
+        except Exception as exc:  # redis-py refused the URL after our check: still a start-up error
+            raise StoreConfigError(f"${self.cfg.redis_url_env}: {redact_text(str(exc), self.url)}") from None
+        try:
+            await asyncio.wait_for(self._refresh(force=True), self.cfg.io_timeout_ms / 1000.0)
+        except Exception as exc:
+            self._outage(exc)
+        self._flusher = asyncio.create_task(self._flush_loop(), name="aisia-state-flush")
+
+    async def aclose(self) -> None:
+        """Write every queued outcome (while Redis answers), then disconnect."""
+        self._closing = True
+        if self._flusher is not None:
+            self._wake.set()
+            try:
+                await self._flusher
+            except asyncio.CancelledError:
+                pass
+            self._flusher = None
+        if self._client is not None:
+            if self._down and time.monotonic() < self._retry_at:
+                self._retry_at = 0.0  # one last attempt, now
+            await self.flush()
+            if self._retained:
+                log.warning("state store closing with %d outcomes not written to Redis at %s (unreachable)",
+                            self._retained, self.shown_url)
+            try:
+                await self._client.aclose()
+            except Exception:
+                pass
+            self._client = None
+
+    # -- request path ---------------------------------------------------------------------------
+    async def prepare(self, deployment_ids=(), alias: Optional[str] = None) -> None:
+        """Refresh the local copy when older than ``state.cache_ttl_ms``, waiting at most
+        ``state.timeout_ms``. Never raises."""
+        now = time.monotonic()
+        if now < self._fresh_until or self._client is None or (self._down and now < self._retry_at):
+            return
+        task = self._refresh_task()
+        try:
+            await asyncio.wait_for(asyncio.shield(task), self.cfg.timeout_ms / 1000.0)
+        except asyncio.TimeoutError:
+            return  # the refresh lands later; this decision uses the local copy
+        except Exception:
+            pass  # recorded as an outage by the task
+
+    def _refresh_task(self) -> asyncio.Task:
+        task = self._refreshing
+        if task is None or task.done():
+            task = self._refreshing = asyncio.ensure_future(self._guarded_refresh())
+        return task
+
+    async def _guarded_refresh(self) -> None:
+        try:
+            await self._refresh()
+        except Exception as exc:
+            self._outage(exc)
+
+    async def refresh(self, force: bool = True) -> bool:
+        """Read the shared state now (tests, the CLI); False when Redis is unreachable."""
+        try:
+            await self._refresh(force=force)
+            return True
+        except Exception as exc:
+            self._outage(exc)
+            return False
+
+    async def reserve_probe_shared(self, deployment_id: str, now: float, breaker: CircuitBreaker) -> bool:
+        """Take a half-open probe slot atomically across every process (``lua/reserve.lua``); on
+        an outage, or past ``state.timeout_ms``, this process's own reservation."""
+        if self._client is None or (self._down and time.monotonic() < self._retry_at):
+            return self.reserve_probe(deployment_id, now, breaker)
+        task = asyncio.ensure_future(self._reserve(deployment_id, now, breaker))
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), self.cfg.timeout_ms / 1000.0)
+        except asyncio.TimeoutError:
+            return self.reserve_probe(deployment_id, now, breaker)
+        except Exception as exc:
+            self._outage(exc)
+            return self.reserve_probe(deployment_id, now, breaker)
+
+    async def _reserve(self, deployment_id, now, breaker) -> bool:
+        keys = self.keys(deployment_id)
+        reply = await self._eval("reserve", [keys["cb"]], [
+            self.tag, deployment_id, _f(now), _f(breaker.timeout_s), str(breaker.half_open_max_calls),
+            _f(breaker.probe_lease_s), str(self.cfg.breaker_ttl_s)])
+        self._recovered()
+        state = read_breaker(dict(zip(BREAKER_FIELDS, reply[1:])))
+        with self._lock:
+            self._mirror.put_breaker(deployment_id, state)
+        return bool(int(reply[0]))
+
+    # -- Redis calls ------------------------------------------------------------------------------
+    async def _eval(self, name: str, keys: list, args: list):
+        from redis.exceptions import NoScriptError
+
+        client = self._client
+        try:
+            return await client.evalsha(self._shas[name], len(keys), *keys, *args)
+        except NoScriptError:  # a new server, SCRIPT FLUSH, a failover: load it and go on
+            await client.script_load(self._sources[name])
+            return await client.evalsha(self._shas[name], len(keys), *keys, *args)
+
+    def _outage(self, exc: BaseException) -> None:
+        now = time.monotonic()
+        if not self._down:
+            self._down, self._down_since, self._backoff = True, now, 0.1
+            self.counters["outages"] += 1
+            self._event("fallback")
+            log.warning("Redis state store %s unreachable (%s: %s): routing continues on local state; outcomes are "
+                        "kept and merged when it returns", self.shown_url, type(exc).__name__,
+                        redact_text(str(exc), self.url))
+        else:
+            self._backoff = min(self._backoff * 2.0, self.cfg.reconnect_max_ms / 1000.0)
+        self._retry_at = now + self._backoff
+
+    def _recovered(self) -> None:
+        if self._down:
+            self._down = False
+            self._event("reconnect")
+            log.warning("Redis state store %s reachable again after %.1f s; writing %d queued outcomes",
+                        self.shown_url, time.monotonic() - self._down_since, self._retained)
+            if self._retained:
+                self._event("outcomes_merged", self._retained)
+
+    async def _refresh(self, force: bool = False) -> None:
+        async with self._io:
+            for _ in range(3):  # a re-seed is followed by a full read
+                if not await self._refresh_once(force):
+                    return
+                force = True
+
+    async def _refresh_once(self, force: bool) -> bool:
+        """One read; True when the store had to be re-seeded (read again)."""
+        sent_mono, sent = time.monotonic(), time.time()
+        reply = await self._eval("refresh", [self.key("tick")], [self.tag, "" if force else self._version])
+        received = time.time()
+        self._recovered()
+        self.counters["refreshes"] += 1
+        self._offset = int(reply[2]) + int(reply[3]) / 1e6 - (sent + received) / 2.0
+        self._fresh_until = sent_mono + self.cfg.cache_ttl_ms / 1000.0
+        version, epoch = reply[0].decode(), reply[1].decode()
+        if not epoch:
+            await self._seed()
+            return True
+        if len(reply) == 4:  # nothing written since our version: read again only for another epoch
+            return epoch != self._epoch
+        self._epoch, self._version = epoch, version
+        base = MemoryState()
+        tick = number(reply[4], 0.0, 1e15)
+        base.ticks = tick if tick is not None else 0.0
+        applied = {k: int(number(v, 0, 1e18) or 0) for k, v in pairs(reply[5]).items()}
+        base.lkgp = {str(k): v.decode("utf-8", "replace") for k, v in pairs(reply[6]).items()}
+        for dep_raw, g, cb, per_domain in reply[7]:
+            dep = dep_raw.decode("utf-8", "replace")
+            if g:
+                base.put_arm(dep, None, read_arm(pairs(g)))
+            if cb:
+                base.breakers[dep] = read_breaker(pairs(cb))
+            for dom, h in pairs(per_domain).items():
+                base.put_arm(dep, dom, read_arm(pairs(h)))
+        self._install(base, applied)
+        return False
+
+    def _install(self, base: MemoryState, applied: dict[str, int]) -> None:
+        """The new server view, plus what of this process the server has not applied."""
+        done = applied.get(self.process, 0)
+        with self._lock:
+            kept = [b for b in (*self._confirmed, *self._batches) if b.seq > done]
+            self._retained -= sum(len(b.ops) for b in (*self._confirmed, *self._batches) if b.seq <= done)
+            self._confirmed = deque()
+            self._batches = deque(kept)
+            mirror = base.copy()
+            for b in kept:
+                for op in b.ops:
+                    _apply(mirror, op, b.rules)
+            for op, rules in self._queue:
+                _apply(mirror, op, rules)
+            self._base, self._base_applied, self._mirror = base, applied, mirror
+
+    async def _seed(self) -> None:
+        """Write the last shared view into a Redis that has none (another replica may win)."""
+        base, tag = self._base, self.tag
+        args = [tag, uuid.uuid4().hex, str(self.cfg.bandit_ttl_s), str(self.cfg.breaker_ttl_s), _f(base.ticks)]
+        args.append(str(len(self._base_applied)))
+        for proc, seq in self._base_applied.items():
+            args += (proc, str(seq))
+        args.append(str(len(base.lkgp)))
+        for alias, dep in base.lkgp.items():
+            args += (alias, dep)
+        arms = [(dep, dom, s) for dom, by_dep in base.arms.items() for dep, s in by_dep.items()]
+        args.append(str(len(arms)))
+        for dep, dom, s in arms:
+            args += (dep, dom or "")
+            args += [repr(float(getattr(s, f))) if f != "count" else str(s.count) for f in ARM_FIELDS]
+        args.append(str(len(base.breakers)))
+        for dep, b in base.breakers.items():
+            args.append(dep)
+            args += [b.state if f == "state" else repr(getattr(b, f)) for f in BREAKER_FIELDS]
+        reply = await self._eval("seed", [self.key("epoch")], args)
+        if reply[0] == b"seeded" and self._epoch is not None:
+            self.counters["reseeded"] += 1
+            self._event("reseeded")
+            log.warning("Redis state store %s came back empty: re-seeded from this process's state", self.shown_url)
+
+    # -- writing outcomes ------------------------------------------------------------------------
+    async def _flush_loop(self) -> None:
+        period = self.cfg.flush_ms / 1000.0
+        while not self._closing:
+            try:
+                await asyncio.wait_for(self._wake.wait(), period)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+            if self._closing:
+                break
+            await self.flush()
+            # Kept warm here too, so that a busy process's decisions rarely wait, and so that
+            # written outcomes stop being retained once the server's records show them.
+            if not self._down and time.monotonic() >= self._fresh_until:
+                await self.refresh(force=False)
+
+    async def flush(self) -> bool:
+        """Write every queued outcome now; True when nothing is left. Never raises."""
+        if self._client is None:
+            return not self._retained
+        if self._down:
+            if time.monotonic() < self._retry_at:
+                return False
+            if not await self.refresh(force=True):  # reconnect (and re-seed) before writing
+                return False
+        epoch_retries = 0
+        while True:
+            batch = self._next_batch()
+            if batch is None:
+                return True
+            try:
+                async with self._io:
+                    if not self._batches or self._batches[0] is not batch:
+                        continue  # a refresh re-based the batches meanwhile
+                    status = await self._send(batch)
+            except Exception as exc:
+                self._outage(exc)
+                return False
+            if status == "epoch":  # Redis lost its state: re-seed (or adopt another's), then re-send
+                epoch_retries += 1
+                if epoch_retries > 3 or not await self.refresh(force=True):
+                    return False
+
+    def _next_batch(self) -> Optional[_Batch]:
+        with self._lock:
+            if self._batches:
+                return self._batches[0]
+            if not self._queue:
+                return None
+            rules = self._queue[0][1]
+            n, cap = 0, self.cfg.batch_max
+            for op, r in self._queue:
+                # A batch has one set of rules (a reload starts a new batch); a reset joins any.
+                if n >= cap or (r is not None and rules is not None and r is not rules):
+                    break
+                if rules is None:
+                    rules = r
+                n += 1
+            ops = self._queue[:n]
+            del self._queue[:n]
+            self._seq += 1
+            batch = _Batch(self._seq, [op for op, _ in ops], rules)
+            self._batches.append(batch)
+            return batch
+
+    def _rule_args(self, rules: Optional[LearningRules]) -> list[str]:
+        if rules is None:  # a batch of resets only: the script reads rules it will not use
+            return ["1", "0", "1", "0", "0", "0", "1", "0", "0.5", *("0",) * len(ARM_FIELDS)]
+        hit = self._rules_args.get(id(rules))
+        if hit is not None and hit[0] is rules:
+            return hit[1]
+        cb, fresh = rules.breaker, rules.fresh
+        args = [str(cb.failure_threshold), _f(cb.timeout_s), str(cb.half_open_max_calls), _f(cb.rate_limit_cooldown_s),
+                _f(cb.max_retry_after_s), _f(cb.probe_lease_s), _f(rules.gamma), _f(rules.ema_weight),
+                _f(rules.success_threshold)]
+        args += [str(fresh.count) if f == "count" else _f(getattr(fresh, f)) for f in ARM_FIELDS]
+        if len(self._rules_args) > 64:
+            self._rules_args.clear()
+        self._rules_args[id(rules)] = (rules, args)
+        return args
+
+    async def _send(self, batch: _Batch) -> str:
+        args = [self.tag, self._epoch or "", self.process, str(batch.seq), str(self.cfg.bandit_ttl_s),
+                str(self.cfg.breaker_ttl_s), *self._rule_args(batch.rules), str(len(batch.ops))]
+        add = args.extend
+        for op in batch.ops:
+            if isinstance(op, OutcomeRecord):
+                kind = op.kind
+                add(("o", op.deployment_id, _f(op.now), "" if kind is None else FailureKind(kind).value,
+                     _f(op.reward) if not math.isnan(op.reward) else "0.0", _opt(op.latency_s), op.alias or "",
+                     op.domain or "", _opt(op.retry_after_s)))
+            else:
+                add(("r", op[1], "0", "", "0", "", "", "", ""))
+        reply = await self._eval("record", [self.key("tick")], args)
+        self._recovered()
+        status = reply[0].decode()
+        if status in ("ok", "dup"):
+            with self._lock:
+                if self._batches and self._batches[0] is batch:
+                    self._batches.popleft()
+                    self._confirmed.append(batch)
+            self.counters["batches"] += 1
+            if status == "ok":
+                self.counters["outcomes_written"] += len(batch.ops)
+            else:
+                self.counters["duplicates_skipped"] += len(batch.ops)
+            self._event("batch_flushed")
+            # Confirmed ops stay retained until a refresh shows them in the server's records.
+            self._overflowing = False
+        return status

@@ -1,0 +1,89 @@
+"""Linear time on hostile inputs: the cost of one routing decision as the request grows
+(prompt bytes, message count, tool-list size, NUL bytes, invalid Unicode, nesting), so that
+a megabyte prompt or tens of thousands of messages cost time in proportion to their size, up to
+the scan cap (domains.max_scan_chars), and never more.
+
+A benchmark, not a test: nothing is asserted. Run with
+
+    .venv/bin/python benchmarks/hostile_inputs.py [--repeats 5]
+
+Prints a table and writes benchmarks/results/hostile_inputs.json and .md. Each figure is the
+median of `repeats` decisions of a fresh request object (the engine is warm)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from aisia_plugin.decision import Deployment  # noqa: E402
+from aisia_plugin.engine import Engine  # noqa: E402
+from aisia_plugin.policy import load_policy  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+POOL = [Deployment(id=f"d-{i}", model_name=f"m{i}", model=f"p{i}/model-{i}", provider=f"p{i}",
+                   input_cost_per_1m=0.5 + i, output_cost_per_1m=1.0 + i) for i in range(16)]
+
+
+def cases():
+    word = "write a python function that parses json and explain the algorithm step by step "
+    for size in (1_000, 16_000, 256_000, 1_000_000, 4_000_000):
+        yield "prompt bytes", size, [{"role": "user", "content": (word * (size // len(word) + 1))[:size]}], None
+    for n in (10, 1_000, 10_000, 100_000):
+        yield "messages", n, [{"role": "user" if i % 2 else "assistant", "content": f"turn {i} about code"}
+                              for i in range(n)], None
+    for n in (10, 1_000, 10_000, 50_000):
+        tools = [{"type": "function", "function": {"name": f"tool_{i}", "description": "does a thing",
+                                                   "parameters": {"type": "object", "properties": {"x": {"type": "string"}}}}}
+                 for i in range(n)]
+        yield "tools", n, [{"role": "user", "content": "call a tool"}], tools
+    for size in (1_000, 1_000_000):
+        yield "NUL bytes", size, [{"role": "user", "content": "\x00" * size}], None
+        yield "invalid unicode", size, [{"role": "user", "content": "\udcff" * size}], None
+    for depth in (10, 1_000, 50_000):
+        nested: object = "deep"
+        for _ in range(depth):
+            nested = [nested]
+        yield "nesting depth", depth, [{"role": "user", "content": nested}], None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args(argv)
+    policy = load_policy()
+    engine = Engine(policy, rng=random.Random(0))
+    engine.decide("auto", [{"role": "user", "content": "warm up"}], POOL)
+    rows = []
+    print(f"{'input':<16} {'size':>10} {'median ms':>10} {'us per unit':>12}")
+    for kind, size, messages, tools in cases():
+        times = []
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            engine.decide("auto", messages, POOL, tools=tools)
+            times.append(time.perf_counter() - t0)
+        med = statistics.median(times)
+        rows.append({"input": kind, "size": size, "median_ms": med * 1e3, "us_per_unit": med * 1e6 / size})
+        print(f"{kind:<16} {size:>10} {med * 1e3:>10.3f} {med * 1e6 / size:>12.4f}")
+    conditions = {"python": platform.python_version(), "machine": platform.machine(), "repeats": args.repeats,
+                  "pool": len(POOL), "alias": "auto", "max_scan_chars": policy.domains.max_scan_chars,
+                  "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "hostile_inputs.json").write_text(json.dumps({"conditions": conditions, "rows": rows}, indent=1))
+    lines = ["# Decision cost on hostile inputs (`benchmarks/hostile_inputs.py`)", "",
+             f"Conditions: {json.dumps(conditions)}", "",
+             "| input | size | median ms | us per unit |", "|---|---:|---:|---:|"]
+    lines += [f"| {r['input']} | {r['size']} | {r['median_ms']:.3f} | {r['us_per_unit']:.4f} |" for r in rows]
+    (RESULTS / "hostile_inputs.md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

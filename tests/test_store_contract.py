@@ -1,0 +1,292 @@
+"""The state-store contract: one suite, run unchanged against every store (the way pybreaker runs
+one storage suite against each storage): the memory store, the Redis store on a real
+redis-server, and the Redis store whose server is killed (SIGKILL) and restarted from its AOF in
+the middle of each test.
+
+A harness gives each test what differs between stores and nothing else: ``store`` (started),
+``other()`` (a second process's view of the same state: for memory, the same store),
+``sync()`` (make what was recorded visible to every view: for Redis, write the queue and read
+back) and ``midpoint()`` (for the restarted variant, the server's crash and restart)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import random
+import threading
+
+import pytest
+
+from aisia_plugin.bandit import ArmStats
+from aisia_plugin.breaker import CLOSED, HALF_OPEN, OPEN, BreakerState, FailureKind
+from aisia_plugin.decision import Deployment
+from aisia_plugin.engine import Engine
+from aisia_plugin.interfaces import StateStore
+from aisia_plugin.learning import OutcomeRecord
+from aisia_plugin.outcome import Outcome
+from aisia_plugin.policy import load_policy
+from aisia_plugin.state import open_store
+from aisia_plugin.state.memory import MemoryState
+from redis_server import redis_module  # noqa: F401  (a fixture)
+
+BASE = load_policy()
+_prefixes = itertools.count()
+
+
+def policy_for(backend: str, prefix: str, **state):
+    return BASE.model_copy(update={"state": BASE.state.model_copy(update={"backend": backend, "key_prefix": prefix,
+                                                                           **state})})
+
+
+class Harness:
+    def __init__(self, kind: str, policy, server=None):
+        self.kind, self.policy, self.server = kind, policy, server
+        self.stores: list = []
+        self.store = None
+
+    async def open(self):
+        st = open_store(self.policy)
+        await st.start()
+        self.stores.append(st)
+        return st
+
+    async def other(self):
+        """Another process's view of the same state."""
+        return self.store if self.kind == "memory" else await self.open()
+
+    async def sync(self):
+        """Every outcome recorded so far visible to every view (bounded: an outage or a
+        restart in progress is waited out, not timed)."""
+        if self.kind == "memory":
+            return
+        for _ in range(400):
+            ok = all([await st.flush() for st in self.stores])
+            ok = all([await st.refresh() for st in self.stores]) and ok
+            if ok and all(st.queue_depth() == 0 for st in self.stores):
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"the stores did not synchronise: {[st.counters for st in self.stores]}")
+
+    async def midpoint(self):
+        if self.kind == "redis-restarted":
+            await self.sync()
+            self.server.restart()  # SIGKILL, then the same port and directory: the AOF is replayed
+
+    async def close(self):
+        for st in self.stores:
+            await st.aclose()
+
+
+@pytest.fixture(params=["memory", "redis", "redis-restarted"])
+async def h(request, monkeypatch):
+    kind = request.param
+    prefix = f"c{next(_prefixes)}:"
+    if kind == "memory":
+        harness = Harness(kind, policy_for("memory", prefix))
+    else:
+        server = request.getfixturevalue("redis_module")
+        monkeypatch.setenv("AISIA_REDIS_URL", server.url)
+        harness = Harness(kind, policy_for("redis", prefix), server)
+    harness.store = await harness.open()
+    yield harness
+    await harness.close()
+
+
+def rules_of(policy):
+    return Engine(policy, clock=lambda: 0.0).rules
+
+
+def outcomes(seed: int, n: int, deps=("a", "b", "c"), t0: float = 1000.0):
+    rng = random.Random(seed)
+    kinds = [None, None, None, FailureKind.PROVIDER, FailureKind.CLIENT, FailureKind.RATE_LIMIT]
+    for i in range(n):
+        kind = rng.choice(kinds)
+        yield OutcomeRecord(rng.choice(deps), t0 + i * rng.choice((0.5, 7.0, 61.0)), kind, rng.random(),
+                            rng.choice((None, rng.uniform(0.05, 9.0))), rng.choice(("auto", "auto/coding", None)),
+                            rng.choice((None, "coding", "math")), rng.choice((None, 2.0)))
+
+
+def assert_same_records(got: dict, want: dict):
+    assert got["ticks"] == pytest.approx(want["ticks"], abs=1e-9)
+    assert got["lkgp"] == want["lkgp"]
+    assert set(got["bandit"]) == set(want["bandit"]) and set(got["breakers"]) == set(want["breakers"])
+    for key, rec in want["bandit"].items():
+        for field, v in rec.items():
+            assert got["bandit"][key][field] == pytest.approx(v, rel=1e-9, abs=1e-9), (key, field)
+    for key, rec in want["breakers"].items():
+        for field, v in rec.items():
+            assert got["breakers"][key][field] == (pytest.approx(v, abs=1e-9) if isinstance(v, float) else v), (key, field)
+
+
+async def test_it_is_a_state_store(h):
+    assert isinstance(h.store, StateStore)
+    tick, breakers, g, d, lkgp = h.store.read_pool(["x", "y"], "coding", "auto")
+    assert (tick, breakers, g, d, lkgp) == (0.0, [None, None], [None, None], [None, None], None)
+
+
+async def test_recorded_records_equal_the_pure_update_applied_in_order(h):
+    rules = rules_of(h.policy)
+    ref = MemoryState()
+    recs = list(outcomes(1, 120))
+    for k, rec in enumerate(recs):
+        if k == len(recs) // 2:
+            await h.midpoint()
+        h.store.record_outcome(rec, rules)
+        ref.record_outcome(rec, rules)
+    await h.sync()
+    assert_same_records(h.store.dump(), ref.dump())
+    assert_same_records((await h.other()).dump(), ref.dump())
+
+
+async def test_a_breaker_opened_by_one_view_is_open_for_another(h):
+    rules = rules_of(h.policy)
+    threshold = rules.breaker.failure_threshold
+    for i in range(threshold):
+        h.store.record_outcome(OutcomeRecord("a", 100.0 + i, FailureKind.PROVIDER, 0.0, 1.0), rules)
+    assert h.store.breaker("a").state == OPEN
+    await h.midpoint()
+    await h.sync()
+    other = await h.other()
+    assert other.breaker("a").state == OPEN and other.breaker("a").failures == threshold
+    assert other.read_pool(["a"])[1][0].state == OPEN
+    # a success resolves nothing while OPEN; past the timeout it is a probe's success
+    other.record_outcome(OutcomeRecord("a", 100.0 + threshold, None, 1.0, 1.0), rules)
+    await h.sync()
+    assert h.store.breaker("a").state == OPEN
+
+
+async def test_half_open_probes_are_granted_at_most_max_calls_across_views(h):
+    rules = rules_of(h.policy)
+    cb = rules.breaker
+    for i in range(cb.failure_threshold):
+        h.store.record_outcome(OutcomeRecord("a", 10.0, FailureKind.PROVIDER, 0.0, None), rules)
+    await h.sync()
+    views = [h.store, await h.other(), await h.other()]
+    now = 10.0 + cb.timeout_s + 1.0
+    await h.midpoint()
+    grants = await asyncio.gather(*(v.reserve_probe_shared("a", now, cb) for v in views for _ in range(4)))
+    assert sum(grants) == cb.half_open_max_calls
+    await h.sync()
+    assert h.store.breaker("a").state == HALF_OPEN
+    assert h.store.breaker("a").probes_in_flight == cb.half_open_max_calls
+    # the probes succeed: CLOSED again, everywhere
+    for _ in range(cb.half_open_max_calls):
+        h.store.record_outcome(OutcomeRecord("a", now + 1.0, None, 1.0, 0.5), rules)
+    await h.sync()
+    assert all(v.breaker("a").state == CLOSED for v in views)
+
+
+async def test_rate_limits_and_client_errors_move_no_arm_and_no_tick(h):
+    rules = rules_of(h.policy)
+    h.store.record_outcome(OutcomeRecord("a", 50.0, FailureKind.RATE_LIMIT, 0.0, None, "auto", None, 30.0), rules)
+    h.store.record_outcome(OutcomeRecord("a", 51.0, FailureKind.CLIENT, 0.0, 0.2, "auto"), rules)
+    await h.midpoint()
+    await h.sync()
+    other = await h.other()
+    tick, (bs,), (g,), _, lkgp = other.read_pool(["a"], None, "auto")
+    assert tick == 0.0 and g is None and lkgp is None
+    assert bs.rate_limited_until == 80.0 and bs.rate_limits == 1 and bs.state == CLOSED
+
+
+async def test_global_and_per_domain_arms_tick_and_last_known_good(h):
+    rules = rules_of(h.policy)
+    h.store.record_outcome(OutcomeRecord("a", 1.0, None, 0.9, 1.5, "auto/coding", "coding"), rules)
+    h.store.record_outcome(OutcomeRecord("b", 2.0, FailureKind.PROVIDER, 0.0, 3.0, "auto/coding", "coding"), rules)
+    await h.midpoint()
+    h.store.record_outcome(OutcomeRecord("b", 3.0, None, 0.6, 2.0, "auto", None), rules)
+    await h.sync()
+    other = await h.other()
+    tick, _, g, d, lkgp = other.read_pool(["a", "b", "c"], "coding", "auto/coding")
+    assert tick == 3.0
+    assert [x.count if x else None for x in g] == [1, 2, None]
+    assert [x.count if x else None for x in d] == [1, 1, None]
+    assert g[0].avg_latency == 1.5 and d[1].failures == 1.0
+    assert lkgp == "a" and other.last_known_good("auto") == "b"
+    assert other.arm("b", "math") is None and other.arm("a", "coding").tick == 1.0
+
+
+async def test_reset_forgets_a_deployment_everywhere(h):
+    rules = rules_of(h.policy)
+    for i in range(6):
+        h.store.record_outcome(OutcomeRecord("a", float(i), FailureKind.PROVIDER, 0.0, 1.0, None, "coding"), rules)
+        h.store.record_outcome(OutcomeRecord("b", float(i), None, 1.0, 1.0, None, "coding"), rules)
+    await h.sync()
+    other = await h.other()
+    assert other.breaker("a").state == OPEN
+    other.reset("a")
+    await h.midpoint()
+    await h.sync()
+    for view in (h.store, other):
+        assert view.arm("a") is None and view.arm("a", "coding") is None and view.breaker("a") == BreakerState()
+        assert view.arm("b").count == 6 and view.arm("b", "coding").count == 6
+        assert "a" not in view.stats()
+
+
+async def test_stats_keep_the_exact_count_beside_the_discounted_pulls(h):
+    rules = rules_of(h.policy)
+    assert rules.gamma < 1.0  # the default policy forgets
+    for i in range(300):
+        h.store.record_outcome(OutcomeRecord("a", float(i), None if i % 4 else FailureKind.PROVIDER, 0.8, 0.5,
+                                             "auto", "coding"), rules)
+    await h.midpoint()
+    await h.sync()
+    row = (await h.other()).stats()["a"]
+    assert set(row) >= {"pulls", "mean_reward", "alpha", "beta", "count", "avg_latency", "error_rate", "breaker",
+                        "domains"}
+    assert row["count"] == 300 and row["pulls"] < 300
+    assert row["error_rate"] == pytest.approx(0.25, abs=0.01) and row["breaker"] == CLOSED
+    assert row["domains"]["coding"]["count"] == 300
+
+
+async def test_threads_recording_at_once_lose_nothing(h):
+    rules = rules_of(h.policy)
+
+    def worker(k):
+        for i in range(250):
+            h.store.record_outcome(OutcomeRecord("a", 1.0, None, 1.0, None, None, None), rules)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    await h.midpoint()
+    await h.sync()
+    arm = (await h.other()).arm("a")
+    assert arm.count == 1000 and (await h.other()).read_pool(["a"])[0] == 1000.0
+    assert arm.alpha - 1.0 == pytest.approx(arm.pulls, rel=1e-12)  # every one a success
+
+
+async def test_the_engine_decides_and_learns_through_the_store(h):
+    engine = Engine(h.policy, clock=h.store.clock, rng=random.Random(3), store=h.store)
+    deps = [Deployment(id=i, model_name="g", model=f"p/{i}", provider=i, input_cost_per_1m=1.0, output_cost_per_1m=1.0)
+            for i in ("a", "b", "c")]
+    msgs = [{"role": "user", "content": "write a python function that sorts a list"}]
+    seen = []
+    for k in range(30):
+        if k == 15:
+            await h.midpoint()
+        await h.store.prepare([d.id for d in deps], "auto")
+        d = engine.decide("auto", msgs, deps, reserve=False)
+        seen.append(d.deployment_id)
+        engine.record(d, Outcome(d.deployment_id, success=d.deployment_id != "c", latency_s=0.5,
+                                 status_code=None if d.deployment_id != "c" else 503))
+    await h.sync()
+    other = await h.other()
+    assert sum(other.arm(i).count for i in set(seen)) == 30
+    assert all(other.arm(i).count == seen.count(i) for i in set(seen))
+    if "c" in seen:  # every call to c failed
+        assert other.arm("c").failures > 0 and other.arm("c").alpha == 1.0
+    assert other.last_known_good("auto") in ("a", "b")
+
+
+async def test_the_dump_is_a_memory_state(h):
+    rules = rules_of(h.policy)
+    for rec in outcomes(7, 40):
+        h.store.record_outcome(rec, rules)
+    await h.sync()
+    dump = (await h.other()).dump()
+    assert MemoryState.load(dump).dump() == dump
+    assert all(math.isfinite(v) for rec in dump["bandit"].values() for v in rec.values())
+    assert isinstance(MemoryState.load(dump).arm("a"), ArmStats)
