@@ -28,28 +28,26 @@ for _ = 1, section() do
   redis.call('HSETNX', tag .. 'lkgp', ARGV[i], ARGV[i + 1]); i = i + 2
   redis.call('EXPIRE', tag .. 'lkgp', bandit_ttl)
 end
+-- A record from ARGV[first ..] unless the key holds one already.
+local function keep_or_write(key, fields, first, ttl)
+  if redis.call('EXISTS', key) == 0 then
+    local args = {}
+    for k, f in ipairs(fields) do args[#args + 1] = f; args[#args + 1] = ARGV[first + k - 1] end
+    redis.call('HSET', key, unpack(args))
+    redis.call('EXPIRE', key, ttl)
+  end
+end
 for _ = 1, section() do
   local dep, dom = ARGV[i], ARGV[i + 1]
   local key = tag .. 'bandit:' .. dep
   if dom ~= '' then key = key .. ':' .. dom; member('domains', dom) end
-  if redis.call('EXISTS', key) == 0 then
-    local args = {}
-    for k, f in ipairs(ARM) do args[#args + 1] = f; args[#args + 1] = ARGV[i + 1 + k] end
-    redis.call('HSET', key, unpack(args))
-    redis.call('EXPIRE', key, bandit_ttl)
-  end
+  keep_or_write(key, ARM, i + 2, bandit_ttl)
   member('deployments', dep)
   i = i + 2 + #ARM
 end
 for _ = 1, section() do
   local dep = ARGV[i]
-  local key = tag .. 'cb:' .. dep
-  if redis.call('EXISTS', key) == 0 then
-    local args = {}
-    for k, f in ipairs(CB) do args[#args + 1] = f; args[#args + 1] = ARGV[i + k] end
-    redis.call('HSET', key, unpack(args))
-    redis.call('EXPIRE', key, breaker_ttl)
-  end
+  keep_or_write(tag .. 'cb:' .. dep, CB, i + 1, breaker_ttl)
   member('deployments', dep)
   i = i + 1 + #CB
 end
