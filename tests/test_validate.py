@@ -61,6 +61,83 @@ def test_default_path_is_the_configured_policy_path(capsys, monkeypatch):
     assert (code, out) == (0, "ok: 1 file, 2 aliases\n")
 
 
+# --- layering over the shipped defaults ---------------------------------------------------------
+
+SHIPPED = sorted(p.name for p in (REPO / "policies").glob("*.y*ml"))
+SHIPPED_ALIASES = ["auto", "auto/coding", "auto/fast", "auto/cheap", "auto/offline", "auto/smart", "auto/lkgp"]
+
+
+def test_a_team_file_that_only_annotates_deployments_is_a_complete_policy(capsys, monkeypatch):
+    from aisia_plugin.policy import load_policy
+
+    code, out, _ = validate(capsys, f"{FIX}/layered/annotate.yaml")
+    assert (code, out) == (0, f"ok: 1 file over the shipped defaults ({len(SHIPPED)} files), 7 aliases\n")
+    policy = load_policy([f"{FIX}/layered/annotate.yaml"])
+    assert list(policy.aliases) == SHIPPED_ALIASES and policy.defaults is True
+    assert policy.deployments["ollama-*"].tier == "free"
+    assert policy.mode_packs["quality-first"].weights  # from the shipped mode_packs.yaml
+    # The proxy reads $AISIA_POLICY the same way.
+    monkeypatch.setenv("AISIA_POLICY", f"{FIX}/layered/annotate.yaml")
+    assert load_policy() == policy
+
+
+def test_a_team_file_adds_an_alias_and_its_values_win_without_overrides(capsys):
+    from aisia_plugin.policy import load_policy
+
+    code, out, _ = validate(capsys, "--format", "json", f"{FIX}/layered/team.yaml")
+    report = json.loads(out)
+    assert code == 0 and report["errors"] == [] and report["aliases"] == 8
+    assert [Path(f).name for f in report["default_files"]] == SHIPPED
+    policy = load_policy([f"{FIX}/layered/team.yaml"])
+    assert policy.aliases["auto/team"].strategy == "cost"
+    # The shipped auto/coding says ucb1 with exploration_c 0.3; the team's value wins, key by key.
+    coding = policy.aliases["auto/coding"]
+    assert (coding.strategy, coding.exploration_c, coding.domain_hint) == ("thompson", 0.3, "coding")
+    assert policy.costs.by_provider_prefix["openai"] == 4.0  # the shipped file says 5.0
+    assert policy.costs.by_provider_prefix["groq"] == 0.30  # kept
+
+
+def test_the_conflict_rule_still_holds_between_the_users_own_files(capsys):
+    code, out, _ = validate(capsys, f"{FIX}/layered/team.yaml", f"{FIX}/layered/team-conflict.yaml")
+    assert code == 1
+    assert out.splitlines() == [
+        f"{FIX}/layered/team-conflict.yaml:4:15: aliases.auto/team.strategy: conflicts with {FIX}/layered/team.yaml:6 "
+        "which sets it to 'cost'; this file sets 'latency' (add 'overrides: true' to this file to make it win)",
+    ]
+
+
+def test_defaults_false_makes_the_files_the_whole_policy(capsys):
+    from aisia_plugin.policy import load_policy
+
+    policy = load_policy([f"{FIX}/good/minimal.yaml"])
+    assert list(policy.aliases) == ["auto", "auto/smart"] and policy.defaults is False
+    assert list(policy.domains.definitions) == ["coding"]
+    assert policy.costs.by_provider_prefix == {}  # the schema's default, not the shipped table
+
+
+def test_the_shipped_directory_and_its_files_are_not_layered_twice(capsys):
+    code, out, _ = validate(capsys, "policies/")
+    assert out == f"ok: {len(SHIPPED)} files, 7 aliases\n"
+    # One shipped file named alone is layered over the others: its references resolve.
+    code, out, _ = validate(capsys, "--format", "json", "policies/aliases.yaml")
+    report = json.loads(out)
+    assert code == 0 and [Path(f).name for f in report["default_files"]] == [n for n in SHIPPED if n != "aliases.yaml"]
+
+
+def test_a_bad_team_file_is_reported_at_its_own_lines(capsys):
+    code, out, _ = validate(capsys, f"{BAD}/unknown_key.yaml")
+    assert code == 1 and out.startswith(f"{BAD}/unknown_key.yaml:5:5: ")
+
+
+def test_explain_reads_the_same_layering(capsys):
+    assert main(["explain", "--policy", f"{FIX}/layered/team.yaml", "--alias", "auto/team", "--json", "hello"]) == 0
+    out, _ = capsys.readouterr()
+    assert json.loads(out)["decision"]["strategy"] == "cost"
+    assert main(["explain", "--policy", f"{FIX}/good/minimal.yaml", "--alias", "auto/team", "hello"]) == 2
+    _, err = capsys.readouterr()
+    assert "unknown alias 'auto/team'; known: auto, auto/smart" in err
+
+
 # --- one fixture per kind of mistake --------------------------------------------------------
 
 CASES = {
@@ -141,7 +218,9 @@ def test_several_errors_in_one_file_are_all_reported_in_one_run(capsys):
         f"{f}:4:15: aliases.auto.strategy: unknown strategy 'thompsn'; did you mean 'thompson'? (no installed plugin provides it)",
         f"{f}:5:5: aliases.auto.exploraton: unknown key 'exploraton'; did you mean 'exploration'?",
         f"{f}:7:17: aliases.auto.failover.attempts: value 11 is out of range: must be <= 10",
-        f"{f}:10:16: aliases.auto/coding.mode_pack: unknown mode pack 'missing-pack'; the policy defines no mode packs (mode_packs)",
+        # layered over the shipped defaults, whose mode packs are known
+        f"{f}:10:16: aliases.auto/coding.mode_pack: unknown mode pack 'missing-pack'; known: chaos-mode, cost-saver, "
+        "offline-friendly, quality-first, reliability-first, ship-fast",
         f"{f}:11:18: aliases.auto/coding.cost_weight: expected number or null, got string 'high'",
         f"{f}:13:3: circuit_breaker.failure_treshold: unknown key 'failure_treshold'; did you mean 'failure_threshold'?",
     ]
@@ -363,3 +442,56 @@ def test_pre_commit_hook():
     files = re.compile(hook["files"])
     assert files.search("policies/aliases.yaml") and files.search("deploy/policies/team.yml")
     assert not files.search("src/config.yaml") and not files.search("policies/README.md")
+
+
+# --- hostile and empty files (issue 11, findings 1 and 5) ------------------------------------------
+
+BOMB = "".join(f"{c}: &{c} [{', '.join([f'*{p}'] * 9 if p else ['lol'] * 9)}]\n"
+               for p, c in zip([None, *"abcdefgh"], "abcdefghi"))
+
+
+@pytest.mark.parametrize("text,expected", [
+    (BOMB, ":1:13: f.0.3.3.7.2.1: the document expands to more than 100000 values"),
+    ("a: " + "[" * 900 + "]" * 900 + "\n", ":1:67: <document>: nested too deeply: more than 64 levels"),
+    ("a: " + "[" * 70 + "]" * 70 + "\n", ":1:68: <document>: nested too deeply: more than 64 levels"),
+    ("", ":1:1: <document>: the file holds no policy (it is empty, only comments, or null)"),
+    ("   \n\n", ":1:1: <document>: the file holds no policy"),
+    ("# only a comment\n", ":1:1: <document>: the file holds no policy"),
+    ("null\n", ":1:1: <document>: the file holds no policy"),
+    ("version: 1\ndefaults: false\n", ":1:1: aliases: the policy defines no alias: it would route nothing"),
+    ("version: 1\nbandit:\n  latency_scale_s: 1e-3\n",
+     ":3:20: bandit.latency_scale_s: expected number, got string '1e-3'; YAML reads 1e-3 as text: write it as 1.0e-3"),
+    ("version: 1\nbase: &b {strategy: cost}\n", ":2:1: base: unknown key 'base'"),
+])
+def test_hostile_or_empty_files_get_a_located_error(capsys, tmp_path, text, expected):
+    f = tmp_path / "p.yaml"
+    f.write_text(text, encoding="utf-8")
+    code, out, err = validate(capsys, str(f))
+    assert code == 1, out + err
+    assert out.startswith(str(f) + expected), out
+    assert "Traceback" not in out + err
+
+
+def test_merge_keys_work_in_a_policy(capsys, tmp_path):
+    from aisia_plugin.policy import load_policy
+
+    f = tmp_path / "p.yaml"
+    f.write_text("version: 1\ndefaults: false\naliases:\n  auto: &base {strategy: cost, exploration: 0.2}\n"
+                 "  auto/b:\n    <<: *base\n    strategy: latency\n", encoding="utf-8")
+    policy = load_policy([f])
+    assert (policy.aliases["auto/b"].strategy, policy.aliases["auto/b"].exploration) == ("latency", 0.2)
+    f.write_text("version: 1\ndefaults: false\naliases:\n  auto:\n    <<: [1]\n    strategy: cost\n", encoding="utf-8")
+    code, out, _ = validate(capsys, str(f))
+    assert code == 1 and out == f"{f}:5:10: aliases.auto: a merge key '<<' takes a mapping or a list of mappings\n"
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_or_a_device_is_not_a_policy_file(capsys, tmp_path):
+    import os
+
+    fifo = tmp_path / "policy.yaml"
+    os.mkfifo(fifo)
+    code, out, _ = validate(capsys, str(fifo))
+    assert code == 2 and out == f"{fifo}:0:0: <document>: not a regular file (a policy must be a file or a directory)\n"
+    code, out, _ = validate(capsys, "/dev/zero")
+    assert code == 2 and "not a regular file" in out

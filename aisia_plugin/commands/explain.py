@@ -30,27 +30,27 @@ DEMO_POOL = [
 
 
 def _load_deployments(path, policy):
-    import yaml
-
-    from ..deployments import build_deployment
+    """The deployments to decide among: a LiteLLM config's model_list (every error located, as
+    `aisia validate --deployments` reports it), a replay candidates file, or the demo pool."""
+    from ..deployments import build_deployments, load_deployments_file
 
     if path is None:
-        raw = DEMO_POOL
-        # The demo's local model is marked local so that auto/offline has a candidate.
-        deps = [build_deployment(d, policy) for d in raw]
-        from dataclasses import replace
+        # The demo's local model is inferred local (ollama/), so auto/offline has a candidate.
+        return build_deployments(DEMO_POOL, policy)
+    import yaml
 
-        return [replace(d, local=True) if d.provider == "ollama" else d for d in deps]
     with open(path, encoding="utf-8") as fh:
-        data = yaml.safe_load(fh) or {}
-    if isinstance(data, dict) and "model_list" in data:
-        return [build_deployment(d, policy) for d in data["model_list"]]
+        head = fh.read(1 << 20)
+    try:
+        data = yaml.safe_load(head) if "candidates:" in head and "model_list:" not in head else None
+    except yaml.YAMLError:
+        data = None
     if isinstance(data, dict) and "candidates" in data:
         from ..replay.candidates import load_candidates
 
         specs = load_candidates(path)
         return [spec.to_deployment(name, policy) for name, spec in specs.items()]
-    raise ValueError(f"{path}: expected a LiteLLM config with model_list, or a replay candidates file")
+    return load_deployments_file(path, policy)
 
 
 def _fmt(v):
@@ -75,8 +75,17 @@ def run(args) -> int:
         print(f"aisia explain: unknown alias {args.alias!r}; known: {', '.join(policy.aliases)}", file=sys.stderr)
         return 2
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    from ..deployments import DeploymentError
+
     try:
         deployments = _load_deployments(args.deployments, policy)
+    except DeploymentError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as exc:
+        print(f"aisia explain: {exc}", file=sys.stderr)
+        return 2
+    try:
         store = MemoryState.load_file(args.state, [d.id for d in deployments]) if args.state else MemoryState()
     except (OSError, ValueError) as exc:
         print(f"aisia explain: {exc}", file=sys.stderr)

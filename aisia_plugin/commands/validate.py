@@ -1,7 +1,9 @@
 """`aisia validate [PATH ...]`: check policy files the way the router loads them.
 
-YAML syntax, the JSON Schema (per file), the merge of the files, and the semantic rules, every
-problem reported in one run as `file:line:column: path.to.field: message`.
+YAML syntax, the JSON Schema (per file), the merge of the files, their layering over the shipped
+defaults (unless a file says `defaults: false`: a team file checked alone in CI is checked as the
+proxy loads it), and the semantic rules, every problem reported in one run as
+`file:line:column: path.to.field: message`.
 
 Exit status: 0 valid, 1 invalid, 2 usage or I/O error (a path that does not exist, a file that
 cannot be read)."""
@@ -25,6 +27,9 @@ def add_arguments(p):
     p.add_argument("--format", choices=("text", "json", "github"), default="text",
                    help="text: one 'file:line:column: field: message' line per error (default); json: one object; "
                         "github: GitHub Actions workflow annotations")
+    p.add_argument("--deployments", metavar="FILE",
+                   help="also check a LiteLLM config: its model_list (each deployment's model_info.aisia annotation, "
+                        "prices, ids) and that every alias selects at least one of its deployments")
     p.add_argument("--siblings", action="store_true",
                    help="check each given file together with the other policy files of its directory, so that "
                         "references to another file resolve (for pre-commit, which passes only the changed files)")
@@ -48,33 +53,76 @@ def _unique(files: list[Path]) -> list[Path]:
     return out
 
 
-def check(paths) -> tuple[int, list[Path], list[PolicyIssue], int]:
-    """(exit status, files checked, issues, number of aliases) for the given paths."""
+class Report:
+    """What one check found: the exit status, the user's files, the shipped default files they
+    were layered over, every issue, and the number of aliases of a valid policy."""
+
+    def __init__(self, status: int, files: list[Path], issues: list[PolicyIssue], aliases: int = 0,
+                 default_files: list[Path] = ()):
+        self.status, self.files, self.issues, self.aliases = status, files, issues, aliases
+        self.default_files = list(default_files)
+
+
+def check(paths, deployments=None) -> Report:
     files, issues = expand_paths(paths)
     files = _unique(files)
     if issues:  # a path that does not exist, or a directory without policy files
-        return EXIT_USAGE, files, issues, 0
+        return Report(EXIT_USAGE, files, issues)
+    order = {str(f): i for i, f in enumerate(files)}
+
+    def ranked(found):
+        return sorted(found, key=lambda i: (order.get(i.file, len(order)), i.file, i.line, i.column))
+
     try:
         loaded = load_policy_with_locations(files)
     except PolicyError as exc:
-        order = {str(f): i for i, f in enumerate(files)}
-        ranked = sorted(exc.issues, key=lambda i: (order.get(i.file, len(order)), i.file, i.line, i.column))
-        status = EXIT_USAGE if any(i.kind == "io" for i in ranked) else EXIT_INVALID
-        return status, files, ranked, 0
-    return EXIT_OK, files, [], len(loaded.policy.aliases)
+        status = EXIT_USAGE if any(i.kind == "io" for i in exc.issues) else EXIT_INVALID
+        return Report(status, files, ranked(exc.issues))
+    if deployments is not None:
+        found = deployment_issues(loaded, deployments)
+        if found:
+            status = EXIT_USAGE if any(i.kind == "io" for i in found) else EXIT_INVALID
+            return Report(status, files, ranked(found))
+    return Report(EXIT_OK, files, [], len(loaded.policy.aliases), loaded.default_files)
+
+
+def deployment_issues(loaded, path) -> list[PolicyIssue]:
+    """The problems of a LiteLLM config checked against the policy: its deployments as the
+    router builds them, then every alias that would select none of them."""
+    from ..deployments import DeploymentError, load_deployments_file, selects
+    from ..policy.yamlpos import position_of
+
+    try:
+        deps = load_deployments_file(path, loaded.policy)
+    except DeploymentError as exc:
+        return list(exc.issues)
+    except (OSError, UnicodeDecodeError) as exc:
+        return [PolicyIssue(str(path), 0, 0, "", f"cannot read: {exc}", "io")]
+    out = []
+    for name, alias in loaded.policy.aliases.items():
+        if any(selects(alias.candidates, d) for d in deps):
+            continue
+        pos = position_of(loaded.locations, ("aliases", name, "candidates"), key=True)
+        out.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0, pos.column if pos else 0,
+                               f"aliases.{name}.candidates",
+                               f"selects none of the {len(deps)} deployments of {path}: the alias would answer "
+                               "every request with 'no deployment is available'", "semantic"))
+    return out
 
 
 def run(args) -> int:
     paths = args.paths or default_policy_paths()
     if args.siblings:
         paths = _with_siblings(paths)
-    status, files, issues, n_aliases = check(paths)
+    report = check(paths, args.deployments)
+    status, files, issues = report.status, report.files, report.issues
     out = sys.stdout
     if args.format == "json":
         json.dump({
             "valid": status == EXIT_OK,
             "files": [str(f) for f in files],
-            "aliases": n_aliases if status == EXIT_OK else None,
+            "default_files": [str(f) for f in report.default_files],
+            "aliases": report.aliases if status == EXIT_OK else None,
             "errors": [i.as_dict() for i in issues],
         }, out, indent=2, ensure_ascii=False)
         out.write("\n")
@@ -86,7 +134,8 @@ def run(args) -> int:
         for i in issues:
             out.write(i.format() + "\n")
     if status == EXIT_OK:
-        out.write(f"ok: {_plural(len(files), 'file')}, {_plural(n_aliases, 'alias', 'aliases')}\n")
+        over = f" over the shipped defaults ({_plural(len(report.default_files), 'file')})" if report.default_files else ""
+        out.write(f"ok: {_plural(len(files), 'file')}{over}, {_plural(report.aliases, 'alias', 'aliases')}\n")
     else:
         bad_files = len({i.file for i in issues})
         what = "I/O error" if status == EXIT_USAGE else "invalid policy"

@@ -1,16 +1,26 @@
-"""Loading a policy from one or several YAML files.
+"""Loading a policy from one or several YAML files, layered over the shipped defaults.
 
 Steps, each reporting every problem it finds (never only the first): YAML syntax -> schema, per
-file -> merge of the files -> schema defaults -> semantic checks -> typed models.
+file -> merge of the user's files -> layering over the shipped defaults -> schema defaults ->
+semantic checks -> typed models.
 
-Merge rule: files are read in the order given; a directory contributes its *.yaml and *.yml files
-in lexical order. Mappings merge key by key. A leaf (a scalar or a list) set by two files to
-different values is a conflict, unless the later file says `overrides: true`, in which case its
-value wins. Setting the same value twice is not a conflict."""
+Merge rule (see MERGE_RULE in reference.py for the user's wording): the user's files are read in
+the order given; a directory contributes its *.yaml and *.yml files in lexical order. Mappings
+merge key by key. A leaf (a scalar or a list) set by two of the user's files to different values
+is a conflict, unless the later file says `overrides: true`, in which case its value wins.
+Setting the same value twice is not a conflict.
+
+Layering: the user's merged files lie over the shipped defaults (the package's policies/), and
+there the user's values win without `overrides: true`: a team file that only annotates
+`deployments:` or adds one alias needs no copy of the shipped policies. A file that says
+`defaults: false` makes the user's files the whole policy. Shipped files the user names
+themselves (`aisia validate policies/`) count as the user's and are not layered twice."""
 
 from __future__ import annotations
 
+import copy
 import os
+import stat
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -38,25 +48,32 @@ def expand_paths(paths) -> tuple[list[Path], list[PolicyIssue]]:
     files, issues = [], []
     for raw in paths:
         p = Path(raw)
-        if p.is_dir():
+        try:
+            mode = p.stat().st_mode
+        except OSError:
+            issues.append(PolicyIssue(str(p), 0, 0, "", "no such file or directory", "io"))
+            continue
+        if stat.S_ISDIR(mode):
             found = sorted(q for q in p.iterdir() if q.suffix in (".yaml", ".yml") and q.is_file())
             if not found:
                 issues.append(PolicyIssue(str(p), 0, 0, "", "directory holds no .yaml or .yml policy file", "io"))
             files.extend(found)
-        elif p.is_file():
+        elif stat.S_ISREG(mode):
             files.append(p)
-        else:
-            issues.append(PolicyIssue(str(p), 0, 0, "", "no such file or directory", "io"))
+        else:  # a FIFO would block the reader, /dev/zero never ends
+            issues.append(PolicyIssue(str(p), 0, 0, "", "not a regular file (a policy must be a file or a directory)", "io"))
     return files, issues
 
 
 class LoadedPolicy:
-    """A policy together with where each of its values came from."""
+    """A policy together with where each of its values came from: `files` are the user's,
+    `default_files` the shipped defaults they were layered over (empty with `defaults: false`)."""
 
-    def __init__(self, policy: Policy, locations: Locations, files: list[Path]):
+    def __init__(self, policy: Policy, locations: Locations, files: list[Path], default_files: list[Path] = ()):
         self.policy = policy
         self.locations = locations
         self.files = files
+        self.default_files = list(default_files)
 
 
 def load_policy(paths=None, *, known_strategies: set[str] | None = None) -> Policy:
@@ -64,6 +81,7 @@ def load_policy(paths=None, *, known_strategies: set[str] | None = None) -> Poli
 
 
 def load_policy_with_locations(paths=None, *, known_strategies: set[str] | None = None) -> LoadedPolicy:
+    """The policy of `paths` (default: the configured policy path) over the shipped defaults."""
     if paths is None:
         paths = default_policy_paths()
     if isinstance(paths, (str, os.PathLike)):
@@ -71,26 +89,25 @@ def load_policy_with_locations(paths=None, *, known_strategies: set[str] | None 
     files, issues = expand_paths(paths)
     if any(i.kind == "io" for i in issues):
         raise PolicyError(issues)
-    documents = []
-    for f in files:
-        try:
-            text = f.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            issues.append(PolicyIssue(str(f), 0, 0, "", f"cannot read: {exc}", "io"))
-            continue
-        data, locs, yaml_issues = load_yaml_with_positions(text, str(f))
-        issues.extend(yaml_issues)
-        if data is None:
-            continue
-        if not isinstance(data, dict):
-            issues.append(PolicyIssue(str(f), 1, 1, "", "a policy file must be a mapping at the top level", "schema"))
-            continue
-        issues.extend(schema_issues(data, locs, str(f)))
-        documents.append((f, data, locs))
-    merged, merged_locs, merge_issues = merge_documents(documents)
-    issues.extend(merge_issues)
+    merged, merged_locs = _read_and_merge(files, _read_document, issues)
+    default_files: list[Path] = []
+    layered = merged.get("defaults", True) is not False
+    if layered:
+        mine = {f.resolve() for f in files}
+        default_files = [f for f in expand_paths([policies_dir()])[0] if f.resolve() not in mine]
+        if default_files:
+            base, base_locs = _read_and_merge(default_files, _read_shipped, issues)
+            # The user's values win over the defaults: no conflict is possible at this step.
+            _merge_into(base, merged, (), base_locs, merged_locs, True, issues, "")
+            merged, merged_locs = base, base_locs
     merged.pop("overrides", None)
     merged["overrides"] = False
+    merged["defaults"] = layered
+    if not issues and not merged.get("aliases"):
+        where = files[0] if files else Path("<policy>")
+        issues.append(PolicyIssue(str(where), 1 if files else 0, 1 if files else 0, "aliases",
+                                  "the policy defines no alias: it would route nothing (add one under 'aliases:', "
+                                  "or drop 'defaults: false' to keep the shipped auto/* aliases)", "semantic"))
     if known_strategies is None:
         from ..plugins import strategy_names
 
@@ -113,7 +130,58 @@ def load_policy_with_locations(paths=None, *, known_strategies: set[str] | None 
             issues.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0,
                                       pos.column if pos else 0, dotted(e["loc"]), e["msg"], "schema"))
         raise PolicyError(issues) from None
-    return LoadedPolicy(policy, merged_locs, files)
+    return LoadedPolicy(policy, merged_locs, files, default_files)
+
+
+def _read_and_merge(files, read, issues: list):
+    """The files read with `read` and merged by the conflict rule; their issues go to `issues`."""
+    documents = []
+    for f in files:
+        data, locs, file_issues = read(f)
+        issues.extend(file_issues)
+        if data is not None:
+            documents.append((f, data, locs))
+    merged, locs, merge_issues = merge_documents(documents)
+    issues.extend(merge_issues)
+    return merged, locs
+
+
+def _read_document(f: Path):
+    """One policy file: (data or None, locations, issues), its schema already checked."""
+    try:
+        text = f.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, {}, [PolicyIssue(str(f), 0, 0, "", f"cannot read: {exc}", "io")]
+    data, locs, issues = load_yaml_with_positions(text, str(f))
+    if issues and data is None:
+        return None, {}, issues
+    if data is None:
+        return None, {}, issues + [PolicyIssue(
+            str(f), 1, 1, "", "the file holds no policy (it is empty, only comments, or null); "
+            "a policy file is a mapping such as 'version: 1' followed by its sections", "schema")]
+    if not isinstance(data, dict):
+        return None, {}, issues + [PolicyIssue(str(f), 1, 1, "", "a policy file must be a mapping at the top level", "schema")]
+    return data, locs, issues + schema_issues(data, locs, str(f))
+
+
+# Shipped files, read once per process (and again when one changes on disk): every load layers
+# them, and YAML parsing is most of a load's time.
+_SHIPPED: dict = {}
+
+
+def _read_shipped(f: Path):
+    try:
+        st = f.stat()
+    except OSError:
+        return _read_document(f)
+    key = (str(f.resolve()), st.st_mtime_ns, st.st_size)
+    hit = _SHIPPED.get(key)
+    if hit is None:
+        if len(_SHIPPED) >= 64:
+            _SHIPPED.clear()
+        hit = _SHIPPED[key] = _read_document(f)
+    # The merge builds the policy inside the documents' own mappings: hand out a copy.
+    return copy.deepcopy(hit)
 
 
 def merge_documents(documents):

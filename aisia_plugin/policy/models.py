@@ -173,7 +173,7 @@ class DeploymentAnnotation(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     provider: Optional[str]
     tier: Optional[Tier]
-    local: bool
+    local: Optional[bool]  # None: inferred from the deployment (deployments.infer_local)
     tags: list[str]
     specialities: dict[str, Optional[str]]
     input_cost_per_1m: Optional[float]
@@ -239,6 +239,7 @@ class Policy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     version: int
     overrides: bool
+    defaults: bool
     aliases: dict[str, Alias]
     bandit: Bandit
     reward: Reward

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .schema import load_schema
 from .semantic import TASK_TYPES
+from .yamlpos import MAX_DEPTH, MAX_NODES
 
 # How the key of each map is shown in a field path (aliases.<alias>.strategy); `<name>` elsewhere.
 PLACEHOLDERS = {
@@ -28,13 +29,21 @@ PLACEHOLDERS = {
 }
 
 MERGE_RULE = """\
-A policy may be split over several files. They are read in the order given (on the command line
-or in `$AISIA_POLICY`, whose entries are separated like `PATH`); a directory stands for its
-`*.yaml` and `*.yml` files, taken in lexical order. Mappings are combined key by key, so each
-file may add its own aliases, domains or mode packs. A leaf, meaning a scalar or a whole list,
-that two files set to different values is a conflict, reported with both locations; it is
-allowed only when the later file declares `overrides: true`, and then the later value wins.
-Setting the same value in two files is not a conflict. The schema's defaults are applied after
+A policy may be split over several files. They are read in the order given (on the command line,
+with `--policy`, or in `$AISIA_POLICY`, whose entries are separated like `PATH`); a directory
+stands for its `*.yaml` and `*.yml` files, taken in lexical order. Mappings are combined key by
+key, so each file may add its own aliases, domains or mode packs. A leaf, meaning a scalar or a
+whole list, that two of your files set to different values is a conflict, reported with both
+locations; it is allowed only when the later file declares `overrides: true`, and then the later
+value wins. Setting the same value in two files is not a conflict.
+
+Your files are layered over the shipped default policies (the package's `policies/`): the
+defaults are merged first, then your merged files over them, and there your values win without
+`overrides: true`. A team file that only annotates `deployments:` or adds one alias is therefore a
+complete policy; `aisia validate team.yaml`, `aisia explain --policy team.yaml` and the proxy
+(`AISIA_POLICY=team.yaml`) all read it this way. A file saying `defaults: false` turns the
+layering off: your files are then the whole policy. A shipped file you name yourself (as in
+`aisia validate policies/`) counts as one of yours. The schema's defaults are applied after
 merging, to whatever no file set."""
 
 
@@ -237,7 +246,11 @@ def render(schema: dict | None = None) -> str:
         "- the reward's `quality_weight`, `latency_weight` and `feedback_weight` are all zero;",
         "- `circuit_breaker.max_retry_after_s` is below `circuit_breaker.rate_limit_cooldown_s`;",
         "- a domain pattern is not valid RE2 (RE2 matches in linear time, so backreferences and lookaround are rejected);",
-        "- a key appears twice in one mapping, or two files set a value differently without `overrides: true`.",
+        "- a key appears twice in one mapping, or two of your files set a value differently without `overrides: true`;",
+        "- a file is empty (or only comments, or `null`), or the merged policy defines no alias;",
+        f"- a file expands to more than {MAX_NODES} values (YAML aliases `*name` repeat what they refer to each time) "
+        f"or nests mappings and lists deeper than {MAX_DEPTH} levels. Merge keys (`<<: *base`) work: a mapping's own "
+        "keys win over the merged ones.",
         "",
         "A `candidates` selector that matches no deployment is not an error: deployments come from",
         "LiteLLM at run time.",

@@ -79,18 +79,34 @@ def _allowed_keys(subschema: dict) -> list[str]:
     return list(resolve(subschema).get("properties", {}).keys())
 
 
+@lru_cache(maxsize=None)
+def _definition_validator(name: str) -> Draft202012Validator:
+    schema = load_schema()
+    return Draft202012Validator({"$ref": f"#/$defs/{name}", "$defs": schema["$defs"]})
+
+
+def definition_issues(name: str, data, locations: Locations, file: str, prefix: tuple = ()) -> list[PolicyIssue]:
+    """Every violation of the schema's `$defs/<name>` by `data`, a value found at `prefix` of a
+    document whose positions are `locations` (a deployment's `model_info.aisia` in a LiteLLM config)."""
+    return _issues(_definition_validator(name), data, locations, file, tuple(prefix))
+
+
 def schema_issues(data, locations: Locations, file: str) -> list[PolicyIssue]:
     """Every schema violation of one document, each located and worded for a person."""
+    return _issues(_validator(), data, locations, file, ())
+
+
+def _issues(validator, data, locations: Locations, file: str, prefix: tuple) -> list[PolicyIssue]:
     issues = []
-    errors = sorted(_validator().iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
+    errors = sorted(validator.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
     # A value of the wrong type also fails the keywords that constrain that type (an enum, a
     # range): report only the type, the root cause.
     mistyped = {tuple(e.absolute_path) for e in errors if e.validator == "type" and not _about_key(e)}
     for err in errors:
         if err.validator != "type" and not _about_key(err) and tuple(err.absolute_path) in mistyped:
             continue
-        issues.extend(_to_issues(err, locations, file))
-    issues.extend(_non_finite_issues(data, (), locations, file))
+        issues.extend(_to_issues(err, locations, file, prefix))
+    issues.extend(_non_finite_issues(data, prefix, locations, file))
     # One problem may be reported by several keywords; keep distinct messages per field.
     seen, unique = set(), []
     for i in issues:
@@ -101,8 +117,8 @@ def schema_issues(data, locations: Locations, file: str) -> list[PolicyIssue]:
     return unique
 
 
-def _to_issues(err: jsonschema.ValidationError, locations: Locations, file: str) -> list[PolicyIssue]:
-    path = tuple(err.absolute_path)
+def _to_issues(err: jsonschema.ValidationError, locations: Locations, file: str, prefix: tuple) -> list[PolicyIssue]:
+    path = prefix + tuple(err.absolute_path)
     schema = err.schema if isinstance(err.schema, dict) else {}
     if err.validator == "additionalProperties" and isinstance(err.instance, dict):
         allowed = list(schema.get("properties", {}).keys())
@@ -117,7 +133,7 @@ def _to_issues(err: jsonschema.ValidationError, locations: Locations, file: str)
             out.append(PolicyIssue(file, pos.line if pos else 0, pos.column if pos else 0,
                                    dotted(path + (key,)), f"unknown key '{key}'{hint}"))
         return out
-    return [_to_issue(err, locations, file)]
+    return [_to_issue(err, locations, file, prefix)]
 
 
 def _about_key(err: jsonschema.ValidationError) -> bool:
@@ -125,8 +141,8 @@ def _about_key(err: jsonschema.ValidationError) -> bool:
     return "propertyNames" in err.schema_path
 
 
-def _to_issue(err: jsonschema.ValidationError, locations: Locations, file: str) -> PolicyIssue:
-    path = tuple(err.absolute_path)
+def _to_issue(err: jsonschema.ValidationError, locations: Locations, file: str, prefix: tuple) -> PolicyIssue:
+    path = prefix + tuple(err.absolute_path)
     validator = err.validator
     schema = err.schema if isinstance(err.schema, dict) else {}
     if _about_key(err):
@@ -158,7 +174,12 @@ def _to_issue(err: jsonschema.ValidationError, locations: Locations, file: str) 
     if validator == "type":
         expected = err.validator_value
         expected = " or ".join(expected) if isinstance(expected, list) else expected
-        return PolicyIssue(file, line, col, dotted(path), f"expected {expected}, got {_type_name(err.instance)} {_short(err.instance)}")
+        hint = ""
+        if "number" in str(expected) and isinstance(err.instance, str) and _looks_numeric(err.instance):
+            # YAML 1.1 (PyYAML) reads 1e-3 as a string: a float needs a dot and a signed exponent.
+            hint = f"; YAML reads {err.instance} as text: write it as {_as_yaml_float(err.instance)}"
+        return PolicyIssue(file, line, col, dotted(path),
+                           f"expected {expected}, got {_type_name(err.instance)} {_short(err.instance)}{hint}")
     if validator == "enum":
         choices = [c for c in err.validator_value if c is not None]
         suggestion = difflib.get_close_matches(str(err.instance), [str(c) for c in choices], n=1, cutoff=0.5)
@@ -188,6 +209,23 @@ def _non_finite_issues(value, path: tuple, locations: Locations, file: str) -> l
         for i, v in enumerate(value):
             out.extend(_non_finite_issues(v, path + (i,), locations, file))
     return out
+
+
+def _looks_numeric(s: str) -> bool:
+    try:
+        return math.isfinite(float(s))
+    except ValueError:
+        return False
+
+
+def _as_yaml_float(s: str) -> str:
+    """'1e-3' -> '1.0e-3', a spelling YAML 1.1 reads as a number."""
+    mantissa, _, exponent = s.lower().partition("e")
+    if "." not in mantissa:
+        mantissa += ".0"
+    if exponent and exponent[0] not in "+-":
+        exponent = "+" + exponent
+    return f"{mantissa}e{exponent}" if exponent else mantissa
 
 
 def _type_name(v) -> str:

@@ -36,6 +36,8 @@ def load_yaml_with_positions(text: str, file: str) -> tuple[object, Locations, l
     issues: list[PolicyIssue] = []
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except RecursionError:
+        return None, {}, [_nested_too_deeply(text, file)]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark else 0
@@ -51,16 +53,35 @@ def load_yaml_with_positions(text: str, file: str) -> tuple[object, Locations, l
                 msg += f"; {hint}"
                 break
         return None, {}, [PolicyIssue(file, line, col, "", msg, "yaml")]
-    if node is None:
-        return {}, {(): {"key": None, "value": Pos(file, 1, 1)}}, []
+    if node is None:  # no document at all (empty, or only comments): the caller says what that means
+        return None, {}, []
     constructor = _Constructor()
     locations: Locations = {}
+    built = 0
 
-    def build(n, path: tuple, key_pos: Pos | None):
+    class _Stop(Exception):
+        pass
+
+    def stop(n, path, message):
+        issues.append(PolicyIssue(file, *_lc(n), ".".join(map(str, path)), message, "yaml"))
+        raise _Stop
+
+    def build(n, path: tuple, key_pos: Pos | None, depth: int = 0):
+        nonlocal built
+        built += 1
+        if built > MAX_NODES:
+            stop(n, path, f"the document expands to more than {MAX_NODES} values (YAML aliases such as *name "
+                          "repeat what they refer to each time): refusing to expand it further")
+        if depth > MAX_DEPTH:
+            stop(n, (), f"nested too deeply: more than {MAX_DEPTH} levels of mappings and lists")
         locations[path] = {"key": key_pos, "value": _mark(file, n)}
         if isinstance(n, yaml.MappingNode):
             out: dict = {}
+            merged = []
             for key_node, value_node in n.value:
+                if key_node.tag == _MERGE_TAG:
+                    merged.append((key_node, value_node))
+                    continue
                 if not isinstance(key_node, yaml.ScalarNode):
                     issues.append(PolicyIssue(file, *_lc(key_node), ".".join(map(str, path)), "keys must be plain scalars", "yaml"))
                     continue
@@ -75,18 +96,64 @@ def load_yaml_with_positions(text: str, file: str) -> tuple[object, Locations, l
                         "yaml",
                     ))
                     continue
-                out[key] = build(value_node, path + (key,), _mark(file, key_node))
+                out[key] = build(value_node, path + (key,), _mark(file, key_node), depth + 1)
+            # Merge keys (`<<: *base`, `<<: [*a, *b]`): the mapping's own keys win, then the merged
+            # mappings in the order listed; merged values keep the position where they are written.
+            for key_node, value_node in merged:
+                sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                for src in sources:
+                    if not isinstance(src, yaml.MappingNode):
+                        issues.append(PolicyIssue(file, *_lc(src), ".".join(map(str, path)),
+                                                  "a merge key '<<' takes a mapping or a list of mappings", "yaml"))
+                        continue
+                    for skey_node, svalue_node in src.value:
+                        if skey_node.tag == _MERGE_TAG or not isinstance(skey_node, yaml.ScalarNode):
+                            continue
+                        skey = constructor.construct_object(skey_node)
+                        skey = skey if isinstance(skey, str) else str(skey)
+                        if skey not in out:
+                            out[skey] = build(svalue_node, path + (skey,), _mark(file, skey_node), depth + 1)
             return out
         if isinstance(n, yaml.SequenceNode):
-            return [build(item, path + (i,), None) for i, item in enumerate(n.value)]
+            return [build(item, path + (i,), None, depth + 1) for i, item in enumerate(n.value)]
         try:
             return constructor.construct_object(n)
         except yaml.YAMLError as exc:
             issues.append(PolicyIssue(file, *_lc(n), ".".join(map(str, path)), f"bad YAML value: {exc}", "yaml"))
             return None
 
-    data = build(node, (), None)
+    try:
+        data = build(node, (), None)
+    except _Stop:
+        return None, {}, issues
     return data, locations, issues
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+# Bounds on what one document may expand to (documented in docs/policy-reference.md): the shipped
+# policies hold under a thousand values and six levels; a "billion laughs" file of nested aliases
+# would otherwise be expanded alias by alias until memory runs out.
+MAX_NODES = 100_000
+MAX_DEPTH = 64
+
+
+def _nested_too_deeply(text: str, file: str) -> PolicyIssue:
+    """Where the nesting of `text` first passes MAX_DEPTH (PyYAML's composer recurses once per
+    level, so a deep enough document exhausts Python's stack before any value is built)."""
+    depth = 0
+    try:
+        for tok in yaml.scan(text, Loader=yaml.SafeLoader):
+            if isinstance(tok, (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken,
+                                yaml.FlowMappingStartToken, yaml.FlowSequenceStartToken)):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    return PolicyIssue(file, *_lc(tok), "", f"nested too deeply: more than {MAX_DEPTH} levels "
+                                                            "of mappings and lists", "yaml")
+            elif isinstance(tok, (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)):
+                depth -= 1
+    except yaml.YAMLError:
+        pass
+    return PolicyIssue(file, 0, 0, "", f"nested too deeply: more than {MAX_DEPTH} levels of mappings and lists", "yaml")
 
 
 # Plain-words hints for PyYAML's most common complaints.

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from ..decision import Deployment
-from ..deployments import annotation_for, provider_of, resolve_costs
+from ..deployments import annotation_for, infer_local, provider_of, resolve_costs
 
 TIERS = ("ultra", "pro", "standard", "free")
 DISTRIBUTIONS = ("fixed", "normal", "lognormal", "uniform")
@@ -127,11 +127,14 @@ class CandidateSpec:
             in_cost = float(self.input_cost_per_1m)
             out_cost = float(self.output_cost_per_1m if self.output_cost_per_1m is not None else in_cost)
         else:
-            in_cost, out_cost = resolve_costs(policy, model, provider, {}, {}, ann, None)
+            annotated = (ann.input_cost_per_1m, ann.output_cost_per_1m) if ann is not None else (None, None)
+            in_cost, out_cost = resolve_costs(policy, model, provider, None, annotated)
             if self.output_cost_per_1m is not None:
                 out_cost = float(self.output_cost_per_1m)
         tier = self.tier if self.tier is not None else (ann.tier if ann is not None else None)
-        local = self.local if self.local is not None else (bool(ann.local) if ann is not None else False)
+        local = self.local
+        if local is None:
+            local = ann.local if ann is not None and ann.local is not None else infer_local(model, {})
         tags = tuple(dict.fromkeys([*self.tags, *(ann.tags if ann is not None else [])]))
         if self.specialities is not None:
             specialities = dict(self.specialities)
