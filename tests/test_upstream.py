@@ -233,3 +233,18 @@ def test_command_line_serves_until_stopped():
     bad = subprocess.run([sys.executable, "-m", "aisia_plugin.demo.upstream", "--spec", "x:speed=1"],
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "unknown key" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_command_line_runs_the_demo_fleet():
+    from aisia_plugin.demo.scenario import DEMO_UPSTREAMS
+
+    proc = subprocess.Popen([sys.executable, "-m", "aisia_plugin.demo.upstream", "--json", "--demo"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = [json.loads(proc.stdout.readline()) for _ in DEMO_UPSTREAMS]
+        assert [x["name"] for x in lines] == [s.name for s in DEMO_UPSTREAMS]
+        coder = next(x for x in lines if x["name"] == "coder")
+        assert httpx.get(coder["base_url"] + "/models", timeout=5).json()["data"][0]["id"] == "coder-32b"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

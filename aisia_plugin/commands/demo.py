@@ -19,8 +19,8 @@ import threading
 import time
 
 from ..demo.proxy import ProxyError
-from ..demo.scenario import DEMO_UPSTREAMS, Demo, DemoError, bandit_stats, list_aliases, provider_table, send_traffic, \
-    stats_delta, traffic_table
+from ..demo.scenario import DEMO_UPSTREAMS, Demo, DemoError, bandit_stats, learned_table, list_aliases, provider_table, \
+    send_traffic, stats_delta, traffic_table, upstream_table
 from ..demo.upstream import MODES
 
 BREAK_MODES = tuple(m for m in MODES if m != "ok")
@@ -158,7 +158,7 @@ def _summary(before, after, broken: str) -> str:
 _HELP = """commands: break NAME [MODE]   make a provider fail (modes: %s)
           fix NAME              restore it
           traffic N             send N sample requests and show where they went
-          stats                 the plugin's statistics (GET /admin/bandit/stats)
+          stats [--json]        what the plugin learned (GET /admin/bandit/stats)
           providers             what each simulated provider received
           quit                  stop everything (Ctrl-C does the same)""" % ", ".join(BREAK_MODES)
 
@@ -190,10 +190,11 @@ def _interactive(demo: Demo, args) -> None:
                 outcomes, _ = _traffic(demo, n, "now", args)
                 _say(traffic_table([("now", outcomes)]))
             elif cmd == "stats":
-                _say(json.dumps(bandit_stats(demo.proxy), indent=2))
+                stats = bandit_stats(demo.proxy)
+                _say(json.dumps(stats, indent=2) if rest == ["--json"] else
+                     learned_table(stats, [u.name for u in demo.upstreams]))
             elif cmd == "providers":
-                _say(json.dumps({n: {k: s[k] for k in ("calls", "succeeded", "failed", "mode")}
-                                 for n, s in demo.upstream_stats().items()}, indent=2))
+                _say(upstream_table(demo.upstream_stats()))
             else:
                 _say(_HELP)
         except (DemoError, ValueError) as exc:
@@ -254,6 +255,12 @@ def run(args) -> int:
             _say(traffic_table(phases))
             _say("\nWhat each simulated provider received (failed attempts were retried on another provider):")
             _say(provider_table(provider_phases))
+            try:
+                learned = learned_table(bandit_stats(demo.proxy), [u.name for u in demo.upstreams])
+                _say("\nWhat the plugin learned (GET /admin/bandit/stats; the breaker opens on repeated failures):")
+                _say(learned)
+            except (DemoError, ValueError, OSError) as exc:
+                _say(f"(the statistics could not be read: {exc})", err=True)
             if args.break_:
                 _say("\n" + _summary(phases[0][1], phases[1][1], args.break_))
             if not args.serve:

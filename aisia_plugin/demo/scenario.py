@@ -254,6 +254,31 @@ def provider_table(phases: list[tuple[str, dict[str, dict]]]) -> str:
     return _render(rows, right=set(range(1, 1 + len(labels))))
 
 
+def learned_table(stats: dict, names: list[str]) -> str:
+    """What the plugin has learned about each provider (`GET /admin/bandit/stats`)."""
+    rows = [["deployment", "pulls", "mean reward", "error rate", "avg latency", "breaker"]]
+
+    def num(v, fmt):
+        return format(v, fmt) if isinstance(v, (int, float)) and not isinstance(v, bool) else "-"
+
+    for name in names:
+        s = stats.get(name) or {}
+        latency = s.get("avg_latency")
+        rows.append([name, num(s.get("pulls"), ".0f"), num(s.get("mean_reward"), ".3f"),
+                     num(s.get("error_rate"), ".0%"),
+                     f"{latency * 1000:.0f} ms" if isinstance(latency, (int, float)) and latency else "-",
+                     str(s.get("breaker") or "-")])
+    return _render(rows, right={1, 2, 3, 4})
+
+
+def upstream_table(stats: dict[str, dict]) -> str:
+    """Each simulated provider's mode and counters since it started (or was reset)."""
+    rows = [["provider", "mode", "calls", "succeeded", "failed"]]
+    for name, s in stats.items():
+        rows.append([name, s["mode"], str(s["calls"]), str(s["succeeded"]), str(s["failed"])])
+    return _render(rows, right={2, 3, 4})
+
+
 def stats_delta(before: dict[str, dict], after: dict[str, dict]) -> dict[str, dict]:
     return {n: {"calls": after[n]["calls"] - before[n]["calls"], "failed": after[n]["failed"] - before[n]["failed"]}
             for n in after}

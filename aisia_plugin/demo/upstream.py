@@ -243,6 +243,9 @@ def _error_body(message: str, kind: str, code: Optional[str] = None) -> bytes:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: LiteLLM pools its upstream connections
+    # Headers and body are separate writes; with Nagle's algorithm the body would wait for the
+    # client's delayed ACK, which would dominate an instant upstream's latency.
+    disable_nagle_algorithm = True
     server_version = "aisia-fake-upstream/1"
     state: _State  # set on the per-upstream subclass
 
@@ -565,4 +568,8 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the imported module's main, not this __main__ copy's: the demo's specs are instances of
+    # the imported module's UpstreamSpec.
+    from aisia_plugin.demo.upstream import main as _main
+
+    sys.exit(_main())

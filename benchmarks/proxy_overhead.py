@@ -1,0 +1,279 @@
+"""What the plugin adds to a LiteLLM proxy's request path, measured end to end over HTTP.
+
+One LiteLLM proxy with the plugin and one instant simulated upstream (its own process, so that it
+does not share this process's interpreter with the load generator). Requests go either to a
+plain model name (`bench-plain`, LiteLLM's simple-shuffle over one deployment: the plugin only
+looks at the request and lets it through) or to an alias (`auto/bench`) whose only candidate is
+that same deployment (the plugin's whole path: features, domain, breaker, strategy, the
+deployment filter, learning from the outcome, the x-aisia-* headers). A second proxy without the
+callback serves the same plain name, the baseline of plain LiteLLM.
+
+* Sequential: one client, requests interleaved alias / plain (and plain on the proxy without the
+  plugin); the median latency of each, and the median of the paired differences.
+* Concurrent: 32 clients in closed loop, blocks of a few seconds alternating between the arms;
+  throughput per block, the median over blocks, and the ratios.
+
+    .venv/bin/python benchmarks/proxy_overhead.py            # ~2 minutes
+    .venv/bin/python benchmarks/proxy_overhead.py --quick    # a smoke run
+
+Writes benchmarks/results/proxy_overhead.json and .md (the conditions are in both)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from aisia_plugin.demo.proxy import Proxy, deployment  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+PLAIN, ALIAS = "bench-plain", "auto/bench"
+TARGET_ADDED_MS = 0.3
+TARGET_THROUGHPUT_RATIO = 0.95
+PROMPT = "Write a Python function that merges two sorted lists"
+POLICY = """# The benchmark's alias: its only candidate is the plain model's deployment.
+version: 1
+aliases:
+  auto/bench:
+    description: The proxy overhead benchmark's alias (one candidate, the plain model's deployment).
+    strategy: ucb1
+    candidates:
+      models: [bench-plain]
+"""
+
+
+class _UpstreamProcess:
+    """The instant upstream, run by the upstream module's command line."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen([sys.executable, "-m", "aisia_plugin.demo.upstream", "--json", "--spec",
+                                      "instant:latency_ms=0,reply_words=8"], cwd=str(ROOT),
+                                     stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit("the simulated upstream did not start")
+        self.base_url = json.loads(line)["base_url"]
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+def _body(model: str) -> dict:
+    return {"model": model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 16}
+
+
+def _check(client: httpx.Client, proxy: Proxy, model: str) -> dict:
+    r = client.post(proxy.base_url + "/chat/completions", json=_body(model), headers=proxy.headers)
+    if r.status_code != 200:
+        raise SystemExit(f"{model} on {proxy.url}: HTTP {r.status_code}: {r.text[:300]}\n{proxy.log_tail()}")
+    return {k: v for k, v in r.headers.items() if k.startswith(("x-aisia", "x-litellm-model-id"))}
+
+
+def sequential(arms, n: int, warmup: int) -> dict:
+    """`arms`: name -> (proxy, model). Requests interleaved arm by arm, `n` rounds."""
+    clients = {name: httpx.Client(timeout=30) for name in arms}
+    try:
+        for _ in range(warmup):
+            for name, (proxy, model) in arms.items():
+                clients[name].post(proxy.base_url + "/chat/completions", json=_body(model), headers=proxy.headers)
+        times = {name: [] for name in arms}
+        failures = {name: 0 for name in arms}
+        for i in range(n):
+            order = list(arms) if i % 2 == 0 else list(reversed(arms))  # no arm always goes first
+            for name in order:
+                proxy, model = arms[name]
+                t0 = time.perf_counter()
+                r = clients[name].post(proxy.base_url + "/chat/completions", json=_body(model), headers=proxy.headers)
+                times[name].append((time.perf_counter() - t0) * 1000.0)
+                if r.status_code != 200:
+                    failures[name] += 1
+        return {"times": times, "failures": failures}
+    finally:
+        for c in clients.values():
+            c.close()
+
+
+async def _block(proxy: Proxy, model: str, concurrency: int, seconds: float) -> tuple[int, int, float]:
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    done = failed = 0
+    async with httpx.AsyncClient(timeout=30, limits=limits) as client:
+        deadline = time.perf_counter() + seconds
+        started = time.perf_counter()
+
+        async def worker():
+            nonlocal done, failed
+            while time.perf_counter() < deadline:
+                r = await client.post(proxy.base_url + "/chat/completions", json=_body(model), headers=proxy.headers)
+                done += 1
+                failed += r.status_code != 200
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    return done, failed, elapsed
+
+
+def concurrent(arms, concurrency: int, blocks: int, seconds: float) -> dict:
+    rps = {name: [] for name in arms}
+    failures = {name: 0 for name in arms}
+    for b in range(blocks):
+        order = list(arms) if b % 2 == 0 else list(reversed(arms))
+        for name in order:
+            proxy, model = arms[name]
+            done, failed, elapsed = asyncio.run(_block(proxy, model, concurrency, seconds))
+            rps[name].append(done / elapsed)
+            failures[name] += failed
+    return {"rps": rps, "failures": failures}
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=1500, help="sequential rounds (one request per arm each)")
+    p.add_argument("--blocks", type=int, default=6, help="concurrent blocks per arm")
+    p.add_argument("--block-seconds", type=float, default=4.0)
+    p.add_argument("--concurrency", type=int, default=32)
+    p.add_argument("--warmup", type=int, default=200)
+    p.add_argument("--quick", action="store_true", help="a smoke run (few requests; figures not meaningful)")
+    p.add_argument("--no-write", action="store_true", help="print the results, do not write benchmarks/results")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rounds, args.blocks, args.block_seconds, args.warmup = 100, 2, 1.0, 20
+
+    work = Path(tempfile.mkdtemp(prefix="aisia-bench-"))
+    upstream = _UpstreamProcess()
+    policy = work / "bench-policy.yaml"
+    policy.write_text(POLICY)
+    dep = deployment(PLAIN, upstream.base_url, id="bench-1")
+    base = {"model_list": [dep], "router_settings": {"routing_strategy": "simple-shuffle"}}
+    with_plugin = Proxy({**base, "litellm_settings": {"callbacks": ["aisia_plugin.litellm.plugin"]}},
+                        work / "plugin", env={"AISIA_POLICY": str(policy)})
+    without = Proxy(base, work / "plain")
+    try:
+        print("starting two proxies ...", file=sys.stderr, flush=True)
+        with_plugin.start()
+        without.start()
+        with httpx.Client(timeout=30) as c:
+            alias_headers = _check(c, with_plugin, ALIAS)
+            _check(c, with_plugin, PLAIN)
+            _check(c, without, PLAIN)
+        if alias_headers.get("x-litellm-model-id") != "bench-1" or "x-aisia-alias" not in alias_headers:
+            raise SystemExit(f"the alias did not go through the plugin to bench-1: {alias_headers}")
+        arms = {"alias": (with_plugin, ALIAS), "plain": (with_plugin, PLAIN), "no_plugin": (without, PLAIN)}
+        print(f"sequential: {args.rounds} rounds ...", file=sys.stderr, flush=True)
+        seq = sequential(arms, args.rounds, args.warmup)
+        print(f"concurrent: {args.blocks} blocks x {args.block_seconds:g} s per arm at {args.concurrency} clients ...",
+              file=sys.stderr, flush=True)
+        conc = concurrent(arms, args.concurrency, args.blocks, args.block_seconds)
+    finally:
+        with_plugin.stop()
+        without.stop()
+        upstream.stop()
+
+    t = seq["times"]
+    med = {k: statistics.median(v) for k, v in t.items()}
+    paired_alias = statistics.median(a - b for a, b in zip(t["alias"], t["plain"]))
+    paired_plugin_plain = statistics.median(a - b for a, b in zip(t["plain"], t["no_plugin"]))
+    paired_alias_vs_none = statistics.median(a - b for a, b in zip(t["alias"], t["no_plugin"]))
+    rps = {k: statistics.median(v) for k, v in conc["rps"].items()}
+    result = {
+        "generated": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "quick": args.quick,
+        "conditions": {
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
+            "python": platform.python_version(), "litellm": _version("litellm"), "aisia_plugin": _version("aisia_plugin"),
+            "proxy": "litellm --config (1 worker), offline flags, no database, master key, routing_strategy simple-shuffle",
+            "upstream": "aisia_plugin.demo.upstream, no added latency, in its own process, HTTP/1.1 keep-alive",
+            "client": "httpx on the same machine (sync for sequential, asyncio for concurrent)",
+            "request": f"one user message ({len(PROMPT)} chars), max_tokens 16, non-streaming",
+            "alias": f"{ALIAS}: strategy ucb1, one candidate (the {PLAIN} deployment)",
+            "sequential_rounds": args.rounds, "warmup_per_arm": args.warmup,
+            "concurrency": args.concurrency, "blocks_per_arm": args.blocks, "block_seconds": args.block_seconds,
+        },
+        "sequential_median_ms": {k: round(v, 3) for k, v in med.items()},
+        "sequential_p90_ms": {k: round(statistics.quantiles(v, n=10)[-1], 3) for k, v in t.items()},
+        "added_latency_ms": {
+            "alias_vs_plain_same_proxy": round(paired_alias, 3),
+            "plain_with_plugin_vs_without": round(paired_plugin_plain, 3),
+            "alias_vs_plain_litellm": round(paired_alias_vs_none, 3),
+        },
+        "throughput_rps": {k: round(v, 1) for k, v in rps.items()},
+        "throughput_blocks_rps": {k: [round(x, 1) for x in v] for k, v in conc["rps"].items()},
+        "throughput_ratio": {
+            "alias_vs_plain_same_proxy": round(rps["alias"] / rps["plain"], 3),
+            "alias_vs_plain_litellm": round(rps["alias"] / rps["no_plugin"], 3),
+            "plain_with_plugin_vs_without": round(rps["plain"] / rps["no_plugin"], 3),
+        },
+        "failures": {"sequential": seq["failures"], "concurrent": conc["failures"]},
+        "targets": {"added_latency_ms_max": TARGET_ADDED_MS, "throughput_ratio_min": TARGET_THROUGHPUT_RATIO},
+    }
+    result["targets"]["added_latency_met"] = result["added_latency_ms"]["alias_vs_plain_litellm"] <= TARGET_ADDED_MS
+    result["targets"]["throughput_met"] = result["throughput_ratio"]["alias_vs_plain_litellm"] >= TARGET_THROUGHPUT_RATIO
+    md = render(result)
+    print(md)
+    if not args.no_write:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "proxy_overhead.json").write_text(json.dumps(result, indent=2) + "\n")
+        (RESULTS / "proxy_overhead.md").write_text(md)
+    return 0
+
+
+def render(r: dict) -> str:
+    c = r["conditions"]
+    a, ratio, med, rps = r["added_latency_ms"], r["throughput_ratio"], r["sequential_median_ms"], r["throughput_rps"]
+    yes = {True: "met", False: "NOT met"}
+    return f"""# Proxy overhead of the plugin
+
+Generated {r['generated']} by `benchmarks/proxy_overhead.py`{' (--quick: not meaningful)' if r['quick'] else ''}.
+
+Conditions: {c['machine']}; Python {c['python']}, litellm {c['litellm']}, aisia_plugin {c['aisia_plugin']}.
+Proxy: {c['proxy']}. Upstream: {c['upstream']}. Client: {c['client']}. Request: {c['request']}.
+Alias: {c['alias']}. The arms are interleaved in one run: {c['sequential_rounds']} sequential rounds
+(after {c['warmup_per_arm']} warm-up requests per arm), then {c['blocks_per_arm']} blocks of
+{c['block_seconds']:g} s per arm at {c['concurrency']} concurrent clients, alternating.
+
+Arms: **alias** = `auto/bench` through the plugin; **plain** = the plain model name on the same
+proxy (the plugin only lets it through); **LiteLLM** = the plain model name on a proxy without the
+callback (simple-shuffle).
+
+| | alias | plain | LiteLLM |
+|---|---:|---:|---:|
+| sequential median latency (ms) | {med['alias']:.2f} | {med['plain']:.2f} | {med['no_plugin']:.2f} |
+| sequential p90 latency (ms) | {r['sequential_p90_ms']['alias']:.2f} | {r['sequential_p90_ms']['plain']:.2f} | {r['sequential_p90_ms']['no_plugin']:.2f} |
+| throughput at {c['concurrency']} clients (req/s, median of blocks) | {rps['alias']:.0f} | {rps['plain']:.0f} | {rps['no_plugin']:.0f} |
+
+| added by the plugin (median of paired differences) | ms | throughput ratio |
+|---|---:|---:|
+| alias vs plain LiteLLM | {a['alias_vs_plain_litellm']:+.3f} | {ratio['alias_vs_plain_litellm']:.3f} |
+| alias vs plain name, same proxy | {a['alias_vs_plain_same_proxy']:+.3f} | {ratio['alias_vs_plain_same_proxy']:.3f} |
+| plain name with the plugin loaded vs without | {a['plain_with_plugin_vs_without']:+.3f} | {ratio['plain_with_plugin_vs_without']:.3f} |
+
+Targets (alias vs plain LiteLLM): added median latency <= {r['targets']['added_latency_ms_max']} ms:
+{yes[r['targets']['added_latency_met']]}; throughput >= {r['targets']['throughput_ratio_min']}x: {yes[r['targets']['throughput_met']]}.
+Failed requests: sequential {r['failures']['sequential']}, concurrent {r['failures']['concurrent']}.
+"""
+
+
+if __name__ == "__main__":
+    sys.exit(main())
