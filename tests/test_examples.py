@@ -1,0 +1,63 @@
+"""examples/: the real-provider LiteLLM config and the team policy are valid as shipped, checked
+offline with the same commands a user runs (`aisia validate`, `aisia explain --deployments`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+AISIA = str(Path(sys.executable).parent / "aisia")
+OFFLINE = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "PATH": "/usr/bin:/bin"}
+
+
+def _aisia(*argv):
+    return subprocess.run([AISIA, *argv], capture_output=True, text=True, timeout=120, cwd=ROOT, env=OFFLINE)
+
+
+def test_team_policy_validates_over_the_shipped_defaults():
+    run = _aisia("validate", "examples/team-policy.yaml")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "8 aliases" in run.stdout  # the 7 shipped auto/* aliases and the team's auto/review
+
+
+def test_config_enables_the_plugin_with_keys_from_the_environment():
+    config = yaml.safe_load((EXAMPLES / "litellm_config.yaml").read_text())
+    assert config["litellm_settings"]["callbacks"] == ["aisia_plugin.litellm.plugin"]
+    assert config["environment_variables"]["AISIA_POLICY"] == "examples/team-policy.yaml"
+    assert config["general_settings"]["master_key"].startswith("os.environ/")
+    remote = [d for d in config["model_list"] if not d["litellm_params"]["model"].startswith("ollama")]
+    assert len(remote) >= 4
+    for d in remote:
+        assert d["litellm_params"]["api_key"].startswith("os.environ/"), d["model_name"]
+    ids = [d["model_info"]["id"] for d in config["model_list"]]
+    assert len(set(ids)) == len(ids)
+    annotated = set(yaml.safe_load((EXAMPLES / "team-policy.yaml").read_text())["deployments"])
+    assert annotated <= set(ids), "every annotation names a deployment of the config"
+
+
+def _explain(alias, prompt):
+    run = _aisia("explain", "--json", "--policy", "examples/team-policy.yaml", "--deployments",
+                 "examples/litellm_config.yaml", "--alias", alias, prompt)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return json.loads(run.stdout)
+
+
+def test_the_config_routes_the_shipped_and_the_team_aliases():
+    # The coding specialists: deepseek-coder annotated in its model_info.aisia, claude-sonnet in
+    # the team policy.
+    coding = _explain("auto/coding", "Écris une fonction Python qui trie une liste")["decision"]
+    assert coding["domain"] == "coding"
+    assert {c["id"] for c in coding["candidates"] if "excluded" not in c} == {"deepseek-coder",
+                                                                                "anthropic-claude-sonnet"}
+    offline = _explain("auto/offline", "Summarize this paragraph")["decision"]
+    assert offline["deployment_id"] == "llama-local"  # local by its ollama_chat/ prefix, no annotation
+    review = _explain("auto/review", "Review this Python function for bugs: def f(x): return x / 0")["decision"]
+    considered = {c["id"] for c in review["candidates"] if "excluded" not in c}
+    assert review["strategy"] == "thompson" and review["deployment_id"] in considered
+    assert considered and considered <= {"openai-gpt-4o", "anthropic-claude-sonnet", "deepseek-coder"}
