@@ -20,10 +20,21 @@ def _aisia(*argv):
     return subprocess.run([AISIA, *argv], capture_output=True, text=True, timeout=120, cwd=ROOT, env=OFFLINE)
 
 
-def test_team_policy_validates_over_the_shipped_defaults():
-    run = _aisia("validate", "examples/team-policy.yaml")
+def test_team_policy_and_config_validate_over_the_shipped_defaults():
+    run = _aisia("validate", "--deployments", "examples/litellm_config.yaml", "examples/team-policy.yaml")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "8 aliases" in run.stdout  # the 7 shipped auto/* aliases and the team's auto/review
+
+
+def test_a_typo_in_the_configs_annotation_is_located(tmp_path):
+    text = (EXAMPLES / "litellm_config.yaml").read_text()
+    assert "        tier: pro\n" in text
+    bad = tmp_path / "litellm_config.yaml"
+    bad.write_text(text.replace("        tier: pro\n", "        teir: pro\n"))
+    run = _aisia("validate", "--deployments", str(bad), "examples/team-policy.yaml")
+    assert run.returncode == 1
+    line = text[: text.index("        tier: pro\n")].count("\n") + 1
+    assert f"{bad}:{line}:" in run.stdout and "teir" in run.stdout, run.stdout
 
 
 def test_config_enables_the_plugin_with_keys_from_the_environment():
