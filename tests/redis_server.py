@@ -85,7 +85,12 @@ class RedisServer:
         return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def args(self) -> list[str]:
-        a = [redis_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
+        a = [redis_binary()]
+        if self.user:  # a config file: ACL rules are several words, which the command line splits
+            conf = self.dir / "acl.conf"
+            conf.write_text(f"user {self.user} on >{self.password} ~* &* +@all\nuser default off\n")
+            a.append(str(conf))
+        a += ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
              "--save", "", "--daemonize", "no", "--logfile", str(self.dir / "redis.log"),
              "--protected-mode", "no"]
         if self.aof:
@@ -95,8 +100,6 @@ class RedisServer:
         if self.cluster:
             a += ["--cluster-enabled", "yes", "--cluster-config-file", str(self.dir / "nodes.conf"),
                   "--cluster-node-timeout", "2000"]
-        if self.user:
-            a += ["--user", f"{self.user} on >{self.password} ~* &* +@all", "--user", "default off"]
         return a + list(self.extra)
 
     def start(self, timeout: float = 10.0) -> "RedisServer":
@@ -146,7 +149,7 @@ class RedisServer:
     def wipe(self) -> None:
         """Remove what was persisted (the next start comes back empty)."""
         for p in self.dir.iterdir():
-            if p.name != "redis.log" and p.name != "nodes.conf":
+            if p.name not in ("redis.log", "nodes.conf", "acl.conf"):
                 if p.is_dir():
                     shutil.rmtree(p)
                 else:

@@ -118,6 +118,7 @@ def key_tag(prefix: str) -> str:
 
 class _Batch:
     __slots__ = ("seq", "ops", "rules")
+    # seq: this process's batch number (1, 2, ...), which Redis's ``applied`` hash is compared with
 
     def __init__(self, seq: int, ops: list, rules: Optional[LearningRules]):
         self.seq, self.ops, self.rules = seq, ops, rules
@@ -170,8 +171,9 @@ class RedisStore:
         self._base_applied: dict[str, int] = {}
         self._queue: list = []  # (op, rules) not yet in a batch
         self._batches: deque[_Batch] = deque()  # batched, not known applied
-        self._confirmed: deque[_Batch] = deque()  # applied since the last full refresh
-        self._retained = 0  # ops in the three above
+        # Applied batches, kept a while (see _install) in case Redis comes back without them.
+        self._confirmed: deque[tuple[_Batch, float]] = deque()
+        self._retained = 0  # ops in the queue and in the unapplied batches: the queue depth
         self._seq = 0
         self._epoch: Optional[str] = None
         self._version = ""
@@ -486,10 +488,18 @@ class RedisStore:
     def _install(self, base: MemoryState, applied: dict[str, int]) -> None:
         """The new server view, plus what of this process the server has not applied."""
         done = applied.get(self.process, 0)
+        now = time.monotonic()
+        # Written batches stay known for a few refresh periods after the server showed them: if
+        # Redis restarts empty, the replica that re-seeds it does so from its last view, which is
+        # at most one period old, and every replica then re-sends what that view lacks (the
+        # sequence numbers skip the rest). Not pruned during an outage (no refresh happens).
+        keep_s = 3.0 * (self.cfg.cache_ttl_ms + self.cfg.flush_ms) / 1000.0 + 1.0
         with self._lock:
-            kept = [b for b in (*self._confirmed, *self._batches) if b.seq > done]
-            self._retained -= sum(len(b.ops) for b in (*self._confirmed, *self._batches) if b.seq <= done)
-            self._confirmed = deque()
+            resend = [b for b, _ in self._confirmed if b.seq > done]  # the server lost them
+            self._retained += sum(len(b.ops) for b in resend)
+            self._retained -= sum(len(b.ops) for b in self._batches if b.seq <= done)  # applied, reply lost
+            kept = sorted(resend + [b for b in self._batches if b.seq > done], key=lambda b: b.seq)
+            self._confirmed = deque((b, at) for b, at in self._confirmed if b.seq <= done and now - at < keep_s)
             self._batches = deque(kept)
             mirror = base.copy()
             for b in kept:
@@ -625,13 +635,13 @@ class RedisStore:
             with self._lock:
                 if self._batches and self._batches[0] is batch:
                     self._batches.popleft()
-                    self._confirmed.append(batch)
+                    self._retained -= len(batch.ops)
+                    self._confirmed.append((batch, time.monotonic()))
             self.counters["batches"] += 1
             if status == "ok":
                 self.counters["outcomes_written"] += len(batch.ops)
             else:
                 self.counters["duplicates_skipped"] += len(batch.ops)
             self._event("batch_flushed")
-            # Confirmed ops stay retained until a refresh shows them in the server's records.
             self._overflowing = False
         return status
