@@ -13,6 +13,7 @@ COMMANDS = {
     "docs": ("aisia_plugin.commands.docs", "regenerate the policy reference from the schema"),
     "explain": ("aisia_plugin.commands.explain", "show how a prompt would be routed and why"),
     "replay": ("aisia_plugin.commands.replay", "replay recorded outcomes through a policy and report quality, cost, latency"),
+    "stats": ("aisia_plugin.commands.stats", "show what the router learned (per deployment and domain), or reset a deployment"),
     "demo": ("aisia_plugin.commands.demo", "start a LiteLLM proxy with the plugin in front of simulated providers (no API keys)"),
 }
 

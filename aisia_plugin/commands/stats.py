@@ -1,0 +1,97 @@
+"""`aisia stats`: what the router has learned, from the configured store (per deployment and per
+domain: count, discounted pulls, mean reward, Beta posterior, latency, error rate, breaker), and
+`--reset DEPLOYMENT` for an operator who knows a provider is fixed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+
+def add_arguments(p):
+    p.add_argument("--policy", action="append", metavar="PATH",
+                   help="policy file or directory (repeatable; default: the configured policy path, AISIA_POLICY)")
+    p.add_argument("--state", metavar="FILE",
+                   help="memory store: the snapshot to read (default: the policy's state.snapshot_path)")
+    p.add_argument("--json", action="store_true",
+                   help="print the /admin/bandit/stats JSON (plus count, latency, error rate, breaker, domains)")
+    p.add_argument("--reset", metavar="DEPLOYMENT", action="append",
+                   help="forget a deployment's statistics and breaker (repeatable), then print the rest")
+
+
+COLUMNS = ("deployment", "domain", "count", "pulls", "mean reward", "alpha", "beta", "avg latency s", "error rate",
+           "breaker")
+
+
+def table(stats: dict) -> str:
+    """The stats as an aligned text table: a row per deployment, then a row per domain."""
+    def cells(dep, dom, r, breaker):
+        return [dep, dom, str(r["count"]), f"{r['pulls']:.2f}", f"{r['mean_reward']:.3f}", f"{r['alpha']:.2f}",
+                f"{r['beta']:.2f}", f"{r['avg_latency']:.3f}", f"{r['error_rate']:.3f}", breaker]
+
+    rows = []
+    for dep, row in stats.items():
+        rows.append(cells(dep, "(all)", row, row["breaker"]))
+        for dom, r in sorted(row.get("domains", {}).items()):
+            rows.append(cells("", dom, r, ""))
+    if not rows:
+        return "nothing learned yet"
+    widths = [max(len(c), *(len(r[k]) for r in rows)) for k, c in enumerate(COLUMNS)]
+    left = {0, 1, 9}
+
+    def line(values):
+        return "  ".join(v.ljust(w) if k in left else v.rjust(w) for k, (v, w) in enumerate(zip(values, widths))).rstrip()
+
+    return "\n".join([line(COLUMNS), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def run(args) -> int:
+    from ..policy import PolicyError, load_policy
+
+    try:
+        policy = load_policy(args.policy)
+    except PolicyError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    try:
+        return asyncio.run(_run(args, policy))
+    except (OSError, ValueError) as exc:  # an unreadable snapshot, a malformed Redis URL
+        print(f"aisia stats: {exc}", file=sys.stderr)
+        return 2
+
+
+async def _run(args, policy) -> int:
+    from ..state import open_store
+    from ..state.memory import MemoryState
+
+    cfg = policy.state
+    if cfg.backend == "memory":
+        path = args.state or cfg.snapshot_path
+        if not path:
+            print("aisia stats: the memory store keeps nothing between processes; give --state FILE (a snapshot) "
+                  "or set state.snapshot_path", file=sys.stderr)
+            return 2
+        store = MemoryState(snapshot_path=path)
+        await store.start()
+    else:
+        store = open_store(policy)
+        await store.start()
+        if not store.connected:
+            await store.aclose()
+            print(f"aisia stats: Redis at {store.shown_url} is unreachable", file=sys.stderr)
+            return 1
+    for dep in args.reset or ():
+        known = dep in store.stats()
+        store.reset(dep)
+        print(f"reset {dep}" + ("" if known else " (nothing was stored for it)"), file=sys.stderr)
+    stats = store.stats()
+    if args.reset:
+        await store.aclose()  # the Redis store writes the resets; the memory store its snapshot
+    elif cfg.backend == "redis":
+        await store.aclose()
+    if args.json:
+        print(json.dumps(stats, indent=2))
+    else:
+        print(table(stats))
+    return 0
