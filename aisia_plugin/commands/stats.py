@@ -50,12 +50,10 @@ def run(args) -> int:
     from ..policy import PolicyError, load_policy
 
     try:
-        policy = load_policy(args.policy)
+        return asyncio.run(_run(args, load_policy(args.policy)))
     except PolicyError as exc:
         print(str(exc), file=sys.stderr)
         return 1
-    try:
-        return asyncio.run(_run(args, policy))
     except (OSError, ValueError) as exc:  # an unreadable snapshot, a malformed Redis URL
         print(f"aisia stats: {exc}", file=sys.stderr)
         return 2
