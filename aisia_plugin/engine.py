@@ -96,7 +96,10 @@ class Engine:
 
     def decide(self, alias: str, messages, deployments: Sequence[Deployment], *, tools=None,
                exclude: Iterable[str] = (), request_modalities=None,
-               features: Optional[RequestFeatures] = None, reserve: bool = True) -> Decision:
+               features: Optional[RequestFeatures] = None, reserve: bool = True,
+               session: Optional[str] = None) -> Decision:
+        """`session` keys the last known good deployment per conversation (the alias's own pin
+        when None)."""
         ap = self.policy.aliases.get(alias)
         if ap is None:
             raise UnknownAlias(alias)
@@ -120,10 +123,23 @@ class Engine:
         # One read of the store for the whole pool (the Redis store: one round trip).
         per_domain = self.policy.bandit.per_domain
         learn_domain = domain if (domain and per_domain.enabled) else None
-        tick, breakers, global_arms, domain_arms, last_good = self.store.read_pool(ids, learn_domain, alias)
+        pin = pin_key(alias, session)
+        tick, breakers, global_arms, domain_arms, last_good = self.store.read_pool(ids, learn_domain, pin)
 
         # Circuit breaker: skip OPEN, rate-limited and probe-saturated deployments.
         states, breaker_state, blocked = self._breakers(ids, breakers, now)
+        if blocked and len(blocked) == len(ids) and group.specialised:
+            # Every specialist of the domain is blocked: the generalists compete, as in the seed's
+            # "no specialist" case and on a retry past a failed specialist (a second read of the
+            # store, for them alone, only in this case).
+            fallback = self._alias_pool(alias, ap, deployments).generalists(
+                set(exclude), domain, {ids[k]: why for k, why in blocked})
+            if fallback.ids:
+                group = fallback
+                deps, ids, excluded = group.deployments, group.ids, group.excluded
+                fits = group.fits(self.fitness, task)
+                tick, breakers, global_arms, domain_arms, last_good = self.store.read_pool(ids, learn_domain, pin)
+                states, breaker_state, blocked = self._breakers(ids, breakers, now)
         degraded = False
         if blocked:
             if len(blocked) < len(ids):
@@ -192,7 +208,8 @@ class Engine:
                 # Another request (or replica) took the last probe slot since the read: the same
                 # decision without this deployment.
                 return self.decide(alias, messages, deployments, tools=tools, exclude=(*exclude, chosen.id),
-                                   request_modalities=request_modalities, features=feats, reserve=reserve)
+                                   request_modalities=request_modalities, features=feats, reserve=reserve,
+                                   session=session)
         return self._finish(decision, feats)
 
     def _breakers(self, ids, breakers, now: float):
@@ -244,7 +261,8 @@ class Engine:
         return decision
 
     # -- learning --------------------------------------------------------------------------------
-    def record(self, decision_or_alias, outcome: Outcome, *, domain: Optional[str] = None) -> float | None:
+    def record(self, decision_or_alias, outcome: Outcome, *, domain: Optional[str] = None,
+               session: Optional[str] = None) -> float | None:
         """Learn from one outcome: classify it, compute its reward, and hand the store one record
         to apply atomically (``learning.apply_outcome``). Returns the reward, or None when the
         outcome says nothing about the deployment's quality (a client error or a rate limit)."""
@@ -264,12 +282,17 @@ class Engine:
         per_domain = domain if (domain and self.policy.bandit.per_domain.enabled) else None
         self.store.record_outcome(OutcomeRecord(
             outcome.deployment_id, self.clock(), kind, value if value is not None else 0.0, outcome.latency_s,
-            alias or None, per_domain, outcome.retry_after_s), self.rules)
+            pin_key(alias, session) if alias else None, per_domain, outcome.retry_after_s), self.rules)
         try:
             self._hook.observe_outcome(outcome=outcome, decision=decision_or_alias)
         except Exception:
             pass
         return value
+
+
+def pin_key(alias: str, session: Optional[str]) -> str:
+    """Where the last known good deployment is kept: per alias, or per alias and session."""
+    return alias if session is None else f"{alias}|{session}"
 
 
 def _take(keep: list[int], *columns):
@@ -308,21 +331,33 @@ class _AliasPool:
                 for d in self.selected if d.id in failed]
         return _DomainPool(kept, self.excluded + rows, domain)
 
+    def generalists(self, failed: set, domain: str, blocked: dict) -> "_DomainPool":
+        """The competitors once every specialist of `domain` is blocked (`blocked`: id -> why),
+        the `failed` deployments left out too (not memoised: rare)."""
+        rows = [CandidateScore(d.id, excluded="already failed for this request")
+                for d in self.selected if d.id in failed]
+        rows += [CandidateScore(i, excluded=f"{why} (every {domain} specialist is blocked: the generalists compete)")
+                 for i, why in blocked.items()]
+        kept = [d for d in self.selected if d.id not in failed and d.id not in blocked]
+        return _DomainPool(kept, self.excluded + rows, domain)
+
 
 class _DomainPool:
     """The competitors of an alias for one domain: only the specialists of the domain when some
     candidates declare it (seed section 6), else every candidate."""
 
-    __slots__ = ("deployments", "ids", "excluded", "_fits")
+    __slots__ = ("deployments", "ids", "excluded", "specialised", "_fits")
 
     def __init__(self, pool: list, excluded: list, domain: Optional[str]):
         excluded = list(excluded)
+        self.specialised = False  # whether only the domain's specialists compete
         if domain and pool:
             specialists = [d for d in pool if domain in d.specialities]
-            if specialists:
+            if specialists and len(specialists) < len(pool):
                 excluded += [CandidateScore(d.id, excluded=f"not a {domain} specialist")
                              for d in pool if domain not in d.specialities]
                 pool = specialists
+                self.specialised = True
         # Tuples: these are handed to every decision's Pool, and a strategy must not be able to
         # change what the next decision starts from.
         self.deployments = tuple(pool)

@@ -267,3 +267,34 @@ def test_reason_is_formatted_on_first_read_and_can_be_amended(policy_file):
     assert d.reason is d.reason and d.as_dict()["reason"] == d.reason
     d.reason += "; amended"
     assert d.reason.endswith("; amended")
+
+
+def test_a_dead_specialist_falls_back_to_the_generalists(policy_file):
+    """Issue 11, finding 3: the only coding specialist's breaker is OPEN; the generalists compete
+    (as after a retry past a failed specialist) instead of the dead deployment being served."""
+    clock = Clock()
+    eng = engine_for(policy_file(), clock)
+    pool = [dep("a-gen", cost=2.0), dep("b-coder", specialities={"coding": "b/coder"}), dep("c-gen", cost=1.0)]
+    msg = [{"role": "user", "content": "write a python function"}]
+    for _ in range(5):
+        eng.record(eng.decide("auto", msg, pool), Outcome("b-coder", success=False, status_code=503))
+    d = eng.decide("auto/cheap", msg, pool)
+    assert d.domain == "coding" and d.deployment_id == "c-gen" and d.model == "c/c-gen"
+    assert "serving anyway" not in d.reason
+    rows = {s.id: s.excluded for s in d.scores}
+    assert rows["b-coder"] == "circuit OPEN (every coding specialist is blocked: the generalists compete)"
+    assert rows["a-gen"] is None and rows["c-gen"] is None
+    # Past the breaker's timeout the specialist is probed again, alone.
+    clock.t += eng.policy.circuit_breaker.timeout_s + 1
+    d = eng.decide("auto/cheap", msg, pool)
+    assert d.deployment_id == "b-coder" and d.probe
+
+
+def test_a_dead_specialist_with_no_generalist_is_still_served(policy_file):
+    eng = engine_for(policy_file())
+    pool = [dep("b-coder", specialities={"coding": None})]
+    msg = [{"role": "user", "content": "write a python function"}]
+    for _ in range(5):
+        eng.record(eng.decide("auto", msg, pool), Outcome("b-coder", success=False, status_code=503))
+    d = eng.decide("auto", msg, pool)
+    assert d.deployment_id == "b-coder" and d.reason.endswith("(every candidate's breaker blocks it: serving anyway)")

@@ -81,3 +81,28 @@ model_list:
 def test_explain_unknown_alias_is_a_usage_error(capsys):
     assert main(["explain", "--alias", "auto/nope", "x"]) == 2
     assert "unknown alias" in capsys.readouterr().err
+
+
+def test_explain_exits_3_on_a_refusal(tmp_path, capsys):
+    team = tmp_path / "team.yaml"
+    team.write_text("version: 1\naliases:\n  auto/tiny:\n    strategy: cost\n"
+                    "    candidates: {locality: remote}\n    budget: {max_cost_per_request_usd: 1.0e-12, mode: strict}\n", encoding="utf-8")
+    assert main(["explain", "--policy", str(team), "--alias", "auto/tiny", "hello"]) == 3
+    assert "decision:  refused (budget, HTTP 402)" in capsys.readouterr().out
+    assert main(["explain", "--policy", str(team), "--alias", "auto/tiny", "--json", "hello"]) == 3
+    assert json.loads(capsys.readouterr().out)["decision"]["refused"] == "budget"
+
+
+def test_a_binary_prompt_on_stdin_under_a_strict_locale(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONIOENCODING": "ascii:strict", "PYTHONUTF8": "0"}
+    proc = subprocess.run([str(Path(sys.executable).with_name("aisia")), "explain", "--json", "-"],
+                          input=b"\xff\xfe\x00 write a python function \xc3\xa9\xe9", env=env,
+                          capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode("utf-8", "replace")
+    assert b"Traceback" not in proc.stderr
+    assert json.loads(proc.stdout)["decision"]["deployment_id"]

@@ -1,4 +1,8 @@
-"""`aisia explain`: how one prompt would be routed, and why."""
+"""`aisia explain`: how one prompt would be routed, and why.
+
+Exit status: 0 a deployment was chosen, 1 an invalid policy or deployments file, 2 usage or I/O
+error, 3 the decision is a refusal (a strict budget, no candidate): a script can tell a policy
+that routes this prompt nowhere."""
 
 from __future__ import annotations
 
@@ -53,6 +57,18 @@ def _load_deployments(path, policy):
     return load_deployments_file(path, policy)
 
 
+EXIT_REFUSED = 3
+
+
+def _read_stdin() -> str:
+    """The prompt from standard input, whatever the locale: bytes that are not UTF-8 become
+    U+FFFD (a prompt is routed on its words; a byte the terminal mangled cannot change that)."""
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:  # a text stream (a test's StringIO)
+        return sys.stdin.read()
+    return stream.read().decode("utf-8", errors="replace")
+
+
 def _fmt(v):
     if v is None:
         return "-"
@@ -74,7 +90,7 @@ def run(args) -> int:
     if args.alias not in policy.aliases:
         print(f"aisia explain: unknown alias {args.alias!r}; known: {', '.join(policy.aliases)}", file=sys.stderr)
         return 2
-    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    prompt = _read_stdin() if args.prompt == "-" else args.prompt
     from ..deployments import DeploymentError
 
     try:
@@ -106,7 +122,7 @@ def run(args) -> int:
         out = {"alias": args.alias, "features": features, "decision": decision.as_dict()}
         # Infinite scores (UCB1's untried candidates) become null: JSON has no infinity.
         print(json.dumps(_jsonable(out), indent=2))
-        return 0
+        return EXIT_REFUSED if decision.refused else 0
     print(f"alias:     {args.alias}  ({policy.aliases[args.alias].description})")
     print("features:  " + ", ".join(f"{k}={v}" for k, v in features.items()))
     print(f"domain:    {decision.domain or '-'}   task type: {decision.task_type}")
@@ -121,6 +137,7 @@ def run(args) -> int:
             print(f"  {mark} {s.id:32s} score={_fmt(s.score)}  {terms}")
     if decision.refused:
         print(f"decision:  refused ({decision.refused}, HTTP {decision.status_code}): {decision.reason}")
+        return EXIT_REFUSED
     else:
         prob = f", selection probability {decision.probability:.2f}" if decision.probability is not None else ""
         print(f"decision:  {decision.deployment_id} -> model {decision.model} (score {_fmt(decision.final_score)}{prob})")
