@@ -140,6 +140,13 @@ class RedisServer:
     def stop(self) -> None:
         self.kill()
 
+    def pause(self) -> None:
+        """SIGSTOP: the server holds its connections and answers nothing (a hung or overloaded Redis)."""
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+
     def restart(self, *, wipe: bool = False) -> "RedisServer":
         self.kill()
         if wipe:

@@ -41,6 +41,7 @@ def policy(prefix=None, *, forgetting=True, **state):
         bandit = p.bandit.model_copy(update={"forgetting": p.bandit.forgetting.model_copy(update={"enabled": False})})
         p = p.model_copy(update={"bandit": bandit})
     prefix = prefix or f"r{next(_prefixes)}:"
+    state = {"timeout_ms": 5000, **state}  # these tests check what is shared, not how fast
     return p.model_copy(update={"state": p.state.model_copy(update={"backend": "redis", "key_prefix": prefix, **state})})
 
 
@@ -312,6 +313,36 @@ def test_unreachable_at_start_routes_on_local_state_then_merges(tmp_path, caplog
     tag = key_tag(pol.state.key_prefix)
     assert sum(read_arm(srv.client().hgetall(f"{tag}bandit:{x}")).count for x in "abc") == 20
     assert len([r for r in caplog.records if "unreachable" in r.getMessage()]) == 1
+    srv.stop()
+
+
+def test_a_hung_redis_delays_no_decision_beyond_the_timeout(tmp_path):
+    """SIGSTOP: connections stay open and nothing answers. Decisions wait at most timeout_ms for
+    a refresh, then go on with the local copy; the store counts an outage after io_timeout_ms;
+    once the server resumes, everything recorded meanwhile is written exactly once."""
+    srv = RedisServer(tmp_path / "r", aof=True).start()
+    pol = policy(cache_ttl_ms=0, timeout_ms=20, io_timeout_ms=300, flush_ms=10)
+
+    async def main():
+        store = await started(pol, srv.url)
+        engine = Engine(pol, clock=store.clock, store=store)
+        srv.pause()
+        try:
+            for _ in range(30):
+                await store.prepare(["a", "b", "c"])
+                d = engine.decide("auto", MSGS, DEPS, reserve=False)
+                engine.record(d, Outcome(d.deployment_id, success=True, latency_s=0.1))
+                await asyncio.sleep(0.02)
+            hung = store.counters["outages"]
+        finally:
+            srv.resume()
+        await settle(store)
+        await store.aclose()
+        return hung
+
+    assert asyncio.run(main()) == 1
+    tag = key_tag(pol.state.key_prefix)
+    assert sum(read_arm(srv.client().hgetall(f"{tag}bandit:{x}")).count for x in "abc") == 30
     srv.stop()
 
 

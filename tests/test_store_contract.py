@@ -35,6 +35,9 @@ _prefixes = itertools.count()
 
 
 def policy_for(backend: str, prefix: str, **state):
+    # A generous wait for Redis: the suite checks what the stores agree on, not how fast (a
+    # decision that gives up waiting is the outage tests' subject).
+    state = {"timeout_ms": 5000, **state}
     return BASE.model_copy(update={"state": BASE.state.model_copy(update={"backend": backend, "key_prefix": prefix,
                                                                            **state})})
 

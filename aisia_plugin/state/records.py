@@ -36,26 +36,21 @@ def _text(v: Any) -> Any:
 
 
 def number(v: Any, lo: float, hi: float) -> float | None:
-    """``v`` as a finite float within [lo, hi], else None. Strings (and bytes) are parsed;
-    booleans are not numbers."""
-    v = _text(v)
-    if isinstance(v, bool) or v is None:
-        return None
-    if isinstance(v, str):
-        try:
-            v = float(v.strip())
-        except ValueError:
+    """``v`` as a finite float within [lo, hi], else None. Strings and bytes (a Redis reply) are
+    parsed; booleans are not numbers."""
+    if type(v) is not float:
+        if v is None or isinstance(v, bool):
             return None
-    if not isinstance(v, (int, float)):
-        return None
-    try:
-        f = float(v)
-    except OverflowError:
-        return None
-    return f if (math.isfinite(f) and lo <= f <= hi) else None
+        try:
+            v = float(v)  # int, str, bytes
+        except (TypeError, ValueError, OverflowError):
+            return None
+    return v if lo <= v <= hi else None  # NaN fails both comparisons, infinities one
 
 
 def _mapping(raw: Any) -> dict[str, Any] | None:
+    if type(raw) is dict and all(type(k) is str for k in raw):
+        return raw  # already what the readers look up (a snapshot's JSON, a decoded Redis reply)
     if not isinstance(raw, Mapping):
         return None
     try:
@@ -157,4 +152,4 @@ def breaker_fields(s: BreakerState) -> list[str]:
 def pairs(flat) -> dict:
     """A Redis flat reply [k1, v1, k2, v2, ...] as a mapping."""
     it = iter(flat or ())
-    return {_text(k): v for k, v in zip(it, it)}
+    return {(k.decode("utf-8", "replace") if type(k) is bytes else k): v for k, v in zip(it, it)}

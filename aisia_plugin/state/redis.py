@@ -389,15 +389,17 @@ class RedisStore:
             return False
 
     async def reserve_probe_shared(self, deployment_id: str, now: float, breaker: CircuitBreaker) -> bool:
-        """Take a half-open probe slot atomically across every process (``lua/reserve.lua``); on
-        an outage, or past ``state.timeout_ms``, this process's own reservation."""
+        """Take a half-open probe slot atomically across every process (``lua/reserve.lua``).
+        During an outage, this process's own reservation. Past ``state.timeout_ms`` without an
+        answer, False: the request goes to another deployment rather than risk a probe more
+        than ``half_open_max_calls`` (the reservation may still land; its lease frees it)."""
         if self._client is None or (self._down and time.monotonic() < self._retry_at):
             return self.reserve_probe(deployment_id, now, breaker)
         task = asyncio.ensure_future(self._reserve(deployment_id, now, breaker))
         try:
             return await asyncio.wait_for(asyncio.shield(task), self.cfg.timeout_ms / 1000.0)
         except asyncio.TimeoutError:
-            return self.reserve_probe(deployment_id, now, breaker)
+            return False
         except Exception as exc:
             self._outage(exc)
             return self.reserve_probe(deployment_id, now, breaker)

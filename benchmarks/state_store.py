@@ -1,0 +1,263 @@
+"""State store benchmark: what a decision costs with the memory store and with the Redis store, and
+how many outcomes per second one process records through Redis. A benchmark, not a test: it
+asserts nothing, it prints and writes figures.
+
+    /work/main/.venv/bin/python benchmarks/state_store.py [--calls 3000] [--outcomes 50000]
+
+It starts its own redis-server on a free loopback port (tests/redis_server.py) and times, side by
+side in one run, after an untimed warm-up, with gc disabled during each loop:
+
+* ``memory``: ``Engine.decide`` on a MemoryState (16 deployments, a 2 KB prompt, alias ``auto``,
+  state warmed by 300 outcomes);
+* ``redis cached``: ``await store.prepare(ids)`` then ``Engine.decide`` on a RedisStore whose local
+  copy is fresh (no I/O);
+* ``redis cold, unchanged``: the same with ``state.cache_ttl_ms: 0``, so every decision refreshes:
+  one EVALSHA round trip, answered by the version check alone (nothing written meanwhile);
+* ``redis cold, changed``: the same, with another store writing one outcome before each decision
+  (untimed), so each refresh reads every record back (the worst case of the one round trip);
+* ``loopback round trip``: ``await client.ping()`` on the same redis-py asyncio client, the
+  yardstick for "cold = memory + one round trip";
+* recording: ``store.record_outcome`` for N outcomes in one process (the background task writes
+  them in batches), timed from the first record until Redis has applied the last (``aclose``),
+  once with one process and once with two processes at once; then the records in Redis are counted
+  (zero lost means count == N per process).
+
+Targets (issue 9): cached within 2x of memory; cold = memory + one loopback round trip; at least
+10,000 outcomes/s per process; zero lost."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import multiprocessing
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))  # the redis-server fixture module
+
+from redis_server import RedisServer  # noqa: E402
+
+from aisia_plugin.decision import Deployment  # noqa: E402
+from aisia_plugin.engine import Engine  # noqa: E402
+from aisia_plugin.learning import OutcomeRecord  # noqa: E402
+from aisia_plugin.outcome import Outcome  # noqa: E402
+from aisia_plugin.policy import load_policy  # noqa: E402
+from aisia_plugin.state.memory import MemoryState  # noqa: E402
+from aisia_plugin.state.records import read_arm  # noqa: E402
+from aisia_plugin.state.redis import RedisStore, key_tag  # noqa: E402
+
+PROMPT = ("Write a Python function that merges two sorted lists and explain its complexity. " * 26)[:2048]
+MESSAGES = [{"role": "user", "content": PROMPT}]
+DEPLOYMENTS = [Deployment(id=f"dep-{k:02d}", model_name="g", model=f"p{k}/m", provider=f"p{k}",
+                          input_cost_per_1m=0.2 + k * 0.3, output_cost_per_1m=0.4 + k * 0.5) for k in range(16)]
+IDS = [d.id for d in DEPLOYMENTS]
+
+
+def policy(prefix: str, **state):
+    base = load_policy()
+    return base.model_copy(update={"state": base.state.model_copy(update={"backend": "redis", "key_prefix": prefix,
+                                                                           **state})})
+
+
+def warm(engine: Engine, n: int = 300) -> None:
+    for i in range(n):
+        d = engine.decide("auto", MESSAGES, DEPLOYMENTS, reserve=False)
+        engine.record(d, Outcome(d.deployment_id, success=(i % 17) != 0, latency_s=0.2 + (i % 7) * 0.1,
+                                 status_code=None if (i % 17) else 503))
+
+
+def summary(ns: list[int]) -> dict:
+    us = sorted(x / 1000.0 for x in ns)
+    q = lambda p: us[min(len(us) - 1, int(p * len(us)))]  # noqa: E731
+    return {"p50_us": round(q(0.5), 2), "p90_us": round(q(0.9), 2), "p99_us": round(q(0.99), 2),
+            "mean_us": round(statistics.fmean(us), 2), "n": len(us)}
+
+
+async def timed(calls: int, step, between=None) -> list[int]:
+    out = []
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(calls):
+            if between is not None:
+                await between()
+            t0 = time.perf_counter_ns()
+            await step()
+            out.append(time.perf_counter_ns() - t0)
+    finally:
+        gc.enable()
+    return out
+
+
+async def decision_costs(url: str, calls: int) -> dict:
+    mem = MemoryState()
+    mem_engine = Engine(load_policy(), store=mem)
+    warm(mem_engine)
+
+    cached_pol = policy("bench-cached:", cache_ttl_ms=3_600_000)
+    cached = RedisStore(cached_pol, url)
+    await cached.start()
+    cached_engine = Engine(cached_pol, clock=cached.clock, store=cached)
+    warm(cached_engine)
+    await cached.flush()
+    await cached.refresh()
+
+    cold_pol = policy("bench-cached:", cache_ttl_ms=0)  # the same records, read on every decision
+    cold = RedisStore(cold_pol, url)
+    await cold.start()
+    cold_engine = Engine(cold_pol, clock=cold.clock, store=cold)
+    writer = RedisStore(cached_pol, url)
+    await writer.start()
+    writer_rules = Engine(cached_pol).rules
+
+    async def memory_step():
+        mem_engine.decide("auto", MESSAGES, DEPLOYMENTS, reserve=False)
+
+    async def cached_step():
+        await cached.prepare(IDS, "auto")
+        cached_engine.decide("auto", MESSAGES, DEPLOYMENTS, reserve=False)
+
+    async def cold_step():
+        await cold.prepare(IDS, "auto")
+        cold_engine.decide("auto", MESSAGES, DEPLOYMENTS, reserve=False)
+
+    async def someone_writes():
+        writer.record_outcome(OutcomeRecord("dep-03", writer.clock(), None, 0.8, 0.3, "auto", "coding"), writer_rules)
+        await writer.flush()
+
+    async def ping():
+        await cold._client.ping()
+
+    refreshes_before = cold.counters["refreshes"]
+    cells = {"memory": memory_step, "redis cached": cached_step, "redis cold, unchanged": cold_step,
+             "loopback round trip": ping}
+    results = {name: [] for name in [*cells, "redis cold, changed"]}
+    for step in (memory_step, cached_step, cold_step, ping):  # warm-up, untimed
+        for _ in range(200):
+            await step()
+    turns = 5  # round robin, so that a slow spell of the machine falls on every cell alike
+    for _ in range(turns):
+        for name, step in cells.items():
+            results[name] += await timed(calls // turns, step)
+        results["redis cold, changed"] += await timed(calls // turns, cold_step, someone_writes)
+    cold_refreshes = cold.counters["refreshes"] - refreshes_before
+    for st in (cached, cold, writer):
+        await st.aclose()
+    out = {name: summary(ns) for name, ns in results.items()}
+    out["_checks"] = {"cold refreshes per cold decision": round(cold_refreshes / (2 * (calls // turns) * turns + 400), 3),
+                      "cached refreshes during timing": cached.counters["refreshes"]}
+    return out
+
+
+def record_worker(url: str, prefix: str, n: int, start_at: float) -> dict:
+    async def main():
+        pol = policy(prefix)
+        store = RedisStore(pol, url)
+        await store.start()
+        rules = Engine(pol).rules
+        deps = IDS[:4]
+        while time.time() < start_at:
+            await asyncio.sleep(0.001)
+        t0 = time.perf_counter()
+        for i in range(n):
+            store.record_outcome(OutcomeRecord(deps[i % 4], store.clock(), None, 0.75, 0.3, "auto", "coding"), rules)
+            if i % 256 == 0:
+                await asyncio.sleep(0)  # a serving loop yields between requests: the flusher runs
+        recorded = time.perf_counter() - t0
+        await store.aclose()  # every outcome written
+        total = time.perf_counter() - t0
+        return {"outcomes": n, "record_s": recorded, "until_written_s": total,
+                "batches": store.counters["batches"], "written": store.counters["outcomes_written"],
+                "queue_full": store.counters["queue_full"]}
+    return asyncio.run(main())
+
+
+def recording(url: str, n: int, client) -> dict:
+    out = {}
+    ctx = multiprocessing.get_context("spawn")
+    for procs in (1, 2):
+        prefix = f"bench-rec{procs}:"
+        with ctx.Pool(procs) as pool:
+            start_at = time.time() + 1.0
+            rows = pool.starmap(record_worker, [(url, prefix, n, start_at)] * procs)
+        tag = key_tag(prefix)
+        stored = sum(read_arm(client.hgetall(f"{tag}bandit:{d}")).count for d in IDS[:4])
+        out[f"{procs} process{'es' if procs > 1 else ''}"] = {
+            "per_process_outcomes_per_s": [round(r["outcomes"] / r["until_written_s"]) for r in rows],
+            "record_call_us": [round(r["record_s"] / r["outcomes"] * 1e6, 2) for r in rows],
+            "batches": [r["batches"] for r in rows],
+            "recorded": procs * n, "stored_count": stored, "lost": procs * n - stored,
+            "queue_full": sum(r["queue_full"] for r in rows)}
+    return out
+
+
+def render(res: dict) -> str:
+    d = res["decision"]
+    lines = ["# State store benchmark", "",
+             f"Generated by `benchmarks/state_store.py` on {res['conditions']['machine']}, redis-server "
+             f"{res['conditions']['redis']}, loopback; 16 deployments, a 2 KB prompt, alias `auto` (ucb1).", "",
+             "## Decision cost (microseconds)", "", "| path | p50 | p90 | p99 | mean |", "|---|---|---|---|---|"]
+    for name in ("memory", "redis cached", "redis cold, unchanged", "redis cold, changed", "loopback round trip"):
+        s = d[name]
+        lines.append(f"| {name} | {s['p50_us']} | {s['p90_us']} | {s['p99_us']} | {s['mean_us']} |")
+    t = res["targets"]
+    lines += ["", f"- cached / memory (p50): **{t['cached_over_memory_p50']}x** (target: within 2x)",
+              f"- cold unchanged - memory (p50): **{t['cold_minus_memory_p50_us']} us** against one loopback round trip "
+              f"of {d['loopback round trip']['p50_us']} us (target: memory + one round trip)",
+              f"- cold changed - memory (p50): {t['cold_changed_minus_memory_p50_us']} us (the refresh reads every "
+              "record back)", "", "## Outcome recording through Redis (batched)", "",
+              "| run | outcomes/s per process | record_outcome call (us) | batches | recorded | in Redis | lost |",
+              "|---|---|---|---|---|---|---|"]
+    for name, r in res["recording"].items():
+        lines.append(f"| {name} | {', '.join(map(str, r['per_process_outcomes_per_s']))} | "
+                     f"{', '.join(map(str, r['record_call_us']))} | {', '.join(map(str, r['batches']))} | "
+                     f"{r['recorded']} | {r['stored_count']} | {r['lost']} |")
+    lines += ["", f"Target: at least 10,000 outcomes/s per process, zero lost: "
+              f"**{'met' if t['recording_target_met'] else 'missed'}**.", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--calls", type=int, default=3000)
+    ap.add_argument("--outcomes", type=int, default=50000)
+    args = ap.parse_args(argv)
+    version = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.split()[2]
+    with tempfile.TemporaryDirectory() as tmp:
+        srv = RedisServer(tmp).start()
+        try:
+            decision = asyncio.run(decision_costs(srv.url, args.calls))
+            rec = recording(srv.url, args.outcomes, srv.client())
+        finally:
+            srv.stop()
+    mem, cached = decision["memory"]["p50_us"], decision["redis cached"]["p50_us"]
+    targets = {
+        "cached_over_memory_p50": round(cached / mem, 2),
+        "cold_minus_memory_p50_us": round(decision["redis cold, unchanged"]["p50_us"] - mem, 2),
+        "cold_changed_minus_memory_p50_us": round(decision["redis cold, changed"]["p50_us"] - mem, 2),
+        "recording_target_met": all(min(r["per_process_outcomes_per_s"]) >= 10_000 and r["lost"] == 0
+                                    for r in rec.values()),
+    }
+    res = {"conditions": {"machine": f"{platform.machine()}, {multiprocessing.cpu_count()} cores, "
+                                     f"Python {platform.python_version()}", "redis": version,
+                          "calls": args.calls, "outcomes_per_process": args.outcomes},
+           "decision": decision, "recording": rec, "targets": targets}
+    out = HERE / "results"
+    out.mkdir(exist_ok=True)
+    (out / "state_store.json").write_text(json.dumps(res, indent=1) + "\n")
+    md = render(res)
+    (out / "state_store.md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
