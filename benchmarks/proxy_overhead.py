@@ -5,15 +5,17 @@ does not share this process's interpreter with the load generator). Requests go 
 plain model name (`bench-plain`, LiteLLM's simple-shuffle over one deployment: the plugin only
 looks at the request and lets it through) or to an alias (`auto/bench`) whose only candidate is
 that same deployment (the plugin's whole path: features, domain, breaker, strategy, the
-deployment filter, learning from the outcome, the x-aisia-* headers). A second proxy without the
-callback serves the same plain name, the baseline of plain LiteLLM.
+deployment filter, learning from the outcome, the x-aisia-* headers). A second proxy without any
+callback serves the same plain name, the baseline of plain LiteLLM; a third one has an empty
+CustomLogger as its callback, which separates what LiteLLM itself spends on having a callback
+(its logging payloads, the hooks it awaits) from what the plugin's code spends.
 
 * Sequential: one client, requests interleaved alias / plain (and plain on the proxy without the
   plugin); the median latency of each, and the median of the paired differences.
 * Concurrent: 32 clients in closed loop, blocks of a few seconds alternating between the arms;
   throughput per block, the median over blocks, and the ratios.
 
-    .venv/bin/python benchmarks/proxy_overhead.py            # ~2 minutes
+    .venv/bin/python benchmarks/proxy_overhead.py            # ~5 minutes
     .venv/bin/python benchmarks/proxy_overhead.py --quick    # a smoke run
 
 Writes benchmarks/results/proxy_overhead.json and .md (the conditions are in both)."""
@@ -46,6 +48,16 @@ PLAIN, ALIAS = "bench-plain", "auto/bench"
 TARGET_ADDED_MS = 0.3
 TARGET_THROUGHPUT_RATIO = 0.95
 PROMPT = "Write a Python function that merges two sorted lists"
+# An empty callback for the third proxy (it runs inside that proxy, which has LiteLLM).
+NOOP_CALLBACK = """from litellm.integrations.custom_logger import CustomLogger
+
+
+class NoopLogger(CustomLogger):
+    pass
+
+
+noop = NoopLogger()
+"""
 POLICY = """# The benchmark's alias: its only candidate is the plain model's deployment.
 version: 1
 aliases:
@@ -150,9 +162,9 @@ def _version(dist: str) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=1500, help="sequential rounds (one request per arm each)")
-    p.add_argument("--blocks", type=int, default=6, help="concurrent blocks per arm")
-    p.add_argument("--block-seconds", type=float, default=4.0)
+    p.add_argument("--rounds", type=int, default=2000, help="sequential rounds (one request per arm each)")
+    p.add_argument("--blocks", type=int, default=10, help="concurrent blocks per arm")
+    p.add_argument("--block-seconds", type=float, default=3.0)
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--warmup", type=int, default=200)
     p.add_argument("--quick", action="store_true", help="a smoke run (few requests; figures not meaningful)")
@@ -170,25 +182,32 @@ def main(argv=None) -> int:
     with_plugin = Proxy({**base, "litellm_settings": {"callbacks": ["aisia_plugin.litellm.plugin"]}},
                         work / "plugin", env={"AISIA_POLICY": str(policy)})
     without = Proxy(base, work / "plain")
+    (work / "noop_callback").mkdir()
+    (work / "noop_callback" / "aisia_bench_noop.py").write_text(NOOP_CALLBACK)
+    noop = Proxy({**base, "litellm_settings": {"callbacks": ["aisia_bench_noop.noop"]}}, work / "noop",
+                 env={"PYTHONPATH": str(work / "noop_callback")})
+    proxies = (with_plugin, without, noop)
     try:
-        print("starting two proxies ...", file=sys.stderr, flush=True)
-        with_plugin.start()
-        without.start()
+        print("starting three proxies ...", file=sys.stderr, flush=True)
+        for proxy in proxies:
+            proxy.start()
         with httpx.Client(timeout=30) as c:
             alias_headers = _check(c, with_plugin, ALIAS)
             _check(c, with_plugin, PLAIN)
             _check(c, without, PLAIN)
+            _check(c, noop, PLAIN)
         if alias_headers.get("x-litellm-model-id") != "bench-1" or "x-aisia-alias" not in alias_headers:
             raise SystemExit(f"the alias did not go through the plugin to bench-1: {alias_headers}")
-        arms = {"alias": (with_plugin, ALIAS), "plain": (with_plugin, PLAIN), "no_plugin": (without, PLAIN)}
+        arms = {"alias": (with_plugin, ALIAS), "plain": (with_plugin, PLAIN), "no_plugin": (without, PLAIN),
+                "noop_callback": (noop, PLAIN)}
         print(f"sequential: {args.rounds} rounds ...", file=sys.stderr, flush=True)
         seq = sequential(arms, args.rounds, args.warmup)
         print(f"concurrent: {args.blocks} blocks x {args.block_seconds:g} s per arm at {args.concurrency} clients ...",
               file=sys.stderr, flush=True)
         conc = concurrent(arms, args.concurrency, args.blocks, args.block_seconds)
     finally:
-        with_plugin.stop()
-        without.stop()
+        for proxy in proxies:
+            proxy.stop()
         upstream.stop()
 
     t = seq["times"]
@@ -196,6 +215,8 @@ def main(argv=None) -> int:
     paired_alias = statistics.median(a - b for a, b in zip(t["alias"], t["plain"]))
     paired_plugin_plain = statistics.median(a - b for a, b in zip(t["plain"], t["no_plugin"]))
     paired_alias_vs_none = statistics.median(a - b for a, b in zip(t["alias"], t["no_plugin"]))
+    paired_alias_vs_noop = statistics.median(a - b for a, b in zip(t["alias"], t["noop_callback"]))
+    paired_noop_vs_none = statistics.median(a - b for a, b in zip(t["noop_callback"], t["no_plugin"]))
     rps = {k: statistics.median(v) for k, v in conc["rps"].items()}
     result = {
         "generated": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -217,6 +238,8 @@ def main(argv=None) -> int:
             "alias_vs_plain_same_proxy": round(paired_alias, 3),
             "plain_with_plugin_vs_without": round(paired_plugin_plain, 3),
             "alias_vs_plain_litellm": round(paired_alias_vs_none, 3),
+            "alias_vs_litellm_with_empty_callback": round(paired_alias_vs_noop, 3),
+            "empty_callback_vs_plain_litellm": round(paired_noop_vs_none, 3),
         },
         "throughput_rps": {k: round(v, 1) for k, v in rps.items()},
         "throughput_blocks_rps": {k: [round(x, 1) for x in v] for k, v in conc["rps"].items()},
@@ -224,6 +247,8 @@ def main(argv=None) -> int:
             "alias_vs_plain_same_proxy": round(rps["alias"] / rps["plain"], 3),
             "alias_vs_plain_litellm": round(rps["alias"] / rps["no_plugin"], 3),
             "plain_with_plugin_vs_without": round(rps["plain"] / rps["no_plugin"], 3),
+            "alias_vs_litellm_with_empty_callback": round(rps["alias"] / rps["noop_callback"], 3),
+            "empty_callback_vs_plain_litellm": round(rps["noop_callback"] / rps["no_plugin"], 3),
         },
         "failures": {"sequential": seq["failures"], "concurrent": conc["failures"]},
         "targets": {"added_latency_ms_max": TARGET_ADDED_MS, "throughput_ratio_min": TARGET_THROUGHPUT_RATIO},
@@ -242,6 +267,7 @@ def main(argv=None) -> int:
 def render(r: dict) -> str:
     c = r["conditions"]
     a, ratio, med, rps = r["added_latency_ms"], r["throughput_ratio"], r["sequential_median_ms"], r["throughput_rps"]
+    p90 = r["sequential_p90_ms"]
     yes = {True: "met", False: "NOT met"}
     return f"""# Proxy overhead of the plugin
 
@@ -254,20 +280,22 @@ Alias: {c['alias']}. The arms are interleaved in one run: {c['sequential_rounds'
 {c['block_seconds']:g} s per arm at {c['concurrency']} concurrent clients, alternating.
 
 Arms: **alias** = `auto/bench` through the plugin; **plain** = the plain model name on the same
-proxy (the plugin only lets it through); **LiteLLM** = the plain model name on a proxy without the
-callback (simple-shuffle).
+proxy (the plugin only lets it through); **LiteLLM** = the plain model name on a proxy without any
+callback (simple-shuffle); **empty callback** = the same with a CustomLogger that does nothing.
 
-| | alias | plain | LiteLLM |
-|---|---:|---:|---:|
-| sequential median latency (ms) | {med['alias']:.2f} | {med['plain']:.2f} | {med['no_plugin']:.2f} |
-| sequential p90 latency (ms) | {r['sequential_p90_ms']['alias']:.2f} | {r['sequential_p90_ms']['plain']:.2f} | {r['sequential_p90_ms']['no_plugin']:.2f} |
-| throughput at {c['concurrency']} clients (req/s, median of blocks) | {rps['alias']:.0f} | {rps['plain']:.0f} | {rps['no_plugin']:.0f} |
+| | alias | plain | LiteLLM | empty callback |
+|---|---:|---:|---:|---:|
+| sequential median latency (ms) | {med['alias']:.2f} | {med['plain']:.2f} | {med['no_plugin']:.2f} | {med['noop_callback']:.2f} |
+| sequential p90 latency (ms) | {p90['alias']:.2f} | {p90['plain']:.2f} | {p90['no_plugin']:.2f} | {p90['noop_callback']:.2f} |
+| throughput at {c['concurrency']} clients (req/s, median of blocks) | {rps['alias']:.0f} | {rps['plain']:.0f} | {rps['no_plugin']:.0f} | {rps['noop_callback']:.0f} |
 
 | added by the plugin (median of paired differences) | ms | throughput ratio |
 |---|---:|---:|
 | alias vs plain LiteLLM | {a['alias_vs_plain_litellm']:+.3f} | {ratio['alias_vs_plain_litellm']:.3f} |
 | alias vs plain name, same proxy | {a['alias_vs_plain_same_proxy']:+.3f} | {ratio['alias_vs_plain_same_proxy']:.3f} |
 | plain name with the plugin loaded vs without | {a['plain_with_plugin_vs_without']:+.3f} | {ratio['plain_with_plugin_vs_without']:.3f} |
+| alias vs LiteLLM with an empty callback (the plugin's own code) | {a['alias_vs_litellm_with_empty_callback']:+.3f} | {ratio['alias_vs_litellm_with_empty_callback']:.3f} |
+| empty callback vs none (LiteLLM's cost of having a callback) | {a['empty_callback_vs_plain_litellm']:+.3f} | {ratio['empty_callback_vs_plain_litellm']:.3f} |
 
 Targets (alias vs plain LiteLLM): added median latency <= {r['targets']['added_latency_ms_max']} ms:
 {yes[r['targets']['added_latency_met']]}; throughput >= {r['targets']['throughput_ratio_min']}x: {yes[r['targets']['throughput_met']]}.
