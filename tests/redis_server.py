@@ -1,6 +1,6 @@
 """Real `redis-server` processes for the tests: on free loopback ports, in temporary directories,
 killable and restartable, with or without AOF persistence, plain, with an ACL user, or as a
-three-node Cluster. Never the machine's 6379, never fakeredis.
+three-node Cluster, or over TLS (rediss://, a certificate made on the spot). Never the machine's 6379, never fakeredis.
 
     from redis_server import RedisServer, redis_cluster
 
@@ -18,10 +18,13 @@ it); it never skips."""
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 from pathlib import Path
@@ -64,16 +67,41 @@ def free_port(cluster: bool = False) -> int:
     raise RedisServerError("no free port found")
 
 
+def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, made here (no network, no openssl binary)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
 class RedisServer:
     """One redis-server process. ``aof``: appendonly with fsync on every write (a kill loses
     nothing); without it nothing persists (a restart comes back empty). ``user``/``password``:
     an ACL user (and the default user disabled)."""
 
     def __init__(self, directory, *, aof: bool = False, port: Optional[int] = None, cluster: bool = False,
-                 user: Optional[str] = None, password: Optional[str] = None, extra: tuple = ()):
+                 user: Optional[str] = None, password: Optional[str] = None, tls: bool = False, extra: tuple = ()):
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.aof, self.cluster = aof, cluster
+        self.aof, self.cluster, self.tls = aof, cluster, tls
+        if tls:
+            self.cert, self.key = self_signed_certificate(self.dir)
         self.port = port or free_port(cluster)
         self.user, self.password = user, password
         self.extra = tuple(extra)
@@ -82,6 +110,8 @@ class RedisServer:
     @property
     def url(self) -> str:
         auth = f"{self.user}:{self.password}@" if self.user else ""
+        if self.tls:  # the server's own certificate is the client's trust anchor
+            return f"rediss://{auth}127.0.0.1:{self.port}/0?ssl_ca_certs={self.cert}"
         return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def args(self) -> list[str]:
@@ -90,7 +120,12 @@ class RedisServer:
             conf = self.dir / "acl.conf"
             conf.write_text(f"user {self.user} on >{self.password} ~* &* +@all\nuser default off\n")
             a.append(str(conf))
-        a += ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
+        if self.tls:
+            a += ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", str(self.cert),
+                  "--tls-key-file", str(self.key), "--tls-ca-cert-file", str(self.cert), "--tls-auth-clients", "no"]
+        else:
+            a += ["--port", str(self.port)]
+        a += ["--bind", "127.0.0.1", "--dir", str(self.dir),
              "--save", "", "--daemonize", "no", "--logfile", str(self.dir / "redis.log"),
              "--protected-mode", "no"]
         if self.aof:
@@ -120,7 +155,9 @@ class RedisServer:
 
     def ping(self) -> bool:
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as raw:
+                s = ssl.create_default_context(cafile=str(self.cert)).wrap_socket(raw, server_hostname="127.0.0.1") \
+                    if self.tls else raw
                 if self.user:
                     s.sendall(f"AUTH {self.user} {self.password}\r\n".encode())
                     s.recv(64)
@@ -156,7 +193,7 @@ class RedisServer:
     def wipe(self) -> None:
         """Remove what was persisted (the next start comes back empty)."""
         for p in self.dir.iterdir():
-            if p.name not in ("redis.log", "nodes.conf", "acl.conf"):
+            if p.name not in ("redis.log", "nodes.conf", "acl.conf", "cert.pem", "key.pem"):
                 if p.is_dir():
                     shutil.rmtree(p)
                 else:

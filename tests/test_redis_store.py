@@ -497,6 +497,30 @@ def test_acl_user_and_password(tmp_path, monkeypatch, caplog):
     srv.stop()
 
 
+def test_rediss_tls_with_an_acl_user(tmp_path, monkeypatch, caplog):
+    srv = RedisServer(tmp_path / "tls", tls=True, user="bob", password="tls-s3cret").start()
+    monkeypatch.setenv("AISIA_REDIS_URL", srv.url)
+    pol = policy()
+
+    async def main():
+        store = open_store(pol)
+        await store.start()
+        store.record_outcome(OutcomeRecord("a", 1.0, None, 1.0, 0.1, "auto"), rules_of(pol))
+        await settle(store)
+        other = open_store(pol)
+        await other.start()
+        seen = other.arm("a").count, other.last_known_good("auto")
+        await store.aclose()
+        await other.aclose()
+        return store.counters["outages"], seen
+
+    with caplog.at_level(logging.WARNING, logger="aisia.state"):
+        outages, seen = asyncio.run(main())
+    assert outages == 0 and seen == (1, "a")
+    assert srv.url.startswith("rediss://bob:")
+    srv.stop()
+
+
 # -- Cluster -------------------------------------------------------------------------------------------------
 def test_cluster_mode(tmp_path, monkeypatch):
     cluster = RedisCluster(tmp_path / "cluster").start()
