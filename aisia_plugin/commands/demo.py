@@ -97,7 +97,9 @@ def _banner(demo: Demo, aliases: list[str]) -> str:
           f"    r = client.chat.completions.with_raw_response.create(\n"
           f"        model=\"auto/coding\", messages=[{{\"role\": \"user\", \"content\": \"{EXAMPLE_PROMPT}\"}}])\n"
           f"    print(r.headers[\"x-litellm-model-id\"], r.headers.get(\"x-aisia-reason\"), r.parse().choices[0].message.content)")
-    first = next(iter(i["upstreams"].values()))["control"] if i["upstreams"] else ""
+    ups = i["upstreams"]
+    victim = "coder" if "coder" in ups else next(iter(ups), "")
+    control = ups[victim]["control"] if victim else ""
     return f"""
 AISIA demo: a LiteLLM proxy with the aisia plugin, in-memory state, {len(i['upstreams'])} simulated providers (no API keys)
 
@@ -117,8 +119,8 @@ Ask with the openai client:
 Watch the learning (bandit statistics and breaker states):
     curl -s {url}/admin/bandit/stats -H 'Authorization: Bearer {key}'
 
-Make a provider fail (or restart with --break NAME); {{"mode": "ok"}} repairs it:
-    curl -s -X POST {first} -d '{{"mode": "error"}}'
+Make {victim} fail (any provider: its control URL above, or start with --break NAME); {{"mode": "ok"}} repairs it:
+    curl -s -X POST {control} -d '{{"mode": "error"}}'
 """
 
 
