@@ -90,14 +90,53 @@ def _matches_empty(pattern: str) -> bool:
     return any(match(_ANCHOR_BOTH, text, pos, pos)[0][0] >= 0 for text, pos in _CONTEXTS)
 
 
+class DomainPatternsError(ValueError):
+    """The domains' patterns do not compile into the programs the engine runs (each fits alone,
+    together they pass RE2's memory budget). ``domain`` names the first domain whose addition
+    does not fit (None when it cannot be told); the policy loader reports it at its line."""
+
+    def __init__(self, message: str, domain: Optional[str] = None):
+        super().__init__(message)
+        self.domain = domain
+
+
+def too_big(domain: Optional[str], program: str) -> DomainPatternsError:
+    where = f"domain '{domain}'" if domain else "the domain patterns"
+    return DomainPatternsError(
+        f"{where}: the patterns do not fit RE2's memory budget for {program} (simplify them: bounded "
+        "repeats such as \\w{0,50} multiply a program's size, as do many long alternatives)", domain)
+
+
+def first_not_fitting(fits, entries: list[str], names: list[str]) -> Optional[str]:
+    """The domain (names[k]) whose entry, added after entries[:k], first makes `fits` fail."""
+    for k in range(1, len(entries) + 1):
+        if not fits(entries[:k]):
+            return names[k - 1]
+    return None
+
+
+def _set_fits(anchor, opts):
+    def fits(entries: list[str]) -> bool:
+        rset = _re2.Set(anchor, opts)
+        return all(rset.Add(e.encode("utf-8")) >= 0 for e in entries) and rset.Compile()
+    return fits
+
+
 def _compiled_set(anchor, entries: list[str], opts, names: list[str]):
     rset = _re2.Set(anchor, opts)
     for k, entry in enumerate(entries):
         if rset.Add(entry.encode("utf-8")) != k:
-            raise ValueError(f"domain '{names[k]}': RE2 cannot add its patterns to a set")
+            raise DomainPatternsError(f"domain '{names[k]}': RE2 cannot add its patterns to a set", names[k])
     if not rset.Compile():
-        raise ValueError("domain patterns: the RE2 set does not fit its memory budget")
+        raise too_big(first_not_fitting(_set_fits(anchor, opts), entries, names), "the domains' combined set")
     return rset.Match
+
+
+def _compiled(pattern: str, opts, what: str, culprit):
+    try:
+        return re2.compile(pattern, opts)._regexp.Match
+    except re2.error:
+        raise too_big(culprit(), what) from None
 
 
 class DomainDetector:
@@ -128,15 +167,26 @@ class DomainDetector:
         opts = _options()
         owners = [self.names[i] for i in self._owner]
         windowed = [f"\\C(?:{a})" for a in alternations]
-        self._scan = re2.compile("|".join(f"(?:{a})" for a in alternations), opts)._regexp.Match
+        union = [f"(?:{a})" for a in alternations]
+
+        def union_fits(entries):
+            try:
+                re2.compile("|".join(entries), opts)
+                return True
+            except re2.error:
+                return False
+
+        self._scan = _compiled("|".join(union), opts, "the domains' union",
+                               lambda: first_not_fitting(union_fits, union, owners))
         small = _options(_ANCHORED_MAX_MEM)
         self._at_start = _compiled_set(_ANCHOR_START, alternations, small, owners)  # at byte 0
         self._at = _compiled_set(_ANCHOR_START, windowed, small, owners)  # at p, on data[p-1:]
         self._after = _compiled_set(_UNANCHORED, windowed, opts, owners)  # from p, on data[p-1:]
         # Each domain's own program: where it is the only domain occurring, the union's
         # occurrences are exactly its own, and its smaller DFA finds them faster.
-        self._alone: dict[int, object] = {owner: re2.compile(a, small)._regexp.Match
-                                          for a, owner in zip(alternations, self._owner)}
+        self._alone: dict[int, object] = {
+            owner: _compiled(a, small, "its own program", lambda n=self.names[owner]: n)
+            for a, owner in zip(alternations, self._owner)}
 
     # -- scanning ---------------------------------------------------------------------------
 

@@ -19,13 +19,12 @@ from .bandit import ArmStats, gamma_for
 from .breaker import CLOSED, OPEN, CircuitBreaker, FailureKind, classify_failure
 from .decision import CandidateScore, Decision, Deployment, Pool, RoutingContext
 from .deployments import selects
-from .domains import DomainDetector
 from .features import RequestFeatures
 from .interfaces import StateStore
 from .learning import LearningRules, OutcomeRecord
 from .outcome import Outcome, reward
 from .policy.models import Policy
-from .scan import PromptScanner
+from .scan import scanner_for
 from .state.memory import MemoryState
 from .task_fitness import TaskFitnessTable
 from .weights import normalise, weights_for_alias
@@ -52,8 +51,8 @@ class Engine:
         self.rng = rng if rng is not None else random.Random()
         self.store = store if store is not None else MemoryState()
         self.breaker = CircuitBreaker(policy.circuit_breaker)
-        self.detector = DomainDetector(policy.domains)
-        self.scanner = PromptScanner(self.detector, policy.domains.max_scan_chars)
+        self.scanner = scanner_for(policy.domains)  # the programs the policy loader checked
+        self.detector = self.scanner.detector
         self.fitness = TaskFitnessTable(policy.task_fitness)
         self.gamma = gamma_for(policy.bandit.forgetting.half_life_requests if policy.bandit.forgetting.enabled else None)
         self._fallback_weights = policy.rules.weights.model_dump()

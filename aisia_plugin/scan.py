@@ -14,10 +14,26 @@ from typing import Optional
 
 from re2 import _re2
 
-from .domains import DomainDetector
+from .domains import DomainDetector, DomainPatternsError, first_not_fitting, too_big
 from .features import SCAN_ENTRIES, RequestFeatures, features_and_hits
 
 _MAX_MEM = 64 << 20  # RE2's budget for the Set's lazy DFA cache
+
+
+_BUILT: dict = {}
+
+
+def scanner_for(domains) -> PromptScanner:
+    """The PromptScanner (and its DomainDetector, ``.detector``) of a policy's ``domains``
+    section, compiled once per distinct section: the policy loader builds it to check that the
+    engine can (DomainPatternsError otherwise), and the engines of that policy reuse it."""
+    key = domains.model_dump_json()
+    hit = _BUILT.get(key)
+    if hit is None:
+        if len(_BUILT) >= 8:
+            _BUILT.clear()
+        hit = _BUILT[key] = PromptScanner(DomainDetector(domains), domains.max_scan_chars)
+    return hit
 
 
 class PromptScanner:
@@ -38,10 +54,19 @@ class PromptScanner:
         self._owner: list[int] = []
         for alternation, owner in detector.alternations:
             if rset.Add(alternation.encode("utf-8")) < 0:
-                raise ValueError(f"domain '{detector.names[owner]}': RE2 cannot add its patterns to the prompt scan")
+                name = detector.names[owner]
+                raise DomainPatternsError(f"domain '{name}': RE2 cannot add its patterns to the prompt scan", name)
             self._owner.append(owner)
         if not rset.Compile():
-            raise ValueError("the prompt scan (feature and domain patterns) does not fit its memory budget")
+            def fits(entries):
+                trial = _re2.Set(_re2.RE2.Anchor.UNANCHORED, opts)
+                for entry in [p for _, p in SCAN_ENTRIES] + entries:
+                    trial.Add(entry.encode("utf-8"))
+                return trial.Compile()
+
+            alternations = [a for a, _ in detector.alternations]
+            names = [detector.names[o] for _, o in detector.alternations]
+            raise too_big(first_not_fitting(fits, alternations, names), "the prompt scan (features and domains)")
         self._match = rset.Match
         # Entry number -> its domain, None for the features' entries (read with one C-level map).
         self._domain_of_entry = ([None] * self._first_domain + self._owner).__getitem__

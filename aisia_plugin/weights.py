@@ -42,15 +42,17 @@ def normalise(weights: Mapping[str, float], fallback: Mapping[str, float] | None
     Negative or non-finite weights count as 0; names that are not factors are ignored. When
     nothing positive remains, `fallback` (the policy's default rules weights) is normalised
     instead, and when that is unusable too, OmniRoute's defaults."""
-    w = _clean(weights)
-    total = sum(w.values())
-    if total > 0:
-        return {k: v / total for k, v in w.items()}
-    if fallback is not None:
-        f = _clean(fallback)
-        total = sum(f.values())
-        if total > 0:
-            return {k: v / total for k, v in f.items()}
+    for candidate in (weights, fallback):
+        if candidate is None:
+            continue
+        w = _clean(candidate)
+        # Scaled by the largest first: weights near the float maximum (1e308) would overflow
+        # their sum to inf and every share to 0.
+        top = max(w.values())
+        if top > 0:
+            w = {k: v / top for k, v in w.items()}
+            total = sum(w.values())
+            return {k: v / total for k, v in w.items()}
     total = sum(DEFAULT_WEIGHTS.values())
     return {k: DEFAULT_WEIGHTS[k] / total for k in FACTORS}
 

@@ -298,3 +298,18 @@ def test_a_dead_specialist_with_no_generalist_is_still_served(policy_file):
         eng.record(eng.decide("auto", msg, pool), Outcome("b-coder", success=False, status_code=503))
     d = eng.decide("auto", msg, pool)
     assert d.deployment_id == "b-coder" and d.reason.endswith("(every candidate's breaker blocks it: serving anyway)")
+
+
+def test_rules_weights_near_the_float_maximum_still_rank(tmp_path):
+    """Issue 11, finding 7: weights of 1e308 validate; their sum used to overflow, every share
+    became 0 and the first candidate won."""
+    f = tmp_path / "p.yaml"
+    f.write_text(textwrap.dedent("""
+        version: 1
+        mode_packs:
+          huge: {weights: {cost_inv: 1.0e+308, latency_inv: 1.0e+308}}
+        aliases:
+          auto/rules: {strategy: rules, mode_pack: huge}
+        """), encoding="utf-8")
+    d = engine_for(load_policy([f])).decide("auto/rules", MSG, [dep("a-1", cost=5.0), dep("b-1", cost=0.5)])
+    assert d.deployment_id == "b-1" and d.final_score > 0

@@ -495,3 +495,26 @@ def test_a_fifo_or_a_device_is_not_a_policy_file(capsys, tmp_path):
     assert code == 2 and out == f"{fifo}:0:0: <document>: not a regular file (a policy must be a file or a directory)\n"
     code, out, _ = validate(capsys, "/dev/zero")
     assert code == 2 and "not a regular file" in out
+
+
+def _big_domain(tmp_path):
+    pats = "".join(f"        - '\\b{'x' * 12}{i}\\w{{0,50}}\\b'\n" for i in range(300))
+    f = tmp_path / "big.yaml"
+    f.write_text(f"version: 1\ndomains:\n  definitions:\n    big:\n      patterns:\n{pats}", encoding="utf-8")
+    return f
+
+
+def test_validate_builds_the_engines_combined_programs(capsys, tmp_path):
+    """Issue 11, finding 2: each pattern compiles alone, the domains' combined RE2 programs do
+    not; validate reports the domain at its line, explain and replay refuse the policy the same way."""
+    f = _big_domain(tmp_path)
+    code, out, _ = validate(capsys, str(f))
+    assert code == 1
+    assert out.startswith(f"{f}:4:5: domains.definitions.big: the patterns do not fit RE2's memory budget for ")
+    assert main(["explain", "--policy", str(f), "hello"]) == 1
+    _, err = capsys.readouterr()
+    assert err.startswith(f"{f}:4:5: domains.definitions.big: ") and "Traceback" not in err
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"id": "r", "messages": [{"role": "user", "content": "x"}], "outcomes": {"a-1": {"score": 1}}}\n')
+    assert main(["replay", "--policy", str(f), "--data", str(trace)]) == 1
+    assert capsys.readouterr().err.startswith(f"{f}:4:5: domains.definitions.big: ")

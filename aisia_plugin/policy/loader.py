@@ -130,7 +130,28 @@ def load_policy_with_locations(paths=None, *, known_strategies: set[str] | None 
             issues.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0,
                                       pos.column if pos else 0, dotted(e["loc"]), e["msg"], "schema"))
         raise PolicyError(issues) from None
+    issues.extend(_engine_issues(policy, merged_locs))
+    if issues:
+        raise PolicyError(issues)
     return LoadedPolicy(policy, merged_locs, files, default_files)
+
+
+def _engine_issues(policy: Policy, locs: Locations) -> list[PolicyIssue]:
+    """What the engine builds from the policy that the schema and the semantic checks cannot
+    foresee: the domains' combined RE2 programs (each pattern compiles alone; together they may
+    pass RE2's memory budget). Built here exactly as the engine builds them (scan.scanner_for,
+    whose result the engine reuses)."""
+    from ..domains import DomainPatternsError
+    from ..scan import scanner_for
+
+    try:
+        scanner_for(policy.domains)
+    except DomainPatternsError as exc:
+        path = ("domains", "definitions", exc.domain) if exc.domain else ("domains", "definitions")
+        pos = position_of(locs, path, key=True)
+        return [PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0, pos.column if pos else 0,
+                            dotted(path), str(exc).split(": ", 1)[-1] if exc.domain else str(exc), "semantic")]
+    return []
 
 
 def _read_and_merge(files, read, issues: list):
