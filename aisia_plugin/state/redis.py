@@ -50,6 +50,7 @@ from .memory import MemoryState
 from .records import ARM_FIELDS, BREAKER_FIELDS, number, pairs, read_arm, read_breaker
 
 log = logging.getLogger("aisia.state")
+_timeout = getattr(asyncio, "timeout", None)  # Python 3.11+
 
 SCRIPTS = ("record", "refresh", "seed", "reserve")
 _RESET = "reset"
@@ -355,29 +356,34 @@ class RedisStore:
     # -- request path ---------------------------------------------------------------------------
     async def prepare(self, deployment_ids=(), alias: Optional[str] = None) -> None:
         """Refresh the local copy when older than ``state.cache_ttl_ms``, waiting at most
-        ``state.timeout_ms``. Never raises."""
+        ``state.timeout_ms``. Never raises. Concurrent decisions share one refresh."""
         now = time.monotonic()
         if now < self._fresh_until or self._client is None or (self._down and now < self._retry_at):
             return
-        task = self._refresh_task()
+        wait = self.cfg.timeout_ms / 1000.0
+        pending = self._refreshing
+        if pending is not None and not pending.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(pending), wait)
+            except asyncio.TimeoutError:
+                pass
+            return
+        # The refresh runs in this coroutine (no task to schedule: the cold path is one round
+        # trip and little else). Past the wait it is abandoned, which is harmless: it changes
+        # nothing before its reply, and the background task refreshes the copy as well.
+        done = self._refreshing = self._loop.create_future()
         try:
-            await asyncio.wait_for(asyncio.shield(task), self.cfg.timeout_ms / 1000.0)
+            if _timeout is not None:
+                async with _timeout(wait):
+                    await self._refresh()
+            else:
+                await asyncio.wait_for(self._refresh(), wait)
         except asyncio.TimeoutError:
-            return  # the refresh lands later; this decision uses the local copy
-        except Exception:
-            pass  # recorded as an outage by the task
-
-    def _refresh_task(self) -> asyncio.Task:
-        task = self._refreshing
-        if task is None or task.done():
-            task = self._refreshing = asyncio.ensure_future(self._guarded_refresh())
-        return task
-
-    async def _guarded_refresh(self) -> None:
-        try:
-            await self._refresh()
+            pass
         except Exception as exc:
             self._outage(exc)
+        finally:
+            done.set_result(None)
 
     async def refresh(self, force: bool = True) -> bool:
         """Read the shared state now (tests, the CLI); False when Redis is unreachable."""
