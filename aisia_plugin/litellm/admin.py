@@ -1,0 +1,126 @@
+"""The plugin's HTTP routes on the proxy's own FastAPI app, behind its master key: a missing or
+wrong key is refused with 401, a valid key that is not the proxy admin's with 403."""
+
+from __future__ import annotations
+
+import math
+import secrets
+from typing import TYPE_CHECKING
+
+from fastapi import Depends, HTTPException, Request
+
+from ..outcome import Outcome
+
+if TYPE_CHECKING:
+    from .callback import AisiaPlugin
+
+ROUTES = ("/admin/bandit/stats", "/admin/bandit/reset", "/aisia/feedback", "/aisia/explain")
+
+
+def _presented_key(request: Request) -> str:
+    for name in ("authorization", "x-litellm-api-key", "api-key"):
+        value = request.headers.get(name)
+        if value:
+            value = value.strip()
+            return value[7:].strip() if value.lower().startswith("bearer ") else value
+    return ""
+
+
+def _refuse(status: int, message: str) -> HTTPException:
+    return HTTPException(status_code=status, detail={"error": {"message": message, "type": "aisia_auth_error"}})
+
+
+async def require_admin(request: Request) -> None:
+    """The proxy admin only: its master key, or a key LiteLLM's own auth (virtual keys in its
+    database) resolves to the proxy-admin role. LiteLLM's auth answers some refusals with a 500
+    (it imports its database driver to classify them): any refusal of it is a 401 here."""
+    from litellm.proxy import proxy_server
+    from litellm.proxy._types import LitellmUserRoles
+    from litellm.proxy.auth.user_api_key_auth import user_api_key_auth
+
+    key = _presented_key(request)
+    if not key:
+        raise _refuse(401, "an API key is required (Authorization: Bearer <the proxy's master key>)")
+    master = getattr(proxy_server, "master_key", None)
+    if isinstance(master, str) and master and secrets.compare_digest(key.encode(), master.encode()):
+        return
+    try:
+        auth = await user_api_key_auth(request=request, api_key=f"Bearer {key}", azure_api_key_header=None,
+                                       anthropic_api_key_header=None, google_ai_studio_api_key_header=None,
+                                       azure_apim_header=None, custom_litellm_key_header=None)
+    except Exception:
+        raise _refuse(401, "invalid API key") from None
+    role = getattr(auth, "user_role", None)
+    if role not in (LitellmUserRoles.PROXY_ADMIN, LitellmUserRoles.PROXY_ADMIN.value):
+        raise _refuse(403, "the proxy admin's key is required")
+
+
+def jsonable(value):
+    """JSON without NaN or infinities (a never-tried arm's UCB score is infinite): those become
+    the strings "inf", "-inf" and "nan"."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if value != value else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def _bad(status: int, message: str) -> HTTPException:
+    return HTTPException(status_code=status, detail={"error": {"message": message, "type": "aisia_bad_request"}})
+
+
+async def _json_object(request: Request) -> dict:
+    try:
+        body = await request.json()
+    except Exception:
+        raise _bad(400, "the body must be a JSON object") from None
+    if not isinstance(body, dict):
+        raise _bad(400, "the body must be a JSON object")
+    return body
+
+
+def mount(app, plugin: "AisiaPlugin") -> None:
+    async def bandit_stats(_=Depends(require_admin)):
+        return jsonable(plugin.runtime.store.stats())
+
+    async def bandit_reset(request: Request, _=Depends(require_admin)):
+        body = await _json_object(request)
+        dep = body.get("deployment_id")
+        if not isinstance(dep, str) or not dep:
+            raise _bad(422, "deployment_id must be a deployment id (a non-empty string)")
+        plugin.runtime.store.reset(dep)
+        return {"reset": dep}
+
+    async def feedback(request: Request, _=Depends(require_admin)):
+        body = await _json_object(request)
+        rid, score = body.get("request_id"), body.get("score")
+        if not isinstance(rid, str) or not rid:
+            raise _bad(422, "request_id must be the x-aisia-request-id of a served response")
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score) \
+                or not 0.0 <= score <= 1.0:
+            raise _bad(422, "score must be a number in [0, 1]")
+        rt = plugin.runtime
+        served = rt.served.pop(rid, None)
+        if served is None:
+            raise _bad(404, f"no served request {rid!r} awaits feedback (unknown, expired, or feedback already given)")
+        # The serving deployment learns one more outcome whose reward is the score.
+        reward = rt.engine.record(served.alias, Outcome(served.deployment_id, True, quality=float(score),
+                                                        feedback=float(score)),
+                                  domain=served.domain, session=served.session)
+        return {"request_id": rid, "deployment_id": served.deployment_id, "alias": served.alias, "reward": reward}
+
+    async def explain(limit: int = 50, _=Depends(require_admin)):
+        limit = max(1, min(int(limit), 1000))
+        return {"decisions": jsonable(plugin.runtime.render_explain(limit))}
+
+    app.add_api_route("/admin/bandit/stats", bandit_stats, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/admin/bandit/reset", bandit_reset, methods=["POST"], include_in_schema=False)
+    app.add_api_route("/aisia/feedback", feedback, methods=["POST"], include_in_schema=False)
+    app.add_api_route("/aisia/explain", explain, methods=["GET"], include_in_schema=False)
+    # Ahead of the proxy's catch-all routes (pass-through endpoints), which would answer first.
+    routes = app.router.routes
+    ours = [r for r in routes if getattr(r, "path", None) in ROUTES]
+    rest = [r for r in routes if getattr(r, "path", None) not in ROUTES]
+    routes[:] = ours + rest

@@ -1,0 +1,391 @@
+"""The LiteLLM CustomLogger that routes the policy's aliases (``aisia_plugin.litellm.plugin``).
+
+Its hooks, in the order a request meets them:
+
+1. ``async_pre_call_hook``: the aliases' groups are (re)installed if the Router lost them; an
+   ``auto/...`` name the policy does not define is refused with the available aliases; an
+   alias request gets its failover budget (LiteLLM's ``num_retries``) and its session.
+2. ``async_filter_deployments`` (per attempt, after LiteLLM's cooldown filter): the engine
+   decides among the healthy deployments, leaving out those already tried for this call, and
+   the filter returns only the chosen one (with the specialised model where it declares one).
+3. ``async_log_success_event`` / ``async_log_failure_event`` (per attempt): the outcome is
+   learned.
+4. ``async_post_call_response_headers_hook``: the ``x-aisia-*`` headers.
+5. ``async_post_call_failure_hook``: a refusal or an exhausted failover becomes one clear error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Optional
+
+from fastapi import HTTPException
+from litellm.integrations.custom_logger import CustomLogger
+
+from ..breaker import FailureKind, classify_failure
+from ..engine import UnknownAlias
+from ..policy.errors import PolicyError
+from ..policy.loader import LoadedPolicy, load_policy_with_locations
+from ..policy.yamlpos import position_of
+from . import events
+from .groups import AliasCollision, group_entries, merged_groups, plan
+from .runtime import Runtime, one_line, session_key
+
+log = logging.getLogger("aisia_plugin.litellm")
+
+SESSION_HEADER = "x-aisia-session"
+
+
+class Refused(Exception):
+    """The plugin answers the request itself (a strict budget, no candidate left, failover
+    exhausted): the failure hook turns it into an HTTP error with this status and message."""
+
+    def __init__(self, status_code: int, message: str, kind: str, alias: str, tried=()):
+        super().__init__(message)
+        self.status_code = status_code
+        self.message = message
+        self.kind = kind
+        self.alias = alias
+        self.tried = list(tried)
+
+
+def _proxy_server():
+    from litellm.proxy import proxy_server
+
+    return proxy_server
+
+
+def _error(status: int, message: str, kind: str, **extra) -> HTTPException:
+    return HTTPException(status_code=status, detail={"error": {"message": message, "type": kind, **extra}})
+
+
+class AisiaPlugin(CustomLogger):
+    def __init__(self, loaded: Optional[LoadedPolicy] = None):
+        super().__init__()
+        self.loaded = loaded
+        self.runtime: Optional[Runtime] = None
+        self._router_mark: Any = None  # what the installed groups were computed from
+        self._our_groups: set[str] = set()
+        self._served_aliases: set[str] = set()
+        self._empty_aliases: list[str] = []
+        self._startup: Optional[asyncio.Task] = None
+        self._watcher = None
+        self._admin_mounted = False
+        self._store_started = False
+
+    # -- start-up ----------------------------------------------------------------------------
+    def boot(self) -> None:
+        """Load the policy (raising PolicyError, every issue located) and, inside the proxy's
+        event loop, start waiting for its Router."""
+        if self.loaded is None:
+            try:
+                self.loaded = load_policy_with_locations()
+            except PolicyError as exc:
+                log.critical("aisia: the policy is invalid:\n%s", "\n".join(policy_error_lines(exc)))
+                raise
+        self.runtime = Runtime(self.loaded)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # imported outside a running proxy (tests, tools): hooks still work when called
+        self._startup = loop.create_task(self._start())
+
+    async def _start(self) -> None:
+        """Wait for the Router (the proxy builds it after importing its callbacks), then install
+        the aliases, open the store, mount the admin routes and watch the policy files."""
+        ps = _proxy_server()
+        while ps.llm_router is None:
+            await asyncio.sleep(0.05)
+        try:
+            self.ensure_groups(ps.llm_router, startup=True)
+        except AliasCollision as exc:
+            self._fatal(str(exc))
+            return
+        await self._ensure_store()
+        self._mount_admin()
+        from .reload import PolicyWatcher
+
+        self._watcher = PolicyWatcher(self)
+        self._watcher.start()
+
+    async def _ensure_store(self) -> None:
+        if not self._store_started and self.runtime is not None:
+            self._store_started = True
+            await self.runtime.store.start()
+
+    def _fatal(self, message: str) -> None:
+        """A start-up error: logged with its location, then the proxy exits (serving a config
+        whose aliases cannot be installed would silently route nothing)."""
+        import os
+
+        log.critical("aisia: %s", message)
+        os._exit(78)
+
+    def _mount_admin(self) -> None:
+        if self._admin_mounted:
+            return
+        from .admin import mount
+
+        mount(_proxy_server().app, self)
+        self._admin_mounted = True
+
+    # -- the aliases as Router groups --------------------------------------------------------
+    def _where(self, alias: str) -> str:
+        loaded = self.runtime.loaded if self.runtime else None
+        pos = position_of(loaded.locations, ("aliases", alias), key=True) if loaded is not None else None
+        return f"{pos.file}:{pos.line}:{pos.column}: aliases.{alias}" if pos else f"aliases.{alias}"
+
+    def ensure_groups(self, router, *, startup: bool = False, runtime: Optional[Runtime] = None) -> None:
+        """Install (or re-install) the aliases' priority groups when the Router, its model list or
+        its groups changed since the last installation; cheap otherwise. Raises AliasCollision
+        when an alias has the name of one of the user's models (the model keeps its name)."""
+        rt = runtime or self.runtime
+        groups = getattr(router, "routing_groups", None)
+        mark = (id(router), id(groups), len(router.model_list or ()), id(rt.policy))
+        if mark == self._router_mark:
+            return
+        model_list = router.model_list or []
+        deps = rt.deployments(model_list)
+        names = [d["model_name"] for d in model_list if d.get("model_name")]
+        existing = router.get_settings().get("routing_groups") or []
+        foreign = [g["group_name"] for g in existing if g.get("group_name") not in self._our_groups]
+        planned = plan(rt.policy, deps, names, getattr(router, "model_group_alias", None), foreign)
+        if planned.collisions:
+            found = [(f"{self._where(a)}", what) for a, what in planned.collisions]
+            raise AliasCollision(found)
+        entries = group_entries(planned.members)
+        router.update_settings(routing_groups=merged_groups(existing, self._our_groups, entries))
+        self._our_groups = set(planned.members)
+        self._served_aliases = set(planned.members)
+        self._empty_aliases = planned.empty
+        self._router_mark = (id(router), id(router.routing_groups), len(router.model_list or ()), id(rt.policy))
+        if planned.empty and startup:
+            log.warning("aisia: no deployment of the LiteLLM config is a candidate of %s; requests for them get 503",
+                        ", ".join(planned.empty))
+        log.info("aisia: serving %d aliases: %s", len(planned.members), ", ".join(sorted(planned.members)))
+
+    def apply_policy(self, loaded: LoadedPolicy) -> None:
+        """Serve a reloaded policy; an alias colliding with a model keeps the previous one."""
+        rt = self.runtime
+        previous = rt.loaded
+        rt.swap(loaded)
+        router = _proxy_server().llm_router
+        if router is None:
+            return
+        try:
+            self.ensure_groups(router)
+        except AliasCollision:
+            rt.swap(previous)
+            self.ensure_groups(router)
+            raise
+
+    def available_aliases(self) -> list[str]:
+        return sorted(self._served_aliases)
+
+    # -- 1. before routing -------------------------------------------------------------------
+    async def async_pre_call_hook(self, user_api_key_dict, cache, data: dict, call_type):
+        model = data.get("model")
+        rt = self.runtime
+        if not isinstance(model, str) or rt is None:
+            return data
+        router = _proxy_server().llm_router
+        if router is not None:
+            try:
+                self.ensure_groups(router)
+            except AliasCollision as exc:  # a model added at run time took an alias's name
+                log.error("aisia: %s", exc)
+        ap = rt.policy.aliases.get(model)
+        if ap is None:
+            if (model == "auto" or model.startswith("auto/")) and not (router is not None and router.is_recognized_model(model)):
+                raise _error(400, f"unknown alias {model!r}; the aliases this proxy serves are: "
+                             f"{', '.join(self.available_aliases()) or '(none)'}", "aisia_unknown_alias",
+                             param="model", available=self.available_aliases())
+            return data
+        if model not in self._served_aliases:
+            raise _error(503, f"alias {model!r}: no deployment of this proxy is one of its candidates "
+                         f"({ap.description})", "aisia_no_candidates", param="model")
+        # LiteLLM's retries are the alias's failover: each one reaches the filter, which moves on
+        # to a deployment not yet tried for this call.
+        data["num_retries"] = ap.failover.attempts
+        call_id = data.get("litellm_call_id")
+        if call_id:
+            rt.open_call(str(call_id), model, self._session(rt, ap, data, user_api_key_dict))
+        return data
+
+    def _session(self, rt, ap, data: dict, user_api_key_dict) -> Optional[str]:
+        """The conversation an ``lkgp`` alias keeps on its last good deployment: the session
+        header, else the request's ``user``, else the API key (each hashed)."""
+        if ap.strategy != "lkgp":
+            return None
+        headers = (data.get("proxy_server_request") or {}).get("headers") or {}
+        value = None
+        for k, v in headers.items():
+            if k.lower() == SESSION_HEADER:
+                value = v
+                break
+        if not value:
+            value = data.get("user") or None
+        if not value:
+            value = getattr(user_api_key_dict, "token", None) or getattr(user_api_key_dict, "api_key", None)
+        return session_key(str(value)) if value else None
+
+    # -- 2. the decision, per attempt ----------------------------------------------------------
+    async def async_filter_deployments(self, model: str, healthy_deployments: list, messages, request_kwargs=None,
+                                       parent_otel_span=None) -> list:
+        rt = self.runtime
+        if rt is None:
+            return healthy_deployments
+        ap = rt.policy.aliases.get(model)
+        if ap is None or not healthy_deployments:
+            return healthy_deployments
+        kwargs = request_kwargs or {}
+        call_id = str(kwargs.get("litellm_call_id") or "")
+        call = rt.call(call_id) or rt.open_call(call_id, model, None)
+        # LiteLLM logs one failure event per request, not per attempt: the attempts that failed
+        # before this one are read from its retry records (learned before deciding, so that this
+        # decision already sees them).
+        meta = kwargs.get("litellm_metadata") or kwargs.get("metadata") or {}
+        for crumb in meta.get("previous_models") or ():
+            self._learn_retry_record(call, crumb)
+        attempt = len(call.tried)
+        if attempt > ap.failover.attempts:
+            raise self._exhausted(call)
+        deps = rt.deployments(healthy_deployments)
+        store, engine = rt.store, rt.engine
+        await store.prepare([d.id for d in deps], model)
+        exclude = list(call.tried)
+        while True:
+            try:
+                decision = engine.decide(model, messages or [], deps, tools=kwargs.get("tools"), exclude=exclude,
+                                         reserve=False, session=call.session)
+            except UnknownAlias:  # the policy was reloaded without it between the hooks
+                raise Refused(404, f"alias {model!r} is no longer defined by the policy", "aisia_unknown_alias", model)
+            if decision.refused is not None:
+                entry = rt.explain_entry(call, decision, attempt)
+                entry["outcome"] = {"refused": decision.refused}
+                if decision.refused == "no_candidates" and call.tried:
+                    raise self._exhausted(call)
+                raise Refused(decision.status_code, f"alias {model!r}: {decision.reason}",
+                              f"aisia_{decision.refused}", model, call.tried)
+            if decision.probe and not await store.reserve_probe_shared(decision.deployment_id, engine.clock(),
+                                                                        engine.breaker):
+                exclude.append(decision.deployment_id)  # another request took the last probe slot
+                continue
+            break
+        call.decisions.append(decision)
+        call.tried.append(decision.deployment_id)
+        call.explained.append(rt.explain_entry(call, decision, attempt))
+        for raw in healthy_deployments:
+            if (raw.get("model_info") or {}).get("id") == decision.deployment_id:
+                break
+        else:  # the engine's ids come from these dicts; never reached
+            return healthy_deployments
+        params = raw.get("litellm_params") or {}
+        if decision.model and decision.model != params.get("model"):
+            raw = {**raw, "litellm_params": {**params, "model": decision.model}}
+        return [raw]
+
+    def _exhausted(self, call) -> Refused:
+        tried = ", ".join(f"{dep} ({what})" for dep, _, what in call.failures) or ", ".join(call.tried)
+        status = 429 if call.failures and all(k is FailureKind.RATE_LIMIT for _, k, _ in call.failures) else 502
+        return Refused(status, f"alias {call.alias!r}: every allowed candidate failed; tried {tried}",
+                       "aisia_all_candidates_failed", call.alias, call.tried)
+
+    # -- 3. learning, per attempt --------------------------------------------------------------
+    async def async_log_success_event(self, kwargs, response_obj, start_time, end_time):
+        self._learn(kwargs, events.success(kwargs, start_time, end_time), start_time)
+
+    async def async_log_failure_event(self, kwargs, response_obj, start_time, end_time):
+        self._learn(kwargs, events.failure(kwargs, start_time, end_time), start_time)
+
+    def _learn(self, kwargs, outcome, start_time) -> None:
+        rt = self.runtime
+        if rt is None or not outcome.deployment_id:
+            return
+        call = rt.call(events.call_id(kwargs))
+        if call is None:
+            return  # not a request an alias routed (or its record has expired)
+        k = call.attempt_of(outcome.deployment_id)
+        if k is not None:
+            self._learn_attempt(call, k, outcome, events.is_stream(kwargs),
+                                events.time_to_first_token(kwargs, start_time))
+
+    def _learn_retry_record(self, call, crumb) -> None:
+        if not isinstance(crumb, dict):
+            return
+        dep = crumb.get("deployment_id")
+        k = crumb.get("attempted_retries")
+        if not (isinstance(k, int) and 0 <= k < len(call.tried) and call.tried[k] == dep):
+            k = call.attempt_of(dep)
+        if k is not None and k not in call.recorded:
+            self._learn_attempt(call, k, events.from_retry_record(crumb), False, None)
+
+    def _learn_attempt(self, call, k: int, outcome, stream: bool, ttft) -> None:
+        """Learn attempt `k`'s outcome once (an event and a retry record may both report it)."""
+        rt = self.runtime
+        if k in call.recorded:
+            return
+        try:
+            call.recorded.add(k)
+            decision = call.decisions[k]
+            reward = rt.engine.record(decision, outcome, session=call.session)
+            kind = None
+            if not outcome.success:
+                kind = classify_failure(rt.policy.circuit_breaker, status_code=outcome.status_code,
+                                        error_type=outcome.error_type, message=outcome.message)
+                call.failures.append((outcome.deployment_id, kind, events.describe_failure(outcome)))
+            elif not call.served:
+                rt.note_served(call, decision)
+            result = {"success": outcome.success, "latency_s": outcome.latency_s, "reward": reward,
+                      "cost_usd": outcome.cost_usd}
+            if stream:
+                result["stream"] = True
+                result["time_to_first_token_s"] = ttft
+            if kind is not None:
+                result["failure"] = {"kind": kind.value, "error": events.describe_failure(outcome)}
+            if k < len(call.explained):
+                call.explained[k]["outcome"] = result
+        except Exception:  # learning must never break serving
+            log.exception("aisia: could not learn from an outcome")
+
+    # -- 4. response headers -------------------------------------------------------------------
+    async def async_post_call_response_headers_hook(self, data, user_api_key_dict, response, request_headers=None,
+                                                    litellm_call_info=None):
+        rt = self.runtime
+        call = rt.call(str(data.get("litellm_call_id") or "")) if rt is not None else None
+        if call is None or not call.decisions:
+            return None
+        d = call.decisions[-1]
+        if response is not None and not call.served:
+            # The response is LiteLLM's answer: feedback may follow at once, before the success
+            # event (logged in the background) arrives.
+            rt.note_served(call, d)
+        return {"x-aisia-alias": one_line(call.alias), "x-aisia-strategy": one_line(d.strategy),
+                "x-aisia-domain": one_line(d.domain or "none"), "x-aisia-reason": one_line(d.reason),
+                "x-aisia-request-id": call.request_id}
+
+    # -- 5. errors -------------------------------------------------------------------------------
+    async def async_post_call_failure_hook(self, request_data, original_exception, user_api_key_dict,
+                                           traceback_str=None):
+        if isinstance(original_exception, Refused):
+            exc = original_exception
+            return _error(exc.status_code, exc.message, exc.kind, alias=exc.alias, tried=exc.tried)
+        rt = self.runtime
+        call = rt.call(str((request_data or {}).get("litellm_call_id") or "")) if rt is not None else None
+        if call is None or not call.tried:
+            return None
+        # The last attempt's failure has no event of its own when an earlier attempt's was logged.
+        last = len(call.tried) - 1
+        if last not in call.recorded and isinstance(original_exception, BaseException):
+            self._learn_attempt(call, last, events.from_exception(call.tried[last], original_exception), False, None)
+        if not call.failures:
+            return None
+        if any(k is FailureKind.CLIENT for _, k, _ in call.failures[-1:]):
+            return None  # the caller's own error (a bad request, a prompt too long): theirs to see as is
+        exc = self._exhausted(call)
+        return _error(exc.status_code, exc.message, exc.kind, alias=exc.alias, tried=exc.tried)
+
+
+def policy_error_lines(exc: PolicyError) -> list[str]:
+    return [i.format() for i in exc.issues] or [str(exc)]

@@ -1,0 +1,73 @@
+"""The policy's aliases as priority ``routing_groups`` of the running LiteLLM Router.
+
+A priority group is callable under its name, is listed by ``/v1/models`` and
+``/model_group/info``, and hands ``async_filter_deployments`` the union of its member groups'
+healthy deployments with their real ids; it is the only kind of group that may overlap the
+user's own groups. Every member gets the same priority: LiteLLM's order filter runs after ours,
+and unequal tiers would drop the deployment the plugin chose."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Optional
+
+from ..decision import Deployment
+from ..deployments import selects
+from ..policy.models import Policy
+
+
+class AliasCollision(ValueError):
+    """A policy alias has the name of a model the LiteLLM config already serves."""
+
+    def __init__(self, collisions: list[tuple[str, str]]):
+        self.collisions = collisions
+        super().__init__("; ".join(f"policy alias {alias!r} collides with the LiteLLM {what}" for alias, what in collisions))
+
+
+@dataclass(frozen=True)
+class AliasGroups:
+    """The members (model names) of each alias, the aliases no deployment serves, the collisions."""
+
+    members: dict[str, list[str]]
+    empty: list[str]
+    collisions: list[tuple[str, str]]
+
+
+def plan(policy: Policy, deployments: Iterable[Deployment], model_names: Iterable[str],
+         model_group_alias: Optional[Mapping] = None, foreign_groups: Iterable[str] = ()) -> AliasGroups:
+    """Which model groups each alias routes among: a model name is a member when its alias's
+    selector keeps at least one of its deployments (the filter then chooses among deployments)."""
+    deps = list(deployments)
+    names = set(model_names)
+    aliases_of_router = set(model_group_alias or ())
+    foreign = set(foreign_groups)
+    members, empty, collisions = {}, [], []
+    for alias, ap in policy.aliases.items():
+        if alias in names:
+            collisions.append((alias, f"model_name {alias!r} of the model_list"))
+            continue
+        if alias in aliases_of_router:
+            collisions.append((alias, f"router_settings.model_group_alias {alias!r}"))
+            continue
+        if alias in foreign:
+            collisions.append((alias, f"router_settings.routing_groups entry {alias!r}"))
+            continue
+        kept = list(dict.fromkeys(d.model_name for d in deps if selects(ap.candidates, d)))
+        if kept:
+            members[alias] = kept
+        else:
+            empty.append(alias)
+    return AliasGroups(members, empty, collisions)
+
+
+def group_entries(members: Mapping[str, list[str]]) -> list[dict]:
+    return [{"group_name": alias, "models": list(models), "routing_strategy": "priority",
+             "model_priorities": {m: 1 for m in models}}
+            for alias, models in members.items()]
+
+
+def merged_groups(existing: Iterable[Mapping], ours: Iterable[str], entries: list[dict]) -> list[dict]:
+    """The router's groups with ours replaced by `entries` (the user's own groups kept)."""
+    mine = set(ours) | {e["group_name"] for e in entries}
+    kept = [dict(g) for g in existing if g.get("group_name") not in mine]
+    return kept + entries

@@ -1,0 +1,85 @@
+"""Hot reload: the policy files are polled off the request path; a valid edit replaces the
+engine, an invalid one is logged once (located, as ``aisia validate`` prints it) and the last
+good policy keeps serving."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+from ..policy.errors import PolicyError
+from ..policy.loader import default_policy_paths, expand_paths, load_policy_with_locations
+from .groups import AliasCollision
+
+if TYPE_CHECKING:
+    from .callback import AisiaPlugin
+
+log = logging.getLogger("aisia_plugin.litellm")
+
+
+def fingerprint(paths: list[Path]) -> tuple:
+    """What identifies the policy's files now: each one's name, size, mtime and content hash (a
+    same-second edit of the same size still changes the hash). Blocking: run it in a thread."""
+    files, _ = expand_paths(paths)
+    out = []
+    for f in files:
+        try:
+            st = f.stat()
+            digest = hashlib.sha256(f.read_bytes()).hexdigest()
+        except OSError:
+            digest, st = "missing", None
+        out.append((str(f), st.st_size if st else -1, st.st_mtime_ns if st else -1, digest))
+    return tuple(out)
+
+
+class PolicyWatcher:
+    def __init__(self, plugin: "AisiaPlugin", interval_s: Optional[float] = None, paths=None):
+        self.plugin = plugin
+        self.interval_s = interval_s if interval_s is not None else float(os.environ.get("AISIA_RELOAD_INTERVAL_S", "1.0"))
+        self.paths = list(paths) if paths is not None else default_policy_paths()
+        self._seen: Optional[tuple] = None
+        self._last_error: Optional[str] = None
+        self._task: Optional[asyncio.Task] = None
+        self.reloads = 0
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        self._seen = await asyncio.to_thread(fingerprint, self.paths)
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await self.check()
+            except Exception:  # the watcher must outlive any surprise
+                log.exception("aisia: policy reload check failed")
+
+    async def check(self) -> bool:
+        now = await asyncio.to_thread(fingerprint, self.paths)
+        if now == self._seen:
+            return False
+        self._seen = now
+        try:
+            loaded = await asyncio.to_thread(load_policy_with_locations, self.paths)
+        except PolicyError as exc:
+            self._reject("\n".join(i.format() for i in exc.issues) or str(exc))
+            return False
+        try:
+            self.plugin.apply_policy(loaded)
+        except AliasCollision as exc:
+            self._reject(str(exc))
+            return False
+        self._last_error = None
+        self.reloads += 1
+        log.warning("aisia: policy reloaded from %s (%d aliases)", os.pathsep.join(map(str, self.paths)),
+                    len(loaded.policy.aliases))
+        return True
+
+    def _reject(self, text: str) -> None:
+        if text != self._last_error:  # logged once per distinct error, not once per poll
+            self._last_error = text
+            log.error("aisia: the edited policy is invalid; the last good policy keeps serving:\n%s", text)
