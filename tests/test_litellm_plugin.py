@@ -25,7 +25,7 @@ UPSTREAMS = [
     *({"name": n, "input_cost_per_1m": c, "output_cost_per_1m": c} for n, c in (
         ("brk-a", 0.2), ("brk-b", 2.0), ("fo-a", 0.1), ("fo-b", 1.0), ("fo-c", 2.0), ("af-a", 0.1), ("af-b", 1.0),
         ("st-a", 0.1), ("st-b", 1.0), ("fb-a", 0.1), ("fb-b", 1.0), ("lk-a", 0.1), ("lk-b", 1.0),
-        ("cl-a", 0.1), ("cl-b", 1.0))),
+        ("cl-a", 0.1), ("cl-b", 1.0), ("sb-a", 0.1), ("sb-b", 1.0), ("rl-a", 0.1), ("rl-b", 1.0))),
 ]
 
 POLICY = """\
@@ -76,6 +76,14 @@ aliases:
     description: streaming
     strategy: cost
     candidates: {models: [st-a, st-b]}
+  test/stream-break:
+    description: a stream broken midway
+    strategy: cost
+    candidates: {models: [sb-a, sb-b]}
+  test/rate-limit:
+    description: 429 with Retry-After
+    strategy: cost
+    candidates: {models: [rl-a, rl-b]}
   test/feedback:
     description: feedback
     strategy: cost
@@ -304,6 +312,38 @@ def test_streaming_is_served_and_its_latency_recorded(client, admin):
     assert outcome["latency_s"] > 0 and outcome["time_to_first_token_s"] is not None
     row = stats(admin)["st-a"]
     assert row["count"] == before + 1 and row["avg_latency"] > 0
+
+
+def test_a_stream_broken_midway_is_a_provider_failure(client, admin, upstreams):
+    upstreams["sb-a"].control(mode="stream_break")
+    try:
+        raw = client.chat.completions.with_raw_response.create(
+            model="test/stream-break", messages=[{"role": "user", "content": PLAIN}], stream=True)
+        assert raw.headers["x-litellm-model-id"] == "sb-a"
+        with pytest.raises(openai.APIError):  # the first chunks were sent: the client sees the break
+            for _ in raw.parse():
+                pass
+    finally:
+        upstreams["sb-a"].control(mode="ok")
+    outcome = explain(admin, raw.headers["x-aisia-request-id"])[0]["outcome"]
+    assert outcome["success"] is False and outcome["stream"] is True
+    assert outcome["failure"]["kind"] == "provider"
+    assert stats(admin)["sb-a"]["error_rate"] > 0
+
+
+def test_a_429_with_retry_after_is_a_rate_limit_not_an_outage(client, admin, upstreams):
+    upstreams["rl-a"].control(mode="rate_limit", retry_after=30)
+    try:
+        served, headers, _ = chat(client, "test/rate-limit")
+        rows = explain(admin, headers["x-aisia-request-id"])
+        assert served == "rl-b"  # failed over, no client error
+        assert rows[0]["deployment_id"] == "rl-a" and rows[0]["outcome"]["failure"]["kind"] == "rate_limit"
+        assert [chat(client, "test/rate-limit")[0] for _ in range(3)] == ["rl-b"] * 3  # backing off
+        assert upstreams["rl-a"].stats()["calls"] == 1
+    finally:
+        upstreams["rl-a"].control(mode="ok")
+    row = stats(admin)["rl-a"]
+    assert row["breaker"] == "CLOSED" and row["count"] == 0  # neither an outage nor a quality signal
 
 
 # -- feedback and admin ------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from ..outcome import Outcome
 if TYPE_CHECKING:
     from .callback import AisiaPlugin
 
-ROUTES = ("/admin/bandit/stats", "/admin/bandit/reset", "/aisia/feedback", "/aisia/explain")
+ROUTES = ("/admin/bandit/stats", "/admin/bandit/reset", "/aisia/feedback", "/aisia/explain", "/aisia/policy")
 
 
 def _presented_key(request: Request) -> str:
@@ -115,6 +115,14 @@ def mount(app, plugin: "AisiaPlugin") -> None:
         limit = max(1, min(int(limit), 1000))
         return {"decisions": jsonable(plugin.runtime.render_explain(limit))}
 
+    async def policy(_=Depends(require_admin)):
+        rt, watcher = plugin.runtime, plugin.watcher
+        return {"files": [str(f) for f in rt.loaded.files], "aliases": plugin.available_aliases(),
+                "aliases_without_candidates": list(plugin.empty_aliases),
+                "reloads": watcher.reloads if watcher else 0, "checks": watcher.checks if watcher else 0,
+                "rejected_edit": watcher.last_error if watcher else None}
+
+    app.add_api_route("/aisia/policy", policy, methods=["GET"], include_in_schema=False)
     app.add_api_route("/admin/bandit/stats", bandit_stats, methods=["GET"], include_in_schema=False)
     app.add_api_route("/admin/bandit/reset", bandit_reset, methods=["POST"], include_in_schema=False)
     app.add_api_route("/aisia/feedback", feedback, methods=["POST"], include_in_schema=False)

@@ -34,9 +34,6 @@ from .runtime import Runtime, one_line, session_key
 
 log = logging.getLogger("aisia_plugin.litellm")
 
-SESSION_HEADER = "x-aisia-session"
-
-
 class Refused(Exception):
     """The plugin answers the request itself (a strict budget, no candidate left, failover
     exhausted): the failure hook turns it into an HTTP error with this status and message."""
@@ -68,9 +65,9 @@ class AisiaPlugin(CustomLogger):
         self._router_mark: Any = None  # what the installed groups were computed from
         self._our_groups: set[str] = set()
         self._served_aliases: set[str] = set()
-        self._empty_aliases: list[str] = []
+        self.empty_aliases: list[str] = []
         self._startup: Optional[asyncio.Task] = None
-        self._watcher = None
+        self.watcher = None
         self._admin_mounted = False
         self._store_started = False
 
@@ -106,8 +103,21 @@ class AisiaPlugin(CustomLogger):
         self._mount_admin()
         from .reload import PolicyWatcher
 
-        self._watcher = PolicyWatcher(self)
-        self._watcher.start()
+        self.watcher = PolicyWatcher(self)
+        self.watcher.start()
+        asyncio.get_running_loop().create_task(self._close_at_exit())
+
+    async def _close_at_exit(self) -> None:
+        """Flush the store when the proxy stops: LiteLLM has no shutdown hook for callbacks, but
+        the server's event loop cancels its remaining tasks on the way out, this one included."""
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            try:
+                await self.runtime.store.aclose()
+            except Exception:
+                log.exception("aisia: closing the state store failed")
+            raise
 
     async def _ensure_store(self) -> None:
         if not self._store_started and self.runtime is not None:
@@ -158,7 +168,7 @@ class AisiaPlugin(CustomLogger):
         router.update_settings(routing_groups=merged_groups(existing, self._our_groups, entries))
         self._our_groups = set(planned.members)
         self._served_aliases = set(planned.members)
-        self._empty_aliases = planned.empty
+        self.empty_aliases = planned.empty
         self._router_mark = (id(router), id(router.routing_groups), len(router.model_list or ()), id(rt.policy))
         if planned.empty and startup:
             log.warning("aisia: no deployment of the LiteLLM config is a candidate of %s; requests for them get 503",
@@ -189,6 +199,8 @@ class AisiaPlugin(CustomLogger):
         rt = self.runtime
         if not isinstance(model, str) or rt is None:
             return data
+        if not self._store_started:  # a request before the start-up task got to it
+            await self._ensure_store()
         router = _proxy_server().llm_router
         if router is not None:
             try:
@@ -219,9 +231,10 @@ class AisiaPlugin(CustomLogger):
         if ap.strategy != "lkgp":
             return None
         headers = (data.get("proxy_server_request") or {}).get("headers") or {}
+        wanted = rt.policy.proxy.session_header.lower()
         value = None
         for k, v in headers.items():
-            if k.lower() == SESSION_HEADER:
+            if k.lower() == wanted:
                 value = v
                 break
         if not value:

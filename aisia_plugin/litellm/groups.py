@@ -20,8 +20,11 @@ class AliasCollision(ValueError):
     """A policy alias has the name of a model the LiteLLM config already serves."""
 
     def __init__(self, collisions: list[tuple[str, str]]):
+        """`collisions`: (where the alias is defined, 'file:line:column: aliases.NAME', and the
+        LiteLLM name it collides with)."""
         self.collisions = collisions
-        super().__init__("; ".join(f"policy alias {alias!r} collides with the LiteLLM {what}" for alias, what in collisions))
+        super().__init__("\n".join(f"{where}: the alias collides with the LiteLLM {what}; rename the alias"
+                                    for where, what in collisions))
 
 
 @dataclass(frozen=True)

@@ -37,14 +37,14 @@ def fingerprint(paths: list[Path]) -> tuple:
 
 
 class PolicyWatcher:
-    def __init__(self, plugin: "AisiaPlugin", interval_s: Optional[float] = None, paths=None):
+    def __init__(self, plugin: "AisiaPlugin", paths=None):
         self.plugin = plugin
-        self.interval_s = interval_s if interval_s is not None else float(os.environ.get("AISIA_RELOAD_INTERVAL_S", "1.0"))
         self.paths = list(paths) if paths is not None else default_policy_paths()
         self._seen: Optional[tuple] = None
-        self._last_error: Optional[str] = None
+        self.last_error: Optional[str] = None
         self._task: Optional[asyncio.Task] = None
         self.reloads = 0
+        self.checks = 0
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -52,7 +52,11 @@ class PolicyWatcher:
     async def _run(self) -> None:
         self._seen = await asyncio.to_thread(fingerprint, self.paths)
         while True:
-            await asyncio.sleep(self.interval_s)
+            # The serving policy's own interval (a reload may change it); 0 stops watching.
+            interval = self.plugin.runtime.policy.proxy.reload_interval_s
+            if interval <= 0:
+                return
+            await asyncio.sleep(interval)
             try:
                 await self.check()
             except Exception:  # the watcher must outlive any surprise
@@ -60,6 +64,7 @@ class PolicyWatcher:
 
     async def check(self) -> bool:
         now = await asyncio.to_thread(fingerprint, self.paths)
+        self.checks += 1
         if now == self._seen:
             return False
         self._seen = now
@@ -73,13 +78,13 @@ class PolicyWatcher:
         except AliasCollision as exc:
             self._reject(str(exc))
             return False
-        self._last_error = None
+        self.last_error = None
         self.reloads += 1
         log.warning("aisia: policy reloaded from %s (%d aliases)", os.pathsep.join(map(str, self.paths)),
                     len(loaded.policy.aliases))
         return True
 
     def _reject(self, text: str) -> None:
-        if text != self._last_error:  # logged once per distinct error, not once per poll
-            self._last_error = text
+        if text != self.last_error:  # logged once per distinct error, not once per poll
+            self.last_error = text
             log.error("aisia: the edited policy is invalid; the last good policy keeps serving:\n%s", text)

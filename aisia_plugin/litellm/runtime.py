@@ -24,7 +24,6 @@ MAX_CALLS = 20000
 CALL_TTL_S = 1800.0
 MAX_SERVED = 50000
 SERVED_TTL_S = 86400.0
-MAX_EXPLAIN = 200
 MAX_HEADER_CHARS = 240
 
 
@@ -85,7 +84,7 @@ class Runtime:
         self._deployments: dict[str, tuple[Any, Any, Deployment]] = {}
         self.calls: "OrderedDict[str, Call]" = OrderedDict()
         self.served: "OrderedDict[str, Served]" = OrderedDict()
-        self.explain: deque = deque(maxlen=MAX_EXPLAIN)
+        self.explain: deque = deque(maxlen=self.policy.proxy.explain_history)
 
     def swap(self, loaded: LoadedPolicy) -> None:
         """A reloaded policy: a new engine over the same store (what was learned is kept)."""
@@ -93,6 +92,8 @@ class Runtime:
         self.policy = loaded.policy
         self.engine = Engine(self.policy, clock=self.store.clock, store=self.store)
         self._deployments.clear()
+        if self.explain.maxlen != self.policy.proxy.explain_history:
+            self.explain = deque(self.explain, maxlen=self.policy.proxy.explain_history)
 
     # -- deployments ---------------------------------------------------------------------------
     def deployment(self, raw: Mapping) -> Deployment:

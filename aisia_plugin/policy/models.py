@@ -234,6 +234,14 @@ class State(BaseModel):
     snapshot_path: Optional[str]
 
 
+@_def("Proxy")
+class Proxy(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    session_header: str
+    reload_interval_s: float
+    explain_history: int
+
+
 @_def("")
 class Policy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -251,6 +259,7 @@ class Policy(BaseModel):
     task_fitness: TaskFitness
     costs: Costs
     state: State
+    proxy: Proxy
 
 
 # schema $defs name -> model, for the agreement test and the reference generator.
@@ -258,5 +267,5 @@ MODELS_BY_DEF: dict[str, type[BaseModel]] = {
     cls.__schema_def__: cls
     for cls in (Selector, Sla, Budget, Failover, Alias, PerDomain, Forgetting, Bandit, Reward, Weights,
                 Rules, ModePack, Domain, Domains, DeploymentAnnotation, CircuitBreaker, TaskFitness,
-                Costs, State, Policy)
+                Costs, State, Proxy, Policy)
 }
