@@ -256,7 +256,8 @@ def provider_table(phases: list[tuple[str, dict[str, dict]]]) -> str:
 
 def learned_table(stats: dict, names: list[str]) -> str:
     """What the plugin has learned about each provider (`GET /admin/bandit/stats`)."""
-    rows = [["deployment", "pulls", "mean reward", "error rate", "avg latency", "breaker"]]
+    # "observations": outcomes and feedback scores learned from (the undiscounted count).
+    rows = [["deployment", "observations", "mean reward", "error rate", "avg latency", "breaker"]]
 
     def num(v, fmt):
         return format(v, fmt) if isinstance(v, (int, float)) and not isinstance(v, bool) else "-"
@@ -264,7 +265,7 @@ def learned_table(stats: dict, names: list[str]) -> str:
     for name in names:
         s = stats.get(name) or {}
         latency = s.get("avg_latency")
-        rows.append([name, num(s.get("pulls"), ".0f"), num(s.get("mean_reward"), ".3f"),
+        rows.append([name, num(s.get("count"), ".0f"), num(s.get("mean_reward"), ".3f"),
                      num(s.get("error_rate"), ".0%"),
                      f"{latency * 1000:.0f} ms" if isinstance(latency, (int, float)) and latency else "-",
                      str(s.get("breaker") or "-")])
