@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -114,13 +115,23 @@ def test_ctrl_c_stops_everything(demo):
         os.kill(info["pid"], 0)
 
 
-def test_main_job_shows_the_adaptation_and_ends_by_itself(tmp_path):
-    run = subprocess.run([AISIA, "demo", "--port", "0", "--traffic", "20", "--break", "coder"],
+def _readme_main_job() -> list[str]:
+    """The arguments of `aisia demo` in the README's first command."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    first = re.search(r"```bash\n(.*?)\n```", readme, re.S).group(1)
+    return shlex.split(first.split(".venv/bin/aisia demo", 1)[1])
+
+
+def test_main_job_shows_the_adaptation_and_ends_by_itself():
+    argv = _readme_main_job()
+    assert "--break" in argv and "--traffic" in argv and "--serve" not in argv
+    n = int(argv[argv.index("--traffic") + 1])
+    run = subprocess.run([AISIA, "demo", *argv, "--port", "0"],
                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stderr[-3000:]
     out = run.stdout
     assert "Where the requests went" in out and "before" in out and "after" in out
-    m = re.search(r"^coder answered (\d+) of 20 requests before the break and (\d+) of 20 after it; "
+    m = re.search(rf"^coder answered (\d+) of {n} requests before the break and (\d+) of {n} after it; "
                   r"clients saw (\d+) errors after it", out, re.M)
     assert m, out
     before, after, errors = map(int, m.groups())
