@@ -2,9 +2,12 @@
 
 A domain's score is the number of occurrences of its patterns in the prompt times its weight;
 the best-scoring domain wins (a tie goes to the first domain in policy order) when its score
-reaches ``min_matches``. The occurrences are those of one leftmost-first, non-overlapping scan
-with all the policy's patterns; each counts once, for the first domain (in policy order) whose
-patterns match where it starts.
+reaches ``min_matches``. The occurrences are those of one leftmost-first scan with all the
+policy's patterns; each counts once, for the first domain (in policy order) whose patterns match
+where it starts. The scan goes on after an occurrence's end, or after its first word when it is a
+short phrase of several words (``_resume``): "write a Python function" is a coding request and
+names a language, two occurrences. The prompt is read as NFC, without format characters
+(features.clean_text), so that NFD accents and zero-width characters hide no word.
 
 The patterns are user-editable and the prompts attacker-controlled, so matching is RE2 only
 (linear time in the prompt, never a backtracking engine), on the prompt's UTF-8 bytes cut to
@@ -54,6 +57,7 @@ from typing import Optional
 import re2
 from re2 import _re2
 
+from .features import scanned_bytes
 from .policy.patterns import compile_pattern
 
 _UNANCHORED = _re2.RE2.Anchor.UNANCHORED
@@ -225,15 +229,19 @@ class DomainDetector:
                 d = domain_at(data, start, end)
             if d >= 0:
                 counts[d] += 1
-            pos = end
+            pos = _resume(data, start, end)
         return counts
 
-    def _data(self, text) -> Optional[bytes]:
+    def _data(self, text, clean: bool = True) -> Optional[bytes]:
+        """The bytes scanned: the text cut to max_scan_chars (its start and its end) and, unless
+        the caller's own pass already did it (the engine's features), cleaned (features.scanned_bytes)."""
         if not self.enabled or self._scan is None or not isinstance(text, str) or not text:
             return None
         if len(text) > self.max_scan_chars:
             half = self.max_scan_chars // 2
             text = text[:half] + "\n" + text[-half:]
+        if clean:
+            return scanned_bytes(text)[1]
         return text.encode("utf-8", "replace")
 
     def counts(self, text: str) -> list[int]:
@@ -256,7 +264,7 @@ class DomainDetector:
         nothing more, a single one only the scans its count needs, and several the counting
         sweep alone (the Set pass that would look for an early answer costs more than it saves
         once the first pass has said that several domains occur)."""
-        data = self._data(text)
+        data = self._data(text, clean=present is None)
         if data is None:
             return None
         if present is not None:
@@ -277,16 +285,17 @@ class DomainDetector:
             return self._best(self._sweep(data, 0, [0] * len(self.names)))
         counts = [0] * len(self.names)
         counts[first] = 1
-        later = self._after(memoryview(data)[end - 1:]) if end < n else ()
+        nxt = _resume(data, start, end)
+        later = self._after(memoryview(data)[nxt - 1:]) if nxt < n else ()
         if not later:  # a single occurrence
             return self.names[first] if self.weights[first] >= self.min_matches else None
         live = {self._owner[k] for k in later}
         if len(live) > 1:
-            return self._best(self._sweep(data, end, counts))
+            return self._best(self._sweep(data, nxt, counts))
         # Only one domain occurs from here on: every later occurrence is its own (there is at
         # least one: the Set saw it), the others' counts are final.
         (d,) = live
-        return self._count_alone(data, d, end, counts, at_least=1)
+        return self._count_alone(data, d, nxt, counts, at_least=1)
 
     def _count_alone(self, data: bytes, d: int, pos: int, counts: list[int], at_least: int = 0) -> Optional[str]:
         """The answer when `d` is the only domain occurring from `pos` on (at least `at_least`
@@ -314,7 +323,7 @@ class DomainDetector:
             if start < 0:
                 break
             if end > start:
-                found, pos = found + 1, end
+                found, pos = found + 1, _resume(data, start, end)
                 score = found * weight
                 if score >= needed and (score > rival or (tie_wins and score == rival)):
                     return self.names[d]
@@ -331,6 +340,21 @@ class DomainDetector:
         # first domain of the policy.
         best = max(scores, key=scores.__getitem__)
         return best if scores[best] >= self.min_matches else None
+
+
+def _resume(data: bytes, start: int, end: int) -> int:
+    """Where the scan goes on after the occurrence data[start:end]: after its first word when it
+    spans several and is short, else at its end. An explicit request ("write a Python function")
+    holds words that count on their own ("Python"), which a scan resuming at its end would
+    swallow. Linear: each occurrence is re-read for at most _RESUME_SPAN bytes."""
+    if end - start <= _RESUME_SPAN:
+        gap = data.find(b" ", start + 1, end - 1)
+        if gap > 0:
+            return gap + 1
+    return end
+
+
+_RESUME_SPAN = 96
 
 
 @lru_cache(maxsize=1)

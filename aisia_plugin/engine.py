@@ -12,12 +12,12 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import fields, replace
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from . import plugins
 from .bandit import ArmStats, gamma_for
 from .breaker import CLOSED, OPEN, CircuitBreaker, FailureKind, classify_failure
-from .decision import CandidateScore, Decision, Deployment, Pool, RoutingContext
+from .decision import NO_SIGNALS, CandidateScore, Decision, Deployment, Pool, RoutingContext
 from .deployments import selects
 from .features import RequestFeatures
 from .interfaces import StateStore
@@ -96,9 +96,12 @@ class Engine:
     def decide(self, alias: str, messages, deployments: Sequence[Deployment], *, tools=None,
                exclude: Iterable[str] = (), request_modalities=None,
                features: Optional[RequestFeatures] = None, reserve: bool = True,
-               session: Optional[str] = None) -> Decision:
+               session: Optional[str] = None, signals: Optional[Mapping[str, Mapping[str, float]]] = None) -> Decision:
         """`session` keys the last known good deployment per conversation (the alias's own pin
-        when None)."""
+        when None). `signals`, by deployment id, are what the caller knows of each deployment
+        now, in [0, 1]: ``quota`` (its remaining quota share) and the rules strategy's supplied
+        factors (``context_affinity``, ``cache_affinity``, ``session_availability``,
+        ``reset_window_affinity``); a deployment or a key left out keeps its default."""
         ap = self.policy.aliases.get(alias)
         if ap is None:
             raise UnknownAlias(alias)
@@ -182,8 +185,12 @@ class Engine:
         # The pool as columns; the arms' views (forgetting, per-domain blend) are computed by the
         # strategy's first read of them.
         prior = per_domain.prior_strength if learn_domain is not None else None
+        quota = supplied = None
+        if signals:
+            supplied = [signals.get(i) or NO_SIGNALS for i in ids]
+            quota = [sig.get("quota", 1.0) for sig in supplied]
         pool = Pool(deps, states if states is not None else [CLOSED] * len(deps), fits, global_arms, domain_arms,
-                    tick, self.gamma, prior, self._fresh, ids=ids)
+                    tick, self.gamma, prior, self._fresh, quota=quota, signals=supplied, ids=ids)
         ctx = RoutingContext(alias, ap.strategy, feats, domain, task, now, self.rng, *self._alias_context[alias],
                              last_good, ap.lkgp_enabled, None, self.policy)
         decision = plugins.get_strategy(ap.strategy).select(pool, ctx)
@@ -208,7 +215,7 @@ class Engine:
                 # decision without this deployment.
                 return self.decide(alias, messages, deployments, tools=tools, exclude=(*exclude, chosen.id),
                                    request_modalities=request_modalities, features=feats, reserve=reserve,
-                                   session=session)
+                                   session=session, signals=signals)
         return self._finish(decision, feats)
 
     def _breakers(self, ids, breakers, now: float):

@@ -27,10 +27,13 @@ specific). "Hello, how are you?" scores about 0.05; a traceback or a maths probl
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import re2
+from re2 import _re2
 
 _OPT = re2.Options()
 _OPT.case_sensitive = False
@@ -102,7 +105,10 @@ _WEAK_CODE = ("def ", "class ", "import ", "function ", "return ", " = ", "[i]",
 SCAN_ENTRIES: tuple[tuple[str, str], ...] = (
     *zip(_TASK_NAMES, map(_words, _TASK_WORDS)), ("creative", _CREATIVE), ("realtime", _REALTIME),
     ("image", _IMAGE_OUT), ("audio", _AUDIO_OUT), ("code", _STRONG_CODE),
-    *((f"weak{i}", re2.escape(w)) for i, w in enumerate(_WEAK_CODE)))
+    *((f"weak{i}", re2.escape(w)) for i, w in enumerate(_WEAK_CODE)),
+    # Characters that hide words from the patterns (clean_text): the same pass tells whether the
+    # text needs cleaning, so text without them pays nothing more.
+    ("format", r"\p{Cf}"), ("mark", r"\p{Mn}"))
 # Case-insensitive, like every entry of a Set that carries them (scan.PromptScanner).
 SCAN_OPTIONS = _OPT
 
@@ -120,6 +126,9 @@ _MODALITY_NAMES = frozenset(["text", "image", "audio", "video"])
 # membership tests on it, no set() built per request (the entry numbers are small ints).
 _CODE_I, _CREATIVE_I, _REALTIME_I, _IMAGE_I, _AUDIO_I = (_IDX[k] for k in ("code", "creative", "realtime",
                                                                           "image", "audio"))
+_FORMAT_I, _MARK_I = _IDX["format"], _IDX["mark"]
+_UNANCHORED = _re2.RE2.Anchor.UNANCHORED
+_ODD_MATCH = re2.compile(r"[\p{Cf}\p{Mn}]", _OPT)._regexp.Match
 # The task entries are the Set's first entries, numbered 0..5 in _TASK_NAMES order: the first task
 # name (in _TASK_NAMES order) whose entry matched is the one of the smallest matched entry number.
 if [_IDX[name] for name in _TASK_NAMES] != list(range(len(_TASK_NAMES))):  # not an assert: kept under -O
@@ -224,6 +233,45 @@ def _parts(messages):
 def message_text(messages) -> str:
     """All the text of OpenAI-format messages, one part per line; never raises."""
     return "\n".join(t for _, kind, t in _parts(messages) if kind == "text" and t)
+
+
+# Unicode's format characters (category Cf: zero-width spaces and joiners, soft hyphens, bidi
+# controls, tags), as of Unicode 14; tests/test_features.py checks them against unicodedata.
+FORMAT_RANGES = ((0x00AD, 0x00AD), (0x0600, 0x0605), (0x061C, 0x061C), (0x06DD, 0x06DD), (0x070F, 0x070F),
+                 (0x0890, 0x0891), (0x08E2, 0x08E2), (0x180E, 0x180E), (0x200B, 0x200F), (0x202A, 0x202E),
+                 (0x2060, 0x2064), (0x2066, 0x206F), (0xFEFF, 0xFEFF), (0xFFF9, 0xFFFB), (0x110BD, 0x110BD),
+                 (0x110CD, 0x110CD), (0x13430, 0x13438), (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A),
+                 (0xE0001, 0xE0001), (0xE0020, 0xE007F))
+_FORMAT = re.compile("[" + "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in FORMAT_RANGES) + "]")
+
+
+def clean_text(text: str, formats: bool = True, marks: bool = True) -> str:
+    """The text patterns see: NFC (an accent typed as a separate combining mark, "e\u0301", is
+    the letter "é" the patterns name) without format characters (a zero-width space inside a
+    word would hide it). `formats`/`marks`: whether the text may hold format characters and
+    combining marks (a scan that saw none says so, and that step is skipped)."""
+    if marks and not unicodedata.is_normalized("NFC", text):
+        text = unicodedata.normalize("NFC", text)
+    if formats:
+        text = _FORMAT.sub("", text)
+    return text
+
+
+def scanned_bytes(text: str) -> tuple[str, bytes]:
+    """``(clean_text(text), its UTF-8 bytes)``; text with neither format characters nor
+    combining marks (ASCII at once, else one RE2 pass) is kept as it is."""
+    raw = _utf8(text)
+    if text.isascii() or _ODD_MATCH(_UNANCHORED, raw, 0, len(raw))[0][0] < 0:
+        return text, raw
+    text = clean_text(text)
+    return text, _utf8(text)
+
+
+def _utf8(text: str) -> bytes:
+    try:
+        return text.encode()  # the common case, a little cheaper than with an error handler
+    except UnicodeEncodeError:  # lone surrogates: "?" for them
+        return text.encode("utf-8", "replace")
 
 
 def _bounded(text: str, max_chars: int) -> str:
@@ -343,13 +391,15 @@ def features_and_hits(messages, tools=None, request_modalities=None, *, max_char
     else:
         modality = "text"
 
-    try:
-        raw = text.encode()  # the common case, a little cheaper than with an error handler
-    except UnicodeEncodeError:  # lone surrogates: "?" for them, as before
-        raw = text.encode("utf-8", "replace")
+    raw = _utf8(text)
     # hits: the matched entry numbers, read with list membership tests (see _CODE_I); with no
     # request_modalities, _requested's answer is written inline (it would only read the hits).
     hits = (((scan or _SET_MATCH)(raw)) or ()) if raw else ()
+    if hits and (_FORMAT_I in hits or _MARK_I in hits):
+        cleaned = clean_text(text, _FORMAT_I in hits, _MARK_I in hits)
+        if cleaned != text:  # scanned again, as the patterns must see it
+            text, raw = cleaned, _utf8(cleaned)
+            hits = ((scan or _SET_MATCH)(raw) or ()) if raw else ()
     if hits:
         has_code = _CODE_I in hits or len(_WEAK_IDX.intersection(hits)) >= 3
         first = min(hits)

@@ -268,3 +268,43 @@ def test_detect_is_the_best_of_the_full_count_on_the_shipped_policy():
     texts += [" ".join(texts[i:i + 5]) for i in range(0, len(texts), 3)]
     for text in texts:
         assert det.detect(text) == _reference(det, text)
+
+
+# -- issue 11, finding 10 -------------------------------------------------------------------------
+@pytest.mark.parametrize("text,domain", [
+    ("Write a Python function that sorts a list", "coding"),
+    ("Write a function in Python", "coding"),
+    ("Write a Python function that merges two sorted lists", "coding"),  # the README's example
+    ("Ge\u0301ne\u0300re une image d'un chat", "image"),  # NFD: e + combining accents
+    ("Gén\u200bère une image d'un chat", "image"),  # a zero-width space inside the word
+    ("tra\u00adduis ce texte en anglais", "translation"),  # a soft hyphen
+    ("\ufeffÉcris une fonction Python qui trie une liste", "coding"),
+])
+def test_words_inside_a_request_and_odd_unicode_are_seen(text, domain):
+    assert detect_domain(text) == domain
+    from aisia_plugin.engine import Engine
+
+    engine = Engine(load_policy())
+    d = engine.decide("auto", [{"role": "user", "content": text}], [])
+    assert d.domain == domain
+
+
+def test_the_format_characters_are_unicodes():
+    import sys
+    import unicodedata
+
+    from aisia_plugin.features import FORMAT_RANGES
+
+    listed = {c for a, b in FORMAT_RANGES for c in range(a, b + 1)}
+    cf = {c for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Cf"}
+    assert cf <= listed, f"Unicode {unicodedata.unidata_version} adds format characters: {sorted(cf - listed)[:10]}"
+
+
+def test_a_long_request_phrase_is_resumed_after_its_first_word_only_when_short():
+    from aisia_plugin.domains import _RESUME_SPAN, _resume
+
+    data = b"write a python function now"
+    assert _resume(data, 0, 23) == 6  # after "write "
+    assert _resume(data, 8, 14) == 14  # one word ("python"): at its end
+    long = b"x " * _RESUME_SPAN
+    assert _resume(long, 0, len(long)) == len(long)

@@ -313,3 +313,28 @@ def test_rules_weights_near_the_float_maximum_still_rank(tmp_path):
         """), encoding="utf-8")
     d = engine_for(load_policy([f])).decide("auto/rules", MSG, [dep("a-1", cost=5.0), dep("b-1", cost=0.5)])
     assert d.deployment_id == "b-1" and d.final_score > 0
+
+
+def test_quota_and_signals_reach_the_rules_strategy(tmp_path):
+    """Issue 11, finding 4: the caller's quota and signals are the pool's, not their defaults."""
+    f = tmp_path / "p.yaml"
+    f.write_text(textwrap.dedent("""
+        version: 1
+        mode_packs:
+          quota-only: {weights: {quota: 1}}
+          session: {weights: {session_availability: 1, cost_inv: 0.1}}
+        aliases:
+          auto/quota: {strategy: rules, mode_pack: quota-only}
+          auto/session: {strategy: rules, mode_pack: session}
+        """), encoding="utf-8")
+    eng = engine_for(load_policy([f]))
+    pool = [dep("a-1"), dep("b-1")]
+    d = eng.decide("auto/quota", MSG, pool, signals={"a-1": {"quota": 0.1}, "b-1": {"quota": 0.9}})
+    assert d.deployment_id == "b-1" and d.final_score == pytest.approx(0.9)
+    d = eng.decide("auto/quota", MSG, pool, signals={"a-1": {"quota": 0.8}})  # b-1 unknown: full quota
+    assert d.deployment_id == "b-1" and d.final_score == pytest.approx(1.0)
+    cheap = [dep("a-1", cost=5.0), dep("b-1", cost=0.1)]
+    d = eng.decide("auto/session", MSG, cheap, signals={"a-1": {"session_availability": 1.0},
+                                                        "b-1": {"session_availability": 0.0}})
+    assert d.deployment_id == "a-1"
+    assert eng.decide("auto/session", MSG, cheap).deployment_id == "b-1"  # defaults: cost decides
