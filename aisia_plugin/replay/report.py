@@ -8,6 +8,7 @@ import sys
 import time
 from typing import Optional, Sequence
 
+from .quality import format_measures, measures
 from .runner import Figures, ReplayResult, SweepResult
 
 # (key, header, format) of the figure columns in the text tables
@@ -73,11 +74,22 @@ def format_replay(result: ReplayResult, title: str = "") -> str:
     r, o = result.router, result.baselines.oracle
     lines.append(f"regret against the oracle: {_cell(r.regret, '{:.3f}')} total, {_cell(r.mean_regret, '{:.4f}')} per request "
                  f"(router {r.mean_score:.4f} vs oracle {o.mean_score:.4f} mean score)")
+    lines += [""] + format_measures(replay_measures(result))
     return "\n".join(lines)
 
 
+def replay_measures(result: ReplayResult) -> dict:
+    """Gain over mixing (and CPT/APGR for two candidates) of one replay (replay/quality.py)."""
+    return measures(result.baselines, [result.router])
+
+
+def sweep_measures(result: SweepResult) -> dict:
+    """The same over every swept run (CPT/APGR along the sweep's curve)."""
+    return measures(result.baselines, [p.figures for p in result.points])
+
+
 def replay_dict(result: ReplayResult, **extra) -> dict:
-    return jsonable({**extra, **result.as_dict()})
+    return jsonable({**extra, **result.as_dict(), "quality": replay_measures(result)})
 
 
 # -- compare -----------------------------------------------------------------------------------
@@ -144,11 +156,12 @@ def format_sweep(result: SweepResult) -> str:
     lines = [f"alias {result.alias}: sweep of {result.param}, {result.requests} requests, seed {result.seed}", ""]
     rows = [(f"{result.param}={p.value:g}", p.figures) for p in result.points]
     lines += _table(rows + baseline_rows(result.baselines))
+    lines += [""] + format_measures(sweep_measures(result), sweep=True)
     return "\n".join(lines)
 
 
 def sweep_dict(result: SweepResult, **extra) -> dict:
-    return jsonable({**extra, **result.as_dict()})
+    return jsonable({**extra, **result.as_dict(), "quality": sweep_measures(result)})
 
 
 def plot_sweep(result: SweepResult, path: str) -> None:
@@ -177,6 +190,12 @@ def plot_sweep(result: SweepResult, path: str) -> None:
                    label="uniform random", zorder=2)
         ax.scatter([b.oracle.total_cost_usd], [b.oracle.mean_score], marker="*", s=180, color="tab:red",
                    label="oracle", zorder=4)
+        # What mixing the fixed candidates reaches at each cost: a router is only good above it.
+        front = sweep_measures(result)["frontier"]
+        hx = [p["total_cost_usd"] for p in front]
+        hy = [p["mean_score"] for p in front]
+        right = max([hx[-1], b.oracle.total_cost_usd, *xs, *fx])
+        ax.plot(hx + [right], hy + [hy[-1]], "--", color="tab:gray", label="mixing the fixed candidates", zorder=1)
         ax.set_xlabel("total cost (USD)")
         ax.set_ylabel("mean score")
         ax.set_title(f"{result.alias}: quality vs cost ({result.requests} requests)")
