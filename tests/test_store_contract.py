@@ -124,6 +124,8 @@ def assert_same_records(got: dict, want: dict):
 
 async def test_it_is_a_state_store(h):
     assert isinstance(h.store, StateStore)
+    await h.store.prepare()  # the shared-store side: every argument optional
+    await h.store.prepare(["x"], "auto")
     tick, breakers, g, d, lkgp = h.store.read_pool(["x", "y"], "coding", "auto")
     assert (tick, breakers, g, d, lkgp) == (0.0, [None, None], [None, None], [None, None], None)
 

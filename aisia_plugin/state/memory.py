@@ -125,7 +125,7 @@ class MemoryState:
             self.replace_with(MemoryState.load_file(path))
             log.info("state loaded from the snapshot %s", path)
 
-    async def prepare(self, deployment_ids, alias: Optional[str] = None) -> None:
+    async def prepare(self, deployment_ids=(), alias: Optional[str] = None) -> None:
         """Make what a decision over these deployments reads current (a shared store refreshes
         its local mirror when older than its cache bound). Nothing to do in memory."""
 

@@ -553,11 +553,14 @@ class RedisStore:
             self._wake.clear()
             if self._closing:
                 break
-            await self.flush()
-            # Kept warm here too, so that a busy process's decisions rarely wait, and so that
-            # written outcomes stop being retained once the server's records show them.
-            if not self._down and time.monotonic() >= self._fresh_until:
-                await self.refresh(force=False)
+            try:
+                await self.flush()
+                # Kept warm here too, so that a busy process's decisions rarely wait.
+                if not self._down and time.monotonic() >= self._fresh_until:
+                    await self.refresh(force=False)
+            except Exception:  # a bug here must not stop the writing for good
+                log.exception("state store: writing to Redis failed; retrying")
+                await asyncio.sleep(period)
 
     async def flush(self) -> bool:
         """Write every queued outcome now; True when nothing is left. Never raises."""
