@@ -166,7 +166,10 @@ class Proxy:
         self.config_path.write_text(yaml.safe_dump(self.config, sort_keys=False))
         cmd = [str(exe), "--config", str(self.config_path), "--host", self.host, "--port", str(self.port)]
         if self.num_workers > 1:
-            cmd += ["--num_workers", str(self.num_workers)]
+            # uvicorn's supervisor restarts a worker that does not answer its health check within
+            # 5 s, and a LiteLLM worker busy importing and loading its config on a loaded
+            # machine may not: it would be restarted forever.
+            cmd += ["--num_workers", str(self.num_workers), "--timeout_worker_healthcheck", "120"]
         self._log = open(self.log_path, "ab")
         # Its own session: a Ctrl-C in the user's terminal reaches the demo, which stops the
         # proxy in order, instead of reaching every process at once.

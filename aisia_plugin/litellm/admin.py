@@ -4,6 +4,7 @@ wrong key is refused with 401, a valid key that is not the proxy admin's with 40
 from __future__ import annotations
 
 import math
+import os
 import secrets
 from typing import TYPE_CHECKING
 
@@ -83,7 +84,9 @@ async def _json_object(request: Request) -> dict:
 
 def mount(app, plugin: "AisiaPlugin") -> None:
     async def bandit_stats(_=Depends(require_admin)):
-        return jsonable(plugin.runtime.store.stats())
+        store = plugin.runtime.store
+        await store.prepare()  # a shared store: what every worker learned, as of its cache bound
+        return jsonable(store.stats())
 
     async def bandit_reset(request: Request, _=Depends(require_admin)):
         body = await _json_object(request)
@@ -117,7 +120,8 @@ def mount(app, plugin: "AisiaPlugin") -> None:
 
     async def policy(_=Depends(require_admin)):
         rt, watcher = plugin.runtime, plugin.watcher
-        return {"files": [str(f) for f in rt.loaded.files], "aliases": plugin.available_aliases(),
+        return {"worker_pid": os.getpid(), "files": [str(f) for f in rt.loaded.files],
+                "aliases": plugin.available_aliases(),
                 "aliases_without_candidates": list(plugin.empty_aliases),
                 "reloads": watcher.reloads if watcher else 0, "checks": watcher.checks if watcher else 0,
                 "rejected_edit": watcher.last_error if watcher else None}
