@@ -440,6 +440,33 @@ def test_keys_are_exactly_the_documented_ones_with_their_ttls(redis_module):
     assert {m.decode() for m in c.smembers("{docs}:deployments")} == {"gpt-4o"}
 
 
+def test_the_clock_is_the_servers_not_this_machines(redis_module, monkeypatch):
+    """Breaker timing uses Redis's TIME: with this machine's clock 1000 s behind, the store's
+    clock still reads the server's time (measured on each refresh)."""
+    import aisia_plugin.state.redis as module
+
+    real = time
+
+    class Behind:
+        monotonic = staticmethod(real.monotonic)
+
+        @staticmethod
+        def time():
+            return real.time() - 1000.0
+
+    monkeypatch.setattr(module, "time", Behind)
+
+    async def main():
+        store = await started(policy(), redis_module.url)
+        server = redis_module.client().time()
+        clock = store.clock()
+        await store.aclose()
+        return clock, server[0] + server[1] / 1e6
+
+    clock, server = asyncio.run(main())
+    assert abs(clock - server) < 5.0 and abs(Behind.time() - server) > 900.0
+
+
 def test_key_tag():
     assert key_tag("aisia:") == "{aisia}:" and key_tag("team-a") == "{team-a}:"
     assert key_tag("x:{shared}:") == "x:{shared}:" and key_tag("") == "{aisia}:"
