@@ -6,8 +6,8 @@ How it keeps the request path free of I/O:
   ``interfaces.StateStore``; the engine never waits on Redis.
 * ``prepare`` (awaited by the proxy before a decision) refreshes the mirror in one EVALSHA when it
   is older than ``state.cache_ttl_ms`` -- the staleness bound of what other replicas learned --
-  waiting at most ``state.timeout_ms`` (then the decision goes on with the local copy, and the
-  refresh lands when it arrives).
+  waiting at most ``state.timeout_ms`` (then the decision goes on with the local copy). The
+  background task below refreshes it too, every ``cache_ttl_ms``, so a busy process rarely waits.
 * ``record_outcome`` applies the outcome to the mirror at once and queues it; a background task
   writes the queue in batches (``state.batch_max``, at least every ``state.flush_ms``, and on
   ``aclose``) through ``lua/record.lua``, which runs ``learning.apply_outcome`` step by step
@@ -17,12 +17,14 @@ Exactly once: each batch carries (process id, sequence number) and Redis keeps t
 applied per process (``applied``), so a batch re-sent after a lost reply is skipped. The mirror is
 rebuilt on each refresh as the server's records plus every outcome of this process whose batch the
 server has not applied yet (sequence above its ``applied`` entry) -- none vanishes, none counts
-twice. The same rule re-sends batches that a Redis restarted from an older disk image lost.
+twice. Written batches are kept a few refresh periods more, and the same rule re-sends those that
+a Redis restarted from an older disk image, or re-seeded by another replica, lacks.
 
 Outages: any connection error or timeout switches to local state (one warning per outage), and
 reconnection is attempted with a doubling backoff up to ``state.reconnect_max_ms``; queued outcomes
 are written when Redis returns. A store without its ``epoch`` key (a new Redis, or one restarted
-without persistence) is re-seeded from the mirror's shared part, then the batches are re-sent.
+without persistence) is re-seeded from the last server view (the first replica to notice wins;
+a record already there is kept), then every replica re-sends what that view lacks.
 
 Breaker timing uses the server's clock: ``clock()`` is the local clock plus the offset to Redis's
 TIME measured on each refresh, and the engine decides and records with it. Decay uses the shared
