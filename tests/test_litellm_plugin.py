@@ -24,7 +24,7 @@ UPSTREAMS = [
     {"name": "premium", "input_cost_per_1m": 10.0, "output_cost_per_1m": 30.0},
     *({"name": n, "input_cost_per_1m": c, "output_cost_per_1m": c} for n, c in (
         ("brk-a", 0.2), ("brk-b", 2.0), ("fo-a", 0.1), ("fo-b", 1.0), ("fo-c", 2.0), ("af-a", 0.1), ("af-b", 1.0),
-        ("st-a", 0.1), ("st-b", 1.0), ("fb-a", 0.1), ("fb-b", 1.0), ("lk-a", 0.1), ("lk-b", 1.0),
+        ("st-a", 0.1), ("st-b", 1.0), ("fb-a", 0.1), ("fb-b", 1.0), ("lk-a", 0.1), ("lk-b", 1.0), ("us-a", 0.1), ("us-b", 1.0), ("mf-a", 0.1), ("mf-b", 1.0),
         ("cl-a", 0.1), ("cl-b", 1.0), ("sb-a", 0.1), ("sb-b", 1.0), ("rl-a", 0.1), ("rl-b", 1.0))),
 ]
 
@@ -58,6 +58,10 @@ aliases:
     strategy: cost
     candidates: {models: [af-a, af-b]}
     failover: {attempts: 1}
+  test/malformed:
+    description: a 200 with a broken body
+    strategy: cost
+    candidates: {models: [mf-a, mf-b]}
   test/client-error:
     description: the caller's own errors
     strategy: cost
@@ -88,6 +92,10 @@ aliases:
     description: feedback
     strategy: cost
     candidates: {models: [fb-a, fb-b]}
+  test/lkgp-user:
+    description: sessions by user
+    strategy: lkgp
+    candidates: {models: [us-a, us-b]}
   test/lkgp:
     description: sessions
     strategy: lkgp
@@ -223,6 +231,7 @@ def test_failover_serves_from_the_next_candidate_with_no_client_error(client, ad
         upstreams["fo-b"].control(mode="ok")
     assert served == "fo-c"
     assert headers["x-litellm-attempted-retries"] == "2"
+    assert headers["x-aisia-reason"].startswith("failover after fo-a, fo-b failed: ")
     rows = explain(admin, headers["x-aisia-request-id"])
     assert [r["deployment_id"] for r in rows] == ["fo-a", "fo-b", "fo-c"]
     assert [r["outcome"]["success"] for r in rows] == [False, False, True]
@@ -245,6 +254,18 @@ def test_when_every_candidate_fails_one_error_names_the_alias_and_what_was_tried
     assert "test/allfail" in text and "af-a" in text and "af-b" in text and "500" in text
 
 
+def test_a_malformed_answer_is_a_provider_failure_and_is_failed_over(client, admin, upstreams):
+    upstreams["mf-a"].control(mode="malformed")
+    try:
+        served, headers, _ = chat(client, "test/malformed")
+    finally:
+        upstreams["mf-a"].control(mode="ok")
+    assert served == "mf-b"
+    rows = explain(admin, headers["x-aisia-request-id"])
+    assert [r["deployment_id"] for r in rows] == ["mf-a", "mf-b"]
+    assert rows[0]["outcome"]["failure"]["kind"] == "provider"
+
+
 def test_a_client_error_is_not_a_provider_failure(client, admin, upstreams):
     upstreams["cl-a"].control(mode="error", status=400)
     try:
@@ -256,8 +277,19 @@ def test_a_client_error_is_not_a_provider_failure(client, admin, upstreams):
     assert upstreams["cl-b"].stats()["calls"] == 0  # a 400 is not retried elsewhere
     row = stats(admin)["cl-a"]
     assert row["breaker"] == "CLOSED" and row["count"] == 0  # neither the breaker nor the bandit counted it
-    served, _, _ = chat(client, "test/client-error")
+    served, headers, _ = chat(client, "test/client-error")
     assert served == "cl-a"
+    explain(admin, headers["x-aisia-request-id"])
+    count = stats(admin)["cl-a"]["count"]
+    # A 401 (a wrong upstream key) is retried by LiteLLM elsewhere, and counted nowhere.
+    upstreams["cl-a"].control(mode="error", status=401)
+    try:
+        served, headers, _ = chat(client, "test/client-error")
+    finally:
+        upstreams["cl-a"].control(mode="ok")
+    assert served == "cl-b"
+    assert explain(admin, headers["x-aisia-request-id"])[0]["outcome"]["failure"]["kind"] == "client"
+    assert stats(admin)["cl-a"]["breaker"] == "CLOSED" and stats(admin)["cl-a"]["count"] == count
 
 
 def test_a_failing_upstream_opens_its_breaker_then_returns_through_a_half_open_probe(client, admin, upstreams):
@@ -279,7 +311,7 @@ def test_a_failing_upstream_opens_its_breaker_then_returns_through_a_half_open_p
         time.sleep(0.2)
     assert who == "brk-a"
     rows = explain(admin, headers["x-aisia-request-id"])
-    assert rows[0]["probe"] is True
+    assert rows[0]["probe"] is True and headers["x-aisia-reason"].startswith("half-open probe: ")
     assert stats(admin)["brk-a"]["breaker"] == "CLOSED"
     assert chat(client, "test/breaker")[0] == "brk-a"
 
@@ -410,3 +442,18 @@ def test_lkgp_keeps_each_session_on_its_last_good_deployment(client, upstreams):
         upstreams[first].control(mode="ok")
     assert [ask("conv-x") for _ in range(3)] == [first] * 3
     assert [ask("conv-y") for _ in range(3)] == [other] * 3
+
+
+def test_without_the_header_the_session_is_the_requests_user(client, upstreams):
+    def ask(user):
+        return chat(client, "test/lkgp-user", user=user)[0]
+
+    first = ask("alice")
+    other = "us-b" if first == "us-a" else "us-a"
+    upstreams[first].control(mode="error", status=500)
+    try:
+        assert ask("bob") == other
+    finally:
+        upstreams[first].control(mode="ok")
+    assert [ask("alice") for _ in range(3)] == [first] * 3
+    assert [ask("bob") for _ in range(3)] == [other] * 3

@@ -374,8 +374,13 @@ class AisiaPlugin(CustomLogger):
             # The response is LiteLLM's answer: feedback may follow at once, before the success
             # event (logged in the background) arrives.
             rt.note_served(call, d)
+        reason = d.reason
+        if d.probe:
+            reason = f"half-open probe: {reason}"
+        if len(call.tried) > 1:
+            reason = f"failover after {', '.join(call.tried[:-1])} failed: {reason}"
         return {"x-aisia-alias": one_line(call.alias), "x-aisia-strategy": one_line(d.strategy),
-                "x-aisia-domain": one_line(d.domain or "none"), "x-aisia-reason": one_line(d.reason),
+                "x-aisia-domain": one_line(d.domain or "none"), "x-aisia-reason": one_line(reason),
                 "x-aisia-request-id": call.request_id}
 
     # -- 5. errors -------------------------------------------------------------------------------
