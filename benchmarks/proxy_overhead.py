@@ -13,7 +13,9 @@ CustomLogger as its callback, which separates what LiteLLM itself spends on havi
 * Sequential: one client, requests interleaved alias / plain (and plain on the proxy without the
   plugin); the median latency of each, and the median of the paired differences.
 * Concurrent: 32 clients in closed loop, blocks of a few seconds alternating between the arms;
-  throughput per block, the median over blocks, and the ratios.
+  throughput per block, the median over blocks, and the ratios. The proxy's own CPU time per
+  request over the blocks (from /proc) is reported too: on a machine shared with other work, the
+  wall-clock figures move with the load, the CPU time much less.
 
     .venv/bin/python benchmarks/proxy_overhead.py            # ~5 minutes
     .venv/bin/python benchmarks/proxy_overhead.py --quick    # a smoke run
@@ -140,17 +142,49 @@ async def _block(proxy: Proxy, model: str, concurrency: int, seconds: float) -> 
     return done, failed, elapsed
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process and its descendants so far (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                raw = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = raw.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+            stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        if p in stats:
+            total += stats[p][1]
+            todo.extend(c for c, (ppid, _) in stats.items() if ppid == p)
+    return total
+
+
+# After a block, the proxy may still be finishing its callbacks' work for the last responses.
+_SETTLE_S = 0.5
+
+
 def concurrent(arms, concurrency: int, blocks: int, seconds: float) -> dict:
     rps = {name: [] for name in arms}
+    cpu = {name: 0.0 for name in arms}
+    requests = {name: 0 for name in arms}
     failures = {name: 0 for name in arms}
     for b in range(blocks):
         order = list(arms) if b % 2 == 0 else list(reversed(arms))
         for name in order:
             proxy, model = arms[name]
+            cpu0 = _cpu_seconds(proxy.pid)
             done, failed, elapsed = asyncio.run(_block(proxy, model, concurrency, seconds))
+            time.sleep(_SETTLE_S)
+            cpu[name] += _cpu_seconds(proxy.pid) - cpu0
+            requests[name] += done
             rps[name].append(done / elapsed)
             failures[name] += failed
-    return {"rps": rps, "failures": failures}
+    cpu_ms = {name: 1000.0 * cpu[name] / max(1, requests[name]) for name in arms}
+    return {"rps": rps, "failures": failures, "cpu_ms_per_request": cpu_ms}
 
 
 def _version(dist: str) -> str:
@@ -223,6 +257,7 @@ def main(argv=None) -> int:
         "quick": args.quick,
         "conditions": {
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
+            "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
             "python": platform.python_version(), "litellm": _version("litellm"), "aisia_plugin": _version("aisia_plugin"),
             "proxy": "litellm --config (1 worker), offline flags, no database, master key, routing_strategy simple-shuffle",
             "upstream": "aisia_plugin.demo.upstream, no added latency, in its own process, HTTP/1.1 keep-alive",
@@ -242,6 +277,7 @@ def main(argv=None) -> int:
             "empty_callback_vs_plain_litellm": round(paired_noop_vs_none, 3),
         },
         "throughput_rps": {k: round(v, 1) for k, v in rps.items()},
+        "proxy_cpu_ms_per_request": {k: round(v, 3) for k, v in conc["cpu_ms_per_request"].items()},
         "throughput_blocks_rps": {k: [round(x, 1) for x in v] for k, v in conc["rps"].items()},
         "throughput_ratio": {
             "alias_vs_plain_same_proxy": round(rps["alias"] / rps["plain"], 3),
@@ -267,13 +303,14 @@ def main(argv=None) -> int:
 def render(r: dict) -> str:
     c = r["conditions"]
     a, ratio, med, rps = r["added_latency_ms"], r["throughput_ratio"], r["sequential_median_ms"], r["throughput_rps"]
-    p90 = r["sequential_p90_ms"]
+    p90, cpu = r["sequential_p90_ms"], r["proxy_cpu_ms_per_request"]
     yes = {True: "met", False: "NOT met"}
     return f"""# Proxy overhead of the plugin
 
 Generated {r['generated']} by `benchmarks/proxy_overhead.py`{' (--quick: not meaningful)' if r['quick'] else ''}.
 
-Conditions: {c['machine']}; Python {c['python']}, litellm {c['litellm']}, aisia_plugin {c['aisia_plugin']}.
+Conditions: {c['machine']} (load average {', '.join(f'{x:g}' for x in c['load_average_at_start'])} when the run started: the
+machine was shared with other work); Python {c['python']}, litellm {c['litellm']}, aisia_plugin {c['aisia_plugin']}.
 Proxy: {c['proxy']}. Upstream: {c['upstream']}. Client: {c['client']}. Request: {c['request']}.
 Alias: {c['alias']}. The arms are interleaved in one run: {c['sequential_rounds']} sequential rounds
 (after {c['warmup_per_arm']} warm-up requests per arm), then {c['blocks_per_arm']} blocks of
@@ -288,6 +325,7 @@ callback (simple-shuffle); **empty callback** = the same with a CustomLogger tha
 | sequential median latency (ms) | {med['alias']:.2f} | {med['plain']:.2f} | {med['no_plugin']:.2f} | {med['noop_callback']:.2f} |
 | sequential p90 latency (ms) | {p90['alias']:.2f} | {p90['plain']:.2f} | {p90['no_plugin']:.2f} | {p90['noop_callback']:.2f} |
 | throughput at {c['concurrency']} clients (req/s, median of blocks) | {rps['alias']:.0f} | {rps['plain']:.0f} | {rps['no_plugin']:.0f} | {rps['noop_callback']:.0f} |
+| proxy CPU per request at {c['concurrency']} clients (ms) | {cpu['alias']:.2f} | {cpu['plain']:.2f} | {cpu['no_plugin']:.2f} | {cpu['noop_callback']:.2f} |
 
 | added by the plugin (median of paired differences) | ms | throughput ratio |
 |---|---:|---:|
