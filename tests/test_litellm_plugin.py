@@ -428,12 +428,16 @@ def test_explain_holds_ids_scores_and_reasons_but_no_prompt_text(client, admin):
 
 
 # -- sessions --------------------------------------------------------------------------------------
-def test_lkgp_keeps_each_session_on_its_last_good_deployment(client, upstreams):
+@pytest.mark.parametrize("alias,pair,via", [
+    ("test/lkgp", ("lk-a", "lk-b"), lambda session: {"extra_headers": {"x-aisia-session": session}}),
+    ("test/lkgp-user", ("us-a", "us-b"), lambda session: {"user": session}),
+], ids=["session header", "user field"])
+def test_lkgp_keeps_each_session_on_its_last_good_deployment(client, upstreams, alias, pair, via):
     def ask(session):
-        return chat(client, "test/lkgp", extra_headers={"x-aisia-session": session})[0]
+        return chat(client, alias, **via(session))[0]
 
     first = ask("conv-x")
-    other = "lk-b" if first == "lk-a" else "lk-a"
+    other = pair[1] if first == pair[0] else pair[0]
     # Session y's first request fails over to the other deployment: that is y's last good one.
     upstreams[first].control(mode="error", status=500)
     try:
@@ -442,18 +446,3 @@ def test_lkgp_keeps_each_session_on_its_last_good_deployment(client, upstreams):
         upstreams[first].control(mode="ok")
     assert [ask("conv-x") for _ in range(3)] == [first] * 3
     assert [ask("conv-y") for _ in range(3)] == [other] * 3
-
-
-def test_without_the_header_the_session_is_the_requests_user(client, upstreams):
-    def ask(user):
-        return chat(client, "test/lkgp-user", user=user)[0]
-
-    first = ask("alice")
-    other = "us-b" if first == "us-a" else "us-a"
-    upstreams[first].control(mode="error", status=500)
-    try:
-        assert ask("bob") == other
-    finally:
-        upstreams[first].control(mode="ok")
-    assert [ask("alice") for _ in range(3)] == [first] * 3
-    assert [ask("bob") for _ in range(3)] == [other] * 3
