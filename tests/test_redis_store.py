@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from aisia_plugin.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker, FailureKind
+from aisia_plugin.breaker import CLOSED, HALF_OPEN, BreakerState, CircuitBreaker, FailureKind
 from aisia_plugin.decision import Deployment
 from aisia_plugin.engine import Engine
 from aisia_plugin.learning import LearningRules, OutcomeRecord
@@ -72,7 +72,7 @@ _kinds = st.sampled_from([None, None, FailureKind.PROVIDER, FailureKind.PROVIDER
 _outcome = st.tuples(st.sampled_from(["a", "b"]), st.floats(0, 200), _kinds, st.floats(0, 1),
                      st.one_of(st.none(), st.floats(0, 30)), st.sampled_from([None, "auto", "auto/x"]),
                      st.sampled_from([None, "coding", "math"]), st.one_of(st.none(), st.floats(-5, 600)),
-                     st.sampled_from([False, False, True]))  # a shared probe reservation
+                     st.sampled_from([False, False, False, False, True, "reset"]))  # a probe reservation, a reset
 
 
 class _Cfg:
@@ -95,7 +95,7 @@ class _Cfg:
               ("a", 0.5, None, 0.9, 2.0, "auto", "coding", None, False)],
          threshold=1, timeout=5.0, max_calls=2, gamma=0.9, ema=0.3, success=0.5)
 def test_lua_records_equal_the_python_update(redis_module, ops, threshold, timeout, max_calls, gamma, ema, success):
-    """Random outcome sequences (and probe reservations) through lua/record.lua and lua/reserve.lua
+    """Random outcome sequences (with probe reservations and resets) through lua/record.lua and lua/reserve.lua
     give the records learning.apply_outcome and CircuitBreaker.reserve give, within 1e-9."""
     cb = CircuitBreaker(_Cfg(threshold, timeout, max_calls))
     rules = LearningRules(cb, gamma, ema, success, ArmStats(avg_latency=3.0))
@@ -107,6 +107,10 @@ def test_lua_records_equal_the_python_update(redis_module, ops, threshold, timeo
         t = 0.0
         for dep, dt, kind, reward, latency, alias, domain, retry_after, probe in ops:
             t += dt
+            if probe == "reset":  # an operator's reset, queued in order with the outcomes
+                store.reset(dep)
+                ref.reset(dep)
+                continue
             if probe:  # a reservation, shared: the queue is written first so that the order holds
                 await store.flush()
                 assert await store.reserve_probe_shared(dep, t, cb) == ref.reserve_probe(dep, t, cb)
@@ -115,6 +119,7 @@ def test_lua_records_equal_the_python_update(redis_module, ops, threshold, timeo
             store.record_outcome(rec, rules)
             ref.record_outcome(rec, rules)
         await store.aclose()
+        assert store.counters["outages"] == 0 and store.queue_depth() == 0  # every script ran
         return ref, pol
 
     ref, pol = asyncio.run(run())
@@ -133,6 +138,12 @@ def test_lua_records_equal_the_python_update(redis_module, ops, threshold, timeo
             v = rec[f]
             assert getattr(got, f) == (pytest.approx(v, abs=1e-9) if isinstance(v, float) else v), (dep, f)
     assert {k.decode(): v.decode() for k, v in c.hgetall(tag + "lkgp").items()} == want["lkgp"]
+    # nothing more in Redis than in the reference (a reset removed the same records)
+    arm_keys = {k.decode()[len(tag) + len("bandit:"):] for k in c.keys(tag + "bandit:*")}
+    assert arm_keys == set(want["bandit"])
+    cb_keys = {k.decode()[len(tag) + len("cb:"):] for k in c.keys(tag + "cb:*")}
+    assert cb_keys <= set(want["breakers"])  # a CLOSED reservation writes nothing in Redis
+    assert all(ref.breaker(dep) == BreakerState() for dep in set(want["breakers"]) - cb_keys)
 
 
 # -- several OS processes ----------------------------------------------------------------------------

@@ -52,9 +52,10 @@ for i = 0, n - 1 do
   local op, dep = ARGV[o], ARGV[o + 1]
   if op == 'r' then
     local keys = {tag .. 'bandit:' .. dep, tag .. 'cb:' .. dep}
-    for _, dom in ipairs(redis.call('SMEMBERS', tag .. 'domains')) do
-      keys[#keys + 1] = tag .. 'bandit:' .. dep .. ':' .. dom
-    end
+    local known = {}
+    for _, dom in ipairs(redis.call('SMEMBERS', tag .. 'domains')) do known[dom] = true end
+    for dom in pairs(domains) do known[dom] = true end  -- first recorded in this very batch
+    for dom in pairs(known) do keys[#keys + 1] = tag .. 'bandit:' .. dep .. ':' .. dom end
     redis.call('DEL', unpack(keys))
     for _, key in ipairs(keys) do
       arms[key], dirty_arms[key] = false, nil
