@@ -14,6 +14,7 @@ COMMANDS = {
     "explain": ("aisia_plugin.commands.explain", "show how a prompt would be routed and why"),
     "replay": ("aisia_plugin.commands.replay", "replay recorded outcomes through a policy and report quality, cost, latency"),
     "stats": ("aisia_plugin.commands.stats", "show what the router learned (per deployment and domain), or reset a deployment"),
+    "train": ("aisia_plugin.commands.train", "fit the contextual strategy's model offline from a trace (for contextual.prior_model)"),
     "demo": ("aisia_plugin.commands.demo", "start a LiteLLM proxy with the plugin in front of simulated providers (no API keys)"),
 }
 

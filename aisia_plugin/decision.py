@@ -200,6 +200,16 @@ class Pool(_SequenceABC):
 
     # -- columns ----------------------------------------------------------------------------------
     @property
+    def tick(self) -> float:
+        """The store's tick the arms are seen at (0 for a pool of ready-made Candidates)."""
+        return self._arm_at[0] if self._arm_at is not None else 0.0
+
+    @property
+    def gamma(self) -> float:
+        """Forgetting per tick (1: none)."""
+        return self._arm_at[1] if self._arm_at is not None else 1.0
+
+    @property
     def ids(self) -> list[str]:
         ids = self._ids
         if ids is None:
@@ -317,6 +327,7 @@ class RoutingContext:
     lkgp_enabled: bool = True
     total_pulls: Optional[float] = None  # N of UCB1; None: the sum over the competing pool
     policy: Any = None  # the whole policy.models.Policy, for plugins
+    contextual: Any = None  # contextual.ContextualModels the contextual strategy reads (the engine's)
 
 
 @dataclass(slots=True)
@@ -348,7 +359,7 @@ class Decision:
 
     __slots__ = ("deployment_id", "model", "strategy", "_reason", "candidates_considered", "final_score",
                  "probability", "alias", "domain", "task_type", "refused", "status_code",
-                 "probe", "_scores", "_build_scores", "_more_scores")
+                 "probe", "_scores", "_build_scores", "_more_scores", "context")
 
     def __init__(self, deployment_id: Optional[str], model: Optional[str], strategy: str, reason,
                  candidates_considered: int, final_score: Optional[float], scores: Optional[list] = None,
@@ -374,6 +385,9 @@ class Decision:
         self._scores = list(scores) if scores is not None else (None if build_scores is not None else [])
         self._build_scores = build_scores
         self._more_scores: Optional[list] = None
+        # What a learning strategy needs back with the outcome (the contextual strategy: the
+        # request's feature vector); None for the others.
+        self.context = None
 
     @property
     def reason(self) -> str:

@@ -18,6 +18,7 @@ from typing import Optional
 
 from ..bandit import ArmStats
 from ..breaker import BreakerState, CircuitBreaker
+from ..contextual import ContextualModels
 from ..learning import LearningRules, OutcomeRecord, apply_outcome
 from .records import number, read_arm, read_breaker
 
@@ -37,6 +38,8 @@ class MemoryState:
         self.breakers: dict[str, BreakerState] = {}
         self.lkgp: dict[str, str] = {}
         self.ticks = 0.0
+        # The contextual strategy's per-deployment models (the engine updates them in place).
+        self.contextual = ContextualModels()
 
     def arm(self, deployment_id: str, domain: Optional[str] = None) -> Optional[ArmStats]:
         by_dep = self.arms.get(domain)
@@ -167,12 +170,15 @@ class MemoryState:
         for dom, by_dep in self.arms.items():
             for dep, s in by_dep.items():
                 bandit[f"{dep}:{dom}" if dom else dep] = asdict(s)
-        return {
+        out = {
             "ticks": self.ticks,
             "bandit": bandit,
             "breakers": {k: asdict(v) for k, v in self.breakers.items()},
             "lkgp": dict(self.lkgp),
         }
+        if len(self.contextual):
+            out["contextual"] = self.contextual.dump()
+        return out
 
     @classmethod
     def load(cls, data: dict, deployment_ids=()) -> "MemoryState":
@@ -196,6 +202,11 @@ class MemoryState:
         for key, raw in (data.get("breakers") or {}).items():
             st.breakers[key] = read_breaker(raw)
         st.lkgp = {str(k): v for k, v in (data.get("lkgp") or {}).items() if isinstance(v, str)}
+        if data.get("contextual") is not None:
+            try:
+                st.contextual = ContextualModels.load(data["contextual"])
+            except ValueError as exc:
+                raise ValueError(f"not a state: 'contextual': {exc}") from None
         return st
 
     def save_file(self, path) -> None:
@@ -216,12 +227,14 @@ class MemoryState:
             st.breakers = dict(self.breakers)
             st.lkgp = dict(self.lkgp)
             st.ticks = self.ticks
+            st.contextual = self.contextual.copy()
         return st
 
     def replace_with(self, other: "MemoryState") -> None:
         """Take every record of ``other`` (the snapshot loaded at start)."""
         with self._lock:
             self.arms, self.breakers, self.lkgp, self.ticks = other.arms, other.breakers, other.lkgp, other.ticks
+            self.contextual.__dict__.update(other.contextual.__dict__)  # engines hold this object: kept, refilled
 
     @classmethod
     def load_file(cls, path, deployment_ids=()) -> "MemoryState":

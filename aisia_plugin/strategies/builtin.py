@@ -13,6 +13,7 @@ _BUILTINS: list[tuple[str, str, tuple[str, ...]]] = [
     (".sla", "SlaStrategy", ("sla",)),
     (".lkgp", "LkgpStrategy", ()),
     (".rules", "RulesStrategy", ()),
+    (".contextual", "ContextualStrategy", ()),
 ]
 
 

@@ -1,0 +1,452 @@
+"""The contextual reward model: per deployment, a diagonal Bayesian linear model of the reward of
+a prompt from hashed prompt features, with the deployment's global statistics as its prior.
+Pure: no I/O, no clock, no random source (the strategy draws from the engine's).
+
+Features of a request (``request_vector``), one index space of 2**FEATURE_BITS slots:
+
+* the words of the prompt's text (lower-cased, split at blanks and ASCII punctuation, its first
+  MAX_BYTES bytes of UTF-8) and the bigrams of consecutive words, hashed by a polynomial hash of
+  their bytes (stable across processes and versions: never Python's salted ``hash``);
+* the request's own features: task type, has_code, length bucket, modality, domain, and a bias.
+
+Each of the three groups (words, bigrams, the rest) is scaled to a squared norm of 1/3, so a
+prompt's vector has norm 1 whatever its length and the prior variance of a prediction's residual
+is ``prior_variance``. A word repeated counts its occurrences (its weight is read once per
+occurrence).
+
+The model predicts reward = base + x . w. The base is the deployment's learned mean reward (the
+bandit arm the pool shows, with forgetting and the per-domain blend), shrunk toward the prior
+model's mean for the deployment (0.5 without one) by BASE_PSEUDO_COUNT observations' worth; its
+variance is that of a mean of that many observations. The weights w are Gaussian, independent
+per slot (the diagonal approximation): the mean and precision of each slot. An outcome of the
+chosen deployment updates its slots by assumed-density filtering (the Kalman update of a linear
+Gaussian observation, projected back to a diagonal): exact for one feature, the usual diagonal
+approximation otherwise.
+
+Forgetting is the bandit's (same gamma per tick of the store): the information gathered decays
+toward the prior, precision P = P0 + (P - P0) * gamma**elapsed and the precision-weighted mean
+h = P * m likewise toward 0; both are stored scaled by one factor per deployment, so decaying a
+deployment is O(1) and a decision reads only the slots of its prompt."""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Optional, Sequence
+
+import numpy as np
+
+FEATURE_BITS = 14
+DIM = 1 << FEATURE_BITS
+MAX_BYTES = 8192
+BASE_PSEUDO_COUNT = 2.0
+MODEL_FORMAT = "aisia-contextual-model"
+MODEL_VERSION = 1
+# Below this scale a deployment's stored columns are rescaled to 1 (a long run of forgetting).
+_RESCALE_BELOW = 1e-150
+
+# Bytes that separate words: ASCII blanks and punctuation (UTF-8 multi-byte letters never are).
+_SEP = np.zeros(256, dtype=bool)
+for _c in b" \t\n\r\f\v.,;:!?()[]{}<>\"'`*#=/\\|+~^&%$@":
+    _SEP[_c] = True
+_SEP.setflags(write=False)
+
+_P = 0x100000001B3  # the polynomial hash's base (odd: invertible modulo 2**64)
+_MASK64 = (1 << 64) - 1
+
+
+def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    pw, inv = [1] * n, [1] * n
+    pinv = pow(_P, -1, 1 << 64)
+    for k in range(1, n):
+        pw[k] = (pw[k - 1] * _P) & _MASK64
+        inv[k] = (inv[k - 1] * pinv) & _MASK64
+    return np.array(pw, dtype=np.uint64), np.array(inv + [inv[-1]], dtype=np.uint64)
+
+
+_POW, _INV = _powers(MAX_BYTES + 1)
+_SHIFT = np.uint64(64 - FEATURE_BITS)
+_MIX1 = np.uint64(0xFF51AFD7ED558CCD)
+_MIX2 = np.uint64(0xC4CEB9FE1A85EC53)
+_BIGRAM = np.uint64(0x9E3779B97F4A7C15)
+_S33 = np.uint64(33)
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    # A 64-bit finaliser (MurmurHash3's fmix64): the slot is read from the top bits, which the
+    # polynomial alone leaves poorly spread for short words.
+    h = h ^ (h >> _S33)
+    h = h * _MIX1
+    h = h ^ (h >> _S33)
+    h = h * _MIX2
+    return h ^ (h >> _S33)
+
+
+def _word_spans(raw: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(bytes, word starts, word ends) of the lower-cased UTF-8 text."""
+    b = np.frombuffer(raw, dtype=np.uint8)
+    inword = ~_SEP[b]
+    edges = np.diff(np.concatenate(([False], inword, [False])).view(np.int8))
+    return b, np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+
+
+def _word_hashes(b: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    n = len(b)
+    prefix = np.empty(n + 1, dtype=np.uint64)
+    prefix[0] = 0
+    np.cumsum(b.astype(np.uint64) * _POW[:n], out=prefix[1:])  # wraps modulo 2**64, as intended
+    h = (prefix[ends] - prefix[starts]) * _INV[starts]  # the word's hash, independent of its position
+    return _mix(h + (ends - starts).astype(np.uint64))
+
+
+def _text_of(features) -> str:
+    return getattr(features, "text", "") or ""
+
+
+def _raw(text: str) -> bytes:
+    raw = text[:MAX_BYTES].lower().encode("utf-8", "replace")
+    return raw[:MAX_BYTES]
+
+
+_NAMED: dict[str, int] = {}
+
+
+def named_slot(name: str) -> int:
+    """The slot of a named feature ("task=coding", "bias"...): crc32 of its name (stable)."""
+    s = _NAMED.get(name)
+    if s is None:
+        if len(_NAMED) > 4096:  # the names are few (task types, buckets, domains); never unbounded
+            _NAMED.clear()
+        s = _NAMED[name] = zlib.crc32(b"aisia-feature:" + name.encode("utf-8", "replace")) & (DIM - 1)
+    return s
+
+
+def named_features(features, domain: Optional[str], task_type: Optional[str]) -> list[str]:
+    """The request's own features as names (the vector's third group)."""
+    names = ["bias", f"task={task_type or getattr(features, 'task_type', 'default')}",
+             f"length={getattr(features, 'length_bucket', 'short')}", f"modality={getattr(features, 'modality', 'text')}",
+             f"domain={domain or 'none'}"]
+    if getattr(features, "has_code", False):
+        names.append("has_code")
+    return names
+
+
+@dataclass(frozen=True, slots=True)
+class RequestVector:
+    """A request's sparse feature vector: slot indices (repeats allowed) and their values."""
+
+    idx: np.ndarray  # int64
+    val: np.ndarray  # float64
+
+    @property
+    def sq(self) -> np.ndarray:
+        return self.val * self.val
+
+
+def request_vector(features, domain: Optional[str] = None, task_type: Optional[str] = None) -> RequestVector:
+    """The vector of one request (see the module docstring)."""
+    b, starts, ends = _word_spans(_raw(_text_of(features)))
+    names = named_features(features, domain, task_type)
+    dense = np.fromiter((named_slot(n) for n in names), dtype=np.int64, count=len(names))
+    nw = len(starts)
+    if nw:
+        hw = _word_hashes(b, starts, ends)
+        words = (hw >> _SHIFT).astype(np.int64)
+        bigrams = (_mix(hw[:-1] * _BIGRAM ^ hw[1:]) >> _SHIFT).astype(np.int64)
+        nb = len(bigrams)
+        idx = np.concatenate((words, bigrams, dense))
+        val = np.empty(len(idx))
+        val[:nw] = 1.0 / math.sqrt(3.0 * nw)
+        val[nw:nw + nb] = 1.0 / math.sqrt(3.0 * nb) if nb else 0.0
+        val[nw + nb:] = 1.0 / math.sqrt(3.0 * len(dense))
+        return RequestVector(idx, val)
+    return RequestVector(dense, np.full(len(dense), 1.0 / math.sqrt(len(dense))))
+
+
+def feature_labels(features, domain: Optional[str] = None, task_type: Optional[str] = None) -> list[str]:
+    """The label of each entry of ``request_vector``'s vector, in the same order (for explain:
+    words, "a b" bigrams, then the named features). Off the request path."""
+    raw = _raw(_text_of(features))
+    _, starts, ends = _word_spans(raw)
+    words = [raw[s:e].decode("utf-8", "replace") for s, e in zip(starts.tolist(), ends.tolist())]
+    return words + [f"{a} {b}" for a, b in zip(words, words[1:])] + named_features(features, domain, task_type)
+
+
+# -- the model --------------------------------------------------------------------------------------
+@dataclass(slots=True)
+class LearnContext:
+    """What a decision hands the learner for the chosen deployment: the request's vector, the
+    base the prediction started from, and the alias's model settings."""
+
+    vector: RequestVector
+    base: float
+    prior_variance: float
+    noise_variance: float
+
+
+class ContextualModels:
+    """Every deployment's model: columns of one (DIM x deployments) matrix per quantity, so a
+    decision reads its prompt's slots for the whole pool in one gather.
+
+    Per deployment: ``h`` (precision-weighted means) and ``dp`` (precision above the prior), both
+    stored divided by the deployment's ``scale``; its prior precision ``p0``; the tick of its last
+    update; its undiscounted observation count; the prior model's mean reward and count."""
+
+    def __init__(self):
+        self.ids: dict[str, int] = {}
+        self.h = np.zeros((DIM, 0))
+        self.dp = np.zeros((DIM, 0))
+        self.p0 = np.zeros(0)
+        self.scale = np.zeros(0)
+        self.tick = np.zeros(0)
+        self.count = np.zeros(0)
+        self.prior_mean = np.zeros(0)
+        self.prior_count = np.zeros(0)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    # -- rows ---------------------------------------------------------------------------------------
+    def column(self, dep: str, prior_variance: float) -> int:
+        """The column of `dep`, created (at the prior) when new."""
+        k = self.ids.get(dep)
+        if k is not None:
+            return k
+        k = self.ids[dep] = len(self.ids)
+        grow = max(4, 2 * self.h.shape[1]) if k >= self.h.shape[1] else 0
+        if grow:
+            self.h = np.concatenate((self.h, np.zeros((DIM, grow - self.h.shape[1]))), axis=1)
+            self.dp = np.concatenate((self.dp, np.zeros((DIM, grow - self.dp.shape[1]))), axis=1)
+            for name in ("p0", "scale", "tick", "count", "prior_mean", "prior_count"):
+                old = getattr(self, name)
+                new = np.zeros(grow)
+                new[:len(old)] = old
+                setattr(self, name, new)
+        self.p0[k] = 1.0 / prior_variance
+        self.scale[k] = 1.0
+        self.prior_mean[k] = 0.5
+        self.prior_count[k] = BASE_PSEUDO_COUNT
+        self.h[:, k] = 0.0
+        self.dp[:, k] = 0.0
+        return k
+
+    def columns(self, ids: Sequence[str], prior_variance: float) -> np.ndarray:
+        get = self.ids.get
+        cols = [get(i) for i in ids]
+        if None in cols:
+            cols = [self.column(i, prior_variance) if c is None else c for i, c in zip(ids, cols)]
+        return np.array(cols, dtype=np.int64)
+
+    # -- predicting ---------------------------------------------------------------------------------
+    def base(self, cols: np.ndarray, pulls: Sequence[float], rewards: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+        """Each column's base mean and its variance, from the arms' (pulls, total reward) with the
+        prior model's mean as pseudo-observations."""
+        n = np.asarray(pulls, dtype=float)
+        r = np.asarray(rewards, dtype=float)
+        k = self.prior_count[cols]
+        mean = (r + self.prior_mean[cols] * k) / (n + k)
+        mean = np.clip(mean, 0.0, 1.0)
+        return mean, mean * (1.0 - mean) / (n + k + 1.0)
+
+    def residual(self, cols: np.ndarray, x: RequestVector, tick: float, gamma: float) -> tuple[np.ndarray, np.ndarray]:
+        """The residual's predictive mean and variance per column, for the vector `x` at `tick`."""
+        f = self.scale[cols]
+        if gamma < 1.0:
+            f = f * gamma ** np.maximum(tick - self.tick[cols], 0.0)
+        h = self.h[x.idx][:, cols]
+        dp = self.dp[x.idx][:, cols]
+        prec = self.p0[cols] + dp * f
+        mean = x.val @ (h * f / prec)
+        var = x.sq @ (1.0 / prec)
+        return mean, var
+
+    def predict(self, ids: Sequence[str], x: RequestVector, pulls, rewards, tick: float, gamma: float,
+                prior_variance: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(predicted reward, its variance, the base) per deployment of `ids`."""
+        cols = self.columns(ids, prior_variance)
+        base, base_var = self.base(cols, pulls, rewards)
+        mean, var = self.residual(cols, x, tick, gamma)
+        return base + mean, base_var + var, base
+
+    def contributions(self, dep: str, x: RequestVector, tick: float, gamma: float) -> np.ndarray:
+        """Each vector entry's share of the residual prediction for `dep` (x_i * w_i)."""
+        k = self.ids.get(dep)
+        if k is None:
+            return np.zeros(len(x.idx))
+        f = self.scale[k] * (gamma ** max(tick - self.tick[k], 0.0) if gamma < 1.0 else 1.0)
+        prec = self.p0[k] + self.dp[x.idx, k] * f
+        return x.val * self.h[x.idx, k] * f / prec
+
+    # -- learning -----------------------------------------------------------------------------------
+    def _bring_to(self, k: int, tick: float, gamma: float) -> float:
+        if gamma < 1.0 and tick > self.tick[k]:
+            self.scale[k] *= gamma ** (tick - self.tick[k])
+        if tick > self.tick[k]:
+            self.tick[k] = tick
+        s = self.scale[k]
+        if s < _RESCALE_BELOW:
+            self.h[:, k] *= s
+            self.dp[:, k] *= s
+            self.scale[k] = s = 1.0
+        return s
+
+    def learn(self, dep: str, ctx: LearnContext, reward: float, tick: float, gamma: float) -> None:
+        """One observed reward of `dep` for the request `ctx` was made from."""
+        if not math.isfinite(reward):
+            return
+        k = self.column(dep, ctx.prior_variance)
+        s = self._bring_to(k, tick, gamma)
+        idx, inv = np.unique(ctx.vector.idx, return_inverse=True)
+        x = np.bincount(inv, weights=ctx.vector.val)
+        p0 = self.p0[k]
+        prec = p0 + self.dp[idx, k] * s
+        mean = self.h[idx, k] * s / prec
+        var = 1.0 / prec
+        pred = ctx.base + float(x @ mean)
+        total = ctx.noise_variance + float((x * x) @ var)
+        r = min(1.0, max(0.0, reward)) - pred
+        mean = mean + var * x * (r / total)
+        var = var - var * var * x * x / total
+        prec = 1.0 / var
+        self.dp[idx, k] = (prec - p0) / s
+        self.h[idx, k] = prec * mean / s
+        self.count[k] += 1.0
+
+    # -- another model's rows -----------------------------------------------------------------------
+    def seed(self, prior: "ContextualModels") -> None:
+        """Start every deployment this model has not learned yet from `prior` (a trained file)."""
+        for dep, j in prior.ids.items():
+            if dep in self.ids and self.count[self.ids[dep]] > 0:
+                continue
+            k = self.column(dep, 1.0 / prior.p0[j])
+            self.p0[k] = prior.p0[j]
+            self.h[:, k] = prior.h[:, j] * prior.scale[j]
+            self.dp[:, k] = prior.dp[:, j] * prior.scale[j]
+            self.scale[k] = 1.0
+            self.prior_mean[k] = prior.prior_mean[j]
+            self.prior_count[k] = prior.prior_count[j]
+
+    def copy(self) -> "ContextualModels":
+        m = ContextualModels()
+        m.ids = dict(self.ids)
+        for name in ("h", "dp", "p0", "scale", "tick", "count", "prior_mean", "prior_count"):
+            setattr(m, name, getattr(self, name).copy())
+        return m
+
+    # -- the file format (data, never executed) ---------------------------------------------------
+    def dump(self) -> dict:
+        """Plain JSON data: per deployment its settings and only the slots it has learned."""
+        deps = {}
+        for dep, k in self.ids.items():
+            s = self.scale[k]
+            nz = np.flatnonzero((self.dp[:, k] != 0.0) | (self.h[:, k] != 0.0))
+            deps[dep] = {
+                "prior_variance": float(1.0 / self.p0[k]), "count": float(self.count[k]), "tick": float(self.tick[k]),
+                "base_mean": float(self.prior_mean[k]), "base_count": float(self.prior_count[k]),
+                "slots": [[int(i), float(self.h[i, k] * s), float(self.dp[i, k] * s)] for i in nz.tolist()],
+            }
+        return {"format": MODEL_FORMAT, "version": MODEL_VERSION, "feature_bits": FEATURE_BITS, "deployments": deps}
+
+    @classmethod
+    def load(cls, data) -> "ContextualModels":
+        """The model a ``dump()`` describes; a ModelFileError lists every problem with its place
+        (a JSON path such as ``deployments.gpt-4.slots[3]``)."""
+        problems = check_model(data)
+        if problems:
+            raise ModelFileError(problems)
+        m = cls()
+        for dep, d in data["deployments"].items():
+            k = m.column(dep, float(d["prior_variance"]))
+            m.count[k] = float(d.get("count", 0.0))
+            m.tick[k] = float(d.get("tick", 0.0))
+            m.prior_mean[k] = float(d.get("base_mean", 0.5))
+            m.prior_count[k] = float(d.get("base_count", BASE_PSEUDO_COUNT))
+            for i, h, dp in d.get("slots", []):
+                m.h[int(i), k] = float(h)
+                m.dp[int(i), k] = float(dp)
+        return m
+
+
+class ModelFileError(ValueError):
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+def _num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def check_model(data) -> list[str]:
+    """Every problem of a model file's data, each as ``path: message`` (empty: valid)."""
+    out: list[str] = []
+    if not isinstance(data, dict):
+        return ["(top): a model file is a JSON object"]
+    if data.get("format") != MODEL_FORMAT:
+        out.append(f"format: must be {MODEL_FORMAT!r}, got {data.get('format')!r}")
+    if data.get("version") != MODEL_VERSION:
+        out.append(f"version: this aisia reads version {MODEL_VERSION}, got {data.get('version')!r}")
+    if data.get("feature_bits") != FEATURE_BITS:
+        out.append(f"feature_bits: must be {FEATURE_BITS} (the feature hashing of this aisia), got {data.get('feature_bits')!r}")
+    known = {"format", "version", "feature_bits", "deployments", "trained"}
+    for key in sorted(set(data) - known):
+        out.append(f"{key}: unknown field; known: {', '.join(sorted(known))}")
+    deps = data.get("deployments")
+    if not isinstance(deps, dict):
+        return out + ["deployments: must be an object {deployment id: model}"]
+    fields = {"prior_variance", "count", "tick", "base_mean", "base_count", "slots"}
+    for dep, d in deps.items():
+        where = f"deployments.{dep}"
+        if not isinstance(d, dict):
+            out.append(f"{where}: must be an object")
+            continue
+        for key in sorted(set(d) - fields):
+            out.append(f"{where}.{key}: unknown field; known: {', '.join(sorted(fields))}")
+        pv = d.get("prior_variance")
+        if not _num(pv) or not 0 < pv <= 100:
+            out.append(f"{where}.prior_variance: must be a number in (0, 100], got {pv!r}")
+        for key, lo, hi in (("count", 0, 1e15), ("tick", 0, 1e15), ("base_mean", 0, 1), ("base_count", 0, 1e6)):
+            v = d.get(key)
+            if v is not None and (not _num(v) or not lo <= v <= hi):
+                out.append(f"{where}.{key}: must be a number from {lo:g} to {hi:g}, got {v!r}")
+        slots = d.get("slots", [])
+        if not isinstance(slots, list):
+            out.append(f"{where}.slots: must be a list of [slot, h, dp]")
+            continue
+        bad = 0
+        for j, s in enumerate(slots):
+            ok = (isinstance(s, list) and len(s) == 3 and isinstance(s[0], int) and not isinstance(s[0], bool)
+                  and 0 <= s[0] < DIM and _num(s[1]) and _num(s[2]) and s[2] >= 0)
+            if not ok:
+                bad += 1
+                if bad <= 5:
+                    out.append(f"{where}.slots[{j}]: must be [slot 0..{DIM - 1}, h (a number), dp (a number >= 0)], got {s!r}")
+        if bad > 5:
+            out.append(f"{where}.slots: ... and {bad - 5} more bad slot(s)")
+    return out
+
+
+def fit_full_information(rows: Iterable[tuple[RequestVector, Mapping[str, float]]], *, prior_variance: float,
+                         noise_variance: float, passes: int = 1) -> ContextualModels:
+    """A model fitted offline where every candidate's reward of each request is known: first
+    each deployment's mean reward (its base), then every (request, deployment) residual learned
+    in order, `passes` times. No forgetting (a log has no "now")."""
+    rows = list(rows)
+    sums: dict[str, list[float]] = {}
+    for _, rewards in rows:
+        for dep, r in rewards.items():
+            acc = sums.setdefault(dep, [0.0, 0.0])
+            acc[0] += min(1.0, max(0.0, r))
+            acc[1] += 1.0
+    m = ContextualModels()
+    for dep, (total, n) in sums.items():
+        k = m.column(dep, prior_variance)
+        m.prior_mean[k] = (total + 0.5 * BASE_PSEUDO_COUNT) / (n + BASE_PSEUDO_COUNT)
+        m.prior_count[k] = min(n, 50.0)
+    for _ in range(max(1, passes)):
+        for x, rewards in rows:
+            for dep, r in rewards.items():
+                base = float(m.prior_mean[m.ids[dep]])
+                m.learn(dep, LearnContext(x, base, prior_variance, noise_variance), r, 0.0, 1.0)
+    return m

@@ -1,0 +1,112 @@
+"""The contextual strategy: Thompson sampling on each deployment's predicted reward for this
+prompt (aisia_plugin/contextual.py), plus the bandits' cost and latency bonuses.
+
+Per candidate: a draw from N(predicted reward, exploration**2 * its variance) + the cost bonus +
+the latency bonus (``bandit_bonuses``, the bandits' own); the highest wins. The prediction is the
+deployment's learned mean (the arm the pool shows: forgetting and per-domain blend included) plus
+what the prompt's features say about it. The decision carries the request's vector, so that the
+engine can teach the chosen deployment's model its outcome (``Decision.context``)."""
+
+from __future__ import annotations
+
+import math
+
+from ..contextual import LearnContext, request_vector
+from ..decision import Decision, Pool, RoutingContext, pool_decision
+from .bandit import ThompsonStrategy, bandit_bonuses
+from .rules import explore
+
+# The alias's `contextual` settings when a test's context carries no policy (the schema's defaults).
+_DEFAULTS = (0.05, 0.1, 1.0)
+
+
+def settings_of(context: RoutingContext) -> tuple[float, float, float]:
+    """(prior_variance, noise_variance, exploration) of the context's alias."""
+    policy = context.policy
+    ap = policy.aliases.get(context.alias) if policy is not None else None
+    c = getattr(ap, "contextual", None)
+    if c is None:
+        return _DEFAULTS
+    return c.prior_variance, c.noise_variance, c.exploration
+
+
+class ContextualStrategy:
+    name = "contextual"
+    description = ("Thompson sampling on each candidate's predicted reward for this prompt (a per-deployment "
+                   "Bayesian linear model of hashed words, bigrams and request features, its mean as prior), "
+                   "plus cost and latency bonuses")
+    # The alias settings it reads besides `contextual` (`exploration`: an epsilon floor under
+    # Thompson sampling's own exploration).
+    settings = frozenset({"exploration", "cost_weight", "latency_weight"})
+
+    def __init__(self):
+        # The vector of the last request seen: a retry decides again on the same features object.
+        self._last = (None, None, None, None)
+
+    def vector(self, context: RoutingContext):
+        feats = context.features
+        last = self._last
+        if last[0] is feats and last[1] == context.domain and last[2] == context.task_type:
+            return last[3]
+        x = request_vector(feats, context.domain, context.task_type)
+        self._last = (feats, context.domain, context.task_type, x)
+        return x
+
+    def select(self, pool, context: RoutingContext) -> Decision:
+        models = context.contextual
+        if models is None:  # a pool decided outside an engine (no model to read): plain Thompson
+            d = ThompsonStrategy().select(pool, context)
+            d.reason = f"no contextual model in this context: {d.reason}"
+            d.strategy = self.name
+            return d
+        pool = Pool.of(pool).not_open()
+        prior_var, noise_var, spread = settings_of(context)
+        x = self.vector(context)
+        tick, gamma = pool.tick, pool.gamma
+        mean, var, base = models.predict(pool.ids, x, pool.pulls, pool.rewards, tick, gamma, prior_var)
+        sd = (var ** 0.5).tolist()
+        mean_l = mean.tolist()
+        bonus = bandit_bonuses(pool, context)
+        gauss = context.rng.gauss
+        draws = [m + spread * s * gauss(0.0, 1.0) for m, s in zip(mean_l, sd)]
+        scores = [d + b for d, b in zip(draws, bonus)]
+        best = scores.index(max(scores))
+        picked = explore(pool, context)
+        i = best if picked is None else picked
+        ids = pool.ids
+
+        def reason() -> str:  # formatted when first read
+            why = (f"contextual picked {ids[best]}: predicted reward {mean_l[best]:.3f} +/- {sd[best]:.3f} for this "
+                   f"prompt (its mean {float(base[best]):.3f}), sample {draws[best]:.3f} + bonus {bonus[best]:.3f}")
+            if i == best:
+                return why
+            return f"exploration (epsilon {context.exploration:g}) chose {ids[i]} at random instead; {why}"
+
+        def terms(j: int) -> dict:
+            return {"predicted": round(mean_l[j], 6), "uncertainty": round(sd[j], 6), "base": round(float(base[j]), 6),
+                    "sample": round(draws[j], 6), "bonus": round(bonus[j], 6)}
+
+        decision = pool_decision(self.name, pool, scores, i, reason, terms=terms)
+        decision.context = LearnContext(x, float(base[i]), prior_var, noise_var)
+        return decision
+
+
+def explain_prompt(models, ids, features, domain, task_type, pulls, rewards, tick, gamma, prior_var,
+                   top: int = 5) -> dict:
+    """For `aisia explain`: per deployment the predicted reward, its uncertainty, and the
+    features that moved it most (label, contribution), off the request path."""
+    from ..contextual import feature_labels
+
+    x = request_vector(features, domain, task_type)
+    labels = feature_labels(features, domain, task_type)
+    mean, var, base = models.predict(list(ids), x, pulls, rewards, tick, gamma, prior_var)
+    out = {}
+    for k, dep in enumerate(ids):
+        contrib = models.contributions(dep, x, tick, gamma)
+        merged: dict[str, float] = {}
+        for lab, c in zip(labels, contrib.tolist()):
+            merged[lab] = merged.get(lab, 0.0) + c
+        moved = sorted(merged.items(), key=lambda kv: -abs(kv[1]))[:top]
+        out[dep] = {"predicted": float(mean[k]), "uncertainty": math.sqrt(float(var[k])), "base": float(base[k]),
+                    "moved_by": [[lab, c] for lab, c in moved if c != 0.0]}
+    return out

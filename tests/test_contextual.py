@@ -1,0 +1,258 @@
+"""The contextual strategy and its model (aisia_plugin/contextual.py, strategies/contextual.py):
+stable hashed features, the Kalman update by hand, forgetting, learning per prompt online through
+the Engine, the model file (versioned, validated with located errors), the memory store's
+snapshot, `aisia train` and a policy starting from its file."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from aisia_plugin.cli import main
+from aisia_plugin.contextual import (DIM, ContextualModels, LearnContext, ModelFileError, RequestVector,
+                                     check_model, feature_labels, request_vector)
+from aisia_plugin.contextual_io import load_model_file
+from aisia_plugin.decision import Deployment
+from aisia_plugin.engine import Engine
+from aisia_plugin.features import RequestFeatures
+from aisia_plugin.outcome import Outcome
+from aisia_plugin.policy import load_policy
+from aisia_plugin.state.memory import MemoryState
+from aisia_plugin.strategies.contextual import explain_prompt
+
+
+def feats(text, **kw):
+    return RequestFeatures(text=text, **kw)
+
+
+# -- features ------------------------------------------------------------------------------------
+def test_vector_has_norm_one_and_words_bigrams_and_named_features():
+    x = request_vector(feats("Prove that the sum is even."), "math", "analysis")
+    labels = feature_labels(feats("Prove that the sum is even."), "math", "analysis")
+    assert labels[:6] == ["prove", "that", "the", "sum", "is", "even"]
+    assert labels[6:11] == ["prove that", "that the", "the sum", "sum is", "is even"]
+    assert labels[11:] == ["bias", "task=analysis", "length=short", "modality=text", "domain=math"]
+    assert len(x.idx) == len(labels)
+    assert float(x.sq.sum()) == pytest.approx(1.0)
+    assert x.idx.min() >= 0 and x.idx.max() < DIM
+    # the same word has the same slot wherever it stands; case does not matter
+    y = request_vector(feats("EVEN so, prove it"), "math", "analysis")
+    assert x.idx[5] == y.idx[0] and x.idx[0] == y.idx[2]
+
+
+def test_empty_text_still_has_the_named_features():
+    x = request_vector(feats(""), None, "default")
+    assert len(x.idx) == 5 and float(x.sq.sum()) == pytest.approx(1.0)
+
+
+def test_hash_is_stable_across_processes():
+    code = ("from aisia_plugin.contextual import request_vector; from aisia_plugin.features import RequestFeatures;"
+            "print(request_vector(RequestFeatures(text='Écris une fonction Python qui trie'), 'coding', 'coding').idx.tolist())")
+    outs = set()
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        outs.add(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout)
+    assert len(outs) == 1
+    assert json.loads(outs.pop()) == request_vector(feats("Écris une fonction Python qui trie"), "coding", "coding").idx.tolist()
+
+
+# -- the update ----------------------------------------------------------------------------------
+def one_feature(slot=7, value=1.0):
+    return RequestVector(np.array([slot]), np.array([value]))
+
+
+def test_one_observation_is_the_exact_gaussian_update():
+    m = ContextualModels()
+    x = one_feature()
+    v0, s2, base, y = 0.05, 0.1, 0.6, 1.0
+    m.learn("a", LearnContext(x, base, v0, s2), y, 1.0, 1.0)
+    mean, var = m.residual(m.columns(["a"], v0), x, 1.0, 1.0)
+    # posterior of w ~ N(0, v0) after y - base = w + noise(s2)
+    assert float(mean[0]) == pytest.approx(v0 * (y - base) / (v0 + s2))
+    assert float(var[0]) == pytest.approx(v0 - v0 * v0 / (v0 + s2))
+    # a slot nobody saw keeps its prior
+    mean2, var2 = m.residual(m.columns(["a"], v0), one_feature(9), 1.0, 1.0)
+    assert float(mean2[0]) == 0.0 and float(var2[0]) == pytest.approx(v0)
+
+
+def test_forgetting_returns_toward_the_prior_with_the_bandits_gamma():
+    m = ContextualModels()
+    x = one_feature()
+    for t in range(1, 51):
+        m.learn("a", LearnContext(x, 0.5, 0.05, 0.1), 1.0, float(t), 0.99)
+    cols = m.columns(["a"], 0.05)
+    mean_now, var_now = m.residual(cols, x, 50.0, 0.99)
+    mean_later, var_later = m.residual(cols, x, 50.0 + 2000.0, 0.99)
+    assert float(var_now[0]) < 0.01
+    assert float(var_later[0]) == pytest.approx(0.05, rel=1e-3)
+    assert abs(float(mean_later[0])) < 1e-3 < float(mean_now[0])
+    # half-life: after 69 ticks (gamma 0.99) the extra precision is halved
+    p_now = 1 / float(var_now[0]) - 20.0
+    p_half = 1 / float(m.residual(cols, x, 50.0 + math.log(0.5) / math.log(0.99), 0.99)[1][0]) - 20.0
+    assert p_half == pytest.approx(p_now / 2, rel=1e-6)
+
+
+# -- online, through the engine ------------------------------------------------------------------
+POLICY = """
+    version: 1
+    defaults: false
+    aliases:
+      auto: {strategy: contextual, cost_weight: 0, latency_weight: 0}
+"""
+
+
+def deployments():
+    return [Deployment("a", "a", "openai/a", "openai"), Deployment("b", "b", "openai/b", "openai")]
+
+
+def prompt(kind, rng):
+    filler = " ".join(rng.sample(["please", "today", "kindly", "now", "thanks", "team", "quick"], 3))
+    return f"{filler} {'summarise the quarterly report' if kind == 'alpha' else 'translate the contract clause'}"
+
+
+def run_online(engine, n, seed=3):
+    """a is right on 'alpha' prompts, b on 'beta' ones (90 % / 10 %); both 0.5 overall."""
+    rng = random.Random(seed)
+    deps = deployments()
+    chosen = []
+    for _ in range(n):
+        kind = rng.choice(["alpha", "beta"])
+        msgs = [{"role": "user", "content": prompt(kind, rng)}]
+        d = engine.decide("auto", msgs, deps)
+        good = (d.deployment_id == "a") == (kind == "alpha")
+        p = 0.9 if good else 0.1
+        engine.record(d, Outcome(d.deployment_id, True, quality=1.0 if rng.random() < p else 0.0))
+        chosen.append((kind, d.deployment_id))
+    return chosen
+
+
+@pytest.fixture
+def policy(tmp_path):
+    p = tmp_path / "policy.yaml"
+    p.write_text(textwrap.dedent(POLICY))
+    return load_policy([p])
+
+
+def test_learns_which_deployment_wins_for_which_prompt(policy):
+    engine = Engine(policy, clock=lambda: 0.0, rng=random.Random(1))
+    chosen = run_online(engine, 600)
+    last = chosen[-200:]
+    right = sum(1 for kind, dep in last if (dep == "a") == (kind == "alpha"))
+    # a router blind to the prompt gets 50 % right here; the contextual one learns the words
+    assert right / len(last) > 0.85
+    d = engine.decide("auto", [{"role": "user", "content": "now summarise the quarterly report"}], deployments())
+    rows = {r.id: r.terms for r in d.scores}
+    assert rows["a"]["predicted"] > rows["b"]["predicted"] + 0.3
+    assert "predicted reward" in d.reason and d.strategy == "contextual"
+    assert d.context is not None  # what the engine teaches the chosen model with
+    # explain: predictions, uncertainty and the features that moved them
+    ex = explain_prompt(engine.contextual, ["a", "b"], engine.features([{"role": "user", "content": "summarise the report"}]),
+                        None, "analysis", [1, 1], [0.5, 0.5], engine.store.tick(), engine.gamma, 0.05)
+    assert ex["a"]["predicted"] > ex["b"]["predicted"]
+    assert ex["a"]["uncertainty"] > 0
+    moved = [lab for lab, _ in ex["a"]["moved_by"]]
+    assert "summarise" in moved or "report" in moved
+
+
+def test_snapshot_keeps_the_models(policy, tmp_path):
+    store = MemoryState()
+    engine = Engine(policy, clock=lambda: 0.0, rng=random.Random(1), store=store)
+    run_online(engine, 200)
+    path = tmp_path / "state.json"
+    store.save_file(path)
+    again = MemoryState.load_file(path)
+    e2 = Engine(policy, clock=lambda: 0.0, rng=random.Random(1), store=again)
+    msgs = [{"role": "user", "content": "now summarise the quarterly report"}]
+    d1 = engine.decide("auto", msgs, deployments())
+    d2 = e2.decide("auto", msgs, deployments())
+    t1 = {r.id: r.terms["predicted"] for r in d1.scores}
+    t2 = {r.id: r.terms["predicted"] for r in d2.scores}
+    assert t1 == pytest.approx(t2)
+    assert store.copy().contextual.ids == store.contextual.ids
+
+
+# -- the model file ------------------------------------------------------------------------------
+def test_model_file_round_trip_and_located_errors(tmp_path):
+    m = ContextualModels()
+    m.learn("a", LearnContext(one_feature(3), 0.5, 0.05, 0.1), 1.0, 1.0, 1.0)
+    data = m.dump()
+    back = ContextualModels.load(json.loads(json.dumps(data)))
+    x = one_feature(3)
+    assert back.residual(back.columns(["a"], 0.05), x, 1.0, 1.0)[0] == pytest.approx(
+        m.residual(m.columns(["a"], 0.05), x, 1.0, 1.0)[0])
+    bad = json.loads(json.dumps(data))
+    bad["version"] = 99
+    bad["deployments"]["a"]["slots"][0] = [DIM, 1.0, 0.5]
+    bad["deployments"]["a"]["prior_variance"] = -1
+    bad["deployments"]["a"]["colour"] = 1
+    problems = check_model(bad)
+    assert any(p.startswith("version:") for p in problems)
+    assert any(p.startswith("deployments.a.slots[0]:") for p in problems)
+    assert any(p.startswith("deployments.a.prior_variance:") for p in problems)
+    assert any(p.startswith("deployments.a.colour: unknown field") for p in problems)
+    f = tmp_path / "m.json"
+    f.write_text(json.dumps(bad))
+    with pytest.raises(ModelFileError) as exc:
+        load_model_file(f)
+    assert str(exc.value).startswith(f"{f}: ")
+    f.write_text("{not json")
+    with pytest.raises(ModelFileError, match="not JSON"):
+        load_model_file(f)
+
+
+def trace_rows(n, seed=5):
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        kind = rng.choice(["alpha", "beta"])
+        a, b = (1.0, 0.0) if kind == "alpha" else (0.0, 1.0)
+        rows.append({"id": f"r{i}", "messages": [{"role": "user", "content": prompt(kind, rng)}],
+                     "outcomes": {"a": {"score": a, "cost_usd": 0.001}, "b": {"score": b, "cost_usd": 0.001}}})
+    return rows
+
+
+def test_train_writes_a_model_a_policy_starts_from(tmp_path, capsys):
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in trace_rows(200)))
+    pol = tmp_path / "p.yaml"
+    pol.write_text(textwrap.dedent(POLICY))
+    out = tmp_path / "model.json"
+    code = main(["train", "--policy", str(pol), "--data", str(trace), "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    data = json.loads(out.read_text())
+    assert data["format"] == "aisia-contextual-model" and data["version"] == 1
+    assert sorted(data["deployments"]) == ["a", "b"] and data["trained"]["requests"] == 200
+    started = tmp_path / "started.yaml"
+    started.write_text(textwrap.dedent(f"""
+        version: 1
+        defaults: false
+        aliases:
+          auto: {{strategy: contextual, cost_weight: 0, latency_weight: 0, contextual: {{prior_model: "{out}"}}}}
+        """))
+    engine = Engine(load_policy([started]), clock=lambda: 0.0, rng=random.Random(2))
+    # before any online outcome, the trained model already sends each kind to its deployment
+    for text, best in (("kindly translate the contract clause", "b"), ("thanks summarise the quarterly report", "a")):
+        d = engine.decide("auto", [{"role": "user", "content": text}], deployments())
+        pred = {r.id: r.terms["predicted"] for r in d.scores}
+        other = "a" if best == "b" else "b"
+        assert pred[best] > pred[other] + 0.3, pred
+    # a broken model file is refused with its place
+    out.write_text(json.dumps({"format": "aisia-contextual-model", "version": 1, "feature_bits": 3, "deployments": {}}))
+    with pytest.raises(ModelFileError, match="feature_bits"):
+        Engine(load_policy([started]))
+
+
+def test_train_usage_errors(tmp_path, capsys):
+    assert main(["train", "--data", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "m.json")]) == 2
+    assert "cannot read the trace" in capsys.readouterr().err
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps(trace_rows(1)[0]) + "\n")
+    assert main(["train", "--data", str(trace), "--out", str(tmp_path / "m.json"), "--alias", "auto/nope"]) == 2
