@@ -252,6 +252,21 @@ class Proxy(BaseModel):
     explain_history: int
 
 
+@_def("DecisionLog")
+class DecisionLog(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    path: Optional[str]
+    log_prompts: bool
+    max_bytes: int
+    backups: int
+
+
+@_def("Logging")
+class Logging(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    decisions: DecisionLog
+
+
 @_def("")
 class Policy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -270,6 +285,7 @@ class Policy(BaseModel):
     costs: Costs
     state: State
     proxy: Proxy
+    logging: Logging
 
 
 # schema $defs name -> model, for the agreement test and the reference generator.
@@ -277,5 +293,5 @@ MODELS_BY_DEF: dict[str, type[BaseModel]] = {
     cls.__schema_def__: cls
     for cls in (Selector, Sla, Budget, Failover, Contextual, Alias, PerDomain, Forgetting, Bandit, Reward, Weights,
                 Rules, ModePack, Domain, Domains, DeploymentAnnotation, CircuitBreaker, TaskFitness,
-                Costs, State, Proxy, Policy)
+                Costs, State, Proxy, DecisionLog, Logging, Policy)
 }

@@ -1,0 +1,217 @@
+"""What the plugin tells operators: Prometheus metrics (aisia_plugin/metrics.py), the decision
+log (aisia_plugin/decision_log.py) and the live routing page (aisia_plugin/ui/), fed from the
+callback's hooks. Every method here swallows its own errors: observing must never break serving.
+
+Metrics live in prometheus_client's default registry, so LiteLLM's own ``/metrics`` shows them
+when its Prometheus integration is on; ``GET /aisia/metrics`` serves them in any case (in
+prometheus_client's multiprocess mode when ``PROMETHEUS_MULTIPROC_DIR`` is set, as with several
+LiteLLM workers)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import TYPE_CHECKING, Optional
+
+from ..decision_log import DecisionLog
+from ..metrics import RouterMetrics
+
+if TYPE_CHECKING:
+    from .runtime import Call, Runtime
+
+log = logging.getLogger("aisia_plugin.litellm")
+
+GAUGE_INTERVAL_S = 5.0
+
+_METRICS: Optional[RouterMetrics] = None
+
+
+def router_metrics() -> RouterMetrics:
+    """The process's one set of metrics (prometheus_client refuses a name registered twice)."""
+    global _METRICS
+    if _METRICS is None:
+        _METRICS = RouterMetrics()
+    return _METRICS
+
+
+def metrics_text() -> tuple[bytes, str]:
+    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+
+    if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+    else:
+        registry = REGISTRY
+    return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+def _model_list() -> list:
+    from litellm.proxy import proxy_server
+
+    router = proxy_server.llm_router
+    return list(router.model_list or []) if router is not None else []
+
+
+class Observer:
+    def __init__(self, runtime: "Runtime"):
+        self.runtime = runtime
+        self.metrics = router_metrics()
+        self.decision_log: Optional[DecisionLog] = None
+        self._log_settings = None
+        self.configure()
+        store = runtime.store
+        if hasattr(store, "on_event"):
+            store.on_event = self._store_event
+
+    def configure(self) -> None:
+        """Vocabularies and the decision log from the current policy (again after a reload)."""
+        try:
+            rt = self.runtime
+            p = rt.policy
+            self.metrics.configure(aliases=p.aliases, domains=p.domains.definitions,
+                                   deployments=[d.id for d in self.deployments()],
+                                   strategies={a.strategy for a in p.aliases.values()})
+            settings = p.logging.decisions
+            if settings != self._log_settings:
+                if self.decision_log is not None:
+                    self.decision_log.close()
+                self.decision_log = None if settings.path is None else DecisionLog(
+                    settings.path, max_bytes=settings.max_bytes, backups=settings.backups,
+                    log_prompts=settings.log_prompts, on_error=lambda: self.metrics.store_event("log_error"))
+                self._log_settings = settings
+        except Exception:
+            log.exception("aisia: configuring metrics and the decision log failed")
+
+    def deployments(self) -> list:
+        """The proxy's deployments as the core sees them (each built once by the runtime)."""
+        return self.runtime.deployments(_model_list())
+
+    # -- events ------------------------------------------------------------------------------
+    def decided(self, call: "Call", decision, attempt: int, elapsed_s: float, messages=None) -> None:
+        try:
+            self.metrics.decision(decision, elapsed_s, failover=attempt > 0)
+            if self.decision_log is not None:
+                prompt = None
+                if self.decision_log.log_prompts and messages is not None:
+                    from ..features import message_text
+
+                    prompt = message_text(messages)
+                self.decision_log.decision(call.request_id, decision, attempt=attempt, prompt=prompt)
+        except Exception:
+            log.exception("aisia: recording a decision's metrics failed")
+
+    def refused(self, alias: str, reason: str) -> None:
+        try:
+            self.metrics.refused(alias, reason)
+        except Exception:
+            log.exception("aisia: recording a refusal failed")
+
+    def learned(self, call: "Call", attempt: int, outcome, reward, kind) -> None:
+        try:
+            if outcome.success:
+                result = "success"
+            else:
+                result = {"provider": "provider_failure", "client": "client_error",
+                          "rate_limit": "rate_limited"}.get(getattr(kind, "value", ""), "provider_failure")
+            self.metrics.outcome(call.alias, outcome.deployment_id, result)
+            if self.decision_log is not None:
+                self.decision_log.outcome(call.request_id, outcome.deployment_id, alias=call.alias,
+                                          success=outcome.success, status_code=outcome.status_code,
+                                          latency_s=outcome.latency_s, cost_usd=outcome.cost_usd, reward=reward,
+                                          attempt=attempt)
+        except Exception:
+            log.exception("aisia: recording an outcome's metrics failed")
+
+    def reloaded(self, result: str) -> None:
+        try:
+            self.metrics.reload(result)
+            if result == "ok":
+                self.configure()
+        except Exception:
+            log.exception("aisia: recording a reload failed")
+
+    def _store_event(self, name: str, n: int) -> None:
+        self.metrics.store_event(name, n)
+
+    # -- gauges, refreshed off the request path ----------------------------------------------
+    def refresh_gauges(self) -> None:
+        try:
+            rt = self.runtime
+            store, engine = rt.store, rt.engine
+            now = engine.clock()
+            ids = [d.id for d in self.deployments()]
+            self.metrics.configure(aliases=rt.policy.aliases, domains=rt.policy.domains.definitions,
+                                   deployments=ids, strategies={a.strategy for a in rt.policy.aliases.values()})
+            self.metrics.breakers({dep: engine.breaker.effective_state(store.breaker(dep), now) for dep in ids})
+            self.metrics.learned(store.stats())
+            depth = getattr(store, "queue_depth", None)
+            self.metrics.set_queue_depth(depth() if callable(depth) else 0)
+        except Exception:
+            log.exception("aisia: refreshing the gauges failed")
+
+    async def run_gauges(self) -> None:
+        while True:
+            self.refresh_gauges()
+            await asyncio.sleep(GAUGE_INTERVAL_S)
+
+    # -- the routing page ----------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        from ..ui import snapshot
+
+        rt = self.runtime
+        store, engine = rt.store, rt.engine
+        recent = [{"ts": e["time"], "request_id": e["request_id"], "alias": e["decision"].alias,
+                   "deployment": e["decision"].deployment_id, "domain": e["decision"].domain,
+                   "strategy": e["decision"].strategy, "reason": e["decision"].reason}
+                  for e in list(rt.explain)]
+        deps = self.deployments()
+        return snapshot(now=engine.clock(), aliases=rt.policy.aliases, deployments=deps, stats=store.stats(),
+                        breakers={d.id: store.breaker(d.id) for d in deps}, breaker=engine.breaker, recent=recent,
+                        store=type(store).__name__.replace("State", "").replace("Store", "").lower() or "memory")
+
+
+# -- HTTP routes -------------------------------------------------------------------------------
+UI_ROUTES = ("/aisia/ui", "/aisia/ui/data", "/aisia/metrics")
+
+
+def mount(app, plugin) -> None:
+    """The routing page and its data behind the master key (the page also takes it as ``?key=``,
+    since a browser cannot send a header when opening a link), and the metrics."""
+    import secrets
+
+    from fastapi import Depends, Request
+    from fastapi.responses import HTMLResponse, JSONResponse, Response
+
+    from ..ui import page_html
+    from .admin import _refuse, jsonable, require_admin
+
+    async def require_admin_page(request: Request) -> None:
+        key = request.query_params.get("key")
+        if key and not request.headers.get("authorization"):
+            from litellm.proxy import proxy_server
+
+            master = getattr(proxy_server, "master_key", None)
+            if isinstance(master, str) and master and secrets.compare_digest(key.encode(), master.encode()):
+                return
+            raise _refuse(401, "invalid API key")
+        await require_admin(request)
+
+    async def page(_=Depends(require_admin_page)):
+        return HTMLResponse(page_html(), headers={"Cache-Control": "no-store"})
+
+    async def data(_=Depends(require_admin)):
+        observer = plugin.observer
+        await plugin.runtime.store.prepare()
+        return JSONResponse(jsonable(observer.snapshot()), headers={"Cache-Control": "no-store"})
+
+    async def metrics():
+        plugin.observer.refresh_gauges()
+        body, content_type = metrics_text()
+        return Response(body, media_type=content_type)
+
+    app.add_api_route("/aisia/ui", page, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/aisia/ui/data", data, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/aisia/metrics", metrics, methods=["GET"], include_in_schema=False)
