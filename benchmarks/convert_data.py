@@ -22,7 +22,10 @@ RouterArena (routerarena_<model>.jsonl, joined on global_index)
 Latency model (both data sets carry none): for a call with ``out`` output tokens,
     latency_ms = median_ms * (0.3 + 0.7 * out / ref_output_tokens) * exp(sigma * N(0, 1))
 i.e. lognormal noise around a median proportional (plus a fixed 30 % part) to the output length,
-with one ``random.Random(f"{seed}:{dataset}:{candidate}")`` stream per candidate."""
+with one ``random.Random(f"{seed}:{dataset}:{candidate}")`` stream per candidate.
+
+Order: each trace is shuffled with ``random.Random(f"{seed}:shuffle:{name}")`` (``shuffled``)
+before ``--limit`` applies, so a quick run takes a random sample, not the first data set."""
 
 from __future__ import annotations
 
@@ -210,6 +213,14 @@ def routerarena_candidates(data_dir: Path) -> dict[str, dict]:
             for m in ROUTERARENA_MODELS}
 
 
+def shuffled(records: list[dict], name: str, seed: int = DEFAULT_SEED) -> list[dict]:
+    """The records in a seeded random order: real traffic arrives mixed, and the files are
+    ordered (RouterArena by data set), which a learner replayed in file order would exploit."""
+    out = list(records)
+    random.Random(f"{seed}:shuffle:{name}").shuffle(out)
+    return out
+
+
 def convert_all(out_dir: Path = DEFAULT_OUT, *, limit: Optional[int] = None, seed: int = DEFAULT_SEED,
                 data_dir: Optional[Path] = None) -> dict[str, Path]:
     data_dir = data_dir or shared_data_dir()
@@ -223,7 +234,9 @@ def convert_all(out_dir: Path = DEFAULT_OUT, *, limit: Optional[int] = None, see
          "score = evaluation_result.score; cost = evaluation_result.inference_cost; tokens from token_usage"),
     ]
     for name, fn, cands, source, notes in jobs:
-        records = fn(data_dir, limit=limit, seed=seed)
+        records = shuffled(fn(data_dir, limit=None, seed=seed), name, seed)
+        if limit is not None:
+            records = records[:limit]
         path = out_dir / f"{name}.jsonl"
         write_jsonl(path, records)
         write_candidates_yaml(out_dir / f"{name}.candidates.yaml", cands)

@@ -137,3 +137,30 @@ def test_outage_errors_every_call_in_window():
     for r in recs[ev["start"]:ev["end"]]:
         assert "error" in r["outcomes"][x] and r["outcomes"][x]["status_code"] == 503
     assert not any("error" in o for r in recs[:ev["start"]] for o in r["outcomes"].values())
+
+
+def test_prompt_aware_difficulty_shows_in_the_prompt_and_in_the_scores():
+    records, meta = synthetic.generate_prompt_aware(n=1500, seed=3)
+    assert meta["event"] is None and len(records) == 1500
+    again, _ = synthetic.generate_prompt_aware(n=1500, seed=3)
+    assert records == again
+    weak, strong = "cerebras-llama-8b", "fireworks-llama-405b"
+    signals = [r for r in records if "Constraints:" in r["messages"][0]["content"]]
+    plain = [r for r in records if "Constraints:" not in r["messages"][0]["content"]]
+
+    def mean(rows, cand):
+        return sum(r["outcomes"][cand]["score"] for r in rows) / len(rows)
+
+    # a structural signal of difficulty: the weak provider loses much more than the strong one
+    assert mean(plain, weak) - mean(signals, weak) > 0.15
+    assert mean(plain, strong) - mean(signals, strong) < 0.1
+    # the signals also lengthen the prompt; the domain mix is the same on both sides
+    assert (sum(len(r["messages"][0]["content"]) for r in signals) / len(signals)
+            > 1.5 * sum(len(r["messages"][0]["content"]) for r in plain) / len(plain))
+
+
+def test_real_traces_are_shuffled_by_a_fixed_seed():
+    rows = [{"id": str(i)} for i in range(50)]
+    a = convert_data.shuffled(rows, "x")
+    assert a == convert_data.shuffled(rows, "x") and a != rows and sorted(a, key=lambda r: int(r["id"])) == rows
+    assert convert_data.shuffled(rows, "y") != a

@@ -256,3 +256,24 @@ def test_train_usage_errors(tmp_path, capsys):
     trace = tmp_path / "t.jsonl"
     trace.write_text(json.dumps(trace_rows(1)[0]) + "\n")
     assert main(["train", "--data", str(trace), "--out", str(tmp_path / "m.json"), "--alias", "auto/nope"]) == 2
+
+
+def test_explain_shows_predictions_uncertainty_and_the_features_that_moved_them(policy, tmp_path, capsys):
+    store = MemoryState()
+    engine = Engine(policy, clock=lambda: 0.0, rng=random.Random(1), store=store)
+    run_online(engine, 400)
+    state = tmp_path / "state.json"
+    store.save_file(state)
+    pol = tmp_path / "p.yaml"
+    pol.write_text(textwrap.dedent(POLICY))
+    cands = tmp_path / "cands.yaml"
+    cands.write_text("candidates:\n  a: {provider: openai}\n  b: {provider: openai}\n")
+    args = ["explain", "--policy", str(pol), "--deployments", str(cands), "--state", str(state), "--json",
+            "summarise the quarterly report"]
+    assert main(args) == 0
+    rows = {c["id"]: c["terms"] for c in json.loads(capsys.readouterr().out)["decision"]["candidates"]}
+    assert rows["a"]["predicted"] > rows["b"]["predicted"]
+    assert rows["a"]["uncertainty"] > 0
+    assert any(w in rows["a"]["moved_by"] for w in ("summarise", "report", "quarterly"))
+    assert main(args[:-2] + ["summarise the quarterly report"]) == 0
+    assert "moved_by=" in capsys.readouterr().out

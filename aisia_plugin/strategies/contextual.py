@@ -82,31 +82,47 @@ class ContextualStrategy:
                 return why
             return f"exploration (epsilon {context.exploration:g}) chose {ids[i]} at random instead; {why}"
 
+        # Asked for an explanation (aisia explain, offline evaluation): each row also names the
+        # features that moved its prediction most; never computed on the request path.
+        explain = getattr(context.features, "estimate_probability", False)
+        moved: dict = {}
+
         def terms(j: int) -> dict:
-            return {"predicted": round(mean_l[j], 6), "uncertainty": round(sd[j], 6), "base": round(float(base[j]), 6),
-                    "sample": round(draws[j], 6), "bonus": round(bonus[j], 6)}
+            row = {"predicted": round(mean_l[j], 6), "uncertainty": round(sd[j], 6), "base": round(float(base[j]), 6),
+                   "sample": round(draws[j], 6), "bonus": round(bonus[j], 6)}
+            if explain:
+                if not moved:
+                    moved.update(moved_by(models, ids, context.features, context.domain, context.task_type, x, tick,
+                                          gamma))
+                row["moved_by"] = ", ".join(f"{lab} {c:+.3f}" for lab, c in moved.get(ids[j], ())) or "-"
+            return row
 
         decision = pool_decision(self.name, pool, scores, i, reason, terms=terms)
         decision.context = LearnContext(x, float(base[i]), prior_var, noise_var)
         return decision
 
 
+def moved_by(models, ids, features, domain, task_type, x, tick, gamma, top: int = 3) -> dict:
+    """Per deployment, the `top` features (label, contribution to the prediction) that moved it
+    most for this prompt."""
+    from ..contextual import feature_labels
+
+    labels = feature_labels(features, domain, task_type)
+    out = {}
+    for dep in ids:
+        merged: dict[str, float] = {}
+        for lab, c in zip(labels, models.contributions(dep, x, tick, gamma).tolist()):
+            merged[lab] = merged.get(lab, 0.0) + c
+        out[dep] = [(lab, c) for lab, c in sorted(merged.items(), key=lambda kv: -abs(kv[1]))[:top] if c != 0.0]
+    return out
+
+
 def explain_prompt(models, ids, features, domain, task_type, pulls, rewards, tick, gamma, prior_var,
                    top: int = 5) -> dict:
     """For `aisia explain`: per deployment the predicted reward, its uncertainty, and the
     features that moved it most (label, contribution), off the request path."""
-    from ..contextual import feature_labels
-
     x = request_vector(features, domain, task_type)
-    labels = feature_labels(features, domain, task_type)
     mean, var, base = models.predict(list(ids), x, pulls, rewards, tick, gamma, prior_var)
-    out = {}
-    for k, dep in enumerate(ids):
-        contrib = models.contributions(dep, x, tick, gamma)
-        merged: dict[str, float] = {}
-        for lab, c in zip(labels, contrib.tolist()):
-            merged[lab] = merged.get(lab, 0.0) + c
-        moved = sorted(merged.items(), key=lambda kv: -abs(kv[1]))[:top]
-        out[dep] = {"predicted": float(mean[k]), "uncertainty": math.sqrt(float(var[k])), "base": float(base[k]),
-                    "moved_by": [[lab, c] for lab, c in moved if c != 0.0]}
-    return out
+    moved = moved_by(models, ids, features, domain, task_type, x, tick, gamma, top)
+    return {dep: {"predicted": float(mean[k]), "uncertainty": math.sqrt(float(var[k])), "base": float(base[k]),
+                  "moved_by": [list(p) for p in moved[dep]]} for k, dep in enumerate(ids)}
