@@ -83,6 +83,13 @@ def strategy_names() -> list[str]:
     return sorted(strategies())
 
 
+def strategy_settings(name: str):
+    """The alias settings a strategy reads (its `settings`), None when unknown or unsaid."""
+    found = strategies().get(name)
+    settings = getattr(found, "settings", None)
+    return frozenset(settings) if settings is not None else None
+
+
 def get_strategy(name: str):
     try:
         return strategies()[name]

@@ -338,3 +338,24 @@ def test_quota_and_signals_reach_the_rules_strategy(tmp_path):
                                                         "b-1": {"session_availability": 0.0}})
     assert d.deployment_id == "a-1"
     assert eng.decide("auto/session", MSG, cheap).deployment_id == "b-1"  # defaults: cost decides
+
+
+@pytest.mark.parametrize("strategy", ["ucb1", "thompson"])
+def test_exploration_is_an_epsilon_floor_for_the_bandits(tmp_path, strategy):
+    """Issue 11, finding 6: `exploration` on a bandit alias used to be accepted and ignored."""
+    f = tmp_path / "p.yaml"
+    f.write_text(f"version: 1\naliases:\n  auto/e: {{strategy: {strategy}, exploration: 0.5}}\n"
+                 f"  auto/g: {{strategy: {strategy}}}\n", encoding="utf-8")
+    eng = engine_for(load_policy([f]))
+    pool = [dep("a-1"), dep("b-1"), dep("c-1")]
+    for _ in range(30):  # b-1 is clearly the best arm
+        for d in pool:
+            eng.record("auto/e", Outcome(d.id, success=True, latency_s=1.0, quality=0.95 if d.id == "b-1" else 0.05))
+    greedy = {eng.decide("auto/g", MSG, pool).deployment_id for _ in range(50)}
+    assert greedy == {"b-1"}
+    picks = [eng.decide("auto/e", MSG, pool) for _ in range(200)]
+    chosen = {d.deployment_id for d in picks}
+    assert chosen == {"a-1", "b-1", "c-1"}
+    explored = [d for d in picks if d.deployment_id != "b-1"]
+    assert all(d.reason.startswith("exploration (epsilon 0.5) chose ") for d in explored)
+    assert 0.2 < len(explored) / len(picks) < 0.5  # epsilon 0.5, two of three random picks miss b-1

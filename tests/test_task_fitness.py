@@ -115,7 +115,7 @@ def test_normalise_falls_back_when_nothing_is_positive():
 
 
 def test_mode_pack_replaces_weights_wholesale(policy):
-    fast = weights_for_alias(policy, policy.aliases["auto/fast"])
+    fast = weights_for_alias(policy, policy.aliases["auto/offline"].model_copy(update={"mode_pack": "ship-fast"}))
     assert set(fast) == set(FACTORS)
     assert fast["latency_inv"] == pytest.approx(0.3048)
     assert fast["tier_affinity"] == fast["specificity_match"] == fast["reset_window_affinity"] == 0.0

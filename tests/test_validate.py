@@ -518,3 +518,43 @@ def test_validate_builds_the_engines_combined_programs(capsys, tmp_path):
     trace.write_text('{"id": "r", "messages": [{"role": "user", "content": "x"}], "outcomes": {"a-1": {"score": 1}}}\n')
     assert main(["replay", "--policy", str(f), "--data", str(trace)]) == 1
     assert capsys.readouterr().err.startswith(f"{f}:4:5: domains.definitions.big: ")
+
+
+# --- settings that do nothing (issue 11, finding 6) ----------------------------------------------
+
+
+def test_a_setting_the_strategy_does_not_read_is_a_warning(capsys, tmp_path):
+    f = tmp_path / "team.yaml"
+    f.write_text("version: 1\naliases:\n  auto/x:\n    strategy: cost\n    mode_pack: quality-first\n"
+                 "    exploration_c: 2\n  auto/y: {strategy: rules, mode_pack: quality-first, exploration: 0.1}\n",
+                 encoding="utf-8")
+    code, out, _ = validate(capsys, str(f))
+    assert code == 0
+    assert out.splitlines() == [
+        f"{f}:5:5: aliases.auto/x.mode_pack: warning: has no effect: strategy 'cost' does not read mode_pack "
+        "(it reads exploration); remove it, or choose a strategy that uses it",
+        f"{f}:6:5: aliases.auto/x.exploration_c: warning: has no effect: strategy 'cost' does not read exploration_c "
+        "(it reads exploration); remove it, or choose a strategy that uses it",
+        f"ok: 1 file over the shipped defaults ({len(SHIPPED)} files), 9 aliases",
+    ]
+    code, out, _ = validate(capsys, "--strict", str(f))
+    assert code == 1 and out.count("warning: has no effect") == 2
+    code, out, _ = validate(capsys, "--format", "github", str(f))
+    assert out.startswith(f"::warning file={f},line=5,col=5,title=aisia policy::aliases.auto/x.mode_pack: has no effect")
+    code, out, _ = validate(capsys, "--format", "json", str(f))
+    report = json.loads(out)
+    assert report["valid"] and [w["kind"] for w in report["warnings"]] == ["warning", "warning"]
+
+
+def test_every_setting_of_the_shipped_policies_acts(capsys):
+    code, out, _ = validate(capsys, "--strict", "policies/")
+    assert (code, out) == (0, f"ok: {len(SHIPPED)} files, 7 aliases\n")
+
+
+def test_every_builtin_strategy_says_which_settings_it_reads():
+    from aisia_plugin.plugins import strategies
+    from aisia_plugin.policy.semantic import TUNING
+
+    for name, strategy in strategies().items():
+        assert strategy.settings <= set(TUNING), name
+        assert "exploration" in strategy.settings, name

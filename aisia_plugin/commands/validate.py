@@ -30,6 +30,8 @@ def add_arguments(p):
     p.add_argument("--deployments", metavar="FILE",
                    help="also check a LiteLLM config: its model_list (each deployment's model_info.aisia annotation, "
                         "prices, ids) and that every alias selects at least one of its deployments")
+    p.add_argument("--strict", action="store_true",
+                   help="count warnings (settings that would do nothing) as errors: exit 1")
     p.add_argument("--siblings", action="store_true",
                    help="check each given file together with the other policy files of its directory, so that "
                         "references to another file resolve (for pre-commit, which passes only the changed files)")
@@ -58,12 +60,13 @@ class Report:
     were layered over, every issue, and the number of aliases of a valid policy."""
 
     def __init__(self, status: int, files: list[Path], issues: list[PolicyIssue], aliases: int = 0,
-                 default_files: list[Path] = ()):
+                 default_files: list[Path] = (), warnings: list[PolicyIssue] = ()):
         self.status, self.files, self.issues, self.aliases = status, files, issues, aliases
         self.default_files = list(default_files)
+        self.warnings = list(warnings)
 
 
-def check(paths, deployments=None) -> Report:
+def check(paths, deployments=None, strict: bool = False) -> Report:
     files, issues = expand_paths(paths)
     files = _unique(files)
     if issues:  # a path that does not exist, or a directory without policy files
@@ -83,7 +86,10 @@ def check(paths, deployments=None) -> Report:
         if found:
             status = EXIT_USAGE if any(i.kind == "io" for i in found) else EXIT_INVALID
             return Report(status, files, ranked(found))
-    return Report(EXIT_OK, files, [], len(loaded.policy.aliases), loaded.default_files)
+    warnings = ranked(loaded.warnings)
+    if strict and warnings:
+        return Report(EXIT_INVALID, files, warnings, warnings=warnings)
+    return Report(EXIT_OK, files, [], len(loaded.policy.aliases), loaded.default_files, warnings)
 
 
 def deployment_issues(loaded, path) -> list[PolicyIssue]:
@@ -114,7 +120,7 @@ def run(args) -> int:
     paths = args.paths or default_policy_paths()
     if args.siblings:
         paths = _with_siblings(paths)
-    report = check(paths, args.deployments)
+    report = check(paths, args.deployments, args.strict)
     status, files, issues = report.status, report.files, report.issues
     out = sys.stdout
     if args.format == "json":
@@ -124,14 +130,15 @@ def run(args) -> int:
             "default_files": [str(f) for f in report.default_files],
             "aliases": report.aliases if status == EXIT_OK else None,
             "errors": [i.as_dict() for i in issues],
+            "warnings": [i.as_dict() for i in report.warnings if i not in issues],
         }, out, indent=2, ensure_ascii=False)
         out.write("\n")
         return status
-    if args.format == "github":
-        for i in issues:
+    shown = issues + [w for w in report.warnings if w not in issues]
+    for i in shown:
+        if args.format == "github":
             out.write(github_annotation(i) + "\n")
-    else:
-        for i in issues:
+        else:
             out.write(i.format() + "\n")
     if status == EXIT_OK:
         over = f" over the shipped defaults ({_plural(len(report.default_files), 'file')})" if report.default_files else ""
@@ -156,7 +163,7 @@ def _escape_property(s: str) -> str:
 
 
 def github_annotation(issue: PolicyIssue) -> str:
-    """A GitHub Actions `::error` workflow command for one issue."""
+    """A GitHub Actions `::error` (or `::warning`) workflow command for one issue."""
     props = [f"file={_escape_property(issue.file)}"]
     if issue.line > 0:
         props.append(f"line={issue.line}")
@@ -164,4 +171,5 @@ def github_annotation(issue: PolicyIssue) -> str:
             props.append(f"col={issue.column}")
     props.append("title=aisia policy")
     where = issue.path or "<document>"
-    return f"::error {','.join(props)}::{_escape_data(f'{where}: {issue.message}')}"
+    level = "warning" if issue.kind == "warning" else "error"
+    return f"::{level} {','.join(props)}::{_escape_data(f'{where}: {issue.message}')}"

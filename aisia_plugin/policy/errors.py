@@ -12,11 +12,12 @@ class PolicyIssue:
     column: int  # 1-based; 0 when unknown
     path: str  # dotted path of the field, "" for the document itself
     message: str
-    kind: str = "schema"  # yaml | schema | semantic | conflict | io
+    kind: str = "schema"  # yaml | schema | semantic | conflict | io | warning (a setting that does nothing)
 
     def format(self) -> str:
         where = self.path or "<document>"
-        return f"{self.file}:{self.line}:{self.column}: {where}: {self.message}"
+        level = "warning: " if self.kind == "warning" else ""
+        return f"{self.file}:{self.line}:{self.column}: {where}: {level}{self.message}"
 
     def as_dict(self) -> dict:
         return {

@@ -29,7 +29,7 @@ from ..resources import policies_dir
 from .errors import PolicyError, PolicyIssue, dotted
 from .models import Policy
 from .schema import fill_defaults, schema_issues
-from .semantic import semantic_issues
+from .semantic import inert_settings, semantic_issues
 from .yamlpos import Locations, Pos, load_yaml_with_positions, position_of
 
 POLICY_ENV = "AISIA_POLICY"
@@ -69,11 +69,13 @@ class LoadedPolicy:
     """A policy together with where each of its values came from: `files` are the user's,
     `default_files` the shipped defaults they were layered over (empty with `defaults: false`)."""
 
-    def __init__(self, policy: Policy, locations: Locations, files: list[Path], default_files: list[Path] = ()):
+    def __init__(self, policy: Policy, locations: Locations, files: list[Path], default_files: list[Path] = (),
+                 warnings: list[PolicyIssue] = ()):
         self.policy = policy
         self.locations = locations
         self.files = files
         self.default_files = list(default_files)
+        self.warnings = list(warnings)  # settings that do nothing (semantic.inert_settings)
 
 
 def load_policy(paths=None, *, known_strategies: set[str] | None = None) -> Policy:
@@ -133,7 +135,10 @@ def load_policy_with_locations(paths=None, *, known_strategies: set[str] | None 
     issues.extend(_engine_issues(policy, merged_locs))
     if issues:
         raise PolicyError(issues)
-    return LoadedPolicy(policy, merged_locs, files, default_files)
+    from ..plugins import strategy_settings
+
+    warnings = inert_settings(merged, merged_locs, strategy_settings)
+    return LoadedPolicy(policy, merged_locs, files, default_files, warnings)
 
 
 def _engine_issues(policy: Policy, locs: Locations) -> list[PolicyIssue]:

@@ -126,3 +126,30 @@ def _check_weights(weights: dict, path: tuple, report) -> None:
     values = [v for v in weights.values() if _number(v)]
     if values and len(values) == len(weights) and sum(max(0.0, v) for v in values) <= 0:
         report(path, "weights are all zero: at least one factor must weigh more than 0")
+
+
+# Alias settings only some strategies read; a strategy lists those it reads as `settings`.
+TUNING = ("exploration", "exploration_c", "cost_weight", "latency_weight", "mode_pack", "tier_hint", "lkgp_enabled")
+
+
+def inert_settings(data: dict, locs: Locations, settings_of) -> list[PolicyIssue]:
+    """Warnings for alias settings the alias's strategy does not read (accepted, and doing
+    nothing). `data` is the merged document before defaults (only what a file sets counts);
+    `settings_of(strategy)` is the strategy's `settings`, None when it does not say."""
+    out = []
+    for name, alias in _map(data.get("aliases")).items():
+        if not isinstance(alias, dict) or not isinstance(alias.get("strategy", "ucb1"), str):
+            continue
+        strategy = alias.get("strategy", "ucb1")
+        reads = settings_of(strategy)
+        if reads is None:
+            continue
+        for key in TUNING:
+            if alias.get(key) is not None and key not in reads:
+                pos = position_of(locs, ("aliases", name, key), key=True)
+                used = ", ".join(k for k in TUNING if k in reads) or "none of " + ", ".join(TUNING)
+                out.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0,
+                                       pos.column if pos else 0, dotted(("aliases", name, key)),
+                                       f"has no effect: strategy '{strategy}' does not read {key} (it reads {used}); "
+                                       "remove it, or choose a strategy that uses it", "warning"))
+    return out

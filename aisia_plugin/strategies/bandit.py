@@ -8,11 +8,15 @@ import math
 
 from ..bandit import ArmStats, beta_draws, ucb1_scores, ucb1_terms
 from ..decision import Decision, Pool, RoutingContext, pool_decision, ranked_decision
+from .rules import explored, finite
 
 
 class UCB1Strategy:
     name = "ucb1"
     description = "UCB1: mean reward + C*sqrt(ln N / n) + cost bonus + latency bonus; untried candidates first"
+    # The alias settings it reads (validate warns about the others: they would do nothing).
+    # `exploration` is an epsilon floor under the bandit's own exploration.
+    settings = frozenset({"exploration", "exploration_c", "cost_weight", "latency_weight"})
 
     def select(self, pool, context: RoutingContext) -> Decision:
         pool = Pool.of(pool).not_open()
@@ -49,7 +53,8 @@ class UCB1Strategy:
                     f" + exploration {t['exploration']:.3f} + cost {t['cost_bonus']:.3f}"
                     f" + latency {t['latency_bonus']:.3f}{margin}")
 
-        return pool_decision(self.name, pool, scores, best, reason, probability=1.0, terms=terms)
+        chosen, reason, probability = explored(pool, best, reason, context)
+        return pool_decision(self.name, pool, scores, chosen, reason, probability=probability, terms=terms)
 
 
 def bandit_bonuses(pool: Pool, context: RoutingContext) -> list[float]:
@@ -68,6 +73,7 @@ def bandit_bonuses(pool: Pool, context: RoutingContext) -> list[float]:
 class ThompsonStrategy:
     name = "thompson"
     description = "Thompson sampling: a draw from each candidate's Beta(alpha, beta), plus cost and latency bonuses"
+    settings = frozenset({"exploration", "cost_weight", "latency_weight"})
     # Draws used to estimate the selection probability when the context asks for it.
     probability_draws = 200
 
@@ -79,14 +85,18 @@ class ThompsonStrategy:
         # One posterior draw per candidate, in pool order (a seeded test replays them exactly).
         draws = beta_draws(rng, alphas, betas)
         scores = [d + b for d, b in zip(draws, bonus)]
-        i = scores.index(max(scores))
-        probability = None
-        if getattr(context.features, "estimate_probability", False):
-            probability = self._probability(alphas, betas, bonus, i, rng)
+        best = scores.index(max(scores))
 
         def reason() -> str:  # formatted when first read
-            return (f"Thompson picked {pool.deployments[i].id}: sample {draws[i]:.3f} from Beta({alphas[i]:.1f}, "
-                    f"{betas[i]:.1f}) + bonus {bonus[i]:.3f}")
+            return (f"Thompson picked {pool.deployments[best].id}: sample {draws[best]:.3f} from "
+                    f"Beta({alphas[best]:.1f}, {betas[best]:.1f}) + bonus {bonus[best]:.3f}")
+
+        i, reason, _ = explored(pool, best, reason, context)
+        probability = None
+        if getattr(context.features, "estimate_probability", False):
+            # (1 - epsilon) P(the posterior draws choose it) + epsilon / n
+            eps = min(1.0, max(0.0, finite(getattr(context, "exploration", 0.0))))
+            probability = (1.0 - eps) * self._probability(alphas, betas, bonus, i, rng) + eps / len(pool)
 
         def terms(j: int) -> dict:
             return {"sample": round(draws[j], 6), "alpha": round(alphas[j], 4), "beta": round(betas[j], 4),

@@ -13,6 +13,7 @@ from .rules import finish, lower_is_better, relative_score
 class CostStrategy:
     name = "cost"
     description = "Cheapest candidate per 1M tokens; OPEN breakers dropped"
+    settings = frozenset({"exploration"})  # the alias settings it reads
 
     def select(self, pool, context: RoutingContext) -> Decision:
         pool = Pool.of(pool)

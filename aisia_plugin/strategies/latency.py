@@ -36,6 +36,7 @@ def effective_latencies_ms(pool: Pool) -> list[float]:
 class LatencyStrategy:
     name = "latency"
     description = "Lowest p95 latency + error rate x 1000 ms; OPEN breakers dropped"
+    settings = frozenset({"exploration"})  # the alias settings it reads
 
     def select(self, pool, context: RoutingContext) -> Decision:
         pool = Pool.of(pool)

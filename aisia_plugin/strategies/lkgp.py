@@ -15,6 +15,7 @@ from ..decision import Decision, Pool, RoutingContext, ranked_decision
 class LkgpStrategy:
     name = "lkgp"
     description = "The last known good deployment (or provider) while its breaker is not OPEN, else rules"
+    settings = frozenset({"exploration", "mode_pack", "tier_hint", "lkgp_enabled"})  # the alias settings it reads
 
     def _rules(self, pool: Pool, context: RoutingContext, why: str) -> Decision:
         from .. import plugins

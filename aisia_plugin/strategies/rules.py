@@ -100,6 +100,27 @@ def explore(eligible, context: RoutingContext) -> Optional[int]:
     return None
 
 
+def explored(eligible, best: int, reason, context: RoutingContext):
+    """``(chosen, reason, probability)`` once epsilon-greedy exploration (``explore``) had its
+    say over the ranking's winner `best`: every strategy that honours an alias's ``exploration``
+    goes through here, bandits included (there it is a floor under their own exploration).
+    `reason` may be a function formatting it on first read; so is the amended one."""
+    picked = explore(eligible, context)
+    if picked is None:
+        return best, reason, selection_probability(len(eligible), True, context)
+    ranking, eps, ids = reason, finite(context.exploration), eligible.ids
+
+    def amended() -> str:
+        why = ranking if isinstance(ranking, str) else ranking()
+        if picked == best:
+            return (f"exploration (epsilon {eps:g}) drew {ids[picked]} at random from {len(eligible)} candidates, "
+                    f"which is also the ranking's choice; {why}")
+        return (f"exploration (epsilon {eps:g}) chose {ids[picked]} at random from {len(eligible)} candidates "
+                f"instead of the ranking's {ids[best]}; ranking: {why}")
+
+    return picked, amended, selection_probability(len(eligible), picked == best, context)
+
+
 def selection_probability(n_eligible: int, chosen_is_best: bool, context) -> float:
     """P(chosen) under epsilon-greedy over `n_eligible` candidates with ranking winner `best`."""
     eps = min(1.0, max(0.0, finite(getattr(context, "exploration", 0.0))))
@@ -116,21 +137,11 @@ def finish(strategy: str, pool: Pool, eligible: Pool, scores, best: int, reason,
     `scores` and `terms` are mappings by candidate id, or functions building them on demand
     (see ``decision.ranked_decision``); then `score_of(i)` gives eligible member i's score. The
     `reason` may be a function formatting it on first read (``Decision.reason``)."""
-    chosen = explore(eligible, context) if allow_explore else None
     ids = eligible.ids
-    if chosen is not None:
-        ranking, eps, picked = reason, finite(context.exploration), chosen
-
-        def reason() -> str:
-            why = ranking if isinstance(ranking, str) else ranking()
-            if picked == best:
-                return (f"exploration (epsilon {eps:g}) drew {ids[picked]} at random from {len(eligible)} candidates, "
-                        f"which is also the ranking's choice; {why}")
-            return (f"exploration (epsilon {eps:g}) chose {ids[picked]} at random from {len(eligible)} candidates "
-                    f"instead of the ranking's {ids[best]}; ranking: {why}")
+    if allow_explore:
+        chosen, reason, probability = explored(eligible, best, reason, context)
     else:
-        chosen = best
-    probability = selection_probability(len(eligible), chosen == best, context) if allow_explore else 1.0
+        chosen, probability = best, 1.0
     excluded = None
     if len(eligible) != len(pool):
         competing = set(ids)
@@ -225,6 +236,7 @@ def rules_scores(pool: list[Candidate], context: RoutingContext):
 class RulesStrategy:
     name = "rules"
     description = "OmniRoute's 16-factor weighted score (quota, health, cost, latency, task fit, tiers, ...); OPEN breakers dropped"
+    settings = frozenset({"exploration", "mode_pack", "tier_hint"})  # the alias settings it reads
 
     def select(self, pool, context: RoutingContext) -> Decision:
         pool = Pool.of(pool)

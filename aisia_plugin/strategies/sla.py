@@ -74,6 +74,7 @@ def sla_terms(pool: list[Candidate], sla) -> dict[str, dict[str, float]]:
 class SlaStrategy:
     name = "sla-aware"
     description = "Best SLA compliance: 35% p95 vs target, 35% error rate vs max, 15% health, 10% cost, 5% stability"
+    settings = frozenset({"exploration"})  # the alias settings it reads (besides sla)
 
     def select(self, pool, context: RoutingContext) -> Decision:
         pool = Pool.of(pool)
