@@ -19,8 +19,12 @@ def add_arguments(p):
     p.add_argument("--policy", action="append", metavar="PATH",
                    help="policy file or directory (repeatable; default: the configured policy path)")
     p.add_argument("--alias", default="auto", help="the alias to replay (default: auto)")
-    p.add_argument("--data", required=True, metavar="FILE.jsonl",
+    p.add_argument("--data", metavar="FILE.jsonl",
                    help="the trace: JSON Lines, one request a line with each candidate's outcome")
+    p.add_argument("--logged", metavar="DECISIONS.jsonl",
+                   help="instead of a trace, a decision log (logging.decisions): estimate off-policy what the "
+                        "policy's alias would have earned on that traffic (IPS, SNIPS, doubly robust, 95%% intervals); "
+                        "--deployments is then the LiteLLM config; with --compare, each policy")
     p.add_argument("--deployments", metavar="FILE.yaml",
                    help="replay candidates file: provider, prices, tier, specialities, latency model per candidate")
     p.add_argument("--seed", type=int, default=0, help="random seed (strategies, latency models, uniform random)")
@@ -48,6 +52,13 @@ def _stderr_is_tty() -> bool:
 
 
 def run(args) -> int:
+    if args.logged:
+        from .replay_logged import run_logged
+
+        return run_logged(args)
+    if not args.data:
+        _err("aisia replay: --data FILE.jsonl (a trace) or --logged FILE.jsonl (a decision log) is required")
+        return 2
     from ..policy import PolicyError, load_policy
     from ..replay.candidates import CandidatesError, load_candidates
     from ..replay.report import (compare_dict, format_compare, format_replay, format_sweep, plot_sweep, progress_factory,

@@ -133,6 +133,9 @@ def mount(app, plugin: "AisiaPlugin") -> None:
     app.add_api_route("/aisia/explain", explain, methods=["GET"], include_in_schema=False)
     # Ahead of the proxy's catch-all routes (pass-through endpoints), which would answer first.
     routes = app.router.routes
-    ours = [r for r in routes if getattr(r, "path", None) in ROUTES]
-    rest = [r for r in routes if getattr(r, "path", None) not in ROUTES]
+    from .observability import UI_ROUTES
+
+    paths = set(ROUTES) | set(UI_ROUTES)
+    ours = [r for r in routes if getattr(r, "path", None) in paths]
+    rest = [r for r in routes if getattr(r, "path", None) not in paths]
     routes[:] = ours + rest

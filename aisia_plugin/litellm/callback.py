@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, Optional
 
 from fastapi import HTTPException
@@ -30,7 +31,7 @@ from ..policy.loader import LoadedPolicy, load_policy_with_locations
 from ..policy.yamlpos import position_of
 from . import events
 from .groups import AliasCollision, group_entries, merged_groups, plan
-from .runtime import Runtime, one_line, session_key
+from .runtime import Call, Runtime, one_line, session_key
 
 log = logging.getLogger("aisia_plugin.litellm")
 
@@ -70,6 +71,10 @@ class AisiaPlugin(CustomLogger):
         self.watcher = None
         self._admin_mounted = False
         self._store_started = False
+        self._closer: Optional[asyncio.Task] = None
+        self.observer = None  # metrics, decision log, routing page (observability.py)
+        self._gauges: Optional[asyncio.Task] = None
+        self._store_closed = False
 
     # -- start-up ----------------------------------------------------------------------------
     def boot(self) -> None:
@@ -82,6 +87,9 @@ class AisiaPlugin(CustomLogger):
                 log.critical("aisia: the policy is invalid:\n%s", "\n".join(policy_error_lines(exc)))
                 raise
         self.runtime = Runtime(self.loaded)
+        from .observability import Observer
+
+        self.observer = Observer(self.runtime)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -101,11 +109,15 @@ class AisiaPlugin(CustomLogger):
             return
         await self._ensure_store()
         self._mount_admin()
+        self._gauges = asyncio.get_running_loop().create_task(self.observer.run_gauges())
         from .reload import PolicyWatcher
 
         self.watcher = PolicyWatcher(self)
         self.watcher.start()
-        asyncio.get_running_loop().create_task(self._close_at_exit())
+        # Held here: the loop keeps only a weak reference to a task, and a pending task nothing
+        # else refers to is garbage-collected ("Task was destroyed but it is pending").
+        self._closer = asyncio.get_running_loop().create_task(self._close_at_exit())
+        self._close_in_shutdown(ps)
 
     async def _close_at_exit(self) -> None:
         """Flush the store when the proxy stops: LiteLLM has no shutdown hook for callbacks, but
@@ -113,11 +125,32 @@ class AisiaPlugin(CustomLogger):
         try:
             await asyncio.Event().wait()
         except asyncio.CancelledError:
-            try:
-                await self.runtime.store.aclose()
-            except Exception:
-                log.exception("aisia: closing the state store failed")
+            await self._close_store()
             raise
+
+    def _close_in_shutdown(self, ps) -> None:
+        """Close the store in the proxy's own shutdown too: on SIGTERM, uvicorn re-raises the
+        signal once it has served, which ends the process before the loop would cancel
+        ``_close_at_exit``; the proxy's lifespan awaits ``proxy_shutdown_event`` by its name."""
+        original = getattr(ps, "proxy_shutdown_event", None)
+        if original is None or getattr(original, "aisia_closes_store", False):
+            return
+
+        async def proxy_shutdown_event(*args, **kwargs):
+            await self._close_store()
+            return await original(*args, **kwargs)
+
+        proxy_shutdown_event.aisia_closes_store = True
+        ps.proxy_shutdown_event = proxy_shutdown_event
+
+    async def _close_store(self) -> None:
+        if self._store_closed or self.runtime is None:
+            return
+        self._store_closed = True
+        try:
+            await self.runtime.store.aclose()
+        except Exception:
+            log.exception("aisia: closing the state store failed")
 
     async def _ensure_store(self) -> None:
         if not self._store_started and self.runtime is not None:
@@ -135,9 +168,12 @@ class AisiaPlugin(CustomLogger):
     def _mount_admin(self) -> None:
         if self._admin_mounted:
             return
+        from . import observability
         from .admin import mount
 
-        mount(_proxy_server().app, self)
+        app = _proxy_server().app
+        observability.mount(app, self)
+        mount(app, self)
         self._admin_mounted = True
 
     # -- the aliases as Router groups --------------------------------------------------------
@@ -210,6 +246,7 @@ class AisiaPlugin(CustomLogger):
         ap = rt.policy.aliases.get(model)
         if ap is None:
             if (model == "auto" or model.startswith("auto/")) and not (router is not None and router.is_recognized_model(model)):
+                self.observer.refused(model, "unknown_alias")
                 raise _error(400, f"unknown alias {model!r}; the aliases this proxy serves are: "
                              f"{', '.join(self.available_aliases()) or '(none)'}", "aisia_unknown_alias",
                              param="model", available=self.available_aliases())
@@ -254,7 +291,9 @@ class AisiaPlugin(CustomLogger):
             return healthy_deployments
         kwargs = request_kwargs or {}
         call_id = str(kwargs.get("litellm_call_id") or "")
-        call = rt.call(call_id) or rt.open_call(call_id, model, None)
+        call = rt.call(call_id)
+        if call is None:  # no pre-call hook ran (a Router used without the proxy's hooks)
+            call = rt.open_call(call_id, model, None) if call_id else Call(model, "", None, 0.0)
         # LiteLLM logs one failure event per request, not per attempt: the attempts that failed
         # before this one are read from its retry records (learned before deciding, so that this
         # decision already sees them).
@@ -268,6 +307,7 @@ class AisiaPlugin(CustomLogger):
         store, engine = rt.store, rt.engine
         await store.prepare([d.id for d in deps], model)
         exclude = list(call.tried)
+        started = time.perf_counter()
         while True:
             try:
                 decision = engine.decide(model, messages or [], deps, tools=kwargs.get("tools"), exclude=exclude,
@@ -275,6 +315,7 @@ class AisiaPlugin(CustomLogger):
             except UnknownAlias:  # the policy was reloaded without it between the hooks
                 raise Refused(404, f"alias {model!r} is no longer defined by the policy", "aisia_unknown_alias", model)
             if decision.refused is not None:
+                self.observer.decided(call, decision, attempt, time.perf_counter() - started)
                 entry = rt.explain_entry(call, decision, attempt)
                 entry["outcome"] = {"refused": decision.refused}
                 if decision.refused == "no_candidates" and call.tried:
@@ -286,6 +327,7 @@ class AisiaPlugin(CustomLogger):
                 exclude.append(decision.deployment_id)  # another request took the last probe slot
                 continue
             break
+        self.observer.decided(call, decision, attempt, time.perf_counter() - started, messages)
         call.decisions.append(decision)
         call.tried.append(decision.deployment_id)
         call.explained.append(rt.explain_entry(call, decision, attempt))
@@ -350,6 +392,11 @@ class AisiaPlugin(CustomLogger):
                 call.failures.append((outcome.deployment_id, kind, events.describe_failure(outcome)))
             elif not call.served:
                 rt.note_served(call, decision)
+            if outcome.success or call.answered:
+                # A success ends the call; a failure after the answer began (a broken stream) too.
+                call.finished = True
+                if call.answered:
+                    rt.close_call(call)
             result = {"success": outcome.success, "latency_s": outcome.latency_s, "reward": reward,
                       "cost_usd": outcome.cost_usd}
             if stream:
@@ -359,6 +406,7 @@ class AisiaPlugin(CustomLogger):
                 result["failure"] = {"kind": kind.value, "error": events.describe_failure(outcome)}
             if k < len(call.explained):
                 call.explained[k]["outcome"] = result
+            self.observer.learned(call, k, outcome, reward, kind)
         except Exception:  # learning must never break serving
             log.exception("aisia: could not learn from an outcome")
 
@@ -370,6 +418,9 @@ class AisiaPlugin(CustomLogger):
         if call is None or not call.decisions:
             return None
         d = call.decisions[-1]
+        call.answered = True
+        if call.finished:
+            rt.close_call(call)
         if response is not None and not call.served:
             # The response is LiteLLM's answer: feedback may follow at once, before the success
             # event (logged in the background) arrives.
@@ -393,10 +444,15 @@ class AisiaPlugin(CustomLogger):
         call = rt.call(str((request_data or {}).get("litellm_call_id") or "")) if rt is not None else None
         if call is None or not call.tried:
             return None
+        meta = (request_data or {}).get("litellm_metadata") or (request_data or {}).get("metadata") or {}
+        for crumb in meta.get("previous_models") or ():
+            self._learn_retry_record(call, crumb)
         # The last attempt's failure has no event of its own when an earlier attempt's was logged.
         last = len(call.tried) - 1
-        if last not in call.recorded and isinstance(original_exception, BaseException):
+        if last not in call.recorded and isinstance(original_exception, BaseException) \
+                and not events.is_router_refusal(original_exception):
             self._learn_attempt(call, last, events.from_exception(call.tried[last], original_exception), False, None)
+        rt.close_call(call)  # nothing else is expected for it
         if not call.failures:
             return None
         if any(k is FailureKind.CLIENT for _, k, _ in call.failures[-1:]):

@@ -14,6 +14,9 @@ import logging
 import os
 from typing import TYPE_CHECKING, Optional
 
+# At module level: FastAPI resolves the routes' annotations (postponed, as strings) in these globals.
+from fastapi import Request
+
 from ..decision_log import DecisionLog
 from ..metrics import RouterMetrics
 
@@ -49,9 +52,10 @@ def metrics_text() -> tuple[bytes, str]:
 
 
 def _model_list() -> list:
-    from litellm.proxy import proxy_server
+    import sys
 
-    router = proxy_server.llm_router
+    proxy_server = sys.modules.get("litellm.proxy.proxy_server")  # outside a proxy: no deployments
+    router = getattr(proxy_server, "llm_router", None)
     return list(router.model_list or []) if router is not None else []
 
 
@@ -182,7 +186,7 @@ def mount(app, plugin) -> None:
     since a browser cannot send a header when opening a link), and the metrics."""
     import secrets
 
-    from fastapi import Depends, Request
+    from fastapi import Depends
     from fastapi.responses import HTMLResponse, JSONResponse, Response
 
     from ..ui import page_html

@@ -80,11 +80,13 @@ class PolicyWatcher:
             return False
         self.last_error = None
         self.reloads += 1
+        self.plugin.observer.reloaded("ok")
         log.warning("aisia: policy reloaded from %s (%d aliases)", os.pathsep.join(map(str, self.paths)),
                     len(loaded.policy.aliases))
         return True
 
     def _reject(self, text: str) -> None:
+        self.plugin.observer.reloaded("invalid")
         if text != self.last_error:  # logged once per distinct error, not once per poll
             self.last_error = text
             log.error("aisia: the edited policy is invalid; the last good policy keeps serving:\n%s", text)
