@@ -73,3 +73,11 @@ def test_a_taken_port_is_refused_before_starting(tmp_path):
         s.listen(1)
         with pytest.raises(ProxyError, match="already in use"):
             start_proxy({"model_list": []}, tmp_path, port=s.getsockname()[1])
+
+
+def test_a_missing_litellm_is_a_clear_error(tmp_path, monkeypatch):
+    from aisia_plugin.demo import proxy as proxy_module
+
+    monkeypatch.setattr(proxy_module.sys, "executable", str(tmp_path / "bin" / "python"))
+    with pytest.raises(ProxyError, match=r"not installed in this environment .*pip install 'litellm\[proxy\]"):
+        start_proxy({"model_list": []}, tmp_path)
