@@ -433,7 +433,7 @@ def test_keys_are_exactly_the_documented_ones_with_their_ttls(redis_module):
     asyncio.run(main())
     c = redis_module.client()
     keys = sorted(k.decode() for k in c.keys("{docs}:*"))
-    assert keys == ["{docs}:applied", "{docs}:bandit:gpt-4o", "{docs}:bandit:gpt-4o:coding", "{docs}:cb:gpt-4o",
+    assert keys == ["{docs}:applied", "{docs}:applied_seen", "{docs}:bandit:gpt-4o", "{docs}:bandit:gpt-4o:coding", "{docs}:cb:gpt-4o",
                     "{docs}:deployments", "{docs}:domains", "{docs}:epoch", "{docs}:lkgp", "{docs}:tick",
                     "{docs}:version"]
     bandit = {k.decode() for k in c.hkeys("{docs}:bandit:gpt-4o")}
@@ -444,7 +444,7 @@ def test_keys_are_exactly_the_documented_ones_with_their_ttls(redis_module):
     # refreshed by the second write (set to 10 s in between), in the same script
     assert 400 < c.ttl("{docs}:bandit:gpt-4o") <= 500 and 400 < c.ttl("{docs}:bandit:gpt-4o:coding") <= 500
     assert 100 < c.ttl("{docs}:cb:gpt-4o") <= 200
-    for k in ("tick", "lkgp", "deployments", "domains", "applied"):
+    for k in ("tick", "lkgp", "deployments", "domains", "applied", "applied_seen"):
         assert 400 < c.ttl("{docs}:" + k) <= 500, k
     assert c.ttl("{docs}:epoch") == -1 and c.ttl("{docs}:version") == -1
     assert c.hget("{docs}:lkgp", "auto") == b"gpt-4o"
@@ -476,6 +476,26 @@ def test_the_clock_is_the_servers_not_this_machines(redis_module, monkeypatch):
 
     clock, server = asyncio.run(main())
     assert abs(clock - server) < 5.0 and abs(Behind.time() - server) > 900.0
+
+
+def test_processes_silent_for_a_bandit_ttl_leave_the_applied_hash(redis_module):
+    pol = policy(bandit_ttl_s=1000)
+    tag = key_tag(pol.state.key_prefix)
+    c = redis_module.client()
+    now = c.time()[0]
+    c.hset(tag + "applied", mapping={"old-process": 7, "recent-process": 3})
+    c.zadd(tag + "applied_seen", {"old-process": now - 5000, "recent-process": now - 10})
+
+    async def main():
+        store = await started(pol, redis_module.url)
+        store.record_outcome(OutcomeRecord("a", 1.0, None, 1.0, 0.1), rules_of(pol))
+        await settle(store)
+        await store.aclose()
+        return store.process
+
+    me = asyncio.run(main())
+    assert {k.decode() for k in c.hkeys(tag + "applied")} == {"recent-process", me}
+    assert {k.decode() for k in c.zrange(tag + "applied_seen", 0, -1)} == {"recent-process", me}
 
 
 def test_key_tag():

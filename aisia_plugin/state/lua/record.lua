@@ -108,5 +108,15 @@ if #members > 0 then
 end
 redis.call('HSET', tag .. 'applied', process, ARGV[4])
 redis.call('EXPIRE', tag .. 'applied', bandit_ttl)
+-- Processes come and go (restarts, scaling): forget those silent for a bandit TTL, so that the
+-- applied hash (read by every refresh) holds the living ones only.
+local server_now = tonumber(redis.call('TIME')[1])
+redis.call('ZADD', tag .. 'applied_seen', server_now, process)
+redis.call('EXPIRE', tag .. 'applied_seen', bandit_ttl)
+local gone = redis.call('ZRANGEBYSCORE', tag .. 'applied_seen', '-inf', server_now - bandit_ttl, 'LIMIT', 0, 100)
+if #gone > 0 then
+  redis.call('HDEL', tag .. 'applied', unpack(gone))
+  redis.call('ZREM', tag .. 'applied_seen', unpack(gone))
+end
 version = redis.call('INCR', tag .. 'version')
 return {'ok', tostring(version), fmt(tick)}

@@ -23,6 +23,8 @@ for _ = 1, section() do
     redis.call('HSET', tag .. 'applied', proc, ARGV[i - 1])
   end
   redis.call('EXPIRE', tag .. 'applied', bandit_ttl)
+  redis.call('ZADD', tag .. 'applied_seen', 'NX', redis.call('TIME')[1], proc)
+  redis.call('EXPIRE', tag .. 'applied_seen', bandit_ttl)
 end
 for _ = 1, section() do
   redis.call('HSETNX', tag .. 'lkgp', ARGV[i], ARGV[i + 1]); i = i + 2
