@@ -117,6 +117,16 @@ def failure(kwargs: Mapping, start_time: Any, end_time: Any) -> Outcome:
                    error_type=info.get("error_class") or None, message=str(info.get("error_message") or "")[:_MESSAGE_CHARS])
 
 
+def is_router_refusal(exc: BaseException) -> bool:
+    """LiteLLM's own "no deployment available" (every candidate cooling down): no upstream was
+    called, so it is no attempt's outcome."""
+    try:
+        text = str(exc)
+    except Exception:
+        return False
+    return "No deployments available" in text
+
+
 def describe_failure(outcome: Outcome) -> str:
     """One line for the client's error and the explain log: '500 InternalServerError'."""
     names = outcome.error_type

@@ -41,6 +41,8 @@ class Call:
     recorded: set = field(default_factory=set)  # attempts whose outcome was learned (by index)
     explained: list = field(default_factory=list)  # the explain log's entry of each attempt
     served: bool = False  # registered for feedback
+    answered: bool = False  # the response headers were produced
+    finished: bool = False  # the final outcome was learned
 
     def attempt_of(self, deployment_id: Optional[str]) -> Optional[int]:
         """The latest attempt on this deployment whose outcome is not yet learned."""
@@ -126,6 +128,11 @@ class Runtime:
 
     def call(self, call_id: Optional[str]) -> Optional[Call]:
         return self.calls.get(call_id) if call_id else None
+
+    def close_call(self, call: Call) -> None:
+        """Forget a call whose last hook has run (the bounds above are for abandoned ones)."""
+        if self.calls.get(call.request_id) is call:
+            del self.calls[call.request_id]
 
     def note_served(self, call: Call, decision: Decision) -> None:
         now = time.monotonic()
