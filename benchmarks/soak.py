@@ -1,0 +1,454 @@
+"""Soak run: a LiteLLM proxy with two workers (``--num_workers 2``), the plugin and the Redis
+store, under steady load on loopback, through an upstream outage, a Redis restart and a slow
+Redis. It stops by itself and checks:
+
+* zero client errors (every request answered 200 with a reply from some upstream);
+* exact counts: for every deployment, the outcomes recorded in Redis (``count``) equal the calls
+  its upstream received, and the upstreams' successes equal the requests sent (nothing lost,
+  nothing counted twice, across both workers, the outage and the restart);
+* memory: the resident set size of every process (proxy, its workers, redis-server) at the start
+  of the timed run and at its end.
+
+    .venv/bin/python benchmarks/soak.py                 # 10 minutes at 10 requests/s
+    .venv/bin/python benchmarks/soak.py --minutes 2 --rate 5
+
+The timeline (fractions of the run): from 20 % the cheapest upstream answers 500 for
+min(60 s, 10 %) of the run; at 45 % redis-server is killed (SIGKILL) and restarted from its AOF
+5 s later; from 65 % every Redis reply is delayed by ``--slow-redis-ms`` each way (a loopback TCP
+proxy, ``tests/tcp_delay.py``) for min(60 s, 10 %). Client latencies are reported per phase.
+Results: ``benchmarks/results/soak.json`` and ``soak.md``. Loopback only; nothing downloaded."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the redis-server fixture and the delaying TCP proxy
+
+from redis_server import RedisServer  # noqa: E402
+from tcp_delay import DelayProxy  # noqa: E402
+
+from aisia_plugin.demo.proxy import Proxy, deployment  # noqa: E402
+from aisia_plugin.demo.upstream import parse_reply, start_upstreams, stop_upstreams  # noqa: E402
+
+ALIAS = "soak/main"
+UPSTREAMS = [
+    {"name": "soak-a", "input_cost_per_1m": 0.1, "output_cost_per_1m": 0.2, "latency_ms": 5},
+    {"name": "soak-b", "input_cost_per_1m": 1.0, "output_cost_per_1m": 2.0, "latency_ms": 15},
+    {"name": "soak-c", "input_cost_per_1m": 2.0, "output_cost_per_1m": 4.0, "latency_ms": 30},
+]
+POLICY = f"""\
+version: 1
+defaults: false
+state:
+  backend: redis
+circuit_breaker:
+  failure_threshold: 3
+  timeout_s: 5
+  half_open_max_calls: 1
+aliases:
+  {ALIAS}:
+    description: soak run
+    strategy: ucb1
+    candidates: {{models: [soak-a, soak-b, soak-c]}}
+    failover: {{attempts: 2}}
+"""
+PROMPTS = ["Write a Python function that merges two sorted lists", "Traduire en anglais : bonjour tout le monde",
+           "What is the integral of x^2 from 0 to 3?", "Hello, how are you today?",
+           "Summarise the causes of the first world war in three sentences"]
+
+
+# -- processes and memory ------------------------------------------------------------------------
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(entry))
+    return out
+
+
+def process_tree(pid: int) -> list[int]:
+    todo, seen = [pid], []
+    while todo:
+        p = todo.pop()
+        seen.append(p)
+        todo += _children(p)
+    return seen
+
+
+def rss_mb(pid: int):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return round(int(line.split()[1]) / 1024.0, 1)
+    except OSError:
+        return None
+    return None
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:80]
+    except OSError:
+        return "?"
+
+
+def memory_snapshot(proxy: Proxy, redis: RedisServer) -> list[dict]:
+    """The resident set size of the proxy's processes (parent, workers, helpers) and redis-server."""
+    out = []
+    for pid in process_tree(proxy.pid):
+        cmd = cmdline(pid)
+        role = ("proxy parent" if pid == proxy.pid else "resource tracker" if "resource_tracker" in cmd
+                else "proxy worker")
+        out.append({"pid": pid, "role": role, "rss_mb": rss_mb(pid)})
+    out.append({"pid": redis.proc.pid, "role": "redis-server", "rss_mb": rss_mb(redis.proc.pid)})
+    return out
+
+
+# -- load ------------------------------------------------------------------------------------------
+class Load:
+    """Requests at a steady rate from a thread pool; each thread keeps a connection for a few
+    requests, then opens a new one (the kernel spreads new connections over the workers)."""
+
+    def __init__(self, proxy: Proxy, rate: float, threads: int = 16):
+        self.proxy, self.rate = proxy, rate
+        self.pool = ThreadPoolExecutor(threads)
+        self.local = threading.local()
+        self.lock = threading.Lock()
+        self.results: list[dict] = []
+        self.phase = "steady"
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self):
+        self._thread.start()
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
+        self.pool.shutdown(wait=True)
+
+    def _run(self):
+        t0 = time.monotonic()
+        i = 0
+        while not self._stop.is_set():
+            due = t0 + i / self.rate
+            wait = due - time.monotonic()
+            if wait > 0:
+                self._stop.wait(wait)
+                if self._stop.is_set():
+                    break
+            self.pool.submit(self._one, i, self.phase)
+            self.sent += 1
+            i += 1
+
+    def _client(self) -> httpx.Client:
+        c = getattr(self.local, "client", None)
+        n = getattr(self.local, "n", 0)
+        if c is None or n >= 25:
+            if c is not None:
+                c.close()
+            c = self.local.client = httpx.Client(base_url=self.proxy.url, headers=self.proxy.headers, timeout=60)
+            n = 0
+        self.local.n = n + 1
+        return c
+
+    def _one(self, i: int, phase: str):
+        stream = i % 5 == 0
+        body = {"model": ALIAS, "messages": [{"role": "user", "content": f"{PROMPTS[i % len(PROMPTS)]} (#{i})"}],
+                "stream": stream}
+        started = time.monotonic()
+        status, served, error = None, None, None
+        try:
+            c = self._client()
+            if stream:
+                with c.stream("POST", "/v1/chat/completions", json=body) as r:
+                    status = r.status_code
+                    text, done = [], False
+                    for line in r.iter_lines():
+                        if line.startswith("data: "):
+                            data = line[6:]
+                            if data.strip() == "[DONE]":
+                                done = True
+                                continue
+                            try:
+                                chunk = json.loads(data)
+                            except ValueError:
+                                continue
+                            for ch in chunk.get("choices") or ():
+                                text.append((ch.get("delta") or {}).get("content") or "")
+                    served = parse_reply("".join(text))[0] if done else None
+                    if status == 200 and not done:
+                        error = "stream ended without [DONE]"
+            else:
+                r = c.post("/v1/chat/completions", json=body)
+                status = r.status_code
+                if status == 200:
+                    served = parse_reply(r.json()["choices"][0]["message"]["content"])[0]
+                else:
+                    error = r.text[:300]
+        except Exception as exc:  # noqa: BLE001 - every failure is a client error to report
+            error = f"{type(exc).__name__}: {exc}"[:300]
+            self.local.client = None
+        latency = time.monotonic() - started
+        ok = status == 200 and served is not None and error is None
+        with self.lock:
+            self.results.append({"i": i, "phase": phase, "latency_s": latency, "ok": ok, "status": status,
+                                 "served": served, "stream": stream, "error": None if ok else (error or "no reply")})
+
+
+def percentiles(values: list[float]) -> dict:
+    if not values:
+        return {}
+    xs = sorted(values)
+
+    def q(p):
+        return round(1000 * xs[min(len(xs) - 1, int(p * len(xs)))], 1)
+
+    return {"n": len(xs), "p50_ms": q(0.5), "p95_ms": q(0.95), "p99_ms": q(0.99), "max_ms": round(1000 * xs[-1], 1),
+            "mean_ms": round(1000 * statistics.fmean(xs), 1)}
+
+
+def serving_workers(proxy: Proxy, limit_s: float = 180.0) -> set:
+    """The worker processes answering (GET /aisia/policy names its worker; a new connection each
+    time), once two distinct ones did or the wait ran out."""
+    seen: set = set()
+    deadline = time.monotonic() + limit_s
+    while len(seen) < 2 and time.monotonic() < deadline:
+        try:
+            with httpx.Client(base_url=proxy.url, headers=proxy.headers, timeout=30) as c:
+                seen.add(c.get("/aisia/policy").json()["worker_pid"])
+        except (httpx.HTTPError, ValueError, KeyError):
+            pass
+        time.sleep(0.05)
+    return seen
+
+
+# -- the run ---------------------------------------------------------------------------------------
+def redis_counts(redis: RedisServer, names) -> dict:
+    c = redis.client()
+    try:
+        return {n: int(c.hget("{aisia}:bandit:" + n, "count") or 0) for n in names}
+    finally:
+        c.close()
+
+
+def run(minutes: float, rate: float, slow_redis_ms: float, out_dir: Path, log=print) -> dict:
+    total = minutes * 60.0
+    fail_at, fail_s = 0.2 * total, min(60.0, 0.1 * total)
+    restart_at, down_s = 0.45 * total, 5.0
+    slow_at, slow_s = 0.65 * total, min(60.0, 0.1 * total)
+    work = Path(tempfile.mkdtemp(prefix="aisia-soak-"))
+    redis = RedisServer(work / "redis", aof=True).start()
+    delay = DelayProxy(redis.port).start()
+    running = start_upstreams(UPSTREAMS)
+    ups = {u.name: u for u in running}
+    policy = work / "soak-policy.yaml"
+    policy.write_text(POLICY)
+    config = {"model_list": [deployment(n, u) for n, u in ups.items()],
+              "litellm_settings": {"callbacks": ["aisia_plugin.litellm.plugin"]}}
+    # Uvicorn kills a worker that does not answer its health check within 5 s (the default), which
+    # a loaded 2-CPU machine can miss while the worker imports LiteLLM: give it longer.
+    proxy = Proxy(config, work / "proxy", num_workers=2, timeout_s=300,
+                  env={"AISIA_POLICY": str(policy), "AISIA_REDIS_URL": f"redis://127.0.0.1:{delay.port}/0",
+                       "TIMEOUT_WORKER_HEALTHCHECK": "120"})
+    events = []
+
+    def note(what):
+        events.append({"t_s": round(time.monotonic() - t0, 1), "event": what})
+        log(f"[{events[-1]['t_s']:7.1f} s] {what}")
+
+    try:
+        started = time.monotonic()
+        proxy.start()
+        log(f"proxy with 2 workers up in {time.monotonic() - started:.1f} s at {proxy.url} (log: {proxy.log_path})")
+        # Warm-up, not counted in the timed run's latencies but in the exact counts.
+        with httpx.Client(base_url=proxy.url, headers=proxy.headers, timeout=60) as c:
+            for k in range(10):
+                r = c.post("/v1/chat/completions", json={"model": ALIAS, "messages": [
+                    {"role": "user", "content": f"warm-up {k}"}]})
+                if r.status_code != 200:
+                    raise RuntimeError(f"warm-up request failed: {r.status_code} {r.text[:300]}")
+        workers = serving_workers(proxy)
+        log(f"workers answering: {sorted(workers)}")
+        if len(workers) < 2:
+            raise RuntimeError(f"only {len(workers)} proxy worker answered within the wait: {proxy.log_tail()}")
+        mem_start = memory_snapshot(proxy, redis)
+        load = Load(proxy, rate)
+        t0 = time.monotonic()
+        load.start()
+        note(f"load started: {rate:g} requests/s for {minutes:g} min")
+        plan = [(fail_at, "fail"), (fail_at + fail_s, "fix"), (restart_at, "kill"), (restart_at + down_s, "restart"),
+                (slow_at, "slow"), (slow_at + slow_s, "fast"), (total, "end")]
+        samples = []  # the workers' RSS every 30 s: is the growth levelling off?
+        next_sample = 0.0
+        for at, action in plan:
+            while time.monotonic() - t0 < at:
+                if time.monotonic() - t0 >= next_sample:
+                    samples.append({"t_s": round(time.monotonic() - t0), "sent": load.sent,
+                                    "rss_mb": [m["rss_mb"] for m in memory_snapshot(proxy, redis)
+                                               if m["role"] == "proxy worker"]})
+                    next_sample += 30.0
+                time.sleep(0.2)
+            if action == "fail":
+                ups["soak-a"].control(mode="error", status=500)
+                load.phase = "upstream_down"
+                note("soak-a answers 500")
+            elif action == "fix":
+                ups["soak-a"].control(mode="ok")
+                load.phase = "steady"
+                note("soak-a repaired")
+            elif action == "kill":
+                redis.kill()
+                load.phase = "redis_restart"
+                note("redis-server killed (SIGKILL)")
+            elif action == "restart":
+                redis.start()
+                note("redis-server restarted from its AOF")
+            elif action == "slow":
+                delay.set_delay(slow_redis_ms / 1000.0)
+                load.phase = "redis_slow"
+                note(f"Redis replies delayed {slow_redis_ms:g} ms each way")
+            elif action == "fast":
+                delay.set_delay(0)
+                load.phase = "steady"
+                note("Redis at full speed")
+        load.stop()
+        note(f"load stopped: {load.sent} requests sent")
+        mem_end = memory_snapshot(proxy, redis)
+        # Every outcome reaches Redis within a flush period or so; wait for the counts to match.
+        names = list(ups)
+        deadline = time.monotonic() + 60
+        while True:
+            calls = {n: ups[n].stats()["calls"] for n in names}
+            counts = redis_counts(redis, names)
+            if counts == calls or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        with httpx.Client(base_url=proxy.url, headers=proxy.headers, timeout=60) as c:
+            stats = c.get("/admin/bandit/stats").json()
+        workers_end = serving_workers(proxy)
+        logs = proxy.logs()
+    finally:
+        proxy.stop()
+        stop_upstreams(running)
+        delay.stop()
+        redis.stop()
+
+    results = load.results
+    warmup = 10
+    ok = sum(r["ok"] for r in results)
+    errors = [r for r in results if not r["ok"]]
+    succeeded = {n: ups[n].stats()["succeeded"] for n in names}
+    served = {n: sum(1 for r in results if r["served"] == n) for n in names}
+    phases = {}
+    for ph in ("steady", "upstream_down", "redis_restart", "redis_slow"):
+        phases[ph] = percentiles([r["latency_s"] for r in results if r["phase"] == ph])
+    checks = {
+        "zero_client_errors": not errors,
+        "counts_equal_upstream_calls": counts == calls,
+        "upstream_successes_equal_requests": sum(succeeded.values()) == len(results) + warmup,
+        "every_request_answered": len(results) == load.sent,
+        "two_workers_throughout": len(workers) == 2 and workers == workers_end,
+    }
+    mem = {"start": mem_start, "end": mem_end, "worker_samples": samples}
+    report = {
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "minutes": minutes, "rate_per_s": rate, "slow_redis_ms": slow_redis_ms,
+        "requests": len(results), "warmup_requests": warmup, "ok": ok, "client_errors": len(errors),
+        "error_samples": errors[:10], "streams": sum(r["stream"] for r in results),
+        "served_by": served, "upstream_calls": calls, "upstream_succeeded": succeeded, "redis_counts": counts,
+        "breakers_at_end": {n: (stats.get(n) or {}).get("breaker") for n in names},
+        "workers_at_start": sorted(workers), "workers_at_end": sorted(workers_end),
+        "worker_restarts": logs.count("died"),
+        "latency_by_phase": phases, "events": events, "memory": mem, "checks": checks,
+        "log_warnings": sum(1 for line in logs.splitlines() if "WARNING" in line or "ERROR" in line),
+        "redis_outage_warnings": logs.count("unreachable (") , "redis_back_lines": logs.count("reachable again"),
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "soak.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out_dir / "soak.md").write_text(render(report))
+    return report
+
+
+def render(r: dict) -> str:
+    ok = all(r["checks"].values())
+    lines = [f"# Soak run ({r['date']})", "",
+             f"`benchmarks/soak.py --minutes {r['minutes']:g} --rate {r['rate_per_s']:g}`: a LiteLLM proxy with two "
+             f"workers, the plugin and the Redis store (AOF), {r['machine']['cpus']} CPUs shared with other jobs, "
+             f"Python {r['machine']['python']}; loopback only.", "",
+             f"- requests: {r['requests']} timed (+{r['warmup_requests']} warm-up), {r['streams']} of them streamed; "
+             f"answered 200: {r['ok']}; **client errors: {r['client_errors']}**",
+             f"- served by: " + ", ".join(f"{k} {v}" for k, v in r["served_by"].items()),
+             f"- upstream calls (attempts): " + ", ".join(f"{k} {v}" for k, v in r["upstream_calls"].items()),
+             f"- outcomes counted in Redis (`count`): " + ", ".join(f"{k} {v}" for k, v in r["redis_counts"].items()),
+             f"- checks: " + ", ".join(f"{k} {'PASS' if v else 'FAIL'}" for k, v in r["checks"].items()),
+             f"- Redis outage warnings in the proxy log: {r['redis_outage_warnings']} "
+             f"(one per worker and outage), back-again lines: {r['redis_back_lines']}",
+             f"- proxy workers answering at the start {r['workers_at_start']} and at the end {r['workers_at_end']}; "
+             f"worker deaths in the log: {r['worker_restarts']}",
+             f"- overall: {'PASS' if ok else 'FAIL'}", "", "## Timeline", ""]
+    lines += [f"- {e['t_s']:.0f} s: {e['event']}" for e in r["events"]]
+    lines += ["", "## Client latency by phase (ms)", "", "| phase | n | p50 | p95 | p99 | max |", "|---|---:|---:|---:|---:|---:|"]
+    for ph, p in r["latency_by_phase"].items():
+        if p:
+            lines.append(f"| {ph} | {p['n']} | {p['p50_ms']} | {p['p95_ms']} | {p['p99_ms']} | {p['max_ms']} |")
+    lines += ["", "## Resident memory (MB), at the start of the timed run and at its end", "",
+              "| pid | process | start | end |", "|---|---|---:|---:|"]
+    start = {m["pid"]: m for m in r["memory"]["start"]}
+    end = {m["pid"]: m for m in r["memory"]["end"]}
+    for pid in list(start) + [p for p in end if p not in start]:
+        m = start.get(pid) or end[pid]
+        s0, s1 = start.get(pid, {}).get("rss_mb", "-"), end.get(pid, {}).get("rss_mb", "-")
+        lines.append(f"| {pid} | {m['role']} | {s0 if s0 is not None else '-'} | {s1 if s1 is not None else '-'} |")
+    samples = r["memory"].get("worker_samples") or []
+    if samples:
+        lines += ["", "Workers' RSS during the run (MB, every 30 s): "
+                  + "; ".join(f"{x['t_s']} s ({x['sent']} sent): {', '.join(str(v) for v in x['rss_mb'])}"
+                              for x in samples)]
+    if r["error_samples"]:
+        lines += ["", "## Client errors (first 10)", ""]
+        lines += [f"- #{e['i']} ({e['phase']}): {e['status']} {e['error']}" for e in r["error_samples"]]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--minutes", type=float, default=10.0)
+    p.add_argument("--rate", type=float, default=10.0, help="requests per second (default 10)")
+    p.add_argument("--slow-redis-ms", type=float, default=100.0, help="delay of each Redis reply, each way")
+    p.add_argument("--out", type=Path, default=HERE / "results")
+    args = p.parse_args(argv)
+    report = run(args.minutes, args.rate, args.slow_redis_ms, args.out)
+    print(render(report))
+    return 0 if all(report["checks"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

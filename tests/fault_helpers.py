@@ -1,0 +1,62 @@
+"""What the fault and security suites share (plain functions over a running proxy; no fixtures):
+a request with the `openai` client, the admin endpoints, and polling."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import openai
+import pytest
+
+from proxy_harness import parse_reply
+
+# Uvicorn kills a worker that misses its 5 s health check, which a loaded 2-CPU machine can do
+# while the worker imports LiteLLM; the proxies of these suites get longer.
+SLOW_MACHINE_ENV = {"TIMEOUT_WORKER_HEALTHCHECK": "120"}
+
+
+def client_of(proxy, timeout: float = 60) -> openai.OpenAI:
+    return openai.OpenAI(base_url=proxy.base_url, api_key=proxy.master_key, max_retries=0, timeout=timeout)
+
+
+def chat(client, model: str, text: str = "Hello, how are you today?", **kw):
+    """(served-by upstream name, response headers) of one chat request."""
+    raw = client.chat.completions.with_raw_response.create(
+        model=model, messages=[{"role": "user", "content": text}], **kw)
+    completion = raw.parse()
+    return parse_reply(completion.choices[0].message.content)[0], raw.headers
+
+
+def admin_get(proxy, path: str, **params) -> dict:
+    r = httpx.get(proxy.url + path, headers=proxy.headers, params=params, timeout=60)
+    assert r.status_code == 200, f"{path}: {r.status_code} {r.text}"
+    return r.json()
+
+
+def stats(proxy) -> dict:
+    return admin_get(proxy, "/admin/bandit/stats")
+
+
+def explain_rows(proxy, request_id: str, limit_s: float = 30.0) -> list[dict]:
+    """The explain log's rows of one request by attempt, once every attempt's outcome is learned
+    (LiteLLM logs outcomes in the background, after the response)."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        rows = sorted((e for e in admin_get(proxy, "/aisia/explain", limit=1000)["decisions"]
+                       if e["request_id"] == request_id), key=lambda e: e["attempt"])
+        if (rows and all(e["outcome"] for e in rows)) or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.05)
+
+
+def wait_for(predicate, what: str, limit_s: float = 60.0, every_s: float = 0.2, detail=None):
+    """Poll until `predicate()` is truthy; fail saying `what` (and `detail()`, when given)."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up after {limit_s:g} s waiting for {what}" + (f"; now: {detail()}" if detail else ""))
+        time.sleep(every_s)
