@@ -109,6 +109,7 @@ def test_ctrl_c_stops_everything(demo):
     assert proc.returncode == 0, err
     assert "demo stopped" in err and "Traceback" not in err
     assert "master key" in out and info["master_key"] in out and "/admin/bandit/stats" in out
+    assert f"{info['url']}/aisia/ui?key={info['master_key']}" in out  # the routing page
     assert not _port_open(info["url"])
     assert not any(_port_open(u["base_url"]) for u in info["upstreams"].values())
     with pytest.raises(ProcessLookupError):

@@ -20,7 +20,7 @@ import time
 
 from ..demo.proxy import ProxyError
 from ..demo.scenario import DEMO_UPSTREAMS, Demo, DemoError, bandit_stats, learned_table, list_aliases, provider_table, \
-    send_traffic, stats_delta, traffic_table, upstream_table
+    routing_page, send_traffic, stats_delta, traffic_table, upstream_table
 from ..demo.upstream import MODES
 
 BREAK_MODES = tuple(m for m in MODES if m != "ok")
@@ -79,7 +79,7 @@ class _Progress:
         _say(message, err=True)
 
 
-def _banner(demo: Demo, aliases: list[str]) -> str:
+def _banner(demo: Demo, aliases: list[str], page: str | None) -> str:
     i = demo.info()
     url, key = i["url"], i["master_key"]
     rows = [["provider", "model", "latency", "errors", "$/1M in/out", "strong at", "control (POST)"]]
@@ -98,6 +98,7 @@ def _banner(demo: Demo, aliases: list[str]) -> str:
           f"        model=\"auto/coding\", messages=[{{\"role\": \"user\", \"content\": \"{EXAMPLE_PROMPT}\"}}])\n"
           f"    print(r.headers[\"x-litellm-model-id\"], r.headers.get(\"x-aisia-reason\"), r.parse().choices[0].message.content)")
     ups = i["upstreams"]
+    page_line = f"    or open the routing page in a browser: {page}\n" if page else ""
     victim = "coder" if "coder" in ups else next(iter(ups), "")
     control = ups[victim]["control"] if victim else ""
     return f"""
@@ -118,7 +119,7 @@ Ask with the openai client:
 
 Watch the learning (bandit statistics and breaker states):
     curl -s {url}/admin/bandit/stats -H 'Authorization: Bearer {key}'
-
+{page_line}
 Make {victim} fail (any provider: its control URL above, or start with --break NAME); {{"mode": "ok"}} repairs it:
     curl -s -X POST {control} -d '{{"mode": "error"}}'
 """
@@ -240,7 +241,7 @@ def run(args) -> int:
             with open(args.info_file + ".tmp", "w", encoding="utf-8") as fh:
                 json.dump(demo.info(), fh, indent=2)
             os.replace(args.info_file + ".tmp", args.info_file)
-        _say(_banner(demo, list_aliases(demo.proxy)))
+        _say(_banner(demo, list_aliases(demo.proxy), routing_page(demo.proxy)))
 
         if args.traffic:
             phases, provider_phases = [], []

@@ -145,6 +145,15 @@ def list_aliases(proxy: Proxy) -> list[str]:
     return sorted(i for i in ids if i == "auto" or i.startswith("auto/"))
 
 
+def routing_page(proxy: Proxy) -> Optional[str]:
+    """The URL of the plugin's routing page to open in a browser, if this plugin serves one."""
+    try:
+        status, _, _ = _http("GET", proxy.url + "/aisia/ui", proxy.master_key, timeout=10)
+    except (urllib.error.URLError, OSError):
+        return None
+    return f"{proxy.url}/aisia/ui?key={proxy.master_key}" if status == 200 else None
+
+
 def bandit_stats(proxy: Proxy):
     status, _, body = _http("GET", proxy.url + "/admin/bandit/stats", proxy.master_key, timeout=10)
     if status != 200:
