@@ -26,6 +26,7 @@ from .outcome import Outcome, reward
 from .policy.models import Policy
 from .scan import scanner_for
 from .state.memory import MemoryState
+from .contextual_io import contextual_models_for
 from .task_fitness import TaskFitnessTable
 from .weights import normalise, weights_for_alias
 
@@ -38,7 +39,7 @@ class UnknownAlias(KeyError):
 # request): a field added or moved must be met here, not misplaced silently.
 _CONTEXT_FIELDS = ("alias", "strategy", "features", "domain", "task_type", "now", "rng", "exploration_c",
                    "cost_weight", "latency_weight", "cost_scale_per_1m", "latency_scale_s", "exploration", "weights",
-                   "tier_hint", "sla", "last_known_good", "lkgp_enabled", "total_pulls", "policy")
+                   "tier_hint", "sla", "last_known_good", "lkgp_enabled", "total_pulls", "policy", "contextual")
 if tuple(f.name for f in fields(RoutingContext)) != _CONTEXT_FIELDS:  # not an assert: kept under -O
     raise RuntimeError("RoutingContext's fields changed: update Engine.decide and _CONTEXT_FIELDS")
 
@@ -50,6 +51,9 @@ class Engine:
         self.clock = clock
         self.rng = rng if rng is not None else random.Random()
         self.store = store if store is not None else MemoryState()
+        # The contextual strategy's models: the store's when it keeps them (shared, snapshotted),
+        # else this engine's own; started from the aliases' prior model files.
+        self.contextual = contextual_models_for(self.store, policy)
         self.breaker = CircuitBreaker(policy.circuit_breaker)
         self.scanner = scanner_for(policy.domains)  # the programs the policy loader checked
         self.detector = self.scanner.detector
@@ -192,7 +196,7 @@ class Engine:
         pool = Pool(deps, states if states is not None else [CLOSED] * len(deps), fits, global_arms, domain_arms,
                     tick, self.gamma, prior, self._fresh, quota=quota, signals=supplied, ids=ids)
         ctx = RoutingContext(alias, ap.strategy, feats, domain, task, now, self.rng, *self._alias_context[alias],
-                             last_good, ap.lkgp_enabled, None, self.policy)
+                             last_good, ap.lkgp_enabled, None, self.policy, self.contextual)
         decision = plugins.get_strategy(ap.strategy).select(pool, ctx)
         try:
             k = ids.index(decision.deployment_id)
@@ -286,9 +290,12 @@ class Engine:
             target = ap.sla.target_p95_ms if ap is not None else 2000.0
             value = reward(outcome, self.policy.reward, target)
         per_domain = domain if (domain and self.policy.bandit.per_domain.enabled) else None
-        self.store.record_outcome(OutcomeRecord(
+        tick = self.store.record_outcome(OutcomeRecord(
             outcome.deployment_id, self.clock(), kind, value if value is not None else 0.0, outcome.latency_s,
             pin_key(alias, session) if alias else None, per_domain, outcome.retry_after_s), self.rules)
+        learn = getattr(decision_or_alias, "context", None)
+        if learn is not None and value is not None:  # the contextual strategy's: teach the chosen model
+            self.contextual.learn(outcome.deployment_id, learn, value, tick, self.gamma)
         try:
             self._hook.observe_outcome(outcome=outcome, decision=decision_or_alias)
         except Exception:

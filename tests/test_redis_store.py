@@ -357,6 +357,27 @@ def test_a_hung_redis_delays_no_decision_beyond_the_timeout(tmp_path):
     srv.stop()
 
 
+def test_a_large_backlog_is_written_in_batches_and_the_local_copy_catches_up(tmp_path):
+    srv = RedisServer(tmp_path / "r")
+    pol = policy(batch_max=500, flush_ms=10)
+
+    async def main():
+        store = await started(pol, srv.url)  # unreachable: everything queues
+        for i in range(3000):
+            store.record_outcome(OutcomeRecord("abc"[i % 3], 1.0, None, 0.5, 0.1), rules_of(pol))
+        srv.start()
+        await settle(store)
+        local = [store.arm(x).count for x in "abc"]
+        await store.aclose()
+        return local, store.counters
+
+    local, counters = asyncio.run(main())
+    tag = key_tag(pol.state.key_prefix)
+    assert local == [1000, 1000, 1000] and counters["batches"] >= 6
+    assert [read_arm(srv.client().hgetall(f"{tag}bandit:{x}")).count for x in "abc"] == [1000, 1000, 1000]
+    srv.stop()
+
+
 def test_a_batch_replayed_after_a_lost_reply_is_applied_once(redis_module):
     pol = policy()
 

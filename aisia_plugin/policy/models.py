@@ -56,6 +56,15 @@ class Failover(BaseModel):
     attempts: int
 
 
+@_def("Contextual")
+class Contextual(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    prior_model: Optional[str]
+    prior_variance: float
+    noise_variance: float
+    exploration: float
+
+
 @_def("Alias")
 class Alias(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -74,6 +83,7 @@ class Alias(BaseModel):
     budget: Budget
     failover: Failover
     lkgp_enabled: bool
+    contextual: Contextual
 
 
 @_def("PerDomain")
@@ -242,6 +252,21 @@ class Proxy(BaseModel):
     explain_history: int
 
 
+@_def("DecisionLog")
+class DecisionLog(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    path: Optional[str]
+    log_prompts: bool
+    max_bytes: int
+    backups: int
+
+
+@_def("Logging")
+class Logging(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    decisions: DecisionLog
+
+
 @_def("")
 class Policy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -260,12 +285,13 @@ class Policy(BaseModel):
     costs: Costs
     state: State
     proxy: Proxy
+    logging: Logging
 
 
 # schema $defs name -> model, for the agreement test and the reference generator.
 MODELS_BY_DEF: dict[str, type[BaseModel]] = {
     cls.__schema_def__: cls
-    for cls in (Selector, Sla, Budget, Failover, Alias, PerDomain, Forgetting, Bandit, Reward, Weights,
+    for cls in (Selector, Sla, Budget, Failover, Contextual, Alias, PerDomain, Forgetting, Bandit, Reward, Weights,
                 Rules, ModePack, Domain, Domains, DeploymentAnnotation, CircuitBreaker, TaskFitness,
-                Costs, State, Proxy, Policy)
+                Costs, State, Proxy, DecisionLog, Logging, Policy)
 }

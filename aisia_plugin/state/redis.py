@@ -511,13 +511,18 @@ class RedisStore:
             kept = sorted(resend + [b for b in self._batches if b.seq > done], key=lambda b: b.seq)
             self._confirmed = deque((b, at) for b, at in self._confirmed if b.seq <= done and now - at < keep_s)
             self._batches = deque(kept)
+            self._base, self._base_applied = base, applied
+            if self._retained > self.cfg.batch_max:
+                # A backlog (after an outage): re-applying it would hold the event loop; the local
+                # copy already holds it, and is rebuilt by a refresh once the backlog is written.
+                return
             mirror = base.copy()
             for b in kept:
                 for op in b.ops:
                     _apply(mirror, op, b.rules)
             for op, rules in self._queue:
                 _apply(mirror, op, rules)
-            self._base, self._base_applied, self._mirror = base, applied, mirror
+            self._mirror = mirror
 
     async def _seed(self) -> None:
         """Write the last shared view into a Redis that has none (another replica may win)."""
