@@ -446,3 +446,16 @@ def test_lkgp_keeps_each_session_on_its_last_good_deployment(client, upstreams, 
         upstreams[first].control(mode="ok")
     assert [ask("conv-x") for _ in range(3)] == [first] * 3
     assert [ask("conv-y") for _ in range(3)] == [other] * 3
+
+
+def test_reset_forgets_one_deployment(client, admin):
+    _, headers, _ = chat(client, "auto/cheap")
+    explain(admin, headers["x-aisia-request-id"])
+    before = stats(admin)
+    assert before["cheapo"]["count"] > 0
+    r = admin.post("/admin/bandit/reset", json={"deployment_id": "cheapo"})
+    assert r.status_code == 200, r.text
+    after = stats(admin)
+    assert after.get("cheapo", {"count": 0})["count"] == 0
+    assert after["coder"]["count"] == before["coder"]["count"]
+    assert admin.post("/admin/bandit/reset", json={}).status_code == 422

@@ -211,18 +211,19 @@ class AisiaPlugin(CustomLogger):
                         ", ".join(planned.empty))
         log.info("aisia: serving %d aliases: %s", len(planned.members), ", ".join(sorted(planned.members)))
 
-    def apply_policy(self, loaded: LoadedPolicy) -> None:
-        """Serve a reloaded policy; an alias colliding with a model keeps the previous one."""
+    def apply_policy(self, loaded: LoadedPolicy, engine=None) -> None:
+        """Serve a reloaded policy (with its engine when built already); an alias colliding with
+        a model keeps the previous one."""
         rt = self.runtime
-        previous = rt.loaded
-        rt.swap(loaded)
+        previous, previous_engine = rt.loaded, rt.engine
+        rt.swap(loaded, engine)
         router = _proxy_server().llm_router
         if router is None:
             return
         try:
             self.ensure_groups(router)
         except AliasCollision:
-            rt.swap(previous)
+            rt.swap(previous, previous_engine)
             self.ensure_groups(router)
             raise
 

@@ -74,7 +74,12 @@ class PolicyWatcher:
             self._reject("\n".join(i.format() for i in exc.issues) or str(exc))
             return False
         try:
-            self.plugin.apply_policy(loaded)
+            engine = await asyncio.to_thread(self.plugin.runtime.new_engine, loaded.policy)
+        except Exception as exc:  # a policy the validator passed but the engine cannot build
+            self._reject(f"the policy cannot be served: {exc}")
+            return False
+        try:
+            self.plugin.apply_policy(loaded, engine)
         except AliasCollision as exc:
             self._reject(str(exc))
             return False

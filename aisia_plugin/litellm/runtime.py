@@ -88,11 +88,16 @@ class Runtime:
         self.served: "OrderedDict[str, Served]" = OrderedDict()
         self.explain: deque = deque(maxlen=self.policy.proxy.explain_history)
 
-    def swap(self, loaded: LoadedPolicy) -> None:
-        """A reloaded policy: a new engine over the same store (what was learned is kept)."""
+    def new_engine(self, policy: Policy) -> Engine:
+        """An engine for `policy` over this store (what was learned is kept). Compiling its
+        patterns takes a while: a reload builds it in a thread."""
+        return Engine(policy, clock=self.store.clock, store=self.store)
+
+    def swap(self, loaded: LoadedPolicy, engine: Optional[Engine] = None) -> None:
+        """Serve another policy."""
         self.loaded = loaded
         self.policy = loaded.policy
-        self.engine = Engine(self.policy, clock=self.store.clock, store=self.store)
+        self.engine = engine if engine is not None else self.new_engine(self.policy)
         self._deployments.clear()
         if self.explain.maxlen != self.policy.proxy.explain_history:
             self.explain = deque(self.explain, maxlen=self.policy.proxy.explain_history)
