@@ -187,7 +187,7 @@ class RedisStore:
         self._io: Optional[asyncio.Lock] = None
         self._wake: Optional[asyncio.Event] = None
         self._flusher: Optional[asyncio.Task] = None
-        self._refreshing: Optional[asyncio.Task] = None
+        self._refreshing: Optional[asyncio.Future] = None  # the refresh decisions are waiting for
         self._closing = False
         self._down = False
         self._down_since = 0.0
@@ -258,11 +258,11 @@ class RedisStore:
         outcomes recorded before it)."""
         with self._lock:
             self._mirror.reset(deployment_id)
-            self._enqueue((_RESET, deployment_id), None)
+            self._enqueue((_RESET, deployment_id), None, always=True)  # an operator's: never dropped
 
-    def _enqueue(self, op, rules) -> None:
+    def _enqueue(self, op, rules, always: bool = False) -> None:
         """Queue an op for Redis (the caller holds the lock and has applied it to the mirror)."""
-        if self._retained >= self.cfg.queue_max:
+        if self._retained >= self.cfg.queue_max and not always:
             self.counters["queue_full"] += 1
             self._event("queue_full")
             if not self._overflowing:
@@ -304,7 +304,8 @@ class RedisStore:
 
         io = self.cfg.io_timeout_ms / 1000.0
         # One immediate retry: a pooled connection that died with a restarted server fails once
-        # even though the server is back. Every script is safe to re-send (record is idempotent).
+        # even though the server is back. Re-sending is safe: record is idempotent, refresh and seed
+        # change nothing twice; a reservation whose reply was lost holds its slot until its lease ends.
         kwargs = dict(socket_timeout=io, socket_connect_timeout=io, retry=Retry(NoBackoff(), 1),
                       health_check_interval=0, decode_responses=False)
         if self.cfg.cluster:
