@@ -54,6 +54,14 @@ def _proxy_server():
     return proxy_server
 
 
+def _recognized(router, model: str) -> bool:
+    """Whether the Router serves `model` itself (a model name, id, alias or group)."""
+    if router is None:
+        return False
+    check = getattr(router, "is_recognized_model", None)  # 1.108; older releases: the names
+    return bool(check(model)) if check is not None else model in (getattr(router, "model_names", None) or ())
+
+
 def _error(status: int, message: str, kind: str, **extra) -> HTTPException:
     return HTTPException(status_code=status, detail={"error": {"message": message, "type": kind, **extra}})
 
@@ -246,7 +254,7 @@ class AisiaPlugin(CustomLogger):
                 log.error("aisia: %s", exc)
         ap = rt.policy.aliases.get(model)
         if ap is None:
-            if (model == "auto" or model.startswith("auto/")) and not (router is not None and router.is_recognized_model(model)):
+            if (model == "auto" or model.startswith("auto/")) and not _recognized(router, model):
                 self.observer.refused(model, "unknown_alias")
                 raise _error(400, f"unknown alias {model!r}; the aliases this proxy serves are: "
                              f"{', '.join(self.available_aliases()) or '(none)'}", "aisia_unknown_alias",
