@@ -72,3 +72,33 @@ def test_the_config_routes_the_shipped_and_the_team_aliases():
     considered = {c["id"] for c in review["candidates"] if "excluded" not in c}
     assert review["strategy"] == "thompson" and review["deployment_id"] in considered
     assert considered and considered <= {"openai-gpt-4o", "anthropic-claude-sonnet", "deepseek-coder"}
+
+
+def test_the_config_starts_a_proxy_that_lists_every_alias(tmp_path):
+    """The example as a user starts it (from a folder holding examples/team-policy.yaml, which
+    its environment_variables name), with placeholder keys: nothing is sent to a provider."""
+    import shutil
+
+    import httpx
+
+    from proxy_harness import Proxy
+
+    config = yaml.safe_load((EXAMPLES / "litellm_config.yaml").read_text())
+    (tmp_path / "examples").mkdir()
+    shutil.copy(EXAMPLES / "team-policy.yaml", tmp_path / "examples" / "team-policy.yaml")
+    keys = {name: "sk-placeholder" for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DEEPSEEK_API_KEY",
+                                                  "GEMINI_API_KEY")}
+    proxy = Proxy(config, tmp_path, env={**keys, "LITELLM_MASTER_KEY": "sk-example-master"})
+    assert proxy.master_key == "sk-example-master"  # read from the environment, as the config says
+    proxy.start()
+    try:
+        models = httpx.get(proxy.base_url + "/models", headers=proxy.headers, timeout=30).json()["data"]
+        ids = {m["id"] for m in models}
+        assert {"auto", "auto/coding", "auto/cheap", "auto/fast", "auto/offline", "auto/smart", "auto/lkgp",
+                "auto/review"} <= ids
+        assert {d["model_name"] for d in config["model_list"]} <= ids
+        r = httpx.post(proxy.base_url + "/chat/completions", headers=proxy.headers, timeout=30,
+                       json={"model": "auto/nosuch", "messages": [{"role": "user", "content": "hi"}]})
+        assert 400 <= r.status_code < 500 and "auto/review" in r.text
+    finally:
+        proxy.stop()

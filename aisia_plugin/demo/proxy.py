@@ -109,8 +109,16 @@ class Proxy:
         self.extra_env = dict(env or {})
         config = dict(config)
         general = dict(config.get("general_settings") or {})
-        self.master_key = master_key or general.get("master_key") or ("sk-aisia-" + secrets.token_hex(12))
-        general["master_key"] = self.master_key
+        configured = general.get("master_key")
+        if master_key is None and isinstance(configured, str) and configured.startswith("os.environ/"):
+            # A config that reads its key from the environment (as LiteLLM does) keeps doing so.
+            name = configured.split("/", 1)[1]
+            self.master_key = self.extra_env.get(name) or (os.environ.get(name) if name not in _DROPPED_ENV else None)
+            if not self.master_key:
+                raise ProxyError(f"the config's master key comes from ${name}, which is not set")
+        else:
+            self.master_key = master_key or configured or ("sk-aisia-" + secrets.token_hex(12))
+            general["master_key"] = self.master_key
         config["general_settings"] = general
         self.config = config
         self.config_path = self.workdir / "litellm_config.yaml"
