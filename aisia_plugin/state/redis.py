@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import math
 import os
@@ -138,16 +139,16 @@ def _f(v) -> str:
     return repr(float(v))
 
 
-def _opt(v) -> str:
-    """An optional number for the script ('' for none; a value that is no finite number is none,
-    as the Python update treats it)."""
+def _opt(v) -> Optional[float]:
+    """An optional number for the script (None for none; a value that is no finite number is
+    none, as the Python update and breaker treat it)."""
     if v is None or isinstance(v, bool):
-        return ""
+        return None
     try:
         f = float(v)
     except (TypeError, ValueError):
-        return ""
-    return repr(f) if math.isfinite(f) else ""
+        return None
+    return f if math.isfinite(f) else None
 
 
 class RedisStore:
@@ -636,17 +637,19 @@ class RedisStore:
         return args
 
     async def _send(self, batch: _Batch) -> str:
-        args = [self.tag, self._epoch or "", self.process, str(batch.seq), str(self.cfg.bandit_ttl_s),
-                str(self.cfg.breaker_ttl_s), *self._rule_args(batch.rules), str(len(batch.ops))]
-        add = args.extend
+        ops = []
+        add = ops.append
         for op in batch.ops:
             if isinstance(op, OutcomeRecord):
                 kind = op.kind
-                add(("o", op.deployment_id, _f(op.now), "" if kind is None else FailureKind(kind).value,
-                     _f(op.reward) if not math.isnan(op.reward) else "0.0", _opt(op.latency_s), op.alias or "",
-                     op.domain or "", _opt(op.retry_after_s)))
+                add(("o", op.deployment_id, _opt(op.now) or 0.0, "" if kind is None else FailureKind(kind).value,
+                     0.0 if math.isnan(op.reward) else min(1.0, max(0.0, float(op.reward))), _opt(op.latency_s),
+                     op.alias or None, op.domain, _opt(op.retry_after_s)))
             else:
-                add(("r", op[1], "0", "", "0", "", "", "", ""))
+                add(("r", op[1]))
+        # json.dumps writes floats with repr (exact) and refuses none that is not finite here.
+        args = [self.tag, self._epoch or "", self.process, str(batch.seq), str(self.cfg.bandit_ttl_s),
+                str(self.cfg.breaker_ttl_s), *self._rule_args(batch.rules), json.dumps(ops, allow_nan=False)]
         reply = await self._eval("record", [self.key("tick")], args)
         self._recovered()
         status = reply[0].decode()

@@ -6,9 +6,10 @@
 -- KEYS[1] = <tag>tick
 -- ARGV: tag, epoch, process, seq, bandit_ttl, breaker_ttl,
 --       threshold, timeout, max_calls, cooldown, max_retry, lease, gamma, ema, success_threshold,
---       fresh (9 arm fields), n, then n ops of 9 fields:
---       op ('o' outcome | 'r' reset), deployment, now, kind ('' success | provider | client |
---       rate_limit), reward, latency ('' none), alias ('' none), domain ('' none), retry_after ('' none)
+--       fresh (9 arm fields), then the ops as one JSON array (one argument: packing thousands of
+--       arguments costs the client more than the script), each op
+--       ["o", deployment, now, kind ("" success | provider | client | rate_limit), reward,
+--        latency|null, alias|null, domain|null, retry_after|null] or ["r", deployment] (a reset)
 local tag = ARGV[1]
 local epoch = redis.call('GET', tag .. 'epoch')
 if epoch ~= ARGV[2] then return {'epoch', epoch or ''} end
@@ -22,7 +23,11 @@ local cfg = {threshold = tonumber(ARGV[7]), timeout = tonumber(ARGV[8]), max_cal
 local learn = {gamma = tonumber(ARGV[13]), ema = tonumber(ARGV[14]), threshold = tonumber(ARGV[15])}
 local fresh = {}
 for i, f in ipairs(ARM) do fresh[f] = tonumber(ARGV[15 + i]) end
-local n = tonumber(ARGV[25])
+local ops = cjson.decode(ARGV[25])
+local function opt(v)
+  if v == cjson.null then return nil end
+  return v
+end
 
 local tick = num(redis.call('GET', tag .. 'tick'), 0)
 -- Records read once and written once per batch: key -> record, or false when absent.
@@ -47,9 +52,8 @@ local function cb(dep)
   return s
 end
 
-for i = 0, n - 1 do
-  local o = 26 + i * 9
-  local op, dep = ARGV[o], ARGV[o + 1]
+for _, o in ipairs(ops) do
+  local op, dep = o[1], o[2]
   if op == 'r' then
     local keys = {tag .. 'bandit:' .. dep, tag .. 'cb:' .. dep}
     local known = {}
@@ -63,9 +67,8 @@ for i = 0, n - 1 do
     cbs[dep], dirty_cbs[dep], deployments[dep] = nil, nil, nil
     redis.call('SREM', tag .. 'deployments', dep)
   else
-    local now, kind, reward = tonumber(ARGV[o + 2]), ARGV[o + 3], tonumber(ARGV[o + 4])
-    local latency, alias, domain = tonumber(ARGV[o + 5]), ARGV[o + 6], ARGV[o + 7]
-    local retry_after = tonumber(ARGV[o + 8])
+    local now, kind, reward = o[3], o[4], o[5]
+    local latency, alias, domain, retry_after = opt(o[6]), opt(o[7]), opt(o[8]), opt(o[9])
     local s = cb(dep)
     if kind == '' then s = on_success(cfg, s, now) else s = on_failure(cfg, s, now, kind, retry_after) end
     cbs[dep], dirty_cbs[dep], deployments[dep] = s, true, true
@@ -75,12 +78,12 @@ for i = 0, n - 1 do
       local gkey = tag .. 'bandit:' .. dep
       arms[gkey] = arm_update(learn, arm(gkey) or fresh, reward, latency, failed, tick)
       dirty_arms[gkey] = true
-      if domain ~= '' then
+      if domain ~= nil then
         local dkey = gkey .. ':' .. domain
         arms[dkey] = arm_update(learn, arm(dkey) or fresh, reward, latency, failed, tick)
         dirty_arms[dkey], domains[domain] = true, true
       end
-      if kind == '' and alias ~= '' then lkgp[alias] = dep end
+      if kind == '' and alias ~= nil and alias ~= '' then lkgp[alias] = dep end
     end
   end
 end
