@@ -4,9 +4,10 @@ Pure: no I/O, no clock, no random source (the strategy draws from the engine's).
 
 Features of a request (``request_vector``), one index space of 2**FEATURE_BITS slots:
 
-* the words of the prompt's text (lower-cased, split at blanks and ASCII punctuation, its first
-  MAX_BYTES bytes of UTF-8) and the bigrams of consecutive words, hashed by a polynomial hash of
-  their bytes (stable across processes and versions: never Python's salted ``hash``);
+* the words of the prompt's text (lower-cased, split at blanks and ASCII punctuation, the first
+  MAX_WORDS words of its first MAX_BYTES bytes of UTF-8) and the bigrams of consecutive words,
+  hashed by a polynomial hash of their bytes modulo 2**64 (stable across processes and versions:
+  never Python's salted ``hash``);
 * the request's own features: task type, has_code, length bucket, modality, domain, and a bias.
 
 Each of the three groups (words, bigrams, the rest) is scaled to a squared norm of 1/3, so a
@@ -26,7 +27,10 @@ approximation otherwise.
 Forgetting is the bandit's (same gamma per tick of the store): the information gathered decays
 toward the prior, precision P = P0 + (P - P0) * gamma**elapsed and the precision-weighted mean
 h = P * m likewise toward 0; both are stored scaled by one factor per deployment, so decaying a
-deployment is O(1) and a decision reads only the slots of its prompt."""
+deployment is O(1). It is applied when the deployment next learns; a decision reads each slot's
+mean and variance as of that update (materialised then, once per outcome), so it costs one gather
+of its prompt's slots and two dot products. Between two updates of a deployment, its forgetting
+shows through its base (the arm the bandit forgets)."""
 
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ import numpy as np
 FEATURE_BITS = 14
 DIM = 1 << FEATURE_BITS
 MAX_BYTES = 8192
+MAX_WORDS = 128  # words read per prompt (its first ones): bounds a decision's cost on long prompts
 BASE_PSEUDO_COUNT = 2.0
 MODEL_FORMAT = "aisia-contextual-model"
 MODEL_VERSION = 1
@@ -47,10 +52,9 @@ MODEL_VERSION = 1
 _RESCALE_BELOW = 1e-150
 
 # Bytes that separate words: ASCII blanks and punctuation (UTF-8 multi-byte letters never are).
-_SEP = np.zeros(256, dtype=bool)
-for _c in b" \t\n\r\f\v.,;:!?()[]{}<>\"'`*#=/\\|+~^&%$@":
-    _SEP[_c] = True
-_SEP.setflags(write=False)
+_SEPARATORS = b" \t\n\r\f\v.,;:!?()[]{}<>\"'`*#=/\\|+~^&%$@"
+# bytes.translate table: 1 for a byte that belongs to a word, 0 for a separator.
+_WORD_BYTE = bytes(0 if c in _SEPARATORS else 1 for c in range(256))
 
 _P = 0x100000001B3  # the polynomial hash's base (odd: invertible modulo 2**64)
 _MASK64 = (1 << 64) - 1
@@ -62,42 +66,35 @@ def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
     for k in range(1, n):
         pw[k] = (pw[k - 1] * _P) & _MASK64
         inv[k] = (inv[k - 1] * pinv) & _MASK64
-    return np.array(pw, dtype=np.uint64), np.array(inv + [inv[-1]], dtype=np.uint64)
+    return np.array(pw, dtype=np.uint64), np.array(inv, dtype=np.uint64)
 
 
 _POW, _INV = _powers(MAX_BYTES + 1)
 _SHIFT = np.uint64(64 - FEATURE_BITS)
-_MIX1 = np.uint64(0xFF51AFD7ED558CCD)
-_MIX2 = np.uint64(0xC4CEB9FE1A85EC53)
-_BIGRAM = np.uint64(0x9E3779B97F4A7C15)
-_S33 = np.uint64(33)
-
-
-def _mix(h: np.ndarray) -> np.ndarray:
-    # A 64-bit finaliser (MurmurHash3's fmix64): the slot is read from the top bits, which the
-    # polynomial alone leaves poorly spread for short words.
-    h = h ^ (h >> _S33)
-    h = h * _MIX1
-    h = h ^ (h >> _S33)
-    h = h * _MIX2
-    return h ^ (h >> _S33)
+_GOLD = np.uint64(0x9E3779B97F4A7C15)  # 2**64 / golden ratio, odd
+_BIGRAM = np.uint64(0xC2B2AE3D27D4EB4F)
 
 
 def _word_spans(raw: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(bytes, word starts, word ends) of the lower-cased UTF-8 text."""
-    b = np.frombuffer(raw, dtype=np.uint8)
-    inword = ~_SEP[b]
-    edges = np.diff(np.concatenate(([False], inword, [False])).view(np.int8))
-    return b, np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    """(bytes, starts, ends) of the first MAX_WORDS words of the lower-cased UTF-8 text."""
+    flags = np.frombuffer(b"\0" + raw.translate(_WORD_BYTE) + b"\0", dtype=np.int8)
+    # Runs of word bytes alternate with runs of separators: the changes are start, end, start...
+    edges = np.flatnonzero(np.diff(flags))[:2 * MAX_WORDS]
+    return np.frombuffer(raw, dtype=np.uint8), edges[0::2], edges[1::2]
 
 
 def _word_hashes(b: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    n = len(b)
-    prefix = np.empty(n + 1, dtype=np.uint64)
-    prefix[0] = 0
-    np.cumsum(b.astype(np.uint64) * _POW[:n], out=prefix[1:])  # wraps modulo 2**64, as intended
-    h = (prefix[ends] - prefix[starts]) * _INV[starts]  # the word's hash, independent of its position
-    return _mix(h + (ends - starts).astype(np.uint64))
+    """Each word's 64-bit hash: the polynomial of its bytes modulo 2**64 (stable across processes
+    and versions), made independent of its position, times an odd constant (Fibonacci hashing:
+    a slot is read from the top bits, which the multiplication makes depend on every bit)."""
+    n = int(ends[-1])  # the bytes up to the last word read
+    prefix = np.zeros(n + 1, dtype=np.uint64)
+    np.cumsum(b[:n] * _POW[:n], out=prefix[1:])  # wraps modulo 2**64, as intended
+    h = np.take(prefix, ends)
+    h -= np.take(prefix, starts)
+    h *= np.take(_INV, starts)
+    h *= _GOLD
+    return h
 
 
 def _text_of(features) -> str:
@@ -148,20 +145,23 @@ def request_vector(features, domain: Optional[str] = None, task_type: Optional[s
     """The vector of one request (see the module docstring)."""
     b, starts, ends = _word_spans(_raw(_text_of(features)))
     names = named_features(features, domain, task_type)
-    dense = np.fromiter((named_slot(n) for n in names), dtype=np.int64, count=len(names))
     nw = len(starts)
-    if nw:
-        hw = _word_hashes(b, starts, ends)
-        words = (hw >> _SHIFT).astype(np.int64)
-        bigrams = (_mix(hw[:-1] * _BIGRAM ^ hw[1:]) >> _SHIFT).astype(np.int64)
-        nb = len(bigrams)
-        idx = np.concatenate((words, bigrams, dense))
-        val = np.empty(len(idx))
-        val[:nw] = 1.0 / math.sqrt(3.0 * nw)
-        val[nw:nw + nb] = 1.0 / math.sqrt(3.0 * nb) if nb else 0.0
-        val[nw + nb:] = 1.0 / math.sqrt(3.0 * len(dense))
-        return RequestVector(idx, val)
-    return RequestVector(dense, np.full(len(dense), 1.0 / math.sqrt(len(dense))))
+    nd = len(names)
+    dense = np.fromiter((named_slot(n) for n in names), dtype=np.uint64, count=nd) << _SHIFT
+    if not nw:
+        return RequestVector((dense >> _SHIFT).view(np.int64), np.full(nd, 1.0 / math.sqrt(nd)))
+    hw = _word_hashes(b, starts, ends)
+    nb = nw - 1
+    bg = hw[:-1] * _BIGRAM  # an ordered pair: "a b" and "b a" differ
+    bg += hw[1:]
+    bg *= _GOLD
+    idx = np.concatenate((hw, bg, dense))
+    idx >>= _SHIFT
+    # The three groups' values: each group's squared norm is 1/3 (an empty bigram group gives
+    # nothing, a one-word prompt).
+    val = np.repeat((1.0 / math.sqrt(3.0 * nw), 1.0 / math.sqrt(3.0 * nb) if nb else 0.0, 1.0 / math.sqrt(3.0 * nd)),
+                    (nw, nb, nd))
+    return RequestVector(idx.view(np.int64), val)  # slots < 2**FEATURE_BITS: the same values as signed
 
 
 def feature_labels(features, domain: Optional[str] = None, task_type: Optional[str] = None) -> list[str]:
@@ -186,97 +186,104 @@ class LearnContext:
 
 
 class ContextualModels:
-    """Every deployment's model: columns of one (DIM x deployments) matrix per quantity, so a
-    decision reads its prompt's slots for the whole pool in one gather.
+    """Every deployment's model, as columns of one (DIM x 2 x deployments) array, so that a
+    decision reads its prompt's slots for every deployment in one gather.
 
     Per deployment: ``h`` (precision-weighted means) and ``dp`` (precision above the prior), both
     stored divided by the deployment's ``scale``; its prior precision ``p0``; the tick of its last
-    update; its undiscounted observation count; the prior model's mean reward and count."""
+    update; its undiscounted observation count; the prior model's mean reward and its weight."""
+
+    _VECTORS = ("p0", "scale", "tick", "count", "prior_mean", "prior_count")
 
     def __init__(self):
         self.ids: dict[str, int] = {}
-        self.h = np.zeros((DIM, 0))
-        self.dp = np.zeros((DIM, 0))
-        self.p0 = np.zeros(0)
-        self.scale = np.zeros(0)
-        self.tick = np.zeros(0)
-        self.count = np.zeros(0)
-        self.prior_mean = np.zeros(0)
-        self.prior_count = np.zeros(0)
+        # float32: a decision's cost is reading these slots; the precision is far beyond a reward's.
+        self.hd = np.zeros((DIM, 2, 0), dtype=np.float32)
+        # What a decision reads: each slot's mean and variance, as of its column's last update.
+        self.mv = np.zeros((DIM, 2, 0), dtype=np.float32)
+        for name in self._VECTORS:
+            setattr(self, name, np.zeros(0))
+
+    @property
+    def h(self) -> np.ndarray:
+        return self.hd[:, 0, :]
+
+    @property
+    def dp(self) -> np.ndarray:
+        return self.hd[:, 1, :]
 
     def __len__(self) -> int:
         return len(self.ids)
 
-    # -- rows ---------------------------------------------------------------------------------------
+    # -- columns ------------------------------------------------------------------------------------
     def column(self, dep: str, prior_variance: float) -> int:
-        """The column of `dep`, created (at the prior) when new."""
+        """The column of `dep`, created (at the prior) when new. The array holds exactly one column
+        per deployment (a decision computes over all of them): a new deployment copies it once."""
         k = self.ids.get(dep)
         if k is not None:
             return k
-        k = self.ids[dep] = len(self.ids)
-        grow = max(4, 2 * self.h.shape[1]) if k >= self.h.shape[1] else 0
-        if grow:
-            self.h = np.concatenate((self.h, np.zeros((DIM, grow - self.h.shape[1]))), axis=1)
-            self.dp = np.concatenate((self.dp, np.zeros((DIM, grow - self.dp.shape[1]))), axis=1)
-            for name in ("p0", "scale", "tick", "count", "prior_mean", "prior_count"):
-                old = getattr(self, name)
-                new = np.zeros(grow)
-                new[:len(old)] = old
-                setattr(self, name, new)
-        self.p0[k] = 1.0 / prior_variance
-        self.scale[k] = 1.0
-        self.prior_mean[k] = 0.5
-        self.prior_count[k] = BASE_PSEUDO_COUNT
-        self.h[:, k] = 0.0
-        self.dp[:, k] = 0.0
+        k = len(self.ids)
+        self.hd = np.concatenate((self.hd, np.zeros((DIM, 2, 1), dtype=np.float32)), axis=2)
+        self.mv = np.concatenate((self.mv, np.zeros((DIM, 2, 1), dtype=np.float32)), axis=2)
+        for name, v in zip(self._VECTORS, (1.0 / prior_variance, 1.0, 0.0, 0.0, 0.5, BASE_PSEUDO_COUNT)):
+            setattr(self, name, np.append(getattr(self, name), v))
+        self.ids[dep] = k
+        self.materialise(k)
         return k
 
-    def columns(self, ids: Sequence[str], prior_variance: float) -> np.ndarray:
+    def materialise(self, k: int) -> None:
+        """Column k's slot means and variances from its natural parameters (after a change)."""
+        s = float(self.scale[k])
+        prec = self.hd[:, 1, k] * s
+        prec += self.p0[k]
+        self.mv[:, 1, k] = 1.0 / prec
+        self.mv[:, 0, k] = self.hd[:, 0, k] * s / prec
+
+    def columns(self, ids: Sequence[str], prior_variance: float) -> list[int]:
         get = self.ids.get
         cols = [get(i) for i in ids]
         if None in cols:
             cols = [self.column(i, prior_variance) if c is None else c for i, c in zip(ids, cols)]
-        return np.array(cols, dtype=np.int64)
+        return cols
 
     # -- predicting ---------------------------------------------------------------------------------
-    def base(self, cols: np.ndarray, pulls: Sequence[float], rewards: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    def base(self, cols: Sequence[int], pulls: Sequence[float], rewards: Sequence[float]) -> tuple[list[float], list[float]]:
         """Each column's base mean and its variance, from the arms' (pulls, total reward) with the
-        prior model's mean as pseudo-observations."""
-        n = np.asarray(pulls, dtype=float)
-        r = np.asarray(rewards, dtype=float)
-        k = self.prior_count[cols]
-        mean = (r + self.prior_mean[cols] * k) / (n + k)
-        mean = np.clip(mean, 0.0, 1.0)
-        return mean, mean * (1.0 - mean) / (n + k + 1.0)
+        prior model's mean as pseudo-observations (a loop: the pool is small)."""
+        pm, pc = self.prior_mean, self.prior_count
+        means, variances = [], []
+        for c, n, r in zip(cols, pulls, rewards):
+            k = float(pc[c])
+            m = (r + float(pm[c]) * k) / (n + k)
+            m = 0.0 if m < 0.0 else 1.0 if m > 1.0 else m
+            means.append(m)
+            variances.append(m * (1.0 - m) / (n + k + 1.0))
+        return means, variances
 
-    def residual(self, cols: np.ndarray, x: RequestVector, tick: float, gamma: float) -> tuple[np.ndarray, np.ndarray]:
-        """The residual's predictive mean and variance per column, for the vector `x` at `tick`."""
-        f = self.scale[cols]
-        if gamma < 1.0:
-            f = f * gamma ** np.maximum(tick - self.tick[cols], 0.0)
-        h = self.h[x.idx][:, cols]
-        dp = self.dp[x.idx][:, cols]
-        prec = self.p0[cols] + dp * f
-        mean = x.val @ (h * f / prec)
-        var = x.sq @ (1.0 / prec)
-        return mean, var
+    def residual(self, cols: Sequence[int], x: RequestVector) -> tuple[np.ndarray, np.ndarray]:
+        """The residual's predictive mean and variance per column of `cols`, for the vector `x`:
+        one gather of the prompt's slots, two dot products. The slots are read as of each
+        column's last update: forgetting applies to a deployment's weights when it next learns
+        (``learn``), and between its updates through its base (the arm, forgotten by the bandit)."""
+        g = np.take(self.mv, x.idx, axis=0)  # (slots, 2, columns); take: faster than indexing
+        mean = x.val @ g[:, 0, :]
+        var = x.sq @ g[:, 1, :]
+        return mean[cols], var[cols]
 
     def predict(self, ids: Sequence[str], x: RequestVector, pulls, rewards, tick: float, gamma: float,
-                prior_variance: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                prior_variance: float) -> tuple[list[float], list[float], list[float]]:
         """(predicted reward, its variance, the base) per deployment of `ids`."""
         cols = self.columns(ids, prior_variance)
         base, base_var = self.base(cols, pulls, rewards)
-        mean, var = self.residual(cols, x, tick, gamma)
-        return base + mean, base_var + var, base
+        mean, var = self.residual(cols, x)
+        return ([b + m for b, m in zip(base, mean.tolist())], [b + v for b, v in zip(base_var, var.tolist())], base)
 
-    def contributions(self, dep: str, x: RequestVector, tick: float, gamma: float) -> np.ndarray:
+    def contributions(self, dep: str, x: RequestVector) -> np.ndarray:
         """Each vector entry's share of the residual prediction for `dep` (x_i * w_i)."""
         k = self.ids.get(dep)
         if k is None:
             return np.zeros(len(x.idx))
-        f = self.scale[k] * (gamma ** max(tick - self.tick[k], 0.0) if gamma < 1.0 else 1.0)
-        prec = self.p0[k] + self.dp[x.idx, k] * f
-        return x.val * self.h[x.idx, k] * f / prec
+        return x.val * self.mv[x.idx, 0, k]
 
     # -- learning -----------------------------------------------------------------------------------
     def _bring_to(self, k: int, tick: float, gamma: float) -> float:
@@ -286,10 +293,9 @@ class ContextualModels:
             self.tick[k] = tick
         s = self.scale[k]
         if s < _RESCALE_BELOW:
-            self.h[:, k] *= s
-            self.dp[:, k] *= s
+            self.hd[:, :, k] *= s
             self.scale[k] = s = 1.0
-        return s
+        return float(s)
 
     def learn(self, dep: str, ctx: LearnContext, reward: float, tick: float, gamma: float) -> None:
         """One observed reward of `dep` for the request `ctx` was made from."""
@@ -312,6 +318,7 @@ class ContextualModels:
         self.dp[idx, k] = (prec - p0) / s
         self.h[idx, k] = prec * mean / s
         self.count[k] += 1.0
+        self.materialise(k)
 
     # -- another model's rows -----------------------------------------------------------------------
     def seed(self, prior: "ContextualModels") -> None:
@@ -321,16 +328,18 @@ class ContextualModels:
                 continue
             k = self.column(dep, 1.0 / prior.p0[j])
             self.p0[k] = prior.p0[j]
-            self.h[:, k] = prior.h[:, j] * prior.scale[j]
-            self.dp[:, k] = prior.dp[:, j] * prior.scale[j]
+            self.hd[:, :, k] = prior.hd[:, :, j] * prior.scale[j]
             self.scale[k] = 1.0
             self.prior_mean[k] = prior.prior_mean[j]
             self.prior_count[k] = prior.prior_count[j]
+            self.materialise(k)
 
     def copy(self) -> "ContextualModels":
         m = ContextualModels()
         m.ids = dict(self.ids)
-        for name in ("h", "dp", "p0", "scale", "tick", "count", "prior_mean", "prior_count"):
+        m.hd = self.hd.copy()
+        m.mv = self.mv.copy()
+        for name in self._VECTORS:
             setattr(m, name, getattr(self, name).copy())
         return m
 
@@ -365,6 +374,7 @@ class ContextualModels:
             for i, h, dp in d.get("slots", []):
                 m.h[int(i), k] = float(h)
                 m.dp[int(i), k] = float(dp)
+            m.materialise(k)
         return m
 
 

@@ -128,6 +128,56 @@ def real_prompt_messages(total_bytes: int = 2048, limit: int = 400) -> list[list
     return out
 
 
+def unseen_prompt_messages(total_bytes: int = 2048) -> list[list[dict]]:
+    """GSM8K's prompts (../shared/data, read in place), each padded to ``total_bytes`` with the
+    following ones: 2 KB requests this process has never scanned (the RouterArena prompts above
+    are), for the ``unseen`` figures. Empty when the data is not beside the checkout."""
+    import csv
+
+    path = HERE.parent.parent / "shared" / "data" / "routellm_gsm8k_responses.csv"
+    if not path.exists():
+        return []
+    csv.field_size_limit(1 << 30)
+    with open(path, newline="", encoding="utf-8") as fh:
+        prompts = [row["prompt"] for row in csv.DictReader(fh) if row.get("prompt", "").strip()]
+    system = "You are a helpful assistant."
+    need = total_bytes - len(system.encode())
+    out = []
+    for i in range(len(prompts)):
+        text, j = prompts[i], i
+        while len(text.encode()) < need:
+            j = (j + 1) % len(prompts)
+            text += "\n" + prompts[j]
+        out.append([{"role": "system", "content": system},
+                    {"role": "user", "content": text.encode()[:need].decode("utf-8", "ignore")}])
+    return out
+
+
+def time_unseen(eng, aliases, deps, prompts, per_alias: int = 200) -> dict:
+    """Each alias decides `per_alias` prompts the process has never seen, once each (disjoint
+    slices per alias), timed one by one: the cost a freshly started proxy pays on new text (RE2's
+    lazy DFAs meet it for the first time)."""
+    pc = time.perf_counter_ns
+    out = {}
+    for k, alias in enumerate(aliases):
+        chunk = prompts[k * per_alias:(k + 1) * per_alias]
+        if len(chunk) < per_alias:
+            break
+        ts = []
+        gc.collect()
+        gc.disable()
+        try:
+            for msgs in chunk:
+                t0 = pc()
+                eng.decide(alias, msgs, deps)
+                ts.append(pc() - t0)
+        finally:
+            gc.enable()
+        us = sorted(t / 1000.0 for t in ts)
+        out[alias] = {"n": len(us), "p50_us": statistics.median(us), "p99_us": us[min(len(us) - 1, int(0.99 * len(us)))]}
+    return out
+
+
 def pool_specs(n: int) -> list[dict]:
     specs = []
     for i in range(n):
@@ -417,6 +467,11 @@ def bench_ours(mods, policy, sizes, calls, messages, profile_n: int):
                   flush=True)
         ours[str(n)] = res
         modes[str(n)] = mres
+        if n == TARGET_N:
+            unseen = time_unseen(eng, [a for a, _ in usable], deps, unseen_prompt_messages())
+            for alias, st in unseen.items():
+                mres[alias]["unseen"] = st
+                print(f"  ours    n={n:<3} {alias:<11} unseen prompts p50 {st['p50_us']:.1f}/p99 {st['p99_us']:.1f}", flush=True)
 
         # pieces, same inputs
         pc = {}

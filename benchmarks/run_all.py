@@ -71,7 +71,7 @@ PRE_WINDOW = 200
 FAILOVER_ATTEMPTS = 2
 # The cost_weight values swept (gain over mixing at the best point, CPT, APGR), on the traces of
 # SWEPT, for `auto` as shipped and `auto` with the contextual strategy.
-SWEEP = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)
+SWEEP = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
 SWEPT = ("routellm_gsm8k", "routerarena", "prompt_aware")
 CONTEXTUAL = "aisia auto (contextual)"
 

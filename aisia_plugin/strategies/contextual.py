@@ -17,7 +17,7 @@ from .bandit import ThompsonStrategy, bandit_bonuses
 from .rules import explore
 
 # The alias's `contextual` settings when a test's context carries no policy (the schema's defaults).
-_DEFAULTS = (0.05, 0.1, 1.0)
+_DEFAULTS = (0.02, 0.1, 0.5)
 
 
 def settings_of(context: RoutingContext) -> tuple[float, float, float]:
@@ -64,8 +64,9 @@ class ContextualStrategy:
         x = self.vector(context)
         tick, gamma = pool.tick, pool.gamma
         mean, var, base = models.predict(pool.ids, x, pool.pulls, pool.rewards, tick, gamma, prior_var)
-        sd = (var ** 0.5).tolist()
-        mean_l = mean.tolist()
+        sqrt = math.sqrt
+        sd = [sqrt(v) if v > 0.0 else 0.0 for v in var]
+        mean_l = mean
         bonus = bandit_bonuses(pool, context)
         gauss = context.rng.gauss
         draws = [m + spread * s * gauss(0.0, 1.0) for m, s in zip(mean_l, sd)]
@@ -77,7 +78,7 @@ class ContextualStrategy:
 
         def reason() -> str:  # formatted when first read
             why = (f"contextual picked {ids[best]}: predicted reward {mean_l[best]:.3f} +/- {sd[best]:.3f} for this "
-                   f"prompt (its mean {float(base[best]):.3f}), sample {draws[best]:.3f} + bonus {bonus[best]:.3f}")
+                   f"prompt (its mean {base[best]:.3f}), sample {draws[best]:.3f} + bonus {bonus[best]:.3f}")
             if i == best:
                 return why
             return f"exploration (epsilon {context.exploration:g}) chose {ids[i]} at random instead; {why}"
@@ -88,21 +89,20 @@ class ContextualStrategy:
         moved: dict = {}
 
         def terms(j: int) -> dict:
-            row = {"predicted": round(mean_l[j], 6), "uncertainty": round(sd[j], 6), "base": round(float(base[j]), 6),
+            row = {"predicted": round(mean_l[j], 6), "uncertainty": round(sd[j], 6), "base": round(base[j], 6),
                    "sample": round(draws[j], 6), "bonus": round(bonus[j], 6)}
             if explain:
                 if not moved:
-                    moved.update(moved_by(models, ids, context.features, context.domain, context.task_type, x, tick,
-                                          gamma))
+                    moved.update(moved_by(models, ids, context.features, context.domain, context.task_type, x))
                 row["moved_by"] = ", ".join(f"{lab} {c:+.3f}" for lab, c in moved.get(ids[j], ())) or "-"
             return row
 
         decision = pool_decision(self.name, pool, scores, i, reason, terms=terms)
-        decision.context = LearnContext(x, float(base[i]), prior_var, noise_var)
+        decision.context = LearnContext(x, base[i], prior_var, noise_var)
         return decision
 
 
-def moved_by(models, ids, features, domain, task_type, x, tick, gamma, top: int = 3) -> dict:
+def moved_by(models, ids, features, domain, task_type, x, top: int = 3) -> dict:
     """Per deployment, the `top` features (label, contribution to the prediction) that moved it
     most for this prompt."""
     from ..contextual import feature_labels
@@ -111,7 +111,7 @@ def moved_by(models, ids, features, domain, task_type, x, tick, gamma, top: int 
     out = {}
     for dep in ids:
         merged: dict[str, float] = {}
-        for lab, c in zip(labels, models.contributions(dep, x, tick, gamma).tolist()):
+        for lab, c in zip(labels, models.contributions(dep, x).tolist()):
             merged[lab] = merged.get(lab, 0.0) + c
         out[dep] = [(lab, c) for lab, c in sorted(merged.items(), key=lambda kv: -abs(kv[1]))[:top] if c != 0.0]
     return out
@@ -123,6 +123,6 @@ def explain_prompt(models, ids, features, domain, task_type, pulls, rewards, tic
     features that moved it most (label, contribution), off the request path."""
     x = request_vector(features, domain, task_type)
     mean, var, base = models.predict(list(ids), x, pulls, rewards, tick, gamma, prior_var)
-    moved = moved_by(models, ids, features, domain, task_type, x, tick, gamma, top)
-    return {dep: {"predicted": float(mean[k]), "uncertainty": math.sqrt(float(var[k])), "base": float(base[k]),
+    moved = moved_by(models, ids, features, domain, task_type, x, top)
+    return {dep: {"predicted": mean[k], "uncertainty": math.sqrt(var[k]), "base": base[k],
                   "moved_by": [list(p) for p in moved[dep]]} for k, dep in enumerate(ids)}
