@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import secrets
+import time
 from typing import TYPE_CHECKING
 
 from fastapi import Depends, HTTPException, Request
@@ -82,7 +83,29 @@ async def _json_object(request: Request) -> dict:
     return body
 
 
+class RejectionBudget:
+    """Refused feedback (unknown, replayed or expired ids, bad scores, bodies that are not JSON) is
+    rate-limited: once ``burst`` refusals are spent (refilled at ``per_s``) a flood gets 429.
+    Valid feedback is never limited: each served request takes one, once, so it cannot be
+    amplified."""
+
+    def __init__(self, burst: int = 50, per_s: float = 5.0):
+        self.burst, self.per_s = float(burst), float(per_s)
+        self.tokens, self.at = float(burst), time.monotonic()
+
+    def spend(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.per_s)
+        self.at = now
+        if self.tokens < 1.0:
+            return False
+        self.tokens -= 1.0
+        return True
+
+
 def mount(app, plugin: "AisiaPlugin") -> None:
+    rejections = RejectionBudget()
+
     async def bandit_stats(_=Depends(require_admin)):
         store = plugin.runtime.store
         await store.prepare()  # a shared store: what every worker learned, as of its cache bound
@@ -97,6 +120,16 @@ def mount(app, plugin: "AisiaPlugin") -> None:
         return {"reset": dep}
 
     async def feedback(request: Request, _=Depends(require_admin)):
+        try:
+            return await apply_feedback(request)
+        except HTTPException as exc:
+            if exc.status_code < 500 and not rejections.spend():
+                raise HTTPException(status_code=429, headers={"Retry-After": str(math.ceil(1.0 / rejections.per_s))},
+                                    detail={"error": {"message": "too many refused feedback requests; retry later",
+                                                      "type": "aisia_rate_limited"}}) from None
+            raise
+
+    async def apply_feedback(request: Request):
         body = await _json_object(request)
         rid, score = body.get("request_id"), body.get("score")
         if not isinstance(rid, str) or not rid:
@@ -107,7 +140,8 @@ def mount(app, plugin: "AisiaPlugin") -> None:
         rt = plugin.runtime
         served = rt.served.pop(rid, None)
         if served is None:
-            raise _bad(404, f"no served request {rid!r} awaits feedback (unknown, expired, or feedback already given)")
+            shown = rid if len(rid) <= 80 else rid[:77] + "..."
+            raise _bad(404, f"no served request {shown!r} awaits feedback (unknown, expired, or feedback already given)")
         # The serving deployment learns one more outcome whose reward is the score.
         reward = rt.engine.record(served.alias, Outcome(served.deployment_id, True, quality=float(score),
                                                         feedback=float(score)),
@@ -123,7 +157,7 @@ def mount(app, plugin: "AisiaPlugin") -> None:
         return {"worker_pid": os.getpid(), "files": [str(f) for f in rt.loaded.files],
                 "aliases": plugin.available_aliases(),
                 "aliases_without_candidates": list(plugin.empty_aliases),
-                "reloads": watcher.reloads if watcher else 0, "checks": watcher.checks if watcher else 0,
+                "group_installs": plugin.group_installs, "reloads": watcher.reloads if watcher else 0, "checks": watcher.checks if watcher else 0,
                 "rejected_edit": watcher.last_error if watcher else None}
 
     app.add_api_route("/aisia/policy", policy, methods=["GET"], include_in_schema=False)

@@ -73,6 +73,7 @@ class AisiaPlugin(CustomLogger):
         self.runtime: Optional[Runtime] = None
         self._router_mark: Any = None  # what the installed groups were computed from
         self._our_groups: set[str] = set()
+        self.group_installs = 0  # how many times the aliases were (re)installed into the Router
         self._served_aliases: set[str] = set()
         self.empty_aliases: list[str] = []
         self._startup: Optional[asyncio.Task] = None
@@ -214,6 +215,7 @@ class AisiaPlugin(CustomLogger):
         self._served_aliases = set(planned.members)
         self.empty_aliases = planned.empty
         self._router_mark = (id(router), id(router.routing_groups), len(router.model_list or ()), id(rt.policy))
+        self.group_installs += 1
         if planned.empty and startup:
             log.warning("aisia: no deployment of the LiteLLM config is a candidate of %s; requests for them get 503",
                         ", ".join(planned.empty))

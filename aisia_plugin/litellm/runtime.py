@@ -104,19 +104,22 @@ class Runtime:
 
     # -- deployments ---------------------------------------------------------------------------
     def deployment(self, raw: Mapping) -> Deployment:
-        """The core's view of one LiteLLM deployment dict, built once per deployment: the dicts
-        the Router hands the filter are fresh copies per request, their model_info and
-        litellm_params the same objects, which is what the cache is keyed on."""
+        """The core's view of one LiteLLM deployment dict, built once per deployment. The dicts
+        the Router hands the filter are fresh per request (a routing group copies
+        ``litellm_params`` to set its ``order``), but ``model_info`` stays the Router's object:
+        the cache is keyed on it, checked against the model called (an edited deployment gets
+        a new ``model_info``). The same Deployment objects request after request also let the
+        engine memoise the alias's pool."""
         info = raw.get("model_info") or {}
         params = raw.get("litellm_params") or {}
         key = str(info.get("id") or raw.get("model_name") or "")
         hit = self._deployments.get(key)
-        if hit is not None and hit[0] is info and hit[1] is params:
+        if hit is not None and hit[0] is info and hit[1] == params.get("model"):
             return hit[2]
         if len(self._deployments) > 4096:
             self._deployments.clear()
         dep = build_deployment(raw, self.policy, cost_lookup)
-        self._deployments[key] = (info, params, dep)
+        self._deployments[key] = (info, params.get("model"), dep)
         return dep
 
     def deployments(self, raws) -> list[Deployment]:
