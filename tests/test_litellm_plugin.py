@@ -346,6 +346,21 @@ def test_streaming_is_served_and_its_latency_recorded(client, admin):
     assert row["count"] == before + 1 and row["avg_latency"] > 0
 
 
+def test_a_stream_whose_first_deployment_fails_is_served_by_the_next(client, admin, upstreams):
+    upstreams["st-a"].control(mode="error", status=500)
+    try:
+        raw = client.chat.completions.with_raw_response.create(
+            model="test/stream", messages=[{"role": "user", "content": PLAIN}], stream=True)
+        text = "".join(ch.choices[0].delta.content or "" for ch in raw.parse() if ch.choices)
+    finally:
+        upstreams["st-a"].control(mode="ok")
+    assert parse_reply(text)[0] == "st-b"
+    assert raw.headers["x-litellm-model-id"] == "st-b"
+    rows = explain(admin, raw.headers["x-aisia-request-id"])
+    assert [r["deployment_id"] for r in rows] == ["st-a", "st-b"]
+    assert [r["outcome"]["success"] for r in rows] == [False, True]
+
+
 def test_a_stream_broken_midway_is_a_provider_failure(client, admin, upstreams):
     upstreams["sb-a"].control(mode="stream_break")
     try:
