@@ -9,11 +9,25 @@ import httpx
 import openai
 import pytest
 
-from proxy_harness import parse_reply
+from proxy_harness import deployment, parse_reply, start_proxy
 
 # Uvicorn kills a worker that misses its 5 s health check, which a loaded 2-CPU machine can do
 # while the worker imports LiteLLM; the proxies of these suites get longer.
 SLOW_MACHINE_ENV = {"TIMEOUT_WORKER_HEALTHCHECK": "120"}
+
+
+def start_plugin_proxy(workdir, upstreams: dict, policy, env=None, models=None):
+    """A proxy with the plugin's callback line in front of `upstreams` ({name: RunningUpstream};
+    or the deployments `models`), `AISIA_POLICY` naming `policy` (a path, or the text of a file
+    written as team.yaml in `workdir`)."""
+    if isinstance(policy, str):
+        path = workdir / "team.yaml"
+        path.write_text(policy)
+        policy = path
+    config = {"model_list": models if models is not None else [deployment(n, u) for n, u in upstreams.items()],
+              "litellm_settings": {"callbacks": ["aisia_plugin.litellm.plugin"]}}
+    return start_proxy(config, workdir, env={"AISIA_POLICY": str(policy), **SLOW_MACHINE_ENV, **(env or {})},
+                       timeout_s=240)
 
 
 def client_of(proxy, timeout: float = 60) -> openai.OpenAI:

@@ -15,8 +15,8 @@ import time
 import openai
 import pytest
 
-from fault_helpers import SLOW_MACHINE_ENV, admin_get, chat, client_of, explain_rows, stats, wait_for
-from proxy_harness import deployment, free_port, start_proxy, start_upstreams, stop_upstreams
+from fault_helpers import admin_get, chat, client_of, explain_rows, start_plugin_proxy, stats, wait_for
+from proxy_harness import deployment, free_port, start_upstreams, stop_upstreams
 
 BREAKER_TIMEOUT_S = 3.0
 UPSTREAM_TIMEOUT_S = 3  # the deployments' own request timeout (LiteLLM's `timeout`)
@@ -88,9 +88,7 @@ def proxy(work, upstreams, policy_file):
     models.append(deployment("refused-a", f"http://127.0.0.1:{free_port()}/v1",
                              litellm_params={"timeout": UPSTREAM_TIMEOUT_S}, input_cost_per_token=1e-7,
                              output_cost_per_token=1e-7))
-    config = {"model_list": models, "litellm_settings": {"callbacks": ["aisia_plugin.litellm.plugin"]}}
-    p = start_proxy(config, work / "proxy", env={"AISIA_POLICY": str(policy_file), **SLOW_MACHINE_ENV},
-                    timeout_s=240)
+    p = start_plugin_proxy(work / "proxy", upstreams, policy_file, models=models)
     yield p
     p.stop()
 

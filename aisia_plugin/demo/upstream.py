@@ -59,6 +59,7 @@ class UpstreamSpec:
     seed: int = 0
     port: int = 0  # 0 lets the system choose a free port
     local: bool = False  # a "local" model (the demo annotates it for auto/offline)
+    echo: bool = False  # the reply ends with the last user message (privacy tests: a marker in answers)
 
     def __post_init__(self):
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", self.name or ""):
@@ -346,6 +347,8 @@ class _Handler(BaseHTTPRequestHandler):
         quality = quality_of(spec, prompt, domain)
         text = (f"served-by={spec.name} model={spec.model_id} domain={domain or 'general'} quality={quality:.3f} "
                 + " ".join(["lorem"] * max(0, spec.reply_words - 5)))
+        if spec.echo:
+            text += " echo: " + prompt
         prompt_tokens = _tokens(_message_text(messages))
         completion_tokens = _tokens(text)
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
