@@ -35,6 +35,7 @@ shows through its base (the arm the bandit forgets)."""
 from __future__ import annotations
 
 import math
+import threading
 import zlib
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Sequence
@@ -196,6 +197,9 @@ class ContextualModels:
     _VECTORS = ("p0", "scale", "tick", "count", "prior_mean", "prior_count")
 
     def __init__(self):
+        # Outcomes may be recorded from several threads: a column's update (and a new column)
+        # happens under this lock; a decision reads without it (it may see an update half-done).
+        self._lock = threading.RLock()
         self.ids: dict[str, int] = {}
         # float32: a decision's cost is reading these slots; the precision is far beyond a reward's.
         self.hd = np.zeros((DIM, 2, 0), dtype=np.float32)
@@ -221,6 +225,13 @@ class ContextualModels:
         per deployment (a decision computes over all of them): a new deployment copies it once."""
         k = self.ids.get(dep)
         if k is not None:
+            return k
+        with self._lock:
+            return self._new_column(dep, prior_variance)
+
+    def _new_column(self, dep: str, prior_variance: float) -> int:
+        k = self.ids.get(dep)
+        if k is not None:  # another thread made it meanwhile
             return k
         k = len(self.ids)
         self.hd = np.concatenate((self.hd, np.zeros((DIM, 2, 1), dtype=np.float32)), axis=2)
@@ -301,6 +312,10 @@ class ContextualModels:
         """One observed reward of `dep` for the request `ctx` was made from."""
         if not math.isfinite(reward):
             return
+        with self._lock:
+            self._learn(dep, ctx, reward, tick, gamma)
+
+    def _learn(self, dep: str, ctx: LearnContext, reward: float, tick: float, gamma: float) -> None:
         k = self.column(dep, ctx.prior_variance)
         s = self._bring_to(k, tick, gamma)
         idx, inv = np.unique(ctx.vector.idx, return_inverse=True)
