@@ -212,8 +212,11 @@ def test_specs_are_checked():
         start_upstreams([{"name": "x"}, {"name": "x"}])
     spec = parse_spec("coder:latency_ms=40,error_rate=0.02,strength.coding=0.95,local=true")
     assert (spec.latency_ms, spec.error_rate, dict(spec.strengths), spec.local) == (40.0, 0.02, {"coding": 0.95}, True)
+    assert parse_spec("x:echo=yes").echo and not parse_spec("x:echo=false").echo
     with pytest.raises(ValueError, match="unknown key"):
         parse_spec("x:speed=3")
+    with pytest.raises(ValueError, match="true or false"):
+        parse_spec("x:local=maybe")
 
 
 def test_command_line_serves_until_stopped():

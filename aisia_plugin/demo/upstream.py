@@ -523,7 +523,9 @@ def parse_spec(text: str) -> UpstreamSpec:
                 raise ValueError(f"unknown key {key!r}")
             elif key == "model":
                 kw[key] = value
-            elif key == "local":
+            elif types[key] in (bool, "bool"):
+                if value.strip().lower() not in ("1", "true", "yes", "0", "false", "no"):
+                    raise ValueError(f"{key} must be true or false")
                 kw[key] = value.strip().lower() in ("1", "true", "yes")
             elif key in ("seed", "port", "reply_words"):
                 kw[key] = int(value)
@@ -541,7 +543,7 @@ def main(argv=None) -> int:
                                 description="Run simulated OpenAI-compatible upstreams on 127.0.0.1 until Ctrl-C.")
     p.add_argument("--spec", action="append", default=[], metavar="NAME[:key=value,...]",
                    help="one upstream (repeatable); keys: model, latency_ms, error_rate, input_cost_per_1m, "
-                        "output_cost_per_1m, default_strength, strength.DOMAIN, reply_words, seed, port, local")
+                        "output_cost_per_1m, default_strength, strength.DOMAIN, reply_words, seed, port, local, echo")
     p.add_argument("--demo", action="store_true", help="run the demo's simulated providers")
     p.add_argument("--json", action="store_true", help="print one JSON object per upstream instead of a table")
     args = p.parse_args(argv)
