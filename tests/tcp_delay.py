@@ -8,12 +8,14 @@ the fault tests and the soak run.
         slow.resume()                            # forwarded again, the held bytes first
         slow.set_delay(0)
 
-Bytes are never dropped or reordered: each direction of each connection is one thread that
-reads a chunk, waits (the delay; while stalled, until resumed) and writes it on. A target that is
+Bytes are never dropped or reordered: each direction of each connection has a reader thread,
+which stamps every chunk with the time it is due (its arrival plus the delay), and a sender
+thread, which writes it on then (while stalled, once resumed): pure latency, no bandwidth cap. A target that is
 down makes the proxy close the client's connection at once (a refused Redis, seen through it)."""
 
 from __future__ import annotations
 
+import queue
 import socket
 import threading
 import time
@@ -96,14 +98,31 @@ class DelayProxy:
                 threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
 
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        """Read from `src`; each chunk is due `delay` after it arrived (pure latency: chunks in
+        flight do not wait behind each other), and a sender thread writes it to `dst` then."""
+        due: "queue.Queue[tuple[float, bytes] | None]" = queue.Queue()
+        threading.Thread(target=self._send_when_due, args=(due, src, dst), daemon=True).start()
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
                     break
-                delay = self._delay
-                if delay:
-                    time.sleep(delay)
+                due.put((time.monotonic() + self._delay, data))
+        except OSError:
+            pass
+        finally:
+            due.put(None)
+
+    def _send_when_due(self, due, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                item = due.get()
+                if item is None:
+                    break
+                at, data = item
+                wait = at - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
                 while not self._flowing.wait(0.1):
                     if self._closed:
                         return
