@@ -359,3 +359,19 @@ def test_exploration_is_an_epsilon_floor_for_the_bandits(tmp_path, strategy):
     explored = [d for d in picks if d.deployment_id != "b-1"]
     assert all(d.reason.startswith("exploration (epsilon 0.5) chose ") for d in explored)
     assert 0.2 < len(explored) / len(picks) < 0.5  # epsilon 0.5, two of three random picks miss b-1
+
+
+def test_lkgp_names_why_its_last_known_good_cannot_serve(policy_file):
+    """Issue 11, finding 11: an OPEN last known good was said to be 'not in the pool'."""
+    eng = engine_for(policy_file())
+    pool = [dep("a-1"), dep("b-1")]
+    d = eng.decide("auto/lkgp", MSG, pool)
+    eng.record(d, Outcome(d.deployment_id, success=True, latency_s=0.5, quality=0.9))
+    pinned = d.deployment_id
+    assert eng.decide("auto/lkgp", MSG, pool).deployment_id == pinned
+    for _ in range(5):
+        eng.record("auto", Outcome(pinned, success=False, status_code=503))
+    d = eng.decide("auto/lkgp", MSG, pool)
+    assert d.deployment_id != pinned
+    assert f"last known good {pinned!r} may not take this request (see its row)" in d.reason
+    assert {s.id: s.excluded for s in d.scores}[pinned] == "circuit OPEN"

@@ -106,3 +106,40 @@ def test_a_binary_prompt_on_stdin_under_a_strict_locale(tmp_path):
     assert proc.returncode == 0, proc.stderr.decode("utf-8", "replace")
     assert b"Traceback" not in proc.stderr
     assert json.loads(proc.stdout)["decision"]["deployment_id"]
+
+
+SEED_STATE = {"ticks": 100, "bandit": {
+    "cerebras-llama-3.3-70b": {"pulls": 50, "total_reward": 42.5, "avg_latency": 1.0, "count": 50},
+    "openai-gpt-4o": {"pulls": 30, "total_reward": 27.0, "avg_latency": 10.0, "count": 30},
+    "groq-llama-3.1-8b": {"pulls": 20, "total_reward": 16.0, "avg_latency": 2.0, "count": 20}}}
+
+
+@pytest.mark.parametrize("forgetting,scores", [
+    # The seed's worked example (section 2) exactly, forgetting off.
+    (False, {"cerebras-llama-3.3-70b": 1.5222, "openai-gpt-4o": 1.6041, "groq-llama-3.1-8b": 1.7156}),
+    # The same counts recorded 100 requests ago, forgetting on (half-life 1000): n and N are
+    # discounted by 2^(-100/1000), so the exploration terms grow.
+    (True, {"cerebras-llama-3.3-70b": 1.5340, "openai-gpt-4o": 1.6193, "groq-llama-3.1-8b": 1.7342}),
+])
+def test_explain_shows_ucb1s_n_and_N_and_whether_forgetting_is_on(tmp_path, capsys, forgetting, scores):
+    cfg = tmp_path / "litellm.yaml"
+    cfg.write_text("model_list:\n" + "".join(
+        f"  - {{model_name: {n}, litellm_params: {{model: {m}}}, model_info: {{id: {n}}}}}\n"
+        for n, m in [("cerebras-llama-3.3-70b", "cerebras/llama-3.3-70b"), ("openai-gpt-4o", "openai/gpt-4o"),
+                     ("groq-llama-3.1-8b", "groq/llama-3.1-8b-instant")]), encoding="utf-8")
+    sf = tmp_path / "state.json"
+    sf.write_text(json.dumps(SEED_STATE))
+    team = tmp_path / "team.yaml"
+    team.write_text(f"version: 1\nbandit: {{forgetting: {{enabled: {str(forgetting).lower()}}}}}\n"
+                    "aliases:\n  auto: {exploration_c: 1.4142135623730951}\n", encoding="utf-8")
+    argv = ["explain", "--policy", str(team), "--state", str(sf), "--deployments", str(cfg), "hello"]
+    assert main([*argv, "--json"]) == 0
+    rows = {c["id"]: c for c in json.loads(capsys.readouterr().out)["decision"]["candidates"]}
+    assert {i: round(r["score"], 4) for i, r in rows.items()} == scores
+    n = rows["groq-llama-3.1-8b"]["terms"]["n"]
+    assert n == (pytest.approx(20 * 2 ** -0.1) if forgetting else 20)
+    assert rows["groq-llama-3.1-8b"]["terms"]["N"] == pytest.approx(100 * (2 ** -0.1 if forgetting else 1))
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert (" n=" in out and " N=" in out)
+    assert ("learning:  forgetting on (half-life 1000 requests)" in out) is forgetting

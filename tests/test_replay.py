@@ -461,3 +461,23 @@ def test_cli_usage_errors_exit_2(capsys, policy_path, extra, message):
 def test_cli_missing_trace_exit_2(capsys, policy_path, tmp_path):
     code, _, err = cli(capsys, "--policy", policy_path, "--data", tmp_path / "nope.jsonl")
     assert code == 2 and "cannot read the trace" in err
+
+
+def test_candidates_the_trace_does_not_have_or_unknown_domains_are_errors(tmp_path, capsys):
+    """Issue 11, finding 9: a typo in a --deployments name used to be ignored silently (and
+    changed the cost figures); an unknown speciality domain was accepted."""
+    from aisia_plugin.cli import main
+
+    fix = Path(__file__).parent / "fixtures" / "replay"
+    cands = tmp_path / "cands.yaml"
+    cands.write_text("candidates:\n  openai-gpt4o:\n    input_cost_per_1m: 100\n", encoding="utf-8")
+    assert main(["replay", "--data", str(fix / "small.jsonl"), "--deployments", str(cands)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"{cands}:2: candidates.openai-gpt4o: not a candidate of the trace; did you mean 'openai-gpt-4o'?\n"
+    cands.write_text("candidates:\n  deepseek-coder:\n    specialities: {codng: null}\n", encoding="utf-8")
+    assert main(["replay", "--data", str(fix / "small.jsonl"), "--deployments", str(cands)]) == 1
+    err = capsys.readouterr().err
+    assert err == (f"{cands}:3: candidates.deepseek-coder.specialities.codng: unknown domain 'codng'; "
+                   "did you mean 'coding'?\n")
+    cands.write_text("candidates:\n  deepseek-coder:\n    specialities: {coding: null}\n", encoding="utf-8")
+    assert main(["replay", "--data", str(fix / "small.jsonl"), "--deployments", str(cands), "--json"]) == 0

@@ -355,3 +355,43 @@ def test_thompson_dominant_and_half_open():
     pool = [cand("a-weak", st=stats(alpha=10, beta=990)), cand("b-strong", st=stats(alpha=990, beta=10), breaker="HALF_OPEN")]
     for seed in range(20):
         assert pick("thompson", pool, seed=seed).deployment_id == "b-strong"
+
+
+def test_thompson_bonuses_are_a_policy_switch(tmp_path):
+    """Issue 11, finding 12: bandit.thompson_bonuses (default true, the seed's reading) adds the
+    cost and latency bonuses to the Beta draws; false ranks on the draws alone."""
+    import random as _random
+
+    from aisia_plugin.decision import Deployment
+    from aisia_plugin.engine import Engine
+    from aisia_plugin.policy import load_policy
+
+    pool = [Deployment(id="dear-1", model_name="dear-1", model="x/dear", provider="x", input_cost_per_1m=0.0,
+                       output_cost_per_1m=0.0),
+            Deployment(id="free-1", model_name="free-1", model="y/free", provider="y", input_cost_per_1m=0.0,
+                       output_cost_per_1m=0.0)]
+    msg = [{"role": "user", "content": "hello"}]
+
+    def rows(flag):
+        f = tmp_path / f"p{flag}.yaml"
+        f.write_text(f"version: 1\nbandit: {{thompson_bonuses: {str(flag).lower()}}}\n"
+                     "aliases:\n  auto/t: {strategy: thompson, cost_weight: 0.5, latency_weight: 0.5}\n", encoding="utf-8")
+        pol = load_policy([f])
+        assert pol.bandit.thompson_bonuses is flag
+        d = Engine(pol, clock=lambda: 0.0, rng=_random.Random(3)).decide("auto/t", msg, pool)
+        return {s.id: s.terms for s in d.scores}
+
+    on, off = rows(True), rows(False)
+    assert all(t["bonus"] > 0 for t in on.values())
+    assert all(t["bonus"] == 0 for t in off.values())
+    assert load_policy().bandit.thompson_bonuses is True
+
+
+def test_specificity_match_is_neutral_without_a_tier():
+    """Issue 11, finding 11: a deployment without a tier scored 0.67 or 0 (as 'standard')
+    instead of the documented neutral 0.5."""
+    from aisia_plugin.strategies.rules import specificity_match
+
+    assert specificity_match(None, 0.0) == specificity_match(None, 1.0) == 0.5
+    assert specificity_match("pro", None) == 0.5
+    assert specificity_match("free", 0.0) == 1.0 and specificity_match("ultra", 0.0) == 0.0

@@ -122,3 +122,11 @@ def test_mode_pack_replaces_weights_wholesale(policy):
     plain = weights_for_alias(policy, policy.aliases["auto"])
     assert plain == pytest.approx(policy.rules.weights.model_dump())
     assert plain["health"] == pytest.approx(0.1605)
+
+
+@pytest.mark.parametrize("model,family", [("openai/gpt-4o-2024-08-06", "gpt-4o"), ("gpt-4o-2024-11-20", "gpt-4o"),
+                                          ("gpt-4o-mini-2024-07-18", "gpt-4o-mini")])
+def test_dated_model_names_score_as_their_family(policy, model, family):
+    """Issue 11, finding 11: gpt-4o-2024-08-06 used to get the table's default 0.5."""
+    table = TaskFitnessTable(policy.task_fitness)
+    assert table.fitness_of([model], "coding") == table.fitness_of([family], "coding") != [policy.task_fitness.default]

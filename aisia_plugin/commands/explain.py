@@ -52,7 +52,7 @@ def _load_deployments(path, policy):
     if isinstance(data, dict) and "candidates" in data:
         from ..replay.candidates import load_candidates
 
-        specs = load_candidates(path)
+        specs = load_candidates(path, policy=policy)
         return [spec.to_deployment(name, policy) for name, spec in specs.items()]
     return load_deployments_file(path, policy)
 
@@ -127,6 +127,10 @@ def run(args) -> int:
     print("features:  " + ", ".join(f"{k}={v}" for k, v in features.items()))
     print(f"domain:    {decision.domain or '-'}   task type: {decision.task_type}")
     print(f"strategy:  {decision.strategy}")
+    forgetting = policy.bandit.forgetting
+    if forgetting.enabled:
+        print(f"learning:  forgetting on (half-life {forgetting.half_life_requests:g} requests): counts such as "
+              "UCB1's n and N are discounted by their age")
     print("candidates:")
     for s in decision.scores:
         if s.excluded:

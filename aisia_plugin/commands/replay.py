@@ -113,7 +113,7 @@ def run(args) -> int:
     specs = {}
     if args.deployments:
         try:
-            specs = load_candidates(args.deployments)
+            specs = load_candidates(args.deployments, trace_names=trace.candidates, policy=policy)
         except CandidatesError as exc:
             _err(str(exc))
             return 1

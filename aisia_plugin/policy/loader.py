@@ -176,7 +176,11 @@ def _read_document(f: Path):
     """One policy file: (data or None, locations, issues), its schema already checked."""
     try:
         text = f.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:  # located at the first byte that is not UTF-8
+        before = exc.object[: exc.start]
+        line, column = before.count(b"\n") + 1, exc.start - before.rfind(b"\n")
+        return None, {}, [PolicyIssue(str(f), line, column, "", f"cannot read: {exc}", "io")]
+    except OSError as exc:
         return None, {}, [PolicyIssue(str(f), 0, 0, "", f"cannot read: {exc}", "io")]
     data, locs, issues = load_yaml_with_positions(text, str(f))
     if issues and data is None:

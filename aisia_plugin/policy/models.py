@@ -111,6 +111,7 @@ class Bandit(BaseModel):
     latency_ema_weight: float
     initial_latency_s: float
     thompson_success_threshold: float
+    thompson_bonuses: bool
     per_domain: PerDomain
     forgetting: Forgetting
 

@@ -300,8 +300,12 @@ def _parse_latency(raw, path, bad) -> Optional[LatencyModel]:
     )
 
 
-def load_candidates(path) -> dict[str, CandidateSpec]:
-    """Read a candidates file. Raises CandidatesError (file:line: messages) or OSError."""
+def load_candidates(path, *, trace_names=None, policy=None) -> dict[str, CandidateSpec]:
+    """Read a candidates file. Raises CandidatesError (file:line: messages) or OSError.
+
+    With `trace_names` (the trace's candidates), a name that is not one of them is an error: its
+    facts would be ignored silently and a typo would change the figures. With `policy`, a
+    speciality naming a domain the policy lacks is one, as `aisia validate` says of a policy."""
     from ..policy.yamlpos import load_yaml_with_positions, position_of
 
     with open(path, encoding="utf-8") as fh:
@@ -315,6 +319,31 @@ def load_candidates(path) -> dict[str, CandidateSpec]:
         return f"{path}:{pos.line if pos else 0}"
 
     specs, problems = parse_candidates(data, where)
+    if not problems:
+        problems = _cross_check(specs, where, trace_names, policy)
     if problems:
         raise CandidatesError(problems)
     return specs
+
+
+def _cross_check(specs, where, trace_names, policy) -> list[str]:
+    import difflib
+
+    out = []
+    if trace_names is not None:
+        known = list(trace_names)
+        for name in specs:
+            if name not in known:
+                close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+                hint = f"; did you mean '{close[0]}'?" if close else f"; the trace's candidates: {', '.join(known)}"
+                out.append(f"{where(('candidates', name))}: candidates.{name}: not a candidate of the trace{hint}")
+    if policy is not None:
+        domains = list(policy.domains.definitions)
+        for name, spec in specs.items():
+            for domain in spec.specialities or {}:
+                if domain not in domains:
+                    close = difflib.get_close_matches(domain, domains, n=1, cutoff=0.5)
+                    hint = f"; did you mean '{close[0]}'?" if close else f"; the policy's domains: {', '.join(domains)}"
+                    out.append(f"{where(('candidates', name, 'specialities', domain))}: "
+                               f"candidates.{name}.specialities.{domain}: unknown domain '{domain}'{hint}")
+    return out

@@ -43,7 +43,8 @@ class UCB1Strategy:
 
         def terms(i: int) -> dict:
             arm = ArmStats(pulls=pulls[i], total_reward=rewards[i], avg_latency=latencies[i])
-            return ucb1_terms(arm, total, cost_per_1m=costs[i], **knobs)
+            # n and N as the formula used them: discounted by age when forgetting is on.
+            return {**ucb1_terms(arm, total, cost_per_1m=costs[i], **knobs), "n": pulls[i], "N": total}
 
         def reason() -> str:  # formatted when first read
             t = terms(best)
@@ -81,7 +82,11 @@ class ThompsonStrategy:
         pool = Pool.of(pool).not_open()
         rng = context.rng
         alphas, betas = pool.beta_params
-        bonus = bandit_bonuses(pool, context)
+        policy = getattr(context, "policy", None)
+        if policy is None or policy.bandit.thompson_bonuses:  # bandit.thompson_bonuses: the seed's reading
+            bonus = bandit_bonuses(pool, context)
+        else:
+            bonus = [0.0] * len(alphas)
         # One posterior draw per candidate, in pool order (a seeded test replays them exactly).
         draws = beta_draws(rng, alphas, betas)
         scores = [d + b for d, b in zip(draws, bonus)]

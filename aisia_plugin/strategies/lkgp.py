@@ -43,7 +43,9 @@ class LkgpStrategy:
                    else [i for i, d in enumerate(pool.deployments) if d.provider == lkg])
         what = "deployment" if by_id else "provider"
         if not matches:
-            return self._rules(pool, context, f"last known good {lkg!r} is not in the pool")
+            # Left out before the strategy ran (a blocking breaker, a budget, a failed attempt, the
+            # selector): its own row in the decision says which.
+            return self._rules(pool, context, f"last known good {lkg!r} may not take this request (see its row)")
         usable = [i for i in matches if breakers[i] != "OPEN"]
         if not usable:
             return self._rules(pool, context, f"the LKGP {what} {lkg!r} is OPEN, not pinning to it")

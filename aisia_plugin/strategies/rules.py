@@ -12,7 +12,7 @@ Factors, each clamped to [0, 1]; pool maxima are computed once per call over the
     stability             1 - stddev / max stddev in pool (1 when every stddev is 0)
     tier_priority         ultra 1, pro 0.67, standard 0.33, free 0 (no tier: as standard)
     tier_affinity         no hint 0.5; the hinted tier 1; an adjacent tier 0.7; else 0.3
-    specificity_match     no specificity 0.5; else 1 - |specificity - tier level| where the tier
+    specificity_match     no specificity or no tier 0.5; else 1 - |specificity - tier level| where the tier
                           level is the tier_priority value: a very specific (demanding) request
                           matches the top tier, a generic one the free tier
     context_affinity      c.signals["context_affinity"], default 0.5
@@ -165,8 +165,9 @@ def tier_affinity(tier: str, hint: Optional[str]) -> float:
     return 1.0 if d == 0 else (0.7 if d == 1 else 0.3)
 
 
-def specificity_match(tier: str, specificity) -> float:
-    if specificity is None:
+def specificity_match(tier: Optional[str], specificity) -> float:
+    # A deployment without a tier has no level to match: neutral, like tier_affinity without a hint.
+    if specificity is None or tier not in TIER_LEVEL:
         return 0.5
     try:
         s = float(specificity)
@@ -202,7 +203,7 @@ def factor_table(pool: list[Candidate], context: RoutingContext) -> dict[str, di
             "stability": 1.0 if max_sd <= 0 else clamp01(1.0 - finite(c.latency_stddev_ms, max_sd) / max_sd),
             "tier_priority": TIER_LEVEL[tier],
             "tier_affinity": tier_affinity(tier, hint),
-            "specificity_match": specificity_match(tier, spec),
+            "specificity_match": specificity_match(c.deployment.tier, spec),
             **{k: clamp01(sig.get(k, d)) for k, d in SIGNAL_DEFAULTS.items()},
             "connection_density": density,
             "quality": clamp01(getattr(stats, "mean_reward", 0.5)) if pulls > 0 else 0.5,
