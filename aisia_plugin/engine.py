@@ -92,7 +92,7 @@ class Engine:
         if not hook.get_hookimpls():
             return feats
         extra = {}
-        for contributed in hook(messages=messages, features=feats):
+        for contributed in plugins.call_each(hook, messages=messages, features=feats):
             if isinstance(contributed, dict):
                 extra.update(contributed)
         return replace(feats, extra=extra) if extra else feats
@@ -262,12 +262,8 @@ class Engine:
 
     def _finish(self, decision: Decision, feats) -> Decision:
         observe = self._hook.observe_decision
-        if not observe.get_hookimpls():  # nobody observes: skip pluggy's call machinery
-            return decision
-        try:
-            observe(decision=decision, context=feats)
-        except Exception:  # an observer must never break routing
-            pass
+        if observe.get_hookimpls():  # nobody observes: nothing to call
+            plugins.call_each(observe, decision=decision, features=feats)
         return decision
 
     # -- learning --------------------------------------------------------------------------------
@@ -296,10 +292,14 @@ class Engine:
         learn = getattr(decision_or_alias, "context", None)
         if learn is not None and value is not None:  # the contextual strategy's: teach the chosen model
             self.contextual.learn(outcome.deployment_id, learn, value, tick, self.gamma)
-        try:
-            self._hook.observe_outcome(outcome=outcome, decision=decision_or_alias)
-        except Exception:
-            pass
+        observe = self._hook.observe_outcome
+        if observe.get_hookimpls():
+            decision = decision_or_alias
+            if not isinstance(decision, Decision):  # recorded against an alias: a Decision standing for it
+                decision = Decision(outcome.deployment_id, None, ap.strategy if ap is not None else "",
+                                    "outcome recorded against the alias alone", 0, None, alias=alias or "",
+                                    domain=domain)
+            plugins.call_each(observe, outcome=outcome, decision=decision)
         return value
 
 

@@ -22,6 +22,10 @@ def register_strategies(register):
     ``description`` and ``select(pool, context) -> Decision``."""
 
 
+# Every hook follows one rule: a plugin that raises is logged (log.exception, naming the plugin)
+# and routing goes on without its contribution; the other plugins are still called.
+
+
 @hookspec
 def extract_features(messages, features):
     """Contribute request features: return a dict of extra features (merged into
@@ -29,10 +33,13 @@ def extract_features(messages, features):
 
 
 @hookspec
-def observe_decision(decision, context):
-    """Called after every routing decision (for logging, metrics, audits). Must not raise."""
+def observe_decision(decision, features):
+    """Called after every routing decision (for logging, metrics, audits) with the Decision and
+    the request's features (``features.RequestFeatures``)."""
 
 
 @hookspec
 def observe_outcome(outcome, decision):
-    """Called after the outcome of a routed call is known. Must not raise."""
+    """Called after the outcome of a routed call is known, with the Outcome and the Decision that
+    routed it (one standing for it, with its alias and domain, when the caller recorded the
+    outcome against an alias alone)."""

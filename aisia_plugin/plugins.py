@@ -73,7 +73,7 @@ def strategies() -> dict[str, object]:
                 continue
             found[name] = strategy
 
-    pm.hook.register_strategies(register=register)
+    call_each(pm.hook.register_strategies, register=register)
     with _lock:
         _strategies = found
     return found
@@ -99,3 +99,20 @@ def get_strategy(name: str):
 
 def hook():
     return get_plugin_manager().hook
+
+
+def call_each(caller, **kwargs) -> list:
+    """Call every implementation of a hook (``hook().<name>``) on its own: one that raises is
+    logged with its plugin's name and skipped, the others still run. The results of those that
+    returned something other than None, newest plugin first (pluggy's order)."""
+    out = []
+    for impl in reversed(caller.get_hookimpls()):
+        try:
+            result = impl.function(*[kwargs[a] for a in impl.argnames])
+        except Exception:
+            log.exception("aisia plugin %r raised in hook %s; routing goes on without it", impl.plugin_name,
+                          caller.name)
+            continue
+        if result is not None:
+            out.append(result)
+    return out

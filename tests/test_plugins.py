@@ -37,3 +37,87 @@ def test_a_third_party_plugin_adds_and_replaces_strategies():
         plugins.unregister_plugin(p)
     assert not isinstance(plugins.get_strategy("rules"), AlwaysLast)
     assert "last" not in plugins.strategy_names()
+
+
+# -- the four hooks: what they carry, and one rule for a plugin that raises (issue 11, the house) --
+import logging  # noqa: E402
+import random  # noqa: E402
+
+import pytest  # noqa: E402
+
+from aisia_plugin.decision import Deployment  # noqa: E402
+from aisia_plugin.engine import Engine  # noqa: E402
+from aisia_plugin.features import RequestFeatures  # noqa: E402
+from aisia_plugin.outcome import Outcome  # noqa: E402
+from aisia_plugin.policy import load_policy  # noqa: E402
+
+
+class Recorder:
+    def __init__(self):
+        self.seen = []
+
+    @hookimpl
+    def extract_features(self, messages, features):
+        self.seen.append(("features", features))
+        return {"team": "blue"}
+
+    @hookimpl
+    def observe_decision(self, decision, features):
+        self.seen.append(("decision", decision, features))
+
+    @hookimpl
+    def observe_outcome(self, outcome, decision):
+        self.seen.append(("outcome", outcome, decision))
+
+
+class Raiser:
+    @hookimpl
+    def register_strategies(self, register):
+        raise RuntimeError("broken registration")
+
+    @hookimpl
+    def extract_features(self, messages, features):
+        raise RuntimeError("broken features")
+
+    @hookimpl
+    def observe_decision(self, decision, features):
+        raise RuntimeError("broken observer")
+
+    @hookimpl
+    def observe_outcome(self, outcome, decision):
+        raise RuntimeError("broken outcome observer")
+
+
+@pytest.fixture
+def hooked():
+    rec, bad = Recorder(), Raiser()
+    plugins.register_plugin(rec, "test-recorder")
+    plugins.register_plugin(bad, "test-raiser")
+    try:
+        yield rec
+    finally:
+        plugins.unregister_plugin(bad)
+        plugins.unregister_plugin(rec)
+
+
+def test_every_hook_carries_what_it_says_and_a_raising_plugin_is_logged(hooked, caplog):
+    pool = [Deployment(id="a-1", model_name="a-1", model="openai/a", provider="openai")]
+    engine = Engine(load_policy(), clock=lambda: 0.0, rng=random.Random(0))
+    with caplog.at_level(logging.ERROR, logger="aisia_plugin.plugins"):
+        assert "ucb1" in plugins.strategy_names()  # a raising register_strategies leaves the others
+        d = engine.decide("auto", [{"role": "user", "content": "hello"}], pool)
+        engine.record(d, Outcome("a-1", success=True, latency_s=0.2))
+        engine.record("auto/cheap", Outcome("a-1", success=True, latency_s=0.2), domain="coding")
+    assert d.deployment_id == "a-1"
+    kinds = [s[0] for s in hooked.seen]
+    assert kinds == ["features", "decision", "outcome", "outcome"]
+    _, decision, features = hooked.seen[1]
+    assert decision is d and isinstance(features, RequestFeatures) and features.extra == {"team": "blue"}
+    assert hooked.seen[2][2] is d
+    standing = hooked.seen[3][2]
+    assert isinstance(standing, Decision) and (standing.alias, standing.domain, standing.deployment_id) == (
+        "auto/cheap", "coding", "a-1")
+    logged = [r.getMessage() for r in caplog.records]
+    for hook in ("register_strategies", "extract_features", "observe_decision", "observe_outcome"):
+        assert f"aisia plugin 'test-raiser' raised in hook {hook}; routing goes on without it" in logged
+    assert all(r.exc_info for r in caplog.records)
