@@ -185,6 +185,16 @@ def _prompt(domain: str, rng: random.Random) -> str:
     return tpl.format(**values)
 
 
+def _call_draws(p: Provider, z: float, med_out: float, sig_out: float, rng: random.Random) -> tuple[float, int, float]:
+    """One provider's draws for one request of difficulty z: its copula uniform u (success iff
+    u < q), its output tokens and its latency (ms)."""
+    e = rng.gauss(0.0, 1.0)
+    u = _phi(RHO * z + math.sqrt(1.0 - RHO * RHO) * e)
+    tout = max(1, int(round(med_out * math.exp(sig_out * rng.gauss(0.0, 1.0)))))
+    latency = p.median_ms * (0.5 + 0.5 * tout / 250.0) * math.exp(LATENCY_SIGMA * rng.gauss(0.0, 1.0))
+    return u, tout, latency
+
+
 def providers(n: int = DEFAULT_PROVIDERS) -> list[Provider]:
     if not 8 <= n <= len(PROVIDERS):
         raise ValueError(f"providers: 8 to {len(PROVIDERS)}")
@@ -250,10 +260,7 @@ def generate(name: str, *, n: int = DEFAULT_REQUESTS, n_providers: int = DEFAULT
         z = rng.gauss(0.0, 1.0)  # the request's difficulty (shared by every provider)
         outcomes = {}
         for p in ps:
-            e = rng.gauss(0.0, 1.0)
-            u = _phi(RHO * z + math.sqrt(1.0 - RHO * RHO) * e)
-            tout = max(1, int(round(med_out * math.exp(sig_out * rng.gauss(0.0, 1.0)))))
-            latency = p.median_ms * (0.5 + 0.5 * tout / 250.0) * math.exp(LATENCY_SIGMA * rng.gauss(0.0, 1.0))
+            u, tout, latency = _call_draws(p, z, med_out, sig_out, rng)
             q = p.quality[di]
             price = p.price_per_1m
             active = event is not None and event["candidate"] == p.name and event["start"] <= i < event["end"]
@@ -347,10 +354,7 @@ def generate_prompt_aware(*, n: int = DEFAULT_REQUESTS, n_providers: int = DEFAU
         z = rng.gauss(0.0, 1.0)
         outcomes = {}
         for p in ps:
-            e = rng.gauss(0.0, 1.0)
-            u = _phi(RHO * z + math.sqrt(1.0 - RHO * RHO) * e)
-            tout = max(1, int(round(med_out * math.exp(sig_out * rng.gauss(0.0, 1.0)))))
-            latency = p.median_ms * (0.5 + 0.5 * tout / 250.0) * math.exp(LATENCY_SIGMA * rng.gauss(0.0, 1.0))
+            u, tout, latency = _call_draws(p, z, med_out, sig_out, rng)
             q = p.quality[di]
             q = q * (1.0 - penalty[p.name]) if hard else 1.0 - (1.0 - q) * EASY_ERROR_SHARE
             score = min(1.0, max(0.0, 0.5 + q - u)) if domain in GRADED else (1.0 if u < q else 0.0)
