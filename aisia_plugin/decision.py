@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from .bandit import EMPTY, arm_view, arm_weights, beta_params, pulls_and_rewards
+from .breaker import CLOSED, HALF_OPEN, OPEN
 
-HEALTH = {"CLOSED": 1.0, "HALF_OPEN": 0.5, "OPEN": 0.0}
+HEALTH = {CLOSED: 1.0, HALF_OPEN: 0.5, OPEN: 0.0}
 
 
 class _NoSignals(_MappingABC):
@@ -71,7 +72,7 @@ class Candidate:
 
     deployment: Deployment
     stats: Any  # bandit.ArmStats for the request's domain (blended with the global prior)
-    breaker: str = "CLOSED"  # effective breaker state now: CLOSED | HALF_OPEN | OPEN
+    breaker: str = CLOSED  # effective breaker state now: CLOSED | HALF_OPEN | OPEN
     p95_latency_ms: float = 5000.0
     latency_stddev_ms: float = 0.0
     error_rate: float = 0.0
@@ -193,9 +194,9 @@ class Pool(_SequenceABC):
         """The members whose breaker is not OPEN (the pool itself when none is); the whole pool
         when every one is OPEN."""
         breakers = self.breakers
-        if "OPEN" not in breakers:
+        if OPEN not in breakers:
             return self
-        keep = [i for i, b in enumerate(breakers) if b != "OPEN"]
+        keep = [i for i, b in enumerate(breakers) if b != OPEN]
         return self.subset(keep) if keep else self
 
     # -- columns ----------------------------------------------------------------------------------
@@ -450,7 +451,7 @@ class Decision:
 def not_open(pool: list[Candidate]) -> list[Candidate]:
     """The candidates whose breaker is not OPEN; the whole pool when every one is OPEN (a list of
     Candidates; ``Pool.not_open`` is the same rule over a Pool)."""
-    healthy = [c for c in pool if c.breaker != "OPEN"]
+    healthy = [c for c in pool if c.breaker != OPEN]
     return healthy or list(pool)
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Optional
 
+from .numbers import clamp01
 from .policy.models import Reward
 
 
@@ -25,23 +25,19 @@ class Outcome:
     retry_after_s: Optional[float] = None
 
 
-def _clamp01(x: float) -> float:
-    return 0.0 if not math.isfinite(x) else min(1.0, max(0.0, x))
-
-
 def reward(outcome: Outcome, cfg: Reward, target_p95_ms: float) -> float:
     """Always in [0, 1]: failure_reward for a failed call, else the weighted mean of the known
     terms (quality: the graded score, or 1 for a plain success; latency against the SLA target;
     feedback when given)."""
     if not outcome.success:
-        return _clamp01(cfg.failure_reward)
-    parts = [(cfg.quality_weight, 1.0 if outcome.quality is None else _clamp01(outcome.quality))]
+        return clamp01(cfg.failure_reward)
+    parts = [(cfg.quality_weight, 1.0 if outcome.quality is None else clamp01(outcome.quality))]
     if outcome.latency_s is not None and cfg.latency_weight > 0:
         ms = max(outcome.latency_s * 1000.0, 1e-6)
-        parts.append((cfg.latency_weight, _clamp01(target_p95_ms / ms)))
+        parts.append((cfg.latency_weight, clamp01(target_p95_ms / ms)))
     if outcome.feedback is not None and cfg.feedback_weight > 0:
-        parts.append((cfg.feedback_weight, _clamp01(outcome.feedback)))
+        parts.append((cfg.feedback_weight, clamp01(outcome.feedback)))
     total = sum(w for w, _ in parts)
     if total <= 0:
         return 1.0
-    return _clamp01(sum(w * v for w, v in parts) / total)
+    return clamp01(sum(w * v for w, v in parts) / total)

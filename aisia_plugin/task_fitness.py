@@ -21,13 +21,10 @@ import threading
 from typing import Optional
 
 from .globs import most_specific
+from .numbers import clamp01
 from .policy.models import TaskFitness
 
 CACHE_SIZE = 4096
-
-
-def _clamp01(x: float) -> float:
-    return 0.0 if not x > 0.0 else (1.0 if x > 1.0 else float(x))
 
 
 def _bare(model: str) -> str:
@@ -59,7 +56,7 @@ class TaskFitnessTable:
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        value = _clamp01(self._compute(model, task))
+        value = clamp01(self._compute(model, task))
         with self._lock:
             if len(self._cache) >= self._cache_size:
                 self._cache.clear()  # bounded: start over rather than grow without limit

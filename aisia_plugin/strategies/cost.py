@@ -6,6 +6,7 @@ the raw cost is in its terms. Every candidate OPEN: the whole pool competes."""
 
 from __future__ import annotations
 
+from ..breaker import OPEN
 from ..decision import Decision, Pool, RoutingContext
 from .rules import finish, lower_is_better, relative_score
 
@@ -26,7 +27,7 @@ class CostStrategy:
         def reason() -> str:  # formatted when first read
             nxt = min(keys[:i] + keys[i + 1:], default=None)
             vs = f" (next cheapest ${nxt:.4g})" if nxt is not None else ""
-            all_open = "; every candidate is OPEN" if eligible.breakers[i] == "OPEN" else ""
+            all_open = "; every candidate is OPEN" if eligible.breakers[i] == OPEN else ""
             return f"cost picked {ids[i]}: cheapest at ${low:.4g} per 1M tokens{vs}{all_open}"
 
         return finish(self.name, pool, eligible,

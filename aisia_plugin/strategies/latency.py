@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from ..breaker import OPEN
 from ..decision import Candidate, Decision, Pool, RoutingContext
 from .rules import finish, finite, relative_score, sort_key
 
@@ -49,7 +50,7 @@ class LatencyStrategy:
         def reason() -> str:  # formatted when first read
             nxt = min(keys[:i] + keys[i + 1:], default=None)
             vs = f" (next {nxt:.0f} ms)" if nxt is not None else ""
-            all_open = "; every candidate is OPEN" if eligible.breakers[i] == "OPEN" else ""
+            all_open = "; every candidate is OPEN" if eligible.breakers[i] == OPEN else ""
             return (f"latency picked {ids[i]}: p95 {sort_key(p95s[i]):.0f} ms + error rate "
                     f"{finite(errs[i]):.3f} x 1000 = {low:.0f} ms, the lowest{vs}{all_open}")
 

@@ -9,6 +9,7 @@ is sticky: epsilon-greedy exploration applies only to the rules fallback."""
 
 from __future__ import annotations
 
+from ..breaker import CLOSED, OPEN
 from ..decision import Decision, Pool, RoutingContext, ranked_decision
 
 
@@ -46,13 +47,13 @@ class LkgpStrategy:
             # Left out before the strategy ran (a blocking breaker, a budget, a failed attempt, the
             # selector): its own row in the decision says which.
             return self._rules(pool, context, f"last known good {lkg!r} may not take this request (see its row)")
-        usable = [i for i in matches if breakers[i] != "OPEN"]
+        usable = [i for i in matches if breakers[i] != OPEN]
         if not usable:
             return self._rules(pool, context, f"the LKGP {what} {lkg!r} is OPEN, not pinning to it")
         k = usable[0]
         chosen = ids[k]
         def reason() -> str:  # formatted when first read
-            state = "" if breakers[k] == "CLOSED" else f" (breaker {breakers[k]})"
+            state = "" if breakers[k] == CLOSED else f" (breaker {breakers[k]})"
             via = "" if by_id else f" via provider {lkg!r}"
             return f"last known good {chosen}{via} is not OPEN{state}: pinned to it"
 

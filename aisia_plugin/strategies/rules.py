@@ -30,7 +30,9 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+from ..breaker import OPEN
 from ..decision import Candidate, Decision, Pool, RoutingContext, ranked_decision
+from ..numbers import clamp01, finite  # noqa: F401 (the strategies import them from here)
 from ..policy.models import FACTORS
 
 TIER_LEVEL = {"ultra": 1.0, "pro": 0.67, "standard": 0.33, "free": 0.0}
@@ -42,26 +44,6 @@ SIGNAL_DEFAULTS = {"context_affinity": 0.5, "cache_affinity": 0.0, "session_avai
 
 
 # -- helpers shared by the ranking strategies ------------------------------------------------------
-def clamp01(x) -> float:
-    """x clamped to [0, 1]; NaN and non-numbers count as 0."""
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return 0.0
-    if not x > 0.0:  # also NaN
-        return 0.0
-    return 1.0 if x > 1.0 else x
-
-
-def finite(x, default: float = 0.0) -> float:
-    """x as a finite float (non-finite or non-numeric -> default; +inf -> default too)."""
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return default
-    return x if math.isfinite(x) else default
-
-
 def sort_key(x) -> float:
     """A lower-is-better key: NaN counts as +inf so it ranks last."""
     try:
@@ -251,7 +233,7 @@ class RulesStrategy:
         parts = ", ".join(f"{k} {contrib:.3f}" for contrib, k in top if contrib > 0)
         runner = max(values[:b] + values[b + 1:], default=None)
         margin = f", {scores[best.id] - runner:.3f} ahead of the next" if runner is not None else ""
-        all_open = " (every candidate is OPEN)" if best.breaker == "OPEN" else ""
+        all_open = " (every candidate is OPEN)" if best.breaker == OPEN else ""
         reason = f"rules picked {best.id}: score {scores[best.id]:.3f} (largest parts: {parts or 'none'}){margin}{all_open}"
         def terms():
             return {cid: {k: round(v, 6) for k, v in f.items()} for cid, f in factors.items()}

@@ -19,6 +19,7 @@ an SLA in the context: target 2000 ms, max error rate 0.05, no cost cap, soft co
 
 from __future__ import annotations
 
+from ..breaker import OPEN
 from ..decision import Candidate, Decision, Pool, RoutingContext
 from .rules import clamp01, finish, finite, sort_key
 
@@ -62,7 +63,7 @@ def sla_terms(pool: list[Candidate], sla) -> dict[str, dict[str, float]]:
         health = clamp01(c.health)
         score = (WEIGHTS["latency"] * lat_s + WEIGHTS["error"] * err_s + WEIGHTS["health"] * health
                  + WEIGHTS["cost"] * cost_s + WEIGHTS["stability"] * stab)
-        violation = (1.0 if c.breaker == "OPEN" else 0.0) + _over(p95, target) + _over(err, max_err)
+        violation = (1.0 if c.breaker == OPEN else 0.0) + _over(p95, target) + _over(err, max_err)
         if max_cost is not None:
             violation += _over(cost, max_cost)
         violation = finite(violation, 1e12)  # an infinite p95 or cost: a huge, finite violation
@@ -99,7 +100,7 @@ class SlaStrategy:
         else:
             reason = (f"no candidate meets every SLA limit; highest score: {best.id} "
                       f"(score {tb['score']:.4f}, violation {tb['violation']:.3f}; limits {limits})")
-        if best.breaker == "OPEN":
+        if best.breaker == OPEN:
             reason += "; every candidate is OPEN"
         scores = {cid: v["score"] for cid, v in t.items()}
         def terms():
