@@ -55,14 +55,12 @@ from functools import lru_cache
 from typing import Optional
 
 import re2
-from re2 import _re2
 
 from .features import scanned_bytes
 from .policy.patterns import compile_pattern
+from .re2compat import ANCHOR_BOTH, ANCHOR_START, UNANCHORED, Set, match_of
 
-_UNANCHORED = _re2.RE2.Anchor.UNANCHORED
-_ANCHOR_START = _re2.RE2.Anchor.ANCHOR_START
-_ANCHOR_BOTH = _re2.RE2.Anchor.ANCHOR_BOTH
+_UNANCHORED, _ANCHOR_START, _ANCHOR_BOTH = UNANCHORED, ANCHOR_START, ANCHOR_BOTH
 _MAX_MEM = 64 << 20  # per unanchored program (RE2's budget for its lazy DFA cache)
 _ANCHORED_MAX_MEM = 8 << 20  # the anchored Sets only read one occurrence at a time
 _MEMO_MAX = 4096  # memoised occurrences (the memo is cleared when full)
@@ -90,7 +88,7 @@ def _matches_empty(pattern: str) -> bool:
     """Can the pattern match the empty string anywhere? (compile_pattern first names a pattern
     RE2 rejects, with the policy's error message)"""
     compile_pattern(pattern)
-    match = re2.compile(pattern, _options())._regexp.Match
+    match = match_of(re2.compile(pattern, _options()))
     return any(match(_ANCHOR_BOTH, text, pos, pos)[0][0] >= 0 for text, pos in _CONTEXTS)
 
 
@@ -121,13 +119,13 @@ def first_not_fitting(fits, entries: list[str], names: list[str]) -> Optional[st
 
 def _set_fits(anchor, opts):
     def fits(entries: list[str]) -> bool:
-        rset = _re2.Set(anchor, opts)
+        rset = Set(anchor, opts)
         return all(rset.Add(e.encode("utf-8")) >= 0 for e in entries) and rset.Compile()
     return fits
 
 
 def _compiled_set(anchor, entries: list[str], opts, names: list[str]):
-    rset = _re2.Set(anchor, opts)
+    rset = Set(anchor, opts)
     for k, entry in enumerate(entries):
         if rset.Add(entry.encode("utf-8")) != k:
             raise DomainPatternsError(f"domain '{names[k]}': RE2 cannot add its patterns to a set", names[k])
@@ -138,7 +136,7 @@ def _compiled_set(anchor, entries: list[str], opts, names: list[str]):
 
 def _compiled(pattern: str, opts, what: str, culprit):
     try:
-        return re2.compile(pattern, opts)._regexp.Match
+        return match_of(re2.compile(pattern, opts))
     except re2.error:
         raise too_big(culprit(), what) from None
 

@@ -33,7 +33,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import re2
-from re2 import _re2
+
+from .re2compat import UNANCHORED, match_of, set_match_of
 
 _OPT = re2.Options()
 _OPT.case_sensitive = False
@@ -118,7 +119,7 @@ _IDX: dict[str, int] = {}
 for _name, _pattern in SCAN_ENTRIES:
     _IDX[_name] = _SET.Add(_pattern)
 _SET.Compile()
-_SET_MATCH = _SET._set.Match
+_SET_MATCH = set_match_of(_SET)
 _WEAK_IDX = frozenset(v for k, v in _IDX.items() if k.startswith("weak"))
 _MODALITY_NAMES = frozenset(["text", "image", "audio", "video"])
 
@@ -127,8 +128,8 @@ _MODALITY_NAMES = frozenset(["text", "image", "audio", "video"])
 _CODE_I, _CREATIVE_I, _REALTIME_I, _IMAGE_I, _AUDIO_I = (_IDX[k] for k in ("code", "creative", "realtime",
                                                                           "image", "audio"))
 _FORMAT_I, _MARK_I = _IDX["format"], _IDX["mark"]
-_UNANCHORED = _re2.RE2.Anchor.UNANCHORED
-_ODD_MATCH = re2.compile(r"[\p{Cf}\p{Mn}]", _OPT)._regexp.Match
+_UNANCHORED = UNANCHORED
+_ODD_MATCH = match_of(re2.compile(r"[\p{Cf}\p{Mn}]", _OPT))
 # The task entries are the Set's first entries, numbered 0..5 in _TASK_NAMES order: the first task
 # name (in _TASK_NAMES order) whose entry matched is the one of the smallest matched entry number.
 if [_IDX[name] for name in _TASK_NAMES] != list(range(len(_TASK_NAMES))):  # not an assert: kept under -O

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from re2 import _re2
-
 from .domains import DomainDetector, DomainPatternsError, first_not_fitting, too_big
 from .features import SCAN_ENTRIES, RequestFeatures, features_and_hits
+from .re2compat import UNANCHORED, Options, Set
 
 _MAX_MEM = 64 << 20  # RE2's budget for the Set's lazy DFA cache
 
@@ -40,12 +39,12 @@ class PromptScanner:
     def __init__(self, detector: DomainDetector, max_chars: int):
         self.detector = detector
         self.max_chars = max_chars
-        opts = _re2.RE2.Options()
+        opts = Options()
         opts.case_sensitive = False
         opts.log_errors = False
         opts.never_capture = True
         opts.max_mem = _MAX_MEM
-        rset = _re2.Set(_re2.RE2.Anchor.UNANCHORED, opts)
+        rset = Set(UNANCHORED, opts)
         for k, (_, pattern) in enumerate(SCAN_ENTRIES):
             if rset.Add(pattern.encode("utf-8")) != k:
                 raise ValueError(f"feature entry {k}: RE2 cannot add it to the prompt scan")
@@ -59,7 +58,7 @@ class PromptScanner:
             self._owner.append(owner)
         if not rset.Compile():
             def fits(entries):
-                trial = _re2.Set(_re2.RE2.Anchor.UNANCHORED, opts)
+                trial = Set(UNANCHORED, opts)
                 for entry in [p for _, p in SCAN_ENTRIES] + entries:
                     trial.Add(entry.encode("utf-8"))
                 return trial.Compile()
