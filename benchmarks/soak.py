@@ -125,7 +125,8 @@ def memory_snapshot(proxy: Proxy, redis: RedisServer) -> list[dict]:
         role = ("proxy parent" if pid == proxy.pid else "resource tracker" if "resource_tracker" in cmd
                 else "proxy worker")
         out.append({"pid": pid, "role": role, "rss_mb": rss_mb(pid)})
-    out.append({"pid": redis.proc.pid, "role": "redis-server", "rss_mb": rss_mb(redis.proc.pid)})
+    if redis.proc is not None:  # None while it is killed
+        out.append({"pid": redis.proc.pid, "role": "redis-server", "rss_mb": rss_mb(redis.proc.pid)})
     return out
 
 

@@ -304,3 +304,20 @@ def test_feedback_is_validated_applied_once_rate_limited_and_moves_only_the_serv
         if dep != "fb-a":
             assert after[dep]["count"] == row["count"], dep
     assert math.isfinite(after["fb-a"]["mean_reward"])
+
+
+def test_a_reset_naming_an_id_redis_cannot_store_is_refused_and_writing_goes_on(proxy, client, redis):
+    """Found by benchmarks/fuzz.py: a lone surrogate in deployment_id was queued for Redis, where it
+    cannot be encoded, and every later write waited behind it (and the answer was a 500)."""
+    reset = lambda content: httpx.post(proxy.url + "/admin/bandit/reset", headers=proxy.headers,  # noqa: E731
+                                       content=content, timeout=60)
+    assert reset(b'{"deployment_id": "\\ud800 lone"}').status_code == 422
+    assert reset(b'{"deployment_id": "%s"}' % (b"x" * 513)).status_code == 422
+    assert reset(b'{"deployment_id": "no-such-deployment"}').status_code == 200
+    c = redis.client()
+    try:
+        before = int(c.hget("{aisia}:bandit:sec-a", "count") or 0)
+        assert chat(client, "s/main", "after the resets")[0] == "sec-a"
+        wait_for(lambda: int(c.hget("{aisia}:bandit:sec-a", "count") or 0) == before + 1, "the outcome written to Redis")
+    finally:
+        c.close()

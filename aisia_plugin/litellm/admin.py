@@ -73,6 +73,14 @@ def _bad(status: int, message: str) -> HTTPException:
     return HTTPException(status_code=status, detail={"error": {"message": message, "type": "aisia_bad_request"}})
 
 
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 async def _json_object(request: Request) -> dict:
     try:
         body = await request.json()
@@ -114,8 +122,9 @@ def mount(app, plugin: "AisiaPlugin") -> None:
     async def bandit_reset(request: Request, _=Depends(require_admin)):
         body = await _json_object(request)
         dep = body.get("deployment_id")
-        if not isinstance(dep, str) or not dep:
-            raise _bad(422, "deployment_id must be a deployment id (a non-empty string)")
+        if not isinstance(dep, str) or not dep or len(dep) > 512 or not _utf8(dep):
+            # (a lone surrogate cannot be sent to Redis: queued, it would block every later write)
+            raise _bad(422, "deployment_id must be a deployment id (a non-empty UTF-8 string of at most 512 characters)")
         plugin.runtime.store.reset(dep)
         return {"reset": dep}
 
