@@ -166,3 +166,15 @@ def test_reference_lists_every_field_path_with_its_default_and_range():
     # Every leaf property of the schema appears under some path.
     leaves = {name for _, node in _walk(SCHEMA) for name in node.get("properties", {})}
     assert leaves <= {p.replace("[]", "").rsplit(".", 1)[-1] for p in rows}
+
+
+def test_importing_the_engine_imports_neither_yaml_nor_jsonschema():
+    """Issue 11, the house: the routing core imports the typed models only (the loader, with
+    YAML and the JSON Schema validator, comes on first use of load_policy)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, aisia_plugin.engine; "
+            "print(sorted(m for m in ('yaml', 'jsonschema') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert out.strip() == "[]"

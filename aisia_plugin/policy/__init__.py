@@ -1,7 +1,20 @@
-"""The policy language: loading, validation, merging and typed access."""
+"""The policy language: loading, validation, merging and typed access.
+
+The loader (YAML, JSON Schema) is imported on first use of ``load_policy`` and its siblings: the
+routing core imports the typed models only, so importing the engine does not import yaml and
+jsonschema."""
 
 from .errors import PolicyError, PolicyIssue
-from .loader import default_policy_paths, load_policy, load_policy_with_locations
 from .models import Policy
 
-__all__ = ["PolicyError", "PolicyIssue", "Policy", "load_policy", "load_policy_with_locations", "default_policy_paths"]
+_LOADER = ("default_policy_paths", "load_policy", "load_policy_with_locations")
+
+__all__ = ["PolicyError", "PolicyIssue", "Policy", *_LOADER]
+
+
+def __getattr__(name: str):
+    if name in _LOADER:
+        from . import loader
+
+        return getattr(loader, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
