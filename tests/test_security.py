@@ -179,7 +179,8 @@ def test_no_prompt_or_response_text_reaches_redis_logs_headers_or_metrics(proxy,
         chat(client, "s/main", f"outage {k} {MARKER}")
     redis.start()
     chat(client, "s/main", f"after {MARKER}")
-    wait_for(lambda: "reachable again" in proxy.logs(), "the store's reconnection")
+    wait_for(lambda: "reachable again" in proxy.logs(), "the store's reconnection", limit_s=150,
+             detail=lambda: "\n".join(proxy.logs().splitlines()[-15:]))
     wait_for(lambda: scan_redis(redis)[0] >= 5, "the store re-seeded")
     assert scan_redis(redis)[1] == []
 
