@@ -175,8 +175,15 @@ def test_no_prompt_or_response_text_reaches_redis_logs_headers_or_metrics(proxy,
     assert n >= 5 and found == [], found
     # An outage (Redis killed and restarted empty) puts the redacted URL in the log.
     redis.kill()
-    for k in range(2):
-        chat(client, "s/main", f"outage {k} {MARKER}")
+    # Traffic until the store notices: a restart quicker than its next write would be seen only as
+    # an empty Redis (re-seeded) with no outage in between, and this test wants the outage's line.
+    sent = iter(range(10_000))
+
+    def outage_noticed():
+        chat(client, "s/main", f"outage {next(sent)} {MARKER}")
+        return "unreachable" in proxy.logs()
+
+    wait_for(outage_noticed, "the store's outage", limit_s=60, every_s=0.1)
     redis.start()
     chat(client, "s/main", f"after {MARKER}")
     wait_for(lambda: "reachable again" in proxy.logs(), "the store's reconnection", limit_s=150,
