@@ -64,6 +64,8 @@ from aisia_plugin.replay.trace import load_trace  # noqa: E402
 OUT = HERE / "out"
 RESULTS_DIR = HERE / "results"
 RESULTS_MD = HERE / "RESULTS.md"
+README = REPO / "README.md"
+README_BEGIN, README_END = "<!-- results -->", "<!-- /results -->"
 LITELLM_STRATEGIES = ("simple-shuffle", "latency-based-routing", "cost-based-routing")
 WINDOW = 20
 LEAVE_SHARE = 0.2
@@ -629,6 +631,43 @@ def render(results: list[dict], conditions: dict) -> str:
     return "\n".join(L) + "\n"
 
 
+def readme_block(results: list[dict], conditions: dict) -> list[str]:
+    """The README's quote of this run: the summary and the issue-14 targets, as RESULTS.md has them."""
+    return [README_BEGIN,
+            "## Routing quality and overhead (quoted from [benchmarks/RESULTS.md](benchmarks/RESULTS.md))", "",
+            "One command regenerates `benchmarks/RESULTS.md`, `benchmarks/results/*.json` and this section from the",
+            "real outcomes in `../shared/data` and seeded synthetic scenarios, replaying our policies next to",
+            "LiteLLM's own `simple-shuffle`, `latency-based-routing` and `cost-based-routing` (driven through",
+            "LiteLLM's code), the fixed candidates, the best mixture of them at the same cost, uniform random",
+            "and the per-request oracle:", "",
+            "```bash",
+            ".venv/bin/python benchmarks/run_all.py            # about 5 minutes on 2 cores; --quick for less",
+            ".venv/bin/python benchmarks/decision_overhead.py  # decision cost, ours vs LiteLLM's selection",
+            "```", "",
+            f"Conditions: {conditions['cpu_count']} cores, Python {conditions['python']}, LiteLLM {conditions['litellm']}; "
+            "every router replayed on the same traces with the same seeds (details in RESULTS.md).", "",
+            *summary(results), "",
+            "Prompt-aware routing (issue 14): quality is reported with its cost. The primary figure is the",
+            "**gain over mixing**: the mean reward minus the best mixture of the fixed candidates at the same",
+            "cost (0 for a router that learns nothing; the oracle's gain is the ceiling).", "",
+            *issue14_targets(results), "",
+            "Decision overhead per alias and pool size, with LiteLLM's own selection in the same run: the",
+            "\"Decision overhead\" section of RESULTS.md (`benchmarks/results/overhead.md`).",
+            README_END]
+
+
+def write_readme_block(results: list[dict], conditions: dict, readme: Path = README) -> bool:
+    """Replace the README's block between the markers; False (and a message) when they are missing."""
+    text = readme.read_text(encoding="utf-8")
+    start, end = text.find(README_BEGIN), text.find(README_END)
+    if start < 0 or end < start:
+        print(f"{readme.name}: no {README_BEGIN} ... {README_END} block; not updated", file=sys.stderr)
+        return False
+    block = "\n".join(readme_block(results, conditions))
+    readme.write_text(text[:start] + block + text[end + len(README_END):], encoding="utf-8")
+    return True
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="regenerate benchmarks/RESULTS.md")
     ap.add_argument("--quick", action="store_true", help="fewer requests (1000 synthetic, 300 per real data set)")
@@ -644,7 +683,8 @@ def main(argv=None) -> int:
         names = list(synthetic.SCENARIOS + synthetic.PROMPT_SCENARIOS) + ["routellm_gsm8k", "routerarena"]
         results = [json.loads((RESULTS_DIR / f"{n}.json").read_text()) for n in names if (RESULTS_DIR / f"{n}.json").exists()]
         RESULTS_MD.write_text(render(results, conditions), encoding="utf-8")
-        print(f"wrote {RESULTS_MD.relative_to(REPO)} from {len(results)} result files")
+        write_readme_block(results, conditions)
+        print(f"wrote {RESULTS_MD.relative_to(REPO)} and the README's results from {len(results)} result files")
         return 0
     t0 = time.monotonic()
     n_syn = 1000 if args.quick else synthetic.DEFAULT_REQUESTS
@@ -698,7 +738,8 @@ def main(argv=None) -> int:
     (RESULTS_DIR / "conditions.json").write_text(json.dumps(conditions, indent=2) + "\n")
     if not args.only:
         RESULTS_MD.write_text(render(results, conditions), encoding="utf-8")
-        print(f"wrote {RESULTS_MD.relative_to(REPO)} in {conditions['wall_s']:.0f} s")
+        write_readme_block(results, conditions)
+        print(f"wrote {RESULTS_MD.relative_to(REPO)} and the README's results in {conditions['wall_s']:.0f} s")
     return 0
 
 

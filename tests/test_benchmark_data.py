@@ -164,3 +164,19 @@ def test_real_traces_are_shuffled_by_a_fixed_seed():
     a = convert_data.shuffled(rows, "x")
     assert a == convert_data.shuffled(rows, "x") and a != rows and sorted(a, key=lambda r: int(r["id"])) == rows
     assert convert_data.shuffled(rows, "y") != a
+
+
+def test_the_readme_quotes_the_committed_benchmark_results():
+    """The README's results block is what `run_all.py` renders from benchmarks/results/*.json: a
+    figure edited by hand, or a run whose README was not regenerated, fails here."""
+    import run_all
+
+    conditions = json.loads((run_all.RESULTS_DIR / "conditions.json").read_text())
+    names = list(synthetic.SCENARIOS + synthetic.PROMPT_SCENARIOS) + ["routellm_gsm8k", "routerarena"]
+    results = [json.loads((run_all.RESULTS_DIR / f"{n}.json").read_text())
+               for n in names if (run_all.RESULTS_DIR / f"{n}.json").exists()]
+    assert results, "no committed results"
+    expected = "\n".join(run_all.readme_block(results, conditions))
+    text = run_all.README.read_text(encoding="utf-8")
+    start, end = text.index(run_all.README_BEGIN), text.index(run_all.README_END) + len(run_all.README_END)
+    assert text[start:end] == expected, "README results block is stale: run benchmarks/run_all.py --render-only"
