@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sys
 import threading
@@ -19,6 +20,18 @@ from typing import Callable, Optional
 log = logging.getLogger("aisia_plugin.decision_log")
 
 FORMAT_VERSION = 1
+
+
+def _finite(value):
+    """``value`` with every infinite or NaN float replaced by None: strict JSON has no such
+    numbers, and UCB1 scores a deployment it never tried +inf (its decision would go unlogged)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 class DecisionLog:
@@ -68,7 +81,7 @@ class DecisionLog:
 
     # -- writing -------------------------------------------------------------------------------
     def _write(self, rec: dict) -> None:
-        line = json.dumps(rec, ensure_ascii=False, allow_nan=False, default=str) + "\n"
+        line = json.dumps(_finite(rec), ensure_ascii=False, allow_nan=False, default=str) + "\n"
         data = line.encode("utf-8")
         with self._lock:
             try:

@@ -79,3 +79,18 @@ def test_an_unwritable_path_warns_once_and_never_raises(tmp_path, caplog):
 def test_stdout(capsys):
     DecisionLog("-").outcome("r1", "a-1", alias="auto", success=False, status_code=503)
     assert json.loads(capsys.readouterr().out)["status"] == 503
+
+
+def test_an_infinite_score_is_logged_as_null(tmp_path):
+    # UCB1 scores a deployment it never tried +inf: the decision must still be logged (strict JSON).
+    path = tmp_path / "d.jsonl"
+    dl = DecisionLog(str(path))
+    d = Decision("a-1", "openai/x", "ucb1", "a-1 has never been tried: explored first", 2, float("inf"),
+                 [CandidateScore("a-1", float("inf")), CandidateScore("b-2", 0.5)], probability=1.0, alias="auto")
+    dl.decision("req-inf", d)
+    dl.outcome("req-inf", "a-1", alias="auto", success=True, latency_s=float("nan"), reward=1.0)
+    dl.close()
+    dec, out = [json.loads(line) for line in path.read_text().splitlines()]
+    assert dec["request_id"] == "req-inf" and dec["deployment"] == "a-1" and dec["score"] is None
+    assert dec["probability"] == 1.0 and dec["candidates"] == ["a-1", "b-2"]
+    assert out["latency_s"] is None and out["reward"] == 1.0
