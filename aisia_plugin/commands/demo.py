@@ -99,6 +99,7 @@ def _banner(demo: Demo, aliases: list[str], page: str | None) -> str:
           f"    print(r.headers[\"x-litellm-model-id\"], r.headers.get(\"x-aisia-reason\"), r.parse().choices[0].message.content)")
     ups = i["upstreams"]
     page_line = f"    or open the routing page in a browser: {page}\n" if page else ""
+    kept = "" if i["workdir_kept"] else "   (removed at exit with the demo's folder: --workdir DIR keeps it)"
     victim = "coder" if "coder" in ups else next(iter(ups), "")
     control = ups[victim]["control"] if victim else ""
     return f"""
@@ -107,6 +108,9 @@ AISIA demo: a LiteLLM proxy with the aisia plugin, in-memory state, {len(i['upst
   URL          {url}   (OpenAI base URL: {i['base_url']})
   master key   {key}
   aliases      {', '.join(aliases) or '(none listed: see the log)'}
+  routing page {page or '(not served: see the log)'}
+  metrics      {url}/metrics (LiteLLM's Prometheus endpoint, with the master key) and {url}/aisia/metrics
+  decision log {i['decision_log']}{kept}
   config, log  {i['config']}, {i['log']}
 
 {table}
@@ -122,6 +126,12 @@ Watch the learning (bandit statistics and breaker states):
 {page_line}
 Make {victim} fail (any provider: its control URL above, or start with --break NAME); {{"mode": "ok"}} repairs it:
     curl -s -X POST {control} -d '{{"mode": "error"}}'
+
+The router's metrics (breaker states, choices per strategy, decisions, learned rewards):
+    curl -s {url}/metrics -H 'Authorization: Bearer {key}' | grep -E '^ai_'
+
+What would a policy edit (auto: cheapest healthy deployment) have earned on the traffic logged so far?
+    {demo.replay_command()}
 """
 
 
@@ -266,6 +276,9 @@ def run(args) -> int:
                 _say(f"(the statistics could not be read: {exc})", err=True)
             if args.break_:
                 _say("\n" + _summary(phases[0][1], phases[1][1], args.break_))
+            _say(f"\nThe decisions are logged in {demo.decision_log}"
+                 + ("" if demo.keep_workdir else " (removed at exit: --workdir DIR keeps it)")
+                 + "; a policy edit estimated on them:\n    " + demo.replay_command())
             if not args.serve:
                 ok = True
                 return 0

@@ -1,12 +1,16 @@
 """`aisia replay --logged DECISIONS.jsonl`: off-policy evaluation of a policy's alias on the
 traffic a decision log recorded (aisia_plugin/replay/offpolicy.py), for "what does my policy
-edit do on last week's traffic". Exit status as `aisia replay`: 0 done, 1 invalid policy, log or
+edit do on last week's traffic". As in trace mode, the --compare paths together are the other
+policy (files or directories layered as --policy's are, each value possibly several paths joined by
+os.pathsep, as in $AISIA_POLICY: `--compare team.yaml:my-edit.yaml` is team.yaml with an edit that
+says `overrides: true`). Exit status as `aisia replay`: 0 done, 1 invalid policy, log or
 deployments file, 2 usage or I/O errors."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 
 
@@ -21,6 +25,30 @@ def _fmt(e: dict) -> str:
     return f"{e['value']:.4f}  [{lo:.4f}, {hi:.4f}]"
 
 
+def _percent(x: float) -> str:
+    return f"{x:.0%}" if math.isfinite(x) else "n/a"
+
+
+def _number(x: float) -> str:
+    return f"{x:.0f}" if math.isfinite(x) else "n/a"
+
+
+def _paths(values) -> list[str]:
+    """--policy / --compare values, each possibly several paths joined by os.pathsep."""
+    return [part for v in values or () for part in str(v).split(os.pathsep) if part]
+
+
+def _finite(value):
+    """NaN and infinities (an estimate on no usable event) as null: --json prints strict JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def run_logged(args) -> int:
     from ..deployments import DeploymentError, load_deployments_file
     from ..policy import PolicyError, load_policy
@@ -30,16 +58,21 @@ def run_logged(args) -> int:
         if getattr(args, flag, None):
             _err(f"aisia replay: --{flag} does not apply to --logged")
             return 2
+    base_paths = _paths(args.policy)
+    labels = {"policy": " ".join(base_paths) if base_paths else "(the configured policy)"}
     try:
-        policies = [("policy", load_policy(args.policy))]
-        for path in args.compare or ():
-            policies.append((path, load_policy([path])))
+        policies = [("policy", load_policy(base_paths or None))]
+        if args.compare:
+            compare_paths = _paths(args.compare)
+            labels["compare"] = " ".join(compare_paths)
+            policies.append(("compare", load_policy(compare_paths)))
     except PolicyError as exc:
         _err(str(exc))
         return 1
     for name, pol in policies:
         if args.alias not in pol.aliases:
-            _err(f"aisia replay: unknown alias {args.alias!r} in {name}; known: {', '.join(pol.aliases)}")
+            _err(f"aisia replay: unknown alias {args.alias!r} in --{name} {labels[name]}; "
+                 f"known: {', '.join(pol.aliases)}")
             return 2
     try:
         with open(args.logged, encoding="utf-8") as fh:
@@ -71,16 +104,21 @@ def run_logged(args) -> int:
             deps = [Deployment(id=i, model_name=i, model=i, provider=i.split("/")[0]) for i in ids]
         results[name] = evaluate(events, engine_target(pol, deps, alias=args.alias, seed=args.seed))
     if args.json:
-        out = results["policy"] if len(results) == 1 else results
-        print(json.dumps({"alias": args.alias, "log": args.logged, **out} if len(results) == 1 else
-                         {"alias": args.alias, "log": args.logged, "policies": out}, indent=1))
+        if len(results) == 1:
+            out = {"alias": args.alias, "log": args.logged, **results["policy"]}
+        else:
+            out = {"alias": args.alias, "log": args.logged, "policies": results,
+                   "paths": {name: labels[name] for name in results}}
+        print(json.dumps(_finite(out), indent=1))
         return 0
-    print(f"off-policy estimates for {args.alias} on {args.logged}")
+    first = results["policy"]
+    print(f"off-policy estimates for {args.alias} on {args.logged}: {first['events']} logged attempts with an outcome "
+          f"({first['skipped_no_propensity']} without a selection probability skipped); mean reward, 95 % interval")
+    print(f"  {'logged policy (observed)':<28}  {_fmt(first['logged'])}")
     for name, r in results.items():
-        print(f"\n{name}: {r['events']} logged attempts ({r['skipped_no_propensity']} without a selection probability "
-              f"skipped), the policy agrees with the logged choice on {r['agreement']:.0%}, effective sample size "
-              f"{r['effective_sample_size']:.0f}")
-        print(f"  logged policy's mean reward   {_fmt(r['logged'])}")
+        print(f"\n--{name} {labels[name]}: gives the logged choice a positive probability in "
+              f"{_percent(r['agreement'])} of them, "
+              f"effective sample size {_number(r['effective_sample_size'])}")
         for key, label in (("ips", "inverse propensity"), ("snips", "self-normalised IPS"), ("dr", "doubly robust")):
             print(f"  {label:<28}  {_fmt(r[key])}")
     return 0

@@ -10,8 +10,11 @@ LiteLLM import, no client library beyond the standard one."""
 from __future__ import annotations
 
 import json
+import os
 import random
+import shlex
 import shutil
+import sys
 import tempfile
 import urllib.error
 import urllib.request
@@ -26,7 +29,11 @@ from .upstream import RunningUpstream, UpstreamSpec, parse_reply, start_upstream
 
 PLUGIN_CALLBACK = "aisia_plugin.litellm.plugin"
 DEMO_POLICY = Path(__file__).resolve().parent / "demo-policy.yaml"
+# A policy edit to evaluate on the demo's decision log (layered over DEMO_POLICY).
+DEMO_EDIT = Path(__file__).resolve().parent / "demo-edit.yaml"
 DEFAULT_PORT = 4000  # LiteLLM's usual port
+DECISION_LOG = "decisions.jsonl"  # in the demo's folder (logging.decisions)
+LOGGING_POLICY = "demo-logging.yaml"  # the policy layer that turns the decision log on
 
 # Six simulated providers. Their ids match the annotations of demo-policy.yaml; prices are USD
 # per 1M tokens (input, output); strengths drive the quality signal in their replies.
@@ -340,12 +347,32 @@ class Demo:
             self.upstreams = start_upstreams(demo_specs(self.seed))
         except OSError as exc:
             raise DemoError(str(exc)) from None
-        env = {"AISIA_POLICY": str(DEMO_POLICY)}
+        # The demo's policy, then a layer of its own that writes the decision log in its folder.
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        logging_policy = self.workdir / LOGGING_POLICY
+        logging_policy.write_text("# Written by `aisia demo`: the decision log of this run (aisia replay --logged).\n"
+                                  "version: 1\nlogging:\n  decisions:\n    path: "
+                                  + json.dumps(str(self.decision_log)) + "\n", encoding="utf-8")
+        env = {"AISIA_POLICY": os.pathsep.join([str(DEMO_POLICY), str(logging_policy)])}
         self.proxy = Proxy(demo_config(self.upstreams), self.workdir, env=env, timeout_s=self.timeout_s, port=port,
                            master_key=self.master_key)
         self.proxy.start(on_wait=on_wait)
         self.master_key = self.proxy.master_key
         return self
+
+    @property
+    def decision_log(self) -> Path:
+        return (self.workdir / DECISION_LOG).resolve()
+
+    def replay_command(self) -> str:
+        """The `aisia replay --logged` command that evaluates the demo's policy edit (DEMO_EDIT)
+        on the traffic this demo logged."""
+        aisia = Path(sys.executable).parent / "aisia"
+        exe = str(aisia) if aisia.exists() else "aisia"
+        return (f"{shlex.quote(exe)} replay --logged {shlex.quote(str(self.decision_log))} "
+                f"--deployments {shlex.quote(str(self.workdir.resolve() / 'litellm_config.yaml'))} --alias auto \\\n"
+                f"        --policy {shlex.quote(str(DEMO_POLICY))} \\\n"
+                f"        --compare {shlex.quote(str(DEMO_POLICY) + os.pathsep + str(DEMO_EDIT))}")
 
     def upstream(self, name: str) -> RunningUpstream:
         for u in self.upstreams:
@@ -361,7 +388,9 @@ class Demo:
         p = self.proxy
         return {"url": p.url, "base_url": p.base_url, "master_key": p.master_key, "pid": p.pid,
                 "config": str(p.config_path), "log": str(p.log_path), "policy": str(DEMO_POLICY),
-                "stats_url": p.url + "/admin/bandit/stats",
+                "decision_log": str(self.decision_log), "workdir_kept": self.keep_workdir,
+                "stats_url": p.url + "/admin/bandit/stats", "metrics_url": p.url + "/metrics",
+                "ui_url": p.url + "/aisia/ui",
                 "upstreams": {u.name: {"base_url": u.base_url, "control": u.url + "/_aisia/control",
                                        "stats": u.url + "/_aisia/stats", "model": u.spec.model_id,
                                        "latency_ms": u.spec.latency_ms, "error_rate": u.spec.error_rate,
