@@ -114,6 +114,8 @@ def test_ctrl_c_stops_everything(demo):
     assert "demo stopped" in err and "Traceback" not in err
     assert "master key" in out and info["master_key"] in out and "/admin/bandit/stats" in out
     assert f"{info['url']}/aisia/ui?key={info['master_key']}" in out  # the routing page
+    assert f"decision log {info['decision_log']}" in out and f"replay --logged {info['decision_log']}" in out
+    assert f"{info['url']}/metrics" in out
     assert not _port_open(info["url"])
     assert not any(_port_open(u["base_url"]) for u in info["upstreams"].values())
     with pytest.raises(ProcessLookupError):

@@ -100,15 +100,16 @@ def demo_specs(seed: int = 0) -> list[UpstreamSpec]:
 
 def demo_config(upstreams: list[RunningUpstream]) -> dict:
     """The LiteLLM config of the demo: one deployment per simulated provider (the local one
-    through LiteLLM's `hosted_vllm/` provider, which speaks the OpenAI protocol) and the one
-    callback line that enables the plugin."""
+    through LiteLLM's `hosted_vllm/` provider, which speaks the OpenAI protocol), the one
+    callback line that enables the plugin, and LiteLLM's Prometheus integration (its `/metrics`,
+    behind the master key, then shows the plugin's metrics too, as in a production proxy)."""
     model_list = []
     for u in upstreams:
         params = {"model": f"hosted_vllm/{u.spec.model_id}"} if u.spec.local else None
         model_list.append(deployment(u.name, u, litellm_params=params))
     return {
         "model_list": model_list,
-        "litellm_settings": {"callbacks": [PLUGIN_CALLBACK]},
+        "litellm_settings": {"callbacks": [PLUGIN_CALLBACK, "prometheus"]},
         "router_settings": {"routing_strategy": "simple-shuffle"},
     }
 
@@ -313,7 +314,8 @@ class Demo:
         self.seed = seed
         self.timeout_s = timeout_s
         self.keep_workdir = workdir is not None
-        self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="aisia-demo-"))
+        # Absolute: the proxy runs in this folder and is given its config by this path.
+        self.workdir = Path(workdir).resolve() if workdir else Path(tempfile.mkdtemp(prefix="aisia-demo-"))
         self.upstreams: list[RunningUpstream] = []
         self.proxy: Optional[Proxy] = None
         self.port_note = ""
@@ -362,7 +364,7 @@ class Demo:
 
     @property
     def decision_log(self) -> Path:
-        return (self.workdir / DECISION_LOG).resolve()
+        return self.workdir / DECISION_LOG
 
     def replay_command(self) -> str:
         """The `aisia replay --logged` command that evaluates the demo's policy edit (DEMO_EDIT)
@@ -370,7 +372,7 @@ class Demo:
         aisia = Path(sys.executable).parent / "aisia"
         exe = str(aisia) if aisia.exists() else "aisia"
         return (f"{shlex.quote(exe)} replay --logged {shlex.quote(str(self.decision_log))} "
-                f"--deployments {shlex.quote(str(self.workdir.resolve() / 'litellm_config.yaml'))} --alias auto \\\n"
+                f"--deployments {shlex.quote(str(self.workdir / 'litellm_config.yaml'))} --alias auto \\\n"
                 f"        --policy {shlex.quote(str(DEMO_POLICY))} \\\n"
                 f"        --compare {shlex.quote(str(DEMO_POLICY) + os.pathsep + str(DEMO_EDIT))}")
 
