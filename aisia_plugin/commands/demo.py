@@ -44,7 +44,8 @@ def add_arguments(p):
                    help="do not send the simulated replies' quality back as feedback (POST /aisia/feedback)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sample traffic and of the simulated providers")
     p.add_argument("--workdir", default=None,
-                   help="where the proxy's config and log are written (kept; default: a temporary folder removed at exit)")
+                   help="where the proxy's config and log and the decision log (decisions.jsonl, for aisia replay --logged) "
+                        "are written (kept; default: a temporary folder removed at exit)")
     p.add_argument("--info-file", default=None, metavar="FILE",
                    help="write the URL, master key and providers' control URLs as JSON to FILE once the proxy serves")
 
