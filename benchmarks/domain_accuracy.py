@@ -42,6 +42,10 @@ DEFAULT_DATA = Path(os.environ.get("AISIA_DATA", ROOT.parent / "shared" / "data"
 ARENA = "routerarena_claude-3-haiku-20240307.jsonl"
 GSM8K = "routellm_gsm8k_responses.csv"
 
+# The commit whose policies/domains.yaml is the vocabulary before issue 14's changes (the figures
+# the issue quotes): the "before" of the before/after tables, read with git show.
+BASELINE_REV = "ce978675ad89194a8cfc67f3cb40792e15eac412"
+
 LABELS = {
     "GSM8K": "math", "AIME": "math", "MATH": "math", "MathQA": "math", "AsDiv": "math",
     "MMLUPro_math": "math", "OpenTDB_Science: Mathematics": "math",
@@ -90,14 +94,17 @@ def load(data: Path):
 
 
 def evaluate(detector: DomainDetector, rows, names, view):
+    return score([detector.detect(view(prompt)) for _, prompt in rows], rows, names)
+
+
+def score(predictions, rows, names):
+    """Per-domain figures of ``predictions`` (one per row of ``rows``, a domain or None)."""
     per = {n: {"tp": 0, "fp": 0, "fn": 0, "support": 0, "predicted": 0, "accepted_other": 0} for n in names}
     correct = unlabelled = unlabelled_fp = 0
     confusions: dict[str, int] = {}
-    for ds, prompt in rows:
-        text = view(prompt)
+    for (ds, _), pred in zip(rows, predictions):
         label = label_of(ds)
         accept = ACCEPT.get(ds, set())
-        pred = detector.detect(text)
         if label is not None:
             per[label]["support"] += 1
         if pred is not None:
@@ -152,6 +159,88 @@ def gsm8k_recall(detector, data: Path):
             if pred not in (None, "math"):
                 other[pred] = other.get(pred, 0) + 1
     return {"prompts": n, "math_recall": round(hits / n, 4), "other_domains": other}
+
+
+TOPIC = ("math", "medical", "science", "legal", "finance")
+
+
+def with_patterns(domains, extra: dict[str, str]):
+    """The domains section ``domains`` with one more pattern per domain named in ``extra`` (the
+    fields DomainDetector reads, the policy's own values for the rest)."""
+    defs = {n: d.model_copy(update={"patterns": list(d.patterns) + [extra[n]]}) if n in extra else d
+            for n, d in domains.definitions.items()}
+    return domains.model_copy(update={"definitions": defs})
+
+
+def leave_one_dataset_out(domains, rows, names, params=None, data: Path | None = None):
+    """Each RouterArena dataset held out in turn: words mined (benchmarks/domain_vocabulary.py)
+    from the other datasets are added to the policy's vocabulary, and the held-out dataset's
+    prompts are detected with that vocabulary; every prompt is so predicted once, by a vocabulary
+    derived without its dataset. Returns the figures of the shipped vocabulary alone (hand-written:
+    nothing in it is derived from these prompts, so every prompt is held out) and of the shipped
+    vocabulary + mined words, per domain and per held-out dataset, with the words mined in each
+    fold and the GSM8K recall of the words mined from every RouterArena dataset but its GSM8K."""
+    import domain_vocabulary as dv
+
+    params = {**{k: v for k, v in dv.DEFAULTS.items()}, **(params or {})}
+    docs = dv.documents(rows)
+    base = DomainDetector(domains)
+    known = dv.known_words(base, set().union(*(d[3] for d in docs)))
+    shipped = [base.detect(q) for _, q in rows]
+    mined = list(shipped)
+    words: dict[str, dict[str, list[str]]] = {}
+    datasets = sorted({ds for ds, _ in rows})
+    for held in datasets:
+        proposal = dv.mine(docs, exclude={held}, known=known, **params)
+        det = DomainDetector(with_patterns(domains, dv.mined_patterns(proposal)))
+        for i, (ds, q) in enumerate(rows):
+            if ds == held:
+                mined[i] = det.detect(q)
+        if label_of(held) in TOPIC:
+            words[held] = {d: [w.word for w in ws] for d, ws in proposal.items() if ws}
+    per_dataset = {}
+    for held in datasets:
+        idx = [i for i, (ds, _) in enumerate(rows) if ds == held]
+        label = label_of(held)
+        ok = lambda p: p == label or p in ACCEPT.get(held, set())  # noqa: E731
+        per_dataset[held] = {"label": label, "prompts": len(idx),
+                             "shipped_correct": sum(ok(shipped[i]) for i in idx),
+                             "mined_correct": sum(ok(mined[i]) for i in idx)}
+    gsm = None
+    if data is not None:
+        gsm_words = dv.mined_patterns(dv.mine(docs, exclude={"GSM8K"}, known=known, **params))
+        gsm = gsm8k_recall(DomainDetector(with_patterns(domains, gsm_words)), data)
+    return {
+        "folds": len(datasets), "miner": params,
+        "shipped": score(shipped, rows, names),
+        "shipped_plus_mined": score(mined, rows, names),
+        "shipped_plus_mined_gsm8k": gsm,
+        "per_dataset": per_dataset,
+        "mined_words": words,
+    }
+
+
+def baseline_domains(rev: str):
+    """The domains section of policies/domains.yaml at git revision ``rev`` (the other policy
+    files as they are now), or None when git cannot show it. Read from the repository's history,
+    not from a copy: the vocabulary lives in the policy only."""
+    import subprocess
+    import tempfile
+
+    from aisia_plugin.resources import policies_dir
+
+    try:
+        old = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:policies/domains.yaml"],
+                             capture_output=True, check=True, timeout=30).stdout.decode("utf-8")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        for f in sorted(Path(policies_dir()).glob("*.yaml")):
+            text = old if f.name == "domains.yaml" else f.read_text(encoding="utf-8")
+            (Path(tmp) / f.name).write_text(text, encoding="utf-8")
+        # The copies are the whole policy (not layered over the shipped files, whose domains differ).
+        (Path(tmp) / "zz-baseline.yaml").write_text("version: 1\ndefaults: false\n", encoding="utf-8")
+        return load_policy([tmp]).domains
 
 
 def pad_2kb(prompts: list[str]) -> list[str]:
@@ -312,6 +401,9 @@ def main(argv=None):
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--errors", type=int, default=0, help="print this many misclassified prompts")
+    ap.add_argument("--baseline", default=BASELINE_REV,
+                    help="git revision whose policies/domains.yaml is the 'before' vocabulary ('' for none)")
+    ap.add_argument("--no-speed", action="store_true", help="skip the timings (a quick accuracy run)")
     args = ap.parse_args(argv)
     policy = load_policy()
     detector = DomainDetector(policy.domains)
@@ -324,8 +416,21 @@ def main(argv=None):
         "full_prompt": evaluate(detector, rows, names, lambda p: p),
         "without_wrapper": evaluate(detector, rows, names, strip_wrapper),
         "gsm8k": gsm8k_recall(detector, args.data),
-        "speed": speed(policy.domains, rows),
+        "leave_one_dataset_out": leave_one_dataset_out(policy.domains, rows, names, data=args.data),
+        "speed": None if args.no_speed else speed(policy.domains, rows),
+        "baseline": None,
     }
+    before = baseline_domains(args.baseline) if args.baseline else None
+    if before is not None:
+        old_detector = DomainDetector(before)
+        result["baseline"] = {
+            "revision": args.baseline,
+            "full_prompt": evaluate(old_detector, rows, names, lambda p: p),
+            "without_wrapper": evaluate(old_detector, rows, names, strip_wrapper),
+            "gsm8k": gsm8k_recall(old_detector, args.data),
+            "leave_one_dataset_out": leave_one_dataset_out(before, rows, names, data=args.data),
+            "speed": None if args.no_speed else speed(before, rows),
+        }
     print(f"{'domain':15} {'sup':>4} {'pred':>4} {'tp':>4} {'fp':>4} {'acc':>4} {'prec':>6} {'rec':>6} | {'prec-nw':>7} {'rec-nw':>6}")
     for n, c in result["full_prompt"]["domains"].items():
         b = result["without_wrapper"]["domains"][n]
@@ -336,6 +441,20 @@ def main(argv=None):
           f"  | no wrapper: {result['without_wrapper']['accuracy']} / {result['without_wrapper']['unlabelled_false_positive_rate']}")
     print("gsm8k", result["gsm8k"])
     print("speed (us)", result["speed"])
+    print("\nleave one dataset out (held-out figures; 'mined' = shipped + words mined without the held-out dataset)")
+    print(f"{'':10} {'domain':9} {'prec':>6} {'rec':>6} {'prec+m':>6} {'rec+m':>6}")
+    runs = [("after", result)] + ([("before", result["baseline"])] if result["baseline"] else [])
+    for tag, r in runs:
+        lo = r["leave_one_dataset_out"]
+        for n in TOPIC:
+            a, m = lo["shipped"]["domains"][n], lo["shipped_plus_mined"]["domains"][n]
+            print(f"{tag:10} {n:9} {fmt(a['precision']):>6} {fmt(a['recall']):>6} {fmt(m['precision']):>6} {fmt(m['recall']):>6}")
+        print(f"{tag:10} unlabelled FP rate {lo['shipped']['unlabelled_false_positive_rate']} "
+              f"(+mined {lo['shipped_plus_mined']['unlabelled_false_positive_rate']}); accuracy "
+              f"{lo['shipped']['accuracy']} (+mined {lo['shipped_plus_mined']['accuracy']}); GSM8K math recall "
+              f"{r['gsm8k']['math_recall'] if r['gsm8k'] else '-'} (+mined "
+              f"{lo['shipped_plus_mined_gsm8k']['math_recall'] if lo['shipped_plus_mined_gsm8k'] else '-'})"
+              + (f"; speed median {r['speed']['median_us']} us, p99 {r['speed']['p99_us']} us" if r["speed"] else ""))
     print("errors", list(f["errors"].items())[:25])
     if args.errors:
         shown = 0
