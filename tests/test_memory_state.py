@@ -99,6 +99,58 @@ def test_out_of_range_values_are_clamped_or_rejected_by_the_one_reader(tmp_path)
         assert from_dict(raw) == st.breaker(dep)
 
 
+def test_each_value_read_otherwise_is_named_with_its_record(tmp_path):
+    """Issue 11, finding 8: the hostile state file of the issue, each value clamped or rejected
+    and named with its record and file; a decision on it is the cold start's, not UCB1's 1e150."""
+    data = {"ticks": 10, "bandit": {"a-1": {"pulls": 1e-300, "total_reward": 1e-300, "count": 1},
+                                    "b-2": {"pulls": 2, "total_reward": 100, "avg_latency": -50, "count": 2},
+                                    "c-3": {"pulls": 0.5, "total_reward": 0.5, "count": 1},
+                                    "c-3:coding": {"pulls": 1.0, "total_reward": 1.0, "count": 1}},
+            "breakers": {"c-3": {"state": "open", "failures": 5, "last_failure_time": 1e300},
+                         "b-2": {"state": "ajar"}, "a-1": {"state": "CLOSED", "failures": 0}},
+            "lkgp": {"auto": 5}}
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(data))
+    said = []
+    st = MemoryState.load_file(path, [d.id for d in DEPS], warn=said.append)
+    assert said == [
+        f"{path}: bandit 'a-1': pulls: 1e-300 is not 0 or a count of at least 1: read as 0.0",
+        f"{path}: bandit 'a-1': total_reward: 1e-300 exceeds the pulls (0): read as 0.0",
+        f"{path}: bandit 'b-2': total_reward: 100.0 exceeds the pulls (2): read as 2.0",
+        f"{path}: bandit 'b-2': avg_latency: -50 is not a number in [0, 1e+06]: read as 5.0",
+        f"{path}: bandit 'c-3': pulls: 0.5 is not 0 or a count of at least 1: read as 0.0",
+        f"{path}: bandit 'c-3': total_reward: 0.5 exceeds the pulls (0): read as 0.0",
+        f"{path}: breakers 'c-3': last_failure_time: 1e+300 is not a time in [0, 1e+11] (seconds since the epoch): "
+        "read as 0.0",
+        f"{path}: breakers 'b-2': state: 'ajar' is not CLOSED, HALF_OPEN, OPEN or a code 0-2: read as 'CLOSED'",
+        f"{path}: lkgp 'auto': 5 is not a deployment id: ignored",
+    ]
+    assert st.arm("a-1").pulls == 0.0 and st.arm("b-2").mean_reward == 1.0 and st.arm("b-2").avg_latency == 5.0
+    assert st.arm("c-3", "coding").pulls == 1.0  # a valid record beside a bad one is kept as it is
+    assert st.breaker("c-3").state == "OPEN" and st.breaker("c-3").last_failure_time == 0.0
+    eng = Engine(POLICY, clock=lambda: 100.0, rng=random.Random(1), store=st)
+    d = eng.decide("auto", MSG, DEPS)
+    assert all(s.score is None or s.score < 1e6 or s.score == math.inf for s in d.scores), d.reason
+    # A state file read well says nothing; without a callback the notes go to the log.
+    good = tmp_path / "good.json"
+    MemoryState().save_file(good)
+    MemoryState.load_file(good, warn=said.append)
+    assert len(said) == 9
+
+
+def test_a_hostile_state_file_is_named_by_explain(tmp_path, capsys):
+    from aisia_plugin.cli import main
+
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps({"bandit": {"groq-llama-3.1-8b": {"pulls": 1e-300, "total_reward": 1e-300}}}))
+    assert main(["explain", "--state", str(path), "hello"]) == 0
+    out, err = capsys.readouterr()
+    assert err.splitlines()[0] == (f"aisia explain: warning: {path}: bandit 'groq-llama-3.1-8b': pulls: 1e-300 is not "
+                                   "0 or a count of at least 1: read as 0.0")
+    row = next(line for line in out.splitlines() if "groq-llama-3.1-8b " in line)
+    assert row.split() == ["groq-llama-3.1-8b", "score=inf"]  # untried, as the stored pulls say nothing
+
+
 async def test_snapshot_is_loaded_at_start_and_written_on_close(tmp_path):
     from aisia_plugin.learning import OutcomeRecord
     from aisia_plugin.state import open_store

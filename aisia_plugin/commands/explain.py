@@ -102,7 +102,10 @@ def run(args) -> int:
         print(f"aisia explain: {exc}", file=sys.stderr)
         return 2
     try:
-        store = MemoryState.load_file(args.state, [d.id for d in deployments]) if args.state else MemoryState()
+        # A value read otherwise than stored (clamped, or replaced by its default) is named.
+        store = MemoryState.load_file(args.state, [d.id for d in deployments],
+                                      warn=lambda m: print(f"aisia explain: warning: {m}", file=sys.stderr)) \
+            if args.state else MemoryState()
     except (OSError, ValueError) as exc:
         print(f"aisia explain: {exc}", file=sys.stderr)
         return 2

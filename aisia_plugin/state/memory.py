@@ -181,27 +181,45 @@ class MemoryState:
         return out
 
     @classmethod
-    def load(cls, data: dict, deployment_ids=()) -> "MemoryState":
+    def load(cls, data: dict, deployment_ids=(), notes: list | None = None) -> "MemoryState":
         """The store a ``dump()`` describes. A wrong shape (not an object, or a section that is not
-        one) is a ValueError; a bad value inside a record falls back to its default."""
+        one) is a ValueError; a bad value inside a record falls back to its default or is clamped
+        (records.py), and with a ``notes`` list each such value is named there with its record
+        ("bandit 'a-1': pulls: 1e-300 is not 0 or a count of at least 1: read as 0.0")."""
         if not isinstance(data, dict):
             raise ValueError("not a state: expected a JSON object with 'ticks', 'bandit', 'breakers' and 'lkgp'")
         for section in ("bandit", "breakers", "lkgp"):
             if not isinstance(data.get(section) or {}, dict):
                 raise ValueError(f"not a state: '{section}' must be a JSON object")
         st = cls()
-        ticks = number(data.get("ticks", 0), 0.0, 1e15)
+        mine = [] if notes is not None else None
+
+        def named(section, key):
+            if mine:
+                notes.extend(f"{section} {key!r}: {n}" for n in mine)
+                mine.clear()
+
+        raw_ticks = data.get("ticks", 0)
+        ticks = number(raw_ticks, 0.0, 1e15)
         st.ticks = ticks if ticks is not None else 0.0
+        if ticks is None and notes is not None:
+            notes.append(f"ticks: {raw_ticks!r} is not a number in [0, 1e+15]: read as 0.0")
         known = set(deployment_ids)
         for key, raw in (data.get("bandit") or {}).items():
             dep, dom = key, None
             # A key "dep:domain" is split at the last ':' unless the whole key is a known id.
             if ":" in key and key not in known:
                 dep, dom = key.rsplit(":", 1)
-            st.put_arm(dep, dom, read_arm(raw))
+            st.put_arm(dep, dom, read_arm(raw, mine))
+            named("bandit", key)
         for key, raw in (data.get("breakers") or {}).items():
-            st.breakers[key] = read_breaker(raw)
-        st.lkgp = {str(k): v for k, v in (data.get("lkgp") or {}).items() if isinstance(v, str)}
+            st.breakers[key] = read_breaker(raw, mine)
+            named("breakers", key)
+        lkgp = data.get("lkgp") or {}
+        st.lkgp = {str(k): v for k, v in lkgp.items() if isinstance(v, str)}
+        if notes is not None:
+            notes.extend(f"lkgp {k!r}: {v!r} is not a deployment id: ignored" for k, v in lkgp.items()
+                         if not isinstance(v, str))
         if data.get("contextual") is not None:
             try:
                 st.contextual = ContextualModels.load(data["contextual"])
@@ -237,9 +255,15 @@ class MemoryState:
             self.contextual.__dict__.update(other.contextual.__dict__)  # engines hold this object: kept, refilled
 
     @classmethod
-    def load_file(cls, path, deployment_ids=()) -> "MemoryState":
+    def load_file(cls, path, deployment_ids=(), warn=None) -> "MemoryState":
+        """The store a state file holds (see ``load``); each value read otherwise than written is
+        passed to ``warn`` as "FILE: RECORD: FIELD: ..." (default: a warning in the log)."""
+        notes: list[str] = []
         with open(path, encoding="utf-8") as fh:
             try:
-                return cls.load(json.load(fh), deployment_ids)
+                st = cls.load(json.load(fh), deployment_ids, notes)
             except ValueError as exc:
                 raise ValueError(f"{path}: {exc}") from None
+        for note in notes:
+            (warn or log.warning)(f"{path}: {note}")
+        return st

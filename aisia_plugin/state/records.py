@@ -10,7 +10,13 @@ case-insensitively, or as their Prometheus codes (0, 1, 2).
 
 Bounds: a count above ``MAX_COUNT`` or a time above ``MAX_TIME`` (seconds since the epoch, the
 year 5138) is no real history: a breaker whose last failure is dated 1e300 would stay OPEN
-forever, a rate limit ``until`` 1e300 would bench a deployment for good."""
+forever, a rate limit ``until`` 1e300 would bench a deployment for good. A stored arm's pulls are
+0 or at least 1 (every update adds one whole observation to the decayed count): pulls between
+them (1e-300 would give UCB1 an exploration term near 1e150) are no record this package wrote.
+
+Given a ``notes`` list, a reader appends one line per value it replaced or clamped
+("pulls: 1e-300 is not 0 or a count of at least 1: read as 0.0"); the caller names the record
+and the file (a store's edge: ``MemoryState.load`` says "bandit 'a-1': ...")."""
 
 from __future__ import annotations
 
@@ -76,49 +82,87 @@ def breaker_state_name(v: Any) -> str:
     return CLOSED
 
 
-def read_arm(raw: Any) -> ArmStats:
+def _note(notes: list | None, name: str, raw: Any, why: str, got: Any) -> None:
+    if notes is not None:
+        notes.append(f"{name}: {raw!r} {why}: read as {got!r}")
+
+
+def read_arm(raw: Any, notes: list | None = None) -> ArmStats:
     """An arm record from a stored mapping (see the module docstring for the rules)."""
     d = _mapping(raw)
-    if d is None:
-        return ArmStats()
     base = ArmStats()
+    if d is None:
+        if raw is not None:
+            _note(notes, "record", raw, "is not a mapping of fields", "a fresh record")
+        return base
 
     def get(name, lo, hi):
-        v = number(d.get(name), lo, hi)
-        return getattr(base, name) if v is None else v
+        r = d.get(name)
+        v = number(r, lo, hi)
+        if v is None:
+            v = getattr(base, name)
+            if r is not None:
+                _note(notes, name, _text(r), f"is not a number in [{lo:g}, {hi:g}]", v)
+        return v
 
     pulls = get("pulls", 0.0, MAX_COUNT)
-    count = number(d.get("count"), 0.0, MAX_COUNT)
+    if 0.0 < pulls < 1.0:
+        _note(notes, "pulls", pulls, "is not 0 or a count of at least 1", 0.0)
+        pulls = 0.0
+
+    def at_most_pulls(name):
+        # Rewards lie in [0, 1] and failures count calls: neither sum can exceed the pulls.
+        v = get(name, 0.0, MAX_COUNT)
+        if v > pulls:
+            _note(notes, name, v, f"exceeds the pulls ({pulls:g})", pulls)
+            v = pulls
+        return v
+
+    count = get("count", 0.0, MAX_COUNT)
     return ArmStats(
         pulls=pulls,
-        # Rewards lie in [0, 1] and failures count calls: neither sum can exceed the pulls.
-        total_reward=min(get("total_reward", 0.0, MAX_COUNT), pulls),
+        total_reward=at_most_pulls("total_reward"),
         alpha=get("alpha", 1.0, MAX_COUNT + 1.0),
         beta=get("beta", 1.0, MAX_COUNT + 1.0),
         avg_latency=get("avg_latency", 0.0, MAX_LATENCY_S),
         latency_var=get("latency_var", 0.0, MAX_LATENCY_S * MAX_LATENCY_S),
-        failures=min(get("failures", 0.0, MAX_COUNT), pulls),
-        count=int(count) if count is not None else base.count,
+        failures=at_most_pulls("failures"),
+        count=int(count),
         tick=get("tick", 0.0, MAX_COUNT),
     )
 
 
-def read_breaker(raw: Any) -> BreakerState:
+def read_breaker(raw: Any, notes: list | None = None) -> BreakerState:
     """A breaker record from a stored mapping (see the module docstring for the rules)."""
     d = _mapping(raw)
     if d is None:
+        if raw is not None:
+            _note(notes, "record", raw, "is not a mapping of fields", "a CLOSED breaker")
         return BreakerState()
 
     def count(name):
-        v = number(d.get(name), 0.0, MAX_COUNT)
-        return int(v) if v is not None else 0
+        r = d.get(name)
+        v = number(r, 0.0, MAX_COUNT)
+        if v is None:
+            if r is not None:
+                _note(notes, name, _text(r), f"is not a count in [0, {MAX_COUNT:g}]", 0)
+            return 0
+        return int(v)
 
     def when(name):
-        v = number(d.get(name), 0.0, MAX_TIME)
-        return v if v is not None else 0.0
+        r = d.get(name)
+        v = number(r, 0.0, MAX_TIME)
+        if v is None:
+            if r is not None:
+                _note(notes, name, _text(r), f"is not a time in [0, {MAX_TIME:g}] (seconds since the epoch)", 0.0)
+            return 0.0
+        return v
 
+    state = breaker_state_name(d.get("state"))
+    if notes is not None and "state" in d and state == CLOSED and not _is_closed(d["state"]):
+        _note(notes, "state", _text(d["state"]), "is not CLOSED, HALF_OPEN, OPEN or a code 0-2", state)
     return BreakerState(
-        state=breaker_state_name(d.get("state")),
+        state=state,
         failures=count("failures"),
         last_failure_time=when("last_failure_time"),
         success_count=count("success_count"),
@@ -127,6 +171,14 @@ def read_breaker(raw: Any) -> BreakerState:
         rate_limits=count("rate_limits"),
         probe_reserved_at=when("probe_reserved_at"),
     )
+
+
+def _is_closed(v: Any) -> bool:
+    """Whether a stored state says CLOSED itself (rather than reading as CLOSED for want of sense)."""
+    v = _text(v)
+    if isinstance(v, str):
+        return v.strip().upper() == CLOSED or v.strip() == "0"
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and v == 0
 
 
 def _num(v) -> str:
