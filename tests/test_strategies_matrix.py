@@ -318,6 +318,10 @@ def test_ucb1_reproduces_the_aisia_seed_example():
     Groq     .80 + .6786 + (1 - .3/10)*.1 = .097 + (1 - 2/30)*.15 = .140   -> 1.7156
     The seed's printed table says 1.523 / 1.570 / 1.637 because its exploration column (0.43,
     0.52, 0.60) does not follow from its own formula (seed-errata.md); Groq is chosen either way.
+    These are the counts as the decision sees them. With forgetting on (the shipped default,
+    half-life 1000 requests), counts recorded 100 requests before the decision are discounted by
+    2 ** -0.1: n and N shrink, exploration grows, and the scores become 1.5340 / 1.6193 / 1.7342
+    (test_explain.py shows both through `aisia explain`, which says when forgetting is on).
     """
     def arm(id, pulls, mean, cost, lat):
         d = Deployment(id=id, model_name="auto", model=f"{id}/m", provider=id, input_cost_per_1m=cost,
