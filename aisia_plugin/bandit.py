@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .numbers import clamp01
+
 
 # Treated as immutable (every function here returns a new record) but not frozen: a frozen
 # dataclass's __init__ goes through object.__setattr__ per field and costs about five times more,
@@ -62,7 +64,7 @@ def decayed(s: ArmStats, tick: float, gamma: float) -> ArmStats:
 def update(s: ArmStats, *, reward: float, latency_s: float | None, failed: bool, tick: float,
            gamma: float = 1.0, ema_weight: float = 0.2, success_threshold: float = 0.5) -> ArmStats:
     """The record after one observation (seed: bandit update)."""
-    reward = min(1.0, max(0.0, reward))
+    reward = clamp01(reward)
     s = decayed(s, tick, gamma)
     avg, var = s.avg_latency, s.latency_var
     if latency_s is not None and math.isfinite(latency_s) and latency_s >= 0:
@@ -283,14 +285,26 @@ def beta_draws(rng, alphas, betas) -> list[float]:
     return out
 
 
+def bonus_columns(costs_per_1m, latencies_s, cost_weight: float, latency_weight: float, cost_scale: float = 10.0,
+                  latency_scale: float = 30.0) -> tuple[list[float], list[float]]:
+    """Seed sections 4 and 5 for every arm of a pool, as two columns in pool order: the cost
+    bonuses max(0, 1 - cost / 10) * cost_weight and the latency bonuses
+    max(0, 1 - avg_latency / 30) * latency_weight (10 and 30: the policy's scales). The one home
+    of both formulas: UCB1's score, Thompson's and the contextual strategy's bonus, and the
+    explanation's terms all read them from here. A NaN cost or latency earns no bonus."""
+    cw, lw, cs, ls = cost_weight, latency_weight, cost_scale, latency_scale
+    return ([(1.0 - c / cs) * cw if c < cs else 0.0 for c in costs_per_1m],
+            [(1.0 - t / ls) * lw if t < ls else 0.0 for t in latencies_s])
+
+
 def cost_bonus(cost_per_1m: float, cost_weight: float, scale: float = 10.0) -> float:
-    """Seed section 4: max(0, 1 - cost / 10) * cost_weight."""
-    return max(0.0, 1.0 - cost_per_1m / scale) * cost_weight
+    """Seed section 4 for one arm (``bonus_columns``)."""
+    return bonus_columns((cost_per_1m,), (), cost_weight, 0.0, scale)[0][0]
 
 
 def latency_bonus(avg_latency_s: float, latency_weight: float, scale: float = 30.0) -> float:
-    """Seed section 5: max(0, 1 - avg_latency / 30) * latency_weight."""
-    return max(0.0, 1.0 - avg_latency_s / scale) * latency_weight
+    """Seed section 5 for one arm (``bonus_columns``)."""
+    return bonus_columns((), (avg_latency_s,), 0.0, latency_weight, latency_scale=scale)[1][0]
 
 
 def exploration_term(total_pulls: float, pulls: float, c: float) -> float:
@@ -308,14 +322,12 @@ def ucb1_scores(pulls, rewards, latencies, costs_per_1m, total_pulls: float, *, 
         score = mean_reward + C * sqrt(ln N / n) + max(0, 1 - cost / 10) * cost_weight
                 + max(0, 1 - avg_latency / 30) * latency_weight
 
-    The same sum as :func:`ucb1_terms` (the explanation, term by term), written as one expression
-    because this runs per request over the whole pool. The caller serves untried arms first."""
+    The same sum as :func:`ucb1_terms` (the explanation, term by term), over the pool's columns
+    because this runs per request. The caller serves untried arms first."""
     log_n = math.log(total_pulls) if total_pulls > 1.0 else 0.0
     sqrt = math.sqrt
-    cw, lw = cost_weight, latency_weight
-    return [total / n + c * sqrt(log_n / n) + ((1.0 - cost / cost_scale) * cw if cost < cost_scale else 0.0)
-            + ((1.0 - latency / latency_scale) * lw if latency < latency_scale else 0.0)
-            for n, total, latency, cost in zip(pulls, rewards, latencies, costs_per_1m)]
+    cbs, lbs = bonus_columns(costs_per_1m, latencies, cost_weight, latency_weight, cost_scale, latency_scale)
+    return [total / n + c * sqrt(log_n / n) + cb + lb for n, total, cb, lb in zip(pulls, rewards, cbs, lbs)]
 
 
 def ucb1_terms(s: ArmStats, total_pulls: float, *, c: float, cost_per_1m: float, cost_weight: float,
@@ -325,6 +337,6 @@ def ucb1_terms(s: ArmStats, total_pulls: float, *, c: float, cost_per_1m: float,
     n = s.pulls
     mean = s.total_reward / n if n > 0 else 0.0
     ex = exploration_term(total_pulls, n, c)
-    cb = cost_bonus(cost_per_1m, cost_weight, cost_scale)
-    lb = latency_bonus(s.avg_latency, latency_weight, latency_scale)
+    (cb,), (lb,) = bonus_columns((cost_per_1m,), (s.avg_latency,), cost_weight, latency_weight, cost_scale,
+                                 latency_scale)
     return {"mean_reward": mean, "exploration": ex, "cost_bonus": cb, "latency_bonus": lb, "score": mean + ex + cb + lb}

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from helpers import arm_history
 
-from aisia_plugin.bandit import (ArmStats, arm_view, beta_draws, beta_sample, blend, cost_bonus, decayed, exploration_term,
-                                 latency_bonus, ucb1_scores, ucb1_terms)
+from aisia_plugin.bandit import (ArmStats, arm_view, beta_draws, beta_sample, blend, bonus_columns, cost_bonus, decayed,
+                                 exploration_term, latency_bonus, ucb1_scores, ucb1_terms)
 
 FRESH = ArmStats(avg_latency=5.0)
 
@@ -49,6 +49,26 @@ def test_ucb1_scores_match_the_seed_terms():
     # A cost above the scale earns no bonus, nor a latency above 30 s; an untried arm's terms are infinite.
     assert cost_bonus(12.0, 0.1) == 0.0 and latency_bonus(45.0, 0.15) == 0.0
     assert ucb1_terms(ArmStats(), 14.0, c=1.0, cost_per_1m=1.0, cost_weight=0.1, latency_weight=0.1)["score"] == math.inf
+
+
+def test_the_seed_bonuses_have_one_home():
+    """Issue 11, the house: the cost and latency bonuses are written once (bandit.bonus_columns);
+    UCB1's score, Thompson's bonus and the explanation's terms read them from there."""
+    from types import SimpleNamespace
+
+    from aisia_plugin.decision import Candidate, Deployment, Pool
+    from aisia_plugin.strategies.bandit import bandit_bonuses
+
+    costs, latencies = [0.2, 5.0, 12.0, math.nan, 0.0], [1.0, 10.0, 45.0, math.nan, 30.0]
+    cb, lb = bonus_columns(costs, latencies, 0.1, 0.15)
+    # Seed sections 4 and 5: max(0, 1 - cost / 10) * 0.1 and max(0, 1 - latency / 30) * 0.15; NaN earns nothing.
+    assert cb == pytest.approx([0.098, 0.05, 0.0, 0.0, 0.1]) and lb == pytest.approx([0.145, 0.1, 0.0, 0.0, 0.0])
+    assert [cost_bonus(c, 0.1) for c in costs] == cb and [latency_bonus(t, 0.15) for t in latencies] == lb
+    pool = Pool.of([Candidate(Deployment(id=f"d{i}", model_name="g", model="p/m", provider="p", input_cost_per_1m=c,
+                                         output_cost_per_1m=c), ArmStats(pulls=1.0, avg_latency=t))
+                    for i, (c, t) in enumerate(zip(costs, latencies))])
+    ctx = SimpleNamespace(cost_weight=0.1, latency_weight=0.15, cost_scale_per_1m=10.0, latency_scale_s=30.0)
+    assert bandit_bonuses(pool, ctx) == [a + b for a, b in zip(cb, lb)]
 
 
 @pytest.mark.parametrize("a,b", [(1.0, 1.0), (3.0, 1.0), (1.0, 4.0), (1.5, 1.5), (2.0, 5.0), (5.0, 2.0),

@@ -23,6 +23,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
+from ..numbers import clamp01
+
 Z95 = 1.959963984540054
 
 
@@ -224,7 +226,7 @@ def engine_target(policy, deployments, *, alias: Optional[str] = None, seed: int
         d = engine.decide(name, [], pool, features=feats)
         out: dict = {}
         if d.deployment_id is not None:
-            p = 1.0 if d.probability is None else min(1.0, max(0.0, float(d.probability)))
+            p = 1.0 if d.probability is None else clamp01(d.probability)
             out[d.deployment_id] = p
             rest = [c.id for c in pool if c.id != d.deployment_id]
             for c in rest:

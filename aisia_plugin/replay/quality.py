@@ -28,6 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Sequence
 
+from ..numbers import clamp01
+
 EPS = 1e-12
 CPT_LEVELS = (0.5, 0.8, 0.95)
 
@@ -121,7 +123,7 @@ def pgr_curve(points: Iterable[tuple[float, float]]) -> list[tuple[float, float]
     same share keep the best PGR."""
     best: dict[float, float] = {0.0: 0.0, 1.0: 1.0}
     for share, g in points:
-        s = min(1.0, max(0.0, float(share)))
+        s = clamp01(share)
         best[s] = max(best.get(s, g), g)
     return sorted(best.items())
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import math
 
-from ..bandit import ArmStats, beta_draws, ucb1_scores, ucb1_terms
+from ..bandit import ArmStats, beta_draws, bonus_columns, ucb1_scores, ucb1_terms
 from ..decision import Decision, Pool, RoutingContext, pool_decision, ranked_decision
-from .rules import explored, finite
+from .rules import clamp01, explored, finite
 
 
 class UCB1Strategy:
@@ -59,16 +59,10 @@ class UCB1Strategy:
 
 
 def bandit_bonuses(pool: Pool, context: RoutingContext) -> list[float]:
-    """Each member's seed cost bonus plus latency bonus (bandit.cost_bonus + bandit.latency_bonus,
-    written out in one loop: this runs per request over the pool)."""
-    cw, lw = context.cost_weight, context.latency_weight
-    cs, ls = context.cost_scale_per_1m, context.latency_scale_s
-    out = []
-    for cost, latency in zip(pool.costs, pool.latencies):
-        cb = 1.0 - cost / cs
-        lb = 1.0 - latency / ls
-        out.append((cb * cw if cb > 0.0 else 0.0) + (lb * lw if lb > 0.0 else 0.0))
-    return out
+    """Each member's seed cost bonus plus latency bonus (``bandit.bonus_columns``)."""
+    cbs, lbs = bonus_columns(pool.costs, pool.latencies, context.cost_weight, context.latency_weight,
+                             context.cost_scale_per_1m, context.latency_scale_s)
+    return [cb + lb for cb, lb in zip(cbs, lbs)]
 
 
 class ThompsonStrategy:
@@ -100,7 +94,7 @@ class ThompsonStrategy:
         probability = None
         if getattr(context.features, "estimate_probability", False):
             # (1 - epsilon) P(the posterior draws choose it) + epsilon / n
-            eps = min(1.0, max(0.0, finite(getattr(context, "exploration", 0.0))))
+            eps = clamp01(finite(getattr(context, "exploration", 0.0)))
             probability = (1.0 - eps) * self._probability(alphas, betas, bonus, i, rng) + eps / len(pool)
 
         def terms(j: int) -> dict:

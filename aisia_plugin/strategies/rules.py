@@ -105,7 +105,7 @@ def explored(eligible, best: int, reason, context: RoutingContext):
 
 def selection_probability(n_eligible: int, chosen_is_best: bool, context) -> float:
     """P(chosen) under epsilon-greedy over `n_eligible` candidates with ranking winner `best`."""
-    eps = min(1.0, max(0.0, finite(getattr(context, "exploration", 0.0))))
+    eps = clamp01(finite(getattr(context, "exploration", 0.0)))
     share = eps / n_eligible if n_eligible else 0.0
     return (1.0 - eps) + share if chosen_is_best else share
 
