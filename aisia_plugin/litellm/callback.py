@@ -62,6 +62,14 @@ def _recognized(router, model: str) -> bool:
     return bool(check(model)) if check is not None else model in (getattr(router, "model_names", None) or ())
 
 
+def _router_groups(router):
+    """The Router's table of routing groups, whose identity tells that the groups were rebuilt
+    (``update_settings`` replaces it): public ``routing_groups`` since 1.106, ``_routing_groups``
+    before it."""
+    groups = getattr(router, "routing_groups", None)
+    return groups if groups is not None else getattr(router, "_routing_groups", None)
+
+
 def _error(status: int, message: str, kind: str, **extra) -> HTTPException:
     return HTTPException(status_code=status, detail={"error": {"message": message, "type": kind, **extra}})
 
@@ -196,8 +204,7 @@ class AisiaPlugin(CustomLogger):
         its groups changed since the last installation; cheap otherwise. Raises AliasCollision
         when an alias has the name of one of the user's models (the model keeps its name)."""
         rt = runtime or self.runtime
-        groups = getattr(router, "routing_groups", None)
-        mark = (id(router), id(groups), len(router.model_list or ()), id(rt.policy))
+        mark = (id(router), id(_router_groups(router)), len(router.model_list or ()), id(rt.policy))
         if mark == self._router_mark:
             return
         model_list = router.model_list or []
@@ -214,7 +221,7 @@ class AisiaPlugin(CustomLogger):
         self._our_groups = set(planned.members)
         self._served_aliases = set(planned.members)
         self.empty_aliases = planned.empty
-        self._router_mark = (id(router), id(router.routing_groups), len(router.model_list or ()), id(rt.policy))
+        self._router_mark = (id(router), id(_router_groups(router)), len(router.model_list or ()), id(rt.policy))
         self.group_installs += 1
         if planned.empty and startup:
             log.warning("aisia: no deployment of the LiteLLM config is a candidate of %s; requests for them get 503",
