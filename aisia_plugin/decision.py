@@ -14,6 +14,7 @@ from typing import Any, Mapping, Optional
 
 from .bandit import EMPTY, arm_view, arm_weights, beta_params, pulls_and_rewards
 from .breaker import CLOSED, HALF_OPEN, OPEN
+from .policy.defaults import defaults_of
 
 HEALTH = {CLOSED: 1.0, HALF_OPEN: 0.5, OPEN: 0.0}
 
@@ -304,9 +305,54 @@ class Pool(_SequenceABC):
         return self._err
 
 
+_BANDIT = defaults_of("Bandit")
+_ALIAS = defaults_of("Alias")
+
+
+@dataclass(frozen=True, slots=True)
+class AliasSettings:
+    """An alias's policy settings as its decisions use them, resolved once per alias when the
+    engine is built (``AliasSettings.of``): the alias's own value, else the bandit section's.
+    The defaults (a context built without a policy: tests, plugins) are the schema's."""
+
+    exploration_c: float = _BANDIT["exploration_c"]
+    cost_weight: float = _BANDIT["cost_weight"]
+    latency_weight: float = _BANDIT["latency_weight"]
+    cost_scale_per_1m: float = _BANDIT["cost_scale_per_1m"]
+    latency_scale_s: float = _BANDIT["latency_scale_s"]
+    exploration: float = _ALIAS["exploration"]  # epsilon for the ranking strategies
+    weights: Mapping[str, float] = field(default_factory=dict)  # normalised rules weights
+    tier_hint: Optional[str] = _ALIAS["tier_hint"]
+    sla: Any = None  # policy.models.Sla
+    lkgp_enabled: bool = _ALIAS["lkgp_enabled"]
+
+    @classmethod
+    def of(cls, alias, bandit, weights: Mapping[str, float]) -> "AliasSettings":
+        """The settings of `alias` (a policy.models.Alias) under the policy's `bandit` section,
+        with the alias's normalised rules `weights`."""
+        def own(v, fallback):
+            return v if v is not None else fallback
+
+        return cls(exploration_c=own(alias.exploration_c, bandit.exploration_c),
+                   cost_weight=own(alias.cost_weight, bandit.cost_weight),
+                   latency_weight=own(alias.latency_weight, bandit.latency_weight),
+                   cost_scale_per_1m=bandit.cost_scale_per_1m, latency_scale_s=bandit.latency_scale_s,
+                   exploration=alias.exploration, weights=weights, tier_hint=alias.tier_hint, sla=alias.sla,
+                   lkgp_enabled=alias.lkgp_enabled)
+
+
+DEFAULT_SETTINGS = AliasSettings()
+
+
+def _setting(name: str) -> property:
+    return property(lambda self: getattr(self.settings, name), doc=f"The alias's {name} (``AliasSettings``).")
+
+
 @dataclass(slots=True)
 class RoutingContext:
-    """Everything a strategy may use besides the pool. Built by the engine."""
+    """Everything a strategy may use besides the pool, built by the engine per request (by
+    keyword). The alias's settings are one shared ``AliasSettings``, also readable here by name
+    (``context.cost_weight`` is ``context.settings.cost_weight``)."""
 
     alias: str
     strategy: str
@@ -315,20 +361,22 @@ class RoutingContext:
     task_type: str
     now: float
     rng: random.Random
-    exploration_c: float = math.sqrt(2)
-    cost_weight: float = 0.1
-    latency_weight: float = 0.15
-    cost_scale_per_1m: float = 10.0
-    latency_scale_s: float = 30.0
-    exploration: float = 0.0  # epsilon for the ranking strategies
-    weights: Mapping[str, float] = field(default_factory=dict)  # normalised rules weights
-    tier_hint: Optional[str] = None
-    sla: Any = None  # policy.models.Sla
+    settings: AliasSettings = DEFAULT_SETTINGS
     last_known_good: Optional[str] = None
-    lkgp_enabled: bool = True
     total_pulls: Optional[float] = None  # N of UCB1; None: the sum over the competing pool
     policy: Any = None  # the whole policy.models.Policy, for plugins
     contextual: Any = None  # contextual.ContextualModels the contextual strategy reads (the engine's)
+
+    exploration_c = _setting("exploration_c")
+    cost_weight = _setting("cost_weight")
+    latency_weight = _setting("latency_weight")
+    cost_scale_per_1m = _setting("cost_scale_per_1m")
+    latency_scale_s = _setting("latency_scale_s")
+    exploration = _setting("exploration")
+    weights = _setting("weights")
+    tier_hint = _setting("tier_hint")
+    sla = _setting("sla")
+    lkgp_enabled = _setting("lkgp_enabled")
 
 
 @dataclass(slots=True)

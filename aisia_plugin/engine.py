@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from . import plugins
 from .bandit import ArmStats, gamma_for
 from .breaker import CLOSED, OPEN, CircuitBreaker, FailureKind, classify_failure
-from .decision import NO_SIGNALS, CandidateScore, Decision, Deployment, Pool, RoutingContext
+from .decision import NO_SIGNALS, AliasSettings, CandidateScore, Decision, Deployment, Pool, RoutingContext
 from .deployments import selects
 from .features import RequestFeatures
 from .interfaces import StateStore
 from .learning import LearningRules, OutcomeRecord
 from .outcome import Outcome, reward
+from .policy.defaults import defaults_of
 from .policy.models import Policy
 from .scan import scanner_for
 from .state.memory import MemoryState
@@ -35,13 +36,8 @@ class UnknownAlias(KeyError):
     pass
 
 
-# decide() builds its RoutingContext positionally (keyword arguments cost twice as much, per
-# request): a field added or moved must be met here, not misplaced silently.
-_CONTEXT_FIELDS = ("alias", "strategy", "features", "domain", "task_type", "now", "rng", "exploration_c",
-                   "cost_weight", "latency_weight", "cost_scale_per_1m", "latency_scale_s", "exploration", "weights",
-                   "tier_hint", "sla", "last_known_good", "lkgp_enabled", "total_pulls", "policy", "contextual")
-if tuple(f.name for f in fields(RoutingContext)) != _CONTEXT_FIELDS:  # not an assert: kept under -O
-    raise RuntimeError("RoutingContext's fields changed: update Engine.decide and _CONTEXT_FIELDS")
+# An outcome recorded against an alias the policy no longer has: the schema's SLA target.
+_SLA_TARGET_P95_MS = float(defaults_of("Sla")["target_p95_ms"])
 
 
 class Engine:
@@ -68,14 +64,8 @@ class Engine:
                                    self._fresh)
         self._hook = plugins.hook()
         self._pools: dict[tuple, _AliasPool] = {}
-        # Per alias, the RoutingContext fields between `rng` and `last_known_good` (policy data,
-        # resolved once): exploration_c .. sla.
-        self._alias_context = {
-            name: (a.exploration_c if a.exploration_c is not None else bp.exploration_c,
-                   a.cost_weight if a.cost_weight is not None else bp.cost_weight,
-                   a.latency_weight if a.latency_weight is not None else bp.latency_weight,
-                   bp.cost_scale_per_1m, bp.latency_scale_s, a.exploration, self._weights[name], a.tier_hint, a.sla)
-            for name, a in policy.aliases.items()}
+        # Per alias, its settings as a decision uses them (resolved once, shared by its contexts).
+        self._settings = {name: AliasSettings.of(a, bp, self._weights[name]) for name, a in policy.aliases.items()}
 
     # -- deciding ------------------------------------------------------------------------------
     def features(self, messages, tools=None, request_modalities=None) -> RequestFeatures:
@@ -195,8 +185,9 @@ class Engine:
             quota = [sig.get("quota", 1.0) for sig in supplied]
         pool = Pool(deps, states if states is not None else [CLOSED] * len(deps), fits, global_arms, domain_arms,
                     tick, self.gamma, prior, self._fresh, quota=quota, signals=supplied, ids=ids)
-        ctx = RoutingContext(alias, ap.strategy, feats, domain, task, now, self.rng, *self._alias_context[alias],
-                             last_good, ap.lkgp_enabled, None, self.policy, self.contextual)
+        ctx = RoutingContext(alias=alias, strategy=ap.strategy, features=feats, domain=domain, task_type=task, now=now,
+                             rng=self.rng, settings=self._settings[alias], last_known_good=last_good,
+                             policy=self.policy, contextual=self.contextual)
         decision = plugins.get_strategy(ap.strategy).select(pool, ctx)
         try:
             k = ids.index(decision.deployment_id)
@@ -283,7 +274,7 @@ class Engine:
                                     error_type=outcome.error_type, message=outcome.message)
         value = None
         if kind is None or kind is FailureKind.PROVIDER:
-            target = ap.sla.target_p95_ms if ap is not None else 2000.0
+            target = ap.sla.target_p95_ms if ap is not None else _SLA_TARGET_P95_MS
             value = reward(outcome, self.policy.reward, target)
         per_domain = domain if (domain and self.policy.bandit.per_domain.enabled) else None
         tick = self.store.record_outcome(OutcomeRecord(

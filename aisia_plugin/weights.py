@@ -9,16 +9,12 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
+from .policy.defaults import defaults_of
 from .policy.models import FACTORS
 
-# OmniRoute's DEFAULT_WEIGHTS (they sum to 1). The schema carries the same defaults; this copy is
-# only used when a strategy is called without weights in its context (tests, plugins).
-DEFAULT_WEIGHTS: dict[str, float] = {
-    "quota": 0.1429, "health": 0.1605, "cost_inv": 0.1429, "latency_inv": 0.1143, "task_fit": 0.0762,
-    "stability": 0.0476, "tier_priority": 0.0476, "tier_affinity": 0.0476, "specificity_match": 0.0476,
-    "context_affinity": 0.0476, "cache_affinity": 0.0, "session_availability": 0.0476,
-    "reset_window_affinity": 0.0, "connection_density": 0.0476, "quality": 0.03, "reliability": 0.0,
-}
+# OmniRoute's DEFAULT_WEIGHTS (they sum to 1), as the schema's Weights defaults: used when a
+# strategy is called without weights in its context (tests, plugins).
+DEFAULT_WEIGHTS: dict[str, float] = {name: float(v) for name, v in defaults_of("Weights").items()}
 
 
 def _clean(weights: Mapping[str, Any] | Any) -> dict[str, float]:

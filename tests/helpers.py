@@ -15,3 +15,24 @@ def arm_history(seed: int, n: int, gamma: float) -> ArmStats:
         t += r.randint(0, 40)
         s = update(s, reward=r.random(), latency_s=r.uniform(0.1, 4.0), failed=r.random() < 0.2, tick=t, gamma=gamma)
     return s
+
+
+def context(pool=(), *, strategy: str = "x", seed: int = 7, rng=None, now: float = 0.0, task_type: str = "default",
+            domain=None, specificity=None, features=None, **kw):
+    """A RoutingContext as the engine builds one, for calling a strategy directly: keyword
+    arguments naming an ``AliasSettings`` field go to the alias's settings (rules weights default
+    to OmniRoute's, normalised), the others to the context; UCB1's N defaults to the pool's pulls."""
+    from dataclasses import fields
+    from types import SimpleNamespace
+
+    from aisia_plugin.decision import AliasSettings, RoutingContext
+    from aisia_plugin.weights import DEFAULT_WEIGHTS, normalise
+
+    names = {f.name for f in fields(AliasSettings)}
+    settings = {k: kw.pop(k) for k in list(kw) if k in names}
+    settings.setdefault("weights", normalise(DEFAULT_WEIGHTS))
+    kw.setdefault("total_pulls", sum(c.stats.pulls for c in pool))
+    return RoutingContext(alias=kw.pop("alias", "auto"), strategy=strategy,
+                          features=features if features is not None else SimpleNamespace(specificity=specificity),
+                          domain=domain, task_type=task_type, now=now,
+                          rng=rng if rng is not None else random.Random(seed), settings=AliasSettings(**settings), **kw)

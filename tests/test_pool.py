@@ -6,19 +6,16 @@ strategy decides the same on the Pool as on the plain list of those Candidates."
 
 from __future__ import annotations
 
-import random
-from types import SimpleNamespace
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import helpers
 from helpers import arm_history
 
 from aisia_plugin import plugins
 from aisia_plugin.bandit import ArmStats, arm_view
 from aisia_plugin.decision import Candidate, Deployment, Pool, RoutingContext
-from aisia_plugin.weights import DEFAULT_WEIGHTS, normalise
 
 FRESH = ArmStats(avg_latency=5.0)
 STRATEGIES = sorted({s.name for s in plugins.strategies().values()})
@@ -71,9 +68,8 @@ def test_columns_equal_the_candidates_fields(pool, beta_first):
 
 
 def context(seed: int, exploration: float, lkg) -> RoutingContext:
-    return RoutingContext(alias="auto", strategy="x", features=SimpleNamespace(specificity=0.4), domain=None,
-                          task_type="coding", now=0.0, rng=random.Random(seed), exploration=exploration,
-                          weights=normalise(DEFAULT_WEIGHTS), last_known_good=lkg)
+    return helpers.context(specificity=0.4, task_type="coding", seed=seed, exploration=exploration,
+                           last_known_good=lkg, total_pulls=None)
 
 
 @pytest.mark.parametrize("name", STRATEGIES)

@@ -178,3 +178,30 @@ def test_importing_the_engine_imports_neither_yaml_nor_jsonschema():
             "print(sorted(m for m in ('yaml', 'jsonschema') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_cores_defaults_are_read_from_the_schema(tmp_path):
+    """Issue 11, the house: a default is written once, in the schema. The defaults the core uses
+    without a loaded policy (a context built by a test or a plugin, the rules strategy's fallback
+    weights, the SLA strategy's limits, the contextual strategy's settings) are the schema's: a
+    schema with other defaults gives other values (in a fresh process, which reads it)."""
+    import json
+    import subprocess
+    import sys
+
+    schema = json.loads(schema_path().read_text(encoding="utf-8"))
+    d = schema["$defs"]
+    d["Bandit"]["properties"]["cost_weight"]["default"] = 0.375
+    d["Weights"]["properties"]["quality"]["default"] = 0.625
+    d["Sla"]["properties"]["target_p95_ms"]["default"] = 1234
+    d["Contextual"]["properties"]["noise_variance"]["default"] = 0.25
+    other = tmp_path / "schema.json"
+    other.write_text(json.dumps(schema), encoding="utf-8")
+    code = ("import pathlib, sys, aisia_plugin.resources as r; r.schema_path = lambda: pathlib.Path(sys.argv[1]); "
+            "from aisia_plugin import decision, weights; from aisia_plugin.strategies import contextual, sla; "
+            "print(decision.AliasSettings().cost_weight, weights.DEFAULT_WEIGHTS['quality'], sla.sla_limits(None)[0], "
+            "contextual._DEFAULTS[1])")
+    for path, want in ((other, "0.375 0.625 1234.0 0.25"), (schema_path(), "0.1 0.03 2000.0 0.1")):
+        out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120,
+                             check=True).stdout
+        assert out.split() == want.split()

@@ -11,12 +11,13 @@ import random
 from types import SimpleNamespace
 
 import pytest
+from helpers import context
 
 from aisia_plugin import plugins
 from aisia_plugin.bandit import ArmStats
-from aisia_plugin.decision import Candidate, Deployment, RoutingContext
+from aisia_plugin.decision import Candidate, Deployment
 from aisia_plugin.policy.models import Sla
-from aisia_plugin.weights import DEFAULT_WEIGHTS, normalise
+from aisia_plugin.weights import DEFAULT_WEIGHTS
 
 NOW = 1_700_000_000.0
 ALL = ("cost", "latency", "sla-aware", "lkgp", "rules", "ucb1", "thompson")
@@ -39,10 +40,7 @@ def cand(id, *, cost=2.0, p95=2000.0, err=0.0, sd=0.0, breaker="CLOSED", tier=No
 
 
 def ctx(pool, *, seed=7, strategy="rules", **kw):
-    kw.setdefault("weights", normalise(DEFAULT_WEIGHTS))
-    kw.setdefault("total_pulls", sum(c.stats.pulls for c in pool))
-    return RoutingContext(alias="auto", strategy=strategy, features=SimpleNamespace(specificity=None), domain=None,
-                          task_type="default", now=NOW, rng=random.Random(seed), **kw)
+    return context(pool, strategy=strategy, seed=seed, now=NOW, **kw)
 
 
 def pick(name, pool, **kw):

@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import math
 import random
-from types import SimpleNamespace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers import context
+
 from aisia_plugin import plugins
 from aisia_plugin.bandit import ArmStats, update
-from aisia_plugin.decision import Candidate, Deployment, RoutingContext
+from aisia_plugin.decision import Candidate, Deployment
 from aisia_plugin.policy.models import Sla
-from aisia_plugin.weights import DEFAULT_WEIGHTS, normalise
 
 
 def _unique_strategies():
@@ -66,13 +66,12 @@ def contexts(draw, pool):
     sla = draw(st.one_of(st.none(), st.builds(
         Sla, target_p95_ms=st.floats(1, 10_000), max_error_rate=st.floats(0, 0.5),
         max_cost_per_1m=st.one_of(st.none(), st.floats(0, 50)), hard_constraints=st.booleans())))
-    return RoutingContext(
-        alias="auto", strategy="x", features=SimpleNamespace(specificity=draw(st.one_of(st.none(), unit))),
-        domain=None, task_type="coding", now=0.0, rng=random.Random(draw(st.integers(0, 2**32))),
-        exploration=draw(st.sampled_from([0.0, 0.0, 0.3, 1.0])), weights=normalise(DEFAULT_WEIGHTS),
+    return context(
+        pool, specificity=draw(st.one_of(st.none(), unit)), task_type="coding",
+        seed=draw(st.integers(0, 2**32)), exploration=draw(st.sampled_from([0.0, 0.0, 0.3, 1.0])),
         tier_hint=draw(st.sampled_from([None, "ultra", "pro", "standard", "free"])), sla=sla,
         last_known_good=draw(st.sampled_from([None, "d0", "d1", "p0", "p2", "missing"])),
-        lkgp_enabled=draw(st.booleans()), total_pulls=sum(c.stats.pulls for c in pool))
+        lkgp_enabled=draw(st.booleans()))
 
 
 @pytest.mark.parametrize("name", STRATEGY_NAMES)
@@ -109,9 +108,7 @@ def test_bandits_converge_to_the_best_arm(name):
     picks = []
     for t in range(2000):
         pool = [Candidate(deployment=deps[k], stats=arms[k]) for k in probs]
-        ctx = RoutingContext(alias="auto", strategy=name, features=SimpleNamespace(specificity=None), domain=None,
-                             task_type="default", now=0.0, rng=rng, cost_weight=0.0, latency_weight=0.0,
-                             total_pulls=sum(a.pulls for a in arms.values()))
+        ctx = context(pool, strategy=name, rng=rng, cost_weight=0.0, latency_weight=0.0)
         k = strategy.select(pool, ctx).deployment_id
         r = 1.0 if env.random() < probs[k] else 0.0
         arms[k] = update(arms[k], reward=r, latency_s=None, failed=r == 0.0, tick=t)

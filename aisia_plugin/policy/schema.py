@@ -5,24 +5,16 @@ defaults; nothing here repeats any of them."""
 
 from __future__ import annotations
 
-import copy
 import difflib
-import json
 import math
 from functools import lru_cache
 
 import jsonschema
 from jsonschema import Draft202012Validator
 
-from ..resources import schema_path
+from .defaults import fill_defaults, load_schema, resolve  # noqa: F401 (the loader's, from here)
 from .errors import PolicyIssue, dotted
 from .yamlpos import Locations, position_of
-
-
-@lru_cache(maxsize=1)
-def load_schema() -> dict:
-    with open(schema_path(), encoding="utf-8") as fh:
-        return json.load(fh)
 
 
 @lru_cache(maxsize=1)
@@ -30,49 +22,6 @@ def _validator() -> Draft202012Validator:
     schema = load_schema()
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema)
-
-
-def resolve(subschema: dict) -> dict:
-    """Follow a local $ref (the schema only uses #/$defs/... references)."""
-    schema = load_schema()
-    while "$ref" in subschema:
-        ref = subschema["$ref"]
-        assert ref.startswith("#/$defs/"), ref
-        target = schema["$defs"][ref[len("#/$defs/"):]]
-        # Sibling keywords next to $ref (description, default) only annotate.
-        subschema = target
-    return subschema
-
-
-def fill_defaults(instance, subschema: dict | None = None):
-    """Return a copy of instance with every absent property that has a schema default set.
-
-    Defaults are filled recursively, so an absent object property defaulting to {} receives its
-    own properties' defaults too."""
-    if subschema is None:
-        subschema = load_schema()
-    sub = resolve(subschema)
-    if isinstance(instance, dict) and sub.get("type") in ("object", None):
-        out = dict(instance)
-        props = sub.get("properties", {})
-        for name, prop in props.items():
-            if name not in out:
-                default = prop["default"] if "default" in prop else resolve(prop).get("default", _MISSING)
-                if default is _MISSING:
-                    continue
-                out[name] = copy.deepcopy(default)
-        for name, value in list(out.items()):
-            if name in props:
-                out[name] = fill_defaults(value, props[name])
-            elif isinstance(sub.get("additionalProperties"), dict):
-                out[name] = fill_defaults(value, sub["additionalProperties"])
-        return out
-    if isinstance(instance, list) and isinstance(sub.get("items"), dict):
-        return [fill_defaults(v, sub["items"]) for v in instance]
-    return instance
-
-
-_MISSING = object()
 
 
 def _allowed_keys(subschema: dict) -> list[str]:

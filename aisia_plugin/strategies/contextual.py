@@ -13,11 +13,12 @@ import math
 
 from ..contextual import LearnContext, request_vector
 from ..decision import Decision, Pool, RoutingContext, pool_decision
+from ..policy.defaults import defaults_of
 from .bandit import ThompsonStrategy, bandit_bonuses
 from .rules import explore
 
 # The alias's `contextual` settings when a test's context carries no policy (the schema's defaults).
-_DEFAULTS = (0.02, 0.1, 0.5)
+_DEFAULTS = tuple(float(defaults_of("Contextual")[k]) for k in ("prior_variance", "noise_variance", "exploration"))
 
 
 def settings_of(context: RoutingContext) -> tuple[float, float, float]:

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 from ..breaker import OPEN
 from ..decision import Candidate, Decision, Pool, RoutingContext
+from ..policy.defaults import defaults_of
 from .rules import clamp01, finish, finite, sort_key
 
 EPS = 1e-6
-DEFAULT_TARGET_P95_MS = 2000.0
-DEFAULT_MAX_ERROR_RATE = 0.05
+# Without an SLA in the context: the schema's Sla defaults.
+DEFAULT_TARGET_P95_MS = float(defaults_of("Sla")["target_p95_ms"])
+DEFAULT_MAX_ERROR_RATE = float(defaults_of("Sla")["max_error_rate"])
 WEIGHTS = {"latency": 0.35, "error": 0.35, "health": 0.15, "cost": 0.10, "stability": 0.05}
 
 
