@@ -539,16 +539,11 @@ def ranked_decision(strategy: str, pool: Pool, scores, chosen: Deployment, reaso
 
 def pool_decision(strategy: str, pool: Pool, scores: list, chosen: int, reason, *,
                   probability: Optional[float] = None, terms=None) -> Decision:
-    """Like :func:`ranked_decision` with the scores as a list in pool order and the chosen
-    candidate as an index. The rows are built when the decision's ``scores`` are first read;
-    ``terms``, when given, is a function of the candidate's index returning its named terms."""
+    """:func:`ranked_decision` with the scores as a list in pool order and the chosen candidate
+    as an index; ``terms``, when given, is a function of the candidate's index returning its
+    named terms. The rows are built when the decision's ``scores`` are first read."""
     pool = Pool.of(pool)
-    d = pool.deployments[chosen]
-
-    def rows():
-        if terms is None:
-            return [CandidateScore(i, sc) for i, sc in zip(pool.ids, scores)]
-        return [CandidateScore(i, sc, None, terms(k)) for k, (i, sc) in enumerate(zip(pool.ids, scores))]
-
-    return Decision(d.id, d.model, strategy, reason, len(pool), scores[chosen],
-                    probability=probability, build_scores=rows)
+    ids = pool.ids
+    return ranked_decision(strategy, pool, lambda: dict(zip(ids, scores)), pool.deployments[chosen], reason,
+                           probability=probability, final_score=scores[chosen],
+                           terms=None if terms is None else (lambda: {i: terms(k) for k, i in enumerate(ids)}))
