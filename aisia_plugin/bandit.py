@@ -15,8 +15,8 @@ from .numbers import clamp01
 
 
 # Treated as immutable (every function here returns a new record) but not frozen: a frozen
-# dataclass's __init__ goes through object.__setattr__ per field and costs about five times more,
-# and a record is built per candidate per request.
+# dataclass's __init__ goes through object.__setattr__ per field and costs several times more, and
+# a record is built per candidate per request.
 @dataclass(slots=True)
 class ArmStats:
     pulls: float = 0.0  # observations, discounted (seed: pulls)
@@ -228,8 +228,8 @@ def beta_sample(rng, a: float, b: float) -> float:
 def beta_draws(rng, alphas, betas) -> list[float]:
     """One draw from each Beta(alphas[i], betas[i]), in order, using only ``rng.random()``.
 
-    ``random.Random.betavariate`` draws two gamma variates, about 2.5 us in CPython, once per
-    candidate per request; this is exact and several times cheaper. Shapes of 1 use the closed
+    ``random.Random.betavariate`` draws two gamma variates, once per candidate per request; this
+    is exact and several times cheaper (select:thompson in benchmarks/results/overhead.md). Shapes of 1 use the closed
     forms (Beta(1, 1) is uniform; Beta(a, 1) is U**(1/a)); both shapes above 1 (the usual case:
     posteriors start at (1, 1) and only grow) use Cheng's algorithm BB (Cheng 1978,
     "Generating beta variates with nonintegral shape parameters", Comm. ACM 21(4)), a rejection

@@ -14,7 +14,7 @@ States (seed diagram)::
     CLOSED: each success decrements failures (self-healing)
 
 "Consecutive failures" in the seed is really **net failures**: a success in CLOSED only
-decrements the counter, it does not reset it (see /work/shared/notes/seed-errata.md).  So
+decrements the counter, it does not reset it (see seed-errata.md in the project's shared notes).  So
 4 failures, 1 success, 1 failure leaves the breaker CLOSED with failures=4, and one more failure
 opens it.
 

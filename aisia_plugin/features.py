@@ -6,11 +6,11 @@ code syntax) is one entry of a single RE2 set, so the prompt is scanned once, in
 the scan says which entries matched; character classes are counted with ``bytes.translate``
 (C loops, linear).
 
-Cost: this runs on every routing decision (budget ~50 us), so extract_features is written for
-speed (~13 us for a 2 KB prompt where the straightforward form took ~25-45 us), with the same
-results: the RE2 set scan (~6 us, one DFA pass, about half of the total) and one class-counting
-pass over the bytes are the only per-byte work; the rest is kept to a few dozen bytecodes (see the
-comments at _FeaturesBuilder, _specificity and extract_features).
+Cost: this runs on every routing decision, so extract_features is written for speed, with the
+same results as the straightforward form: the RE2 set scan (one DFA pass, about half of the
+total) and one class-counting pass over the bytes are the only per-byte work; the rest is kept to
+a few dozen bytecodes (see the comments at _FeaturesBuilder, _specificity and extract_features).
+The figures: benchmarks/results/overhead.md ("Pieces of our decision").
 
 Specificity heuristic (``RequestFeatures.specificity``, 0..1, read by the rules strategy's
 specificityMatch): how technical/precise the request looks, from four signals on the scanned
@@ -161,8 +161,8 @@ class RequestFeatures:
 
     def __getattr__(self, name: str):
         # Reached only for a field left unset: extract_features leaves `specificity` to its first
-        # read (a pass over the text's bytes, ~2.5 us for 2 KB, that only the rules strategy
-        # reads); it is then computed from `text` and `has_code` and kept, so that the instance
+        # read (a pass over the text's bytes that only the rules strategy reads); it is then
+        # computed from `text` and `has_code` and kept, so that the instance
         # reads, compares, copies and prints as if it had been set at construction.
         if name == "specificity":
             try:
@@ -176,10 +176,10 @@ class RequestFeatures:
 
 
 # Fast construction for extract_features. A frozen dataclass's __init__ sets each of its 13 fields
-# through object.__setattr__ (plus keyword parsing and the default_factory call): ~5 us, a tenth of
-# a routing decision. Instead the fields are stored on an instance of this plain class with the very
-# same __slots__ (same memory layout, so CPython allows the __class__ assignment) and the instance
-# then becomes a RequestFeatures: ~0.7 us, and the result is a genuine frozen RequestFeatures
+# through object.__setattr__ (plus keyword parsing and the default_factory call), several times the
+# cost of plain assignments, per request. Instead the fields are stored on an instance of this plain
+# class with the very same __slots__ (same memory layout, so CPython allows the __class__
+# assignment) and the instance then becomes a RequestFeatures: the result is a genuine frozen RequestFeatures
 # (== to the one __init__ would build, read-only, dataclasses.replace/asdict work).
 _FeaturesBuilder = type("_FeaturesBuilder", (), {"__slots__": RequestFeatures.__slots__})
 

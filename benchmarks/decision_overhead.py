@@ -2,7 +2,7 @@
 
 A benchmark, not a test: nothing is asserted. Run with
 
-    /work/main/.venv/bin/python benchmarks/decision_overhead.py [--calls 3000] [--sizes 4,16,64]
+    .venv/bin/python benchmarks/decision_overhead.py [--calls 3000] [--sizes 4,16,64]
 
 What is timed (time.perf_counter_ns around each single call, after an untimed warm-up):
 
@@ -540,7 +540,7 @@ def bench_ours(mods, policy, sizes, calls, messages, profile_n: int):
 # LiteLLM
 # ---------------------------------------------------------------------------------------------
 def bench_litellm(sizes, calls, messages):
-    from aisia_plugin.replay.litellm_baselines import MODEL_GROUP, LiteLLMBaseline
+    from litellm_baselines import MODEL_GROUP, LiteLLMBaseline  # benchmarks/, beside this script
 
     out, notes = {}, []
     for n in sizes:

@@ -1,6 +1,6 @@
 """Regenerate benchmarks/RESULTS.md and benchmarks/results/*.json in one command.
 
-    /work/main/.venv/bin/python benchmarks/run_all.py [--quick] [--seed 7]
+    .venv/bin/python benchmarks/run_all.py [--quick] [--seed 7]
 
 1. converts the shared real data (convert_data.py) and generates the synthetic scenarios
    (synthetic.py) into benchmarks/out/ (gitignored);
@@ -52,7 +52,7 @@ sys.path.insert(0, str(REPO))
 
 import convert_data  # noqa: E402
 import synthetic  # noqa: E402
-from aisia_plugin.replay.litellm_baselines import LiteLLMBaseline, NoDeploymentAvailable  # noqa: E402
+from litellm_baselines import LiteLLMBaseline, NoDeploymentAvailable  # noqa: E402
 from aisia_plugin.policy import load_policy  # noqa: E402
 from aisia_plugin.replay.candidates import CandidateSpec  # noqa: E402
 from aisia_plugin.replay.runner import (Call, Served, baselines, build_scenario, figures, run_router,  # noqa: E402

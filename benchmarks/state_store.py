@@ -2,7 +2,7 @@
 how many outcomes per second one process records through Redis. A benchmark, not a test: it
 asserts nothing, it prints and writes figures.
 
-    /work/main/.venv/bin/python benchmarks/state_store.py [--calls 3000] [--outcomes 50000]
+    .venv/bin/python benchmarks/state_store.py [--calls 3000] [--outcomes 50000]
 
 It starts its own redis-server on a free loopback port (tests/redis_server.py) and times, side by
 side in one run, after an untimed warm-up, with gc disabled during each loop:

@@ -1,15 +1,19 @@
-"""LiteLLM's own routing strategies, driven offline through aisia_plugin.replay.litellm_baselines."""
+"""LiteLLM's own routing strategies, driven offline through benchmarks/litellm_baselines.py."""
 
 from __future__ import annotations
 
 import asyncio
 import random
+import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
-from aisia_plugin.replay.litellm_baselines import (
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+from litellm_baselines import (  # noqa: E402
     STRATEGIES,
     LiteLLMBaseline,
     NoDeploymentAvailable,

@@ -5,8 +5,8 @@
     runner.py      materialising a scenario; the router, fixed, uniform random and oracle runs
     report.py      text tables, JSON, compare, sweep, the plot, the progress bar
 
-(litellm_baselines.py, LiteLLM's own routing strategies as baselines, is imported on its own: it
-needs LiteLLM.)"""
+(LiteLLM's own routing strategies as baselines, which patch LiteLLM's modules at run time, live
+with the benchmarks: benchmarks/litellm_baselines.py, outside the wheel the proxy imports.)"""
 
 from .candidates import CandidatesError, CandidateSpec, LatencyModel, load_candidates
 from .runner import ReplayError, Scenario, build_scenario, override_alias, replay, sweep
