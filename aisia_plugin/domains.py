@@ -2,7 +2,9 @@
 
 A domain's score is the number of occurrences of its patterns in the prompt times its weight;
 the best-scoring domain wins (a tie goes to the first domain in policy order) when its score
-reaches ``min_matches``. The occurrences are those of one leftmost-first scan with all the
+reaches ``min_matches`` and, where the domain sets ``min_density``, that many per full 1,000
+characters of the prompt as scanned (``needed``: a long passage mentioning a topic a few times is
+not a request for its specialist). The occurrences are those of one leftmost-first scan with all the
 policy's patterns; each counts once, for the first domain (in policy order) whose patterns match
 where it starts. The scan goes on after an occurrence's end, or after its first word when it is a
 short phrase of several words (``_resume``): "write a Python function" is a coding request and
@@ -150,6 +152,12 @@ class DomainDetector:
         self.max_scan_chars = domains.max_scan_chars
         self.names: list[str] = list(domains.definitions)
         self.weights: list[float] = [float(domains.definitions[n].weight) for n in self.names]
+        # Per domain, the score needed per full 1,000 scanned characters on top of min_matches.
+        self.densities: list[float] = [float(getattr(domains.definitions[n], "min_density", 0) or 0)
+                                       for n in self.names]
+        self._dense = [(i, dens) for i, dens in enumerate(self.densities) if dens > 0]
+        self._max_density = max(self.densities, default=0.0)
+        self._flat: list[float] = [float(self.min_matches)] * len(self.names)
         # The early answers rely on a partial count times the weight being a lower bound of the
         # score: true for the weights the schema allows (> 0); any other falls back to counting.
         self._bounds_hold = all(w > 0 and math.isfinite(w) for w in self.weights)
@@ -254,7 +262,7 @@ class DomainDetector:
         return {n: c * self.weights[i] for i, (n, c) in enumerate(zip(self.names, counts)) if c}
 
     def detect(self, text: str, present=None) -> Optional[str]:
-        """The best-scoring domain, or None (no match, best score < min_matches, disabled).
+        """The best-scoring domain, or None (no match, best score below min_matches or its min_density, disabled).
 
         The same answer as the best of ``scores(text)``, with fewer calls (module docstring).
         ``present``, when the caller's own pass over the text already told it, is the set of the
@@ -265,43 +273,61 @@ class DomainDetector:
         data = self._data(text, clean=present is None)
         if data is None:
             return None
+        needs = self.needed(text)
         if present is not None:
             if not present:
                 return None
             if len(present) == 1 and self._bounds_hold:
                 (d,) = present
-                return self._count_alone(data, d, 0, [0] * len(self.names), at_least=1)
-            return self._best(self._sweep(data, 0, [0] * len(self.names)))
+                return self._count_alone(data, d, 0, [0] * len(self.names), at_least=1, needs=needs)
+            return self._best(self._sweep(data, 0, [0] * len(self.names)), needs)
         n = len(data)
         (start, end), = self._scan(_UNANCHORED, data, 0, n)
         if start < 0:
             return None
         if end == start or not self._bounds_hold:  # (unreachable / outside the schema)
-            return self._best(self._sweep(data, 0, [0] * len(self.names)))
+            return self._best(self._sweep(data, 0, [0] * len(self.names)), needs)
         first = self._domain_at(data, start, end)
         if first < 0:  # (unreachable: the union matched, so some domain does)
-            return self._best(self._sweep(data, 0, [0] * len(self.names)))
+            return self._best(self._sweep(data, 0, [0] * len(self.names)), needs)
         counts = [0] * len(self.names)
         counts[first] = 1
         nxt = _resume(data, start, end)
         later = self._after(memoryview(data)[nxt - 1:]) if nxt < n else ()
         if not later:  # a single occurrence
-            return self.names[first] if self.weights[first] >= self.min_matches else None
+            return self.names[first] if self.weights[first] >= needs[first] else None
         live = {self._owner[k] for k in later}
         if len(live) > 1:
-            return self._best(self._sweep(data, nxt, counts))
+            return self._best(self._sweep(data, nxt, counts), needs)
         # Only one domain occurs from here on: every later occurrence is its own (there is at
         # least one: the Set saw it), the others' counts are final.
         (d,) = live
-        return self._count_alone(data, d, nxt, counts, at_least=1)
+        return self._count_alone(data, d, nxt, counts, at_least=1, needs=needs)
 
-    def _count_alone(self, data: bytes, d: int, pos: int, counts: list[int], at_least: int = 0) -> Optional[str]:
+    def needed(self, text: str) -> list[float]:
+        """Per domain (policy order), the score it needs to be reported on ``text``: min_matches,
+        or min_density times the full thousands of its characters as scanned (at most
+        max_scan_chars, its start and its end) where that is more. Shared, not to be modified."""
+        chars = len(text) if len(text) <= self.max_scan_chars else 2 * (self.max_scan_chars // 2) + 1
+        thousands = chars // 1000
+        if thousands * self._max_density <= self.min_matches:  # also when no domain sets one
+            return self._flat
+        needs = list(self._flat)
+        for i, dens in self._dense:
+            if thousands * dens > needs[i]:
+                needs[i] = thousands * dens
+        return needs
+
+    def _count_alone(self, data: bytes, d: int, pos: int, counts: list[int], at_least: int = 0,
+                     needs: Optional[list[float]] = None) -> Optional[str]:
         """The answer when `d` is the only domain occurring from `pos` on (at least `at_least`
         times), `counts` holding every count before `pos`: each union occurrence from `pos` is
         `d`'s (no other domain's pattern matches there, so the union's leftmost-first matches are
         those of `d`'s own program) and the other counts are final, so `d` wins as soon as its
-        score beats theirs and reaches min_matches, and the scan stops there."""
-        weight, needed = self.weights[d], self.min_matches
+        score beats theirs and reaches the score it needs (``needs[d]``, min_matches by default),
+        and the scan stops there."""
+        needs = needs or self._flat
+        weight, needed = self.weights[d], needs[d]
         # The best other score, and whether d wins a tie with it (a tie goes to the first domain
         # in policy order: the first k reaching the best score is the one that matters).
         rival, tie_wins = -1.0, True
@@ -328,16 +354,16 @@ class DomainDetector:
             else:
                 pos = end + 1
         counts[d] = found
-        return self._best(counts)
+        return self._best(counts, needs)
 
-    def _best(self, counts: list[int]) -> Optional[str]:
+    def _best(self, counts: list[int], needs: Optional[list[float]] = None) -> Optional[str]:
         scores = {n: c * self.weights[i] for i, (n, c) in enumerate(zip(self.names, counts)) if c}
         if not scores:
             return None
         # max() keeps the first of equal scores and scores keeps policy order: a tie goes to the
         # first domain of the policy.
         best = max(scores, key=scores.__getitem__)
-        return best if scores[best] >= self.min_matches else None
+        return best if scores[best] >= (needs or self._flat)[self.names.index(best)] else None
 
 
 def _resume(data: bytes, start: int, end: int) -> int:

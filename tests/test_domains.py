@@ -157,19 +157,25 @@ def test_detect_never_raises_on_keyword_soup(text):
 from types import SimpleNamespace  # noqa: E402
 
 
-def _section(definitions: dict, min_matches: int = 2, max_scan_chars: int = 8000, enabled: bool = True):
+def _section(definitions: dict, min_matches: int = 2, max_scan_chars: int = 8000, enabled: bool = True,
+             densities: dict | None = None):
     """A domains section without the policy loader (the detector reads only these fields)."""
+    densities = densities or {}
     return SimpleNamespace(enabled=enabled, min_matches=min_matches, max_scan_chars=max_scan_chars,
-                           definitions={n: SimpleNamespace(patterns=p, weight=w) for n, (p, w) in definitions.items()})
+                           definitions={n: SimpleNamespace(patterns=p, weight=w, min_density=densities.get(n, 0))
+                                        for n, (p, w) in definitions.items()})
 
 
 def _reference(det: DomainDetector, text) -> str | None:
-    """detect() as the full count defines it: the first best score, if it reaches min_matches."""
+    """detect() as the full count defines it: the first best score, if it reaches min_matches and
+    the domain's min_density per full 1,000 characters as scanned (at most max_scan_chars)."""
     scores = det.scores(text)
     if not scores:
         return None
     best = max(scores, key=scores.__getitem__)
-    return best if scores[best] >= det.min_matches else None
+    scanned = len(text) if len(text) <= det.max_scan_chars else 2 * (det.max_scan_chars // 2) + 1
+    density = dict(zip(det.names, det.densities))[best]
+    return best if scores[best] >= max(det.min_matches, density * (scanned // 1000)) else None
 
 
 def test_a_word_matched_by_two_domains_counts_for_the_first_only():
@@ -214,7 +220,20 @@ def test_a_domain_alone_after_the_first_occurrence_must_beat_it():
     assert det.detect("stone feather feather") == "heavy"
 
 
-def test_occurrences_at_the_edges_and_line_starts():
+def test_min_density_asks_more_of_a_long_text():
+    det = DomainDetector(_section({"fruit": ([r"\bapple\b", r"\bpear\b"], 1), "task": ([r"\btranslate\b"], 4)},
+                                  densities={"fruit": 1}))
+    assert det.detect("an apple and a pear") == "fruit"            # 2 >= max(2, 1 * 0)
+    assert det.detect("an apple and a pear" + "." * 2500) == "fruit"  # 2 >= 1 * 2 (2519 characters)
+    story = "apple pear " + "and then the story went on. " * 150  # 4211 characters: 4 needed
+    assert det.scores(story) == {"fruit": 2.0} and det.detect(story) is None
+    assert det.detect("apple " + story) is None                     # 3 < 4
+    assert det.detect("apple " * 2 + story) == "fruit"              # 4 >= 4
+    assert det.detect("translate " + story) == "task"               # no min_density: min_matches only
+    # the text is scanned up to max_scan_chars: a longer one asks no more than that many characters
+    short = DomainDetector(_section({"fruit": ([r"\bapple\b"], 1)}, max_scan_chars=1000, densities={"fruit": 3}))
+    assert short.detect("apple apple apple " + "x " * 2500) == "fruit"  # 3 >= 3 * 1 (1001 scanned), not 3 * 5
+
     det = DomainDetector(_section({"item": ([r"(?m)^item\b"], 1), "end": ([r"\bstop$"], 1)}, min_matches=1))
     assert det.counts("item x item\nitem") == [2, 0]
     assert det.counts("x item") == [0, 0]
@@ -241,8 +260,10 @@ def test_keyword_dense_prompt():
 
 
 _VOCABULARY = ["apple", "pear", "stone", "feather", "new york", "new", "york", "translate", "foo", "foobar",
-               "item", "\nitem", "stop", "é", " ", " ", "\n", "x", "applepear", "pear-apple"]
+               "item", "\nitem", "stop", "é", " ", " ", "\n", "x", "applepear", "pear-apple", " " + "-" * 400 + " "]
 _POLICIES = [
+    _section({"fruit": ([r"\bapple\b", r"pear"], 1), "heavy": ([r"\bstone\b", r"\bfoo"], 3)},
+             min_matches=1, max_scan_chars=2600, densities={"fruit": 1, "heavy": 0.5}),
     _section({"fruit": ([r"\bapple\b", r"pear"], 1), "heavy": ([r"\bstone\b", r"\bfoo"], 3),
               "city": ([r"\bnew york\b", r"york"], 1), "task": ([r"\btranslate\b"], 4)}),
     _section({"city": ([r"\bnew\b"], 2), "fruit": ([r"apple|pear"], 1), "end": ([r"\bstop$", r"(?m)^item"], 1.5)},

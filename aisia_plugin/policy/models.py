@@ -168,6 +168,7 @@ class Domain(BaseModel):
     description: str
     patterns: list[str]
     weight: float
+    min_density: float
 
 
 @_def("Domains")
