@@ -38,10 +38,18 @@ class TaskFitnessTable:
         self.default = float(cfg.default)
         self._rows = {pattern: {k.lower(): float(v) for k, v in row.items()} for pattern, row in cfg.models.items()}
         self._boosts = [(b.contains.lower(), {t.lower() for t in b.tasks}, float(b.boost)) for b in cfg.boosts]
-        self._cache: dict[tuple[str, str], float] = {}
+        # The one cache: task -> model -> fitness, at most cache_size values in all (then it starts
+        # over rather than grow without limit). Engine pools keep their own tuples of it, dropped
+        # with the pool.
+        self._by_task: dict[str, dict[str, float]] = {}
+        self._cached = 0
         self._cache_size = max(1, int(cache_size))
-        self._by_task: dict[str, dict[str, float]] = {}  # task -> model -> fitness, for fitness_of
         self._lock = threading.Lock()
+
+    @property
+    def cached(self) -> int:
+        """How many (model, task) values the cache holds (at most ``cache_size``)."""
+        return self._cached
 
     def pattern_for(self, model: str) -> Optional[str]:
         """The table pattern that decides `model`'s row (None: the model is not in the table)."""
@@ -50,30 +58,27 @@ class TaskFitnessTable:
         return most_specific(self._rows, (model, _bare(model)))
 
     def fitness(self, model: str, task: str) -> float:
-        model = model or ""
-        task = (task or "default").lower()
-        key = (model, task)
-        hit = self._cache.get(key)
-        if hit is not None:
-            return hit
-        value = clamp01(self._compute(model, task))
-        with self._lock:
-            if len(self._cache) >= self._cache_size:
-                self._cache.clear()  # bounded: start over rather than grow without limit
-            self._cache[key] = value
-        return value
+        return self.fitness_of((model,), task)[0]
 
     def fitness_of(self, models, task: str) -> list[float]:
         """``fitness(model, task)`` for each of `models`, in one call (a pool's worth per request)."""
         task = (task or "default").lower()
         by_model = self._by_task.get(task)
-        if by_model is None or len(by_model) >= self._cache_size:
-            by_model = self._by_task[task] = {}
+        if by_model is None:
+            by_model = self._by_task.setdefault(task, {})
         out = []
         for model in models:
+            model = model or ""
             hit = by_model.get(model)
             if hit is None:
-                hit = by_model[model] = self.fitness(model, task)
+                hit = clamp01(self._compute(model, task))
+                with self._lock:
+                    if self._cached >= self._cache_size:
+                        self._by_task.clear()
+                        self._cached = 0
+                        by_model = self._by_task[task] = {}
+                    by_model[model] = hit
+                    self._cached += 1
             out.append(hit)
         return out
 

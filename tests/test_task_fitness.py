@@ -94,8 +94,13 @@ def test_cache_is_bounded_and_consistent():
     t = TaskFitnessTable(cfg({"gpt-4o": {"coding": 0.9}}), cache_size=3)
     for i in range(10):
         assert t.fitness(f"x-{i}", "coding") == 0.5
-        assert len(t._cache) <= 3
+        assert 1 <= t.cached <= 3
     assert t.fitness("gpt-4o", "coding") == t.fitness("gpt-4o", "coding") == pytest.approx(0.9)
+    # One cache with one bound, whichever way it is read and however many tasks (issue 11, the house).
+    for i in range(10):
+        assert t.fitness_of(["gpt-4o", f"y-{i}"], f"task-{i}") == [pytest.approx(0.5), 0.5]
+        assert 1 <= t.cached <= 3
+    assert t.fitness_of(["gpt-4o", "z"], "coding") == [t.fitness("gpt-4o", "coding"), 0.5]
 
 
 # -- weights ---------------------------------------------------------------------------------------
