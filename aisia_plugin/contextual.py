@@ -30,7 +30,17 @@ h = P * m likewise toward 0; both are stored scaled by one factor per deployment
 deployment is O(1). It is applied when the deployment next learns; a decision reads each slot's
 mean and variance as of that update (materialised then, once per outcome), so it costs one gather
 of its prompt's slots and two dot products. Between two updates of a deployment, its forgetting
-shows through its base (the arm the bandit forgets)."""
+shows through its base (the arm the bandit forgets).
+
+Sharing (the Redis store): what an outcome does to a column is a change of its natural parameters
+(h, dp), so a replica's models, once ``track()`` is called, also keep what this process learned
+since its last fold apart (``take_pending``: per column a ``ColumnDelta`` in the column's stored
+units, with the scale and tick that give them meaning). The store adds the deltas into the shared
+column (lua/contextual.lua: brought to the later tick by the same gamma, then summed) and
+``adopt`` installs the shared column with what was learned meanwhile on top. When the folds
+complete between outcomes, replicas learn exactly what one process learning the interleaved
+sequence would (the same float operations); otherwise each replica's outcomes are assessed
+against a shared model at most one fold period old. Pure too: the store does the I/O."""
 
 from __future__ import annotations
 
@@ -186,6 +196,35 @@ class LearnContext:
     noise_variance: float
 
 
+@dataclass(slots=True)
+class ColumnDelta:
+    """What this process learned about one deployment since its last fold: ``values[j]`` (h, dp)
+    added at slot ``slots[j]``, in the stored units of the column as it was at ``scale`` and
+    ``tick`` (the true change is value * scale), and the ``count`` of outcomes."""
+
+    dep: str
+    tick: float
+    scale: float
+    count: float
+    slots: np.ndarray  # int64, ascending
+    values: np.ndarray  # (len(slots), 2) float64
+
+
+@dataclass(slots=True)
+class SharedColumn:
+    """One deployment's column as a shared store holds it: every slot's stored (h, dp) as float64
+    (true value = stored * scale), its scale and tick, the outcomes counted, the prior precision
+    and the prior model's mean and weight."""
+
+    p0: float
+    scale: float
+    tick: float
+    count: float
+    prior_mean: float
+    prior_count: float
+    values: np.ndarray  # (DIM, 2) float64
+
+
 class ContextualModels:
     """Every deployment's model, as columns of one (DIM x 2 x deployments) array, so that a
     decision reads its prompt's slots for every deployment in one gather.
@@ -207,6 +246,13 @@ class ContextualModels:
         self.mv = np.zeros((DIM, 2, 0), dtype=np.float32)
         for name in self._VECTORS:
             setattr(self, name, np.zeros(0))
+        # Sharing (``track``): per column, what was learned here since the last fold (stored
+        # units, float64; None: nothing), the outcomes since, and the deployments a prior model
+        # re-seeded since the store last looked. None while not tracking.
+        self._pending: Optional[list[Optional[np.ndarray]]] = None
+        self._pending_count: list[float] = []
+        self.reseeded: set[str] = set()
+        self.gamma = 1.0  # the gamma of the last outcome learned (what a shared store folds with)
 
     @property
     def h(self) -> np.ndarray:
@@ -238,6 +284,9 @@ class ContextualModels:
         self.mv = np.concatenate((self.mv, np.zeros((DIM, 2, 1), dtype=np.float32)), axis=2)
         for name, v in zip(self._VECTORS, (1.0 / prior_variance, 1.0, 0.0, 0.0, 0.5, BASE_PSEUDO_COUNT)):
             setattr(self, name, np.append(getattr(self, name), v))
+        if self._pending is not None:
+            self._pending.append(None)
+            self._pending_count.append(0.0)
         self.ids[dep] = k
         self.materialise(k)
         return k
@@ -305,6 +354,8 @@ class ContextualModels:
         s = self.scale[k]
         if s < _RESCALE_BELOW:
             self.hd[:, :, k] *= s
+            if self._pending is not None and self._pending[k] is not None:
+                self._pending[k] *= s  # the same units as the column's
             self.scale[k] = s = 1.0
         return float(s)
 
@@ -313,6 +364,7 @@ class ContextualModels:
         if not math.isfinite(reward):
             return
         with self._lock:
+            self.gamma = gamma
             self._learn(dep, ctx, reward, tick, gamma)
 
     def _learn(self, dep: str, ctx: LearnContext, reward: float, tick: float, gamma: float) -> None:
@@ -321,6 +373,9 @@ class ContextualModels:
         idx, inv = np.unique(ctx.vector.idx, return_inverse=True)
         x = np.bincount(inv, weights=ctx.vector.val)
         p0 = self.p0[k]
+        tracking = self._pending is not None
+        if tracking:
+            before = self.hd[idx, :, k].astype(np.float64)
         prec = p0 + self.dp[idx, k] * s
         mean = self.h[idx, k] * s / prec
         var = 1.0 / prec
@@ -333,6 +388,12 @@ class ContextualModels:
         self.dp[idx, k] = (prec - p0) / s
         self.h[idx, k] = prec * mean / s
         self.count[k] += 1.0
+        if tracking:  # what this outcome changed, as stored (differences of float32: exact in float64)
+            pend = self._pending[k]
+            if pend is None:
+                pend = self._pending[k] = np.zeros((DIM, 2))
+            pend[idx] += self.hd[idx, :, k] - before
+            self._pending_count[k] += 1.0
         self.materialise(k)
 
     # -- another model's rows -----------------------------------------------------------------------
@@ -347,6 +408,80 @@ class ContextualModels:
             self.scale[k] = 1.0
             self.prior_mean[k] = prior.prior_mean[j]
             self.prior_count[k] = prior.prior_count[j]
+            self.materialise(k)
+            if self._pending is not None:
+                self.reseeded.add(dep)
+
+    # -- sharing through a store ----------------------------------------------------------------
+    def track(self) -> None:
+        """Keep what is learned from now on apart too, until ``take_pending`` (a shared store)."""
+        with self._lock:
+            if self._pending is None:
+                self._pending = [None] * len(self.ids)
+                self._pending_count = [0.0] * len(self.ids)
+
+    def take_pending(self) -> list[ColumnDelta]:
+        """What was learned since the last call, per deployment that learned (then forgotten
+        here: the caller owns it until the store has it)."""
+        out: list[ColumnDelta] = []
+        if self._pending is None:
+            return out
+        with self._lock:
+            for dep, k in self.ids.items():
+                pend, n = self._pending[k], self._pending_count[k]
+                if pend is None and not n:
+                    continue
+                if pend is None:
+                    slots, values = np.zeros(0, dtype=np.int64), np.zeros((0, 2))
+                else:
+                    slots = np.flatnonzero((pend[:, 0] != 0.0) | (pend[:, 1] != 0.0))
+                    values = pend[slots]
+                out.append(ColumnDelta(dep, float(self.tick[k]), float(self.scale[k]), n, slots, values))
+                self._pending[k], self._pending_count[k] = None, 0.0
+        return out
+
+    def shared_view(self, dep: str, in_flight: Sequence[ColumnDelta], gamma: float) -> SharedColumn:
+        """The column of `dep` without what this process has not folded yet (its pending changes
+        and the deltas `in_flight`): what this process last knew of the shared column, at the
+        column's current scale and tick (to re-create a shared column that was lost)."""
+        with self._lock:
+            k = self.ids[dep]
+            s, t = float(self.scale[k]), float(self.tick[k])
+            v = self.hd[:, :, k].astype(np.float64)
+            n = float(self.count[k])
+            if self._pending is not None:
+                if self._pending[k] is not None:
+                    v -= self._pending[k]
+                n -= self._pending_count[k]
+            for d in in_flight:
+                if d.dep == dep:
+                    v[d.slots] -= d.values * (d.scale * _decay(gamma, t - d.tick) / s)
+                    n -= d.count
+            return SharedColumn(float(self.p0[k]), s, t, max(0.0, n), float(self.prior_mean[k]),
+                                float(self.prior_count[k]), v)
+
+    def adopt(self, dep: str, col: SharedColumn, gamma: float) -> None:
+        """Install the shared column `col` for `dep`, with what this process learned since its
+        last fold (still pending) on top: the column is brought to the later of the two ticks
+        (as ``_bring_to`` would), the pending changes re-expressed in its units."""
+        with self._lock:
+            k = self.column(dep, 1.0 / col.p0)
+            s_here, t_here = float(self.scale[k]), float(self.tick[k])
+            scale, tick = col.scale, col.tick
+            if gamma < 1.0 and t_here > tick:
+                scale *= gamma ** (t_here - tick)
+            tick = max(tick, t_here)
+            v = col.values
+            pend = self._pending[k] if self._pending is not None else None
+            n = col.count
+            if pend is not None:
+                pend *= s_here * _decay(gamma, tick - t_here) / scale
+                v = v + pend
+            if self._pending is not None:
+                n += self._pending_count[k]
+            self.hd[:, :, k] = v
+            self.scale[k], self.tick[k], self.count[k] = scale, tick, n
+            self.p0[k], self.prior_mean[k], self.prior_count[k] = col.p0, col.prior_mean, col.prior_count
             self.materialise(k)
 
     def copy(self) -> "ContextualModels":
@@ -391,6 +526,10 @@ class ContextualModels:
                 m.dp[int(i), k] = float(dp)
             m.materialise(k)
         return m
+
+
+def _decay(gamma: float, elapsed: float) -> float:
+    return gamma ** elapsed if gamma < 1.0 and elapsed > 0.0 else 1.0
 
 
 class ModelFileError(ValueError):

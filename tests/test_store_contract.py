@@ -295,3 +295,32 @@ async def test_the_dump_is_a_memory_state(h):
     assert MemoryState.load(dump).dump() == dump
     assert all(math.isfinite(v) for rec in dump["bandit"].values() for v in rec.values())
     assert isinstance(MemoryState.load(dump).arm("a"), ArmStats)
+
+
+async def test_the_contextual_models_reach_every_view_and_the_dump(h):
+    """What the contextual strategy's models learn through one view (``store.contextual``, what
+    an engine over the store decides with) is in every view after sync, with forgetting, and in
+    the store's dump (the memory store's snapshot)."""
+    from aisia_plugin.contextual import ContextualModels, LearnContext, request_vector
+    from aisia_plugin.features import RequestFeatures
+
+    rng = random.Random(12)
+    ref = ContextualModels()
+    words = ("sort", "a", "list", "tax", "law", "poem", "prove", "lemma")
+    for i in range(40):
+        if i == 20:
+            await h.midpoint()
+        x = request_vector(RequestFeatures(text=" ".join(rng.choice(words) for _ in range(rng.randint(1, 8)))))
+        dep, y = rng.choice("ab"), rng.random()
+        for m in (h.store.contextual, ref):
+            m.learn(dep, LearnContext(x, 0.5, 0.05, 0.1), y, float(i + 1), 0.99)
+    await h.sync()
+    other = await h.other()
+    for dep in "ab":
+        k, j = other.contextual.ids[dep], ref.ids[dep]
+        got = other.contextual.hd[:, :, k].astype(float) * other.contextual.scale[k]
+        want = ref.hd[:, :, j].astype(float) * ref.scale[j]
+        assert got == pytest.approx(want, rel=1e-9, abs=1e-9)
+        assert other.contextual.count[k] == ref.count[j] and other.contextual.tick[k] == ref.tick[j]
+    back = MemoryState.load(other.dump()).contextual
+    assert {dep: back.count[k] for dep, k in back.ids.items()} == {dep: ref.count[k] for dep, k in ref.ids.items()}

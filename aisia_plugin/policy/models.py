@@ -239,6 +239,7 @@ class State(BaseModel):
     timeout_ms: int
     io_timeout_ms: int
     flush_ms: int
+    contextual_fold_ms: int
     batch_max: int
     queue_max: int
     reconnect_max_ms: int

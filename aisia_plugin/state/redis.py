@@ -28,7 +28,16 @@ a record already there is kept), then every replica re-sends what that view lack
 
 Breaker timing uses the server's clock: ``clock()`` is the local clock plus the offset to Redis's
 TIME measured on each refresh, and the engine decides and records with it. Decay uses the shared
-tick. Keys: see ``keys`` below and the README's table."""
+tick. Keys: see ``keys`` below and the README's table.
+
+The contextual strategy's models (``store.contextual``, what the engine decides with) are shared
+the same way, with their own period: every ``state.contextual_fold_ms`` (and on ``flush``,
+``refresh`` and ``aclose``) the background task folds what this process learned since its last
+fold into the shared models and reads back what the others folded, in one EVALSHA of
+``lua/contextual.lua`` (never on the request path). A fold carries (process id, sequence number)
+and is re-sent unchanged until acknowledged (a lost reply, an outage): each column applies it
+once. A column Redis lost is re-created from a replica's last view of it (the first to notice),
+and every replica re-sends the acknowledged folds that view lacks (kept three fold periods)."""
 
 from __future__ import annotations
 
@@ -46,8 +55,11 @@ from importlib import resources
 from typing import Callable, Optional
 from urllib.parse import unquote, urlsplit
 
+import numpy as np
+
 from ..bandit import ArmStats
 from ..breaker import BreakerState, CircuitBreaker, FailureKind
+from ..contextual import DIM, ColumnDelta, ContextualModels, SharedColumn
 from ..learning import LearningRules, OutcomeRecord
 from .memory import MemoryState
 from .records import ARM_FIELDS, BREAKER_FIELDS, number, pairs, read_arm, read_breaker
@@ -55,7 +67,9 @@ from .records import ARM_FIELDS, BREAKER_FIELDS, number, pairs, read_arm, read_b
 log = logging.getLogger("aisia.state")
 _timeout = getattr(asyncio, "timeout", None)  # Python 3.11+
 
-SCRIPTS = ("record", "refresh", "seed", "reserve")
+SCRIPTS = ("record", "refresh", "seed", "reserve", "contextual")
+# A slot's record in a contextual fold: slot, h, dp (lua/contextual.lua unpacks '<i4dd').
+_SLOT_RECORD = np.dtype([("i", "<i4"), ("h", "<f8"), ("d", "<f8")])
 _RESET = "reset"
 
 
@@ -139,6 +153,28 @@ def _f(v) -> str:
     return repr(float(v))
 
 
+def _records(slots: np.ndarray, values: np.ndarray) -> bytes:
+    rec = np.empty(len(slots), dtype=_SLOT_RECORD)
+    rec["i"], rec["h"], rec["d"] = slots, values[:, 0], values[:, 1]
+    return rec.tobytes()
+
+
+def _weights(blob: bytes) -> np.ndarray:
+    """A stored weights string as (DIM, 2) float64 (the slots past its end are 0)."""
+    v = np.zeros((DIM, 2))
+    got = np.frombuffer(blob, dtype="<f8")
+    n = min(len(got) // 2, DIM)
+    v[:n] = got[:2 * n].reshape(n, 2)
+    return v
+
+
+class _Fold:
+    __slots__ = ("seq", "deltas", "acked_at")
+
+    def __init__(self, seq: int, deltas: list[ColumnDelta]):
+        self.seq, self.deltas, self.acked_at = seq, deltas, 0.0
+
+
 def _opt(v) -> Optional[float]:
     """An optional number for the script (None for none; a value that is no finite number is
     none, as the Python update and breaker treat it)."""
@@ -197,7 +233,19 @@ class RedisStore:
         self._overflowing = False
         self._rules_args: dict[int, tuple[LearningRules, list[str]]] = {}
         self.counters = {"batches": 0, "outcomes_written": 0, "duplicates_skipped": 0, "queue_full": 0,
-                         "outages": 0, "reseeded": 0, "refreshes": 0}
+                         "outages": 0, "reseeded": 0, "refreshes": 0, "folds": 0, "columns_read": 0}
+        # The contextual models the engine decides with (contextual_io reads ``store.contextual``):
+        # this process's copy of the shared ones, with what it learned since its last fold apart.
+        self.contextual = ContextualModels()
+        self.contextual.track()
+        self._ctx_seq = 0
+        self._ctx_unacked: Optional[_Fold] = None  # sent (or to send), not acknowledged
+        self._ctx_acked: deque[_Fold] = deque()  # acknowledged, kept a while (a lost column)
+        self._ctx_known: dict[str, str] = {}  # deployment -> version of the shared column this copy holds
+        self._ctx_view: dict[str, dict[str, int]] = {}  # deployment -> the folds (process -> seq) that copy holds
+        self._ctx_resend: dict[str, list[tuple[int, ColumnDelta]]] = {}  # acknowledged folds a column lost
+        self._ctx_next_at = 0.0
+        self._ctx_io: Optional[asyncio.Lock] = None
         self._sources = {name: self._script(name) for name in SCRIPTS}
         self._shas = {name: hashlib.sha1(src.encode()).hexdigest() for name, src in self._sources.items()}
 
@@ -234,7 +282,10 @@ class RedisStore:
         return self._mirror.ticks
 
     def dump(self) -> dict:
-        return self._mirror.dump()
+        out = self._mirror.dump()
+        if len(self.contextual):
+            out["contextual"] = self.contextual.dump()
+        return out
 
     def stats(self) -> dict:
         return self._mirror.stats()
@@ -322,6 +373,7 @@ class RedisStore:
         an unreachable Redis: that is an outage, routing starts on local state."""
         self._loop = asyncio.get_running_loop()
         self._io = asyncio.Lock()
+        self._ctx_io = asyncio.Lock()
         self._wake = asyncio.Event()
         self._closing = False
         try:
@@ -332,6 +384,8 @@ class RedisStore:
             await asyncio.wait_for(self._refresh(force=True), self.cfg.io_timeout_ms / 1000.0)
         except Exception as exc:
             self._outage(exc)
+        if not self._down:  # the shared contextual models, before the first decision
+            await self.fold()
         self._flusher = asyncio.create_task(self._flush_loop(), name="aisia-state-flush")
 
     async def aclose(self) -> None:
@@ -390,7 +444,13 @@ class RedisStore:
             done.set_result(None)
 
     async def refresh(self, force: bool = True) -> bool:
-        """Read the shared state now (tests, the CLI); False when Redis is unreachable."""
+        """Read the shared state now (tests, the CLI), and with `force` the contextual models too
+        (a fold); False when Redis is unreachable."""
+        if not await self._read(force):
+            return False
+        return await self.fold() if force else True
+
+    async def _read(self, force: bool) -> bool:
         try:
             await self._refresh(force=force)
             return True
@@ -563,22 +623,31 @@ class RedisStore:
             if self._closing:
                 break
             try:
-                await self.flush()
+                await self._write()
                 # Kept warm here too, so that a busy process's decisions rarely wait.
                 if not self._down and time.monotonic() >= self._fresh_until:
-                    await self.refresh(force=False)
+                    await self._read(False)
+                # The contextual models every contextual_fold_ms (a fold an outage held: at once).
+                if not self._down and (time.monotonic() >= self._ctx_next_at or self._ctx_unacked is not None):
+                    await self.fold()
             except Exception:  # a bug here must not stop the writing for good
                 log.exception("state store: writing to Redis failed; retrying")
                 await asyncio.sleep(period)
 
     async def flush(self) -> bool:
+        """Write every queued outcome and fold the contextual models now; True when nothing is
+        left. Never raises."""
+        ok = await self._write()
+        return await self.fold() and ok
+
+    async def _write(self) -> bool:
         """Write every queued outcome now; True when nothing is left. Never raises."""
         if self._client is None:
             return not self._retained
         if self._down:
             if time.monotonic() < self._retry_at:
                 return False
-            if not await self.refresh(force=True):  # reconnect (and re-seed) before writing
+            if not await self._read(True):  # reconnect (and re-seed) before writing
                 return False
         epoch_retries = 0
         while True:
@@ -595,7 +664,7 @@ class RedisStore:
                 return False
             if status == "epoch":  # Redis lost its state: re-seed (or adopt another's), then re-send
                 epoch_retries += 1
-                if epoch_retries > 3 or not await self.refresh(force=True):
+                if epoch_retries > 3 or not await self._read(True):
                     return False
 
     def _next_batch(self) -> Optional[_Batch]:
@@ -667,3 +736,105 @@ class RedisStore:
             self._event("batch_flushed")
             self._overflowing = False
         return status
+
+    # -- the contextual models ---------------------------------------------------------------------
+    async def fold(self) -> bool:
+        """Fold what this process's contextual models learned since the last fold into the shared
+        models, and read back what the other processes folded (one EVALSHA of lua/contextual.lua;
+        with no contextual model anywhere, an empty answer). Never raises; False when Redis is unreachable: what was learned stays here, and the same
+        fold (its sequence number unchanged) is sent by the next attempt."""
+        if self._client is None or self._ctx_io is None:
+            return self._ctx_unacked is None
+        if self._down and time.monotonic() < self._retry_at:
+            return False
+        models = self.contextual
+        async with self._ctx_io:
+            self._ctx_next_at = time.monotonic() + self.cfg.contextual_fold_ms / 1000.0
+            for dep in list(models.reseeded):  # a prior model restarted it: send that as its view
+                models.reseeded.discard(dep)
+                self._ctx_known[dep] = ""
+            if self._ctx_unacked is None:
+                deltas = models.take_pending()
+                if deltas:
+                    self._ctx_seq += 1
+                    self._ctx_unacked = _Fold(self._ctx_seq, deltas)
+            for _ in range(3):  # 'absent': send those columns again with this process's view of them
+                try:
+                    reply = await self._eval("contextual", [self.key("ctxdeps")], self._fold_args(models.gamma))
+                except Exception as exc:
+                    self._outage(exc)
+                    return False
+                self._recovered()
+                if reply[0] == b"absent":
+                    for dep in reply[1]:
+                        self._ctx_known[dep.decode("utf-8", "replace")] = ""
+                    continue
+                self._fold_done(reply[1], models.gamma)
+                return True
+            return False
+
+    def _fold_args(self, gamma: float) -> list:
+        models = self.contextual
+        fold = self._ctx_unacked
+        mine = {d.dep: d for d in fold.deltas} if fold is not None else {}
+        columns, blobs = [], []
+        for dep in list(models.ids):
+            known = self._ctx_known.get(dep, "")
+            folds = sorted(self._ctx_resend.get(dep, ()), key=lambda sd: sd[0])
+            if dep in mine:
+                folds.append((fold.seq, mine[dep]))
+            base = None
+            if known == "":
+                view = models.shared_view(dep, [mine[dep]] if dep in mine else [], gamma)
+                slots = np.flatnonzero((view.values[:, 0] != 0.0) | (view.values[:, 1] != 0.0))
+                applied = dict(self._ctx_view.get(dep, {}))
+                flat = [x for proc, seq in applied.items() for x in (proc, seq)]
+                base = [view.p0, view.scale, view.tick, view.count, view.prior_mean, view.prior_count, flat]
+                blobs.append(_records(slots, view.values[slots]))
+            for _, d in folds:
+                blobs.append(_records(d.slots, d.values))
+            columns.append([dep, known, base, [[seq, d.tick, d.scale, d.count] for seq, d in folds]])
+        return [self.tag, self.process, _f(gamma), str(self.cfg.bandit_ttl_s),
+                json.dumps(columns, allow_nan=False), *blobs]
+
+    def _fold_done(self, rows, gamma: float) -> None:
+        """The fold is in Redis: install the columns the reply carries."""
+        fold, now = self._ctx_unacked, time.monotonic()
+        folded = {d.dep for d in fold.deltas} if fold is not None else set()
+        if fold is not None:
+            fold.acked_at = now
+            self._ctx_acked.append(fold)
+            self._ctx_unacked = None
+            self.counters["folds"] += 1
+        keep_s = 3.0 * self.cfg.contextual_fold_ms / 1000.0 + 1.0
+        while self._ctx_acked and now - self._ctx_acked[0].acked_at > keep_s:
+            self._ctx_acked.popleft()
+        for row in rows:
+            dep, version = row[0].decode("utf-8", "replace"), row[1].decode()
+            resent = self._ctx_resend.pop(dep, ())
+            if not int(row[2]):
+                self._ctx_known[dep] = version
+                if version and (dep in folded or resent):  # this process's folds are in that version
+                    view = self._ctx_view.setdefault(dep, {})
+                    view[self.process] = max([view.get(self.process, 0)] + [s for s, _ in resent]
+                                             + ([fold.seq] if dep in folded else []))
+                continue
+            scale, tick, count, p0, prior_mean, prior_count = (number(v, 0.0, 1e300) for v in row[3:9])
+            applied = {k: int(number(v, 0, 1e18) or 0) for k, v in pairs(row[9]).items()}
+            if not p0 or not scale:  # not a column this package wrote: start it again from a view
+                self._ctx_known[dep] = ""
+                continue
+            col = SharedColumn(p0, scale, tick or 0.0, count or 0.0, prior_mean if prior_mean is not None else 0.5,
+                               prior_count or 0.0, _weights(row[10]))
+            self.contextual.adopt(dep, col, gamma)
+            self.counters["columns_read"] += 1
+            self._ctx_view[dep] = applied
+            # Acknowledged folds of this process the column lacks (it was re-created from another
+            # replica's older view): sent again by the next fold, and the column read back then.
+            have = applied.get(self.process, 0)
+            missing = [(f.seq, d) for f in self._ctx_acked if f.seq > have for d in f.deltas if d.dep == dep]
+            if missing:
+                self._ctx_resend[dep] = missing
+                self._ctx_known[dep] = "?"
+            else:
+                self._ctx_known[dep] = version

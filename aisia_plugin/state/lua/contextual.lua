@@ -1,0 +1,165 @@
+-- Fold one process's contextual learning into the shared models and answer what changed, in one
+-- atomic call (aisia_plugin/contextual.py: the models; redis.py: the client).
+--
+-- Per deployment: <tag>ctx:<dep> hash {scale, tick, count, p0, prior_mean, prior_count, version,
+-- created (the server's TIME when the column was started: a version is created:version, so that a
+-- column re-created after a loss never repeats an old one)},
+-- <tag>ctxw:<dep> string (slot i's stored h and dp as two little-endian doubles at byte 16*i; the
+-- true value is stored * scale), <tag>ctxa:<dep> hash {process: last fold applied}; the set
+-- <tag>ctxdeps names them.
+--
+-- A fold (seq, tick, scale, count, records) is what the process learned since its previous fold,
+-- in the stored units of its own column at that scale and tick. Applied once per (process, seq):
+-- the column is brought to the later tick (scale * gamma^elapsed, the bandit's forgetting), then
+-- each record added times scale_fold * gamma^(column tick - fold tick) / scale_column.
+--
+-- KEYS[1] = <tag>ctxdeps
+-- ARGV: tag, process, gamma, ttl, the columns as one JSON array, then the binary record blobs.
+--   column: [dep, known version ('' never seen: a base follows; '?' read it back), base|null,
+--            [[seq, tick, scale, count], ...]]
+--   base:   [p0, scale, tick, count, prior_mean, prior_count, [process, seq, ...]] (the client's
+--            view of the shared column: it re-creates a column nobody holds)
+--   blobs, in the order of the columns: the base's records (when a base), then each fold's;
+--   a record is struct '<i4dd': slot, h, dp.
+-- Reply: {'absent', [dep, ...]} when a column the client knows is gone (nothing applied: the client
+-- sends its view as a base), else {'ok', rows}, a row {dep, version, 0} when the client's view plus
+-- its folds is the column, or {dep, version, 1, scale, tick, count, p0, prior_mean, prior_count,
+-- applied (flat), the weights string} for one it must read (also every column it did not send).
+local tag, process = ARGV[1], ARGV[2]
+local gamma, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
+local cols = cjson.decode(ARGV[5])
+local RESCALE_BELOW = 1e-150
+local META = {'scale', 'tick', 'count', 'p0', 'prior_mean', 'prior_count', 'version', 'created'}
+
+local function key(kind, dep)
+  return tag .. kind .. ':' .. dep
+end
+
+local absent = {}
+for _, c in ipairs(cols) do
+  if c[2] ~= '' and c[3] == cjson.null and redis.call('EXISTS', key('ctx', c[1])) == 0 then
+    absent[#absent + 1] = c[1]
+  end
+end
+if #absent > 0 then return {'absent', absent} end
+
+local function each_record(blob, f)
+  local pos = 1
+  while pos <= #blob do
+    local i, h, d
+    i, h, d, pos = struct.unpack('<i4dd', blob, pos)
+    f(i, h, d)
+  end
+end
+
+local function full_row(dep)
+  local v = redis.call('HMGET', key('ctx', dep), unpack(META))
+  return {dep, (v[8] or '') .. ':' .. (v[7] or '0'), 1, v[1], v[2], v[3], v[4], v[5], v[6], redis.call('HGETALL', key('ctxa', dep)),
+          redis.call('GET', key('ctxw', dep)) or ''}
+end
+
+local rows, sent = {}, {}
+local b = 6
+for _, c in ipairs(cols) do
+  local dep, known, base, folds = c[1], c[2], c[3], c[4]
+  sent[dep] = true
+  local mkey, wkey, akey = key('ctx', dep), key('ctxw', dep), key('ctxa', dep)
+  local m
+  local v = redis.call('HMGET', mkey, unpack(META))
+  if v[1] then
+    m = {}
+    for k, f in ipairs(META) do m[f] = num(v[k], 0) end
+    m.created = v[8] or ''
+  end
+  local before = m and m.version or 0
+  local w, current = {}, nil  -- slot -> {h, dp} changed here; the stored string, read once
+  local function slot(i)
+    local x = w[i]
+    if x then return x end
+    if current == nil then current = redis.call('GET', wkey) or '' end
+    local off = 16 * i
+    if #current >= off + 16 then
+      local h, d = struct.unpack('<dd', current, off + 1)
+      x = {h, d}
+    else
+      x = {0, 0}
+    end
+    w[i] = x
+    return x
+  end
+  local changed = false
+  if base ~= cjson.null then
+    local blob = ARGV[b]; b = b + 1
+    if m == nil and (#blob > 0 or #folds > 0) then  -- nobody holds it: the client's view starts it
+      m = {p0 = base[1], scale = base[2], tick = base[3], count = base[4], prior_mean = base[5],
+           prior_count = base[6], version = 0}
+      local t = redis.call('TIME')
+      m.created = t[1] .. '.' .. t[2]
+      current = ''
+      each_record(blob, function(i, h, d) w[i] = {h, d} end)
+      local ap = base[7]
+      for j = 1, #ap, 2 do redis.call('HSET', akey, ap[j], ap[j + 1]) end
+      changed = true
+    end
+  end
+  if m == nil then
+    b = b + #folds  -- nothing to fold into, nothing to start it from (the client has learned nothing)
+    rows[#rows + 1] = {dep, '', 0}
+  else
+    local last = tonumber(redis.call('HGET', akey, process) or '0')
+    local applied = last
+    for _, f in ipairs(folds) do
+      local blob = ARGV[b]; b = b + 1
+      local seq, ftick, fscale, fcount = f[1], f[2], f[3], f[4]
+      if seq > applied then
+        if ftick > m.tick then
+          if gamma < 1 then m.scale = m.scale * gamma ^ (ftick - m.tick) end
+          m.tick = ftick
+        end
+        local factor = fscale
+        if gamma < 1 and m.tick > ftick then factor = factor * gamma ^ (m.tick - ftick) end
+        factor = factor / m.scale
+        each_record(blob, function(i, h, d)
+          local x = slot(i)
+          x[1] = x[1] + h * factor
+          x[2] = x[2] + d * factor
+        end)
+        m.count = m.count + fcount
+        applied = seq
+        changed = true
+      end
+    end
+    if changed and m.scale < RESCALE_BELOW then  -- a long run of forgetting: every slot times the scale
+      if current == nil then current = redis.call('GET', wkey) or '' end
+      for i = 0, math.floor(#current / 16) - 1 do slot(i) end
+      for _, x in pairs(w) do x[1], x[2] = x[1] * m.scale, x[2] * m.scale end
+      m.scale = 1
+    end
+    if changed then
+      for i, x in pairs(w) do redis.call('SETRANGE', wkey, 16 * i, struct.pack('<dd', x[1], x[2])) end
+      m.version = before + 1
+      redis.call('HSET', mkey, 'scale', fmt(m.scale), 'tick', fmt(m.tick), 'count', fmt(m.count), 'p0', fmt(m.p0),
+                 'prior_mean', fmt(m.prior_mean), 'prior_count', fmt(m.prior_count), 'version', tostring(m.version),
+                 'created', m.created)
+      if applied > last then redis.call('HSET', akey, process, tostring(applied)) end
+      for _, k in ipairs({mkey, wkey, akey}) do redis.call('EXPIRE', k, ttl) end
+      redis.call('SADD', KEYS[1], dep)
+      redis.call('EXPIRE', KEYS[1], ttl)
+    end
+    if known ~= '' and known == m.created .. ':' .. before then
+      rows[#rows + 1] = {dep, m.created .. ':' .. m.version, 0}
+    else
+      rows[#rows + 1] = full_row(dep)
+    end
+  end
+end
+for _, dep in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if not sent[dep] then
+    if redis.call('EXISTS', key('ctx', dep)) == 1 then
+      rows[#rows + 1] = full_row(dep)
+    else
+      redis.call('SREM', KEYS[1], dep)  -- its TTL ran out
+    end
+  end
+end
+return {'ok', rows}
