@@ -100,8 +100,8 @@ def test_every_plugin_route_refuses_a_missing_or_wrong_key(proxy, method, path):
 def test_a_virtual_key_needs_litellms_database_which_this_machine_cannot_run(proxy):
     """A key without admin rights is a LiteLLM virtual key, made by /key/generate and kept in
     its Postgres database through Prisma, whose engines are downloaded at first use: offline,
-    the proxy refuses to make one (the README says so). Any key other than the master key is
-    refused by the plugin's routes (the test above)."""
+    the proxy refuses to make one (the README says so). Keys of other roles, given by a
+    `custom_auth` function in place of the database, are tested in test_admin_roles.py."""
     r = httpx.post(proxy.url + "/key/generate", headers=proxy.headers, json={"models": ["s/main"]}, timeout=60)
     assert r.status_code >= 400, r.text
     # LiteLLM answers 500 (classifying its own refusal imports `prisma`, not installed); its log says why.

@@ -33,14 +33,21 @@ def _refuse(status: int, message: str) -> HTTPException:
 
 
 async def require_admin(request: Request) -> None:
-    """The proxy admin only: its master key, or a key LiteLLM's own auth (virtual keys in its
-    database) resolves to the proxy-admin role. LiteLLM's auth answers some refusals with a 500
-    (it imports its database driver to classify them): any refusal of it is a 401 here."""
+    """The proxy admin only: the key in the request's headers (see ``check_admin``)."""
+    await check_admin(request, _presented_key(request))
+
+
+async def check_admin(request: Request, key: str) -> None:
+    """Admit `key` if it is the proxy admin's: its master key, or a key LiteLLM's own auth
+    resolves to the proxy-admin role (a virtual key in its database, or whatever a configured
+    ``general_settings: custom_auth`` function returns, which LiteLLM consults for every key).
+    Any other role (internal_user, proxy_admin_viewer, ...) is refused with 403. LiteLLM's auth
+    answers some refusals with a 500 (it imports its database driver to classify them): any
+    refusal of it is a 401 here."""
     from litellm.proxy import proxy_server
     from litellm.proxy._types import LitellmUserRoles
     from litellm.proxy.auth.user_api_key_auth import user_api_key_auth
 
-    key = _presented_key(request)
     if not key:
         raise _refuse(401, "an API key is required (Authorization: Bearer <the proxy's master key>)")
     master = getattr(proxy_server, "master_key", None)

@@ -182,26 +182,21 @@ UI_ROUTES = ("/aisia/ui", "/aisia/ui/data", "/aisia/metrics")
 
 
 def mount(app, plugin) -> None:
-    """The routing page and its data behind the master key (the page also takes it as ``?key=``,
-    since a browser cannot send a header when opening a link), and the metrics."""
-    import secrets
-
+    """The routing page and its data behind the proxy admin's key (the page also takes it as
+    ``?key=``, since a browser cannot send a header when opening a link), and the metrics."""
     from fastapi import Depends
     from fastapi.responses import HTMLResponse, JSONResponse, Response
 
     from ..ui import page_html
-    from .admin import _refuse, jsonable, require_admin
+    from .admin import check_admin, jsonable, require_admin
 
     async def require_admin_page(request: Request) -> None:
+        # The same check as every admin route, on the link's key when no header carries one.
         key = request.query_params.get("key")
         if key and not request.headers.get("authorization"):
-            from litellm.proxy import proxy_server
-
-            master = getattr(proxy_server, "master_key", None)
-            if isinstance(master, str) and master and secrets.compare_digest(key.encode(), master.encode()):
-                return
-            raise _refuse(401, "invalid API key")
-        await require_admin(request)
+            await check_admin(request, key)
+        else:
+            await require_admin(request)
 
     async def page(_=Depends(require_admin_page)):
         return HTMLResponse(page_html(), headers={"Cache-Control": "no-store"})
