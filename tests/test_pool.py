@@ -37,13 +37,16 @@ def engine_pools(draw):
     fits = [draw(st.floats(0, 1)) for _ in range(n)]
     tick = draw(st.sampled_from([0.0, 10.0, 400.0]))
     prior = draw(st.sampled_from([None, 1.0, 5.0, 50.0]))
-    return Pool(deps, breakers, fits, g, d, tick, gamma, prior, FRESH)
+    # The pool and what it was built from (its stored records are not part of its public view).
+    return Pool(deps, breakers, fits, g, d, tick, gamma, prior, FRESH), (g, d, tick, gamma, prior)
 
 
 @settings(max_examples=300, deadline=None)
-@given(pool=engine_pools(), beta_first=st.booleans())
-def test_columns_equal_the_candidates_fields(pool, beta_first):
-    tick, gamma, prior, fresh = pool._arm_at
+@given(built=engine_pools(), beta_first=st.booleans())
+def test_columns_equal_the_candidates_fields(built, beta_first):
+    pool, (globals_, domains, tick, gamma, prior) = built
+    fresh = FRESH
+    assert (pool.tick, pool.gamma) == (tick, gamma)
     # Read the columns first (a Pool keeps them; the first bandit column read decides which sums
     # the views' pass computes), then build the Candidates.
     if beta_first:
@@ -56,7 +59,7 @@ def test_columns_equal_the_candidates_fields(pool, beta_first):
     cands = list(pool)
     assert len(cands) == len(pool) and pool[0] is cands[0]
     latencies, p95, sd, err, ids, costs = cols
-    for i, (c, g, d) in enumerate(zip(cands, pool._globals, pool._domains)):
+    for i, (c, g, d) in enumerate(zip(cands, globals_, domains)):
         view = arm_view(g, d, tick, gamma, prior, fresh)
         assert c.stats == view
         assert (pulls[i], rewards[i], latencies[i]) == (view.pulls, view.total_reward, view.avg_latency)
@@ -74,12 +77,13 @@ def context(seed: int, exploration: float, lkg) -> RoutingContext:
 
 @pytest.mark.parametrize("name", STRATEGIES)
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(pool=engine_pools(), seed=st.integers(0, 2**31), exploration=st.sampled_from([0.0, 0.5]),
+@given(built=engine_pools(), seed=st.integers(0, 2**31), exploration=st.sampled_from([0.0, 0.5]),
        lkg=st.sampled_from([None, "d1", "p0"]))
-def test_strategies_decide_the_same_on_the_pool_and_on_its_candidates(name, pool, seed, exploration, lkg):
+def test_strategies_decide_the_same_on_the_pool_and_on_its_candidates(name, built, seed, exploration, lkg):
     strategy = plugins.get_strategy(name)
-    as_list = list(Pool(pool.deployments, pool.breakers, pool.task_fit, pool._globals, pool._domains,
-                        *pool._arm_at))
+    pool, (g, d, tick, gamma, prior) = built
+    # The same members as ready-made Candidates, from a second pool (no column shared with the first).
+    as_list = list(Pool(pool.deployments, pool.breakers, pool.task_fit, g, d, tick, gamma, prior, FRESH))
     a = strategy.select(pool, context(seed, exploration, lkg))
     b = strategy.select(as_list, context(seed, exploration, lkg))
     assert a.as_dict() == b.as_dict()

@@ -198,9 +198,10 @@ def test_the_cores_defaults_are_read_from_the_schema(tmp_path):
     other = tmp_path / "schema.json"
     other.write_text(json.dumps(schema), encoding="utf-8")
     code = ("import pathlib, sys, aisia_plugin.resources as r; r.schema_path = lambda: pathlib.Path(sys.argv[1]); "
-            "from aisia_plugin import decision, weights; from aisia_plugin.strategies import contextual, sla; "
+            "from types import SimpleNamespace; from aisia_plugin import decision, weights; "
+            "from aisia_plugin.strategies import contextual, sla; "
             "print(decision.AliasSettings().cost_weight, weights.DEFAULT_WEIGHTS['quality'], sla.sla_limits(None)[0], "
-            "contextual._DEFAULTS[1])")
+            "contextual.settings_of(SimpleNamespace(policy=None, alias='auto'))[1])")
     for path, want in ((other, "0.375 0.625 1234.0 0.25"), (schema_path(), "0.1 0.03 2000.0 0.1")):
         out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120,
                              check=True).stdout
