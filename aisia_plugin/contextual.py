@@ -8,7 +8,11 @@ Features of a request (``request_vector``), one index space of 2**FEATURE_BITS s
   MAX_WORDS words of its first MAX_BYTES bytes of UTF-8) and the bigrams of consecutive words,
   hashed by a polynomial hash of their bytes modulo 2**64 (stable across processes and versions:
   never Python's salted ``hash``);
-* the request's own features: task type, has_code, length bucket, modality, domain, and a bias.
+* the request's own features: task type, has_code, length bucket, modality, domain, a bias, and
+  the prompt's size and shape as log2 buckets: its words ("words<32": 16 to 31 of the words
+  read) and its lines ("lines<8": 4 to 7 lines in its first MAX_BYTES bytes), since a prompt's
+  length and structure say something of its difficulty the coarse length bucket (under 200
+  tokens "short") does not.
 
 Each of the three groups (words, bigrams, the rest) is scaled to a squared norm of 1/3, so a
 prompt's vector has norm 1 whatever its length and the prior variance of a prediction's residual
@@ -130,11 +134,21 @@ def named_slot(name: str) -> int:
     return s
 
 
-def named_features(features, domain: Optional[str], task_type: Optional[str]) -> list[str]:
-    """The request's own features as names (the vector's third group)."""
+MAX_LINES = 64  # the lines bucket's last one: "lines>=64"
+
+
+def log2_bucket(name: str, n: int, cap: int) -> str:
+    """`n` in a power-of-two bucket: 0 "<1", 1 "<2", 2-3 "<4", 4-7 "<8"...; from `cap` on ">=cap"."""
+    return f"{name}>={cap}" if n >= cap else f"{name}<{1 << n.bit_length()}"
+
+
+def named_features(features, domain: Optional[str], task_type: Optional[str], words: int = 0,
+                   lines: int = 1) -> list[str]:
+    """The request's own features as names (the vector's third group); `words` is the number of
+    words read (at most MAX_WORDS), `lines` the number of lines of the bytes read."""
     names = ["bias", f"task={task_type or getattr(features, 'task_type', 'default')}",
              f"length={getattr(features, 'length_bucket', 'short')}", f"modality={getattr(features, 'modality', 'text')}",
-             f"domain={domain or 'none'}"]
+             f"domain={domain or 'none'}", log2_bucket("words", words, MAX_WORDS), log2_bucket("lines", lines, MAX_LINES)]
     if getattr(features, "has_code", False):
         names.append("has_code")
     return names
@@ -154,9 +168,10 @@ class RequestVector:
 
 def request_vector(features, domain: Optional[str] = None, task_type: Optional[str] = None) -> RequestVector:
     """The vector of one request (see the module docstring)."""
-    b, starts, ends = _word_spans(_raw(_text_of(features)))
-    names = named_features(features, domain, task_type)
+    raw = _raw(_text_of(features))
+    b, starts, ends = _word_spans(raw)
     nw = len(starts)
+    names = named_features(features, domain, task_type, nw, raw.count(b"\n") + 1)
     nd = len(names)
     dense = np.fromiter((named_slot(n) for n in names), dtype=np.uint64, count=nd) << _SHIFT
     if not nw:
@@ -181,7 +196,8 @@ def feature_labels(features, domain: Optional[str] = None, task_type: Optional[s
     raw = _raw(_text_of(features))
     _, starts, ends = _word_spans(raw)
     words = [raw[s:e].decode("utf-8", "replace") for s, e in zip(starts.tolist(), ends.tolist())]
-    return words + [f"{a} {b}" for a, b in zip(words, words[1:])] + named_features(features, domain, task_type)
+    return (words + [f"{a} {b}" for a, b in zip(words, words[1:])]
+            + named_features(features, domain, task_type, len(words), raw.count(b"\n") + 1))
 
 
 # -- the model --------------------------------------------------------------------------------------

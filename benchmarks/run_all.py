@@ -72,8 +72,11 @@ LEAVE_SHARE = 0.2
 PRE_WINDOW = 200
 FAILOVER_ATTEMPTS = 2
 # The cost_weight values swept (gain over mixing at the best point, CPT, APGR), on the traces of
-# SWEPT, for `auto` as shipped and `auto` with the contextual strategy.
-SWEEP = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
+# SWEPT, for `auto` as shipped and `auto` with the contextual strategy. Up to 3: on prompt_aware
+# the cheap candidates only win the easy prompts from the best one beyond cost_weight 1 (their
+# price gap is under 1 $/1M against cost_scale_per_1m 10), so a sweep stopping at 1 ends before
+# the curve reaches the cheap end (benchmarks/contextual_diagnosis.py).
+SWEEP = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 3.0)
 SWEPT = ("routellm_gsm8k", "routerarena", "prompt_aware")
 CONTEXTUAL = "aisia auto (contextual)"
 
@@ -311,7 +314,8 @@ def heldout_lines(r: dict) -> list[str]:
     L = [f"`aisia train` on the first {h['train_requests']} requests, then the other {h['test_requests']} replayed with "
          f"the contextual strategy (oracle's gain on them {h['oracle_gain']:+.4f}): gain over mixing per cost_weight.", ""]
     two = any("two_models" in m for m in h["runs"].values())
-    head = ["contextual"] + [f"cost_weight={v:g}" for v in SWEEP] + ["best gain"] + (["CPT(95%)", "APGR"] if two else [])
+    head = ["contextual"] + [p["name"] for p in next(iter(h["runs"].values()))["runs"]] + ["best gain"] + (
+        ["CPT(95%)", "APGR"] if two else [])
     L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, m in h["runs"].items():
         cells = [label] + [f"{p['gain_over_mixing']:+.4f} ({p['mean_score']:.4f}, ${p['total_cost_usd']:.3f})" for p in m["runs"]]
@@ -432,9 +436,10 @@ def sweep_lines(r: dict) -> list[str]:
     if not sw:
         return []
     two = r.get("two_models")
-    L = [f"cost_weight sweep of `auto` ({len(SWEEP)} runs per strategy, the same trace): gain over mixing at each point "
+    points = [p["name"] for p in next(iter(sw.values()))["runs"]]  # as the run swept them
+    L = [f"cost_weight sweep of `auto` ({len(points)} runs per strategy, the same trace): gain over mixing at each point "
          f"(mean reward, total cost); the oracle's gain is {r['oracle_gain']:+.4f}.", ""]
-    head = ["router"] + [f"cost_weight={v:g}" for v in SWEEP] + ["best gain", "of the oracle's gain"]
+    head = ["router"] + points + ["best gain", "of the oracle's gain"]
     if two:
         head += ["CPT(50%)", "CPT(80%)", "CPT(95%)", "APGR"]
     L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

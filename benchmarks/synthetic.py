@@ -343,11 +343,13 @@ def generate_prompt_aware(*, n: int = DEFAULT_REQUESTS, n_providers: int = DEFAU
     rng = random.Random(f"aisia-synthetic-prompt:{seed}")
     domains, weights = list(DOMAIN_MIX), list(DOMAIN_MIX.values())
     penalty = {p.name: HARD_PENALTY * max(0.0, 0.95 - mean_quality(p)) / 0.45 for p in ps}
-    records = []
+    records, hard_ones = [], []
     for i in range(n):
         domain = rng.choices(domains, weights)[0]
         di = DOMAINS.index(domain)
         hard = rng.random() < HARD_SHARE
+        if hard:
+            hard_ones.append(i)
         prompt = _hard_prompt(_prompt(domain, rng), domain, hard, rng)
         tin = math.ceil(len(prompt) / 4) + SYSTEM_OVERHEAD_TOKENS
         med_out, sig_out = OUTPUT_TOKENS[domain]
@@ -371,6 +373,8 @@ def generate_prompt_aware(*, n: int = DEFAULT_REQUESTS, n_providers: int = DEFAU
         "model": {"hard_share": HARD_SHARE, "signal_if_hard": SIGNAL_IF_HARD, "signal_if_easy": SIGNAL_IF_EASY,
                   "easy_error_share": EASY_ERROR_SHARE, "hard_penalty": HARD_PENALTY, "domain_mix": DOMAIN_MIX,
                   "copula_rho": RHO},
+        # The hidden difficulty, for diagnosis only (no router reads it): the hard requests' indices.
+        "hard": hard_ones,
     }
     return records, meta
 

@@ -18,7 +18,7 @@ import pytest
 
 from aisia_plugin.cli import main
 from aisia_plugin.contextual import (DIM, ContextualModels, LearnContext, ModelFileError, RequestVector,
-                                     check_model, feature_labels, request_vector)
+                                     check_model, feature_labels, log2_bucket, request_vector)
 from aisia_plugin.contextual_io import load_model_file
 from aisia_plugin.decision import Deployment
 from aisia_plugin.engine import Engine
@@ -39,7 +39,7 @@ def test_vector_has_norm_one_and_words_bigrams_and_named_features():
     labels = feature_labels(feats("Prove that the sum is even."), "math", "analysis")
     assert labels[:6] == ["prove", "that", "the", "sum", "is", "even"]
     assert labels[6:11] == ["prove that", "that the", "the sum", "sum is", "is even"]
-    assert labels[11:] == ["bias", "task=analysis", "length=short", "modality=text", "domain=math"]
+    assert labels[11:] == ["bias", "task=analysis", "length=short", "modality=text", "domain=math", "words<8", "lines<2"]
     assert len(x.idx) == len(labels)
     assert float(x.sq.sum()) == pytest.approx(1.0)
     assert x.idx.min() >= 0 and x.idx.max() < DIM
@@ -50,7 +50,22 @@ def test_vector_has_norm_one_and_words_bigrams_and_named_features():
 
 def test_empty_text_still_has_the_named_features():
     x = request_vector(feats(""), None, "default")
-    assert len(x.idx) == 5 and float(x.sq.sum()) == pytest.approx(1.0)
+    assert len(x.idx) == 7 and float(x.sq.sum()) == pytest.approx(1.0)
+    assert feature_labels(feats(""), None, "default")[-2:] == ["words<1", "lines<2"]
+
+
+def test_size_and_shape_buckets():
+    assert [log2_bucket("words", n, 128) for n in (0, 1, 2, 3, 4, 7, 8, 100, 127, 128)] == [
+        "words<1", "words<2", "words<4", "words<4", "words<8", "words<8", "words<16", "words<128", "words<128",
+        "words>=128"]
+    # 7 words on 4 lines (a list); the words read stop at MAX_WORDS
+    labels = feature_labels(feats("Constraints:\n1. a\n2. b\n3. c"), None, "default")
+    assert labels[-2:] == ["words<8", "lines<8"] and labels[:7] == ["constraints", "1", "a", "2", "b", "3", "c"]
+    long = feature_labels(feats("word " * 500), None, "default")
+    assert long[-2:] == ["words>=128", "lines<2"] and long.count("word") == 128
+    # the buckets are slots of the named group: a longer prompt moves its words bucket's slot
+    x, y = request_vector(feats("a b c"), None, "default"), request_vector(feats("a b c d e"), None, "default")
+    assert x.idx[-2] != y.idx[-2] and x.idx[-1] == y.idx[-1]
 
 
 def test_hash_is_stable_across_processes():
