@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Run the LiteLLM-touching tests against given litellm[proxy] versions, each in a venv of its own.
 #
-#   scripts/test_litellm_versions.sh 1.104.0 1.108.7          # the oldest and newest that pass here
-#   scripts/test_litellm_versions.sh 1.106.12 -- -k failover  # after --: extra pytest arguments
+#   scripts/test_litellm_versions.sh 1.108.0 1.108.7        # the oldest and newest that resolve here
+#   scripts/test_litellm_versions.sh 1.108.7 -- -x          # after --: extra pytest arguments
 #
 # For each VERSION: builds (or reuses) the venv $AISIA_VERSIONS_DIR/venv-litellm-VERSION
 # (default /tmp), installs this checkout editable with its test extra and `litellm[proxy]==VERSION`
@@ -15,8 +15,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-MODULES=(tests/test_litellm_plugin*.py tests/test_demo.py tests/test_litellm_observability.py
-         tests/test_faults_proxy.py tests/test_security.py)
+MODULES=(tests/test_litellm_plugin*.py tests/test_litellm_stream_first_chunk.py tests/test_demo.py
+         tests/test_litellm_observability.py tests/test_faults_proxy.py tests/test_security.py)
 
 versions=()
 while [ $# -gt 0 ]; do
