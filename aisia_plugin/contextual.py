@@ -33,8 +33,11 @@ toward the prior, precision P = P0 + (P - P0) * gamma**elapsed and the precision
 h = P * m likewise toward 0; both are stored scaled by one factor per deployment, so decaying a
 deployment is O(1). It is applied when the deployment next learns; a decision reads each slot's
 mean and variance as of that update (materialised then, once per outcome), so it costs one gather
-of its prompt's slots and two dot products. Between two updates of a deployment, its forgetting
-shows through its base (the arm the bandit forgets).
+of its prompt's slots and one float32 product (``residual``; ``residual_reference`` is the same in
+float64, two dot products). Between two updates of a deployment, its forgetting shows through its
+base (the arm the bandit forgets). The words are found in a window of the prompt's first bytes
+(``_word_spans``) and hashed by one reduceat (``_word_hashes``); their ``_reference`` twins are the
+plain versions, equal to them (tests/test_contextual.py).
 
 Sharing (the Redis store): what an outcome does to a column is a change of its natural parameters
 (h, dp), so a replica's models, once ``track()`` is called, also keep what this process learned
@@ -90,23 +93,58 @@ _GOLD = np.uint64(0x9E3779B97F4A7C15)  # 2**64 / golden ratio, odd
 _BIGRAM = np.uint64(0xC2B2AE3D27D4EB4F)
 
 
-def _word_spans(raw: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(bytes, starts, ends) of the first MAX_WORDS words of the lower-cased UTF-8 text."""
+# The bytes a decision first looks at for its MAX_WORDS words (about 6 bytes a word in prose);
+# twice as many when they hold fewer words.
+SPAN_WINDOW = 8 * MAX_WORDS
+
+
+def _word_spans_reference(raw: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(bytes, starts, ends) of the first MAX_WORDS words of the lower-cased UTF-8 text: the
+    readable reference of ``_word_spans`` (which must give the same arrays), over the whole text."""
     flags = np.frombuffer(b"\0" + raw.translate(_WORD_BYTE) + b"\0", dtype=np.int8)
     # Runs of word bytes alternate with runs of separators: the changes are start, end, start...
     edges = np.flatnonzero(np.diff(flags))[:2 * MAX_WORDS]
     return np.frombuffer(raw, dtype=np.uint8), edges[0::2], edges[1::2]
 
 
-def _word_hashes(b: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+def _word_spans(raw: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``_word_spans_reference``, reading only a window of the text's first bytes, doubled until
+    it holds the start of a word after the MAX_WORDS-th (so that word ended inside) or the whole
+    text: the first words of a long prompt cost what a short prompt's do."""
+    n = len(raw)
+    w = min(n, SPAN_WINDOW)
+    while True:
+        flags = np.frombuffer(b"\0" + raw[:w].translate(_WORD_BYTE) + b"\0", dtype=np.bool_)
+        edges = np.flatnonzero(flags[1:] != flags[:-1])
+        if w == n or len(edges) > 2 * MAX_WORDS:
+            return np.frombuffer(raw, dtype=np.uint8), edges[:2 * MAX_WORDS:2], edges[1:2 * MAX_WORDS:2]
+        w = min(n, 2 * w)
+
+
+def _word_hashes_reference(b: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Each word's 64-bit hash: the polynomial of its bytes modulo 2**64 (stable across processes
     and versions), made independent of its position, times an odd constant (Fibonacci hashing:
-    a slot is read from the top bits, which the multiplication makes depend on every bit)."""
+    a slot is read from the top bits, which the multiplication makes depend on every bit). The
+    readable reference of ``_word_hashes``: differences of the prefix sums."""
     n = int(ends[-1])  # the bytes up to the last word read
     prefix = np.zeros(n + 1, dtype=np.uint64)
     np.cumsum(b[:n] * _POW[:n], out=prefix[1:])  # wraps modulo 2**64, as intended
     h = np.take(prefix, ends)
     h -= np.take(prefix, starts)
+    h *= np.take(_INV, starts)
+    h *= _GOLD
+    return h
+
+
+def _word_hashes(b: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """``_word_hashes_reference`` (the same values), each word's sum taken by one reduceat over
+    the alternating starts and ends (the even segments are the words, the odd ones the
+    separators between them; the last segment runs to the last word's end)."""
+    n = int(ends[-1])
+    edges = np.empty(2 * len(starts) - 1, dtype=np.intp)
+    edges[0::2] = starts
+    edges[1::2] = ends[:-1]
+    h = np.add.reduceat(b[:n] * _POW[:n], edges)[0::2]  # wraps modulo 2**64, as intended
     h *= np.take(_INV, starts)
     h *= _GOLD
     return h
@@ -160,6 +198,16 @@ class RequestVector:
 
     idx: np.ndarray  # int64
     val: np.ndarray  # float64
+    # (2, len(idx)) float32: the values and their squares, the weights a prediction reads (made
+    # here once, so that predicting is one float32 product).
+    w32: Optional[np.ndarray] = None
+
+    def __post_init__(self):
+        if self.w32 is None:
+            w = np.empty((2, len(self.val)), dtype=np.float32)
+            w[0] = self.val
+            np.multiply(self.val, self.val, out=w[1], casting="same_kind")
+            object.__setattr__(self, "w32", w)
 
     @property
     def sq(self) -> np.ndarray:
@@ -173,21 +221,27 @@ def request_vector(features, domain: Optional[str] = None, task_type: Optional[s
     nw = len(starts)
     names = named_features(features, domain, task_type, nw, raw.count(b"\n") + 1)
     nd = len(names)
-    dense = np.fromiter((named_slot(n) for n in names), dtype=np.uint64, count=nd) << _SHIFT
+    dense = [named_slot(n) for n in names]
     if not nw:
-        return RequestVector((dense >> _SHIFT).view(np.int64), np.full(nd, 1.0 / math.sqrt(nd)))
+        return RequestVector(np.array(dense, dtype=np.int64), np.full(nd, 1.0 / math.sqrt(nd)))
     hw = _word_hashes(b, starts, ends)
     nb = nw - 1
-    bg = hw[:-1] * _BIGRAM  # an ordered pair: "a b" and "b a" differ
+    idx = np.empty(nw + nb + nd, dtype=np.uint64)  # words, bigrams, named: filled in place
+    idx[:nw] = hw
+    bg = idx[nw:nw + nb]
+    np.multiply(hw[:-1], _BIGRAM, out=bg)  # an ordered pair: "a b" and "b a" differ
     bg += hw[1:]
     bg *= _GOLD
-    idx = np.concatenate((hw, bg, dense))
-    idx >>= _SHIFT
+    idx[:nw + nb] >>= _SHIFT
+    idx = idx.view(np.int64)  # slots < 2**FEATURE_BITS: the same values as signed
+    idx[nw + nb:] = dense
     # The three groups' values: each group's squared norm is 1/3 (an empty bigram group gives
     # nothing, a one-word prompt).
-    val = np.repeat((1.0 / math.sqrt(3.0 * nw), 1.0 / math.sqrt(3.0 * nb) if nb else 0.0, 1.0 / math.sqrt(3.0 * nd)),
-                    (nw, nb, nd))
-    return RequestVector(idx.view(np.int64), val)  # slots < 2**FEATURE_BITS: the same values as signed
+    val = np.empty(nw + nb + nd)
+    val[:nw] = 1.0 / math.sqrt(3.0 * nw)
+    val[nw:nw + nb] = 1.0 / math.sqrt(3.0 * nb) if nb else 0.0
+    val[nw + nb:] = 1.0 / math.sqrt(3.0 * nd)
+    return RequestVector(idx, val)
 
 
 def feature_labels(features, domain: Optional[str] = None, task_type: Optional[str] = None) -> list[str]:
@@ -326,25 +380,36 @@ class ContextualModels:
     def base(self, cols: Sequence[int], pulls: Sequence[float], rewards: Sequence[float]) -> tuple[list[float], list[float]]:
         """Each column's base mean and its variance, from the arms' (pulls, total reward) with the
         prior model's mean as pseudo-observations (a loop: the pool is small)."""
-        pm, pc = self.prior_mean, self.prior_count
+        pm, pc = self.prior_mean.take(cols).tolist(), self.prior_count.take(cols).tolist()
         means, variances = [], []
-        for c, n, r in zip(cols, pulls, rewards):
-            k = float(pc[c])
-            m = (r + float(pm[c]) * k) / (n + k)
+        for p, k, n, r in zip(pm, pc, pulls, rewards):
+            m = (r + p * k) / (n + k)
             m = 0.0 if m < 0.0 else 1.0 if m > 1.0 else m
             means.append(m)
             variances.append(m * (1.0 - m) / (n + k + 1.0))
         return means, variances
 
-    def residual(self, cols: Sequence[int], x: RequestVector) -> tuple[np.ndarray, np.ndarray]:
+    def residual_reference(self, cols: Sequence[int], x: RequestVector) -> tuple[np.ndarray, np.ndarray]:
         """The residual's predictive mean and variance per column of `cols`, for the vector `x`:
         one gather of the prompt's slots, two dot products. The slots are read as of each
         column's last update: forgetting applies to a deployment's weights when it next learns
-        (``learn``), and between its updates through its base (the arm, forgotten by the bandit)."""
+        (``learn``), and between its updates through its base (the arm, forgotten by the bandit).
+        The readable reference of ``residual`` (float64 products)."""
         g = np.take(self.mv, x.idx, axis=0)  # (slots, 2, columns); take: faster than indexing
         mean = x.val @ g[:, 0, :]
         var = x.sq @ g[:, 1, :]
         return mean[cols], var[cols]
+
+    def residual(self, cols: Sequence[int], x: RequestVector) -> tuple[np.ndarray, np.ndarray]:
+        """``residual_reference`` as one float32 product: the gathered rows hold every column's
+        means then its variances, (values; squares) times them gives both sums at once (and two
+        cross terms left unread). Within float32 rounding of the reference (a few 1e-7)."""
+        mv = self.mv
+        n = mv.shape[2]
+        out = x.w32 @ np.take(mv.reshape(DIM, 2 * n), x.idx, axis=0)  # (2, 2n)
+        if len(cols) == n and all(c == k for k, c in enumerate(cols)):  # every column, in order
+            return out[0, :n], out[1, n:]
+        return out[0, cols], out[1, n:][cols]
 
     def predict(self, ids: Sequence[str], x: RequestVector, pulls, rewards, tick: float, gamma: float,
                 prior_variance: float) -> tuple[list[float], list[float], list[float]]:

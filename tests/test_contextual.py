@@ -79,6 +79,55 @@ def test_hash_is_stable_across_processes():
     assert json.loads(outs.pop()) == request_vector(feats("Écris une fonction Python qui trie"), "coding", "coding").idx.tolist()
 
 
+# -- the fast paths and their readable references -------------------------------------------------
+def _texts():
+    """Prompts that exercise the windowed word spans: short, exactly MAX_WORDS and one more word,
+    long words (the first window holds too few of them and doubles), separators at both ends,
+    multi-byte letters, one word, nothing but separators, and random mixtures."""
+    from aisia_plugin.contextual import MAX_BYTES, MAX_WORDS, SPAN_WINDOW
+
+    r = random.Random(5)
+    out = ["", "   ", "word", " word ", "Écris une fonction Python qui trie ...", "a" * (SPAN_WINDOW + 7),
+           " ".join(["w"] * MAX_WORDS), " ".join(["w"] * (MAX_WORDS + 1)), " ".join(["w"] * (MAX_WORDS - 1)) + " ",
+           " ".join("x" * 40 for _ in range(60)), ("supercalifragilistic " * 400)[:MAX_BYTES + 50], "1. a\n2. b\n3. c"]
+    alphabet = "abcdefghijklmnopqrstuvwxyzéàü0123456789 \n\t.,;:!?()[]{}\"'"
+    for _ in range(300):
+        n = r.choice((5, 50, 300, 1500, 5000, 9000))
+        out.append("".join(r.choice(alphabet) if r.random() < 0.8 else r.choice(" .") * r.randint(1, 3)
+                           for _ in range(n)))
+    return out
+
+
+def test_windowed_word_spans_and_hashes_equal_their_references():
+    from aisia_plugin.contextual import (_raw, _word_hashes, _word_hashes_reference, _word_spans,
+                                         _word_spans_reference)
+
+    for text in _texts():
+        raw = _raw(text)
+        b, starts, ends = _word_spans(raw)
+        rb, rstarts, rends = _word_spans_reference(raw)
+        assert starts.tolist() == rstarts.tolist() and ends.tolist() == rends.tolist(), text[:40]
+        assert b.tobytes() == rb.tobytes()
+        if len(starts):
+            assert _word_hashes(b, starts, ends).tolist() == _word_hashes_reference(b, starts, ends).tolist()
+
+
+def test_float32_residual_equals_the_float64_reference():
+    m = ContextualModels()
+    r = random.Random(3)
+    texts = _texts()[:80]
+    deps = [f"d{k}" for k in range(6)]
+    for k, text in enumerate(texts):
+        x = request_vector(feats(text), "math", "default")
+        m.learn(deps[k % len(deps)], LearnContext(x, 0.5, 0.05, 0.1), r.random(), float(k), 0.999)
+    for text in texts[:20]:
+        x = request_vector(feats(text), "coding", "coding")
+        for cols in ([0, 1, 2, 3, 4, 5], [5, 3, 0], [2]):
+            mean, var = m.residual(cols, x)
+            rmean, rvar = m.residual_reference(cols, x)
+            assert np.allclose(mean, rmean, rtol=0, atol=1e-6) and np.allclose(var, rvar, rtol=1e-5, atol=0)
+
+
 # -- the update ----------------------------------------------------------------------------------
 def one_feature(slot=7, value=1.0):
     return RequestVector(np.array([slot]), np.array([value]))
