@@ -1,6 +1,6 @@
 """Is the contextual strategy's model able to rank the deployments per prompt? (issue 14 (a))
 
-    /work/main/.venv/bin/python benchmarks/contextual_diagnosis.py [--trace prompt_aware] [--passes 1]
+    .venv/bin/python benchmarks/contextual_diagnosis.py [--trace prompt_aware] [--passes 1]
 
 Full information, no exploration: the model is fitted with ``fit_full_information`` (what
 ``aisia train`` does) on the first half of a trace, then a *greedy* router reads its predicted
@@ -26,7 +26,8 @@ not see the difficulty. Also printed: the squared error of each predictor's rewa
 held-out outcomes (every candidate's), and the area under the ROC curve of the model's
 (strong - weak) predicted reward gap as a detector of the hidden difficulty.
 
-Writes benchmarks/results/contextual_diagnosis.json."""
+Prints; ``run_all.py`` runs it on its traces and keeps the figures in their results
+(``diagnosis``), rendered in RESULTS.md."""
 
 from __future__ import annotations
 
@@ -53,7 +54,6 @@ from aisia_plugin.replay.runner import build_scenario  # noqa: E402
 from aisia_plugin.replay.trace import load_trace  # noqa: E402
 
 OUT = HERE / "out"
-RESULTS = HERE / "results" / "contextual_diagnosis.json"
 COST_WEIGHTS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 
 
@@ -173,9 +173,10 @@ def auc(scores, labels):
     return (rank_sum - len(pos) * (len(pos) + 1) / 2.0) / (len(pos) * len(neg))
 
 
-def diagnose(name: str, policy, *, passes: int = 1, prior_variance=None, noise_variance=None, fit=None) -> dict:
+def diagnose(name: str, policy, *, passes: int = 1, prior_variance=None, noise_variance=None, fit=None,
+             seed: int = 0) -> dict:
     t0 = time.monotonic()
-    rows, scenario, hard = prepare(name, policy)
+    rows, scenario, hard = prepare(name, policy, seed=seed)
     half = len(rows) // 2
     train, test = rows[:half], rows[half:]
     calls = scenario.calls[half:]
@@ -263,17 +264,12 @@ def main(argv=None) -> int:
     ap.add_argument("--passes", type=int, default=1)
     ap.add_argument("--prior-variance", type=float)
     ap.add_argument("--noise-variance", type=float)
-    ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
     policy = load_policy([str(REPO / "policies")])
     names = args.trace or [n for n in ("prompt_aware", "routellm_gsm8k", "routerarena") if (OUT / f"{n}.jsonl").exists()]
-    res = []
     for n in names:
         d = diagnose(n, policy, passes=args.passes, prior_variance=args.prior_variance, noise_variance=args.noise_variance)
         print("\n".join(render(d)) + "\n", flush=True)
-        res.append(d)
-    if not args.no_write:
-        RESULTS.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
     return 0
 
 
