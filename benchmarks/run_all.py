@@ -50,6 +50,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
+import contextual_diagnosis  # noqa: E402
 import convert_data  # noqa: E402
 import synthetic  # noqa: E402
 from litellm_baselines import LiteLLMBaseline, NoDeploymentAvailable  # noqa: E402
@@ -327,6 +328,36 @@ def heldout_lines(r: dict) -> list[str]:
     return L + [""]
 
 
+def diagnosis_lines(r: dict) -> list[str]:
+    """The full-information diagnosis of the contextual model (benchmarks/contextual_diagnosis.py)."""
+    d = r.get("diagnosis")
+    if not d:
+        return []
+    cws = ", ".join(f"{p['cost_weight']:g}" for p in next(iter(d["predictors"].values()))["points"])
+    L = [f"What the contextual model can know (`benchmarks/contextual_diagnosis.py`): fitted with full information "
+         f"(`fit_full_information`, what `aisia train` does) on the first {d['train_requests']} requests, then a greedy "
+         f"router, argmax(predicted reward + cost bonus), on the other {d['test_requests']}, swept over cost_weight "
+         f"{cws}; beside it the "
+         "same greedy router on other predictors fitted on the same half (`label mean` and the rows after it read "
+         f"what no router sees: the trace's label, the generator's hidden difficulty or its signals). Oracle's gain on the held-out half {d['oracle']['gain_over_mixing']:+.4f}.", ""]
+    two = any("apgr" in e for e in d["predictors"].values())
+    hard = any("difficulty_auc" in e for e in d["predictors"].values())
+    head = ["predictor", "best gain over mixing", "at cost_weight", "of the oracle's gain", "squared error"]
+    head += (["AUC of the strong-weak gap for the hidden difficulty"] if hard else []) + (["CPT(95%)", "APGR"] if two else [])
+    L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    og = d["oracle"]["gain_over_mixing"]
+    for label, e in d["predictors"].items():
+        cells = [label, f"{e['best_gain_over_mixing']:+.4f}", f"{e['best_cost_weight']:g}",
+                 f"{e['best_gain_over_mixing'] / og:.1%}" if og > 0 else "-", f"{e['mse']:.4f}"]
+        if hard:
+            au = e.get("difficulty_auc")
+            cells.append("-" if au is None else f"{au:.3f}")
+        if two:
+            cells += [_pct(e.get("cpt95")), f"{e['apgr']:.3f}" if "apgr" in e else "-"]
+        L.append("| " + " | ".join(cells) + " |")
+    return L + [""]
+
+
 # -- RESULTS.md ------------------------------------------------------------------------------------
 def _fmt(v, spec="{:.4f}"):
     if v is None:
@@ -517,6 +548,18 @@ def issue14_targets(results: list[dict]) -> list[str]:
         out.append("- **CPT(95%) on GSM8K <= 70 %** (random mixing needs 95 % of the gap; the issue's 'about 80 %' is 95 % "
                    "of the strong model's score, a different measure): " + "; ".join(parts) + ".")
     for r in results:
+        d = r.get("diagnosis")
+        if d:
+            P = d["predictors"]
+            m = P.get("model (fit_full_information)")
+            refs = [k for k in ("signals known (exact)", "hidden difficulty known", "label mean", "domain mean") if k in P]
+            if m:
+                out.append(f"- {r['name']}, full information on the first half, greedy on the second (what the model can know; "
+                           f"oracle {d['oracle']['gain_over_mixing']:+.4f} there): the model {m['best_gain_over_mixing']:+.4f}"
+                           + "".join(f", {k} {P[k]['best_gain_over_mixing']:+.4f}" for k in refs)
+                           + (f"; CPT(95%) of the model {_pct(m.get('cpt95'))}" if "cpt95" in m else "")
+                           + " (table in its section).")
+    for r in results:
         h = r.get("heldout")
         if h:
             g = {label: m["best_gain_over_mixing"] for label, m in h["runs"].items()}
@@ -632,6 +675,7 @@ def render(results: list[dict], conditions: dict) -> str:
         L += ["", f"Candidates: {', '.join(f'`{x}`' for x in r['candidates'])}. Replay wall time {r['wall_s']:.1f} s.", ""]
         L += sweep_lines(r)
         L += heldout_lines(r)
+        L += diagnosis_lines(r)
     L += overhead_section()
     return "\n".join(L) + "\n"
 
@@ -718,6 +762,8 @@ def main(argv=None) -> int:
         res = bench_trace(name, path, cands, policy, aliases, seed=args.seed, event=event, kind=kind)
         if kind == "real":
             res["heldout"] = heldout_prior(name, path, cands, policy, seed=args.seed)
+        if name in SWEPT:  # what the model can know: full information on one half, greedy on the other
+            res["diagnosis"] = contextual_diagnosis.diagnose(name, policy, seed=args.seed)
         (RESULTS_DIR / f"{name}.json").write_text(json.dumps(jsonable(res), indent=2) + "\n")
         a = res["rows"]["aisia auto"]
         print(f"          auto {a['mean_score']:.4f} ({a['pct_of_oracle']:.1f} % of oracle), {res['wall_s']:.1f} s "
