@@ -36,3 +36,14 @@ def context(pool=(), *, strategy: str = "x", seed: int = 7, rng=None, now: float
                           features=features if features is not None else SimpleNamespace(specificity=specificity),
                           domain=domain, task_type=task_type, now=now,
                           rng=rng if rng is not None else random.Random(seed), settings=AliasSettings(**settings), **kw)
+
+
+def deployment(id: str, cost: float = 1.0, *, provider: str | None = None, model: str | None = None,
+               model_name: str | None = None, **kw):
+    """A Deployment for a test pool: provider from the id's prefix ("openai-4o" -> openai), model
+    "provider/id", the same price per 1M tokens in and out; any other field by keyword."""
+    from aisia_plugin.decision import Deployment
+
+    provider = provider or id.split("-")[0]
+    return Deployment(id=id, model_name=model_name or id, model=model or f"{provider}/{id}", provider=provider,
+                      input_cost_per_1m=cost, output_cost_per_1m=cost, **kw)

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from aisia_plugin.decision import Deployment
+from helpers import deployment
 from aisia_plugin.engine import Engine, UnknownAlias
 from aisia_plugin.outcome import Outcome
 from aisia_plugin.policy import load_policy
@@ -25,9 +25,7 @@ class Clock:
         return self.t
 
 
-def dep(id, cost=1.0, **kw):
-    return Deployment(id=id, model_name=id, model=f"{id.split('-')[0]}/{id}", provider=id.split("-")[0],
-                      input_cost_per_1m=cost, output_cost_per_1m=cost, **kw)
+dep = deployment
 
 
 @pytest.fixture

@@ -11,14 +11,13 @@ import pytest
 
 from aisia_plugin.bandit import ArmStats, update
 from aisia_plugin.breaker import BreakerState
-from aisia_plugin.decision import Deployment
+from helpers import deployment
 from aisia_plugin.engine import Engine
 from aisia_plugin.policy import load_policy
 from aisia_plugin.state.memory import MemoryState
 
 POLICY = load_policy()
-DEPS = [Deployment(id=i, model_name="g", model=f"p/{i}", provider=i, input_cost_per_1m=c, output_cost_per_1m=c)
-        for i, c in (("a-1", 3.0), ("b-2", 0.5), ("c-3", 1.0))]
+DEPS = [deployment(i, c, provider=i, model=f"p/{i}", model_name="g") for i, c in (("a-1", 3.0), ("b-2", 0.5), ("c-3", 1.0))]
 MSG = [{"role": "user", "content": "write a python function that parses json"}]
 
 

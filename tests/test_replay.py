@@ -25,12 +25,6 @@ SMALL = FIX / "small.jsonl"
 CANDS = FIX / "candidates.yaml"
 
 
-def write_policy(tmp_path, body: str, name: str = "policy.yaml") -> Path:
-    p = tmp_path / name
-    p.write_text(textwrap.dedent(body))
-    return p
-
-
 BASE_POLICY = """
     version: 1
     aliases:
@@ -47,8 +41,8 @@ BASE_POLICY = """
 
 
 @pytest.fixture
-def policy_path(tmp_path):
-    return write_policy(tmp_path, BASE_POLICY)
+def policy_path(write_file):
+    return write_file(BASE_POLICY)
 
 
 @pytest.fixture
@@ -349,7 +343,8 @@ outcome_st = st.one_of(
        st.integers(0, 3))
 def test_invariants_on_random_traces(tmp_path_factory, rows, seed):
     tmp = tmp_path_factory.mktemp("h")
-    pol = load_policy([write_policy(tmp, BASE_POLICY)])
+    (tmp / "policy.yaml").write_text(textwrap.dedent(BASE_POLICY))
+    pol = load_policy([tmp / "policy.yaml"])
     sc = build_scenario(load_trace(write_trace(tmp, [row(i, o) for i, o in enumerate(rows)])), {}, pol, seed=seed)
     res = replay(pol, "auto", sc, seed=seed)
     o = res.baselines.oracle
@@ -363,14 +358,8 @@ def test_invariants_on_random_traces(tmp_path_factory, rows, seed):
 
 
 # -- the command line ----------------------------------------------------------------------------------
-def cli(capsys, *argv):
-    code = main(["replay", *map(str, argv)])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def test_cli_text_table(capsys, policy_path):
-    code, out, err = cli(capsys, "--policy", policy_path, "--alias", "auto/coding", "--data", SMALL, "--deployments", CANDS)
+def test_cli_text_table(aisia, policy_path):
+    code, out, err = aisia("replay", "--policy", policy_path, "--alias", "auto/coding", "--data", SMALL, "--deployments", CANDS)
     assert code == 0, err
     for word in ("router", "oracle", "uniform random", "fixed openai-gpt-4o", "mean score", "total cost $", "p95 ms",
                  "errors", "regret", "calls per candidate"):
@@ -378,8 +367,8 @@ def test_cli_text_table(capsys, policy_path):
     assert "Traceback" not in err and err == ""  # no progress bar: stderr is not a terminal
 
 
-def test_cli_json(capsys, policy_path):
-    code, out, _ = cli(capsys, "--policy", policy_path, "--alias", "auto/coding", "--data", SMALL, "--seed", 3, "--json")
+def test_cli_json(aisia, policy_path):
+    code, out, _ = aisia("replay", "--policy", policy_path, "--alias", "auto/coding", "--data", SMALL, "--seed", 3, "--json")
     assert code == 0
     data = json.loads(out)
     assert data["requests"] == 30 and data["seed"] == 3 and data["alias"] == "auto/coding"
@@ -390,56 +379,56 @@ def test_cli_json(capsys, policy_path):
     assert data["baselines"]["oracle"]["regret"] == 0.0
 
 
-def test_cli_progress_on_request(capsys, policy_path):
-    code, _, err = cli(capsys, "--policy", policy_path, "--data", SMALL, "--progress", "--json")
+def test_cli_progress_on_request(aisia, policy_path):
+    code, _, err = aisia("replay", "--policy", policy_path, "--data", SMALL, "--progress", "--json")
     assert code == 0
     assert "30/30" in err and "100.0%" in err
 
 
-def test_cli_compare(capsys, tmp_path, policy_path):
-    other = write_policy(tmp_path, BASE_POLICY.replace("cost_weight: 0.05", "cost_weight: 2.0"), "other.yaml")
-    code, out, err = cli(capsys, "--policy", policy_path, "--compare", other, "--alias", "auto/coding",
+def test_cli_compare(aisia, write_file, tmp_path, policy_path):
+    other = write_file(BASE_POLICY.replace("cost_weight: 0.05", "cost_weight: 2.0"), "other.yaml")
+    code, out, err = aisia("replay", "--policy", policy_path, "--compare", other, "--alias", "auto/coding",
                          "--data", SMALL, "--deployments", CANDS)
     assert code == 0, err
     assert "base" in out and "other" in out and "delta" in out and "mean score" in out
-    code, out, _ = cli(capsys, "--policy", policy_path, "--compare", other, "--alias", "auto/coding",
+    code, out, _ = aisia("replay", "--policy", policy_path, "--compare", other, "--alias", "auto/coding",
                        "--data", SMALL, "--deployments", CANDS, "--json")
     data = json.loads(out)
     a, b, d = data["base"]["router"], data["other"]["router"], data["delta"]
     assert d["mean_score"] == pytest.approx(b["mean_score"] - a["mean_score"])
     assert d["total_cost_usd"] == pytest.approx(b["total_cost_usd"] - a["total_cost_usd"])
     # the same policy on both sides: no difference
-    code, out, _ = cli(capsys, "--policy", policy_path, "--compare", policy_path, "--data", SMALL, "--json")
+    code, out, _ = aisia("replay", "--policy", policy_path, "--compare", policy_path, "--data", SMALL, "--json")
     assert all(v == 0 for k, v in json.loads(out)["delta"].items() if k != "calls")
 
 
-def test_cli_sweep_and_plot(capsys, tmp_path, policy_path):
+def test_cli_sweep_and_plot(aisia, tmp_path, policy_path):
     pytest.importorskip("matplotlib")
     png = tmp_path / "curve.png"
-    code, out, err = cli(capsys, "--policy", policy_path, "--alias", "auto/coding", "--data", SMALL,
+    code, out, err = aisia("replay", "--policy", policy_path, "--alias", "auto/coding", "--data", SMALL,
                          "--deployments", CANDS, "--sweep", "cost_weight=0,0.05,0.5", "--plot", png)
     assert code == 0, err
     assert "cost_weight=0 " in out and "cost_weight=0.5" in out and "oracle" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    code, out, _ = cli(capsys, "--policy", policy_path, "--data", SMALL, "--sweep", "exploration_c=0.5,2", "--json")
+    code, out, _ = aisia("replay", "--policy", policy_path, "--data", SMALL, "--sweep", "exploration_c=0.5,2", "--json")
     assert [p["value"] for p in json.loads(out)["points"]] == [0.5, 2.0]
 
 
-def test_cli_policy_error_prints_locations_exit_1(capsys, tmp_path):
-    bad = write_policy(tmp_path, "version: 1\naliases:\n  auto: {strategy: nope}\n", "bad.yaml")
-    code, out, err = cli(capsys, "--policy", bad, "--data", SMALL)
+def test_cli_policy_error_prints_locations_exit_1(aisia, write_file, tmp_path):
+    bad = write_file("version: 1\naliases:\n  auto: {strategy: nope}\n", "bad.yaml")
+    code, out, err = aisia("replay", "--policy", bad, "--data", SMALL)
     assert code == 1
     assert f"{bad}:3:" in err and "Traceback" not in err
 
 
-def test_cli_bad_trace_exit_1(capsys, policy_path):
-    code, _, err = cli(capsys, "--policy", policy_path, "--data", FIX / "bad.jsonl")
+def test_cli_bad_trace_exit_1(aisia, policy_path):
+    code, _, err = aisia("replay", "--policy", policy_path, "--data", FIX / "bad.jsonl")
     assert code == 1
     assert err.splitlines()[0].startswith(f"{FIX / 'bad.jsonl'}:2: ")
 
 
-def test_cli_bad_candidates_exit_1(capsys, policy_path):
-    code, _, err = cli(capsys, "--policy", policy_path, "--data", SMALL, "--deployments", FIX / "bad_candidates.yaml")
+def test_cli_bad_candidates_exit_1(aisia, policy_path):
+    code, _, err = aisia("replay", "--policy", policy_path, "--data", SMALL, "--deployments", FIX / "bad_candidates.yaml")
     assert code == 1 and ":3: candidates.a.tier" in err
 
 
@@ -452,14 +441,14 @@ def test_cli_bad_candidates_exit_1(capsys, policy_path):
     (["--sweep", "cost_weight=1", "--compare", "x"], "not allowed"),
     (["--data-typo"], ""),
 ])
-def test_cli_usage_errors_exit_2(capsys, policy_path, extra, message):
-    code, _, err = cli(capsys, "--policy", policy_path, "--data", SMALL, *extra)
+def test_cli_usage_errors_exit_2(aisia, policy_path, extra, message):
+    code, _, err = aisia("replay", "--policy", policy_path, "--data", SMALL, *extra)
     assert code == 2
     assert message in err and "Traceback" not in err
 
 
-def test_cli_missing_trace_exit_2(capsys, policy_path, tmp_path):
-    code, _, err = cli(capsys, "--policy", policy_path, "--data", tmp_path / "nope.jsonl")
+def test_cli_missing_trace_exit_2(aisia, policy_path, tmp_path):
+    code, _, err = aisia("replay", "--policy", policy_path, "--data", tmp_path / "nope.jsonl")
     assert code == 2 and "cannot read the trace" in err
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from aisia_plugin.bandit import ArmStats
 from aisia_plugin.breaker import CLOSED, HALF_OPEN, OPEN, BreakerState, FailureKind
-from aisia_plugin.decision import Deployment
+from helpers import deployment
 from aisia_plugin.engine import Engine
 from aisia_plugin.interfaces import StateStore
 from aisia_plugin.learning import OutcomeRecord
@@ -265,8 +265,7 @@ async def test_threads_recording_at_once_lose_nothing(h):
 
 async def test_the_engine_decides_and_learns_through_the_store(h):
     engine = Engine(h.policy, clock=h.store.clock, rng=random.Random(3), store=h.store)
-    deps = [Deployment(id=i, model_name="g", model=f"p/{i}", provider=i, input_cost_per_1m=1.0, output_cost_per_1m=1.0)
-            for i in ("a", "b", "c")]
+    deps = [deployment(i, provider=i, model=f"p/{i}", model_name="g") for i in ("a", "b", "c")]
     msgs = [{"role": "user", "content": "write a python function that sorts a list"}]
     seen = []
     for k in range(30):

@@ -28,36 +28,30 @@ def _at_repo_root(monkeypatch):
     monkeypatch.delenv("AISIA_POLICY", raising=False)
 
 
-def validate(capsys, *argv):
-    code = main(["validate", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 # --- the shipped policies ------------------------------------------------------------------
 
 
-def test_shipped_policies_are_valid(capsys):
-    code, out, err = validate(capsys, "policies/")
+def test_shipped_policies_are_valid(aisia):
+    code, out, err = aisia("validate", "policies/")
     assert code == 0, out + err
     n_files = len(list((REPO / "policies").glob("*.y*ml")))
     assert re.fullmatch(rf"ok: {n_files} files, \d+ aliases\n", out), out
     assert err == ""
 
 
-def test_shipped_policies_fail_at_most_for_strategies_not_yet_registered(capsys):
+def test_shipped_policies_fail_at_most_for_strategies_not_yet_registered(aisia):
     """While strategies are still being written, the only acceptable problem of the shipped
     policy is an alias naming a strategy no plugin registers yet (test above then fails too)."""
-    code, out, err = validate(capsys, "--format", "json", "policies/")
+    code, out, err = aisia("validate", "--format", "json", "policies/")
     report = json.loads(out)
     others = [e for e in report["errors"] if not e["message"].startswith("unknown strategy")]
     assert others == []
     assert code == (0 if not report["errors"] else 1)
 
 
-def test_default_path_is_the_configured_policy_path(capsys, monkeypatch):
+def test_default_path_is_the_configured_policy_path(aisia, monkeypatch):
     monkeypatch.setenv("AISIA_POLICY", f"{FIX}/good")
-    code, out, _ = validate(capsys)
+    code, out, _ = aisia("validate")
     assert (code, out) == (0, "ok: 1 file, 2 aliases\n")
 
 
@@ -67,10 +61,10 @@ SHIPPED = sorted(p.name for p in (REPO / "policies").glob("*.y*ml"))
 SHIPPED_ALIASES = ["auto", "auto/coding", "auto/fast", "auto/cheap", "auto/offline", "auto/smart", "auto/lkgp"]
 
 
-def test_a_team_file_that_only_annotates_deployments_is_a_complete_policy(capsys, monkeypatch):
+def test_a_team_file_that_only_annotates_deployments_is_a_complete_policy(aisia, monkeypatch):
     from aisia_plugin.policy import load_policy
 
-    code, out, _ = validate(capsys, f"{FIX}/layered/annotate.yaml")
+    code, out, _ = aisia("validate", f"{FIX}/layered/annotate.yaml")
     assert (code, out) == (0, f"ok: 1 file over the shipped defaults ({len(SHIPPED)} files), 7 aliases\n")
     policy = load_policy([f"{FIX}/layered/annotate.yaml"])
     assert list(policy.aliases) == SHIPPED_ALIASES and policy.defaults is True
@@ -81,10 +75,10 @@ def test_a_team_file_that_only_annotates_deployments_is_a_complete_policy(capsys
     assert load_policy() == policy
 
 
-def test_a_team_file_adds_an_alias_and_its_values_win_without_overrides(capsys):
+def test_a_team_file_adds_an_alias_and_its_values_win_without_overrides(aisia):
     from aisia_plugin.policy import load_policy
 
-    code, out, _ = validate(capsys, "--format", "json", f"{FIX}/layered/team.yaml")
+    code, out, _ = aisia("validate", "--format", "json", f"{FIX}/layered/team.yaml")
     report = json.loads(out)
     assert code == 0 and report["errors"] == [] and report["aliases"] == 8
     assert [Path(f).name for f in report["default_files"]] == SHIPPED
@@ -97,8 +91,8 @@ def test_a_team_file_adds_an_alias_and_its_values_win_without_overrides(capsys):
     assert policy.costs.by_provider_prefix["groq"] == 0.30  # kept
 
 
-def test_the_conflict_rule_still_holds_between_the_users_own_files(capsys):
-    code, out, _ = validate(capsys, f"{FIX}/layered/team.yaml", f"{FIX}/layered/team-conflict.yaml")
+def test_the_conflict_rule_still_holds_between_the_users_own_files(aisia):
+    code, out, _ = aisia("validate", f"{FIX}/layered/team.yaml", f"{FIX}/layered/team-conflict.yaml")
     assert code == 1
     assert out.splitlines() == [
         f"{FIX}/layered/team-conflict.yaml:4:15: aliases.auto/team.strategy: conflicts with {FIX}/layered/team.yaml:6 "
@@ -106,7 +100,7 @@ def test_the_conflict_rule_still_holds_between_the_users_own_files(capsys):
     ]
 
 
-def test_defaults_false_makes_the_files_the_whole_policy(capsys):
+def test_defaults_false_makes_the_files_the_whole_policy():
     from aisia_plugin.policy import load_policy
 
     policy = load_policy([f"{FIX}/good/minimal.yaml"])
@@ -115,17 +109,17 @@ def test_defaults_false_makes_the_files_the_whole_policy(capsys):
     assert policy.costs.by_provider_prefix == {}  # the schema's default, not the shipped table
 
 
-def test_the_shipped_directory_and_its_files_are_not_layered_twice(capsys):
-    code, out, _ = validate(capsys, "policies/")
+def test_the_shipped_directory_and_its_files_are_not_layered_twice(aisia):
+    code, out, _ = aisia("validate", "policies/")
     assert out == f"ok: {len(SHIPPED)} files, 7 aliases\n"
     # One shipped file named alone is layered over the others: its references resolve.
-    code, out, _ = validate(capsys, "--format", "json", "policies/aliases.yaml")
+    code, out, _ = aisia("validate", "--format", "json", "policies/aliases.yaml")
     report = json.loads(out)
     assert code == 0 and [Path(f).name for f in report["default_files"]] == [n for n in SHIPPED if n != "aliases.yaml"]
 
 
-def test_a_bad_team_file_is_reported_at_its_own_lines(capsys):
-    code, out, _ = validate(capsys, f"{BAD}/unknown_key.yaml")
+def test_a_bad_team_file_is_reported_at_its_own_lines(aisia):
+    code, out, _ = aisia("validate", f"{BAD}/unknown_key.yaml")
     assert code == 1 and out.startswith(f"{BAD}/unknown_key.yaml:5:5: ")
 
 
@@ -197,8 +191,8 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_each_kind_of_mistake_is_reported_with_file_line_and_field(capsys, name):
-    code, out, err = validate(capsys, f"{BAD}/{name}.yaml")
+def test_each_kind_of_mistake_is_reported_with_file_line_and_field(aisia, name):
+    code, out, err = aisia("validate", f"{BAD}/{name}.yaml")
     assert code == 1, out + err
     assert out.splitlines() == CASES[name]
     n = len(CASES[name])
@@ -210,8 +204,8 @@ def test_every_bad_fixture_has_a_case():
     assert on_disk == set(CASES) | {"many_errors", "mixed_shapes"}
 
 
-def test_several_errors_in_one_file_are_all_reported_in_one_run(capsys):
-    code, out, _ = validate(capsys, f"{BAD}/many_errors.yaml")
+def test_several_errors_in_one_file_are_all_reported_in_one_run(aisia):
+    code, out, _ = aisia("validate", f"{BAD}/many_errors.yaml")
     assert code == 1
     f = f"{BAD}/many_errors.yaml"
     assert out.splitlines() == [  # sorted by line, schema and semantic problems together
@@ -226,8 +220,8 @@ def test_several_errors_in_one_file_are_all_reported_in_one_run(capsys):
     ]
 
 
-def test_semantic_checks_still_run_when_values_have_the_wrong_shape(capsys):
-    code, out, _ = validate(capsys, f"{BAD}/mixed_shapes.yaml")
+def test_semantic_checks_still_run_when_values_have_the_wrong_shape(aisia):
+    code, out, _ = aisia("validate", f"{BAD}/mixed_shapes.yaml")
     assert code == 1
     f = f"{BAD}/mixed_shapes.yaml"
     assert out.splitlines() == [
@@ -240,8 +234,8 @@ def test_semantic_checks_still_run_when_values_have_the_wrong_shape(capsys):
     ]
 
 
-def test_errors_of_several_files_are_reported_in_one_run(capsys):
-    code, out, err = validate(capsys, f"{BAD}/unknown_key.yaml", f"{BAD}/yaml_syntax.yaml", f"{BAD}/wrong_type.yaml")
+def test_errors_of_several_files_are_reported_in_one_run(aisia):
+    code, out, err = aisia("validate", f"{BAD}/unknown_key.yaml", f"{BAD}/yaml_syntax.yaml", f"{BAD}/wrong_type.yaml")
     assert code == 1
     files = [line.split(":", 1)[0] for line in out.splitlines()]
     assert files == [f"{BAD}/unknown_key.yaml", f"{BAD}/yaml_syntax.yaml", f"{BAD}/wrong_type.yaml"]
@@ -251,8 +245,8 @@ def test_errors_of_several_files_are_reported_in_one_run(capsys):
 # --- several files ---------------------------------------------------------------------------
 
 
-def test_two_files_that_conflict(capsys):
-    code, out, _ = validate(capsys, f"{FIX}/conflict")
+def test_two_files_that_conflict(aisia):
+    code, out, _ = aisia("validate", f"{FIX}/conflict")
     assert code == 1
     assert out.splitlines() == [
         f"{FIX}/conflict/20-team.yaml:4:15: aliases.auto.strategy: conflicts with {FIX}/conflict/10-base.yaml:4 "
@@ -260,34 +254,34 @@ def test_two_files_that_conflict(capsys):
     ]
 
 
-def test_the_same_with_overrides_true_passes_and_the_later_file_wins(capsys):
+def test_the_same_with_overrides_true_passes_and_the_later_file_wins(aisia):
     from aisia_plugin.policy import load_policy
 
-    code, out, _ = validate(capsys, f"{FIX}/override")
+    code, out, _ = aisia("validate", f"{FIX}/override")
     assert (code, out) == (0, "ok: 2 files, 1 alias\n")
     policy = load_policy([f"{FIX}/override"])
     assert policy.aliases["auto"].strategy == "thompson"
     assert policy.aliases["auto"].exploration == 0.1  # set identically by the first file only
 
 
-def test_a_file_checked_alone_misses_references_to_its_siblings_unless_asked(capsys):
-    code, out, _ = validate(capsys, f"{FIX}/split/aliases.yaml")
+def test_a_file_checked_alone_misses_references_to_its_siblings_unless_asked(aisia):
+    code, out, _ = aisia("validate", f"{FIX}/split/aliases.yaml")
     assert code == 1
     assert out.startswith(f"{FIX}/split/aliases.yaml:5:16: aliases.auto/smart.mode_pack: unknown mode pack 'quality-first'")
-    code, out, _ = validate(capsys, "--siblings", f"{FIX}/split/aliases.yaml", f"{FIX}/split/mode_packs.yaml")
+    code, out, _ = aisia("validate", "--siblings", f"{FIX}/split/aliases.yaml", f"{FIX}/split/mode_packs.yaml")
     assert (code, out) == (0, "ok: 2 files, 1 alias\n")
 
 
-def test_a_selector_that_matches_nothing_is_not_an_error(capsys):
-    code, out, _ = validate(capsys, f"{FIX}/good/minimal.yaml")
+def test_a_selector_that_matches_nothing_is_not_an_error(aisia):
+    code, out, _ = aisia("validate", f"{FIX}/good/minimal.yaml")
     assert (code, out) == (0, "ok: 1 file, 2 aliases\n")
 
 
 # --- output formats --------------------------------------------------------------------------
 
 
-def test_json_format(capsys):
-    code, out, _ = validate(capsys, "--format", "json", f"{BAD}/many_errors.yaml", f"{BAD}/pack_without_weights.yaml",
+def test_json_format(aisia):
+    code, out, _ = aisia("validate", "--format", "json", f"{BAD}/many_errors.yaml", f"{BAD}/pack_without_weights.yaml",
                             f"{BAD}/duplicate_key.yaml")
     assert code == 1
     report = json.loads(out)
@@ -309,22 +303,22 @@ def test_json_format(capsys):
     } in report["errors"]
 
 
-def test_json_format_on_success(capsys):
-    code, out, _ = validate(capsys, "--format", "json", f"{FIX}/good")
+def test_json_format_on_success(aisia):
+    code, out, _ = aisia("validate", "--format", "json", f"{FIX}/good")
     assert code == 0
     report = json.loads(out)
     assert report["valid"] is True and report["errors"] == []
     assert report["files"] == [f"{FIX}/good/minimal.yaml"]
 
 
-def test_json_format_conflict_kind(capsys):
-    _, out, _ = validate(capsys, "--format", "json", f"{FIX}/conflict")
+def test_json_format_conflict_kind(aisia):
+    _, out, _ = aisia("validate", "--format", "json", f"{FIX}/conflict")
     (e,) = json.loads(out)["errors"]
     assert (e["kind"], e["path"], e["line"], e["column"]) == ("conflict", "aliases.auto.strategy", 4, 15)
 
 
-def test_github_format(capsys):
-    code, out, _ = validate(capsys, "--format", "github", f"{BAD}/unknown_key.yaml", f"{BAD}/out_of_range.yaml")
+def test_github_format(aisia):
+    code, out, _ = aisia("validate", "--format", "github", f"{BAD}/unknown_key.yaml", f"{BAD}/out_of_range.yaml")
     assert code == 1
     assert out.splitlines() == [
         f"::error file={BAD}/unknown_key.yaml,line=5,col=5,title=aisia policy::aliases.auto.stratgy: "
@@ -345,27 +339,27 @@ def test_github_annotation_escapes_its_separators():
 # --- exit 2: usage and I/O errors --------------------------------------------------------------
 
 
-def test_missing_path_exits_2(capsys):
-    code, out, err = validate(capsys, "policies/", "no/such/policy.yaml")
+def test_missing_path_exits_2(aisia):
+    code, out, err = aisia("validate", "policies/", "no/such/policy.yaml")
     assert code == 2
     assert out == "no/such/policy.yaml:0:0: <document>: no such file or directory\n"
     assert err == "I/O error: 1 error in 1 file\n"
 
 
-def test_missing_path_exits_2_in_json_too(capsys):
-    code, out, _ = validate(capsys, "--format", "json", "no/such/dir")
+def test_missing_path_exits_2_in_json_too(aisia):
+    code, out, _ = aisia("validate", "--format", "json", "no/such/dir")
     assert code == 2
     report = json.loads(out)
     assert report["valid"] is False and report["errors"][0]["kind"] == "io"
 
 
-def test_directory_without_policy_files_exits_2(capsys):
-    code, out, _ = validate(capsys, f"{FIX}/empty_dir")
+def test_directory_without_policy_files_exits_2(aisia):
+    code, out, _ = aisia("validate", f"{FIX}/empty_dir")
     assert code == 2
     assert out == f"{FIX}/empty_dir:0:0: <document>: directory holds no .yaml or .yml policy file\n"
 
 
-def test_unreadable_file_exits_2(capsys, monkeypatch):
+def test_unreadable_file_exits_2(aisia, monkeypatch):
     target = (REPO / FIX / "good" / "minimal.yaml").resolve()
     real = Path.read_text
 
@@ -375,15 +369,15 @@ def test_unreadable_file_exits_2(capsys, monkeypatch):
         return real(self, *a, **k)
 
     monkeypatch.setattr(Path, "read_text", read_text)
-    code, out, _ = validate(capsys, f"{FIX}/good/minimal.yaml")
+    code, out, _ = aisia("validate", f"{FIX}/good/minimal.yaml")
     assert code == 2
     assert out.startswith(f"{FIX}/good/minimal.yaml:0:0: <document>: cannot read: ")
     assert "Permission denied" in out
 
 
 @pytest.mark.parametrize("argv", [["--format", "xml", "policies/"], ["--no-such-option"]])
-def test_bad_usage_exits_2(capsys, argv):
-    code, out, err = validate(capsys, *argv)
+def test_bad_usage_exits_2(aisia, argv):
+    code, out, err = aisia("validate", *argv)
     assert code == 2
     assert "usage: aisia" in err
 
@@ -463,16 +457,16 @@ BOMB = "".join(f"{c}: &{c} [{', '.join([f'*{p}'] * 9 if p else ['lol'] * 9)}]\n"
      ":3:20: bandit.latency_scale_s: expected number, got string '1e-3'; YAML reads 1e-3 as text: write it as 1.0e-3"),
     ("version: 1\nbase: &b {strategy: cost}\n", ":2:1: base: unknown key 'base'"),
 ])
-def test_hostile_or_empty_files_get_a_located_error(capsys, tmp_path, text, expected):
+def test_hostile_or_empty_files_get_a_located_error(aisia, tmp_path, text, expected):
     f = tmp_path / "p.yaml"
     f.write_text(text, encoding="utf-8")
-    code, out, err = validate(capsys, str(f))
+    code, out, err = aisia("validate", str(f))
     assert code == 1, out + err
     assert out.startswith(str(f) + expected), out
     assert "Traceback" not in out + err
 
 
-def test_merge_keys_work_in_a_policy(capsys, tmp_path):
+def test_merge_keys_work_in_a_policy(aisia, tmp_path):
     from aisia_plugin.policy import load_policy
 
     f = tmp_path / "p.yaml"
@@ -481,19 +475,19 @@ def test_merge_keys_work_in_a_policy(capsys, tmp_path):
     policy = load_policy([f])
     assert (policy.aliases["auto/b"].strategy, policy.aliases["auto/b"].exploration) == ("latency", 0.2)
     f.write_text("version: 1\ndefaults: false\naliases:\n  auto:\n    <<: [1]\n    strategy: cost\n", encoding="utf-8")
-    code, out, _ = validate(capsys, str(f))
+    code, out, _ = aisia("validate", str(f))
     assert code == 1 and out == f"{f}:5:10: aliases.auto: a merge key '<<' takes a mapping or a list of mappings\n"
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="no FIFOs here")
-def test_a_fifo_or_a_device_is_not_a_policy_file(capsys, tmp_path):
+def test_a_fifo_or_a_device_is_not_a_policy_file(aisia, tmp_path):
     import os
 
     fifo = tmp_path / "policy.yaml"
     os.mkfifo(fifo)
-    code, out, _ = validate(capsys, str(fifo))
+    code, out, _ = aisia("validate", str(fifo))
     assert code == 2 and out == f"{fifo}:0:0: <document>: not a regular file (a policy must be a file or a directory)\n"
-    code, out, _ = validate(capsys, "/dev/zero")
+    code, out, _ = aisia("validate", "/dev/zero")
     assert code == 2 and "not a regular file" in out
 
 
@@ -504,11 +498,11 @@ def _big_domain(tmp_path):
     return f
 
 
-def test_validate_builds_the_engines_combined_programs(capsys, tmp_path):
+def test_validate_builds_the_engines_combined_programs(capsys, aisia, tmp_path):
     """Issue 11, finding 2: each pattern compiles alone, the domains' combined RE2 programs do
     not; validate reports the domain at its line, explain and replay refuse the policy the same way."""
     f = _big_domain(tmp_path)
-    code, out, _ = validate(capsys, str(f))
+    code, out, _ = aisia("validate", str(f))
     assert code == 1
     assert out.startswith(f"{f}:4:5: domains.definitions.big: the patterns do not fit RE2's memory budget for ")
     assert main(["explain", "--policy", str(f), "hello"]) == 1
@@ -523,12 +517,12 @@ def test_validate_builds_the_engines_combined_programs(capsys, tmp_path):
 # --- settings that do nothing (issue 11, finding 6) ----------------------------------------------
 
 
-def test_a_setting_the_strategy_does_not_read_is_a_warning(capsys, tmp_path):
+def test_a_setting_the_strategy_does_not_read_is_a_warning(aisia, tmp_path):
     f = tmp_path / "team.yaml"
     f.write_text("version: 1\naliases:\n  auto/x:\n    strategy: cost\n    mode_pack: quality-first\n"
                  "    exploration_c: 2\n  auto/y: {strategy: rules, mode_pack: quality-first, exploration: 0.1}\n",
                  encoding="utf-8")
-    code, out, _ = validate(capsys, str(f))
+    code, out, _ = aisia("validate", str(f))
     assert code == 0
     assert out.splitlines() == [
         f"{f}:5:5: aliases.auto/x.mode_pack: warning: has no effect: strategy 'cost' does not read mode_pack "
@@ -537,17 +531,17 @@ def test_a_setting_the_strategy_does_not_read_is_a_warning(capsys, tmp_path):
         "(it reads exploration); remove it, or choose a strategy that uses it",
         f"ok: 1 file over the shipped defaults ({len(SHIPPED)} files), 9 aliases",
     ]
-    code, out, _ = validate(capsys, "--strict", str(f))
+    code, out, _ = aisia("validate", "--strict", str(f))
     assert code == 1 and out.count("warning: has no effect") == 2
-    code, out, _ = validate(capsys, "--format", "github", str(f))
+    code, out, _ = aisia("validate", "--format", "github", str(f))
     assert out.startswith(f"::warning file={f},line=5,col=5,title=aisia policy::aliases.auto/x.mode_pack: has no effect")
-    code, out, _ = validate(capsys, "--format", "json", str(f))
+    code, out, _ = aisia("validate", "--format", "json", str(f))
     report = json.loads(out)
     assert report["valid"] and [w["kind"] for w in report["warnings"]] == ["warning", "warning"]
 
 
-def test_every_setting_of_the_shipped_policies_acts(capsys):
-    code, out, _ = validate(capsys, "--strict", "policies/")
+def test_every_setting_of_the_shipped_policies_acts(aisia):
+    code, out, _ = aisia("validate", "--strict", "policies/")
     assert (code, out) == (0, f"ok: {len(SHIPPED)} files, 7 aliases\n")
 
 
