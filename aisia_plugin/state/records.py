@@ -186,19 +186,20 @@ def _num(v) -> str:
     return repr(float(v)) if isinstance(v, float) else str(v)
 
 
-def arm_fields(s: ArmStats) -> list[str]:
-    """An arm as the flat field/value list of a Redis HSET (values exact)."""
+def _flat(s, names) -> list[str]:
+    """A record as the flat field/value list of a Redis HSET (values exact)."""
     out = []
-    for name in ARM_FIELDS:
+    for name in names:
         out += (name, _num(getattr(s, name)))
     return out
+
+
+def arm_fields(s: ArmStats) -> list[str]:
+    return _flat(s, ARM_FIELDS)
 
 
 def breaker_fields(s: BreakerState) -> list[str]:
-    out = []
-    for name in BREAKER_FIELDS:
-        out += (name, _num(getattr(s, name)))
-    return out
+    return _flat(s, BREAKER_FIELDS)
 
 
 def pairs(flat) -> dict:
