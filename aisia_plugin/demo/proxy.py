@@ -61,7 +61,7 @@ def litellm_executable() -> Path:
     exe = Path(sys.executable).parent / ("litellm.exe" if os.name == "nt" else "litellm")
     if not exe.exists():
         raise ProxyError(f"the LiteLLM proxy is not installed in this environment ({exe} is missing); "
-                         f"install it with: {sys.executable} -m pip install 'litellm[proxy]>=1.100,<1.110'")
+                         f"install it with: {sys.executable} -m pip install 'litellm[proxy]>=1.108,<1.110'")
     return exe
 
 
