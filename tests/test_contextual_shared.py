@@ -108,6 +108,52 @@ def test_replicas_whose_folds_complete_learn_what_one_process_learns(redis_modul
     assert a.counters["outages"] == b.counters["outages"] == 0
 
 
+def test_large_folds_split_over_calls_equal_small_ones(redis_module, monkeypatch):
+    """Folds of thousands of slots (a column past 256 records is unpacked and written whole, and
+    a fold past _FOLD_RECORDS records is split over several calls) give what one process learns,
+    as the small folds above do."""
+    pol = policy(contextual_fold_ms=600000)
+    rng = random.Random(21)
+    vocabulary = [f"w{i}" for i in range(4000)]
+    ref = ContextualModels()
+    calls = []
+
+    async def main():
+        a, b = await started(pol, redis_module.url), await started(pol, redis_module.url)
+        for st in (a, b):
+            real = st._eval
+
+            async def counted(name, keys, args, real=real):
+                calls.append(len(args))
+                return await real(name, keys, args)
+            st._eval = counted
+        tick = 0.0
+        for r in (a, b, a, b):
+            assert await r.fold()
+            calls.clear()
+            for _ in range(60):
+                x = request_vector(RequestFeatures(text=" ".join(rng.choice(vocabulary) for _ in range(60))))
+                dep, base, y = rng.choice("pqrs"), rng.uniform(0.3, 0.7), rng.random()
+                tick += 1.0
+                r.contextual.learn(dep, LearnContext(x, base, PV, NV), y, tick, 0.98)
+                ref.learn(dep, LearnContext(x, base, PV, NV), y, tick, 0.98)
+            assert await r.fold()
+            assert len(calls) >= 2  # split
+        assert await a.fold() and await b.fold()
+        await a.aclose()
+        await b.aclose()
+        return a, b
+
+    a, b = asyncio.run(main())
+    c, tag = redis_module.client(), key_tag(pol.state.key_prefix)
+    for dep in "pqrs":
+        assert np.count_nonzero(ref.dp[:, ref.ids[dep]]) > 1000
+        assert_same_column(a.contextual, ref, dep)
+        assert_same_column(b.contextual, ref, dep)
+        values, count = redis_values(c, tag, dep)
+        assert np.allclose(values, true_values(ref, dep), rtol=1e-9, atol=1e-9) and count == ref.count[ref.ids[dep]]
+
+
 # -- two OS processes at once ------------------------------------------------------------------------
 def _learner(url, prefix, k, n, start_at):
     """One OS process: n outcomes on its own deployment ('own0' / 'own1') and n on the shared

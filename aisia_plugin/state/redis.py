@@ -70,6 +70,7 @@ _timeout = getattr(asyncio, "timeout", None)  # Python 3.11+
 SCRIPTS = ("record", "refresh", "seed", "reserve", "contextual")
 # A slot's record in a contextual fold: slot, h, dp (lua/contextual.lua unpacks '<i4dd').
 _SLOT_RECORD = np.dtype([("i", "<i4"), ("h", "<f8"), ("d", "<f8")])
+_FOLD_RECORDS = 4096  # most slot records one contextual script call applies (Redis runs it for ~2 ms)
 _RESET = "reset"
 
 
@@ -740,9 +741,11 @@ class RedisStore:
     # -- the contextual models ---------------------------------------------------------------------
     async def fold(self) -> bool:
         """Fold what this process's contextual models learned since the last fold into the shared
-        models, and read back what the other processes folded (one EVALSHA of lua/contextual.lua;
-        with no contextual model anywhere, an empty answer). Never raises; False when Redis is unreachable: what was learned stays here, and the same
-        fold (its sequence number unchanged) is sent by the next attempt."""
+        models, and read back what the other processes folded (lua/contextual.lua: one EVALSHA,
+        or a few for a large fold, ``_FOLD_RECORDS`` slots each; with no contextual model
+        anywhere, an empty answer). Never raises; False when Redis is unreachable: what was
+        learned stays here, and the same fold (its sequence number unchanged) is sent by the next
+        attempt (a column that applied it already skips it)."""
         if self._client is None or self._ctx_io is None:
             return self._ctx_unacked is None
         if self._down and time.monotonic() < self._retry_at:
@@ -758,49 +761,74 @@ class RedisStore:
                 if deltas:
                     self._ctx_seq += 1
                     self._ctx_unacked = _Fold(self._ctx_seq, deltas)
+            gamma = models.gamma
             for _ in range(3):  # 'absent': send those columns again with this process's view of them
-                try:
-                    reply = await self._eval("contextual", [self.key("ctxdeps")], self._fold_args(models.gamma))
-                except Exception as exc:
-                    self._outage(exc)
-                    return False
-                self._recovered()
-                if reply[0] == b"absent":
-                    for dep in reply[1]:
-                        self._ctx_known[dep.decode("utf-8", "replace")] = ""
-                    continue
-                self._fold_done(reply[1], models.gamma)
-                return True
+                again = False
+                for args in self._fold_calls(gamma):
+                    try:
+                        reply = await self._eval("contextual", [self.key("ctxdeps")], args)
+                    except Exception as exc:
+                        self._outage(exc)
+                        return False
+                    self._recovered()
+                    if reply[0] == b"absent":
+                        for dep in reply[1]:
+                            self._ctx_known[dep.decode("utf-8", "replace")] = ""
+                        again = True
+                        break
+                    self._fold_rows(reply[1], gamma)
+                if not again:
+                    self._fold_acked()
+                    return True
             return False
 
-    def _fold_args(self, gamma: float) -> list:
+    def _fold_calls(self, gamma: float) -> list[list]:
+        """The script calls of one fold: the columns with records, in calls of at most
+        _FOLD_RECORDS records (a column's in one), then one call with the rest, which also asks
+        for every column Redis holds that this process has not."""
         models = self.contextual
         fold = self._ctx_unacked
         mine = {d.dep: d for d in fold.deltas} if fold is not None else {}
-        columns, blobs = [], []
+        heavy, light = [], []
         for dep in list(models.ids):
             known = self._ctx_known.get(dep, "")
             folds = sorted(self._ctx_resend.get(dep, ()), key=lambda sd: sd[0])
             if dep in mine:
                 folds.append((fold.seq, mine[dep]))
-            base = None
+            base, blobs = None, []
             if known == "":
                 view = models.shared_view(dep, [mine[dep]] if dep in mine else [], gamma)
                 slots = np.flatnonzero((view.values[:, 0] != 0.0) | (view.values[:, 1] != 0.0))
-                applied = dict(self._ctx_view.get(dep, {}))
-                flat = [x for proc, seq in applied.items() for x in (proc, seq)]
+                flat = [x for proc, seq in self._ctx_view.get(dep, {}).items() for x in (proc, seq)]
                 base = [view.p0, view.scale, view.tick, view.count, view.prior_mean, view.prior_count, flat]
                 blobs.append(_records(slots, view.values[slots]))
             for _, d in folds:
                 blobs.append(_records(d.slots, d.values))
-            columns.append([dep, known, base, [[seq, d.tick, d.scale, d.count] for seq, d in folds]])
-        return [self.tag, self.process, _f(gamma), str(self.cfg.bandit_ttl_s),
-                json.dumps(columns, allow_nan=False), *blobs]
+            entry = ([dep, known, base, [[seq, d.tick, d.scale, d.count] for seq, d in folds]], blobs)
+            n = sum(len(b) for b in blobs) // _SLOT_RECORD.itemsize
+            (heavy if n else light).append((n, entry))
+        groups, size = [[]], 0
+        for n, entry in heavy:
+            if groups[-1] and size + n > _FOLD_RECORDS:
+                groups.append([])
+                size = 0
+            groups[-1].append(entry)
+            size += n
+        if light or not groups[-1]:
+            groups.append([e for _, e in light])
+        groups = [g for g in groups[:-1] if g] + groups[-1:]
+        others = [e[0][0] for g in groups[:-1] for e in g]
+        calls = []
+        for k, g in enumerate(groups):
+            last = k == len(groups) - 1
+            calls.append([self.tag, self.process, _f(gamma), str(self.cfg.bandit_ttl_s),
+                          json.dumps(others) if last else "", json.dumps([c for c, _ in g], allow_nan=False),
+                          *(b for _, blobs in g for b in blobs)])
+        return calls
 
-    def _fold_done(self, rows, gamma: float) -> None:
-        """The fold is in Redis: install the columns the reply carries."""
+    def _fold_acked(self) -> None:
+        """Every call of the fold answered: it is in Redis (kept a while: a column Redis loses)."""
         fold, now = self._ctx_unacked, time.monotonic()
-        folded = {d.dep for d in fold.deltas} if fold is not None else set()
         if fold is not None:
             fold.acked_at = now
             self._ctx_acked.append(fold)
@@ -809,6 +837,11 @@ class RedisStore:
         keep_s = 3.0 * self.cfg.contextual_fold_ms / 1000.0 + 1.0
         while self._ctx_acked and now - self._ctx_acked[0].acked_at > keep_s:
             self._ctx_acked.popleft()
+
+    def _fold_rows(self, rows, gamma: float) -> None:
+        """One call of the fold is in Redis: install the columns its reply carries."""
+        fold = self._ctx_unacked
+        folded = {d.dep for d in fold.deltas} if fold is not None else set()
         for row in rows:
             dep, version = row[0].decode("utf-8", "replace"), row[1].decode()
             resent = self._ctx_resend.pop(dep, ())

@@ -13,8 +13,13 @@
 -- the column is brought to the later tick (scale * gamma^elapsed, the bandit's forgetting), then
 -- each record added times scale_fold * gamma^(column tick - fold tick) / scale_column.
 --
+-- A client splits a large fold over several calls (each column's records in one): Redis runs no
+-- script for long, and each column applies each fold once whichever call carries it.
+--
 -- KEYS[1] = <tag>ctxdeps
--- ARGV: tag, process, gamma, ttl, the columns as one JSON array, then the binary record blobs.
+-- ARGV: tag, process, gamma, ttl, others, the columns as one JSON array, then the binary record
+--   blobs. others: '' (answer these columns only), or a JSON array of the columns the client sent
+--   in its other calls: every column Redis holds besides them and these is answered in full.
 --   column: [dep, known version ('' never seen: a base follows; '?' read it back), base|null,
 --            [[seq, tick, scale, count], ...]]
 --   base:   [p0, scale, tick, count, prior_mean, prior_count, [process, seq, ...]] (the client's
@@ -24,10 +29,11 @@
 -- Reply: {'absent', [dep, ...]} when a column the client knows is gone (nothing applied: the client
 -- sends its view as a base), else {'ok', rows}, a row {dep, version, 0} when the client's view plus
 -- its folds is the column, or {dep, version, 1, scale, tick, count, p0, prior_mean, prior_count,
--- applied (flat), the weights string} for one it must read (also every column it did not send).
+-- applied (flat), the weights string} for one it must read (with `others`, also every column it
+-- did not send).
 local tag, process = ARGV[1], ARGV[2]
 local gamma, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
-local cols = cjson.decode(ARGV[5])
+local cols = cjson.decode(ARGV[6])
 local RESCALE_BELOW = 1e-150
 local META = {'scale', 'tick', 'count', 'p0', 'prior_mean', 'prior_count', 'version', 'created'}
 
@@ -43,13 +49,93 @@ for _, c in ipairs(cols) do
 end
 if #absent > 0 then return {'absent', absent} end
 
-local function each_record(blob, f)
-  local pos = 1
-  while pos <= #blob do
-    local i, h, d
-    i, h, d, pos = struct.unpack('<i4dd', blob, pos)
-    f(i, h, d)
+-- struct.pack / unpack many values per call (a call per slot costs more than the arithmetic),
+-- in chunks well inside Lua's C stack (8000 values).
+local CHUNK = 600
+local formats = {}
+local function format(item, k)
+  local key = item .. k
+  local f = formats[key]
+  if f == nil then
+    f = '<' .. string.rep(item, k)
+    formats[key] = f
   end
+  return f
+end
+
+local function each_record(blob, f)
+  local n, done, pos = math.floor(#blob / 20), 0, 1
+  while done < n do
+    local k = math.min(CHUNK, n - done)
+    local v = {struct.unpack(format('i4dd', k), blob, pos)}
+    for j = 0, 3 * k - 1, 3 do f(v[j + 1], v[j + 2], v[j + 3]) end
+    pos, done = v[3 * k + 1], done + k
+  end
+end
+
+local function records_in(blob)
+  return math.floor(#blob / 20)
+end
+
+-- A column's weights while a call changes them: a few slots read and written one by one
+-- (GETRANGE, SETRANGE), or, past DENSE_FROM records, the whole string unpacked once and written
+-- back with one SET.
+local DENSE_FROM = 256
+local function weights(wkey, dense)
+  local w = {}
+  if dense then
+    local s = redis.call('GET', wkey) or ''
+    local n, done, pos = math.floor(#s / 8), 0, 1
+    while done < n do
+      local k = math.min(CHUNK, n - done)
+      local v = {struct.unpack(format('d', k), s, pos)}
+      for j = 1, k do w[done + j] = v[j] end
+      pos, done = v[k + 1], done + k
+    end
+    local size = n
+    local t = {}
+    function t.get(i)
+      return w[2 * i + 1] or 0, w[2 * i + 2] or 0
+    end
+    function t.put(i, h, d)
+      w[2 * i + 1], w[2 * i + 2] = h, d
+      if 2 * i + 2 > size then size = 2 * i + 2 end
+    end
+    function t.all()
+      return math.floor(size / 2)
+    end
+    function t.write()
+      for j = 1, size do if w[j] == nil then w[j] = 0 end end
+      local parts = {}
+      for i = 1, size, CHUNK do
+        local j = math.min(i + CHUNK - 1, size)
+        parts[#parts + 1] = struct.pack(format('d', j - i + 1), unpack(w, i, j))
+      end
+      redis.call('SET', wkey, table.concat(parts))
+    end
+    return t
+  end
+  local t, len = {}, nil
+  function t.get(i)
+    local x = w[i]
+    if x then return x[1], x[2] end
+    if len == nil then len = redis.call('STRLEN', wkey) end
+    if len >= 16 * i + 16 then
+      return struct.unpack('<dd', redis.call('GETRANGE', wkey, 16 * i, 16 * i + 15))
+    end
+    return 0, 0
+  end
+  function t.put(i, h, d)
+    w[i] = {h, d}
+  end
+  function t.all()
+    if len == nil then len = redis.call('STRLEN', wkey) end
+    return math.floor(len / 16)
+  end
+  function t.write()
+    for i, x in pairs(w) do redis.call('SETRANGE', wkey, 16 * i, struct.pack('<dd', x[1], x[2])) end
+  end
+  return t
 end
 
 local function full_row(dep)
@@ -59,7 +145,7 @@ local function full_row(dep)
 end
 
 local rows, sent = {}, {}
-local b = 6
+local b = 7
 for _, c in ipairs(cols) do
   local dep, known, base, folds = c[1], c[2], c[3], c[4]
   sent[dep] = true
@@ -72,21 +158,9 @@ for _, c in ipairs(cols) do
     m.created = v[8] or ''
   end
   local before = m and m.version or 0
-  local w, current = {}, nil  -- slot -> {h, dp} changed here; the stored string, read once
-  local function slot(i)
-    local x = w[i]
-    if x then return x end
-    if current == nil then current = redis.call('GET', wkey) or '' end
-    local off = 16 * i
-    if #current >= off + 16 then
-      local h, d = struct.unpack('<dd', current, off + 1)
-      x = {h, d}
-    else
-      x = {0, 0}
-    end
-    w[i] = x
-    return x
-  end
+  local n = 0  -- the records this call may apply to the column
+  for j = 0, #folds - ((base ~= cjson.null) and 0 or 1) do n = n + records_in(ARGV[b + j]) end
+  local w = weights(wkey, n >= DENSE_FROM)
   local changed = false
   if base ~= cjson.null then
     local blob = ARGV[b]; b = b + 1
@@ -95,8 +169,9 @@ for _, c in ipairs(cols) do
            prior_count = base[6], version = 0}
       local t = redis.call('TIME')
       m.created = t[1] .. '.' .. t[2]
-      current = ''
-      each_record(blob, function(i, h, d) w[i] = {h, d} end)
+      redis.call('DEL', wkey, akey)  -- leftovers of a column whose meta expired first
+      w = weights(wkey, n >= DENSE_FROM)
+      each_record(blob, w.put)
       local ap = base[7]
       for j = 1, #ap, 2 do redis.call('HSET', akey, ap[j], ap[j + 1]) end
       changed = true
@@ -119,10 +194,10 @@ for _, c in ipairs(cols) do
         local factor = fscale
         if gamma < 1 and m.tick > ftick then factor = factor * gamma ^ (m.tick - ftick) end
         factor = factor / m.scale
+        local get, put = w.get, w.put
         each_record(blob, function(i, h, d)
-          local x = slot(i)
-          x[1] = x[1] + h * factor
-          x[2] = x[2] + d * factor
+          local h0, d0 = get(i)
+          put(i, h0 + h * factor, d0 + d * factor)
         end)
         m.count = m.count + fcount
         applied = seq
@@ -130,13 +205,14 @@ for _, c in ipairs(cols) do
       end
     end
     if changed and m.scale < RESCALE_BELOW then  -- a long run of forgetting: every slot times the scale
-      if current == nil then current = redis.call('GET', wkey) or '' end
-      for i = 0, math.floor(#current / 16) - 1 do slot(i) end
-      for _, x in pairs(w) do x[1], x[2] = x[1] * m.scale, x[2] * m.scale end
+      for i = 0, w.all() - 1 do
+        local h, d = w.get(i)
+        w.put(i, h * m.scale, d * m.scale)
+      end
       m.scale = 1
     end
     if changed then
-      for i, x in pairs(w) do redis.call('SETRANGE', wkey, 16 * i, struct.pack('<dd', x[1], x[2])) end
+      w.write()
       m.version = before + 1
       redis.call('HSET', mkey, 'scale', fmt(m.scale), 'tick', fmt(m.tick), 'count', fmt(m.count), 'p0', fmt(m.p0),
                  'prior_mean', fmt(m.prior_mean), 'prior_count', fmt(m.prior_count), 'version', tostring(m.version),
@@ -153,6 +229,8 @@ for _, c in ipairs(cols) do
     end
   end
 end
+if ARGV[5] == '' then return {'ok', rows} end
+for _, dep in ipairs(cjson.decode(ARGV[5])) do sent[dep] = true end
 for _, dep in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   if not sent[dep] then
     if redis.call('EXISTS', key('ctx', dep)) == 1 then
