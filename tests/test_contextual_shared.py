@@ -392,3 +392,26 @@ def test_an_engine_decides_with_the_shared_models_and_dumps_them(redis_module, t
     p1, p2, dump, s1 = asyncio.run(main())
     assert p1 == pytest.approx(p2, abs=1e-6)
     assert sum(ContextualModels.load(dump["contextual"]).count) == 20
+
+
+def test_keys_are_the_documented_ones_with_their_ttls(redis_module):
+    pol = policy("ctxdocs:", bandit_ttl_s=500, contextual_fold_ms=600000)
+    rng = random.Random(3)
+
+    async def main():
+        store = await started(pol, redis_module.url)
+        learn_some(store.contextual, rng, 4, 1.0, 0.99, "p")
+        assert await store.fold()
+        await store.aclose()
+        return store
+
+    store = asyncio.run(main())
+    c = redis_module.client()
+    keys = sorted(k.decode() for k in c.keys("{ctxdocs}:ctx*"))
+    assert keys == ["{ctxdocs}:ctx:p", "{ctxdocs}:ctxa:p", "{ctxdocs}:ctxdeps", "{ctxdocs}:ctxw:p"]
+    assert {k.decode() for k in c.hkeys("{ctxdocs}:ctx:p")} == {"scale", "tick", "count", "p0", "prior_mean",
+                                                                "prior_count", "version", "created"}
+    assert {k.decode(): v for k, v in c.hgetall("{ctxdocs}:ctxa:p").items()} == {store.process: b"1"}
+    assert c.strlen("{ctxdocs}:ctxw:p") % 16 == 0 and c.strlen("{ctxdocs}:ctxw:p") <= 16 * 2 ** 14
+    assert {m.decode() for m in c.smembers("{ctxdocs}:ctxdeps")} == {"p"}
+    assert all(400 < c.ttl(k) <= 500 for k in keys)
