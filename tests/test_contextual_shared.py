@@ -415,3 +415,36 @@ def test_keys_are_the_documented_ones_with_their_ttls(redis_module):
     assert c.strlen("{ctxdocs}:ctxw:p") % 16 == 0 and c.strlen("{ctxdocs}:ctxw:p") <= 16 * 2 ** 14
     assert {m.decode() for m in c.smembers("{ctxdocs}:ctxdeps")} == {"p"}
     assert all(400 < c.ttl(k) <= 500 for k in keys)
+
+
+def test_aisia_stats_shows_the_contextual_models(redis_module, tmp_path, monkeypatch, capsys):
+    """From Redis (the store reads the shared models at start) and from a memory snapshot."""
+    from aisia_plugin.cli import main
+    from aisia_plugin.state.memory import MemoryState
+
+    pol_file = tmp_path / "p.yaml"
+    pol_file.write_text('state:\n  backend: redis\n  key_prefix: "ctxstats:"\n')
+    monkeypatch.setenv("AISIA_POLICY", str(pol_file))
+    monkeypatch.setenv("AISIA_REDIS_URL", redis_module.url)
+    rng = random.Random(4)
+
+    async def learn():
+        store = RedisStore(load_policy())
+        await store.start()
+        learn_some(store.contextual, rng, 7, 1.0, 0.99, "pq")
+        await store.aclose()  # folds
+
+    asyncio.run(learn())
+    assert main(["stats"]) == 0
+    out = capsys.readouterr().out
+    lines = out[out.index("contextual model"):].splitlines()
+    rows = {line.split()[0]: line.split()[1:] for line in lines[2:]}
+    assert rows["p"][0] == "4" and rows["q"][0] == "3" and int(rows["p"][1]) > 0
+    st = MemoryState()
+    learn_some(st.contextual, rng, 2, 1.0, 0.99, "r")
+    st.save_file(tmp_path / "s.json")
+    monkeypatch.delenv("AISIA_POLICY")  # the memory store
+    assert main(["stats", "--state", str(tmp_path / "s.json")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("nothing learned yet") and "contextual model" in out
+    assert out.splitlines()[-1].split()[:2] == ["r", "2"]

@@ -1,6 +1,7 @@
 """`aisia stats`: what the router has learned, from the configured store (per deployment and per
-domain: count, discounted pulls, mean reward, Beta posterior, latency, error rate, breaker), and
-`--reset DEPLOYMENT` for an operator who knows a provider is fixed."""
+domain: count, discounted pulls, mean reward, Beta posterior, latency, error rate, breaker), a
+summary of the contextual strategy's models when there are any (the table only), and `--reset
+DEPLOYMENT` for an operator who knows a provider is fixed."""
 
 from __future__ import annotations
 
@@ -44,6 +45,22 @@ def table(stats: dict) -> str:
         return "  ".join(v.ljust(w) if k in left else v.rjust(w) for k, (v, w) in enumerate(zip(values, widths))).rstrip()
 
     return "\n".join([line(COLUMNS), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def contextual_table(models) -> str:
+    """The contextual strategy's models, a row per deployment: the outcomes learned (exact
+    count), the feature slots learned, the tick of the last update ('' without models)."""
+    if models is None or not len(models):
+        return ""
+    rows = [[dep, f"{models.count[k]:.0f}", str(int((models.dp[:, k] != 0).sum())), f"{models.tick[k]:.0f}"]
+            for dep, k in sorted(models.ids.items())]
+    head = ["contextual model", "outcomes", "slots learned", "tick"]
+    widths = [max(len(h), *(len(r[j]) for r in rows)) for j, h in enumerate(head)]
+
+    def line(values):
+        return "  ".join(v.ljust(w) if j == 0 else v.rjust(w) for j, (v, w) in enumerate(zip(values, widths)))
+
+    return "\n".join([line(head), line(["-" * w for w in widths]), *map(line, rows)])
 
 
 def run(args) -> int:
@@ -92,4 +109,8 @@ async def _run(args, policy) -> int:
         print(json.dumps(stats, indent=2))
     else:
         print(table(stats))
+        models = contextual_table(getattr(store, "contextual", None))  # the Redis store read them at start
+        if models:
+            print()
+            print(models)
     return 0
