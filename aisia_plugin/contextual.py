@@ -66,8 +66,12 @@ MAX_WORDS = 128  # words read per prompt (its first ones): bounds a decision's c
 BASE_PSEUDO_COUNT = 2.0
 MODEL_FORMAT = "aisia-contextual-model"
 MODEL_VERSION = 1
-# Below this scale a deployment's stored columns are rescaled to 1 (a long run of forgetting).
-_RESCALE_BELOW = 1e-150
+# Below this scale a deployment's stored columns are rescaled to 1 (a long run of forgetting). The
+# columns are float32, stored as true value / scale: at 1e-150 they overflowed (inf, then NaN) once
+# the scale passed 1e-38, about 127 half-lives of learning; at 1e-20 a stored value stays below
+# 1e20 times its true one (far inside float32), and a rescale (one column times its scale) comes
+# every 66 half-lives.
+_RESCALE_BELOW = 1e-20
 
 # Bytes that separate words: ASCII blanks and punctuation (UTF-8 multi-byte letters never are).
 _SEPARATORS = b" \t\n\r\f\v.,;:!?()[]{}<>\"'`*#=/\\|+~^&%$@"
@@ -434,9 +438,18 @@ class ContextualModels:
             self.tick[k] = tick
         s = self.scale[k]
         if s < _RESCALE_BELOW:
-            self.hd[:, :, k] *= s
-            if self._pending is not None and self._pending[k] is not None:
-                self._pending[k] *= s  # the same units as the column's
+            exact = self.hd[:, :, k] * s  # float64
+            self.hd[:, :, k] = exact
+            if self._pending is not None:
+                # Pending changes in the column's new units, plus the float32 rounding of the
+                # rescale itself: a shared copy rescales in float64 (lua/contextual.lua) and
+                # then holds exactly what this column holds.
+                pend = self._pending[k]
+                if pend is None:
+                    pend = self._pending[k] = np.zeros((DIM, 2))
+                else:
+                    pend *= s
+                pend += self.hd[:, :, k] - exact
             self.scale[k] = s = 1.0
         return float(s)
 

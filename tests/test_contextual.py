@@ -171,6 +171,21 @@ def test_forgetting_returns_toward_the_prior_with_the_bandits_gamma():
     assert 1 / var_half - 20.0 == pytest.approx((1 / var_now - 20.0) / 2, rel=1e-4)
 
 
+def test_a_long_run_of_forgetting_stays_finite():
+    """Half-life 1000 ticks (the default), an outcome every 100 ticks for 200,000 ticks: the
+    float32 columns are stored as value / scale, and the scale (2**-200 by the end) is rescaled
+    before they overflow (at 1e-150 they did: inf, then NaN, after about 127 half-lives)."""
+    m = ContextualModels()
+    gamma = 0.5 ** (1 / 1000)
+    for t in range(1, 200_001, 100):
+        m.learn("a", LearnContext(one_feature(), 0.5, 0.05, 0.1), 1.0, float(t), gamma)
+    k = m.ids["a"]
+    assert np.isfinite(m.hd).all() and np.isfinite(m.mv).all() and m.scale[k] > 1e-20
+    mean, var = m.residual(m.columns(["a"], 0.05), one_feature())
+    # steady state: about 14 observations per half-life of precision 10 each, mean near 1 - 0.5
+    assert 0.4 < float(mean[0]) < 0.5 and 0.001 < float(var[0]) < 0.01
+
+
 # -- online, through the engine ------------------------------------------------------------------
 POLICY = """
     version: 1

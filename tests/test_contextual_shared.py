@@ -154,6 +154,45 @@ def test_large_folds_split_over_calls_equal_small_ones(redis_module, monkeypatch
         assert np.allclose(values, true_values(ref, dep), rtol=1e-9, atol=1e-9) and count == ref.count[ref.ids[dep]]
 
 
+def test_a_long_run_of_forgetting_rescales_alike_here_and_in_redis(redis_module):
+    """Half-life 1000 ticks, 200 outcomes 800 ticks apart: each column's scale passes 1e-20 (it is
+    rescaled to 1, here at a learn and in Redis at a fold) twice or more; the replicas still hold
+    what one process holds, within 1e-9, and nothing overflows."""
+    pol = policy(contextual_fold_ms=600000)
+    rng = random.Random(31)
+    gamma = 0.5 ** (1 / 1000)
+    ref = ContextualModels()
+
+    async def main():
+        a, b = await started(pol, redis_module.url), await started(pol, redis_module.url)
+        tick = 0.0
+        for _ in range(200):
+            r = rng.choice((a, b))
+            x, base, y = outcome(rng)
+            dep = rng.choice("pq")
+            tick += 800.0
+            assert await r.fold()
+            r.contextual.learn(dep, LearnContext(x, base, PV, NV), y, tick, gamma)
+            ref.learn(dep, LearnContext(x, base, PV, NV), y, tick, gamma)
+            assert await r.fold()
+            values, _ = redis_values(c, tag, dep)  # after every fold, a rescale's included
+            assert np.allclose(values, true_values(ref, dep), rtol=1e-9, atol=1e-9)
+        assert await a.fold() and await b.fold()
+        await a.aclose()
+        await b.aclose()
+        return a, b
+
+    c, tag = redis_module.client(), key_tag(pol.state.key_prefix)
+    a, b = asyncio.run(main())
+    for dep in "pq":
+        assert 0.5 ** (800 * 100 / 1000) * 1e-20 < ref.scale[ref.ids[dep]] <= 1.0  # rescaled along the way
+        assert np.isfinite(ref.hd).all() and np.abs(true_values(ref, dep)).max() > 1.0
+        assert_same_column(a.contextual, ref, dep)
+        assert_same_column(b.contextual, ref, dep)
+        values, count = redis_values(c, tag, dep)
+        assert np.allclose(values, true_values(ref, dep), rtol=1e-9, atol=1e-9) and count == ref.count[ref.ids[dep]]
+
+
 # -- two OS processes at once ------------------------------------------------------------------------
 def _learner(url, prefix, k, n, start_at):
     """One OS process: n outcomes on its own deployment ('own0' / 'own1') and n on the shared

@@ -34,7 +34,7 @@
 local tag, process = ARGV[1], ARGV[2]
 local gamma, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
 local cols = cjson.decode(ARGV[6])
-local RESCALE_BELOW = 1e-150
+local RESCALE_BELOW = 1e-20  -- contextual.py's _RESCALE_BELOW (the local copies are float32)
 local META = {'scale', 'tick', 'count', 'p0', 'prior_mean', 'prior_count', 'version', 'created'}
 
 local function key(kind, dep)
