@@ -66,6 +66,10 @@ MAX_WORDS = 128  # words read per prompt (its first ones): bounds a decision's c
 BASE_PSEUDO_COUNT = 2.0
 MODEL_FORMAT = "aisia-contextual-model"
 MODEL_VERSION = 1
+# A decision reads a column as of its last update until its forgetting since then passes this
+# factor (gamma**elapsed < STALE_BELOW: a tenth of what it learned forgotten, 152 requests at the
+# default half-life of 1000); it then brings the column to its tick first (refresh_stale).
+STALE_BELOW = 0.9
 # Below this scale a deployment's stored columns are rescaled to 1 (a long run of forgetting). The
 # columns are float32, stored as true value / scale: at 1e-150 they overflowed (inf, then NaN) once
 # the scale passed 1e-38, about 127 half-lives of learning; at 1e-20 a stored value stays below
@@ -318,6 +322,7 @@ class ContextualModels:
         self.hd = np.zeros((DIM, 2, 0), dtype=np.float32)
         # What a decision reads: each slot's mean and variance, as of its column's last update.
         self.mv = np.zeros((DIM, 2, 0), dtype=np.float32)
+        self._stale_ticks: dict[float, float] = {}  # gamma -> the elapsed ticks of STALE_BELOW
         for name in self._VECTORS:
             setattr(self, name, np.zeros(0))
         # Sharing (``track``): per column, what was learned here since the last fold (stored
@@ -415,11 +420,53 @@ class ContextualModels:
             return out[0, :n], out[1, n:]
         return out[0, cols], out[1, n:][cols]
 
+    def residual_exact(self, cols: Sequence[int], x: RequestVector, tick: float,
+                       gamma: float) -> tuple[np.ndarray, np.ndarray]:
+        """The residual's predictive mean and variance per column of `cols` with each column's
+        forgetting brought exactly to `tick` (what ``_bring_to`` would do if it learned now), from
+        its natural parameters: per column, the precision P = p0 + dp * scale * gamma**elapsed and
+        the mean h * scale * gamma**elapsed / P of the prompt's slots, then the two sums (a loop
+        over the columns, float64). What ``predict`` reads within STALE_BELOW (``refresh_stale``);
+        off the request path."""
+        means, variances = [], []
+        for c in cols:
+            elapsed = tick - float(self.tick[c])
+            s = float(self.scale[c]) * (gamma ** elapsed if gamma < 1.0 and elapsed > 0.0 else 1.0)
+            prec = float(self.p0[c]) + self.hd[x.idx, 1, c].astype(np.float64) * s
+            means.append(float(x.val @ (self.hd[x.idx, 0, c].astype(np.float64) * s / prec)))
+            variances.append(float(x.sq @ (1.0 / prec)))
+        return np.array(means), np.array(variances)
+
+    def refresh_stale(self, cols: Sequence[int], tick: float, gamma: float) -> None:
+        """Bring to `tick` every column of `cols` whose forgetting since it was last brought up to
+        date exceeds STALE_BELOW (its decay factor gamma**elapsed under it): a deployment not
+        chosen for a while forgets at decision time too (its weights back toward the prior, its
+        uncertainty growing back), as its arm does, read within that bound (the other decisions
+        read the column materialised at its last update or refresh)."""
+        if gamma >= 1.0 or not cols:
+            return
+        limit = self._stale_ticks.get(gamma)
+        if limit is None:
+            if len(self._stale_ticks) > 64:
+                self._stale_ticks.clear()
+            limit = self._stale_ticks[gamma] = math.log(STALE_BELOW) / math.log(gamma)
+        stale = np.flatnonzero(self.tick.take(cols) < tick - limit)
+        if not len(stale):
+            return
+        with self._lock:
+            for j in stale.tolist():
+                k = cols[j]
+                if self.tick[k] < tick - limit:  # not refreshed meanwhile
+                    self._bring_to(k, tick, gamma)
+                    self.materialise(k)
+
     def predict(self, ids: Sequence[str], x: RequestVector, pulls, rewards, tick: float, gamma: float,
                 prior_variance: float) -> tuple[list[float], list[float], list[float]]:
-        """(predicted reward, its variance, the base) per deployment of `ids`."""
+        """(predicted reward, its variance, the base) per deployment of `ids`, each column's
+        forgetting brought to `tick` within STALE_BELOW (``refresh_stale``)."""
         cols = self.columns(ids, prior_variance)
         base, base_var = self.base(cols, pulls, rewards)
+        self.refresh_stale(cols, tick, gamma)
         mean, var = self.residual(cols, x)
         return ([b + m for b, m in zip(base, mean.tolist())], [b + v for b, v in zip(base_var, var.tolist())], base)
 

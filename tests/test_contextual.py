@@ -128,6 +128,43 @@ def test_float32_residual_equals_the_float64_reference():
             assert np.allclose(mean, rmean, rtol=0, atol=1e-6) and np.allclose(var, rvar, rtol=1e-5, atol=0)
 
 
+def test_a_decision_brings_stale_columns_to_its_tick():
+    from aisia_plugin.contextual import STALE_BELOW
+
+    m = ContextualModels()
+    r = random.Random(4)
+    texts = _texts()[:60]
+    deps = [f"d{k}" for k in range(5)]
+    for k, text in enumerate(texts):  # d4 learns only among the first ten outcomes, then nothing
+        dep = deps[k % 4] if k >= 10 else deps[k % 5]
+        m.learn(dep, LearnContext(request_vector(feats(text), None, "default"), 0.5, 0.05, 0.1), r.random(), float(k),
+                0.99)
+    x = request_vector(feats(texts[12]), None, "default")
+    # at each column's own tick the exact residual is what the column materialised then
+    for c in range(5):
+        mean, var = m.residual_exact([c], x, float(m.tick[c]), 0.99)
+        want_mean, want_var = m.residual([c], x)
+        assert mean[0] == pytest.approx(float(want_mean[0]), abs=1e-6) and var[0] == pytest.approx(float(want_var[0]), rel=1e-5)
+    # a decision at tick 60: d4 (last outcome at tick 9, 0.99**51 < STALE_BELOW) is brought to it, the others
+    # (within 10 ticks of their last outcome) are read as they are
+    assert 0.99 ** 51 < STALE_BELOW < 0.99 ** 10
+    ticks = m.tick.copy()
+    before = m.residual(list(range(5)), x)
+    zeros = [0.0] * 5
+    m.predict(deps, x, zeros, zeros, 60.0, 0.99, 0.05)
+    assert m.tick[4] == 60.0 and m.tick[:4].tolist() == ticks[:4].tolist()
+    after = m.residual(list(range(5)), x)
+    exact = m.residual_exact([4], x, 60.0, 0.99)
+    assert after[0][4] == pytest.approx(exact[0][0], abs=1e-6) and after[1][4] == pytest.approx(exact[1][0], rel=1e-5)
+    assert after[1][4] > before[1][4] and after[0][:4].tolist() == before[0][:4].tolist()
+    # long after its last outcome, a deployment is back at its prior; without forgetting nothing moves
+    m.predict(deps, x, zeros, zeros, 60.0 + 5000.0, 1.0, 0.05)
+    assert m.tick[4] == 60.0
+    m.predict(deps, x, zeros, zeros, 60.0 + 5000.0, 0.99, 0.05)
+    mean, var = m.residual([4], x)
+    assert float(var[0]) == pytest.approx(0.05, rel=1e-4) and abs(float(mean[0])) < 1e-6
+
+
 # -- the update ----------------------------------------------------------------------------------
 def one_feature(slot=7, value=1.0):
     return RequestVector(np.array([slot]), np.array([value]))
