@@ -89,6 +89,10 @@ class RouterMetrics:
         self._reasons = _Names(REFUSAL_REASONS)
         self._events = _Names(STORE_EVENTS)
         self._reload = _Names(RELOAD_RESULTS)
+        # The children of the per-request metrics by their (already bounded) label values.
+        self._timers: dict = {}
+        self._routed: dict = {}
+        self._outcomes: dict = {}
 
     def configure(self, *, aliases: Iterable[str], domains: Iterable[str], deployments: Iterable[str],
                   strategies: Iterable[str]) -> None:
@@ -101,14 +105,25 @@ class RouterMetrics:
     def decision(self, decision, elapsed_s: float, *, failover: bool = False) -> None:
         alias = self._alias(decision.alias)
         domain = self._domain(decision.domain or NO_DOMAIN)
-        self.decision_seconds.labels(alias).observe(elapsed_s)
+        timer = self._timers.get(alias)
+        if timer is None:
+            timer = self._timers[alias] = self.decision_seconds.labels(alias)
+        timer.observe(elapsed_s)
         if decision.refused or decision.deployment_id is None:
             self.decisions.labels(alias, domain, NO_DOMAIN, "refused").inc()
             self.refusals.labels(alias, self._reasons(decision.refused or "no_candidates")).inc()
             return
         dep = self._deployment(decision.deployment_id)
-        self.decisions.labels(alias, domain, dep, "routed").inc()
-        self.choices.labels(dep, self._strategy(decision.strategy)).inc()
+        strategy = self._strategy(decision.strategy)
+        key = (alias, domain, dep, strategy)
+        children = self._routed.get(key)
+        if children is None:
+            # labels() validates and looks the child up under a lock on every call: a routed
+            # decision's two counters are kept per label set (bounded by the vocabularies).
+            children = self._routed[key] = (self.decisions.labels(alias, domain, dep, "routed"),
+                                            self.choices.labels(dep, strategy))
+        children[0].inc()
+        children[1].inc()
         if failover:
             self.failovers.labels(alias).inc()
 
@@ -117,7 +132,11 @@ class RouterMetrics:
         self.refusals.labels(self._alias(alias), self._reasons(reason)).inc()
 
     def outcome(self, alias: str, deployment_id: str, result: str) -> None:
-        self.outcomes.labels(self._alias(alias), self._deployment(deployment_id), self._results(result)).inc()
+        key = (self._alias(alias), self._deployment(deployment_id), self._results(result))
+        child = self._outcomes.get(key)
+        if child is None:
+            child = self._outcomes[key] = self.outcomes.labels(*key)
+        child.inc()
 
     def learned(self, stats: dict) -> None:
         """Gauges from a store's ``stats()`` (per deployment, with per-domain rows)."""

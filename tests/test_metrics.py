@@ -96,3 +96,29 @@ def test_every_dashboard_query_names_an_exported_metric():
     for needed in ("aisia_decisions_total", "ai_circuit_breaker_state", "aisia_decision_seconds",
                    "aisia_learned_mean_reward", "aisia_failovers_total", "aisia_state_store_events_total"):
         assert needed in used
+
+
+def test_counts_follow_a_reconfigured_vocabulary():
+    """The per-request children are kept by their label values: after a reload renames the
+    vocabulary, a name that became unknown is counted under 'other', a new one under itself."""
+    reg, m = _metrics()
+    d = Decision("a-1", "openai/x", "ucb1", "best", 2, 0.9, alias="auto/coding", domain="coding")
+    m.decision(d, 2e-5)
+    m.outcome("auto/coding", "a-1", "success")
+    m.configure(aliases=["auto/coding"], domains=["coding"], deployments=["c-3"], strategies=["ucb1"])
+    m.decision(d, 2e-5)
+    m.outcome("auto/coding", "a-1", "success")
+    m.decision(Decision("c-3", "x", "ucb1", "best", 2, 0.9, alias="auto/coding", domain="coding"), 2e-5)
+    m.outcome("auto/coding", "c-3", "success")
+    m.outcome("auto/coding", "c-3", "success")
+    assert _value(reg, "aisia_decisions_total", alias="auto/coding", domain="coding", deployment="a-1",
+                  result="routed") == 1
+    assert _value(reg, "aisia_decisions_total", alias="auto/coding", domain="coding", deployment="other",
+                  result="routed") == 1
+    assert _value(reg, "aisia_decisions_total", alias="auto/coding", domain="coding", deployment="c-3",
+                  result="routed") == 1
+    assert _value(reg, "ai_bandit_choice_total", provider="c-3", strategy="ucb1") == 1
+    assert _value(reg, "aisia_outcomes_total", alias="auto/coding", deployment="a-1", result="success") == 1
+    assert _value(reg, "aisia_outcomes_total", alias="auto/coding", deployment="other", result="success") == 1
+    assert _value(reg, "aisia_outcomes_total", alias="auto/coding", deployment="c-3", result="success") == 2
+    assert _value(reg, "aisia_decision_seconds_count", alias="auto/coding") == 3

@@ -48,10 +48,20 @@ class Refused(Exception):
         self.tried = list(tried)
 
 
-def _proxy_server():
-    from litellm.proxy import proxy_server
+_PROXY_SERVER = None
 
-    return proxy_server
+
+def _proxy_server():
+    """LiteLLM's proxy_server module, imported on first use (not at import time: the proxy
+    imports this package while it is itself being imported); kept, since an import statement
+    per request costs a few microseconds."""
+    global _PROXY_SERVER
+    ps = _PROXY_SERVER
+    if ps is None:
+        from litellm.proxy import proxy_server
+
+        ps = _PROXY_SERVER = proxy_server
+    return ps
 
 
 def _recognized(router, model: str) -> bool:
@@ -367,18 +377,24 @@ class AisiaPlugin(CustomLogger):
 
     # -- 3. learning, per attempt --------------------------------------------------------------
     async def async_log_success_event(self, kwargs, response_obj, start_time, end_time):
-        self._learn(kwargs, events.success(kwargs, start_time, end_time), start_time)
+        call = self._call_of_event(kwargs)
+        if call is not None:
+            self._learn(call, kwargs, events.success(kwargs, start_time, end_time), start_time)
 
     async def async_log_failure_event(self, kwargs, response_obj, start_time, end_time):
-        self._learn(kwargs, events.failure(kwargs, start_time, end_time), start_time)
+        call = self._call_of_event(kwargs)
+        if call is not None:
+            self._learn(call, kwargs, events.failure(kwargs, start_time, end_time), start_time)
 
-    def _learn(self, kwargs, outcome, start_time) -> None:
+    def _call_of_event(self, kwargs):
+        """The alias call a logging event belongs to; None for any other request (a plain model
+        name, or a call whose record has expired): its outcome is not even read."""
         rt = self.runtime
-        if rt is None or not outcome.deployment_id:
+        return rt.call(events.call_id(kwargs)) if rt is not None else None
+
+    def _learn(self, call, kwargs, outcome, start_time) -> None:
+        if not outcome.deployment_id:
             return
-        call = rt.call(events.call_id(kwargs))
-        if call is None:
-            return  # not a request an alias routed (or its record has expired)
         k = call.attempt_of(outcome.deployment_id)
         if k is not None:
             self._learn_attempt(call, k, outcome, events.is_stream(kwargs),

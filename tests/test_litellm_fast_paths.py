@@ -1,0 +1,61 @@
+"""The request path's fast paths against their plain readings: the header value's shortcut for a
+string that is one clean line already, and the logging events of requests no alias routed (the
+plugin does not read their outcome)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # importing litellm must not reach the network
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from aisia_plugin.litellm import callback, events  # noqa: E402
+from aisia_plugin.litellm.runtime import MAX_HEADER_CHARS, _one_line, one_line  # noqa: E402
+
+# Texts near the shortcut's edges: spaces at the ends and in runs, tabs and newlines, other
+# control characters, non-ASCII letters, around the length limit.
+_CHARS = st.sampled_from(list("ab Z09 .:-+=()") + [" ", "  ", "\t", "\n", "\r", "\x0b", "\x1c", "\x00", "\x7f",
+                                                  "é", "名", "\u2028", "\xa0"])
+_TEXTS = st.lists(_CHARS, max_size=40).map("".join)
+
+
+@given(_TEXTS, st.sampled_from([3, 5, 12, MAX_HEADER_CHARS]))
+@settings(max_examples=2000, deadline=None)
+def test_one_line_equals_its_plain_reading(text, limit):
+    assert one_line(text, limit) == _one_line(text, limit)
+
+
+def test_one_line_on_typical_values_and_non_strings():
+    reason = "UCB1 picked bench-1: score 1.234 = reward 0.900 + exploration 0.300 + cost 0.017 + latency 0.017"
+    for value in ("auto/bench", "ucb1", "none", reason, "", " x", "x ", "a  b", "a\tb", "caf\xe9", "x" * 300, 7, None):
+        assert one_line(value) == _one_line(value)
+    assert one_line(reason) is reason  # the shortcut: no copy
+
+
+class _Runtime:
+    """Only what the event hooks read: the calls in flight (none here)."""
+
+    def __init__(self):
+        self.looked_up = []
+
+    def call(self, call_id):
+        self.looked_up.append(call_id)
+        return None
+
+
+def test_events_of_requests_no_alias_routed_are_not_read(monkeypatch):
+    plugin = callback.AisiaPlugin.__new__(callback.AisiaPlugin)
+    plugin.runtime = _Runtime()
+
+    def unexpected(*_args, **_kwargs):
+        raise AssertionError("the outcome of a request no alias routed was built")
+
+    monkeypatch.setattr(events, "success", unexpected)
+    monkeypatch.setattr(events, "failure", unexpected)
+    kwargs = {"litellm_call_id": "plain-1", "litellm_params": {"model_info": {"id": "dep-1"}}}
+    asyncio.run(plugin.async_log_success_event(kwargs, None, 0.0, 0.1))
+    asyncio.run(plugin.async_log_failure_event(kwargs, None, 0.0, 0.1))
+    assert plugin.runtime.looked_up == ["plain-1", "plain-1"]
