@@ -59,6 +59,8 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from .numbers import clamp01
+
 FEATURE_BITS = 14
 DIM = 1 << FEATURE_BITS
 MAX_BYTES = 8192
@@ -393,7 +395,7 @@ class ContextualModels:
         means, variances = [], []
         for p, k, n, r in zip(pm, pc, pulls, rewards):
             m = (r + p * k) / (n + k)
-            m = 0.0 if m < 0.0 else 1.0 if m > 1.0 else m
+            m = clamp01(m)
             means.append(m)
             variances.append(m * (1.0 - m) / (n + k + 1.0))
         return means, variances
@@ -522,7 +524,7 @@ class ContextualModels:
         var = 1.0 / prec
         pred = ctx.base + float(x @ mean)
         total = ctx.noise_variance + float((x * x) @ var)
-        r = min(1.0, max(0.0, reward)) - pred
+        r = clamp01(reward) - pred
         mean = mean + var * x * (r / total)
         var = var - var * var * x * x / total
         prec = 1.0 / var
@@ -742,7 +744,7 @@ def fit_full_information(rows: Iterable[tuple[RequestVector, Mapping[str, float]
     for _, rewards in rows:
         for dep, r in rewards.items():
             acc = sums.setdefault(dep, [0.0, 0.0])
-            acc[0] += min(1.0, max(0.0, r))
+            acc[0] += clamp01(r)
             acc[1] += 1.0
     m = ContextualModels()
     for dep, (total, n) in sums.items():

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import replace
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from . import plugins
@@ -85,7 +84,7 @@ class Engine:
         for contributed in plugins.call_each(hook, messages=messages, features=feats):
             if isinstance(contributed, dict):
                 extra.update(contributed)
-        return replace(feats, extra=extra) if extra else feats
+        return feats.replace(extra=extra) if extra else feats
 
     def decide(self, alias: str, messages, deployments: Sequence[Deployment], *, tools=None,
                exclude: Iterable[str] = (), request_modalities=None,

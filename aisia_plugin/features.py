@@ -9,7 +9,7 @@ the scan says which entries matched; character classes are counted with ``bytes.
 Cost: this runs on every routing decision, so extract_features is written for speed, with the
 same results as the straightforward form: the RE2 set scan (one DFA pass, about half of the
 total) and one class-counting pass over the bytes are the only per-byte work; the rest is kept to
-a few dozen bytecodes (see the comments at _FeaturesBuilder, _specificity and extract_features).
+a few dozen bytecodes (see the comments at RequestFeatures, _specificity and extract_features).
 The figures: benchmarks/results/overhead.md ("Pieces of our decision").
 
 Specificity heuristic (``RequestFeatures.specificity``, 0..1, read by the rules strategy's
@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from typing import Optional
 
 import re2
 
@@ -143,45 +143,76 @@ _DIGIT_BYTES = bytes(b for b in range(256) if _CLASSES[b] == ord("D"))
 _SYMBOL_BYTES = bytes(b for b in range(256) if _CLASSES[b] == ord("S"))
 
 
-@dataclass(frozen=True, slots=True)
 class RequestFeatures:
-    task_type: str = "default"
-    has_code: bool = False
-    is_creative: bool = False
-    is_realtime: bool = False
-    length_bucket: str = "short"
-    modality: str = "text"
-    requested_modalities: tuple[str, ...] = ("text",)
-    input_tokens: int = 0
-    has_tools: bool = False
-    specificity: float = 0.0
-    text: str = ""
-    extra: Mapping[str, object] = field(default_factory=dict)
-    estimate_probability: bool = False
+    """What the engine and the strategies know of one request, built by keyword.
 
-    def __getattr__(self, name: str):
-        # Reached only for a field left unset: extract_features leaves `specificity` to its first
-        # read (a pass over the text's bytes that only the rules strategy reads); it is then
-        # computed from `text` and `has_code` and kept, so that the instance
-        # reads, compares, copies and prints as if it had been set at construction.
-        if name == "specificity":
-            try:
-                raw = self.text.encode()
-            except UnicodeEncodeError:  # lone surrogates: "?" for them, as extract_features reads them
-                raw = self.text.encode("utf-8", "replace")
-            value = _specificity(raw, self.has_code)
-            object.__setattr__(self, "specificity", value)
-            return value
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    Treated as immutable, as ``bandit.ArmStats`` is: nothing here or in the engine changes one
+    after it is built (``replace`` makes a changed copy). Not frozen, because a frozen class's
+    ``__init__`` goes through ``object.__setattr__`` per field, several times the cost of plain
+    assignments, and one is built per request.
 
+    ``specificity`` may be left out (None): it is then computed from ``text`` and ``has_code`` on
+    its first read and kept, since only the rules strategy reads it and it costs a pass over the
+    text's bytes."""
 
-# Fast construction for extract_features. A frozen dataclass's __init__ sets each of its 13 fields
-# through object.__setattr__ (plus keyword parsing and the default_factory call), several times the
-# cost of plain assignments, per request. Instead the fields are stored on an instance of this plain
-# class with the very same __slots__ (same memory layout, so CPython allows the __class__
-# assignment) and the instance then becomes a RequestFeatures: the result is a genuine frozen RequestFeatures
-# (== to the one __init__ would build, read-only, dataclasses.replace/asdict work).
-_FeaturesBuilder = type("_FeaturesBuilder", (), {"__slots__": RequestFeatures.__slots__})
+    __slots__ = ("task_type", "has_code", "is_creative", "is_realtime", "length_bucket", "modality",
+                 "requested_modalities", "input_tokens", "has_tools", "_specificity", "text", "extra",
+                 "estimate_probability")
+    FIELDS = ("task_type", "has_code", "is_creative", "is_realtime", "length_bucket", "modality",
+              "requested_modalities", "input_tokens", "has_tools", "specificity", "text", "extra",
+              "estimate_probability")
+
+    def __init__(self, *, task_type: str = "default", has_code: bool = False, is_creative: bool = False,
+                 is_realtime: bool = False, length_bucket: str = "short", modality: str = "text",
+                 requested_modalities: tuple[str, ...] = ("text",), input_tokens: int = 0,
+                 has_tools: bool = False, specificity: Optional[float] = None, text: str = "",
+                 extra: Optional[Mapping[str, object]] = None, estimate_probability: bool = False):
+        self.task_type = task_type
+        self.has_code = has_code
+        self.is_creative = is_creative
+        self.is_realtime = is_realtime
+        self.length_bucket = length_bucket
+        self.modality = modality
+        self.requested_modalities = requested_modalities
+        self.input_tokens = input_tokens
+        self.has_tools = has_tools
+        self._specificity = specificity
+        self.text = text
+        self.extra = {} if extra is None else extra
+        self.estimate_probability = estimate_probability
+
+    @property
+    def specificity(self) -> float:
+        if self._specificity is None:
+            self._specificity = _specificity(_utf8(self.text), self.has_code)
+        return self._specificity
+
+    def as_dict(self) -> dict:
+        """The fields by name (``specificity`` computed if it was left out)."""
+        return {name: getattr(self, name) for name in self.FIELDS}
+
+    def replace(self, **changes) -> "RequestFeatures":
+        """A copy with these fields changed."""
+        unknown = set(changes) - set(self.FIELDS)
+        if unknown:
+            raise TypeError(f"RequestFeatures has no field {sorted(unknown)[0]!r}")
+        return RequestFeatures(**{**self.as_dict(), **changes})
+
+    def __eq__(self, other) -> bool:
+        if type(other) is not RequestFeatures:
+            return NotImplemented
+        return self.as_dict() == other.as_dict()
+
+    __hash__ = None  # mutable fields (``extra``): not a dict key
+
+    def __repr__(self) -> str:
+        return "RequestFeatures(" + ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items()) + ")"
+
+    def __getstate__(self):
+        return self.as_dict()
+
+    def __setstate__(self, state):
+        self.__init__(**state)
 
 
 def _content_parts(role: str, content):
@@ -412,19 +443,7 @@ def features_and_hits(messages, tools=None, request_modalities=None, *, max_char
         task = "default"
         requested = _requested(request_modalities, hits) if request_modalities is not None else ("text",)
 
-    f = _FeaturesBuilder()
-    f.task_type = task
-    f.has_code = has_code
-    f.is_creative = _CREATIVE_I in hits
-    f.is_realtime = _REALTIME_I in hits
-    f.length_bucket = bucket
-    f.modality = modality
-    f.requested_modalities = requested
-    f.input_tokens = tokens  # an int already (int(tokens) was a no-op)
-    f.has_tools = has_tools
-    # f.specificity is left unset: RequestFeatures.__getattr__ computes it on first read.
-    f.text = text
-    f.extra = {}
-    f.estimate_probability = False
-    f.__class__ = RequestFeatures
+    f = RequestFeatures(task_type=task, has_code=has_code, is_creative=_CREATIVE_I in hits,
+                        is_realtime=_REALTIME_I in hits, length_bucket=bucket, modality=modality,
+                        requested_modalities=requested, input_tokens=tokens, has_tools=has_tools, text=text)
     return f, hits

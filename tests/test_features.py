@@ -1,6 +1,5 @@
 """Feature extraction: shapes, hostile input, buckets, token estimate, modality."""
 
-from dataclasses import replace
 
 import pytest
 
@@ -137,31 +136,46 @@ def test_specificity_range_and_order():
 def test_replace_and_defaults():
     f = extract_features(user("hi"))
     assert f.extra == {} and f.estimate_probability is False
-    assert replace(f, estimate_probability=True).estimate_probability is True
+    assert f.replace(estimate_probability=True).estimate_probability is True
 
 
 # --- the fast paths of extract_features (construction, Set reading, class counts) ----------------
 
 import pickle  # noqa: E402
 from collections.abc import Mapping  # noqa: E402
-from dataclasses import FrozenInstanceError, asdict, fields  # noqa: E402
 
 from aisia_plugin import features as F  # noqa: E402
 
 
-def test_result_is_a_genuine_frozen_request_features():
+def test_features_are_built_by_keyword_and_copied_by_replace():
     f = extract_features(user("Fix this bug in my python code: print(x) ();"))
     assert type(f) is RequestFeatures
-    assert f == RequestFeatures(**{k.name: getattr(f, k.name) for k in fields(RequestFeatures)})
-    with pytest.raises(FrozenInstanceError):
-        f.text = "changed"
-    with pytest.raises(FrozenInstanceError):
-        f.extra = {"x": 1}
-    g = replace(f, extra={"plugin": 1})
+    assert f == RequestFeatures(**f.as_dict())
+    assert list(f.as_dict()) == list(RequestFeatures.FIELDS)
+    with pytest.raises(TypeError):
+        RequestFeatures("debugging")  # keyword only
+    g = f.replace(extra={"plugin": 1})
     assert type(g) is RequestFeatures and g.extra == {"plugin": 1} and g.text == f.text and f.extra == {}
-    assert asdict(f)["task_type"] == f.task_type == "debugging"
+    assert g != f and f.replace() == f
+    with pytest.raises(TypeError, match="no field 'txet'"):
+        f.replace(txet="typo")
+    assert f.as_dict()["task_type"] == f.task_type == "debugging"
     assert pickle.loads(pickle.dumps(f)) == f
+    assert "task_type='debugging'" in repr(f) and "specificity=" in repr(f)
     assert extract_features(user("hi")).extra is not extract_features(user("hi")).extra  # a fresh dict each time
+    with pytest.raises(TypeError):
+        hash(f)
+
+
+def test_specificity_left_out_is_computed_on_first_read_and_kept():
+    text = "Fix KeyError in pandas.DataFrame.merge(on=['id_x']) with pandas==2.1.4 traceback line 42 now"
+    lazy = RequestFeatures(text=text, has_code=True)
+    expected = F._specificity(text.encode(), True)
+    assert lazy.specificity == expected > 0
+    assert lazy == RequestFeatures(text=text, has_code=True, specificity=expected)
+    assert RequestFeatures(text=text, specificity=0.25).specificity == 0.25  # given: kept as given
+    assert extract_features(user(text)).specificity == F._specificity(text.encode(), extract_features(user(text)).has_code)
+    assert RequestFeatures(text="\udc80 lone surrogate").specificity >= 0.0  # encoded with "?" for it
 
 
 def _reference_specificity(raw: bytes, has_code: bool) -> float:

@@ -113,14 +113,13 @@ def run(args) -> int:
 
     engine = Engine(policy, clock=lambda: 0.0, rng=random.Random(args.seed), store=store)
     messages = [{"role": "user", "content": prompt}]
-    from dataclasses import asdict, replace
 
-    feats = replace(engine.features(messages), estimate_probability=True)
+    feats = engine.features(messages).replace(estimate_probability=True)
     try:
         decision = engine.decide(args.alias, messages, deployments, features=feats, reserve=False)
     except UnknownAlias:
         return 2
-    features = {k: v for k, v in asdict(feats).items() if k not in ("text", "extra", "estimate_probability")}
+    features = {k: v for k, v in feats.as_dict().items() if k not in ("text", "extra", "estimate_probability")}
     if args.json:
         out = {"alias": args.alias, "features": features, "decision": decision.as_dict()}
         # Infinite scores (UCB1's untried candidates) become null: JSON has no infinity.

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Mapping, Optional
 
+from ..numbers import clamp01
+
 MODES = ("ok", "error", "timeout", "slow", "malformed", "stream_break", "rate_limit")
 CONTROL_KEYS = ("mode", "status", "latency_ms", "retry_after", "error_rate")
 # A held ("timeout") request is released at the latest after this long, so that a client with
@@ -126,7 +128,7 @@ def quality_of(spec: UpstreamSpec, prompt: str, domain: Optional[str]) -> float:
     """The simulated answer quality: the upstream's strength in the domain, moved by at most
     0.1 by a draw that depends only on (seed, upstream, prompt)."""
     noise = random.Random(f"{spec.seed}:{spec.name}:{prompt}").uniform(-0.1, 0.1)
-    return round(min(1.0, max(0.0, spec.strength(domain) + noise)), 3)
+    return round(clamp01(spec.strength(domain) + noise), 3)
 
 
 _QUALITY_RE = re.compile(r"\bquality=([01](?:\.\d+)?)\b")

@@ -61,6 +61,7 @@ from ..bandit import ArmStats
 from ..breaker import BreakerState, CircuitBreaker, FailureKind
 from ..contextual import DIM, ColumnDelta, ContextualModels, SharedColumn
 from ..learning import LearningRules, OutcomeRecord
+from ..numbers import clamp01
 from .memory import MemoryState
 from .records import ARM_FIELDS, BREAKER_FIELDS, number, pairs, read_arm, read_breaker
 
@@ -713,7 +714,7 @@ class RedisStore:
             if isinstance(op, OutcomeRecord):
                 kind = op.kind
                 add(("o", op.deployment_id, _opt(op.now) or 0.0, "" if kind is None else FailureKind(kind).value,
-                     0.0 if math.isnan(op.reward) else min(1.0, max(0.0, float(op.reward))), _opt(op.latency_s),
+                     clamp01(op.reward), _opt(op.latency_s),
                      op.alias or None, op.domain, _opt(op.retry_after_s)))
             else:
                 add(("r", op[1]))
