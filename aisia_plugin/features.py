@@ -146,21 +146,21 @@ _SYMBOL_BYTES = bytes(b for b in range(256) if _CLASSES[b] == ord("S"))
 class RequestFeatures:
     """What the engine and the strategies know of one request, built by keyword.
 
-    Treated as immutable, as ``bandit.ArmStats`` is: nothing here or in the engine changes one
-    after it is built (``replace`` makes a changed copy). Not frozen, because a frozen class's
-    ``__init__`` goes through ``object.__setattr__`` per field, several times the cost of plain
-    assignments, and one is built per request.
+    Treated as immutable, as ``bandit.ArmStats`` is: nothing here, in the engine or in a plugin
+    may change one after it is built (``replace`` makes a changed copy; the decision reads the
+    very object the hooks were given). Not frozen, because a frozen class's ``__init__`` goes
+    through ``object.__setattr__`` per field, several times the cost of plain assignments,
+    and one is built per request.
 
     ``specificity`` may be left out (None): it is then computed from ``text`` and ``has_code`` on
     its first read and kept, since only the rules strategy reads it and it costs a pass over the
     text's bytes."""
 
-    __slots__ = ("task_type", "has_code", "is_creative", "is_realtime", "length_bucket", "modality",
-                 "requested_modalities", "input_tokens", "has_tools", "_specificity", "text", "extra",
-                 "estimate_probability")
     FIELDS = ("task_type", "has_code", "is_creative", "is_realtime", "length_bucket", "modality",
               "requested_modalities", "input_tokens", "has_tools", "specificity", "text", "extra",
               "estimate_probability")
+    # specificity is a property over a slot of its own (None until computed)
+    __slots__ = tuple("_specificity" if name == "specificity" else name for name in FIELDS)
 
     def __init__(self, *, task_type: str = "default", has_code: bool = False, is_creative: bool = False,
                  is_realtime: bool = False, length_bucket: str = "short", modality: str = "text",
@@ -192,10 +192,8 @@ class RequestFeatures:
         return {name: getattr(self, name) for name in self.FIELDS}
 
     def replace(self, **changes) -> "RequestFeatures":
-        """A copy with these fields changed."""
-        unknown = set(changes) - set(self.FIELDS)
-        if unknown:
-            raise TypeError(f"RequestFeatures has no field {sorted(unknown)[0]!r}")
+        """A copy with these fields changed (a name that is not a field is a TypeError, from
+        ``__init__``)."""
         return RequestFeatures(**{**self.as_dict(), **changes})
 
     def __eq__(self, other) -> bool:

@@ -29,7 +29,8 @@ def register_strategies(register):
 @hookspec
 def extract_features(messages, features):
     """Contribute request features: return a dict of extra features (merged into
-    ``features.extra``) or None. ``features`` holds the built-in ones, read-only."""
+    ``features.extra``) or None. ``features`` holds the built-in ones: read them, never assign
+    to them (the decision uses this same object; it is not frozen, for speed)."""
 
 
 @hookspec

@@ -152,12 +152,13 @@ def test_features_are_built_by_keyword_and_copied_by_replace():
     assert type(f) is RequestFeatures
     assert f == RequestFeatures(**f.as_dict())
     assert list(f.as_dict()) == list(RequestFeatures.FIELDS)
+    assert not hasattr(f, "__dict__")  # slotted: a misspelt attribute cannot be set
     with pytest.raises(TypeError):
         RequestFeatures("debugging")  # keyword only
     g = f.replace(extra={"plugin": 1})
     assert type(g) is RequestFeatures and g.extra == {"plugin": 1} and g.text == f.text and f.extra == {}
     assert g != f and f.replace() == f
-    with pytest.raises(TypeError, match="no field 'txet'"):
+    with pytest.raises(TypeError, match="txet"):
         f.replace(txet="typo")
     assert f.as_dict()["task_type"] == f.task_type == "debugging"
     assert pickle.loads(pickle.dumps(f)) == f
@@ -175,7 +176,8 @@ def test_specificity_left_out_is_computed_on_first_read_and_kept():
     assert lazy == RequestFeatures(text=text, has_code=True, specificity=expected)
     assert RequestFeatures(text=text, specificity=0.25).specificity == 0.25  # given: kept as given
     assert extract_features(user(text)).specificity == F._specificity(text.encode(), extract_features(user(text)).has_code)
-    assert RequestFeatures(text="\udc80 lone surrogate").specificity >= 0.0  # encoded with "?" for it
+    # a lone surrogate is read as "?", as extract_features reads it
+    assert RequestFeatures(text="\udc80 lone surrogate").specificity == F._specificity(b"? lone surrogate", False)
 
 
 def _reference_specificity(raw: bytes, has_code: bool) -> float:
