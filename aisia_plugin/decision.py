@@ -59,6 +59,8 @@ class Deployment:
     output_cost_per_1m: float = 2.0
     # Domain -> model served for that domain (None: the deployment's own model).
     specialities: Mapping[str, Optional[str]] = field(default_factory=dict)
+    # The most input tokens it takes (LiteLLM's model info); None when unknown.
+    max_input_tokens: Optional[int] = None
     # One price per 1M tokens, as the seed's bonuses expect: a 3:1 input:output blend. Derived
     # (never passed): computed once here because every decision reads it for every candidate.
     cost_per_1m: float = field(init=False, repr=False, compare=False)

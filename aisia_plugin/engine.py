@@ -146,6 +146,23 @@ class Engine:
             else:
                 degraded = True  # every candidate is blocked: still serve, from the whole pool
 
+        # Context window: a deployment that cannot hold the prompt (estimated) is not a candidate;
+        # when none can, the largest window competes alone (LiteLLM then answers with its own
+        # context-window error, or its context_window_fallbacks take over).
+        if deps and feats.input_tokens:
+            need = feats.input_tokens
+            fit = [k for k, d in enumerate(deps) if d.max_input_tokens is None or d.max_input_tokens >= need]
+            if len(fit) != len(deps):
+                if not fit:
+                    fit = [max(range(len(deps)), key=lambda k: deps[k].max_input_tokens or 0)]
+                inside = set(fit)
+                excluded = excluded + [
+                    CandidateScore(ids[k], excluded=f"context window of {deps[k].max_input_tokens} tokens, "
+                                                    f"prompt about {need}")
+                    for k in range(len(deps)) if k not in inside]
+                deps, ids, fits, states, global_arms, domain_arms = _take(fit, deps, ids, fits, states,
+                                                                         global_arms, domain_arms)
+
         # Budget cap (OmniRoute): estimated cost of this request per candidate.
         budget = ap.budget
         if budget.max_cost_per_request_usd is not None and deps:

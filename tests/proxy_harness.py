@@ -17,5 +17,22 @@ from __future__ import annotations
 from aisia_plugin.demo.proxy import OFFLINE_ENV, Proxy, ProxyError, deployment, free_port, start_proxy
 from aisia_plugin.demo.upstream import RunningUpstream, UpstreamSpec, parse_reply, start_upstreams, stop_upstreams
 
-__all__ = ["OFFLINE_ENV", "Proxy", "ProxyError", "RunningUpstream", "UpstreamSpec", "deployment", "free_port",
-           "parse_reply", "start_proxy", "start_upstreams", "stop_upstreams"]
+__all__ = ["OFFLINE_ENV", "Proxy", "ProxyError", "RunningUpstream", "UpstreamSpec", "chat", "deployment", "free_port",
+           "parse_reply", "start_proxy", "start_upstreams", "stats", "stop_upstreams"]
+
+
+def chat(client, model, text="Hello, how are you today?", **kw):
+    """(served-by upstream name, response headers, completion) of one chat request through the
+    `openai` client `client`."""
+    raw = client.chat.completions.with_raw_response.create(model=model, messages=[{"role": "user", "content": text}],
+                                                           **kw)
+    completion = raw.parse()
+    served, _ = parse_reply(completion.choices[0].message.content)
+    return served, raw.headers, completion
+
+
+def stats(admin) -> dict:
+    """``GET /admin/bandit/stats`` through the admin's httpx client."""
+    r = admin.get("/admin/bandit/stats")
+    assert r.status_code == 200, r.text
+    return r.json()

@@ -44,14 +44,23 @@ def test_litellm_exceptions_are_classified(exc, expected):
     assert kind(events.from_exception("dep", exc)) is expected
 
 
-def test_a_retry_record_is_classified_by_its_exception_name():
-    crumb = {"deployment_id": "dep", "exception_type": "InternalServerError",
-             "exception_string": "litellm.InternalServerError: boom", "attempted_retries": 0}
-    out = events.from_retry_record(crumb)
-    assert out.deployment_id == "dep" and not out.success and kind(out) is FailureKind.PROVIDER
-    crumb = {"deployment_id": "dep", "exception_type": "RateLimitError", "exception_string": "429"}
-    assert kind(events.from_retry_record(crumb)) is FailureKind.RATE_LIMIT
-    assert events.describe_failure(events.from_retry_record(crumb)) == "RateLimitError"
+def test_the_plugins_request_id_is_read_from_the_metadata_the_route_uses():
+    assert events.request_id({"metadata": {events.REQUEST_ID_KEY: "r1"}, "litellm_call_id": "shared"}) == "r1"
+    assert events.request_id({"litellm_metadata": {events.REQUEST_ID_KEY: "r2"}, "metadata": {}}) == "r2"
+    assert events.request_id({"litellm_params": {"metadata": {events.REQUEST_ID_KEY: "r3"}}}) == "r3"
+    # A Router used without the proxy's pre-call hook: LiteLLM's own call id.
+    assert events.request_id({"metadata": {}, "litellm_call_id": "c1"}) == "c1"
+
+
+def test_the_same_failure_on_two_deployments_has_one_signature():
+    def failed(dep, model):
+        exc = litellm.APIConnectionError(f"Invalid user message at index 0 ({model})", llm_provider="openai",
+                                         model=model)
+        return events.failure_signature(events.from_exception(dep, exc), (dep, model))
+
+    assert failed("a", "openai/gpt-4o") == failed("b", "openai/gpt-4o-mini")
+    other = litellm.InternalServerError("upstream exploded", llm_provider="openai", model="m")
+    assert events.failure_signature(events.from_exception("a", other), ("a",)) != failed("a", "openai/gpt-4o")
 
 
 def test_the_routers_own_no_deployment_error_is_no_attempts_outcome():
@@ -59,3 +68,5 @@ def test_the_routers_own_no_deployment_error_is_no_attempts_outcome():
                                  llm_provider="", model="auto")
     assert events.is_router_refusal(exc)
     assert not events.is_router_refusal(litellm.InternalServerError("boom", llm_provider="openai", model="m"))
+    tags = ValueError("Not allowed to access model due to tags configuration. Passed model=auto and tags=['eu']")
+    assert events.is_router_refusal(tags)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from typing import Any, Optional
 
 from fastapi import HTTPException
@@ -29,9 +30,9 @@ from ..engine import UnknownAlias
 from ..policy.errors import PolicyError
 from ..policy.loader import LoadedPolicy, load_policy_with_locations
 from ..policy.yamlpos import position_of
-from . import events
+from . import checks, events
 from .groups import AliasCollision, group_entries, merged_groups, plan
-from .runtime import Call, Runtime, one_line, session_key
+from .runtime import Attempt, Call, PendingFailure, Runtime, one_line, session_key
 
 log = logging.getLogger("aisia_plugin.litellm")
 
@@ -65,11 +66,20 @@ def _proxy_server():
 
 
 def _recognized(router, model: str) -> bool:
-    """Whether the Router serves `model` itself (a model name, id, alias or group)."""
+    """Whether the Router serves `model` itself: a model name, id, alias or group, or through a
+    wildcard deployment (``model_name: "auto/*"`` or ``"*"``) or a default deployment."""
     if router is None:
         return False
     check = getattr(router, "is_recognized_model", None)  # 1.108; older releases: the names
-    return bool(check(model)) if check is not None else model in (getattr(router, "model_names", None) or ())
+    if check(model) if check is not None else model in (getattr(router, "model_names", None) or ()):
+        return True
+    if getattr(router, "default_deployment", None) is not None:
+        return True
+    wildcard = getattr(router, "wildcard_route_deployments", None)
+    if wildcard is not None:
+        return bool(wildcard(model, None))
+    patterns = getattr(router, "pattern_router", None)
+    return bool(patterns is not None and patterns.get_deployments_by_pattern(model=model))
 
 
 def _router_groups(router):
@@ -282,12 +292,26 @@ class AisiaPlugin(CustomLogger):
         if model not in self._served_aliases:
             raise _error(503, f"alias {model!r}: no deployment of this proxy is one of its candidates "
                          f"({ap.description})", "aisia_no_candidates", param="model")
+        # What LiteLLM would refuse inside the provider call (and report as that deployment's
+        # failure) is the caller's 400 here, before any deployment is tried.
+        problem = checks.message_problem(data.get("messages"))
+        if problem is not None:
+            self.observer.refused(model, "invalid_request")
+            raise _error(400, problem[1], "invalid_request_error", param=problem[0])
         # LiteLLM's retries are the alias's failover: each one reaches the filter, which moves on
-        # to a deployment not yet tried for this call.
-        data["num_retries"] = ap.failover.attempts
-        call_id = data.get("litellm_call_id")
-        if call_id:
-            rt.open_call(str(call_id), model, self._session(rt, ap, data, user_api_key_dict))
+        # to a deployment not yet tried for this request. A client's own num_retries is kept.
+        if data.get("num_retries") is None:
+            data["num_retries"] = ap.failover.attempts
+        # The plugin's own id of this request: LiteLLM's call id comes from the client's
+        # x-litellm-call-id header and is shared by as many requests as send the same one.
+        rid = uuid.uuid4().hex
+        meta = data.get("litellm_metadata")
+        if not isinstance(meta, dict):
+            meta = data.get("metadata")
+            if not isinstance(meta, dict):
+                meta = data["metadata"] = {}
+        meta[events.REQUEST_ID_KEY] = rid
+        rt.open_call(rid, model, self._session(rt, ap, data, user_api_key_dict))
         return data
 
     def _session(self, rt, ap, data: dict, user_api_key_dict) -> Optional[str]:
@@ -311,6 +335,10 @@ class AisiaPlugin(CustomLogger):
     # -- 2. the decision, per attempt ----------------------------------------------------------
     async def async_filter_deployments(self, model: str, healthy_deployments: list, messages, request_kwargs=None,
                                        parent_otel_span=None) -> list:
+        """Decide among the healthy deployments and hand LiteLLM every allowed candidate, ranked
+        through ``litellm_params.order`` (1 = the choice): LiteLLM's later steps (pre-call
+        checks, tag routing, limits) may still drop one, and its order filter then sends the
+        best that is left."""
         rt = self.runtime
         if rt is None:
             return healthy_deployments
@@ -318,23 +346,32 @@ class AisiaPlugin(CustomLogger):
         if ap is None or not healthy_deployments:
             return healthy_deployments
         kwargs = request_kwargs or {}
-        call_id = str(kwargs.get("litellm_call_id") or "")
-        call = rt.call(call_id)
-        if call is None:  # no pre-call hook ran (a Router used without the proxy's hooks)
-            call = rt.open_call(call_id, model, None) if call_id else Call(model, "", None, 0.0)
-        # LiteLLM logs one failure event per request, not per attempt: the attempts that failed
-        # before this one are read from its retry records (learned before deciding, so that this
-        # decision already sees them).
-        meta = kwargs.get("litellm_metadata") or kwargs.get("metadata") or {}
-        for crumb in meta.get("previous_models") or ():
-            self._learn_retry_record(call, crumb)
+        rid = events.request_id(kwargs) or ""
+        call = rt.call_for(rid, model, create=True) if rid else None
+        if call is None:  # no id at all: a Router used bare, one attempt
+            call = Call(model, "", None, 0.0)
+        first = rt.call(rid) if rid else None
+        if first is not None:
+            first.latest = call
+        if call.caller_fault is not None:  # the same failure on two deployments: theirs
+            status, message = call.caller_fault
+            raise Refused(status, message, "invalid_request_error", model, call.tried)
         attempt = len(call.tried)
         if attempt > ap.failover.attempts:
             raise self._exhausted(call)
+        if messages is None:  # /v1/responses and /v1/completions carry the prompt elsewhere
+            messages = events.prompt_messages(kwargs)
         deps = rt.deployments(healthy_deployments)
         store, engine = rt.store, rt.engine
         await store.prepare([d.id for d in deps], model)
         exclude = list(call.tried)
+        limited = await checks.over_usage_limits(_proxy_server().llm_router, healthy_deployments, messages)
+        if limited:
+            if all(d.id in limited or d.id in exclude for d in deps):
+                raise Refused(429, f"alias {model!r}: every candidate is at its LiteLLM rate limit: "
+                              + "; ".join(f"{i} {why}" for i, why in limited.items()),
+                              "aisia_rate_limited", model, call.tried)
+            exclude.extend(i for i in limited if i not in exclude)
         started = time.perf_counter()
         while True:
             try:
@@ -356,76 +393,139 @@ class AisiaPlugin(CustomLogger):
                 continue
             break
         self.observer.decided(call, decision, attempt, time.perf_counter() - started, messages)
-        call.decisions.append(decision)
-        call.tried.append(decision.deployment_id)
-        call.explained.append(rt.explain_entry(call, decision, attempt))
-        for raw in healthy_deployments:
-            if (raw.get("model_info") or {}).get("id") == decision.deployment_id:
-                break
-        else:  # the engine's ids come from these dicts; never reached
-            return healthy_deployments
-        params = raw.get("litellm_params") or {}
-        if decision.model and decision.model != params.get("model"):
-            raw = {**raw, "litellm_params": {**params, "model": decision.model}}
-        return [raw]
+        ranked = _ranking(decision)
+        call.attempts.append(Attempt(decision, tuple(ranked), rt.explain_entry(call, decision, attempt)))
+        return _ranked_deployments(healthy_deployments, ranked, decision)
 
     def _exhausted(self, call) -> Refused:
-        tried = ", ".join(f"{dep} ({what})" for dep, _, what in call.failures) or ", ".join(call.tried)
-        status = 429 if call.failures and all(k is FailureKind.RATE_LIMIT for _, k, _ in call.failures) else 502
+        tried = ", ".join(f"{dep} ({what})" for dep, _, what, _ in call.failures) or ", ".join(call.tried)
+        status = 429 if call.failures and all(k is FailureKind.RATE_LIMIT for _, k, _, _ in call.failures) else 502
         return Refused(status, f"alias {call.alias!r}: every allowed candidate failed; tried {tried}",
                        "aisia_all_candidates_failed", call.alias, call.tried)
 
-    # -- 3. learning, per attempt --------------------------------------------------------------
+    # -- 3. each attempt: sent, failed, served -------------------------------------------------
+    def _attempt_call(self, data):
+        """(the alias call, the deployment id) of a per-attempt hook's request; (None, None) for
+        a request no alias routed."""
+        rt = self.runtime
+        if rt is None or not rt.calls:
+            return None, None
+        meta = events.request_metadata(data)
+        rid = meta.get(events.REQUEST_ID_KEY)
+        call = rt.call_for(rid, meta.get("model_group")) if rid else None
+        dep = (data.get("model_info") or {}).get("id") if call is not None else None
+        return call, (str(dep) if dep is not None else None)
+
+    async def async_pre_call_deployment_hook(self, kwargs, call_type):
+        """LiteLLM has chosen the deployment of an attempt (after its own checks): which one it
+        is, and when it was sent."""
+        call, dep = self._attempt_call(kwargs)
+        attempt = call.unsent() if call is not None else None
+        if attempt is not None and dep in attempt.ranked:
+            attempt.deployment_id = dep
+            attempt.started = time.monotonic()
+            attempt.explained["served_by"] = dep
+        return None
+
+    async def async_post_call_failure_deployment_hook(self, request_data, exception, call_type, fallback_depth=None):
+        """One failed attempt (the first, each retry, each fallback step): learned once the next
+        attempt shows it was not the request's own fault."""
+        call, dep = self._attempt_call(request_data)
+        attempt = call.sent_attempt(dep) if dep is not None else None
+        if attempt is None:
+            return None
+        latency = time.monotonic() - attempt.started if attempt.started is not None else None
+        self._failed(call, attempt, events.from_exception(attempt.deployment_id, exception, latency))
+        return None
+
     async def async_log_success_event(self, kwargs, response_obj, start_time, end_time):
         call = self._call_of_event(kwargs)
-        if call is not None:
-            self._learn(call, kwargs, events.success(kwargs, start_time, end_time), start_time)
+        if call is None:
+            return
+        outcome = events.success(kwargs, start_time, end_time)
+        attempt = call.sent_attempt(outcome.deployment_id)
+        if attempt is None:
+            return
+        self._settle(call)  # a failure before this success was the deployment's
+        self._learn_attempt(call, attempt, outcome, events.is_stream(kwargs),
+                            events.time_to_first_token(kwargs, start_time))
 
     async def async_log_failure_event(self, kwargs, response_obj, start_time, end_time):
+        """LiteLLM's one failure event per request: an attempt no per-attempt hook reported (a
+        stream broken after its first chunk) is learned from it."""
         call = self._call_of_event(kwargs)
-        if call is not None:
-            self._learn(call, kwargs, events.failure(kwargs, start_time, end_time), start_time)
+        if call is None:
+            return
+        outcome = events.failure(kwargs, start_time, end_time)
+        attempt = call.sent_attempt(outcome.deployment_id)
+        if attempt is not None and (call.pending is None or call.pending.attempt is not attempt):
+            self._failed(call, attempt, outcome, events.is_stream(kwargs))
 
     def _call_of_event(self, kwargs):
         """The alias call a logging event belongs to; None for any other request (a plain model
         name, or a call whose record has expired): its outcome is not even read."""
         rt = self.runtime
-        return rt.call(events.call_id(kwargs)) if rt is not None else None
+        if rt is None or not rt.calls:
+            return None
+        rid = events.request_id(kwargs)
+        return rt.call_for(rid, events.model_group(kwargs)) if rid else None
 
-    def _learn(self, call, kwargs, outcome, start_time) -> None:
-        if not outcome.deployment_id:
-            return
-        k = call.attempt_of(outcome.deployment_id)
-        if k is not None:
-            self._learn_attempt(call, k, outcome, events.is_stream(kwargs),
-                                events.time_to_first_token(kwargs, start_time))
-
-    def _learn_retry_record(self, call, crumb) -> None:
-        if not isinstance(crumb, dict):
-            return
-        dep = crumb.get("deployment_id")
-        k = crumb.get("attempted_retries")
-        if not (isinstance(k, int) and 0 <= k < len(call.tried) and call.tried[k] == dep):
-            k = call.attempt_of(dep)
-        if k is not None and k not in call.recorded:
-            self._learn_attempt(call, k, events.from_retry_record(crumb), False, None)
-
-    def _learn_attempt(self, call, k: int, outcome, stream: bool, ttft) -> None:
-        """Learn attempt `k`'s outcome once (an event and a retry record may both report it)."""
+    def _failed(self, call, attempt, outcome, stream: bool = False) -> None:
+        """A failed attempt: the caller's when it is a client error, or when an earlier attempt
+        failed the same way on another deployment (then neither is learned and the next pass of
+        the filter answers the caller); else kept pending until the next outcome."""
         rt = self.runtime
-        if k in call.recorded:
+        kind = classify_failure(rt.policy.circuit_breaker, status_code=outcome.status_code,
+                                error_type=outcome.error_type, message=outcome.message)
+        first = rt.call(call.request_id)
+        if call.answered or (first is not None and first.answered):
+            # The answer had begun (a stream broken midway): the deployment's, whatever it says.
+            call.failures.append((attempt.deployment_id, kind, events.describe_failure(outcome), ()))
+            self._learn_attempt(call, attempt, outcome, stream, None, kind)
+            return
+        raw = rt.deployment_names(attempt.deployment_id)
+        signature = events.failure_signature(outcome, raw)
+        what = events.describe_failure(outcome)
+        earlier = [] if events.is_provider_side(outcome) else \
+            [f for f in call.failures if f[0] != attempt.deployment_id and f[3] == signature]
+        call.failures.append((attempt.deployment_id, kind, what, signature))
+        if kind is FailureKind.CLIENT or earlier:
+            attempt.recorded = True
+            if call.pending is not None and call.pending.signature == signature:
+                call.pending.attempt.recorded = True
+                call.pending = None
+            if earlier:
+                call.caller_fault = (outcome.status_code if outcome.status_code and 400 <= outcome.status_code < 500
+                                     else 400, f"alias {call.alias!r}: the request failed the same way on "
+                                     f"{earlier[0][0]} and {attempt.deployment_id}, so no other deployment is "
+                                     f"tried: {outcome.message or what}")
+            attempt.explained["outcome"] = {"success": False, "failure": {"kind": "client", "error": what},
+                                            "learned": False}
+            self.observer.learned(call, call.attempts.index(attempt), outcome, None, FailureKind.CLIENT)
+            return
+        self._settle(call)
+        call.pending = PendingFailure(attempt, outcome, kind, signature)
+
+    def _settle(self, call) -> None:
+        """Learn the pending failure: what came after it showed it was the deployment's."""
+        pending, call.pending = call.pending, None
+        if pending is not None:
+            self._learn_attempt(call, pending.attempt, pending.outcome, False, None, pending.kind)
+
+    def _learn_attempt(self, call, attempt, outcome, stream: bool, ttft, kind=None) -> None:
+        """Learn an attempt's outcome once (a per-attempt hook and an event may both report it)."""
+        rt = self.runtime
+        if attempt.recorded:
             return
         try:
-            call.recorded.add(k)
-            decision = call.decisions[k]
+            attempt.recorded = True
+            decision = attempt.decision
             reward = rt.engine.record(decision, outcome, session=call.session)
-            kind = None
-            if not outcome.success:
+            if not outcome.success and kind is None:
                 kind = classify_failure(rt.policy.circuit_breaker, status_code=outcome.status_code,
                                         error_type=outcome.error_type, message=outcome.message)
-                call.failures.append((outcome.deployment_id, kind, events.describe_failure(outcome)))
-            elif not call.served:
-                rt.note_served(call, decision)
+            elif outcome.success and not call.served:
+                rt.note_served(call, decision, outcome.deployment_id)
             if outcome.success or call.answered:
                 # A success ends the call; a failure after the answer began (a broken stream) too.
                 call.finished = True
@@ -438,9 +538,8 @@ class AisiaPlugin(CustomLogger):
                 result["time_to_first_token_s"] = ttft
             if kind is not None:
                 result["failure"] = {"kind": kind.value, "error": events.describe_failure(outcome)}
-            if k < len(call.explained):
-                call.explained[k]["outcome"] = result
-            self.observer.learned(call, k, outcome, reward, kind)
+            attempt.explained["outcome"] = result
+            self.observer.learned(call, call.attempts.index(attempt), outcome, reward, kind)
         except Exception:  # learning must never break serving
             log.exception("aisia: could not learn from an outcome")
 
@@ -448,22 +547,32 @@ class AisiaPlugin(CustomLogger):
     async def async_post_call_response_headers_hook(self, data, user_api_key_dict, response, request_headers=None,
                                                     litellm_call_info=None):
         rt = self.runtime
-        call = rt.call(str(data.get("litellm_call_id") or "")) if rt is not None else None
-        if call is None or not call.decisions:
+        if rt is None or not rt.calls:
             return None
-        d = call.decisions[-1]
-        call.answered = True
-        if call.finished:
-            rt.close_call(call)
+        first = rt.call(events.request_metadata(data).get(events.REQUEST_ID_KEY))
+        call = (first.latest or first) if first is not None else None
+        if call is None or not call.attempts:
+            return None
+        for c in (first, *first.branches.values()):
+            self._settle(c)  # an answer came: the failures before it were the deployments'
+        a = call.attempts[-1]
+        d = a.decision
+        first.answered = True
+        if first.finished or call.finished:
+            rt.close_call(first)
         if response is not None and not call.served:
             # The response is LiteLLM's answer: feedback may follow at once, before the success
             # event (logged in the background) arrives.
-            rt.note_served(call, d)
+            rt.note_served(call, d, a.deployment_id)
         reason = d.reason
         if d.probe:
             reason = f"half-open probe: {reason}"
-        if len(call.tried) > 1:
-            reason = f"failover after {', '.join(call.tried[:-1])} failed: {reason}"
+        if a.deployment_id is not None and a.deployment_id != d.deployment_id:
+            reason = (f"{d.deployment_id} was refused by LiteLLM's checks (tags, limits, context window); "
+                      f"next ranked {a.deployment_id} served; {reason}")
+        failed = [f for f in call.failures]
+        if failed:
+            reason = f"failover after {', '.join(f'{dep} ({what})' for dep, _, what, _ in failed)}: {reason}"
         return {"x-aisia-alias": one_line(call.alias), "x-aisia-strategy": one_line(d.strategy),
                 "x-aisia-domain": one_line(d.domain or "none"), "x-aisia-reason": one_line(reason),
                 "x-aisia-request-id": call.request_id}
@@ -475,24 +584,56 @@ class AisiaPlugin(CustomLogger):
             exc = original_exception
             return _error(exc.status_code, exc.message, exc.kind, alias=exc.alias, tried=exc.tried)
         rt = self.runtime
-        call = rt.call(str((request_data or {}).get("litellm_call_id") or "")) if rt is not None else None
-        if call is None or not call.tried:
+        if rt is None or not rt.calls:
             return None
-        meta = (request_data or {}).get("litellm_metadata") or (request_data or {}).get("metadata") or {}
-        for crumb in meta.get("previous_models") or ():
-            self._learn_retry_record(call, crumb)
-        # The last attempt's failure has no event of its own when an earlier attempt's was logged.
-        last = len(call.tried) - 1
-        if last not in call.recorded and isinstance(original_exception, BaseException) \
-                and not events.is_router_refusal(original_exception):
-            self._learn_attempt(call, last, events.from_exception(call.tried[last], original_exception), False, None)
-        rt.close_call(call)  # nothing else is expected for it
-        if not call.failures:
+        first = rt.call(events.request_metadata(request_data or {}).get(events.REQUEST_ID_KEY))
+        if first is None:
             return None
-        if any(k is FailureKind.CLIENT for _, k, _ in call.failures[-1:]):
+        call = first.latest or first
+        rt.close_call(first)  # nothing else is expected for it
+        for c in (first, *first.branches.values()):
+            self._settle(c)
+        if call.caller_fault is not None:
+            status, message = call.caller_fault
+            return _error(status, message, "invalid_request_error", alias=call.alias, tried=call.tried)
+        if not call.failures or events.is_router_refusal(original_exception):
+            return None  # LiteLLM's own answer (its refusal, a limit), as it gave it
+        if any(k is FailureKind.CLIENT for _, k, _, _ in call.failures[-1:]):
             return None  # the caller's own error (a bad request, a prompt too long): theirs to see as is
         exc = self._exhausted(call)
         return _error(exc.status_code, exc.message, exc.kind, alias=exc.alias, tried=exc.tried)
+
+
+def _ranking(decision) -> list:
+    """The candidates LiteLLM may send this attempt to, best first: the choice, then every
+    other candidate that competed, by score (those without a score last, in pool order)."""
+    chosen = decision.deployment_id
+    rest = [(row.score, k, row.id) for k, row in enumerate(decision.scores)
+            if row.excluded is None and row.id != chosen]
+    scored = sorted(((s, k, i) for s, k, i in rest if isinstance(s, (int, float)) and s == s),
+                    key=lambda t: (-t[0], t[1]))
+    unscored = [(s, k, i) for s, k, i in rest if not (isinstance(s, (int, float)) and s == s)]
+    return [chosen] + [i for _, _, i in scored] + [i for _, _, i in unscored]
+
+
+def _ranked_deployments(healthy: list, ranked: list, decision) -> list:
+    """Copies of the ranked deployments with ``litellm_params.order`` = rank (LiteLLM's order
+    filter keeps the lowest that survived its checks); the choice carries its specialised
+    model when it declares one."""
+    by_id = {}
+    for raw in healthy:
+        by_id.setdefault(str((raw.get("model_info") or {}).get("id")), raw)
+    out = []
+    for rank, dep in enumerate(ranked, start=1):
+        raw = by_id.get(dep)
+        if raw is None:
+            continue
+        params = dict(raw.get("litellm_params") or {})
+        params["order"] = rank
+        if rank == 1 and decision.model and decision.model != params.get("model"):
+            params["model"] = decision.model
+        out.append({**raw, "litellm_params": params})
+    return out or healthy
 
 
 def policy_error_lines(exc: PolicyError) -> list[str]:

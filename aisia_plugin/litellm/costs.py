@@ -22,3 +22,24 @@ def cost_lookup(model: str) -> Optional[tuple[float, float]]:
             if isinstance(inp, (int, float)) and not isinstance(inp, bool):
                 return float(inp), float(out if isinstance(out, (int, float)) and not isinstance(out, bool) else inp)
     return None
+
+
+def context_window(raw) -> Optional[int]:
+    """The most input tokens a deployment takes, as LiteLLM's pre-call checks read it: the
+    deployment's own ``model_info.max_input_tokens``, else LiteLLM's model info for its
+    ``base_model`` or model. None when LiteLLM does not know."""
+    info = raw.get("model_info") or {}
+    params = raw.get("litellm_params") or {}
+    value = info.get("max_input_tokens")
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    for name in (info.get("base_model"), params.get("base_model"), params.get("model")):
+        if not isinstance(name, str) or not name:
+            continue
+        try:
+            found = litellm.get_model_info(name).get("max_input_tokens")
+        except Exception:  # LiteLLM raises for a model its map does not know
+            continue
+        if isinstance(found, int) and not isinstance(found, bool) and found > 0:
+            return found
+    return None

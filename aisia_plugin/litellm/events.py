@@ -5,8 +5,9 @@ One success or failure event arrives per attempt (a retry is a new attempt of th
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
-from typing import Any, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from ..breaker import exception_names, exception_status, parse_retry_after
 from ..outcome import Outcome
@@ -96,14 +97,6 @@ def from_exception(deployment: str, exc: BaseException, latency_s: Optional[floa
                    error_type=exception_names(exc), message=message, retry_after_s=_retry_after(exc))
 
 
-def from_retry_record(crumb: Mapping) -> Outcome:
-    """A failed attempt from the Router's retry record (``metadata["previous_models"]``): the
-    exception's class name and text, no status, latency or headers."""
-    name = crumb.get("exception_type")
-    return Outcome(str(crumb.get("deployment_id") or ""), False, error_type=[str(name)] if name else None,
-                   message=str(crumb.get("exception_string") or "")[:_MESSAGE_CHARS])
-
-
 def failure(kwargs: Mapping, start_time: Any, end_time: Any) -> Outcome:
     """A failed attempt from its logging event (its exception, else LiteLLM's error record)."""
     exc = kwargs.get("exception")
@@ -117,14 +110,78 @@ def failure(kwargs: Mapping, start_time: Any, end_time: Any) -> Outcome:
                    error_type=info.get("error_class") or None, message=str(info.get("error_message") or "")[:_MESSAGE_CHARS])
 
 
+# LiteLLM's own refusals before any provider is called (its RouterErrors texts, the pre-call
+# checks' context window and rate limit, tag routing): nothing was sent, no deployment failed.
+_ROUTER_REFUSALS = (
+    "No deployments available", "Deployment over user-defined ratelimit", "max_parallel_requests slots in use",
+    "are in cooldown", "Not allowed to access model due to tags configuration", "crossed budget",
+    "no healthy deployments", "litellm._pre_call_checks", "No deployments with tag",
+)
+
+
 def is_router_refusal(exc: BaseException) -> bool:
-    """LiteLLM's own "no deployment available" (every candidate cooling down): no upstream was
-    called, so it is no attempt's outcome."""
+    """LiteLLM's own refusal to send the request (every candidate cooling down, at its limit,
+    refused by tags or the pre-call checks): no upstream was called, so it is no attempt's
+    outcome."""
     try:
         text = str(exc)
     except Exception:
         return False
-    return "No deployments available" in text
+    return any(phrase in text for phrase in _ROUTER_REFUSALS)
+
+
+REQUEST_ID_KEY = "aisia_request_id"  # the plugin's id of a client request, in its metadata
+
+
+def request_metadata(data: Mapping) -> Mapping:
+    """A request's metadata as LiteLLM carries it: ``litellm_metadata`` on the routes that use
+    it, else ``metadata``; inside a logging event, under ``litellm_params``."""
+    meta = data.get("litellm_metadata")
+    if not isinstance(meta, Mapping):
+        meta = data.get("metadata")
+    if not isinstance(meta, Mapping):
+        meta = _dict(_dict(data.get("litellm_params")).get("metadata"))
+    return meta
+
+
+def request_id(data: Mapping) -> Optional[str]:
+    """The plugin's id of the request (set by its pre-call hook); LiteLLM's call id when the
+    pre-call hook did not run (a Router used without the proxy)."""
+    rid = request_metadata(data).get(REQUEST_ID_KEY)
+    return str(rid) if rid else call_id(data)
+
+
+def failure_signature(outcome: Outcome, names: Iterable[str]) -> tuple:
+    """What makes two failures "the same" on two deployments: status, class and message, with
+    the deployment's own names (id, model, group) blanked out."""
+    message = outcome.message or ""
+    spelled = {str(n) for n in names if n} | {str(n).split("/", 1)[1] for n in names if n and "/" in str(n)}
+    for name in sorted(spelled, key=len, reverse=True):  # "gpt-4o-mini" before "gpt-4o"
+        message = re.sub(rf"(?<![\w.-]){re.escape(name)}(?![\w.-])", "*", message)
+    kind = outcome.error_type[0] if isinstance(outcome.error_type, (list, tuple)) and outcome.error_type \
+        else outcome.error_type
+    return (outcome.status_code, kind, message)
+
+
+_PROVIDER_SIDE_NAMES = ("timeout", "internalserver", "serviceunavailable", "badgateway", "ratelimit", "overloaded")
+_PROVIDER_SIDE_TEXT = ("connect", "refused", "reset by peer", "timed out", "timeout", "network", "name resolution",
+                       "ssl", "eof", "broken pipe", "unavailable", "overloaded")
+_CLASS_PREFIX = re.compile(r"^\s*litellm\.\w+:\s*")
+
+
+def is_provider_side(outcome: Outcome) -> bool:
+    """Whether a failure plainly comes from the provider's side (its 5xx answer, a timeout, a
+    rate limit, a network error): such a failure is the provider's even when two deployments
+    report it alike (two regions down at once). What remains (an error LiteLLM raised itself
+    on the request, an unknown exception) may be the request's own fault."""
+    status = outcome.status_code
+    if status in (408, 429, 502, 503, 504):
+        return True
+    names = outcome.error_type if isinstance(outcome.error_type, (list, tuple)) else [outcome.error_type or ""]
+    if any(part in str(n).lower() for n in names for part in _PROVIDER_SIDE_NAMES):
+        return True
+    text = _CLASS_PREFIX.sub("", outcome.message or "").lower()
+    return any(part in text for part in _PROVIDER_SIDE_TEXT)
 
 
 def describe_failure(outcome: Outcome) -> str:
@@ -132,3 +189,23 @@ def describe_failure(outcome: Outcome) -> str:
     names = outcome.error_type
     name = names[0] if isinstance(names, (list, tuple)) and names else (names or "error")
     return f"{outcome.status_code} {name}" if outcome.status_code else str(name)
+
+
+def prompt_messages(request: Mapping) -> Optional[list]:
+    """The prompt of a request that has no ``messages`` as chat messages, for the features:
+    the Responses API's ``input`` (a string or a list of items) or a completion's ``prompt``
+    (a string or a list of them)."""
+    for key in ("input", "prompt"):
+        value = request.get(key)
+        if isinstance(value, str):
+            return [{"role": "user", "content": value}]
+        if isinstance(value, list):
+            out = []
+            for item in value:
+                if isinstance(item, str):
+                    out.append({"role": "user", "content": item})
+                elif isinstance(item, Mapping) and "content" in item:
+                    out.append({"role": item.get("role") or "user", "content": item.get("content")})
+            if out:
+                return out
+    return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional
 
 from ..decision import Decision, Deployment
@@ -16,7 +16,7 @@ from ..engine import Engine
 from ..policy.loader import LoadedPolicy
 from ..policy.models import Policy
 from ..state import open_store
-from .costs import cost_lookup
+from .costs import context_window, cost_lookup
 
 # Bounds on what is kept per request: a proxy serves for months, and nothing here may grow with
 # the traffic. A call's record lives until its last event (a stream's arrives when it ends).
@@ -28,27 +28,76 @@ MAX_HEADER_CHARS = 240
 
 
 @dataclass(slots=True)
+class Attempt:
+    """One pass of the filter for a call: the decision, the candidates handed to LiteLLM best
+    first, and what LiteLLM then sent (its later checks may drop the choice: tags, limits,
+    context window), reported by the per-attempt hooks."""
+
+    decision: Decision
+    ranked: tuple  # the deployment ids handed to LiteLLM, in the order it must try them
+    explained: dict  # the explain log's entry
+    deployment_id: Optional[str] = None  # the deployment LiteLLM sent the request to
+    started: Optional[float] = None  # time.monotonic() when it was sent
+    recorded: bool = False  # its outcome was learned (or judged the caller's)
+
+
+@dataclass(slots=True)
+class PendingFailure:
+    """A failed attempt whose learning waits for the next attempt's outcome: the same failure
+    on another deployment makes both the caller's (nothing learned)."""
+
+    attempt: Attempt
+    outcome: Any
+    kind: Any
+    signature: tuple
+
+
+@dataclass(slots=True)
 class Call:
-    """One client request for an alias, across its attempts."""
+    """One client request for an alias, across its attempts. ``request_id`` is the plugin's own
+    id for the client request (LiteLLM's call id comes from the client and is not unique); a
+    fallback from one alias to another gets its own Call (a fresh attempt budget) under the
+    same request id, kept in the first call's ``branches``."""
 
     alias: str
     request_id: str
     session: Optional[str]
     created: float
-    decisions: list = field(default_factory=list)  # one Decision per attempt, in order
-    tried: list = field(default_factory=list)  # the deployment ids of those attempts
-    failures: list = field(default_factory=list)  # (deployment id, FailureKind or None, "500 InternalServerError")
-    recorded: set = field(default_factory=set)  # attempts whose outcome was learned (by index)
-    explained: list = field(default_factory=list)  # the explain log's entry of each attempt
+    attempts: list = field(default_factory=list)  # one Attempt per pass of the filter
+    failures: list = field(default_factory=list)  # (deployment id, FailureKind or None, "500 InternalServerError", signature)
+    pending: Optional[PendingFailure] = None
+    caller_fault: Optional[tuple] = None  # (status, message): the same failure on two deployments
+    branches: dict = field(default_factory=dict)  # alias -> Call, for alias-to-alias fallbacks
+    latest: Optional["Call"] = None  # the call (this one or a branch) that was decided last
     served: bool = False  # registered for feedback
     answered: bool = False  # the response headers were produced
     finished: bool = False  # the final outcome was learned
 
-    def attempt_of(self, deployment_id: Optional[str]) -> Optional[int]:
-        """The latest attempt on this deployment whose outcome is not yet learned."""
-        for k in range(len(self.tried) - 1, -1, -1):
-            if self.tried[k] == deployment_id and k not in self.recorded:
-                return k
+    @property
+    def tried(self) -> list:
+        """The deployments LiteLLM sent this call to, in order."""
+        return [a.deployment_id for a in self.attempts if a.deployment_id is not None]
+
+    @property
+    def decisions(self) -> list:
+        return [a.decision for a in self.attempts]
+
+    def sent_attempt(self, deployment_id: Optional[str]) -> Optional[Attempt]:
+        """The latest attempt sent to this deployment whose outcome is not yet learned; else the
+        latest unsent one that offered it (no per-attempt hook ran: a Router used alone)."""
+        for a in reversed(self.attempts):
+            if a.deployment_id == deployment_id and not a.recorded:
+                return a
+        for a in reversed(self.attempts):
+            if a.deployment_id is None and not a.recorded and deployment_id in a.ranked:
+                a.deployment_id = deployment_id
+                return a
+        return None
+
+    def unsent(self) -> Optional[Attempt]:
+        """The attempt the filter decided last, if LiteLLM has not reported sending it yet."""
+        if self.attempts and self.attempts[-1].deployment_id is None:
+            return self.attempts[-1]
         return None
 
 
@@ -94,6 +143,7 @@ class Runtime:
         self.store = store if store is not None else open_store(self.policy)
         self.engine = Engine(self.policy, clock=self.store.clock, store=self.store)
         self._deployments: dict[str, tuple[Any, Any, Deployment]] = {}
+        self._names: dict[str, tuple] = {}
         self.calls: "OrderedDict[str, Call]" = OrderedDict()
         self.served: "OrderedDict[str, Served]" = OrderedDict()
         self.explain: deque = deque(maxlen=self.policy.proxy.explain_history)
@@ -129,33 +179,57 @@ class Runtime:
         if len(self._deployments) > 4096:
             self._deployments.clear()
         dep = build_deployment(raw, self.policy, cost_lookup)
+        window = context_window(raw)
+        if window is not None and dep.max_input_tokens is None:
+            dep = replace(dep, max_input_tokens=window)
         self._deployments[key] = (info, params.get("model"), dep)
+        self._names[dep.id] = (dep.id, dep.model_name, dep.model)
         return dep
+
+    def deployment_names(self, deployment_id: Optional[str]) -> tuple:
+        """The names a deployment's errors may quote (id, model group, model)."""
+        return self._names.get(deployment_id or "", (deployment_id,))
 
     def deployments(self, raws) -> list[Deployment]:
         return [self.deployment(r) for r in raws]
 
     # -- calls ---------------------------------------------------------------------------------
-    def open_call(self, call_id: str, alias: str, session: Optional[str]) -> Call:
+    def open_call(self, request_id: str, alias: str, session: Optional[str]) -> Call:
         now = time.monotonic()
-        call = self.calls.get(call_id)
+        call = self.calls.get(request_id)
         if call is None or call.alias != alias:
-            call = self.calls[call_id] = Call(alias, call_id, session, now)
+            call = self.calls[request_id] = Call(alias, request_id, session, now)
         self._trim(self.calls, MAX_CALLS, CALL_TTL_S, now, lambda c: c.created)
         return call
 
-    def call(self, call_id: Optional[str]) -> Optional[Call]:
-        return self.calls.get(call_id) if call_id else None
+    def call(self, request_id: Optional[str]) -> Optional[Call]:
+        """The request's first call (the alias the client asked for)."""
+        return self.calls.get(request_id) if request_id else None
+
+    def call_for(self, request_id: Optional[str], alias: Optional[str], *, create: bool = False) -> Optional[Call]:
+        """The request's call for `alias`: its first, or the branch a fallback opened; with
+        `create`, a branch is opened (and a first call when the request has none)."""
+        first = self.calls.get(request_id) if request_id else None
+        if first is None:
+            return self.open_call(request_id, alias, None) if create and request_id and alias else None
+        if alias is None or first.alias == alias:
+            return first
+        branch = first.branches.get(alias)
+        if branch is None and create:
+            branch = first.branches[alias] = Call(alias, request_id, None, time.monotonic())
+        return branch
 
     def close_call(self, call: Call) -> None:
-        """Forget a call whose last hook has run (the bounds above are for abandoned ones)."""
-        if self.calls.get(call.request_id) is call:
+        """Forget a request whose last hook has run (the bounds above are for abandoned ones)."""
+        if self.calls.get(call.request_id) is not None:
             del self.calls[call.request_id]
 
-    def note_served(self, call: Call, decision: Decision) -> None:
+    def note_served(self, call: Call, decision: Decision, deployment_id: Optional[str] = None) -> None:
+        """Register the request for feedback, against the deployment that answered it."""
         now = time.monotonic()
         call.served = True
-        self.served[call.request_id] = Served(call.alias, decision.deployment_id, decision.domain, call.session, now)
+        self.served[call.request_id] = Served(call.alias, deployment_id or decision.deployment_id, decision.domain,
+                                              call.session, now)
         self.served.move_to_end(call.request_id)
         self._trim(self.served, MAX_SERVED, SERVED_TTL_S, now, lambda s: s.at)
 
@@ -172,7 +246,7 @@ class Runtime:
         """The explain log's record of one attempt; the decision's rows are rendered when the log
         is read (``render``), not on the request path."""
         entry = {"request_id": call.request_id, "time": time.time(), "attempt": attempt,
-                 "excluded": list(call.tried[:attempt]), "decision": decision, "outcome": None}
+                 "excluded": list(call.tried), "decision": decision, "outcome": None, "served_by": None}
         self.explain.append(entry)
         return entry
 
@@ -186,6 +260,7 @@ class Runtime:
                 "alias": d.alias, "strategy": d.strategy, "domain": d.domain, "task_type": d.task_type,
                 "deployment_id": d.deployment_id, "model": d.model, "reason": d.reason, "probe": d.probe,
                 "refused": d.refused, "excluded_after_failure": entry["excluded"],
+                "served_by": entry.get("served_by"),
                 "candidates": [s.as_dict() for s in d.scores], "outcome": entry["outcome"],
             })
         return out
