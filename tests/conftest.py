@@ -34,3 +34,20 @@ def write_file(tmp_path):
         return path
 
     return write
+
+
+# A module that starts a proxy (its own module-scoped ``proxy`` fixture) gets these two clients
+# of it: the real ``openai`` client with the master key, and an httpx client for the admin routes.
+@pytest.fixture(scope="module")
+def client(proxy):
+    import openai
+
+    return openai.OpenAI(base_url=proxy.base_url, api_key=proxy.master_key, max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def admin(proxy):
+    import httpx
+
+    with httpx.Client(base_url=proxy.url, headers=proxy.headers, timeout=60) as c:
+        yield c

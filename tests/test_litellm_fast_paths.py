@@ -36,13 +36,14 @@ def test_one_line_on_typical_values_and_non_strings():
 
 
 class _Runtime:
-    """Only what the event hooks read: the calls in flight (none here)."""
+    """Only what the event hooks read: the calls in flight (one, of another request)."""
 
     def __init__(self):
         self.looked_up = []
+        self.calls = {"another-alias-request": None}
 
-    def call(self, call_id):
-        self.looked_up.append(call_id)
+    def call_for(self, request_id, alias, create=False):
+        self.looked_up.append(request_id)
         return None
 
 

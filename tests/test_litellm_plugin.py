@@ -124,17 +124,6 @@ def proxy(tmp_path_factory, upstreams):
     p.stop()
 
 
-@pytest.fixture(scope="module")
-def client(proxy):
-    return openai.OpenAI(base_url=proxy.base_url, api_key=proxy.master_key, max_retries=0, timeout=30)
-
-
-@pytest.fixture(scope="module")
-def admin(proxy):
-    with httpx.Client(base_url=proxy.url, headers=proxy.headers, timeout=30) as c:
-        yield c
-
-
 def explain(admin, request_id, settled=True) -> list[dict]:
     """The explain log's rows of one request, by attempt; with `settled`, once every attempt's
     outcome has been learned (LiteLLM logs outcomes in the background, after the response)."""

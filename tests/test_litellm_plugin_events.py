@@ -48,8 +48,8 @@ def test_the_plugins_request_id_is_read_from_the_metadata_the_route_uses():
     assert events.request_id({"metadata": {events.REQUEST_ID_KEY: "r1"}, "litellm_call_id": "shared"}) == "r1"
     assert events.request_id({"litellm_metadata": {events.REQUEST_ID_KEY: "r2"}, "metadata": {}}) == "r2"
     assert events.request_id({"litellm_params": {"metadata": {events.REQUEST_ID_KEY: "r3"}}}) == "r3"
-    # A Router used without the proxy's pre-call hook: LiteLLM's own call id.
-    assert events.request_id({"metadata": {}, "litellm_call_id": "c1"}) == "c1"
+    # Never LiteLLM's call id: the client chooses it (x-litellm-call-id).
+    assert events.request_id({"metadata": {}, "litellm_call_id": "c1"}) is None
 
 
 def test_the_same_failure_on_two_deployments_has_one_signature():

@@ -124,17 +124,6 @@ def proxy(tmp_path_factory, upstreams):
     p.stop()
 
 
-@pytest.fixture(scope="module")
-def client(proxy):
-    return openai.OpenAI(base_url=proxy.base_url, api_key=proxy.master_key, max_retries=0, timeout=60)
-
-
-@pytest.fixture(scope="module")
-def admin(proxy):
-    with httpx.Client(base_url=proxy.url, headers=proxy.headers, timeout=60) as c:
-        yield c
-
-
 def settled_count(admin, ids, expected, timeout_s=30.0) -> int:
     """The learned outcome count over `ids` once it reaches `expected` (LiteLLM logs successes in
     the background, after the response), or what it is when the time is up."""

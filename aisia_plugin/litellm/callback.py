@@ -346,13 +346,17 @@ class AisiaPlugin(CustomLogger):
         if ap is None or not healthy_deployments:
             return healthy_deployments
         kwargs = request_kwargs or {}
-        rid = events.request_id(kwargs) or ""
-        call = rt.call_for(rid, model, create=True) if rid else None
-        if call is None:  # no id at all: a Router used bare, one attempt
-            call = Call(model, "", None, 0.0)
-        first = rt.call(rid) if rid else None
-        if first is not None:
-            first.latest = call
+        rid = events.request_id(kwargs)
+        if rid is None:  # no pre-call hook ran (a Router used without the proxy): the id is set here,
+            # in the metadata LiteLLM hands every attempt of this request
+            rid = uuid.uuid4().hex
+            meta = kwargs.get("litellm_metadata") if isinstance(kwargs.get("litellm_metadata"), dict) else None
+            if meta is None:
+                meta = kwargs.setdefault("metadata", {}) if isinstance(kwargs.get("metadata", {}), dict) else {}
+            meta[events.REQUEST_ID_KEY] = rid
+        call = rt.call_for(rid, model, create=True)
+        first = rt.call(rid)
+        first.latest = call
         if call.caller_fault is not None:  # the same failure on two deployments: theirs
             status, message = call.caller_fault
             raise Refused(status, message, "invalid_request_error", model, call.tried)
@@ -410,9 +414,8 @@ class AisiaPlugin(CustomLogger):
         rt = self.runtime
         if rt is None or not rt.calls:
             return None, None
-        meta = events.request_metadata(data)
-        rid = meta.get(events.REQUEST_ID_KEY)
-        call = rt.call_for(rid, meta.get("model_group")) if rid else None
+        rid = events.request_id(data)
+        call = rt.call_for(rid, events.request_metadata(data).get("model_group")) if rid else None
         dep = (data.get("model_info") or {}).get("id") if call is not None else None
         return call, (str(dep) if dep is not None else None)
 
@@ -436,6 +439,14 @@ class AisiaPlugin(CustomLogger):
             return None
         latency = time.monotonic() - attempt.started if attempt.started is not None else None
         self._failed(call, attempt, events.from_exception(attempt.deployment_id, exception, latency))
+        return None
+
+    async def async_post_call_success_deployment_hook(self, request_data, response, call_type):
+        """An attempt was answered: the failure before it, if any, was that deployment's (the
+        answer itself is learned from its logging event, which has its cost and tokens)."""
+        call, _ = self._attempt_call(request_data)
+        if call is not None:
+            self._settle(call)
         return None
 
     async def async_log_success_event(self, kwargs, response_obj, start_time, end_time):
@@ -549,7 +560,7 @@ class AisiaPlugin(CustomLogger):
         rt = self.runtime
         if rt is None or not rt.calls:
             return None
-        first = rt.call(events.request_metadata(data).get(events.REQUEST_ID_KEY))
+        first = rt.call(events.request_id(data))
         call = (first.latest or first) if first is not None else None
         if call is None or not call.attempts:
             return None
@@ -586,7 +597,7 @@ class AisiaPlugin(CustomLogger):
         rt = self.runtime
         if rt is None or not rt.calls:
             return None
-        first = rt.call(events.request_metadata(request_data or {}).get(events.REQUEST_ID_KEY))
+        first = rt.call(events.request_id(request_data or {}))
         if first is None:
             return None
         call = first.latest or first

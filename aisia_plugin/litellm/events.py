@@ -145,10 +145,10 @@ def request_metadata(data: Mapping) -> Mapping:
 
 
 def request_id(data: Mapping) -> Optional[str]:
-    """The plugin's id of the request (set by its pre-call hook); LiteLLM's call id when the
-    pre-call hook did not run (a Router used without the proxy)."""
+    """The plugin's id of the request, set by its pre-call hook (or by the filter, for a Router
+    used without the proxy). Never LiteLLM's call id: a client chooses that one."""
     rid = request_metadata(data).get(REQUEST_ID_KEY)
-    return str(rid) if rid else call_id(data)
+    return str(rid) if rid else None
 
 
 def failure_signature(outcome: Outcome, names: Iterable[str]) -> tuple:
@@ -166,7 +166,9 @@ def failure_signature(outcome: Outcome, names: Iterable[str]) -> tuple:
 _PROVIDER_SIDE_NAMES = ("timeout", "internalserver", "serviceunavailable", "badgateway", "ratelimit", "overloaded")
 _PROVIDER_SIDE_TEXT = ("connect", "refused", "reset by peer", "timed out", "timeout", "network", "name resolution",
                        "ssl", "eof", "broken pipe", "unavailable", "overloaded")
-_CLASS_PREFIX = re.compile(r"^\s*litellm\.\w+:\s*")
+# Exception class names as LiteLLM prefixes them ("litellm.APIConnectionError: OpenAIException - "):
+# not what the failure says.
+_CLASS_NAMES = re.compile(r"[\w.]*(?:Error|Exception)\b\s*[:-]?\s*")
 
 
 def is_provider_side(outcome: Outcome) -> bool:
@@ -180,7 +182,7 @@ def is_provider_side(outcome: Outcome) -> bool:
     names = outcome.error_type if isinstance(outcome.error_type, (list, tuple)) else [outcome.error_type or ""]
     if any(part in str(n).lower() for n in names for part in _PROVIDER_SIDE_NAMES):
         return True
-    text = _CLASS_PREFIX.sub("", outcome.message or "").lower()
+    text = _CLASS_NAMES.sub("", outcome.message or "").lower()
     return any(part in text for part in _PROVIDER_SIDE_TEXT)
 
 

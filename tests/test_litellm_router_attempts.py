@@ -1,0 +1,90 @@
+"""The plugin's per-attempt learning inside a real ``litellm.Router`` (in this process, no proxy,
+so no pre-call hook screens the request), in front of simulated upstreams over HTTP.
+
+A request LiteLLM refuses inside the provider call (an unknown user content part: LiteLLM raises
+it as a connection error with status 500, before anything is sent) fails the same way on every
+deployment it is retried on. The second such failure makes it the caller's: no further
+deployment is tried and nothing is learned against any of them. A provider failure, by contrast,
+is learned and failed over."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # importing litellm must not reach the network
+
+import litellm  # noqa: E402
+import pytest  # noqa: E402
+
+from aisia_plugin.litellm.callback import AisiaPlugin, Refused  # noqa: E402
+from aisia_plugin.policy.loader import load_policy_with_locations  # noqa: E402
+from proxy_harness import deployment, start_upstreams, stop_upstreams  # noqa: E402
+
+POLICY = """\
+version: 1
+defaults: false
+aliases:
+  r/three:
+    description: three healthy deployments
+    strategy: cost
+    candidates: {models: [ra, rb, rc]}
+    failover: {attempts: 2}
+"""
+
+
+@pytest.fixture(scope="module")
+def upstreams():
+    running = start_upstreams([{"name": n, "input_cost_per_1m": c, "output_cost_per_1m": c}
+                               for n, c in (("ra", 0.1), ("rb", 0.2), ("rc", 0.3))])
+    yield {u.name: u for u in running}
+    stop_upstreams(running)
+
+
+@pytest.fixture
+def routed(tmp_path, upstreams):
+    """(a Router with the plugin as its callback and the alias installed, the plugin)."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    plugin = AisiaPlugin(load_policy_with_locations([policy]))
+    plugin.boot()
+    router = litellm.Router(model_list=[deployment(n, u) for n, u in upstreams.items()], num_retries=2)
+    plugin.ensure_groups(router)
+    saved = list(litellm.callbacks)
+    litellm.callbacks = [plugin]
+    for u in upstreams.values():
+        u.reset()
+    try:
+        yield router, plugin
+    finally:
+        litellm.callbacks = saved
+
+
+def _learned(plugin) -> dict:
+    return {dep: (row["count"], row["error_rate"], row["breaker"]) for dep, row in plugin.runtime.store.stats().items()}
+
+
+def test_the_same_refusal_on_two_deployments_is_the_callers_and_nothing_is_learned(routed, upstreams):
+    router, plugin = routed
+    weird = [{"role": "user", "content": [{"type": "weird"}]}]
+    with pytest.raises(Refused) as err:
+        asyncio.run(router.acompletion(model="r/three", messages=weird))
+    assert err.value.status_code == 400
+    assert "failed the same way" in err.value.message and "Invalid user message" in err.value.message
+    assert err.value.tried == ["ra", "rb"]  # the third deployment was not tried
+    assert sum(u.stats()["calls"] for u in upstreams.values()) == 0
+    assert all(count == 0 and rate == 0 for count, rate, _ in _learned(plugin).values()), _learned(plugin)
+
+
+def test_a_provider_failure_is_learned_against_that_provider_and_failed_over(routed, upstreams):
+    router, plugin = routed
+    upstreams["ra"].control(mode="error", status=500)
+    try:
+        reply = asyncio.run(router.acompletion(model="r/three", messages=[{"role": "user", "content": "hi"}]))
+    finally:
+        upstreams["ra"].control(mode="ok")
+    assert reply._hidden_params["model_id"] == "rb"
+    # Learned as soon as the next attempt was answered (its own success arrives with its logging
+    # event, in the background).
+    learned = _learned(plugin)
+    assert learned["ra"][:2] == (1, 1.0), learned
