@@ -38,6 +38,7 @@ DEPLOYMENTS = {
     "bk-bad": ("bk-bad", {}, 0.1), "bk-good": ("bk-good", {}, 0.2),
     "plain-backup": ("plain-backup", {}, 1.0),
     "cid-a": ("cid-a", {}, 0.1), "cid-b": ("cid-b", {}, 0.2),
+    "wild": ("auto/*", {"model": "openai/*"}, 1.0),  # a wildcard deployment under the aliases' prefix
 }
 
 POLICY = """\
@@ -250,3 +251,21 @@ def test_requests_sharing_a_client_call_id_stay_apart(proxy, admin):
     assert [s for s, _ in results] == [200] * 64
     assert len({rid for _, rid in results}) == 64
     assert settled_count(admin, ids, before + 64) == before + 64
+
+
+# -- G. other APIs and names ---------------------------------------------------------------------
+def test_an_embeddings_request_to_an_alias_is_a_clear_400(proxy, upstreams):
+    before = sum(u.stats()["calls"] for u in upstreams.values())
+    r = httpx.post(proxy.base_url + "/embeddings", headers=proxy.headers, timeout=30,
+                   json={"model": "test/malformed", "input": "hello"})
+    assert r.status_code == 400, r.text
+    assert "embedding" in r.json()["error"]["message"]
+    assert sum(u.stats()["calls"] for u in upstreams.values()) == before
+
+
+def test_an_unknown_auto_name_a_wildcard_deployment_serves_goes_through(client, upstreams):
+    who, headers, _ = chat(client, "auto/not-an-alias")
+    assert who == "wild"
+    assert "x-aisia-alias" not in headers
+    # The wildcard deployment is no alias's candidate: the shipped `auto` never sends to it.
+    assert all(chat(client, "auto")[0] != "wild" for _ in range(6))

@@ -23,7 +23,6 @@ from proxy_harness import deployment, start_upstreams, stop_upstreams  # noqa: E
 
 POLICY = """\
 version: 1
-defaults: false
 aliases:
   r/three:
     description: three healthy deployments
@@ -88,3 +87,13 @@ def test_a_provider_failure_is_learned_against_that_provider_and_failed_over(rou
     # event, in the background).
     learned = _learned(plugin)
     assert learned["ra"][:2] == (1, 1.0), learned
+
+
+def test_a_responses_request_is_routed_on_its_input(routed):
+    """The Responses API hands the filter no messages (the prompt is in ``input``): the decision
+    still reads it (the simulated upstreams serve chat only, so the call itself fails)."""
+    router, plugin = routed
+    with pytest.raises(Exception):
+        asyncio.run(router.aresponses(model="r/three", input="Write a Python function that merges two sorted lists"))
+    decisions = [e["decision"] for e in plugin.runtime.explain]
+    assert decisions and decisions[0].domain == "coding"

@@ -292,6 +292,12 @@ class AisiaPlugin(CustomLogger):
         if model not in self._served_aliases:
             raise _error(503, f"alias {model!r}: no deployment of this proxy is one of its candidates "
                          f"({ap.description})", "aisia_no_candidates", param="model")
+        kind = str(getattr(call_type, "value", call_type) or "")
+        if kind in _NOT_ROUTED_CALL_TYPES:
+            self.observer.refused(model, "unsupported_api")
+            raise _error(400, f"alias {model!r} routes chat, completion and responses requests; a {kind} request "
+                         f"goes to an embedding, image or audio model by its own name", "invalid_request_error",
+                         param="model")
         # What LiteLLM would refuse inside the provider call (and report as that deployment's
         # failure) is the caller's 400 here, before any deployment is tried.
         problem = checks.message_problem(data.get("messages"))
@@ -613,6 +619,13 @@ class AisiaPlugin(CustomLogger):
             return None  # the caller's own error (a bad request, a prompt too long): theirs to see as is
         exc = self._exhausted(call)
         return _error(exc.status_code, exc.message, exc.kind, alias=exc.alias, tried=exc.tried)
+
+
+# The APIs an alias does not route (its candidates are chosen for prompts): LiteLLM's call types.
+_NOT_ROUTED_CALL_TYPES = frozenset((
+    "embedding", "aembedding", "embeddings", "image_generation", "aimage_generation", "image_edit", "aimage_edit",
+    "moderation", "amoderation", "transcription", "atranscription", "audio_transcription", "speech", "aspeech",
+    "rerank", "arerank"))
 
 
 def _ranking(decision) -> list:

@@ -55,7 +55,9 @@ def plan(policy: Policy, deployments: Iterable[Deployment], model_names: Iterabl
         if alias in foreign:
             collisions.append((alias, f"router_settings.routing_groups entry {alias!r}"))
             continue
-        kept = list(dict.fromkeys(d.model_name for d in deps if selects(ap.candidates, d)))
+        # A wildcard deployment ("auto/*", "*") is a pattern LiteLLM fills in with the name asked
+        # for, not a model an alias could send a request to.
+        kept = list(dict.fromkeys(d.model_name for d in deps if "*" not in d.model_name and selects(ap.candidates, d)))
         if kept:
             members[alias] = kept
         else:
