@@ -1,10 +1,11 @@
-"""A LiteLLM `general_settings: custom_auth` function for tests/test_admin_roles.py: LiteLLM's
-own auth, as a proxy with virtual keys would run it, but with the keys and their roles read from
-$AISIA_TEST_ROLE_KEYS (JSON, {key: LiteLLM user role}) instead of LiteLLM's Postgres database,
-which needs Prisma's engines (downloaded at first use: not on this machine). LiteLLM consults it
-for every key presented to its auth, the master key included (which it maps to proxy_admin, as
-LiteLLM's own master-key path does). Each call prints one line to the proxy's log, so that a
-test can see the function was consulted (the route and the role, never the key)."""
+"""A LiteLLM `general_settings: custom_auth` function for tests/test_admin_roles.py and
+tests/test_litellm_model_access.py: LiteLLM's own auth, as a proxy with virtual keys would run it,
+but with the keys read from $AISIA_TEST_ROLE_KEYS (JSON, {key: LiteLLM user role} or
+{key: {"role": ..., "models": [...]}}) instead of LiteLLM's Postgres database, which needs
+Prisma's engines (downloaded at first use: not on this machine). LiteLLM consults it for every key
+presented to its auth, the master key included (which it maps to proxy_admin, as LiteLLM's own
+master-key path does). Each call prints one line to the proxy's log, so that a test can see the
+function was consulted (the route and the role, never the key)."""
 
 from __future__ import annotations
 
@@ -25,13 +26,17 @@ async def user_api_key_auth(request: Request, api_key: str) -> UserAPIKeyAuth:
     from litellm.proxy import proxy_server
 
     key = _bare(api_key)
-    roles = json.loads(os.environ.get("AISIA_TEST_ROLE_KEYS", "{}"))
+    keys = json.loads(os.environ.get("AISIA_TEST_ROLE_KEYS", "{}"))
     master = proxy_server.master_key
+    spec = None
     if isinstance(master, str) and key and secrets.compare_digest(key.encode(), master.encode()):
-        role = LitellmUserRoles.PROXY_ADMIN.value
+        spec = {"role": LitellmUserRoles.PROXY_ADMIN.value}
     else:
-        role = next((r for k, r in roles.items() if key and secrets.compare_digest(key.encode(), k.encode())), None)
+        spec = next((s for k, s in keys.items() if key and secrets.compare_digest(key.encode(), k.encode())), None)
+    spec = {"role": spec} if isinstance(spec, str) else spec
+    role = spec["role"] if spec else None
     print(f"aisia-test-custom-auth: {request.url.path} -> {role}", flush=True)
-    if role is None:
+    if spec is None:
         raise Exception("aisia-test-custom-auth: unknown key")
-    return UserAPIKeyAuth(api_key=key, user_id=f"user-{role}", user_role=LitellmUserRoles(role))
+    return UserAPIKeyAuth(api_key=key, user_id=f"user-{role}", user_role=LitellmUserRoles(role),
+                          models=spec.get("models", []))

@@ -3,7 +3,10 @@ a request with the `openai` client, the admin endpoints, and polling."""
 
 from __future__ import annotations
 
+import json
+import os
 import time
+from pathlib import Path
 
 import httpx
 import openai
@@ -14,20 +17,36 @@ from proxy_harness import deployment, parse_reply, start_proxy
 # Uvicorn kills a worker that misses its 5 s health check, which a loaded 2-CPU machine can do
 # while the worker imports LiteLLM; the proxies of these suites get longer.
 SLOW_MACHINE_ENV = {"TIMEOUT_WORKER_HEALTHCHECK": "120"}
+TESTS = Path(__file__).resolve().parent
 
 
-def start_plugin_proxy(workdir, upstreams: dict, policy, env=None, models=None):
+def start_plugin_proxy(workdir, upstreams: dict, policy, env=None, models=None, litellm_settings=None,
+                       general_settings=None):
     """A proxy with the plugin's callback line in front of `upstreams` ({name: RunningUpstream};
     or the deployments `models`), `AISIA_POLICY` naming `policy` (a path, or the text of a file
-    written as team.yaml in `workdir`)."""
+    written as team.yaml in `workdir`); `litellm_settings` and `general_settings` are added to
+    the config."""
     if isinstance(policy, str):
         path = workdir / "team.yaml"
         path.write_text(policy)
         policy = path
     config = {"model_list": models if models is not None else [deployment(n, u) for n, u in upstreams.items()],
-              "litellm_settings": {"callbacks": ["aisia_plugin.litellm.plugin"]}}
+              "litellm_settings": {"callbacks": ["aisia_plugin.litellm.plugin"], **(litellm_settings or {})}}
+    if general_settings:
+        config["general_settings"] = dict(general_settings)
     return start_proxy(config, workdir, env={"AISIA_POLICY": str(policy), **SLOW_MACHINE_ENV, **(env or {})},
                        timeout_s=240)
+
+
+def start_custom_auth_proxy(workdir, upstreams: dict, policy, keys: dict, litellm_settings=None,
+                            general_settings=None):
+    """`start_plugin_proxy` with LiteLLM's keys from tests/custom_auth_roles.py: `keys` is
+    {key: role} or {key: {"role": ..., "models": [...]}}."""
+    path = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p)
+    return start_plugin_proxy(workdir, upstreams, policy, litellm_settings=litellm_settings,
+                              general_settings={"custom_auth": "custom_auth_roles.user_api_key_auth",
+                                                **(general_settings or {})},
+                              env={"PYTHONPATH": path, "AISIA_TEST_ROLE_KEYS": json.dumps(keys)})
 
 
 def client_of(proxy, timeout: float = 60) -> openai.OpenAI:

@@ -8,24 +8,20 @@ of its database lookup for every key presented to its auth (user_api_key_auth_bu
 master-key and virtual-key paths) and whose `UserAPIKeyAuth` it returns as the request's identity.
 tests/custom_auth_roles.py is such a function: it gives one key the role internal_user (what a
 virtual key without admin rights resolves to), one proxy_admin_viewer and one proxy_admin. The
-plugin's check (aisia_plugin/litellm/admin.py check_admin) admits the master key itself and asks
-LiteLLM's `user_api_key_auth` about any other key, so these keys take the same path a virtual
-key would."""
+plugin's routes take LiteLLM's `user_api_key_auth` as their FastAPI dependency (aisia_plugin/
+litellm/admin.py require_admin), so every key, the master key included, takes the path it takes
+on LiteLLM's own routes, read from any header LiteLLM reads a key from."""
 
 from __future__ import annotations
 
-import json
-import os
 import secrets
-from pathlib import Path
 
 import httpx
 import pytest
 
-from fault_helpers import SLOW_MACHINE_ENV, parse_reply
-from proxy_harness import deployment, start_proxy, start_upstreams, stop_upstreams
+from fault_helpers import parse_reply, start_custom_auth_proxy
+from proxy_harness import start_upstreams, stop_upstreams
 
-TESTS = Path(__file__).resolve().parent
 USER_KEY = "sk-internal-" + secrets.token_hex(8)
 VIEWER_KEY = "sk-viewer-" + secrets.token_hex(8)
 ADMIN_KEY = "sk-padmin-" + secrets.token_hex(8)
@@ -55,15 +51,7 @@ def upstreams():
 
 @pytest.fixture(scope="module")
 def proxy(tmp_path_factory, upstreams):
-    workdir = tmp_path_factory.mktemp("admin-roles")
-    (workdir / "team.yaml").write_text(POLICY)
-    config = {"model_list": [deployment(n, u) for n, u in upstreams.items()],
-              "litellm_settings": {"callbacks": ["aisia_plugin.litellm.plugin"]},
-              "general_settings": {"custom_auth": "custom_auth_roles.user_api_key_auth"}}
-    path = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p)
-    p = start_proxy(config, workdir, timeout_s=240,
-                    env={"AISIA_POLICY": str(workdir / "team.yaml"), "PYTHONPATH": path,
-                         "AISIA_TEST_ROLE_KEYS": json.dumps(ROLES), **SLOW_MACHINE_ENV})
+    p = start_custom_auth_proxy(tmp_path_factory.mktemp("admin-roles"), upstreams, POLICY, ROLES)
     yield p
     p.stop()
 
@@ -145,14 +133,58 @@ def test_the_proxy_admin_role_and_the_master_key_get_through(proxy, method, path
     assert r.status_code == 200, (path, who, r.status_code, r.text[:200])
     if path == "/aisia/feedback":
         assert r.json()["request_id"] == body["request_id"] and r.json()["deployment_id"] in ("role-a", "role-b")
-    # The master key is admitted by the plugin itself; the proxy_admin key by LiteLLM's auth.
-    assert consulted(proxy, path, "proxy_admin") == before + (who == "proxy_admin key")
+    # LiteLLM's auth resolved the key, the master key too (no path of the plugin's own around it).
+    assert consulted(proxy, path, "proxy_admin") == before + 1
 
 
-def test_the_routing_page_link_key_takes_the_same_check(proxy):
-    """A browser opens /aisia/ui?key=...: any key of the proxy admin's role opens it; a valid key
-    without admin rights gets 403, an unknown one 401."""
-    expected = {ADMIN_KEY: 200, proxy.master_key: 200, USER_KEY: 403, VIEWER_KEY: 403, "sk-unknown": 401}
-    seen = {key: httpx.get(proxy.url + "/aisia/ui", params={"key": key}, timeout=60) for key in expected}
+@pytest.mark.parametrize("header", ["x-api-key", "x-goog-api-key", "api-key"])
+def test_the_key_is_read_from_every_header_litellm_reads_it_from(proxy, header):
+    """FastAPI resolves LiteLLM's own key headers for the dependency: an Anthropic or Google client's
+    header works on the plugin's routes as on LiteLLM's (/v1/models), with the same role check."""
+    for key, litellm_status, status in ((ADMIN_KEY, 200, 200), (USER_KEY, 200, 403), ("sk-unknown", None, 401)):
+        if litellm_status is not None:
+            assert httpx.get(proxy.url + "/v1/models", headers={header: key}, timeout=60).status_code == litellm_status
+        r = httpx.get(proxy.url + "/aisia/policy", headers={header: key}, timeout=60)
+        assert r.status_code == status, (header, key, r.status_code, r.text[:200])
+
+
+def sign_in(proxy, key) -> httpx.Response:
+    return httpx.post(proxy.url + "/aisia/ui/login", data={"key": key}, timeout=60)
+
+
+def test_the_routing_page_sign_in_takes_the_same_check(proxy):
+    """The sign-in form's key goes through LiteLLM's auth and the role check: any key of the proxy
+    admin's role gets the session cookie; a valid key without admin rights the form again with
+    403, an unknown one with 401, neither a cookie nor the key in the answer."""
+    expected = {ADMIN_KEY: 303, proxy.master_key: 303, USER_KEY: 403, VIEWER_KEY: 403, "sk-unknown-x1": 401}
+    before = {role: consulted(proxy, "/aisia/ui/login", role) for role in ("proxy_admin", "internal_user", "None")}
+    seen = {key: sign_in(proxy, key) for key in expected}
     assert {k: r.status_code for k, r in seen.items()} == expected
-    assert "<html" in seen[ADMIN_KEY].text and "<html" not in seen[USER_KEY].text
+    for key, r in seen.items():
+        assert key not in r.text and key not in r.headers.get("location", "")
+        assert ("aisia_session=" in r.headers.get("set-cookie", "")) == (r.status_code == 303), key
+        if r.status_code != 303:
+            assert 'name="key"' in r.text  # the form again
+    assert consulted(proxy, "/aisia/ui/login", "proxy_admin") == before["proxy_admin"] + 2
+    assert consulted(proxy, "/aisia/ui/login", "internal_user") == before["internal_user"] + 1
+    assert consulted(proxy, "/aisia/ui/login", "None") == before["None"] + 1
+    # The cookie is presented to LiteLLM's auth on each request: the page's data as the admin key.
+    cookies = seen[ADMIN_KEY].cookies
+    before = consulted(proxy, "/aisia/ui/data", "proxy_admin")
+    data = httpx.get(proxy.url + "/aisia/ui/data", cookies=cookies, timeout=60)
+    assert data.status_code == 200 and "deployments" in data.json()
+    assert consulted(proxy, "/aisia/ui/data", "proxy_admin") == before + 1
+
+
+def test_a_key_in_the_routing_page_url_is_not_read(proxy):
+    """/aisia/ui?key=...: redirected to the sign-in form without the key, and not even checked
+    (LiteLLM's auth is not consulted), whoever's key it is."""
+    for key in (ADMIN_KEY, proxy.master_key, USER_KEY):
+        before = sum(consulted(proxy, path, role) for path in ("/aisia/ui", "/aisia/ui/data")
+                     for role in ("proxy_admin", "internal_user", "None"))
+        for path in ("/aisia/ui", "/aisia/ui/data"):
+            r = httpx.get(proxy.url + path, params={"key": key}, timeout=60)
+            assert r.status_code == 303 and r.headers["location"] == "/aisia/ui/login?refused=url", r.headers
+            assert key not in r.text and "set-cookie" not in r.headers
+        assert sum(consulted(proxy, path, role) for path in ("/aisia/ui", "/aisia/ui/data")
+                   for role in ("proxy_admin", "internal_user", "None")) == before

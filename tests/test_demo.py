@@ -113,7 +113,8 @@ def test_ctrl_c_stops_everything(demo):
     assert proc.returncode == 0, err
     assert "demo stopped" in err and "Traceback" not in err
     assert "master key" in out and info["master_key"] in out and "/admin/bandit/stats" in out
-    assert f"{info['url']}/aisia/ui?key={info['master_key']}" in out  # the routing page
+    assert f"{info['url']}/aisia/ui   (sign in with the master key)" in out  # the routing page
+    assert "?key=" not in out
     assert f"decision log {info['decision_log']}" in out and f"replay --logged {info['decision_log']}" in out
     assert f"{info['url']}/metrics" in out
     assert not _port_open(info["url"])

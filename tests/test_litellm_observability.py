@@ -1,14 +1,14 @@
 """Operating the router (issue 12) in a real proxy: after traffic, /aisia/metrics shows the seed's
-two metrics with the expected labels and values and every Grafana query resolves against it; the
-routing page is refused without the key and, in headless Chromium, shows the deployments and
-changes after traffic; the decision log holds one line per decision and outcome, no prompt text,
+two metrics with the expected labels and values and every Grafana query resolves against it (read
+with the master key, as LiteLLM's /metrics); the routing page is signed in to with a form and a
+session cookie (never a key in a URL) and, in headless Chromium signed in as an operator does,
+shows the deployments and changes after traffic; the decision log holds one line per decision and outcome, no prompt text,
 and `aisia replay --logged` estimates a policy on it."""
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -18,6 +18,7 @@ import httpx
 import openai
 import pytest
 
+from browser import Chromium
 from proxy_harness import deployment, parse_reply, start_proxy, start_upstreams, stop_upstreams
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "examples" / "grafana" / "aisia-dashboard.json"
@@ -43,15 +44,6 @@ aliases:
     strategy: ucb1
     candidates: {models: [ob-cheap, ob-mid, ob-dear]}
 """
-
-
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    pytest.fail("the routing page's browser test needs Chromium: `apt-get install chromium` "
-                "(.ci/run installs it when it is missing)")
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +83,7 @@ def _send(client, model, n, text="Hello there"):
 
 
 def _metrics(proxy) -> str:
-    r = httpx.get(proxy.url + "/aisia/metrics", timeout=30)
+    r = httpx.get(proxy.url + "/aisia/metrics", headers=proxy.headers, timeout=30)
     assert r.status_code == 200, r.text
     return r.text
 
@@ -148,20 +140,85 @@ def test_metrics_after_traffic(proxy, client, upstreams):
                     or re.sub(r"_total$", "", name) in exported, (name, target["expr"])
 
 
-def test_routing_page_needs_the_key(proxy):
-    assert httpx.get(proxy.url + "/aisia/ui", timeout=30).status_code == 401
-    assert httpx.get(proxy.url + "/aisia/ui", params={"key": "sk-wrong"}, timeout=30).status_code == 401
-    assert httpx.get(proxy.url + "/aisia/ui/data", timeout=30).status_code == 401
-    ok = httpx.get(proxy.url + "/aisia/ui", params={"key": proxy.master_key}, timeout=30)
-    assert ok.status_code == 200 and "AISIA routing" in ok.text
+def test_metrics_need_a_key_as_litellm_metrics_do(proxy):
+    """LiteLLM 1.108 authenticates its /metrics unless litellm_settings.require_auth_for_metrics_endpoint
+    is false (unset here): /aisia/metrics follows it (tests/test_metrics_auth.py: the setting off)."""
+    assert httpx.get(proxy.url + "/metrics", timeout=30).status_code == 401  # LiteLLM's own
+    for headers in ({}, {"Authorization": "Bearer sk-wrong"}):
+        r = httpx.get(proxy.url + "/aisia/metrics", headers=headers, timeout=30)
+        assert r.status_code == 401 and "aisia_decisions_total" not in r.text, r.text[:300]
+        assert "require_auth_for_metrics_endpoint" in r.json()["detail"]["error"]["message"]
+    assert "aisia_decisions_total" in _metrics(proxy)
 
 
-def _dom(proxy) -> str:
-    out = subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                          "--virtual-time-budget=6000", "--dump-dom", f"{proxy.url}/aisia/ui?key={proxy.master_key}"],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return out.stdout
+def _cookie_attributes(set_cookie: str) -> dict:
+    name_value, *attrs = [part.strip() for part in set_cookie.split(";")]
+    found = dict(a.split("=", 1) if "=" in a else (a, True) for a in attrs)
+    return {"name": name_value.split("=", 1)[0], "value": name_value.split("=", 1)[1], **{k.lower(): v for k, v in found.items()}}
+
+
+def test_routing_page_sign_in_sets_a_strict_http_only_cookie_and_no_url_holds_the_key(proxy):
+    key = proxy.master_key
+    # Refused without a key: a JSON 401 for an API client, the sign-in form for a browser.
+    for path in ("/aisia/ui", "/aisia/ui/data"):
+        assert httpx.get(proxy.url + path, timeout=30).status_code == 401
+    browser = httpx.get(proxy.url + "/aisia/ui", headers={"Accept": "text/html"}, timeout=30)
+    assert browser.status_code == 303 and browser.headers["location"] == "/aisia/ui/login"
+    form = httpx.get(proxy.url + "/aisia/ui/login", timeout=30)
+    assert form.status_code == 200 and '<form method="post" action="login"' in form.text and 'name="key"' in form.text
+    # The old link form is refused unread and the redirect does not echo it.
+    link = httpx.get(proxy.url + "/aisia/ui", params={"key": key}, timeout=30)
+    assert link.status_code == 303 and key not in link.headers["location"] and key not in link.text
+    assert "set-cookie" not in link.headers
+    # A wrong key: the form again, 401, no cookie, the key not echoed.
+    wrong = httpx.post(proxy.url + "/aisia/ui/login", data={"key": "sk-wrong-123"}, timeout=30)
+    assert wrong.status_code == 401 and "set-cookie" not in wrong.headers and "sk-wrong-123" not in wrong.text
+    # The master key: a redirect to the page and the session cookie.
+    with httpx.Client(base_url=proxy.url, timeout=30) as session:
+        signed = session.post("/aisia/ui/login", data={"key": key})
+        assert signed.status_code == 303 and signed.headers["location"] == "/aisia/ui"
+        cookie = _cookie_attributes(signed.headers["set-cookie"])
+        assert cookie["name"] == "aisia_session" and cookie["httponly"] is True
+        assert cookie["samesite"].lower() == "strict" and cookie["path"] == "/aisia/ui"
+        assert "secure" not in cookie  # plain HTTP here; set over HTTPS
+        assert 0 < int(cookie["max-age"]) <= 24 * 3600
+        assert key not in cookie["value"] and key not in signed.text  # sealed, not the key
+        page = session.get("/aisia/ui")
+        assert page.status_code == 200 and "AISIA routing" in page.text
+        assert "?key=" not in page.text and key not in page.text
+        # The page links nowhere with a key: every URL in it.
+        for url in re.findall(r"""(?:href|action|src)\s*=\s*["']([^"']*)""", page.text) + \
+                re.findall(r"""fetch\(([^,)]*)""", page.text):
+            assert "key" not in url.lower(), url
+        assert session.get("/aisia/ui/data").status_code == 200
+        # A tampered cookie is refused.
+        forged = httpx.get(proxy.url + "/aisia/ui/data", cookies={"aisia_session": cookie["value"].strip('"')[:-6] + "AAAAAA"},
+                           timeout=30)
+        assert forged.status_code == 401
+        # Signing out clears the cookie; the page is then refused.
+        out = session.post("/aisia/ui/logout")
+        assert out.status_code == 303 and out.headers["location"] == "/aisia/ui/login"
+        cleared = _cookie_attributes(out.headers["set-cookie"])
+        assert cleared["name"] == "aisia_session" and cleared["max-age"] == "0" and cleared["path"] == "/aisia/ui"
+        assert session.get("/aisia/ui/data").status_code == 401
+
+
+@pytest.fixture(scope="module")
+def browser(proxy, work):
+    with Chromium(work / "chromium") as b:
+        b.sign_in(proxy.url, proxy.master_key)
+        yield b
+
+
+def test_routing_page_signed_in_in_a_browser(proxy, browser):
+    """Signed in through the form in a real browser: the page shows its data, its script cannot
+    read the cookie, and no URL the tab visited holds the key."""
+    dom = browser.page_dom(proxy.url)
+    assert 'data-loaded="1"' in dom and 'id="signout"' in dom
+    assert browser.evaluate("document.cookie") == ""  # HttpOnly
+    visited = browser.visited()
+    assert proxy.url + "/aisia/ui/login" in visited and proxy.url + "/aisia/ui" in visited
+    assert not any(proxy.master_key in url or "key=" in url for url in visited), visited
 
 
 def _alias_block(dom: str, alias: str) -> tuple[int, str]:
@@ -172,15 +229,15 @@ def _alias_block(dom: str, alias: str) -> tuple[int, str]:
     return int(m.group(1)), m.group(2)
 
 
-def test_routing_page_in_a_browser_changes_after_traffic(proxy, client):
-    before = _dom(proxy)
+def test_routing_page_in_a_browser_changes_after_traffic(proxy, client, browser):
+    before = browser.page_dom(proxy.url)
     assert 'data-loaded="1"' in before, before[-2000:]
     for name in ("ob-cheap", "ob-mid", "ob-dear"):
         assert f'<tr data-deployment="{name}">' in before
     n, rows = _alias_block(before, "obs/ucb")
     assert n == 0 and "no traffic yet" in rows
     served = _send(client, "obs/ucb", 6)
-    after = _dom(proxy)
+    after = browser.page_dom(proxy.url)
     n, rows = _alias_block(after, "obs/ucb")
     assert n >= 6 and "no traffic yet" not in rows
     for name in set(served):

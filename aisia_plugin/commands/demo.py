@@ -99,7 +99,7 @@ def _banner(demo: Demo, aliases: list[str], page: str | None) -> str:
           f"        model=\"auto/coding\", messages=[{{\"role\": \"user\", \"content\": \"{EXAMPLE_PROMPT}\"}}])\n"
           f"    print(r.headers[\"x-litellm-model-id\"], r.headers.get(\"x-aisia-reason\"), r.parse().choices[0].message.content)")
     ups = i["upstreams"]
-    page_line = f"    or open the routing page in a browser: {page}\n" if page else ""
+    page_line = f"    or open the routing page in a browser and sign in with the master key: {page}\n" if page else ""
     kept = "" if i["workdir_kept"] else "   (removed at exit with the demo's folder: --workdir DIR keeps it)"
     victim = "coder" if "coder" in ups else next(iter(ups), "")
     control = ups[victim]["control"] if victim else ""
@@ -109,8 +109,8 @@ AISIA demo: a LiteLLM proxy with the aisia plugin, in-memory state, {len(i['upst
   URL          {url}   (OpenAI base URL: {i['base_url']})
   master key   {key}
   aliases      {', '.join(aliases) or '(none listed: see the log)'}
-  routing page {page or '(not served: see the log)'}
-  metrics      {url}/metrics (LiteLLM's Prometheus endpoint, with the master key) and {url}/aisia/metrics
+  routing page {page + '   (sign in with the master key)' if page else '(not served: see the log)'}
+  metrics      {url}/metrics (LiteLLM's Prometheus endpoint) and {url}/aisia/metrics, both with the master key
   decision log {i['decision_log']}{kept}
   config, log  {i['config']}, {i['log']}
 

@@ -159,7 +159,7 @@ def routing_page(proxy: Proxy) -> Optional[str]:
         status, _, _ = _http("GET", proxy.url + "/aisia/ui", proxy.master_key, timeout=10)
     except (urllib.error.URLError, OSError):
         return None
-    return f"{proxy.url}/aisia/ui?key={proxy.master_key}" if status == 200 else None
+    return f"{proxy.url}/aisia/ui" if status == 200 else None  # signed in with a form: no key in the URL
 
 
 def bandit_stats(proxy: Proxy):

@@ -1,15 +1,21 @@
-"""The plugin's HTTP routes on the proxy's own FastAPI app, behind its master key: a missing or
-wrong key is refused with 401, a valid key that is not the proxy admin's with 403."""
+"""The plugin's HTTP routes on the proxy's own FastAPI app, behind LiteLLM's own auth: LiteLLM's
+``user_api_key_auth`` is the routes' FastAPI dependency (it reads the key from the headers it
+declares, exactly as on LiteLLM's own routes, and resolves it: master key, virtual key, JWT,
+``general_settings: custom_auth``), then the role check. A missing or refused key gets 401, a
+valid key whose role is not proxy_admin 403."""
 
 from __future__ import annotations
 
+import functools
 import math
 import os
-import secrets
 import time
 from typing import TYPE_CHECKING
 
+import litellm
 from fastapi import Depends, HTTPException, Request
+from litellm.proxy._types import LitellmUserRoles, ProxyException
+from litellm.proxy.auth.user_api_key_auth import user_api_key_auth
 
 from ..outcome import Outcome
 
@@ -17,51 +23,61 @@ if TYPE_CHECKING:
     from .callback import AisiaPlugin
 
 ROUTES = ("/admin/bandit/stats", "/admin/bandit/reset", "/aisia/feedback", "/aisia/explain", "/aisia/policy")
-
-
-def _presented_key(request: Request) -> str:
-    for name in ("authorization", "x-litellm-api-key", "api-key"):
-        value = request.headers.get(name)
-        if value:
-            value = value.strip()
-            return value[7:].strip() if value.lower().startswith("bearer ") else value
-    return ""
+KEY_HINT = "Authorization: Bearer <key>"
 
 
 def _refuse(status: int, message: str) -> HTTPException:
     return HTTPException(status_code=status, detail={"error": {"message": message, "type": "aisia_auth_error"}})
 
 
-async def require_admin(request: Request) -> None:
-    """The proxy admin only: the key in the request's headers (see ``check_admin``)."""
-    await check_admin(request, _presented_key(request))
-
-
-async def check_admin(request: Request, key: str) -> None:
-    """Admit `key` if it is the proxy admin's: its master key, or a key LiteLLM's own auth
-    resolves to the proxy-admin role (a virtual key in its database, or whatever a configured
-    ``general_settings: custom_auth`` function returns, which LiteLLM consults for every key).
-    Any other role (internal_user, proxy_admin_viewer, ...) is refused with 403. LiteLLM's auth
-    answers some refusals with a 500 (it imports its database driver to classify them): any
-    refusal of it is a 401 here."""
-    from litellm.proxy import proxy_server
-    from litellm.proxy._types import LitellmUserRoles
-    from litellm.proxy.auth.user_api_key_auth import user_api_key_auth
-
-    if not key:
-        raise _refuse(401, "an API key is required (Authorization: Bearer <the proxy's master key>)")
-    master = getattr(proxy_server, "master_key", None)
-    if isinstance(master, str) and master and secrets.compare_digest(key.encode(), master.encode()):
-        return
+async def _authenticate(kwargs: dict, hint: str = ""):
+    """LiteLLM's auth on the arguments FastAPI resolved for it. A body LiteLLM cannot parse keeps
+    LiteLLM's own 400 (it answers that before the auth's verdict, on its routes too); any other
+    refusal is a 401, as LiteLLM's /metrics guard makes it (proxy/middleware/
+    prometheus_auth_middleware.py): without a database LiteLLM answers a missing key with a 500
+    and an unknown one with a 400 "No connected db."."""
     try:
-        auth = await user_api_key_auth(request=request, api_key=f"Bearer {key}", azure_api_key_header=None,
-                                       anthropic_api_key_header=None, google_ai_studio_api_key_header=None,
-                                       azure_apim_header=None, custom_litellm_key_header=None)
-    except Exception:
-        raise _refuse(401, "invalid API key") from None
-    role = getattr(auth, "user_role", None)
+        return await user_api_key_auth(**kwargs)
+    except Exception as exc:
+        if isinstance(exc, ProxyException) and exc.param == "request_body":
+            raise
+        if await kwargs["request"].body():
+            await _json_object(kwargs["request"])  # LiteLLM's auth fails on JSON that is not an object: a 400 too
+        presented = any(v for name, v in kwargs.items() if name != "request")
+        # (also a known key LiteLLM's own route checks refuse here: those run for virtual keys, and
+        # for custom_auth keys with general_settings.custom_auth_run_common_checks)
+        refusal = "the proxy's auth refused this key" if presented else f"an API key is required ({KEY_HINT})"
+        raise _refuse(401, refusal + hint) from None
+
+
+@functools.wraps(user_api_key_auth)  # FastAPI reads LiteLLM's signature: its key headers, its Request
+async def litellm_identity(**kwargs):
+    """The request's identity as LiteLLM's auth resolves it (a ``UserAPIKeyAuth``)."""
+    return await _authenticate(kwargs)
+
+
+async def require_admin(identity=Depends(litellm_identity)):
+    """The proxy admin only: a key LiteLLM resolves to the proxy_admin role (its master key among
+    them). Any other role (internal_user, proxy_admin_viewer, ...) is refused with 403."""
+    role = getattr(identity, "user_role", None)
     if role not in (LitellmUserRoles.PROXY_ADMIN, LitellmUserRoles.PROXY_ADMIN.value):
         raise _refuse(403, "the proxy admin's key is required")
+    return identity
+
+
+def metrics_auth_required() -> bool:
+    """LiteLLM's own rule for its /metrics: authenticated unless
+    ``litellm_settings.require_auth_for_metrics_endpoint`` is false (the default, unset, is True)."""
+    return getattr(litellm, "require_auth_for_metrics_endpoint", True) is not False
+
+
+@functools.wraps(user_api_key_auth)
+async def metrics_identity(**kwargs):
+    """What LiteLLM's /metrics admits: any key its auth accepts, or anyone when the setting is off."""
+    if not metrics_auth_required():
+        return None
+    return await _authenticate(kwargs, "; to let a scraper read the metrics without a key, as LiteLLM's /metrics, "
+                                       "set litellm_settings.require_auth_for_metrics_endpoint: false")
 
 
 def jsonable(value):

@@ -14,9 +14,6 @@ import logging
 import os
 from typing import TYPE_CHECKING, Optional
 
-# At module level: FastAPI resolves the routes' annotations (postponed, as strings) in these globals.
-from fastapi import Request
-
 from ..decision_log import DecisionLog
 from ..metrics import RouterMetrics
 
@@ -178,27 +175,21 @@ class Observer:
 
 
 # -- HTTP routes -------------------------------------------------------------------------------
-UI_ROUTES = ("/aisia/ui", "/aisia/ui/data", "/aisia/metrics")
+UI_ROUTES = ("/aisia/ui", "/aisia/ui/data", "/aisia/ui/login", "/aisia/ui/logout", "/aisia/metrics")
 
 
 def mount(app, plugin) -> None:
-    """The routing page and its data behind the proxy admin's key (the page also takes it as
-    ``?key=``, since a browser cannot send a header when opening a link), and the metrics."""
+    """The routing page and its data for the proxy admin (signed in with the session cookie, or
+    an Authorization header: session.py), and the metrics, authenticated as LiteLLM's own
+    /metrics is (admin.metrics_identity)."""
     from fastapi import Depends
     from fastapi.responses import HTMLResponse, JSONResponse, Response
 
     from ..ui import page_html
-    from .admin import check_admin, jsonable, require_admin
+    from . import session
+    from .admin import jsonable, metrics_identity, require_admin
 
-    async def require_admin_page(request: Request) -> None:
-        # The same check as every admin route, on the link's key when no header carries one.
-        key = request.query_params.get("key")
-        if key and not request.headers.get("authorization"):
-            await check_admin(request, key)
-        else:
-            await require_admin(request)
-
-    async def page(_=Depends(require_admin_page)):
+    async def page(_=Depends(require_admin)):
         return HTMLResponse(page_html(), headers={"Cache-Control": "no-store"})
 
     async def data(_=Depends(require_admin)):
@@ -206,11 +197,14 @@ def mount(app, plugin) -> None:
         await plugin.runtime.store.prepare()
         return JSONResponse(jsonable(observer.snapshot()), headers={"Cache-Control": "no-store"})
 
-    async def metrics():
+    async def metrics(_=Depends(metrics_identity)):
         plugin.observer.refresh_gauges()
         body, content_type = metrics_text()
         return Response(body, media_type=content_type)
 
-    app.add_api_route("/aisia/ui", page, methods=["GET"], include_in_schema=False)
-    app.add_api_route("/aisia/ui/data", data, methods=["GET"], include_in_schema=False)
+    app.router.add_api_route("/aisia/ui", page, methods=["GET"], include_in_schema=False,
+                             route_class_override=session.SessionRoute)
+    app.router.add_api_route("/aisia/ui/data", data, methods=["GET"], include_in_schema=False,
+                             route_class_override=session.SessionRoute)
+    session.mount(app)
     app.add_api_route("/aisia/metrics", metrics, methods=["GET"], include_in_schema=False)

@@ -4,6 +4,7 @@ only has to serve them behind the master key."""
 
 from __future__ import annotations
 
+import html
 from collections import Counter, defaultdict
 from importlib import resources
 from typing import Iterable, Mapping, Optional
@@ -15,6 +16,12 @@ RECENT_SHOWN = 50
 
 def page_html() -> str:
     return resources.files(__package__).joinpath("routing.html").read_text(encoding="utf-8")
+
+
+def signin_html(message: str = "") -> str:
+    """The routing page's sign-in form, with `message` (escaped) above it."""
+    form = resources.files(__package__).joinpath("signin.html").read_text(encoding="utf-8")
+    return form.replace("{{message}}", html.escape(message))
 
 
 def snapshot(*, now: float, aliases: Mapping[str, object], deployments: Iterable[object], stats: Mapping[str, dict],

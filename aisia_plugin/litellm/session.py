@@ -1,0 +1,162 @@
+"""Signing in to the routing page as LiteLLM's own UI does (proxy_server.py ``login``): a form
+posts the key once, and the answer sets a session cookie. No key is ever read from a URL, where
+it would land in access logs, proxy logs and browser history.
+
+The cookie (``aisia_session``) is HttpOnly, SameSite=Strict, scoped to the page's path, Secure
+over HTTPS, and expires after ``SESSION_S``. Its value is the key and its expiry sealed with
+LiteLLM's own at-rest encryption (``encrypt_value_helper``: ``LITELLM_SALT_KEY``, else the
+master key), so the browser never holds the key in clear and every worker can open it. The
+page's routes present the opened key to LiteLLM's auth as the request's ``Authorization``
+header (a header the request brings wins), so the cookie grants exactly what the key grants now:
+a revoked key or a changed role ends the session at once."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Optional
+
+from fastapi import Depends, HTTPException, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.routing import APIRoute
+
+from ..ui import signin_html
+from .admin import RejectionBudget, require_admin
+
+PAGE = "/aisia/ui"
+SIGN_IN = PAGE + "/login"
+SIGN_OUT = PAGE + "/logout"
+COOKIE = "aisia_session"
+SESSION_S = 8 * 3600
+NO_STORE = {"Cache-Control": "no-store"}
+
+
+def seal(key: str, now: float) -> str:
+    from litellm.proxy.common_utils.encrypt_decrypt_utils import encrypt_value_helper
+
+    return encrypt_value_helper(json.dumps({"key": key, "exp": math.floor(now + SESSION_S)}))
+
+
+def unseal(value: str, now: float) -> Optional[str]:
+    """The key sealed in a session cookie, or None (not ours, tampered with, sealed under another
+    salt or master key, or expired)."""
+    from litellm.proxy.common_utils.encrypt_decrypt_utils import decrypt_value_helper
+
+    try:
+        opened = json.loads(decrypt_value_helper(value, key=COOKIE, exception_type="debug") or "")
+        key, exp = opened["key"], opened["exp"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    return key if isinstance(key, str) and key and isinstance(exp, int) and now < exp else None
+
+
+def _root(request: Request) -> str:
+    return request.scope.get("root_path", "").rstrip("/")
+
+
+def _wants_html(request: Request) -> bool:
+    return "text/html" in request.headers.get("accept", "")
+
+
+def _presenting(request: Request, key: str) -> Request:
+    """The same request with ``key`` as its Authorization header and no body: what LiteLLM's auth
+    reads then (the sign-in form's body, which holds the key, never reaches LiteLLM's request
+    parsing or its logs)."""
+    try:
+        header = ("Bearer " + key).encode("latin-1")
+    except UnicodeEncodeError:
+        header = b"Bearer -"  # no key has such characters: refused as any unknown key is
+    drop = (b"authorization", b"content-type", b"content-length")
+    headers = [(k, v) for k, v in request.scope["headers"] if k.lower() not in drop]
+    scope = {k: v for k, v in request.scope.items() if k != "parsed_body"}
+    scope["headers"] = headers + [(b"authorization", header)]
+
+    async def no_body():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    return Request(scope, no_body)
+
+
+class SessionRoute(APIRoute):
+    """The routing page and its data: a ``?key=`` is refused unread (a redirect to the sign-in
+    form, which does not echo it); the session cookie, when the request brings no Authorization
+    header, becomes one; a browser whose key is refused is sent to the sign-in form."""
+
+    async def presented_key(self, request: Request) -> Optional[str]:
+        if request.headers.get("authorization"):
+            return None
+        sealed = request.cookies.get(COOKIE)
+        return unseal(sealed, time.time()) if sealed else None
+
+    async def refused(self, request: Request, exc: HTTPException) -> Response:
+        if request.method == "GET" and _wants_html(request):
+            return RedirectResponse(_root(request) + SIGN_IN, status_code=303, headers=NO_STORE)
+        raise exc
+
+    def get_route_handler(self):
+        handler = super().get_route_handler()
+
+        async def with_session(request: Request) -> Response:
+            if "key" in request.query_params:
+                return RedirectResponse(_root(request) + SIGN_IN + "?refused=url", status_code=303, headers=NO_STORE)
+            key = await self.presented_key(request)
+            try:
+                return await handler(_presenting(request, key) if key is not None else request)
+            except HTTPException as exc:
+                if exc.status_code not in (401, 403):
+                    raise
+                return await self.refused(request, exc)
+
+        return with_session
+
+
+class SignInRoute(SessionRoute):
+    """The sign-in form's POST: its ``key`` field is presented to LiteLLM's auth as the page's
+    cookie would be. Refusals show the form again (with 401 or 403, never the key), and once
+    ``RejectionBudget`` is spent a flood of wrong keys gets 429."""
+
+    failures = RejectionBudget(burst=20, per_s=0.5)
+
+    async def presented_key(self, request: Request) -> Optional[str]:
+        form = await request.form()
+        key = form.get("key")
+        return key.strip() if isinstance(key, str) else ""
+
+    async def refused(self, request: Request, exc: HTTPException) -> Response:
+        if not self.failures.spend():
+            return HTMLResponse(signin_html("Too many refused sign-ins: try again in a minute."), status_code=429,
+                                headers={"Retry-After": "60", **NO_STORE})
+        message = ("This key is not the proxy admin's." if exc.status_code == 403
+                   else "This key was refused: use the proxy's master key or a proxy_admin key.")
+        return HTMLResponse(signin_html(message), status_code=exc.status_code, headers=NO_STORE)
+
+
+def _cookie_attributes(request: Request) -> dict:
+    https = request.url.scheme == "https" or request.headers.get("x-forwarded-proto", "").lower() == "https"
+    return {"path": _root(request) + PAGE, "httponly": True, "samesite": "strict", "secure": https}
+
+
+def mount(app) -> None:
+    """GET and POST ``/aisia/ui/login`` (the form, then the cookie), POST ``/aisia/ui/logout``."""
+
+    async def sign_in_form(refused: str = ""):
+        note = "Keys in the page's address are not accepted: sign in here instead." if refused == "url" else ""
+        return HTMLResponse(signin_html(note), headers=NO_STORE)
+
+    async def sign_in(request: Request, _=Depends(require_admin)):
+        # The request here is the one SignInRoute made: the form's key is its Authorization header.
+        key = request.headers["authorization"][len("Bearer "):]
+        response = RedirectResponse(_root(request) + PAGE, status_code=303, headers=NO_STORE)
+        response.set_cookie(COOKIE, seal(key, time.time()), max_age=SESSION_S, **_cookie_attributes(request))
+        return response
+
+    async def sign_out(request: Request):
+        response = RedirectResponse(_root(request) + SIGN_IN, status_code=303, headers=NO_STORE)
+        response.delete_cookie(COOKIE, **_cookie_attributes(request))
+        return response
+
+    app.router.add_api_route(SIGN_IN, sign_in_form, methods=["GET"], include_in_schema=False)
+    app.router.add_api_route(SIGN_IN, sign_in, methods=["POST"], include_in_schema=False,
+                             route_class_override=SignInRoute)
+    app.router.add_api_route(SIGN_OUT, sign_out, methods=["POST"], include_in_schema=False)
