@@ -39,11 +39,18 @@ DEPLOYMENTS = {
     "plain-backup": ("plain-backup", {}, 1.0),
     "cid-a": ("cid-a", {}, 0.1), "cid-b": ("cid-b", {}, 0.2),
     "wild": ("auto/*", {"model": "openai/*"}, 1.0),  # a wildcard deployment under the aliases' prefix
+    "spec": ("spec-base", {}, 0.1),  # sends openai/gpt-4o for coding prompts (the policy's speciality)
 }
 
 POLICY = """\
 version: 1
+deployments:
+  spec: {specialities: {coding: openai/gpt-4o}}
 aliases:
+  test/special:
+    description: a deployment with a specialised model for coding
+    strategy: cost
+    candidates: {models: [spec-base]}
   test/malformed:
     description: four healthy deployments, malformed requests
     candidates: {models: [m-a, m-b, m-c, m-d]}
@@ -269,3 +276,22 @@ def test_an_unknown_auto_name_a_wildcard_deployment_serves_goes_through(client, 
     assert "x-aisia-alias" not in headers
     # The wildcard deployment is no alias's candidate: the shipped `auto` never sends to it.
     assert all(chat(client, "auto")[0] != "wild" for _ in range(6))
+
+
+def test_a_specialised_model_is_billed_at_its_own_price(client):
+    import litellm
+
+    coding = "Write a Python function that merges two sorted lists, with unit tests"
+    raw = client.chat.completions.with_raw_response.create(
+        model="test/special", messages=[{"role": "user", "content": coding}])
+    usage = raw.parse().usage
+    price = litellm.model_cost["gpt-4o"]
+    expected = usage.prompt_tokens * price["input_cost_per_token"] + usage.completion_tokens * price["output_cost_per_token"]
+    assert raw.headers["x-litellm-model-id"] == "spec"
+    assert float(raw.headers["x-litellm-response-cost"]) == pytest.approx(expected, rel=1e-6)
+    # A prompt of no domain is the base deployment's own model, at its own price.
+    raw = client.chat.completions.with_raw_response.create(
+        model="test/special", messages=[{"role": "user", "content": PLAIN}])
+    usage = raw.parse().usage
+    base = (usage.prompt_tokens * 0.1 + usage.completion_tokens * 0.2) / 1e6
+    assert float(raw.headers["x-litellm-response-cost"]) == pytest.approx(base, rel=1e-6)

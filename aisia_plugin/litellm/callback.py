@@ -640,6 +640,20 @@ def _ranking(decision) -> list:
     return [chosen] + [i for _, _, i in scored] + [i for _, _, i in unscored]
 
 
+_PRICE_KEYS = ("input_cost_per_token", "output_cost_per_token", "input_cost_per_second", "output_cost_per_second")
+
+
+def _specialised(raw: dict, params: dict, model: str) -> dict:
+    """The deployment sending `model`, its specialised model: LiteLLM prices a deployment by its
+    id's registered price or its ``base_model``, so the copy names the model as its base model and
+    drops the base deployment's own prices (LiteLLM bills and logs the model really called)."""
+    params = {k: v for k, v in params.items() if k not in _PRICE_KEYS}
+    params["model"] = params["base_model"] = model
+    info = {k: v for k, v in (raw.get("model_info") or {}).items() if k not in _PRICE_KEYS}
+    info["base_model"] = model
+    return {**raw, "litellm_params": params, "model_info": info}
+
+
 def _ranked_deployments(healthy: list, ranked: list, decision) -> list:
     """Copies of the ranked deployments with ``litellm_params.order`` = rank (LiteLLM's order
     filter keeps the lowest that survived its checks); the choice carries its specialised
@@ -655,7 +669,8 @@ def _ranked_deployments(healthy: list, ranked: list, decision) -> list:
         params = dict(raw.get("litellm_params") or {})
         params["order"] = rank
         if rank == 1 and decision.model and decision.model != params.get("model"):
-            params["model"] = decision.model
+            out.append(_specialised(raw, params, decision.model))
+            continue
         out.append({**raw, "litellm_params": params})
     return out or healthy
 
