@@ -410,7 +410,7 @@ class Decision:
 
     __slots__ = ("deployment_id", "model", "strategy", "_reason", "candidates_considered", "final_score",
                  "probability", "alias", "domain", "task_type", "refused", "status_code",
-                 "probe", "_scores", "_build_scores", "_more_scores", "context")
+                 "probe", "_scores", "_build_scores", "_more_scores", "context", "_score_map")
 
     def __init__(self, deployment_id: Optional[str], model: Optional[str], strategy: str, reason,
                  candidates_considered: int, final_score: Optional[float], scores: Optional[list] = None,
@@ -439,6 +439,9 @@ class Decision:
         # What a learning strategy needs back with the outcome (the contextual strategy: the
         # request's feature vector); None for the others.
         self.context = None
+        # The competing candidates' scores by id (a mapping, or a function of no argument giving
+        # one), for ``ranking`` without building the explanation rows; None: read the rows.
+        self._score_map = None
 
     @property
     def reason(self) -> str:
@@ -463,6 +466,26 @@ class Decision:
     @scores.setter
     def scores(self, rows) -> None:
         self._scores, self._build_scores, self._more_scores = list(rows), None, None
+
+    def ranking(self) -> list:
+        """The candidates that competed, best first: the chosen one, then the others by score
+        (those without a numeric score last, in pool order); excluded candidates are not in it."""
+        src = self._score_map
+        if src is None:
+            pairs = [(row.id, row.score) for row in self.scores if row.excluded is None]
+        else:
+            pairs = list((src() if callable(src) else src).items())
+        chosen = self.deployment_id
+        scored, unscored = [], []
+        for k, (i, s) in enumerate(pairs):
+            if i == chosen:
+                continue
+            if isinstance(s, (int, float)) and s == s:
+                scored.append((-s, k, i))
+            else:
+                unscored.append(i)
+        scored.sort()
+        return [chosen] + [i for _, _, i in scored] + unscored
 
     def add_scores(self, rows) -> None:
         """Append rows (the engine's exclusions) after the strategy's, without building them."""
@@ -535,8 +558,13 @@ def ranked_decision(strategy: str, pool: Pool, scores, chosen: Deployment, reaso
                     row.excluded = why
         return out
 
-    return Decision(chosen.id, chosen.model, strategy, reason, len(pool), final_score,
-                    probability=probability, build_scores=rows)
+    decision = Decision(chosen.id, chosen.model, strategy, reason, len(pool), final_score,
+                        probability=probability, build_scores=rows)
+    if excluded:
+        decision._score_map = lambda: {i: s for i, s in (score_of or scores()).items() if i not in excluded}
+    else:
+        decision._score_map = scores
+    return decision
 
 
 def pool_decision(strategy: str, pool: Pool, scores: list, chosen: int, reason, *,

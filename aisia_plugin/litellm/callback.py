@@ -403,7 +403,7 @@ class AisiaPlugin(CustomLogger):
                 continue
             break
         self.observer.decided(call, decision, attempt, time.perf_counter() - started, messages)
-        ranked = _ranking(decision)
+        ranked = decision.ranking()
         call.attempts.append(Attempt(decision, tuple(ranked), rt.explain_entry(call, decision, attempt)))
         return _ranked_deployments(healthy_deployments, ranked, decision)
 
@@ -626,18 +626,6 @@ _NOT_ROUTED_CALL_TYPES = frozenset((
     "embedding", "aembedding", "embeddings", "image_generation", "aimage_generation", "image_edit", "aimage_edit",
     "moderation", "amoderation", "transcription", "atranscription", "audio_transcription", "speech", "aspeech",
     "rerank", "arerank"))
-
-
-def _ranking(decision) -> list:
-    """The candidates LiteLLM may send this attempt to, best first: the choice, then every
-    other candidate that competed, by score (those without a score last, in pool order)."""
-    chosen = decision.deployment_id
-    rest = [(row.score, k, row.id) for k, row in enumerate(decision.scores)
-            if row.excluded is None and row.id != chosen]
-    scored = sorted(((s, k, i) for s, k, i in rest if isinstance(s, (int, float)) and s == s),
-                    key=lambda t: (-t[0], t[1]))
-    unscored = [(s, k, i) for s, k, i in rest if not (isinstance(s, (int, float)) and s == s)]
-    return [chosen] + [i for _, _, i in scored] + [i for _, _, i in unscored]
 
 
 _PRICE_KEYS = ("input_cost_per_token", "output_cost_per_token", "input_cost_per_second", "output_cost_per_second")
