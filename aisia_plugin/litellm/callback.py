@@ -494,8 +494,7 @@ class AisiaPlugin(CustomLogger):
         rt = self.runtime
         kind = classify_failure(rt.policy.circuit_breaker, status_code=outcome.status_code,
                                 error_type=outcome.error_type, message=outcome.message)
-        first = rt.call(call.request_id)
-        if call.answered or (first is not None and first.answered):
+        if call.answered:
             # The answer had begun (a stream broken midway): the deployment's, whatever it says.
             call.failures.append((attempt.deployment_id, kind, events.describe_failure(outcome), ()))
             self._learn_attempt(call, attempt, outcome, stream, None, kind)
@@ -574,7 +573,7 @@ class AisiaPlugin(CustomLogger):
             self._settle(c)  # an answer came: the failures before it were the deployments'
         a = call.attempts[-1]
         d = a.decision
-        first.answered = True
+        first.answered = call.answered = True
         if first.finished or call.finished:
             rt.close_call(first)
         if response is not None and not call.served:
