@@ -48,7 +48,8 @@ aliases:
 # Every route the plugin adds (admin.ROUTES and the observability routes) but /aisia/metrics, which
 # any key LiteLLM accepts may read, as its own /metrics (its labels are configured names only; the
 # privacy test below reads it; tests/test_litellm_observability.py tests its auth).
-ROUTES = [("GET", "/admin/bandit/stats"), ("POST", "/admin/bandit/reset"), ("POST", "/aisia/feedback"),
+ROUTES = [("GET", "/aisia/bandit/stats"), ("POST", "/aisia/bandit/reset"),
+          ("GET", "/admin/bandit/stats"), ("POST", "/admin/bandit/reset"), ("POST", "/aisia/feedback"),
           ("GET", "/aisia/explain"), ("GET", "/aisia/policy"), ("GET", "/aisia/ui"), ("GET", "/aisia/ui/data")]
 
 

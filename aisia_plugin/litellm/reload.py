@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Optional
 from ..policy.errors import PolicyError
 from ..policy.loader import default_policy_paths, expand_paths, load_policy_with_locations
 from .groups import AliasCollision
+from .logs import policy_error_text
 
 if TYPE_CHECKING:
     from .callback import AisiaPlugin
@@ -97,7 +98,7 @@ class PolicyWatcher:
         try:
             loaded = await asyncio.to_thread(load_policy_with_locations, self.paths)
         except PolicyError as exc:
-            self._reject("\n".join(i.format() for i in exc.issues) or str(exc))
+            self._reject(policy_error_text(exc))
             return False
         try:
             engine = await asyncio.to_thread(self.plugin.runtime.new_engine, loaded.policy)
