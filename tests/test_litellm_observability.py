@@ -19,7 +19,7 @@ import openai
 import pytest
 
 from browser import Chromium
-from proxy_harness import deployment, parse_reply, start_proxy, start_upstreams, stop_upstreams
+from proxy_harness import deployment, parse_reply, start_proxy, upstreams_fixture
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "examples" / "grafana" / "aisia-dashboard.json"
 MARKER = "quokka-7781-privacy-marker"
@@ -46,11 +46,7 @@ aliases:
 """
 
 
-@pytest.fixture(scope="module")
-def upstreams():
-    running = start_upstreams(UPSTREAMS)
-    yield {u.name: u for u in running}
-    stop_upstreams(running)
+upstreams = upstreams_fixture(UPSTREAMS)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from proxy_harness import Proxy, ProxyError, deployment, parse_reply, start_proxy, start_upstreams, stop_upstreams
+from proxy_harness import Proxy, ProxyError, deployment, parse_reply, start_proxy, upstreams_fixture
 
 UPSTREAMS = [{"name": n, "input_cost_per_1m": c, "output_cost_per_1m": c} for n, c in (
     ("om-a", 0.1), ("om-b", 1.0), ("om-c", 2.0), ("om-rl-a", 0.1), ("om-rl-b", 1.0), ("om-lk-a", 0.1),
@@ -48,16 +48,7 @@ OUR_ALIASES = ("op/cost", "op/lkgp", "op/rate-limit", "op/strict")
 LOG_LINE = r"\d\d:\d\d:\d\d - {logger}:{level}: [\w.]+\.py:\d+ - "
 
 
-@pytest.fixture(scope="module")
-def upstreams():
-    running = start_upstreams(UPSTREAMS)
-    yield {u.name: u for u in running}
-    stop_upstreams(running)
-
-
-@pytest.fixture(scope="module")
-def work(tmp_path_factory):
-    return tmp_path_factory.mktemp("operator-messages")
+upstreams = upstreams_fixture(UPSTREAMS)
 
 
 @pytest.fixture(scope="module")
@@ -67,15 +58,15 @@ def config(upstreams):
 
 
 @pytest.fixture(scope="module")
-def policy_file(work):
-    path = work / "team.yaml"
+def policy_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("operator-messages") / "team.yaml"
     path.write_text(POLICY.format(verbose=""))
     return path
 
 
 @pytest.fixture(scope="module")
-def proxy(work, config, policy_file):
-    p = start_proxy(config, work / "proxy", env={"AISIA_POLICY": str(policy_file)})
+def proxy(config, policy_file):
+    p = start_proxy(config, policy_file.parent / "proxy", env={"AISIA_POLICY": str(policy_file)})
     yield p
     p.stop()
 
@@ -107,10 +98,10 @@ def test_one_warning_line_at_start_in_litellms_format(proxy, policy_file):
     assert re.search("^" + LOG_LINE.format(logger=r"LiteLLM( Proxy| Router)?", level=r"[A-Z]+"), logs, re.M)
 
 
-def test_a_broken_policy_at_start_logs_its_located_lines(work, config):
-    bad = work / "broken.yaml"
+def test_a_broken_policy_at_start_logs_its_located_lines(tmp_path, config):
+    bad = tmp_path / "broken.yaml"
     bad.write_text("version: 1\naliases:\n  auto:\n    strategy: cheapest\n")
-    p = Proxy(config, work / "broken-proxy", env={"AISIA_POLICY": str(bad)})
+    p = Proxy(config, tmp_path / "proxy", env={"AISIA_POLICY": str(bad)})
     try:
         p.start()
     except ProxyError:
