@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from proxy_harness import Proxy, ProxyError, deployment, parse_reply, start_proxy, upstreams_fixture
+from proxy_harness import Proxy, ProxyError, chat, deployment, start_proxy, upstreams_fixture
 
 UPSTREAMS = [{"name": n, "input_cost_per_1m": c, "output_cost_per_1m": c} for n, c in (
     ("om-a", 0.1), ("om-b", 1.0), ("om-c", 2.0), ("om-rl-a", 0.1), ("om-rl-b", 1.0), ("om-lk-a", 0.1),
@@ -71,17 +71,6 @@ def proxy(config, policy_file):
     p.stop()
 
 
-@pytest.fixture(scope="module")
-def client(proxy):
-    return openai.OpenAI(base_url=proxy.base_url, api_key=proxy.master_key, max_retries=0, timeout=30)
-
-
-def chat(client, model, **extra):
-    raw = client.chat.completions.with_raw_response.create(
-        model=model, messages=[{"role": "user", "content": "Hello there"}], **extra)
-    return parse_reply(raw.parse().choices[0].message.content)[0], raw.headers
-
-
 # -- logs --------------------------------------------------------------------------------------
 def test_one_warning_line_at_start_in_litellms_format(proxy, policy_file):
     logs = proxy.logs()
@@ -129,7 +118,7 @@ def test_a_refusal_is_the_plugins_message_alone(client):
 
 
 def test_the_reason_header_is_short_by_default(client):
-    served, headers = chat(client, "op/cost")
+    served, headers, _ = chat(client, "op/cost")
     assert served == "om-a"
     assert headers["x-aisia-reason"] == "cost picked om-a of 3 candidates"  # no other id, no score
 
@@ -137,7 +126,7 @@ def test_the_reason_header_is_short_by_default(client):
 def test_a_failover_after_a_rate_limit_says_rate_limited(client, upstreams):
     upstreams["om-rl-a"].control(mode="rate_limit", retry_after=30)
     try:
-        served, headers = chat(client, "op/rate-limit")
+        served, headers, _ = chat(client, "op/rate-limit")
     finally:
         upstreams["om-rl-a"].control(mode="ok")
     assert served == "om-rl-b"
@@ -180,7 +169,7 @@ def test_the_full_reason_is_opt_in(proxy, client, policy_file):
         while httpx.get(proxy.url + "/aisia/policy", headers=proxy.headers, timeout=30).json()["reloads"] == before:
             assert time.monotonic() < deadline, "the edited policy was never reloaded"
             time.sleep(0.2)
-        _, headers = chat(client, "op/cost")
+        _, headers, _ = chat(client, "op/cost")
         reason = headers["x-aisia-reason"]
         assert reason.startswith("cost picked om-a: cheapest at $") and "next cheapest" in reason, reason
     finally:
