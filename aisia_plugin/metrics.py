@@ -25,6 +25,8 @@ NO_DOMAIN = "none"  # also the deployment label of a refused decision
 OUTCOME_RESULTS = ("success", "provider_failure", "client_error", "rate_limited")
 DECISION_RESULTS = ("routed", "refused")
 REFUSAL_REASONS = ("budget", "no_candidates", "unknown_alias")
+# What an alias of the policy can be refused for (an unknown alias is counted as alias ``other``).
+ALIAS_REFUSAL_REASONS = ("budget", "no_candidates")
 STORE_EVENTS = ("fallback", "reconnect", "batch_flushed", "outcomes_merged", "queue_full", "reseeded")
 RELOAD_RESULTS = ("ok", "invalid", "unreadable")
 # Decision cost from 5 us to 10 ms (the decision itself costs tens of microseconds).
@@ -89,6 +91,7 @@ class RouterMetrics:
         self._reasons = _Names(REFUSAL_REASONS)
         self._events = _Names(STORE_EVENTS)
         self._reload = _Names(RELOAD_RESULTS)
+        self._create_known_children()
         # The children of the per-request metrics by their (already bounded) label values.
         self._timers: dict = {}
         self._routed: dict = {}
@@ -100,6 +103,21 @@ class RouterMetrics:
         self._domain = _Names([*domains, NO_DOMAIN])
         self._deployment = _Names(deployments)
         self._strategy = _Names(strategies)
+        self._create_known_children()
+
+    def _create_known_children(self) -> None:
+        """The event counters' known label sets, at 0: a counter child exists only once labelled,
+        and a healthy proxy that never failed over, reloaded or refused would otherwise export no
+        sample at all (Grafana's "No data" instead of 0)."""
+        for alias in self._alias.known:
+            self.failovers.labels(alias)
+            for reason in ALIAS_REFUSAL_REASONS:
+                self.refusals.labels(alias, reason)
+        self.refusals.labels(OTHER, "unknown_alias")
+        for result in RELOAD_RESULTS:
+            self.reloads.labels(result)
+        for event in STORE_EVENTS:
+            self.store_events.labels(event)
 
     # -- events --------------------------------------------------------------------------------
     def decision(self, decision, elapsed_s: float, *, failover: bool = False) -> None:

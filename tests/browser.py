@@ -2,14 +2,20 @@
 websocket), so that a test does what an operator does: open the sign-in form, type the key, submit,
 and read the page the browser then shows, with the browser's own cookie handling (HttpOnly,
 SameSite) and JavaScript. `--dump-dom` cannot: it can neither submit a form nor keep a cookie.
+The layout tests also size the window, read the DOM's geometry with JavaScript (`evaluate`) and
+take screenshots.
 
     with Chromium(tmp_path / "chromium", width=1400) as browser:
         browser.sign_in(proxy.url, proxy.master_key)
         html = browser.page_dom()
+        browser.resize(900, 1000)
+        rect = browser.evaluate("document.getElementById('deployments').getBoundingClientRect().toJSON()")
+        browser.screenshot(tmp_path / "routing-900.png")
 """
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import shutil
@@ -124,8 +130,22 @@ class Chromium:
 
     # -- what an operator does ------------------------------------------------------------------
     def open(self, url: str) -> None:
+        # A mark on the document being left, so that the wait cannot end on it (the same URL again
+        # reloads: its readyState and href already match until the new document replaces it).
+        self.evaluate("window.__leaving = true")
         self.call("Page.navigate", url=url)
-        self.wait_for(f"document.readyState === 'complete' && location.href === {json.dumps(url)}", url)
+        self.wait_for(f"!window.__leaving && document.readyState === 'complete' && location.href === {json.dumps(url)}",
+                      url)
+
+    def resize(self, width: int, height: int) -> None:
+        """The page's viewport `width` x `height` CSS pixels from now on (the next page loads keep it)."""
+        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
+
+    def screenshot(self, path: Path) -> Path:
+        """The whole page as a PNG at `path` (for the reader of a failed layout assertion)."""
+        data = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"]
+        path.write_bytes(base64.b64decode(data))
+        return path
 
     def sign_in(self, base_url: str, key: str) -> None:
         """Open the routing page's sign-in form, type the key, submit, and wait for the page."""

@@ -14,11 +14,14 @@ start, so a test module shares one (a module-scoped fixture) rather than startin
 
 from __future__ import annotations
 
+import pytest
+
 from aisia_plugin.demo.proxy import OFFLINE_ENV, Proxy, ProxyError, deployment, free_port, start_proxy
 from aisia_plugin.demo.upstream import RunningUpstream, UpstreamSpec, parse_reply, start_upstreams, stop_upstreams
 
 __all__ = ["OFFLINE_ENV", "Proxy", "ProxyError", "RunningUpstream", "UpstreamSpec", "chat", "deployment", "free_port",
-           "parse_reply", "start_proxy", "start_upstreams", "stats", "stop_upstreams"]
+           "parse_reply", "start_proxy", "start_upstreams", "stats", "stop_upstreams",
+           "upstreams_fixture"]
 
 
 def chat(client, model, text="Hello, how are you today?", **kw):
@@ -36,3 +39,15 @@ def stats(admin) -> dict:
     r = admin.get("/admin/bandit/stats")
     assert r.status_code == 200, r.text
     return r.json()
+
+
+def upstreams_fixture(specs):
+    """A module's ``upstreams`` fixture (``upstreams = upstreams_fixture(SPECS)``): the simulated
+    upstreams of `specs` by name, started once for the module."""
+    @pytest.fixture(scope="module")
+    def upstreams():
+        running = start_upstreams(specs)
+        yield {u.name: u for u in running}
+        stop_upstreams(running)
+
+    return upstreams

@@ -37,7 +37,8 @@ aliases:
     candidates: {models: [role-a, role-b]}
 """
 # The plugin's routes behind the admin check (the list of tests/test_security.py).
-ROUTES = [("GET", "/admin/bandit/stats"), ("POST", "/admin/bandit/reset"), ("POST", "/aisia/feedback"),
+ROUTES = [("GET", "/aisia/bandit/stats"), ("POST", "/aisia/bandit/reset"),
+          ("GET", "/admin/bandit/stats"), ("POST", "/admin/bandit/reset"), ("POST", "/aisia/feedback"),
           ("GET", "/aisia/explain"), ("GET", "/aisia/policy"), ("GET", "/aisia/ui"), ("GET", "/aisia/ui/data")]
 
 

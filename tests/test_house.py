@@ -35,3 +35,14 @@ def test_the_wheel_carries_no_litellm_patching():
     offenders = [str(p.relative_to(REPO)) for p in PACKAGE.rglob("*.py")
                  if "litellm.router_strategy" in p.read_text(encoding="utf-8") or p.name == "litellm_baselines.py"]
     assert offenders == []
+
+
+def test_the_readmes_test_command_is_what_ci_runs_and_installs_what_the_tests_need():
+    # On a fresh machine the README's one command must be enough: the Redis tests need
+    # redis-server, the routing page's test Chromium; .ci/run installs them, then runs pytest.
+    readme = (REPO / "README.md").read_text()
+    block = re.search(r"Install and run the tests.*?```bash\n(.*?)```", readme, re.S)
+    assert block and block.group(1).strip() == "bash .ci/run"
+    ci = (REPO / ".ci" / "run").read_text()
+    for needed in ("redis-server", "chromium", ".venv/bin/pip install -q -e '.[test]'", ".venv/bin/python -m pytest"):
+        assert needed in ci, needed

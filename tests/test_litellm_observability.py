@@ -2,7 +2,9 @@
 two metrics with the expected labels and values and every Grafana query resolves against it (read
 with the master key, as LiteLLM's /metrics); the routing page is signed in to with a form and a
 session cookie (never a key in a URL) and, in headless Chromium signed in as an operator does,
-shows the deployments and changes after traffic; the decision log holds one line per decision and outcome, no prompt text,
+shows the deployments and changes after traffic, fits its cards at three window widths and charts
+each alias's traffic share over time (a break and the move away from it); the decision log holds
+one line per decision and outcome, no prompt text,
 and `aisia replay --logged` estimates a policy on it."""
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import openai
 import pytest
 
 from browser import Chromium
-from proxy_harness import deployment, parse_reply, start_proxy, start_upstreams, stop_upstreams
+from proxy_harness import deployment, parse_reply, start_proxy, upstreams_fixture
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "examples" / "grafana" / "aisia-dashboard.json"
 MARKER = "quokka-7781-privacy-marker"
@@ -27,7 +29,13 @@ UPSTREAMS = [
     {"name": "ob-cheap", "input_cost_per_1m": 0.1, "output_cost_per_1m": 0.2},
     {"name": "ob-mid", "input_cost_per_1m": 1.0, "output_cost_per_1m": 2.0},
     {"name": "ob-dear", "input_cost_per_1m": 10.0, "output_cost_per_1m": 30.0},
+    {"name": "ob-line-a", "input_cost_per_1m": 0.1, "output_cost_per_1m": 0.2},
+    {"name": "ob-line-b", "input_cost_per_1m": 1.0, "output_cost_per_1m": 2.0},
 ]
+# A deployment no alias routes to, named as long as real ones are: the table must still fit.
+LONG_NAMED = deployment("vllm-llama-3.1-8b-instruct-onprem-eu-west", "http://127.0.0.1:9/v1",
+                        litellm_params={"model": "hosted_vllm/meta-llama/Llama-3.1-8B-Instruct-AWQ-int4"})
+CODING = "Write a Python function that merges two sorted lists, with unit tests"
 POLICY = """\
 version: 1
 circuit_breaker: {failure_threshold: 2, timeout_s: 30, half_open_max_calls: 1}
@@ -43,14 +51,15 @@ aliases:
     description: observability test, learned
     strategy: ucb1
     candidates: {models: [ob-cheap, ob-mid, ob-dear]}
+  obs/chart:
+    description: traffic share over time
+    strategy: cost
+    candidates: {models: [ob-line-a, ob-line-b]}
+    failover: {attempts: 1}
 """
 
 
-@pytest.fixture(scope="module")
-def upstreams():
-    running = start_upstreams(UPSTREAMS)
-    yield {u.name: u for u in running}
-    stop_upstreams(running)
+upstreams = upstreams_fixture(UPSTREAMS)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +71,7 @@ def work(tmp_path_factory):
 def proxy(work, upstreams):
     policy = work / "team.yaml"
     policy.write_text(POLICY.replace("DECISIONS", str(work / "decisions.jsonl")))
-    config = {"model_list": [deployment(name, up) for name, up in upstreams.items()],
+    config = {"model_list": [deployment(name, up) for name, up in upstreams.items()] + [LONG_NAMED],
               "litellm_settings": {"callbacks": ["aisia_plugin.litellm.plugin"]}}
     p = start_proxy(config, work, env={"AISIA_POLICY": str(policy)})
     yield p
@@ -243,6 +252,76 @@ def test_routing_page_in_a_browser_changes_after_traffic(proxy, client, browser)
     for name in set(served):
         assert f'data-deployment="{name}"' in rows
     assert MARKER not in after
+
+
+def _open_page(browser, proxy, width: int, height: int = 1000) -> None:
+    """The routing page (the browser is signed in) in a `width` x `height` viewport, with its data."""
+    browser.resize(width, height)
+    browser.page_dom(proxy.url)
+
+
+# Each card's content box and its table's box, and how much of the page and of each table's
+# scroll box would need scrolling sideways.
+LAYOUT = """(() => {
+  const out = {page: {scroll: document.documentElement.scrollWidth, width: window.innerWidth}, cards: {}};
+  for (const id of ["deployments", "recent"]) {
+    const table = document.getElementById(id), card = table.closest("section"), box = table.parentElement;
+    const c = card.getBoundingClientRect(), style = getComputedStyle(card), t = table.getBoundingClientRect();
+    out.cards[id] = {card_left: c.left + parseFloat(style.paddingLeft), card_right: c.right - parseFloat(style.paddingRight),
+                     table_left: t.left, table_right: t.right, rows: table.tBodies[0].rows.length,
+                     scroll: box.scrollWidth, visible: box.clientWidth};
+  }
+  return out;
+})()"""
+
+
+@pytest.mark.parametrize("width", [1400, 900, 1920])
+def test_routing_page_tables_fit_their_cards(proxy, client, browser, width, tmp_path):
+    _send(client, "obs/ucb", 2)
+    _open_page(browser, proxy, width)
+    layout = browser.evaluate(LAYOUT)
+    shot = browser.screenshot(tmp_path / f"routing-{width}.png")
+    assert layout["page"]["scroll"] <= layout["page"]["width"], (layout, shot)
+    assert layout["cards"]["deployments"]["rows"] == len(UPSTREAMS) + 1
+    for name, box in layout["cards"].items():
+        # The last column inside the card: the table's right edge within its card's content box,
+        # and nothing of it hidden behind a sideways scroll.
+        assert box["card_left"] - 0.5 <= box["table_left"] and box["table_right"] <= box["card_right"] + 0.5, \
+            (name, width, box, shot)
+        assert box["scroll"] <= box["visible"], (name, width, box, shot)
+
+
+# Per alias chart: its columns in time order, each with its decisions and each deployment's share.
+CHART = """(() => {
+  const out = {};
+  for (const chart of document.querySelectorAll("#timeline .chart")) {
+    out[chart.dataset.alias] = [...chart.querySelectorAll("g.bin")].map(g => ({
+      decisions: +g.dataset.decisions,
+      share: Object.fromEntries([...g.querySelectorAll("rect")].map(r => [r.dataset.deployment, +r.dataset.share]))}));
+  }
+  return out;
+})()"""
+
+
+def test_routing_page_charts_the_move_away_from_a_broken_deployment(proxy, client, upstreams, browser):
+    assert _send(client, "obs/chart", 6, CODING) == ["ob-line-a"] * 6
+    upstreams["ob-line-a"].control(mode="error", status=500)
+    try:
+        served = _send(client, "obs/chart", 6, CODING)  # two failures open its breaker (threshold 2)
+    finally:
+        upstreams["ob-line-a"].control(mode="ok")
+    assert served == ["ob-line-b"] * 6
+    _open_page(browser, proxy, 1400)
+    bins = [b for b in browser.evaluate(CHART)["obs/chart"] if b["decisions"]]
+    assert sum(b["decisions"] for b in bins) == 6 + 6 + 2  # the two failed attempts were decisions too
+    assert bins[0]["share"] == {"ob-line-a": 1.0}  # before the break
+    assert bins[-1]["share"] == {"ob-line-b": 1.0}  # after it: the broken deployment left alone
+    # The per-domain rows are counted in words that agree with their number ("1 domain").
+    summaries = browser.evaluate("""[...document.querySelectorAll('#deployments details')].map(
+        d => [d.querySelector('summary').textContent, d.querySelectorAll('div').length])""")
+    assert ["1 domain", 1] in summaries, summaries
+    for text, n in summaries:
+        assert text == (f"{n} domain" if n == 1 else f"{n} domains")
 
 
 def test_decision_log_and_replay_logged(proxy, client, work):

@@ -4,12 +4,14 @@ good policy keeps serving."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import httpx
 import openai
 import pytest
 
+from aisia_plugin.litellm.reload import PolicyFiles
 from proxy_harness import deployment, parse_reply, start_proxy, start_upstreams, stop_upstreams
 
 POLICY = """\
@@ -111,3 +113,25 @@ def test_an_invalid_edit_is_logged_once_and_the_last_good_policy_keeps_serving(p
     policy_file.write_text(good)
     wait_for(lambda: policy_state(proxy)["rejected_edit"] is None, "the good policy back")
     assert served(client) == before
+
+
+def test_a_poll_stats_the_policy_files_and_hashes_only_a_changed_one(tmp_path):
+    team, extra = tmp_path / "team.yaml", tmp_path / "extra.yaml"
+    team.write_text(POLICY.format(models="r-a, r-b"))
+    extra.write_text("version: 1\n")
+    old = time.time() - 3600  # modified long ago: not within the recent-mtime window
+    for f in (team, extra):
+        os.utime(f, (old, old))
+    files = PolicyFiles([team, extra])
+    first = files.fingerprint()
+    assert files.hashed == 2
+    assert files.fingerprint() == first and files.hashed == 2  # nothing changed: stat only, no read
+    # Same size, mtime put back: the inode's ctime still moves, and the content is hashed again.
+    team.write_text(POLICY.format(models="r-b, r-a"))
+    os.utime(team, (old, old))
+    changed = files.fingerprint()
+    assert files.hashed == 3 and changed != first
+    assert dict(changed)[str(extra)] == dict(first)[str(extra)]
+    assert files.fingerprint() == changed and files.hashed == 3
+    extra.unlink()
+    assert dict(files.fingerprint()).get(str(extra)) in (None, "missing")

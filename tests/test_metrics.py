@@ -122,3 +122,19 @@ def test_counts_follow_a_reconfigured_vocabulary():
     assert _value(reg, "aisia_outcomes_total", alias="auto/coding", deployment="other", result="success") == 1
     assert _value(reg, "aisia_outcomes_total", alias="auto/coding", deployment="c-3", result="success") == 2
     assert _value(reg, "aisia_decision_seconds_count", alias="auto/coding") == 3
+
+
+def test_event_counters_exist_at_zero_from_the_start_for_their_known_label_sets():
+    # A healthy proxy that never failed over, reloaded, refused or saw a store event still
+    # exports these series (at 0): the shipped Grafana panels show 0, not "No data".
+    reg, _ = _metrics()
+    text = generate_latest(reg).decode()
+    for alias in ("auto", "auto/coding"):
+        assert f'aisia_failovers_total{{alias="{alias}"}} 0.0' in text
+        for reason in ("budget", "no_candidates"):
+            assert f'aisia_refusals_total{{alias="{alias}",reason="{reason}"}} 0.0' in text
+    assert 'aisia_refusals_total{alias="other",reason="unknown_alias"} 0.0' in text
+    for result in ("ok", "invalid", "unreadable"):
+        assert f'aisia_policy_reloads_total{{result="{result}"}} 0.0' in text
+    for event in ("fallback", "reconnect", "batch_flushed", "outcomes_merged", "queue_full", "reseeded"):
+        assert f'aisia_state_store_events_total{{event="{event}"}} 0.0' in text

@@ -8,7 +8,7 @@ import re
 from aisia_plugin.breaker import BreakerState, CircuitBreaker
 from aisia_plugin.decision import Deployment
 from aisia_plugin.policy import load_policy
-from aisia_plugin.ui import page_html, snapshot
+from aisia_plugin.ui import TrafficTimeline, page_html, snapshot
 
 POLICY = load_policy()
 
@@ -43,3 +43,28 @@ def test_the_page_is_self_contained():
     # No CDN, no external script, style sheet, font or image.
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
     assert "@import" not in html
+
+
+def test_the_timeline_bins_each_aliass_decisions_over_equal_spans_of_time():
+    t = TrafficTimeline(per_alias=8)
+    for i in range(4):
+        t.add("auto", "a-1", 100.0 + i)  # 100..103 on a-1
+    t.add("auto", "a-1", 105.0)
+    t.add("auto", "b-2", 105.0)
+    t.add("auto", "b-2", 110.0)
+    t.add("auto/cheap", "b-2", 50.0)
+    tl = t.bins("auto", n=5)  # 100..110 in spans of 2 s
+    assert (tl["start"], tl["end"], tl["span_s"], tl["decisions"]) == (100.0, 110.0, 2.0, 7)
+    assert [b["end"] for b in tl["bins"]] == [102.0, 104.0, 106.0, 108.0, 110.0]
+    assert [b["decisions"] for b in tl["bins"]] == [2, 2, 2, 0, 1]
+    assert tl["bins"][2]["share"] == {"a-1": 0.5, "b-2": 0.5} and tl["bins"][3]["share"] == {}
+    assert tl["bins"][4]["share"] == {"b-2": 1.0}  # the last decision falls in the last span
+    one = t.bins("auto/cheap", n=5)
+    assert one["decisions"] == 1 and [b["decisions"] for b in one["bins"]] == [1, 0, 0, 0, 0]
+    assert t.bins("auto/fast") is None
+    for i in range(10):  # bounded per alias: the oldest decisions leave
+        t.add("auto", "c-3", 200.0 + i)
+    assert t.bins("auto", n=2)["decisions"] == 8 and t.bins("auto", n=2)["start"] == 202.0
+    snap = snapshot(now=0.0, aliases=POLICY.aliases, deployments=[], stats={}, breakers={},
+                    breaker=CircuitBreaker(POLICY.circuit_breaker), recent=[], timeline=t)
+    assert snap["aliases"]["auto"]["timeline"]["decisions"] == 8 and snap["aliases"]["auto/fast"]["timeline"] is None

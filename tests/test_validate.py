@@ -552,3 +552,20 @@ def test_every_builtin_strategy_says_which_settings_it_reads():
     for name, strategy in strategies().items():
         assert strategy.settings <= set(TUNING), name
         assert "exploration" in strategy.settings, name
+
+
+@pytest.mark.parametrize("written,meant", [("cheapest", "cost"), ("lowest_cost", "cost"), ("quickest", "latency"),
+                                           ("sticky", "lkgp"), ("bandit", "ucb1")])
+def test_an_unknown_strategy_is_suggested_by_meaning_as_well_as_spelling(aisia, write_file, written, meant):
+    # 'cheapest' is closest in letters to 'fast' (the latency strategy): the suggestion follows
+    # what the word means.
+    path = write_file(f"""\
+        version: 1
+        aliases:
+          auto:
+            strategy: {written}
+        """)
+    code, out, _ = aisia("validate", path)
+    assert code == 1
+    assert out == (f"{path}:4:15: aliases.auto.strategy: unknown strategy '{written}'; did you mean '{meant}'? "
+                   "(no installed plugin provides it)\n")

@@ -22,7 +22,10 @@ from ..outcome import Outcome
 if TYPE_CHECKING:
     from .callback import AisiaPlugin
 
-ROUTES = ("/admin/bandit/stats", "/admin/bandit/reset", "/aisia/feedback", "/aisia/explain", "/aisia/policy")
+# Every route under /aisia/; /admin/bandit/stats is also served under the AISIA seed's name, and
+# /admin/bandit/reset under the name it was first documented with.
+ROUTES = ("/aisia/bandit/stats", "/aisia/bandit/reset", "/aisia/feedback", "/aisia/explain", "/aisia/policy",
+          "/admin/bandit/stats", "/admin/bandit/reset")
 KEY_HINT = "Authorization: Bearer <key>"
 
 
@@ -193,8 +196,9 @@ def mount(app, plugin: "AisiaPlugin") -> None:
                 "rejected_edit": watcher.last_error if watcher else None}
 
     app.add_api_route("/aisia/policy", policy, methods=["GET"], include_in_schema=False)
-    app.add_api_route("/admin/bandit/stats", bandit_stats, methods=["GET"], include_in_schema=False)
-    app.add_api_route("/admin/bandit/reset", bandit_reset, methods=["POST"], include_in_schema=False)
+    for prefix in ("/aisia", "/admin"):
+        app.add_api_route(f"{prefix}/bandit/stats", bandit_stats, methods=["GET"], include_in_schema=False)
+        app.add_api_route(f"{prefix}/bandit/reset", bandit_reset, methods=["POST"], include_in_schema=False)
     app.add_api_route("/aisia/feedback", feedback, methods=["POST"], include_in_schema=False)
     app.add_api_route("/aisia/explain", explain, methods=["GET"], include_in_schema=False)
     # Ahead of the proxy's catch-all routes (pass-through endpoints), which would answer first.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 import uuid
 from typing import Any, Optional
@@ -32,7 +33,9 @@ from ..policy.loader import LoadedPolicy, load_policy_with_locations
 from ..policy.yamlpos import position_of
 from . import checks, events
 from .groups import AliasCollision, group_entries, merged_groups, plan
-from .runtime import Attempt, Call, PendingFailure, Runtime, one_line, session_key
+from .headers import response_headers
+from .logs import log_policy_error, log_started, use_litellm_handler
+from .runtime import Attempt, Call, PendingFailure, Runtime, session_key
 
 log = logging.getLogger("aisia_plugin.litellm")
 
@@ -43,7 +46,10 @@ class Refused(Exception):
     def __init__(self, status_code: int, message: str, kind: str, alias: str, tried=()):
         super().__init__(message)
         self.status_code = status_code
-        self.message = message
+        # Not ``message``: the Router appends its fallback explanation ("no fallback model group
+        # was found ...") to the ``message`` of any exception that has one
+        # (router.py, async_function_with_fallbacks); the client is to read the plugin's alone.
+        self.text = message
         self.kind = kind
         self.alias = alias
         self.tried = list(tried)
@@ -117,11 +123,13 @@ class AisiaPlugin(CustomLogger):
     def boot(self) -> None:
         """Load the policy (raising PolicyError, every issue located) and, inside the proxy's
         event loop, start waiting for its Router."""
+        if "litellm.proxy.proxy_server" in sys.modules:  # inside the proxy: its log format
+            use_litellm_handler()
         if self.loaded is None:
             try:
                 self.loaded = load_policy_with_locations()
             except PolicyError as exc:
-                log.critical("aisia: the policy is invalid:\n%s", "\n".join(policy_error_lines(exc)))
+                log_policy_error(exc)
                 raise
         self.runtime = Runtime(self.loaded)
         from .observability import Observer
@@ -155,6 +163,7 @@ class AisiaPlugin(CustomLogger):
         # else refers to is garbage-collected ("Task was destroyed but it is pending").
         self._closer = asyncio.get_running_loop().create_task(self._close_at_exit())
         self._close_in_shutdown(ps)
+        log_started(self)
 
     async def _close_at_exit(self) -> None:
         """Flush the store when the proxy stops: LiteLLM has no shutdown hook for callbacks, but
@@ -321,17 +330,23 @@ class AisiaPlugin(CustomLogger):
         return data
 
     def _session(self, rt, ap, data: dict, user_api_key_dict) -> Optional[str]:
-        """The conversation an ``lkgp`` alias keeps on its last good deployment: the session
-        header, else the request's ``user``, else the API key (each hashed)."""
+        """The conversation an ``lkgp`` alias keeps on its last good deployment: LiteLLM's
+        session id (its ``x-litellm-session-id`` header, or another session header LiteLLM
+        reads), else the policy's session header (``x-aisia-session``), else the request's
+        ``user``, else the API key (each hashed)."""
         if ap.strategy != "lkgp":
             return None
-        headers = (data.get("proxy_server_request") or {}).get("headers") or {}
-        wanted = rt.policy.proxy.session_header.lower()
-        value = None
-        for k, v in headers.items():
-            if k.lower() == wanted:
-                value = v
-                break
+        value = data.get("litellm_session_id")
+        meta = data.get("litellm_metadata") or data.get("metadata") or {}
+        if meta.get("litellm_session_id_generated"):  # minted per request (missing_session_id: generate)
+            value = None
+        if not value:
+            headers = (data.get("proxy_server_request") or {}).get("headers") or {}
+            wanted = rt.policy.proxy.session_header.lower()
+            for k, v in headers.items():
+                if k.lower() == wanted:
+                    value = v
+                    break
         if not value:
             value = data.get("user") or None
         if not value:
@@ -580,25 +595,14 @@ class AisiaPlugin(CustomLogger):
             # The response is LiteLLM's answer: feedback may follow at once, before the success
             # event (logged in the background) arrives.
             rt.note_served(call, d, a.deployment_id)
-        reason = d.reason
-        if d.probe:
-            reason = f"half-open probe: {reason}"
-        if a.deployment_id is not None and a.deployment_id != d.deployment_id:
-            reason = (f"{d.deployment_id} was refused by LiteLLM's checks (tags, limits, context window); "
-                      f"next ranked {a.deployment_id} served; {reason}")
-        failed = [f for f in call.failures]
-        if failed:
-            reason = f"failover after {', '.join(f'{dep} ({what})' for dep, _, what, _ in failed)}: {reason}"
-        return {"x-aisia-alias": one_line(call.alias), "x-aisia-strategy": one_line(d.strategy),
-                "x-aisia-domain": one_line(d.domain or "none"), "x-aisia-reason": one_line(reason),
-                "x-aisia-request-id": call.request_id}
+        return response_headers(call, a, rt.policy.proxy.verbose_reason_header)
 
     # -- 5. errors -------------------------------------------------------------------------------
     async def async_post_call_failure_hook(self, request_data, original_exception, user_api_key_dict,
                                            traceback_str=None):
         if isinstance(original_exception, Refused):
             exc = original_exception
-            return _error(exc.status_code, exc.message, exc.kind, alias=exc.alias, tried=exc.tried)
+            return _error(exc.status_code, exc.text, exc.kind, alias=exc.alias, tried=exc.tried)
         rt = self.runtime
         if rt is None or not rt.calls:
             return None
@@ -617,7 +621,7 @@ class AisiaPlugin(CustomLogger):
         if any(k is FailureKind.CLIENT for _, k, _, _ in call.failures[-1:]):
             return None  # the caller's own error (a bad request, a prompt too long): theirs to see as is
         exc = self._exhausted(call)
-        return _error(exc.status_code, exc.message, exc.kind, alias=exc.alias, tried=exc.tried)
+        return _error(exc.status_code, exc.text, exc.kind, alias=exc.alias, tried=exc.tried)
 
 
 # The APIs an alias does not route (its candidates are chosen for prompts): LiteLLM's call types.
@@ -661,6 +665,3 @@ def _ranked_deployments(healthy: list, ranked: list, decision) -> list:
         out.append({**raw, "litellm_params": params})
     return out or healthy
 
-
-def policy_error_lines(exc: PolicyError) -> list[str]:
-    return [i.format() for i in exc.issues] or [str(exc)]

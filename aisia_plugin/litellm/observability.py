@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from typing import TYPE_CHECKING, Optional
 
 from ..decision_log import DecisionLog
 from ..metrics import RouterMetrics
+from ..ui import TrafficTimeline
 
 if TYPE_CHECKING:
     from .runtime import Call, Runtime
@@ -61,6 +63,7 @@ class Observer:
         self.runtime = runtime
         self.metrics = router_metrics()
         self.decision_log: Optional[DecisionLog] = None
+        self.timeline = TrafficTimeline()  # this worker's routed decisions, for the routing page
         self._log_settings = None
         self.configure()
         store = runtime.store
@@ -94,6 +97,8 @@ class Observer:
     def decided(self, call: "Call", decision, attempt: int, elapsed_s: float, messages=None) -> None:
         try:
             self.metrics.decision(decision, elapsed_s, failover=attempt > 0)
+            if decision.deployment_id is not None and not decision.refused:
+                self.timeline.add(decision.alias, decision.deployment_id, time.time())
             if self.decision_log is not None:
                 prompt = None
                 if self.decision_log.log_prompts and messages is not None:
@@ -171,7 +176,8 @@ class Observer:
         deps = self.deployments()
         return snapshot(now=engine.clock(), aliases=rt.policy.aliases, deployments=deps, stats=store.stats(),
                         breakers={d.id: store.breaker(d.id) for d in deps}, breaker=engine.breaker, recent=recent,
-                        store=type(store).__name__.replace("State", "").replace("Store", "").lower() or "memory")
+                        store=type(store).__name__.replace("State", "").replace("Store", "").lower() or "memory",
+                        timeline=self.timeline)
 
 
 # -- HTTP routes -------------------------------------------------------------------------------

@@ -8,12 +8,14 @@ import asyncio
 import hashlib
 import logging
 import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from ..policy.errors import PolicyError
 from ..policy.loader import default_policy_paths, expand_paths, load_policy_with_locations
 from .groups import AliasCollision
+from .logs import policy_error_text
 
 if TYPE_CHECKING:
     from .callback import AisiaPlugin
@@ -21,25 +23,50 @@ if TYPE_CHECKING:
 log = logging.getLogger("aisia_plugin.litellm")
 
 
-def fingerprint(paths: list[Path]) -> tuple:
-    """What identifies the policy's files now: each one's name, size, mtime and content hash (a
-    same-second edit of the same size still changes the hash). Blocking: run it in a thread."""
-    files, _ = expand_paths(paths)
-    out = []
-    for f in files:
-        try:
-            st = f.stat()
-            digest = hashlib.sha256(f.read_bytes()).hexdigest()
-        except OSError:
-            digest, st = "missing", None
-        out.append((str(f), st.st_size if st else -1, st.st_mtime_ns if st else -1, digest))
-    return tuple(out)
+# A file modified this recently is hashed even when its stat looks unchanged: an edit within the
+# file system's timestamp granularity that keeps the size (and the inode) would not show.
+RECENT_MTIME_S = 2.0
+
+
+class PolicyFiles:
+    """What identifies the policy's files now, each file's content hash, cheaply: a poll stats
+    every file and hashes only those whose stat (size, mtime, ctime, inode) changed since the
+    previous poll, or whose mtime is recent. Blocking: call ``fingerprint`` in a thread."""
+
+    def __init__(self, paths: list[Path]):
+        self.paths = paths
+        self._known: dict[str, tuple[tuple, str]] = {}  # file -> (stat stamp, content hash)
+        self.hashed = 0  # files read and hashed so far
+
+    def fingerprint(self) -> tuple:
+        files, _ = expand_paths(self.paths)
+        now = time.time()
+        known, out = {}, []
+        for f in files:
+            name = str(f)
+            try:
+                st = f.stat()
+                stamp = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+                previous = self._known.get(name)
+                if previous is not None and previous[0] == stamp and now - st.st_mtime_ns / 1e9 > RECENT_MTIME_S:
+                    digest = previous[1]
+                else:
+                    digest = hashlib.sha256(f.read_bytes()).hexdigest()
+                    self.hashed += 1
+            except OSError:
+                out.append((name, "missing"))
+                continue
+            known[name] = (stamp, digest)
+            out.append((name, digest))
+        self._known = known
+        return tuple(out)
 
 
 class PolicyWatcher:
     def __init__(self, plugin: "AisiaPlugin", paths=None):
         self.plugin = plugin
         self.paths = list(paths) if paths is not None else default_policy_paths()
+        self.files = PolicyFiles(self.paths)
         self._seen: Optional[tuple] = None
         self.last_error: Optional[str] = None
         self._task: Optional[asyncio.Task] = None
@@ -50,7 +77,7 @@ class PolicyWatcher:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
-        self._seen = await asyncio.to_thread(fingerprint, self.paths)
+        self._seen = await asyncio.to_thread(self.files.fingerprint)
         while True:
             # The serving policy's own interval (a reload may change it); 0 stops watching.
             interval = self.plugin.runtime.policy.proxy.reload_interval_s
@@ -63,7 +90,7 @@ class PolicyWatcher:
                 log.exception("aisia: policy reload check failed")
 
     async def check(self) -> bool:
-        now = await asyncio.to_thread(fingerprint, self.paths)
+        now = await asyncio.to_thread(self.files.fingerprint)
         self.checks += 1
         if now == self._seen:
             return False
@@ -71,7 +98,7 @@ class PolicyWatcher:
         try:
             loaded = await asyncio.to_thread(load_policy_with_locations, self.paths)
         except PolicyError as exc:
-            self._reject("\n".join(i.format() for i in exc.issues) or str(exc))
+            self._reject(policy_error_text(exc))
             return False
         try:
             engine = await asyncio.to_thread(self.plugin.runtime.new_engine, loaded.policy)

@@ -251,6 +251,7 @@ class State(BaseModel):
 class Proxy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     session_header: str
+    verbose_reason_header: bool
     reload_interval_s: float
     explain_history: int
 

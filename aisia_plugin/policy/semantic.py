@@ -8,12 +8,40 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 
 from .errors import PolicyIssue, dotted
 from .patterns import PatternError, compile_pattern
 from .yamlpos import Locations, position_of
 
 TASK_TYPES = ("coding", "review", "planning", "analysis", "debugging", "documentation", "default")
+
+# Words an operator may write for a strategy, by meaning: an unknown strategy name is looked up
+# here (whole, then word by word) before it is matched by spelling, so that 'cheapest' suggests
+# 'cost', not the 'fast' its letters are closest to.
+STRATEGY_SYNONYMS = {
+    "cost": ("cheap", "cheaper", "cheapest", "price", "pricing", "budget", "economy", "economical", "low-cost",
+             "lowest-cost", "cost-based", "money", "savings"),
+    "latency": ("fastest", "faster", "quick", "quickest", "speed", "speedy", "rapid", "low-latency",
+                "lowest-latency", "latency-based", "responsive"),
+    "ucb1": ("ucb", "bandit", "mab", "explore", "adaptive", "learning", "learned"),
+    "thompson": ("thompson-sampling", "sampling", "bayesian", "posterior"),
+    "lkgp": ("sticky", "session", "sessions", "pin", "pinned", "affinity", "last-good", "last-known-good", "lkg"),
+    "rules": ("rule", "rule-based", "weighted", "weights", "scoring", "static"),
+    "sla-aware": ("slo", "deadline", "p95", "sla-based", "target"),
+    "contextual": ("context", "context-aware", "prompt-aware", "linucb", "per-prompt", "features"),
+}
+_MEANS = {word: strategy for strategy, words in STRATEGY_SYNONYMS.items() for word in words}
+
+
+def strategy_by_meaning(value: str, known) -> "str | None":
+    """The known strategy `value` names by meaning (``STRATEGY_SYNONYMS``), or None."""
+    text = "-".join(str(value).lower().replace("_", " ").split())
+    for word in (text, *re.split(r"[-./]+", text)):
+        strategy = _MEANS.get(word)
+        if strategy in known:
+            return strategy
+    return None
 
 
 def _map(v) -> dict:
@@ -42,7 +70,8 @@ def semantic_issues(data: dict, locs: Locations, known_strategies: set[str]) -> 
 
     def unknown(kind: str, value, choices, plural: str) -> str:
         choices = sorted(str(c) for c in choices)
-        close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.5)
+        meant = strategy_by_meaning(value, choices) if kind == "strategy" else None
+        close = [meant] if meant else difflib.get_close_matches(str(value), choices, n=1, cutoff=0.5)
         if close:
             hint = f"; did you mean '{close[0]}'?"
         elif choices:

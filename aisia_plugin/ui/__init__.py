@@ -5,13 +5,15 @@ only has to serve them behind the master key."""
 from __future__ import annotations
 
 import html
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from importlib import resources
 from typing import Iterable, Mapping, Optional
 
 from ..breaker import OPEN, BreakerState, CircuitBreaker
 
 RECENT_SHOWN = 50
+TIMELINE_DECISIONS = 1000  # routed decisions kept per alias for the share-over-time chart
+TIMELINE_BINS = 30
 
 
 def page_html() -> str:
@@ -24,16 +26,52 @@ def signin_html(message: str = "") -> str:
     return form.replace("{{message}}", html.escape(message))
 
 
+class TrafficTimeline:
+    """Each alias's latest routed decisions, ``(time, deployment id)``, at most ``per_alias`` of
+    them: the routing page's chart of each alias's traffic share over time, where a break and
+    the move away from the broken deployment show."""
+
+    def __init__(self, per_alias: int = TIMELINE_DECISIONS):
+        self.per_alias = per_alias
+        self._decisions: dict[str, deque] = {}
+
+    def add(self, alias: str, deployment_id: str, at: float) -> None:
+        kept = self._decisions.get(alias)
+        if kept is None:
+            kept = self._decisions[alias] = deque(maxlen=self.per_alias)
+        kept.append((at, deployment_id))
+
+    def bins(self, alias: str, n: int = TIMELINE_BINS) -> Optional[dict]:
+        """The alias's kept decisions in `n` equal spans of time from the first to the last: per
+        span its end, its number of decisions and each deployment's share of them (an empty span
+        is a gap in the traffic). None without decisions."""
+        kept = list(self._decisions.get(alias) or ())
+        if not kept:
+            return None
+        start, end = kept[0][0], kept[-1][0]
+        width = (end - start) / n if end > start else 1.0
+        counts = [Counter() for _ in range(n)]
+        for at, dep in kept:
+            counts[min(int((at - start) / width), n - 1)][dep] += 1
+        spans = []
+        for k, c in enumerate(counts):
+            total = sum(c.values())
+            spans.append({"end": start + (k + 1) * width, "decisions": total,
+                          "share": {dep: m / total for dep, m in c.most_common()}})
+        return {"start": start, "end": end, "span_s": width, "decisions": len(kept), "bins": spans}
+
+
 def snapshot(*, now: float, aliases: Mapping[str, object], deployments: Iterable[object], stats: Mapping[str, dict],
              breakers: Mapping[str, BreakerState], breaker: CircuitBreaker, recent: Iterable[Mapping],
-             store: str = "memory") -> dict:
+             store: str = "memory", timeline: Optional[TrafficTimeline] = None) -> dict:
     """What the page shows: per alias its strategy and the share of its recent decisions per
     deployment; per deployment its price, breaker (with the seconds until an OPEN one half-opens)
     and learned statistics (global and per domain); the last decisions with their reasons.
 
     ``aliases``: name -> the policy's Alias; ``deployments``: the proxy's Deployments;
     ``stats``: a store's ``stats()``; ``recent``: the explain entries, oldest first, each with at
-    least ``alias`` and ``deployment``."""
+    least ``alias`` and ``deployment``; ``timeline``: each alias's share over time (``timeline``
+    of each alias row, None without traffic)."""
     recent = list(recent)
     shares: dict = defaultdict(Counter)
     for entry in recent:
@@ -47,6 +85,7 @@ def snapshot(*, now: float, aliases: Mapping[str, object], deployments: Iterable
             "strategy": getattr(a, "strategy", None), "description": getattr(a, "description", ""),
             "decisions": total,
             "share": {dep: n / total for dep, n in counts.most_common()} if total else {},
+            "timeline": timeline.bins(name) if timeline is not None else None,
         }
     dep_rows = []
     for d in deployments:

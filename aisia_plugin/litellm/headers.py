@@ -1,0 +1,58 @@
+"""The ``x-aisia-*`` response headers of an alias request. Every client sees them: by default
+``x-aisia-reason`` is short (the strategy, the deployment it picked and one clause) and names no
+other candidate and no score; the decision's full reason, with every candidate's id and score,
+is sent only when the policy asks for it (``proxy.verbose_reason_header``), and is always in
+``GET /aisia/explain`` for the proxy admin."""
+
+from __future__ import annotations
+
+from ..breaker import FailureKind
+from .runtime import Attempt, Call, one_line
+
+# How a failed attempt reads in the reason, by the kind its failure was classified as.
+FAILED_AS = {FailureKind.RATE_LIMIT: "was rate limited", FailureKind.CLIENT: "rejected the request",
+             FailureKind.PROVIDER: "failed"}
+
+
+def failed_attempts(call: Call, detail: bool = False) -> list[str]:
+    """Each failed attempt of the call: ``a was rate limited`` (with ``(429 RateLimitError)``
+    when `detail`)."""
+    return [f"{dep} {FAILED_AS.get(kind, 'failed')}" + (f" ({what})" if detail else "")
+            for dep, kind, what, *_ in call.failures]
+
+
+def _and(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def reason_header(call: Call, attempt: Attempt, verbose: bool) -> str:
+    """The ``x-aisia-reason`` value for the call's last attempt."""
+    d = attempt.decision
+    served = attempt.deployment_id or d.deployment_id  # LiteLLM's checks may have dropped the choice
+    if verbose:
+        reason = d.reason
+        if d.probe:
+            reason = f"half-open probe: {reason}"
+        if served != d.deployment_id:
+            reason = (f"{d.deployment_id} was refused by LiteLLM's checks (tags, limits, context window); "
+                      f"next ranked {served} served; {reason}")
+        if call.failures:
+            reason = f"failover after {', '.join(failed_attempts(call, detail=True))}: {reason}"
+        return one_line(reason)
+    if call.failures:
+        clause = f"after {_and(failed_attempts(call))}"
+    elif served != d.deployment_id:
+        clause = f"after LiteLLM's checks refused {d.deployment_id}"
+    elif d.probe:
+        clause = "as a half-open probe of its breaker"
+    else:
+        n = d.candidates_considered
+        clause = f"of {n} candidate{'' if n == 1 else 's'}"
+    return one_line(f"{d.strategy} picked {served} {clause}")
+
+
+def response_headers(call: Call, attempt: Attempt, verbose: bool) -> dict:
+    d = attempt.decision
+    return {"x-aisia-alias": one_line(call.alias), "x-aisia-strategy": one_line(d.strategy),
+            "x-aisia-domain": one_line(d.domain or "none"),
+            "x-aisia-reason": reason_header(call, attempt, verbose), "x-aisia-request-id": call.request_id}
