@@ -56,7 +56,13 @@ def test_events_of_requests_no_alias_routed_are_not_read(monkeypatch):
 
     monkeypatch.setattr(events, "success", unexpected)
     monkeypatch.setattr(events, "failure", unexpected)
-    kwargs = {"litellm_call_id": "plain-1", "litellm_params": {"model_info": {"id": "dep-1"}}}
+    # A plain model's request carries no id of the plugin's: not even looked up.
+    kwargs = {"litellm_call_id": "plain-1", "litellm_params": {"model_info": {"id": "dep-1"}, "metadata": {}}}
     asyncio.run(plugin.async_log_success_event(kwargs, None, 0.0, 0.1))
     asyncio.run(plugin.async_log_failure_event(kwargs, None, 0.0, 0.1))
-    assert plugin.runtime.looked_up == ["plain-1", "plain-1"]
+    assert plugin.runtime.looked_up == []
+    # An alias request no longer in flight: one lookup each, nothing built.
+    kwargs["litellm_params"]["metadata"][events.REQUEST_ID_KEY] = "gone-1"
+    asyncio.run(plugin.async_log_success_event(kwargs, None, 0.0, 0.1))
+    asyncio.run(plugin.async_log_failure_event(kwargs, None, 0.0, 0.1))
+    assert plugin.runtime.looked_up == ["gone-1", "gone-1"]
