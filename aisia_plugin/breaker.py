@@ -3,7 +3,8 @@
 Nothing in here reads a clock or a store: every method takes the current state and ``now``
 (seconds, float) and returns a *new* :class:`BreakerState`.  That keeps the logic deterministic
 and testable, and lets the state live anywhere (process memory, a Redis hash written by a Lua
-script) without the state machine caring how it is persisted.
+script) without the state machine caring how it is persisted.  Reading and writing a stored breaker
+is the stores' business (``state/records.py``, which imports this module, never the reverse).
 
 States (seed diagram)::
 
@@ -34,7 +35,7 @@ Additions to the seed, each because a real gateway needs it:
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
 from enum import Enum
 from typing import Any, Iterable, Optional
@@ -58,13 +59,6 @@ class BreakerState:
     rate_limited_until: float = 0.0  # 429 handling, counted apart from failures
     rate_limits: int = 0  # how many 429s were seen (observability only)
     probe_reserved_at: float = 0.0  # time of the latest probe reservation (probe lease)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, raw: Any) -> "BreakerState":
-        return from_dict(raw)
 
 
 class FailureKind(str, Enum):
@@ -371,25 +365,7 @@ class CircuitBreaker:
         return replace(released, rate_limited_until=until, rate_limits=max(0, s.rate_limits) + 1)
 
 
-# --------------------------------------------------------------------------------------------
-# Store helpers
-# --------------------------------------------------------------------------------------------
-def to_dict(s: BreakerState) -> dict[str, Any]:
-    """Plain dict (field -> str/int/float) for a store; the inverse of :func:`from_dict`."""
-    return asdict(s)
-
-
-def from_dict(raw: Any) -> BreakerState:
-    """A stored breaker (a snapshot's mapping, a Redis HGETALL with bytes keys and values) read
-    by the one lenient reader of stored records, ``aisia_plugin.state.records.read_breaker``:
-    it never raises, and a corrupt record reads as a usable one (an unreadable state as CLOSED)."""
-    from .state.records import read_breaker  # the stores' module imports this one
-
-    return read_breaker(raw)
-
-
 __all__ = [
     "CLOSED", "HALF_OPEN", "OPEN", "STATES", "PROMETHEUS_CODE", "BreakerState", "FailureKind", "CircuitBreaker",
     "classify_failure", "classify_exception", "exception_names", "exception_status", "parse_retry_after",
-    "to_dict", "from_dict",
 ]

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Optional
 
 from .bandit import EMPTY, arm_view, arm_weights, beta_params, pulls_and_rewards
 from .breaker import CLOSED, HALF_OPEN, OPEN
-from .policy.defaults import defaults_of
+from .schema_defaults import defaults_of
 
 HEALTH = {CLOSED: 1.0, HALF_OPEN: 0.5, OPEN: 0.0}
 

@@ -48,18 +48,21 @@ union scans that find the occurrences its score needs, several the counting swee
 
 Patterns that can match the empty string are left out (they would count everywhere and, in the
 union, shadow the patterns after them); the test is exact, over every context an empty match can
-depend on."""
+depend on.
+
+The detector takes its section as data (``DomainsSection``: a policy's ``domains``, or any object
+of that shape) and imports no policy code: the policy loader checks the patterns (each one RE2
+accepts) and builds the detector (through ``scan.scanner_for``); ``policy.default_domain_detector``
+is the shipped policy's."""
 
 from __future__ import annotations
 
 import math
-from functools import lru_cache
-from typing import Optional
+from typing import Mapping, Optional, Protocol, Sequence
 
 import re2
 
 from .features import scanned_bytes
-from .policy.patterns import compile_pattern
 from .re2compat import ANCHOR_BOTH, ANCHOR_START, UNANCHORED, Set, match_of
 
 _UNANCHORED, _ANCHOR_START, _ANCHOR_BOTH = UNANCHORED, ANCHOR_START, ANCHOR_BOTH
@@ -86,11 +89,14 @@ _SIDES = ("", "\n", "a", " ")
 _CONTEXTS = tuple(((before + after).encode(), len(before)) for before in _SIDES for after in _SIDES)
 
 
-def _matches_empty(pattern: str) -> bool:
-    """Can the pattern match the empty string anywhere? (compile_pattern first names a pattern
-    RE2 rejects, with the policy's error message)"""
-    compile_pattern(pattern)
-    match = match_of(re2.compile(pattern, _options()))
+def _matches_empty(pattern: str, domain: str) -> bool:
+    """Can the pattern match the empty string anywhere? (The policy loader names a pattern RE2
+    rejects, at its line, before it builds a detector; built from other data, the detector
+    names it here.)"""
+    try:
+        match = match_of(re2.compile(pattern, _options()))
+    except re2.error as exc:
+        raise DomainPatternsError(f"domain '{domain}': pattern {pattern!r} is not RE2 syntax ({exc})", domain) from None
     return any(match(_ANCHOR_BOTH, text, pos, pos)[0][0] >= 0 for text, pos in _CONTEXTS)
 
 
@@ -143,10 +149,27 @@ def _compiled(pattern: str, opts, what: str, culprit):
         raise too_big(culprit(), what) from None
 
 
+class DomainDefinition(Protocol):
+    """One domain as the detector reads it (a policy's ``domains.definitions[name]``)."""
+
+    patterns: Sequence[str]
+    weight: float
+    min_density: float
+
+
+class DomainsSection(Protocol):
+    """What the detector reads of a policy's ``domains`` section (policy.models.Domains)."""
+
+    enabled: bool
+    min_matches: int
+    max_scan_chars: int
+    definitions: Mapping[str, DomainDefinition]
+
+
 class DomainDetector:
     """Compiled once from a policy's ``domains`` section; ``scores``/``detect`` never raise."""
 
-    def __init__(self, domains):
+    def __init__(self, domains: DomainsSection):
         self.enabled = bool(domains.enabled)
         self.min_matches = domains.min_matches
         self.max_scan_chars = domains.max_scan_chars
@@ -163,7 +186,7 @@ class DomainDetector:
         self._bounds_hold = all(w > 0 and math.isfinite(w) for w in self.weights)
         alternations, self._owner = [], []  # per Set entry: its patterns, its domain's index
         for i, n in enumerate(self.names):
-            pats = [p for p in domains.definitions[n].patterns if not _matches_empty(p)]
+            pats = [p for p in domains.definitions[n].patterns if not _matches_empty(p, n)]
             if pats:
                 alternations.append("|".join(f"(?:{p})" for p in pats))
                 self._owner.append(i)
@@ -379,15 +402,3 @@ def _resume(data: bytes, start: int, end: int) -> int:
 
 
 _RESUME_SPAN = 96
-
-
-@lru_cache(maxsize=1)
-def _default_detector() -> DomainDetector:
-    from .policy import load_policy
-
-    return DomainDetector(load_policy().domains)
-
-
-def detect_domain(text: str) -> Optional[str]:
-    """The domain of a prompt under the shipped default policy, or None."""
-    return _default_detector().detect(text)

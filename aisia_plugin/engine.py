@@ -22,7 +22,7 @@ from .features import RequestFeatures
 from .interfaces import StateStore
 from .learning import LearningRules, OutcomeRecord
 from .outcome import Outcome, reward
-from .policy.defaults import defaults_of
+from .schema_defaults import defaults_of
 from .policy.models import Policy
 from .scan import scanner_for
 from .state.memory import MemoryState

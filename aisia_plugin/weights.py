@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from .policy.defaults import defaults_of
+from .schema_defaults import defaults_of
 from .policy.models import FACTORS
 
 # OmniRoute's DEFAULT_WEIGHTS (they sum to 1), as the schema's Weights defaults: used when a

@@ -38,7 +38,7 @@ from test_hostile_requests import ALIASES, POOL, messages, scalar, text, tools  
 
 from aisia_plugin.demo.proxy import Proxy, deployment  # noqa: E402
 from aisia_plugin.demo.upstream import start_upstreams, stop_upstreams  # noqa: E402
-from aisia_plugin.domains import detect_domain  # noqa: E402
+from aisia_plugin.policy import detect_domain  # noqa: E402
 from aisia_plugin.engine import Engine  # noqa: E402
 from aisia_plugin.features import extract_features  # noqa: E402
 from aisia_plugin.outcome import Outcome  # noqa: E402

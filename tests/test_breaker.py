@@ -10,6 +10,7 @@ max_retry_after_s 300.
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 
 import pytest
 from hypothesis import given, settings
@@ -17,9 +18,10 @@ from hypothesis import strategies as st
 
 from aisia_plugin.breaker import (
     CLOSED, HALF_OPEN, OPEN, PROMETHEUS_CODE, BreakerState, CircuitBreaker, FailureKind,
-    classify_exception, classify_failure, from_dict, parse_retry_after, to_dict,
+    classify_exception, classify_failure, parse_retry_after,
 )
 from aisia_plugin.policy import load_policy
+from aisia_plugin.state.records import read_breaker
 
 T0 = 1_000.0
 
@@ -372,20 +374,19 @@ def test_parse_retry_after():
     assert parse_retry_after("soon") is None
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:30 GMT", now_epoch=1445412480.0) == 30.0
 
-
-# -- store helpers -------------------------------------------------------------------------------
+# -- the stores' reader of a breaker (state/records.py) --------------------------------------------
+# -- the stores' reader of a breaker (state/records.py) -------------------------------------------------------------------------------
 def test_dict_round_trip_and_tolerant_reader(cb):
     s = cb.on_failure(_opened(cb), T0 + 1, FailureKind.RATE_LIMIT, 7)
-    assert from_dict(to_dict(s)) == s
-    assert BreakerState.from_dict(s.to_dict()) == s
+    assert read_breaker(asdict(s)) == s
     redis_like = {b"state": b"OPEN", b"failures": b"5", b"last_failure_time": b"1000.5", b"success_count": b"0"}
-    assert from_dict(redis_like) == BreakerState(state=OPEN, failures=5, last_failure_time=1000.5)
-    assert from_dict({"state": "2"}).state == OPEN  # Prometheus code
+    assert read_breaker(redis_like) == BreakerState(state=OPEN, failures=5, last_failure_time=1000.5)
+    assert read_breaker({"state": "2"}).state == OPEN  # Prometheus code
     garbage = {"state": "MELTED", "failures": "lots", "last_failure_time": "nan", "success_count": -4,
                "probes_in_flight": None, "rate_limited_until": [1], "rate_limits": True, "extra": 1}
-    assert from_dict(garbage) == BreakerState()
+    assert read_breaker(garbage) == BreakerState()
     for raw in (None, 3, "x", [], {1: object()}):
-        assert from_dict(raw) == BreakerState()
+        assert read_breaker(raw) == BreakerState()
 
 
 # -- property --------------------------------------------------------------------------------------
@@ -442,4 +443,4 @@ def test_invariants_under_random_sequences(tmp_path_factory, ops, threshold, max
             assert s.failures < threshold and s.probes_in_flight == 0
             if s.failures < threshold and not cb.is_rate_limited(s, now):
                 assert cb.available(s, now)
-        assert from_dict(to_dict(s)) == s
+        assert read_breaker(asdict(s)) == s

@@ -5,8 +5,8 @@ import textwrap
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from aisia_plugin.domains import DomainDetector, _default_detector, detect_domain
-from aisia_plugin.policy import load_policy
+from aisia_plugin.domains import DomainDetector
+from aisia_plugin.policy import default_domain_detector, detect_domain, load_policy
 
 EXAMPLES = {
     "math": ["Calcule la dérivée de x^2", "Solve the quadratic equation x^2 - 5x + 6 = 0 and compute the derivative"],
@@ -55,7 +55,7 @@ def test_none_when_nothing_matches(text):
 def test_non_str_input():
     for odd in (None, 3, b"calcule la derivee", ["x"]):
         assert detect_domain(odd) is None
-        assert _default_detector().scores(odd) == {}
+        assert default_domain_detector().scores(odd) == {}
 
 
 def _detector(tmp_path, body: str) -> DomainDetector:
@@ -129,7 +129,7 @@ def test_accented_words_are_matched():
 
 
 def test_one_megabyte_adversarial_input_completes():
-    det = _default_detector()
+    det = default_domain_detector()
     for text in ("a" * 10**6 + "!", "calcul " * 150_000, "é" * 10**6, "\ud800" * 1000 + "traduis en anglais"):
         result = det.detect(text)
         assert result is None or result in ORDER
@@ -146,7 +146,7 @@ def test_detect_never_raises(text):
 @given(st.lists(st.sampled_from(["calcule", "dérivée", "python", "traduis", "en anglais", "patient", " ", "\n",
                                  "é", "x^2", "the court", "spam", "!", "```"]), max_size=60).map("".join))
 def test_detect_never_raises_on_keyword_soup(text):
-    det = _default_detector()
+    det = default_domain_detector()
     scores = det.scores(text)
     assert set(scores) <= set(ORDER) and all(v > 0 for v in scores.values())
     assert det.detect(text) in {None, *ORDER}
@@ -254,7 +254,7 @@ def test_keyword_dense_prompt():
             "that reproduces the failure with a fixture? Here is the relevant part of the code:\n"
             "def parse(payload):\n    items = payload['data']['items']\n    return [Item(**x) for x in items]\n")
     text = (para * 6)[:2048]
-    det = _default_detector()
+    det = default_domain_detector()
     assert det.detect(text) == "coding" == _reference(det, text)
     assert det.counts(text)[ORDER.index("coding")] >= 30
 
@@ -283,7 +283,7 @@ def test_detect_is_the_best_of_the_full_count(which, text):
 
 
 def test_detect_is_the_best_of_the_full_count_on_the_shipped_policy():
-    det = _default_detector()
+    det = default_domain_detector()
     texts = [t for pair in EXAMPLES.values() for t in pair]
     texts += ["Please solve the following mathematical problem step by step. " + t for t in texts]
     texts += [" ".join(texts[i:i + 5]) for i in range(0, len(texts), 3)]

@@ -72,8 +72,8 @@ def test_a_file_that_is_no_state_is_a_clear_error(tmp_path, text):
 
 def test_out_of_range_values_are_clamped_or_rejected_by_the_one_reader(tmp_path):
     """The snapshot's reader is the Redis store's (state/records.py): the same input reads the
-    same everywhere, including breaker.from_dict."""
-    from aisia_plugin.breaker import from_dict
+    same everywhere, including read_breaker called alone."""
+    from aisia_plugin.state.records import read_breaker
 
     data = {"ticks": -3, "bandit": {"a-1": {"pulls": 10, "total_reward": 25, "alpha": 0.2, "beta": 1e300,
                                             "avg_latency": -2.0, "latency_var": -1, "failures": 40, "count": -5,
@@ -95,7 +95,7 @@ def test_out_of_range_values_are_clamped_or_rejected_by_the_one_reader(tmp_path)
     assert st.breaker("b-2") == BreakerState(state="HALF_OPEN", probe_reserved_at=12.5)
     assert st.breaker("c-3").state == "OPEN"
     for dep, raw in data["breakers"].items():
-        assert from_dict(raw) == st.breaker(dep)
+        assert read_breaker(raw) == st.breaker(dep)
 
 
 def test_each_value_read_otherwise_is_named_with_its_record(tmp_path):

@@ -2,7 +2,7 @@
 and a provider made to fail, so that a new user sees `auto/*` routing and its adaptation
 without any API key.
 
-The pieces: the simulated fleet (`DEMO_UPSTREAMS`), the proxy config built from it
+The pieces: the simulated fleet (`upstream.DEMO_UPSTREAMS`), the proxy config built from it
 (`demo_config`), the sample traffic (`send_traffic`) and its tables (`traffic_table`,
 `provider_table`), and `Demo`, which starts and stops them in order. HTTP only (urllib): no
 LiteLLM import, no client library beyond the standard one."""
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from .proxy import Proxy, deployment, free_port, port_is_free
-from .upstream import RunningUpstream, UpstreamSpec, parse_reply, start_upstreams, stop_upstreams
+from .upstream import DEMO_UPSTREAMS, RunningUpstream, UpstreamSpec, parse_reply, start_upstreams, stop_upstreams
 
 PLUGIN_CALLBACK = "aisia_plugin.litellm.plugin"
 DEMO_POLICY = Path(__file__).resolve().parent / "demo-policy.yaml"
@@ -34,27 +34,6 @@ DEMO_EDIT = Path(__file__).resolve().parent / "demo-edit.yaml"
 DEFAULT_PORT = 4000  # LiteLLM's usual port
 DECISION_LOG = "decisions.jsonl"  # in the demo's folder (logging.decisions)
 LOGGING_POLICY = "demo-logging.yaml"  # the policy layer that turns the decision log on
-
-# Six simulated providers. Their ids match the annotations of demo-policy.yaml; prices are USD
-# per 1M tokens (input, output); strengths drive the quality signal in their replies.
-DEMO_UPSTREAMS: tuple[UpstreamSpec, ...] = (
-    UpstreamSpec("frontier", model="frontier-large", latency_ms=180, error_rate=0.01,
-                 input_cost_per_1m=5.0, output_cost_per_1m=15.0, default_strength=0.85,
-                 strengths={"coding": 0.8, "math": 0.93, "reasoning": 0.93, "translation": 0.85}, seed=1),
-    UpstreamSpec("coder", model="coder-32b", latency_ms=70, error_rate=0.01,
-                 input_cost_per_1m=0.8, output_cost_per_1m=2.4, default_strength=0.45,
-                 strengths={"coding": 0.97}, seed=2),
-    UpstreamSpec("swift", model="swift-mini", latency_ms=12, error_rate=0.01,
-                 input_cost_per_1m=0.15, output_cost_per_1m=0.6, default_strength=0.6,
-                 strengths={"coding": 0.55, "math": 0.5}, seed=3),
-    UpstreamSpec("budget", model="budget-7b", latency_ms=220, error_rate=0.04,
-                 input_cost_per_1m=0.02, output_cost_per_1m=0.05, default_strength=0.4, seed=4),
-    UpstreamSpec("flaky", model="flaky-70b", latency_ms=50, error_rate=0.2,
-                 input_cost_per_1m=0.6, output_cost_per_1m=1.8, default_strength=0.75,
-                 strengths={"translation": 0.9}, seed=5),
-    UpstreamSpec("local", model="llama-3.2-3b", latency_ms=110, error_rate=0.0,
-                 input_cost_per_1m=0.0, output_cost_per_1m=0.0, default_strength=0.35, local=True, seed=6),
-)
 
 # The sample traffic: (alias, prompts); each request draws an entry (weighted) and a prompt.
 SAMPLE_PROMPTS = {

@@ -94,10 +94,34 @@ class UpstreamSpec:
         return cls(**dict(spec))
 
 
+# The demo's six simulated providers (`aisia demo`, and `--demo` below: defined here so that this
+# module needs nothing from the scenario that starts it). Their ids match the annotations of
+# demo-policy.yaml; prices are USD per 1M tokens (input, output); strengths drive the quality
+# signal in their replies.
+DEMO_UPSTREAMS: tuple[UpstreamSpec, ...] = (
+    UpstreamSpec("frontier", model="frontier-large", latency_ms=180, error_rate=0.01,
+                 input_cost_per_1m=5.0, output_cost_per_1m=15.0, default_strength=0.85,
+                 strengths={"coding": 0.8, "math": 0.93, "reasoning": 0.93, "translation": 0.85}, seed=1),
+    UpstreamSpec("coder", model="coder-32b", latency_ms=70, error_rate=0.01,
+                 input_cost_per_1m=0.8, output_cost_per_1m=2.4, default_strength=0.45,
+                 strengths={"coding": 0.97}, seed=2),
+    UpstreamSpec("swift", model="swift-mini", latency_ms=12, error_rate=0.01,
+                 input_cost_per_1m=0.15, output_cost_per_1m=0.6, default_strength=0.6,
+                 strengths={"coding": 0.55, "math": 0.5}, seed=3),
+    UpstreamSpec("budget", model="budget-7b", latency_ms=220, error_rate=0.04,
+                 input_cost_per_1m=0.02, output_cost_per_1m=0.05, default_strength=0.4, seed=4),
+    UpstreamSpec("flaky", model="flaky-70b", latency_ms=50, error_rate=0.2,
+                 input_cost_per_1m=0.6, output_cost_per_1m=1.8, default_strength=0.75,
+                 strengths={"translation": 0.9}, seed=5),
+    UpstreamSpec("local", model="llama-3.2-3b", latency_ms=110, error_rate=0.0,
+                 input_cost_per_1m=0.0, output_cost_per_1m=0.0, default_strength=0.35, local=True, seed=6),
+)
+
+
 def _domain_of(text: str) -> Optional[str]:
     # The same detection the router uses, so that "strong in coding" means the same thing to the
     # simulated provider and to the policy.
-    from ..domains import detect_domain
+    from ..policy import detect_domain
 
     return detect_domain(text)
 
@@ -552,8 +576,6 @@ def main(argv=None) -> int:
     try:
         specs = [parse_spec(s) for s in args.spec]
         if args.demo or not specs:
-            from .scenario import DEMO_UPSTREAMS
-
             specs = list(DEMO_UPSTREAMS) + specs
         running = start_upstreams(specs)
     except (ValueError, OSError) as exc:

@@ -7,7 +7,8 @@ jsonschema."""
 from .errors import PolicyError, PolicyIssue
 from .models import Policy
 
-_LOADER = ("default_policy_paths", "load_policy", "load_policy_with_locations")
+_LOADER = ("default_policy_paths", "load_policy", "load_policy_with_locations", "default_domain_detector",
+           "detect_domain")
 
 __all__ = ["PolicyError", "PolicyIssue", "Policy", *_LOADER]
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import os
 import stat
+from functools import lru_cache
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -157,6 +158,20 @@ def _engine_issues(policy: Policy, locs: Locations) -> list[PolicyIssue]:
         return [PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0, pos.column if pos else 0,
                             dotted(path), str(exc).split(": ", 1)[-1] if exc.domain else str(exc), "semantic")]
     return []
+
+
+@lru_cache(maxsize=1)
+def default_domain_detector():
+    """The domains.DomainDetector of the shipped default policy, built once (the one the loader
+    checked, through scan.scanner_for)."""
+    from ..scan import scanner_for
+
+    return scanner_for(load_policy().domains).detector
+
+
+def detect_domain(text: str):
+    """The domain of a prompt under the shipped default policy, or None."""
+    return default_domain_detector().detect(text)
 
 
 def _read_and_merge(files, read, issues: list):

@@ -12,7 +12,7 @@ from functools import lru_cache
 import jsonschema
 from jsonschema import Draft202012Validator
 
-from .defaults import fill_defaults, load_schema, resolve  # noqa: F401 (the loader's, from here)
+from ..schema_defaults import fill_defaults, load_schema, resolve  # noqa: F401 (the loader's, from here)
 from .errors import PolicyIssue, dotted
 from .yamlpos import Locations, position_of
 

@@ -13,7 +13,7 @@ import math
 
 from ..contextual import LearnContext, request_vector
 from ..decision import Decision, Pool, RoutingContext, pool_decision
-from ..policy.defaults import defaults_of
+from ..schema_defaults import defaults_of
 from .bandit import ThompsonStrategy, bandit_bonuses
 from .rules import explore
 

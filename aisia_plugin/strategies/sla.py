@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from ..breaker import OPEN
 from ..decision import Candidate, Decision, Pool, RoutingContext
-from ..policy.defaults import defaults_of
+from ..schema_defaults import defaults_of
 from .rules import clamp01, finish, finite, sort_key
 
 EPS = 1e-6

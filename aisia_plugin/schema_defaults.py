@@ -3,7 +3,9 @@ default is written (plain JSON read here, no jsonschema: importing the engine st
 
 ``defaults_of("Sla")`` is a definition's defaults as a mapping (``{"target_p95_ms": 2000, ...}``);
 code that needs a default outside a loaded policy (a context built without one, a strategy called
-by a plugin or a test) reads it from there instead of writing the number again."""
+by a plugin or a test) reads it from there instead of writing the number again. It lives beside
+the core, beneath the policy package (whose loader fills a policy from it), because the core's
+own defaults (decision.AliasSettings) come from here and the core imports nothing above it."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import copy
 import json
 from functools import lru_cache
 
-from ..resources import schema_path
+from .resources import schema_path
 
 
 @lru_cache(maxsize=1)
