@@ -36,24 +36,19 @@ import json
 import math
 import sys
 import time
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(REPO))
+import synthetic
+from bench import OUT, REPO
 
-from aisia_plugin.contextual import fit_full_information, request_vector  # noqa: E402
-from aisia_plugin.engine import Engine  # noqa: E402
-from aisia_plugin.outcome import reward  # noqa: E402
-from aisia_plugin.policy import load_policy  # noqa: E402
-from aisia_plugin.replay.candidates import load_candidates  # noqa: E402
-from aisia_plugin.replay.quality import (Point, apgr, cpt, frontier_score, mixing_frontier, pgr, pgr_curve,  # noqa: E402
-                                         weak_and_strong)
-from aisia_plugin.replay.runner import build_scenario  # noqa: E402
-from aisia_plugin.replay.trace import load_trace  # noqa: E402
+from aisia_plugin.contextual import fit_full_information, request_vector
+from aisia_plugin.engine import Engine
+from aisia_plugin.outcome import reward
+from aisia_plugin.policy import load_policy
+from aisia_plugin.replay.candidates import load_candidates
+from aisia_plugin.replay.quality import Point, apgr, cpt, frontier_score, mixing_frontier, pgr, pgr_curve, weak_and_strong
+from aisia_plugin.replay.runner import build_scenario
+from aisia_plugin.replay.trace import load_trace
 
-OUT = HERE / "out"
 COST_WEIGHTS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 
 
@@ -86,8 +81,6 @@ def prepare(name: str, policy, alias: str = "auto", seed: int = 0):
 def signals_of(text: str) -> tuple[bool, bool, bool]:
     """Which of the prompt_aware generator's difficulty signals the prompt shows (its demanding
     clause, its context sentences, its list of constraints)."""
-    import synthetic
-
     return (any(w in text for ws in synthetic.HARD_WORDS.values() for w in ws),
             any(c in text for c in synthetic.CONTEXT_SENTENCES), "Constraints:" in text)
 

@@ -1,46 +1,30 @@
 """Convert the shared real-outcome data sets (../shared/data, or $AISIA_SHARED_DATA) into replay
-traces (the JSON Lines format of ``aisia_plugin/replay/trace.py``).
+traces (the JSON Lines format of ``aisia_plugin/replay/trace.py``), with ``<name>.meta.json``
+(source, prices, latency model, seed) and ``<name>.candidates.yaml`` (for ``aisia replay``) beside
+each, in benchmarks/out/ (gitignored): the data is never copied into the repository.
 
     python benchmarks/convert_data.py [--limit N] [--out benchmarks/out]
 
-Writes, next to each trace, ``<name>.meta.json`` (source, prices, latency model, seed) and
-``<name>.candidates.yaml`` (a replay candidates file with the prices, for ``aisia replay``).
-The data itself is never copied into the repository: outputs go to ``benchmarks/out/`` (gitignored).
-
-RouteLLM GSM8K (routellm_gsm8k_responses.csv)
-  candidates ``mixtral-8x7b`` and ``gpt-4-1106``; score 1.0/0.0 from the True/False columns;
-  tokens *estimated*: input = ceil(len(prompt)/4), output = ceil(len(response)/4);
-  prices (USD per 1M tokens, input/output): Mixtral 0.6/0.6, GPT-4-1106 10/30;
-  latency: not in the data, drawn from LATENCY_MODELS (seeded), label "math".
-RouterArena (routerarena_<model>.jsonl, joined on global_index)
-  candidates ``gemini-2.0-flash-001`` and ``claude-3-haiku-20240307``; score =
-  evaluation_result.score; cost = evaluation_result.inference_cost (recorded) else tokens x the
-  price in routerarena_model_cost.json; tokens from token_usage; an ``error`` when success is
-  false; label = the dataset prefix of global_index (before the last "_"); latency drawn from
-  LATENCY_MODELS (seeded).
-
-Latency model (both data sets carry none): for a call with ``out`` output tokens,
+Candidates, scores, token estimates and prices per data set: benchmarks/README.md ("Data").
+Neither set records latencies: for a call with ``out`` output tokens,
     latency_ms = median_ms * (0.3 + 0.7 * out / ref_output_tokens) * exp(sigma * N(0, 1))
-i.e. lognormal noise around a median proportional (plus a fixed 30 % part) to the output length,
-with one ``random.Random(f"{seed}:{dataset}:{candidate}")`` stream per candidate.
-
-Order: each trace is shuffled with ``random.Random(f"{seed}:shuffle:{name}")`` (``shuffled``)
-before ``--limit`` applies, so a quick run takes a random sample, not the first data set."""
+with one ``random.Random(f"{seed}:{dataset}:{candidate}")`` stream per candidate. Each trace is
+shuffled (``shuffled``) before ``--limit`` applies: the files are ordered by data set."""
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
-import os
 import random
 import sys
 from pathlib import Path
 from typing import Optional
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_OUT = REPO / "benchmarks" / "out"
+import bench
+from bench import shared_data_dir
+
+DEFAULT_OUT = bench.OUT
 DEFAULT_SEED = 20240601
 
 ROUTELLM_FILE = "routellm_gsm8k_responses.csv"
@@ -62,13 +46,6 @@ LATENCY_MODELS = {
     "gemini-2.0-flash-001": (500.0, 200, 0.35),
     "claude-3-haiku-20240307": (800.0, 200, 0.35),
 }
-
-
-def shared_data_dir() -> Path:
-    env = os.environ.get("AISIA_SHARED_DATA")
-    if env:
-        return Path(env)
-    return (REPO / ".." / "shared" / "data").resolve()
 
 
 def estimate_tokens(text: str) -> int:
@@ -97,27 +74,19 @@ def _truthy(v: str) -> bool:
 
 # -- RouteLLM GSM8K ------------------------------------------------------------------------------
 def convert_routellm(data_dir: Path, *, limit: Optional[int] = None, seed: int = DEFAULT_SEED) -> list[dict]:
-    csv.field_size_limit(1 << 30)
     rngs = {c: random.Random(f"{seed}:routellm_gsm8k:{c}") for c in ROUTELLM_CANDIDATES}
     out = []
-    with open(data_dir / ROUTELLM_FILE, newline="", encoding="utf-8") as fh:
-        for i, row in enumerate(csv.DictReader(fh)):
-            if limit is not None and i >= limit:
-                break
-            prompt = row["prompt"]
-            tin = estimate_tokens(prompt)
-            outcomes = {}
-            for cand, (col, pin, pout) in ROUTELLM_CANDIDATES.items():
-                tout = estimate_tokens(row.get(f"{col}_response", ""))
-                outcomes[cand] = {
-                    "score": 1.0 if _truthy(row[col]) else 0.0,
-                    "cost_usd": round((tin * pin + tout * pout) / 1e6, 10),
-                    "latency_ms": sample_latency(cand, tout, rngs[cand]),
-                    "input_tokens": tin,
-                    "output_tokens": tout,
-                }
-            out.append({"id": f"gsm8k-{i}", "messages": [{"role": "user", "content": prompt}], "label": "math",
-                        "outcomes": outcomes})
+    for i, row in enumerate(bench.read_csv(data_dir / ROUTELLM_FILE)[:limit]):
+        prompt = row["prompt"]
+        tin = estimate_tokens(prompt)
+        outcomes = {}
+        for cand, (col, pin, pout) in ROUTELLM_CANDIDATES.items():
+            tout = estimate_tokens(row.get(f"{col}_response", ""))
+            outcomes[cand] = {"score": 1.0 if _truthy(row[col]) else 0.0, "cost_usd": round((tin * pin + tout * pout) / 1e6, 10),
+                              "latency_ms": sample_latency(cand, tout, rngs[cand]), "input_tokens": tin,
+                              "output_tokens": tout}
+        out.append({"id": f"gsm8k-{i}", "messages": [{"role": "user", "content": prompt}], "label": "math",
+                    "outcomes": outcomes})
     return out
 
 
@@ -139,18 +108,9 @@ def load_routerarena_prices(data_dir: Path) -> dict[str, tuple[float, float]]:
 def convert_routerarena(data_dir: Path, *, limit: Optional[int] = None, seed: int = DEFAULT_SEED) -> list[dict]:
     prices = load_routerarena_prices(data_dir)
     per_model: dict[str, dict[str, dict]] = {}
-    order: list[str] = []
     for m in ROUTERARENA_MODELS:
-        rows = {}
-        with open(data_dir / f"routerarena_{m}.jsonl", encoding="utf-8") as fh:
-            for line in fh:
-                if not line.strip():
-                    continue
-                r = json.loads(line)
-                rows[str(r["global_index"])] = r
-                if m == ROUTERARENA_MODELS[0]:
-                    order.append(str(r["global_index"]))
-        per_model[m] = rows
+        per_model[m] = {str(r["global_index"]): r for r in bench.read_jsonl(data_dir / f"routerarena_{m}.jsonl")}
+    order = list(per_model[ROUTERARENA_MODELS[0]])
     rngs = {m: random.Random(f"{seed}:routerarena:{m}") for m in ROUTERARENA_MODELS}
     out = []
     for gi in order:

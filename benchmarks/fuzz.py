@@ -14,10 +14,7 @@ benchmarks/results/fuzz.json and fuzz.md. Loopback only."""
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import os
-import platform
 import random
 import resource
 import sys
@@ -26,23 +23,20 @@ import time
 import traceback
 from pathlib import Path
 
+import bench
 import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE.parent / "tests"))
-
+sys.path.insert(0, str(bench.TESTS))
 from test_hostile_requests import ALIASES, POOL, messages, scalar, text, tools  # noqa: E402
 
 from aisia_plugin.demo.proxy import Proxy, deployment  # noqa: E402
 from aisia_plugin.demo.upstream import start_upstreams, stop_upstreams  # noqa: E402
-from aisia_plugin.policy import detect_domain  # noqa: E402
 from aisia_plugin.engine import Engine  # noqa: E402
 from aisia_plugin.features import extract_features  # noqa: E402
 from aisia_plugin.outcome import Outcome  # noqa: E402
-from aisia_plugin.policy import load_policy  # noqa: E402
+from aisia_plugin.policy import detect_domain, load_policy  # noqa: E402
 
 
 class Target:
@@ -87,7 +81,7 @@ def in_process(n: int, limit_s: float) -> list[dict]:
         t.timed(lambda: extract_features(msgs, tls, modalities), limit_s)
     out.append(run_target(t, features))
 
-    t2 = Target("domains.detect_domain")
+    t2 = Target("policy.detect_domain (the shipped policy's DomainDetector)")
 
     @cfg
     @given(s=text | st.text(max_size=5000) | st.binary(max_size=2000).map(lambda b: b.decode("utf-8", "replace")))
@@ -174,12 +168,11 @@ def http(n: int, limit_s: float) -> list[dict]:
 def render(r: dict) -> str:
     lines = [f"# Fuzz run ({r['date']})", "",
              f"`benchmarks/fuzz.py --examples {r['examples']} --http-examples {r['http_examples']}`: hypothesis "
-             f"(atheris: {r['atheris']}), {r['machine']['cpus']} CPUs shared with other jobs, Python "
+             f"(atheris: {r['atheris']}), {r['machine']['cpu_count']} CPUs shared with other jobs, Python "
              f"{r['machine']['python']}; an example fails above {r['max_example_s']} s.", "",
-             "| target | examples | slowest example (ms) | seconds | result |", "|---|---:|---:|---:|---|"]
-    for t in r["targets"]:
-        lines.append(f"| {t['target']} | {t['examples']} | {t['slowest_example_ms']} | {t['seconds']} | "
-                     f"{'FAIL' if t['failure'] else 'pass'} |")
+             *bench.md_table(["target", "examples", "slowest example (ms)", "seconds", "result"], [
+                 [t["target"], t["examples"], t["slowest_example_ms"], t["seconds"], "FAIL" if t["failure"] else "pass"]
+                 for t in r["targets"]], "---:")]
     lines += ["", f"Peak RSS of the fuzzing process: {r['peak_rss_mb']} MB."]
     for t in r["targets"]:
         if "statuses" in t:
@@ -194,7 +187,7 @@ def main(argv=None) -> int:
     p.add_argument("--examples", type=int, default=20_000)
     p.add_argument("--http-examples", type=int, default=2_000)
     p.add_argument("--max-example-s", type=float, default=2.0)
-    p.add_argument("--out", type=Path, default=HERE / "results")
+    p.add_argument("--out", type=Path, default=bench.RESULTS)
     args = p.parse_args(argv)
     try:
         import atheris  # noqa: F401
@@ -204,14 +197,11 @@ def main(argv=None) -> int:
     targets = in_process(args.examples, args.max_example_s)
     if args.http_examples:
         targets += http(args.http_examples, args.max_example_s * 5)
-    report = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-              "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+    report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": bench.conditions(),
               "examples": args.examples, "http_examples": args.http_examples, "max_example_s": args.max_example_s,
               "atheris": atheris_state, "targets": targets,
               "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "fuzz.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.out / "fuzz.md").write_text(render(report))
+    bench.write_results("fuzz", report, render(report), out=args.out)
     print(render(report))
     return 1 if any(t["failure"] for t in targets) else 0
 

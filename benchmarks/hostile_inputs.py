@@ -1,33 +1,27 @@
-"""Linear time on hostile inputs: the cost of one routing decision as the request grows
-(prompt bytes, message count, tool-list size, NUL bytes, invalid Unicode, nesting), so that
-a megabyte prompt or tens of thousands of messages cost time in proportion to their size, up to
-the scan cap (domains.max_scan_chars), and never more.
-
-A benchmark, not a test: nothing is asserted. Run with
+"""Linear time on hostile inputs: the cost of one routing decision as the request grows (prompt
+bytes, message count, tool-list size, NUL bytes, invalid Unicode, nesting), so that a megabyte
+prompt or tens of thousands of messages cost time in proportion to their size, up to the scan cap
+(domains.max_scan_chars), and never more. Each figure is the median of ``--repeats`` decisions of
+a fresh request object (the engine warm). Asserts nothing.
 
     .venv/bin/python benchmarks/hostile_inputs.py [--repeats 5]
 
-Prints a table and writes benchmarks/results/hostile_inputs.json and .md. Each figure is the
-median of `repeats` decisions of a fresh request object (the engine is warm)."""
+Writes benchmarks/results/hostile_inputs.json and .md."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import random
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import bench
 
-from aisia_plugin.decision import Deployment  # noqa: E402
-from aisia_plugin.engine import Engine  # noqa: E402
-from aisia_plugin.policy import load_policy  # noqa: E402
+from aisia_plugin.decision import Deployment
+from aisia_plugin.engine import Engine
+from aisia_plugin.policy import load_policy
 
-RESULTS = Path(__file__).resolve().parent / "results"
 POOL = [Deployment(id=f"d-{i}", model_name=f"m{i}", model=f"p{i}/model-{i}", provider=f"p{i}",
                    input_cost_per_1m=0.5 + i, output_cost_per_1m=1.0 + i) for i in range(16)]
 
@@ -40,9 +34,8 @@ def cases():
         yield "messages", n, [{"role": "user" if i % 2 else "assistant", "content": f"turn {i} about code"}
                               for i in range(n)], None
     for n in (10, 1_000, 10_000, 50_000):
-        tools = [{"type": "function", "function": {"name": f"tool_{i}", "description": "does a thing",
-                                                   "parameters": {"type": "object", "properties": {"x": {"type": "string"}}}}}
-                 for i in range(n)]
+        tools = [{"type": "function", "function": {"name": f"tool_{i}", "description": "does a thing", "parameters": {
+            "type": "object", "properties": {"x": {"type": "string"}}}}} for i in range(n)]
         yield "tools", n, [{"role": "user", "content": "call a tool"}], tools
     for size in (1_000, 1_000_000):
         yield "NUL bytes", size, [{"role": "user", "content": "\x00" * size}], None
@@ -62,7 +55,6 @@ def main(argv=None) -> int:
     engine = Engine(policy, rng=random.Random(0))
     engine.decide("auto", [{"role": "user", "content": "warm up"}], POOL)
     rows = []
-    print(f"{'input':<16} {'size':>10} {'median ms':>10} {'us per unit':>12}")
     for kind, size, messages, tools in cases():
         times = []
         for _ in range(args.repeats):
@@ -71,17 +63,13 @@ def main(argv=None) -> int:
             times.append(time.perf_counter() - t0)
         med = statistics.median(times)
         rows.append({"input": kind, "size": size, "median_ms": med * 1e3, "us_per_unit": med * 1e6 / size})
-        print(f"{kind:<16} {size:>10} {med * 1e3:>10.3f} {med * 1e6 / size:>12.4f}")
-    conditions = {"python": platform.python_version(), "machine": platform.machine(), "repeats": args.repeats,
-                  "pool": len(POOL), "alias": "auto", "max_scan_chars": policy.domains.max_scan_chars,
-                  "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "hostile_inputs.json").write_text(json.dumps({"conditions": conditions, "rows": rows}, indent=1))
-    lines = ["# Decision cost on hostile inputs (`benchmarks/hostile_inputs.py`)", "",
-             f"Conditions: {json.dumps(conditions)}", "",
-             "| input | size | median ms | us per unit |", "|---|---:|---:|---:|"]
-    lines += [f"| {r['input']} | {r['size']} | {r['median_ms']:.3f} | {r['us_per_unit']:.4f} |" for r in rows]
-    (RESULTS / "hostile_inputs.md").write_text("\n".join(lines) + "\n")
+        print(f"{kind:<16} {size:>10} {med * 1e3:>10.3f} ms {med * 1e6 / size:>12.4f} us per unit", flush=True)
+    conditions = bench.conditions(repeats=args.repeats, pool=len(POOL), alias="auto",
+                                  max_scan_chars=policy.domains.max_scan_chars)
+    md = "\n".join(["# Decision cost on hostile inputs (`benchmarks/hostile_inputs.py`)", "", f"Conditions: {conditions}", "",
+                    *bench.md_table(["input", "size", "median ms", "us per unit"], [
+                        [r["input"], r["size"], f"{r['median_ms']:.3f}", f"{r['us_per_unit']:.4f}"] for r in rows], "---:")])
+    bench.write_results("hostile_inputs", {"conditions": conditions, "rows": rows}, md + "\n", indent=1)
     return 0
 
 

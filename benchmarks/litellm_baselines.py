@@ -1,148 +1,64 @@
 """LiteLLM's own deployment selection, driven offline on a simulated clock.
 
 ``LiteLLMBaseline`` builds a real ``litellm.Router`` (1.108.0) over fake deployments, one per
-candidate, asks it which deployment to pick for each replayed request, and feeds each outcome
-back into the Router and its strategy handler through the same functions the proxy's logging
-machinery calls after a real attempt. Nothing is reimplemented: selection, latency windows,
-cooldown decisions and cooldown expiry are LiteLLM's code. No HTTP call is ever made (the
-deployments point at ``http://127.0.0.1:9/v1`` and are never contacted).
+candidate, asks it which deployment to pick for each replayed request, and feeds each outcome back
+into the Router and its strategy handler through the functions the proxy's logging calls after a
+real attempt. Nothing is reimplemented: selection, latency windows, cooldown decisions and expiry
+are LiteLLM's code. No HTTP call is made (the deployments point at a closed port). Paths below are
+relative to ``site-packages/litellm``.
 
-Code paths exercised (paths relative to ``site-packages/litellm`` of 1.108.0)
------------------------------------------------------------------------------
-Construction
-  * ``router.py`` ``Router.__init__`` -> ``routing_strategy_init`` -> ``_build_strategy_selector``
-    (builds ``LowestLatencyLoggingHandler`` / ``LowestCostLoggingHandler`` /
-    ``LeastBusyLoggingHandler`` / ``LowestTPMLoggingHandler_v2``; none for simple-shuffle) and
-    ``CooldownCache`` (``router_utils/cooldown_cache.py``). Built inside this object's private
-    event loop, because ``router_strategy/base_routing_strategy.py``
-    ``BaseRoutingStrategy.setup_sync_task`` (usage-based-routing-v2) would otherwise create and
-    install a new global event loop.
-  * The Router's callbacks are then removed from LiteLLM's *global* callback lists
-    (``Router.discard`` and ``Router._unregister_router_selectors``) and called directly
-    instead (below), so that several baselines, or a proxy/plugin in the same process, never
-    receive each other's events.
+Construction: ``router.py`` ``Router.__init__`` (strategy handler, ``CooldownCache``), inside this
+object's private event loop (``BaseRoutingStrategy.setup_sync_task`` would otherwise install a
+global one). The Router's callbacks are then removed from LiteLLM's *global* callback lists
+(``Router.discard``, ``Router._unregister_router_selectors``) and called directly, so that
+several baselines, or a plugin in the same process, never receive each other's events.
 
-Selection, ``choose()``
-  * Synchronous path where LiteLLM has one: ``router.py`` ``Router.get_available_deployment``
-    -> ``_common_checks_available_deployment`` -> ``router_utils/cooldown_handlers.py``
-    ``get_cooldown_deployments`` -> ``CooldownCache.get_active_cooldowns`` ->
-    ``Router._filter_cooldown_deployments`` -> then
-      - simple-shuffle: ``router_strategy/simple_shuffle.py`` ``simple_shuffle``
-      - latency-based-routing: ``Router._select_deployment_sync`` ->
-        ``router_strategy/lowest_latency.py`` ``LowestLatencyLoggingHandler.get_available_deployments``
-      - least-busy: ``router_strategy/least_busy.py`` ``LeastBusyLoggingHandler.get_available_deployments``
-      - usage-based-routing-v2: ``router_strategy/lowest_tpm_rpm_v2.py``
-        ``LowestTPMLoggingHandler_v2.get_available_deployments``
-  * cost-based-routing has no synchronous selector (``Router._select_deployment_sync`` omits it
-    on purpose; the sync path raises ``RouterRateLimitError``), so it runs
-    ``Router.async_get_available_deployment`` (the proxy's path: ``async_get_healthy_deployments``
-    -> ``async_get_cooldown_deployments`` -> ... -> ``LowestCostLoggingHandler.async_get_available_deployments``)
-    on the private event loop. ``selection_path="async"`` forces that path for every strategy.
-  * After the pick, what the proxy does before sending the request: least-busy's
-    ``LeastBusyLoggingHandler.log_pre_api_call`` (in-flight +1, LiteLLM's ``Logging.pre_call``
-    input callback) and usage-based-routing-v2's ``LowestTPMLoggingHandler_v2.pre_call_check``
-    (rpm accounting, ``Router.routing_strategy_pre_call_checks``).
+Selection, ``choose()``: ``Router.get_available_deployment`` (cooldown filter, then the strategy:
+``simple_shuffle``, ``LowestLatencyLoggingHandler``, ``LeastBusyLoggingHandler``,
+``LowestTPMLoggingHandler_v2``); cost-based-routing has no synchronous selector, so it runs
+``Router.async_get_available_deployment`` (the proxy's path) on the private loop
+(``selection_path="async"`` forces that path for all). Then what the proxy does before sending:
+least-busy's ``log_pre_api_call`` (in-flight +1), usage-based-routing-v2's ``pre_call_check``.
 
-Feedback, ``record()`` -- the callbacks an async proxy request dispatches
-(``utils.py`` client wrapper -> ``litellm_core_utils/litellm_logging.py``), in that order, with
-``kwargs`` shaped like ``Logging.model_call_details`` (``litellm_params.metadata.model_group``,
-``litellm_params.model_info.id``, ``standard_logging_object``, ``exception`` ...), a
-``litellm.ModelResponse`` with ``usage`` on success, and ``start_time``/``end_time`` datetimes
-built from the simulated clock:
-  * success: ``Router.deployment_callback_on_success`` (per-minute success counter used by the
-    cooldown rule) then the strategy's ``async_log_success_event`` (latency window / tpm / in-flight -1).
-    ``Router.sync_deployment_callback_on_success`` is *not* called: LiteLLM skips it for async
-    requests (``Logging._is_internal_litellm_proxy_callback``), and calling it would double count.
-    Shortcut (``exact_success_callback=False``, the default): when no candidate sets rpm/tpm and
-    pre-call checks are off, ``deployment_callback_on_success`` would only bump that counter and
-    then spend ~0.5 ms in a read-only ``get_router_model_info`` lookup before returning from
-    ``_increment_deployment_usage`` (nothing to track); the baseline then calls the counter
-    function it uses, ``router_utils/router_callbacks/track_deployment_metrics.py``
-    ``increment_deployment_successes_for_current_minute``, directly. Same state, 2-4x faster record().
-  * failure: ``Router.deployment_callback_on_failure`` (failure counter +
-    ``cooldown_handlers.set_cooldown_deployments`` -> ``_should_cooldown_deployment`` ->
-    ``CooldownCache.add_deployment_to_cooldown``; run inside the private loop because it
-    schedules ``router_cooldown_event_callback`` with ``asyncio.create_task``), then
-    ``Router.async_deployment_callback_on_failure``, then the strategy's
-    ``async_log_failure_event`` (latency-based-routing: a ``litellm.Timeout`` adds LiteLLM's
-    1000 s penalty; least-busy: in-flight -1).
-  * ``status_code`` picks the LiteLLM exception class the provider error would have been mapped
-    to (429 ``RateLimitError``, 500 ``InternalServerError``, 503 ``ServiceUnavailableError``,
-    408 ``Timeout`` ...; default 500), so LiteLLM's own rules decide: immediate cooldown on 429
-    (multi-deployment group) and on non-retryable codes (401, 404 ...), otherwise cooldown when
-    >50 % of this minute's requests failed and there were >= 5 of them, or ``allowed_fails``
-    when set. Cooldown length: ``cooldown_time`` (LiteLLM default 5 s), or ``retry_after_s``
-    (sent as a ``retry-after`` header, which LiteLLM honours).
+Feedback, ``record()``: the callbacks an async proxy request dispatches, in order, with ``kwargs``
+shaped like ``Logging.model_call_details`` and datetimes from the simulated clock. Success:
+``Router.deployment_callback_on_success`` (the per-minute success counter of the cooldown rule),
+then the strategy's ``async_log_success_event``; when no candidate sets rpm/tpm and pre-call
+checks are off, the counter function it would call
+(``increment_deployment_successes_for_current_minute``) is called directly, skipping a read-only
+~0.5 ms model-info lookup (``exact_success_callback=True`` calls it in full). Failure:
+``Router.deployment_callback_on_failure`` (cooldown decision, inside the loop), then
+``async_deployment_callback_on_failure``, then the strategy's ``async_log_failure_event``.
+``status_code`` picks the exception class LiteLLM maps a provider error to (429
+``RateLimitError``, 503 ``ServiceUnavailableError``, 408 ``Timeout``...; default 500), so LiteLLM's
+own rules decide the cooldown (``retry_after_s`` is sent as a ``retry-after`` header).
 
-Simulated clock: how LiteLLM's state follows ``now``
-----------------------------------------------------
-The simulated time ``t`` maps to the epoch timestamp ``clock_epoch + t`` (fixed default, so runs
-are reproducible). LiteLLM reads time in these places, handled as follows:
-  * ``caching/in_memory_cache.py`` ``InMemoryCache`` (every TTL: latency map 1 h, per-minute
-    success/fail counters 60 s, ``allowed_fails`` counters, in-flight counts, and the cooldown
-    entries' own TTL) calls ``self._clock()``, which LiteLLM exposes as a constructor argument
-    (``clock=``). The Router's ``cache.in_memory_cache`` and ``cooldown_cache.in_memory_cache``
-    get the simulated clock: per instance, no global effect.
-  * ``router_utils/cooldown_cache.py`` stamps ``CooldownCacheValue.timestamp`` and checks
-    ``timestamp + cooldown_time - now`` with the module's ``time.time()``. That module's ``time``
-    reference is replaced, once per process, by a shim whose ``time()`` returns the simulated
-    clock of the baseline currently inside a call and the real ``time.time()`` otherwise (all
-    other attributes forward to the real module). This is the only time source patched there.
-  * ``router_strategy/lowest_tpm_rpm_v2.py`` and ``router.py`` take per-minute bucket keys
-    (``%H-%M``) from ``get_utc_datetime``; both module references are replaced by the same kind
-    of shim (simulated UTC datetime inside a baseline call, real otherwise).
-  * Latency handed to LiteLLM is ``end_time - start_time`` with ``end_time = now`` (the moment
-    the outcome is recorded) and ``start_time = now - latency_s``.
-Approximations / limits:
-  * ``lowest_latency.py`` and ``lowest_cost.py`` bucket rpm/tpm by ``datetime.now()`` minute;
-    those buckets are only read to enforce per-deployment ``rpm``/``tpm`` limits, which these
-    fake deployments do not set, so the real clock there has no effect on any choice. Not patched.
-  * Streaming / time-to-first-token is not modelled (``stream=False``): latency-based routing
-    uses its non-streaming window (``max_latency_list_size`` = 10 by default).
-  * LiteLLM's latency handler divides a success's latency by ``completion_tokens`` when the
-    response carries usage (seconds per output token); ``record(output_tokens=0)`` makes it use
-    plain seconds. Feed tokens consistently.
-  * cost-based-routing ranks by ``input_cost_per_token + output_cost_per_token`` of the deployment
-    (LiteLLM's rule); recorded ``cost_usd`` is passed as ``response_cost`` for fidelity but no
-    LiteLLM strategy reads it. A price of exactly 0 is falsy for LiteLLM
-    (``if litellm_params.get("input_cost_per_token")``): it then looks for a cost-map row of the
-    deployment's pricing models and, finding none with a price, uses its default 5.0 per token,
-    so a free candidate ranks *last*. That is what a proxy configured with price 0 does; it is
-    kept (pass a tiny positive price to model a free deployment LiteLLM prefers).
-  * least-busy is LiteLLM's in-flight counter: with a strictly sequential replay (each ``choose``
-    followed by its ``record``) every count is 0 and LiteLLM always returns the first healthy
-    deployment. Interleave ``choose``/``record`` to model concurrency.
-  * Randomness (``random.choice``/``choices``/``sample`` in ``simple_shuffle.py``,
-    ``lowest_latency.py``, ``lowest_tpm_rpm_v2.py``): with ``seed`` set, those modules'
-    ``random`` reference is a shim that, inside this baseline's calls only, draws from a private
-    ``random.Random(seed)``; outside them (or with ``seed=None``) it is the global ``random``.
-  * No Redis, no health checks, no pre-call checks, no retries/fallbacks: one attempt per
-    ``record``. When every candidate is cooling down LiteLLM raises ``RouterRateLimitError``;
-    ``choose`` re-raises it as ``NoDeploymentAvailable`` (the proxy would answer 429).
-  * The async selection path (cost-based-routing, or ``selection_path="async"``) runs
-    ``Router.async_callback_filter_deployments`` over the process-wide ``litellm.callbacks``, as
-    the proxy does: keep the plugin under test out of ``litellm.callbacks`` in a replay process,
-    or it would filter the baseline's candidates too.
-  * Speed is LiteLLM's own: per ``choose`` it does O(candidates) pydantic work, a
-    ``token_counter`` over the messages (latency/cost/usage-v2), and its ``DualCache`` formats the
-    whole latency map into a debug f-string on every get/set (about 0.15-0.9 ms per choose at 4
-    candidates, 0.6-3.8 ms at 64, measured on 1.108.0); ``selection_overhead_sample`` measures one.
-  * Building the Router registers each deployment's pricing into the process-wide
-    ``litellm.model_cost`` under its id (LiteLLM's ``Router._register_deployment_in_model_cost``,
-    exactly as a proxy with this config would). Ids equal to real model names thus override
-    those names' prices in this process.
-  * The shims and the active-clock slot are process-global: calls are serialised by a lock, so
-    baselines may be used from several threads, one call at a time. ``choose``/``record`` may
-    be called from inside a running event loop (an async replay); the private loop then moves
-    to a helper thread.
-"""
+Simulated clock: time ``t`` is the epoch ``clock_epoch + t``. The Router's ``InMemoryCache``s take
+it through their ``clock=`` hook (per instance); ``router_utils/cooldown_cache.py``'s ``time``
+module and the ``get_utc_datetime`` of ``router.py`` and ``lowest_tpm_rpm_v2.py`` are replaced,
+once per process, by shims that read the simulated clock of the baseline inside a call and the
+real one otherwise; with ``seed`` set, the ``random`` of the strategy modules is a shim drawing
+from a private ``random.Random(seed)`` inside this baseline's calls. Latency handed to LiteLLM is
+``end - start`` with ``end = now``.
+
+Limits: ``lowest_latency.py``/``lowest_cost.py`` bucket rpm/tpm by the real ``datetime.now()``,
+read only for rpm/tpm limits these deployments do not set. Streaming is not modelled. LiteLLM's
+latency handler divides by ``completion_tokens`` when the response has usage (feed tokens
+consistently). cost-based-routing ranks by the deployment's per-token prices; a price of exactly 0
+is falsy for LiteLLM, which then uses its default of 5.0 per token (a free candidate ranks last,
+as in a proxy). least-busy with a strictly sequential replay always returns the first healthy
+deployment. No Redis, health checks, retries or fallbacks; when every candidate cools down,
+``choose`` raises ``NoDeploymentAvailable`` (the proxy's 429). The async path filters through the
+process-wide ``litellm.callbacks``: keep a plugin under test out of them in a replay process.
+Building the Router registers each deployment's pricing in ``litellm.model_cost`` under its id.
+The shims are process-global: calls are serialised by a lock; ``choose``/``record`` may run
+inside an event loop (the private loop then moves to a helper thread)."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 import logging
-import os
 import random as _random_module
 import threading
 import time as _time_module
@@ -151,49 +67,33 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, Final
 
-for _flag in (
-    "LITELLM_LOCAL_MODEL_COST_MAP",
-    "LITELLM_LOCAL_BLOG_POSTS",
-    "LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS",
-    "LITELLM_LOCAL_AUTOROUTER_PRESETS",
-    "LITELLM_LOCAL_POLICY_TEMPLATES",
-):
-    os.environ.setdefault(_flag, "True")
-
-import httpx  # noqa: E402
-import litellm  # noqa: E402
-import litellm.router as _litellm_router_module  # noqa: E402
-import litellm.router_strategy.lowest_latency as _lowest_latency_module  # noqa: E402
-import litellm.router_strategy.lowest_tpm_rpm_v2 as _lowest_tpm_v2_module  # noqa: E402
-import litellm.router_strategy.simple_shuffle as _simple_shuffle_module  # noqa: E402
-import litellm.router_utils.cooldown_cache as _cooldown_cache_module  # noqa: E402
-from litellm import Router  # noqa: E402
-from litellm.router_utils.cooldown_handlers import get_cooldown_deployments  # noqa: E402
-from litellm.router_utils.router_callbacks.track_deployment_metrics import (  # noqa: E402
+import bench  # noqa: F401 (LiteLLM offline: before its import)
+import httpx
+import litellm
+import litellm.router as _litellm_router_module
+import litellm.router_strategy.lowest_latency as _lowest_latency_module
+import litellm.router_strategy.lowest_tpm_rpm_v2 as _lowest_tpm_v2_module
+import litellm.router_strategy.simple_shuffle as _simple_shuffle_module
+import litellm.router_utils.cooldown_cache as _cooldown_cache_module
+from litellm import Router
+from litellm.router_utils.cooldown_handlers import get_cooldown_deployments
+from litellm.router_utils.router_callbacks.track_deployment_metrics import (
     increment_deployment_successes_for_current_minute,
 )
-from litellm.types.router import RouterRateLimitError  # noqa: E402
+from litellm.types.router import RouterRateLimitError
 
 __all__ = ["LiteLLMBaseline", "NoDeploymentAvailable", "STRATEGIES", "API_BASE", "MODEL_GROUP"]
 
-STRATEGIES: Final = (
-    "simple-shuffle",
-    "latency-based-routing",
-    "cost-based-routing",
-    "least-busy",
-    "usage-based-routing-v2",
-)
-#: strategies whose selector LiteLLM only implements asynchronously
-_ASYNC_ONLY: Final = frozenset({"cost-based-routing"})
-#: strategies whose selection calls ``litellm.token_counter`` on the request's messages
+STRATEGIES: Final = ("simple-shuffle", "latency-based-routing", "cost-based-routing", "least-busy",
+                     "usage-based-routing-v2")
+_ASYNC_ONLY: Final = frozenset({"cost-based-routing"})  # LiteLLM has no synchronous selector for these
+# strategies whose selection calls ``litellm.token_counter`` on the request's messages
 _TOKEN_COUNTING: Final = frozenset({"latency-based-routing", "cost-based-routing", "usage-based-routing-v2"})
 API_BASE: Final = "http://127.0.0.1:9/v1"
 MODEL_GROUP: Final = "aisia-litellm-baseline"
 DEFAULT_CLOCK_EPOCH: Final = 1_700_000_000.0
-
 _LITELLM_LOGGERS: Final = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
-#: the running loop of this thread or None, without raising (asyncio.get_running_loop raises)
-_get_running_loop: Final = asyncio.events._get_running_loop
+_get_running_loop: Final = asyncio.events._get_running_loop  # the running loop or None, never raising
 
 
 class NoDeploymentAvailable(RuntimeError):
@@ -205,9 +105,7 @@ class NoDeploymentAvailable(RuntimeError):
         self.cooldown_ids = tuple(cooldown_ids)
 
 
-# --------------------------------------------------------------------------------------------
-# Process-wide injection points: the active simulated clock and RNG (set only during a call)
-# --------------------------------------------------------------------------------------------
+# -- process-wide injection points: the active simulated clock and RNG (set only during a call) ---
 _CALL_LOCK: Final = threading.RLock()
 _active_clock: Callable[[], float] | None = None
 _active_rng: _random_module.Random | None = None
@@ -235,9 +133,7 @@ class _UtcNowShim:
 
     def __call__(self) -> datetime:
         clock = _active_clock
-        if clock is None:
-            return self._real()
-        return datetime.fromtimestamp(clock(), tz=timezone.utc)
+        return self._real() if clock is None else datetime.fromtimestamp(clock(), tz=timezone.utc)
 
 
 class _RandomModuleShim:
@@ -281,15 +177,9 @@ def _quiet_litellm() -> Iterator[None]:
 
 
 _EXCEPTIONS_BY_STATUS: Final[Mapping[int, Any]] = {
-    400: litellm.BadRequestError,
-    401: litellm.AuthenticationError,
-    403: litellm.PermissionDeniedError,
-    404: litellm.NotFoundError,
-    408: litellm.Timeout,
-    422: litellm.UnprocessableEntityError,
-    429: litellm.RateLimitError,
-    500: litellm.InternalServerError,
-    502: litellm.BadGatewayError,
+    400: litellm.BadRequestError, 401: litellm.AuthenticationError, 403: litellm.PermissionDeniedError,
+    404: litellm.NotFoundError, 408: litellm.Timeout, 422: litellm.UnprocessableEntityError,
+    429: litellm.RateLimitError, 500: litellm.InternalServerError, 502: litellm.BadGatewayError,
     503: litellm.ServiceUnavailableError,
 }
 
@@ -304,13 +194,11 @@ def _provider_exception(status_code: int, model: str, retry_after_s: float | Non
     if cls is litellm.Timeout:
         return litellm.Timeout(message=message, model=model, llm_provider="openai", headers=headers)
     if cls is litellm.RateLimitError:
-        return litellm.RateLimitError(
-            message=message, llm_provider="openai", model=model, response=response, headers=headers
-        )
+        return litellm.RateLimitError(message=message, llm_provider="openai", model=model, response=response,
+                                      headers=headers)
     if cls is None:
-        exc: Exception = litellm.APIError(
-            status_code=status_code, message=message, llm_provider="openai", model=model, request=request
-        )
+        exc: Exception = litellm.APIError(status_code=status_code, message=message, llm_provider="openai",
+                                          model=model, request=request)
         exc.response = response  # type: ignore[attr-defined]
         return exc
     if cls in (litellm.AuthenticationError, litellm.PermissionDeniedError, litellm.InternalServerError,
@@ -322,34 +210,17 @@ def _provider_exception(status_code: int, model: str, retry_after_s: float | Non
 class LiteLLMBaseline:
     """LiteLLM's own selection for one pool of candidates, driven offline."""
 
-    def __init__(
-        self,
-        strategy: str,
-        candidates: list[dict],
-        seed: int | None = None,
-        *,
-        cooldown_time: float | None = None,
-        allowed_fails: int | None = None,
-        routing_strategy_args: dict | None = None,
-        router_kwargs: dict | None = None,
-        selection_path: str = "auto",
-        clock_epoch: float = DEFAULT_CLOCK_EPOCH,
-        exact_success_callback: bool = False,
-    ) -> None:
-        """
-        strategy: one of ``STRATEGIES``.
-        candidates: ``[{"id": "gpt-4o", "input_cost_per_1m": 2.5, "output_cost_per_1m": 10.0}, ...]``;
-            optional per-candidate ``rpm``/``tpm``/``weight``/``cooldown_time`` are passed to LiteLLM.
-        seed: seeds a private RNG for LiteLLM's random draws (``None``: the global ``random``).
-        cooldown_time / allowed_fails / routing_strategy_args / router_kwargs: passed to ``Router``.
-        selection_path: ``"auto"`` (sync ``Router.get_available_deployment`` where LiteLLM has a
-            sync selector, async ``Router.async_get_available_deployment`` otherwise), ``"sync"``
-            or ``"async"``.
-        clock_epoch: epoch seconds that simulated time 0 maps to.
-        exact_success_callback: always call ``Router.deployment_callback_on_success`` in full
-            (see ``record``); by default its read-only usage-limit lookup is skipped when no
-            candidate declares rpm/tpm limits and pre-call checks are off.
-        """
+    def __init__(self, strategy: str, candidates: list[dict], seed: int | None = None, *,
+                 cooldown_time: float | None = None, allowed_fails: int | None = None,
+                 routing_strategy_args: dict | None = None, router_kwargs: dict | None = None,
+                 selection_path: str = "auto", clock_epoch: float = DEFAULT_CLOCK_EPOCH,
+                 exact_success_callback: bool = False) -> None:
+        """``candidates``: ``[{"id": "gpt-4o", "input_cost_per_1m": 2.5, "output_cost_per_1m": 10.0}, ...]``,
+        with optional ``rpm``/``tpm``/``weight``/``cooldown_time`` passed to LiteLLM. ``seed`` seeds
+        LiteLLM's random draws (None: the global ``random``). ``cooldown_time``, ``allowed_fails``,
+        ``routing_strategy_args``, ``router_kwargs``: passed to ``Router``. ``selection_path``:
+        ``"auto"`` (sync where LiteLLM has a sync selector), ``"sync"`` or ``"async"``.
+        ``clock_epoch``: the epoch seconds of simulated time 0."""
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r}; expected one of {STRATEGIES}")
         if selection_path not in ("auto", "sync", "async"):
@@ -368,8 +239,7 @@ class LiteLLMBaseline:
         self.strategy: Final = strategy
         self.candidate_ids: Final[tuple[str, ...]] = tuple(ids)
         self._use_async_selection: Final = selection_path == "async" or (
-            selection_path == "auto" and strategy in _ASYNC_ONLY
-        )
+            selection_path == "auto" and strategy in _ASYNC_ONLY)
         self._epoch: Final = float(clock_epoch)
         self._now = 0.0
         self._rng = _random_module.Random(seed) if seed is not None else None
@@ -377,28 +247,15 @@ class LiteLLMBaseline:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._response: Any = None
-
         self._prices: dict[str, tuple[float, float]] = {}
         model_list = []
         for c, cid in zip(candidates, ids):
-            in_tok = float(c.get("input_cost_per_1m", 0.0)) / 1e6
-            out_tok = float(c.get("output_cost_per_1m", 0.0)) / 1e6
+            in_tok, out_tok = float(c.get("input_cost_per_1m", 0.0)) / 1e6, float(c.get("output_cost_per_1m", 0.0)) / 1e6
             self._prices[cid] = (in_tok, out_tok)
-            litellm_params: dict[str, Any] = {
-                "model": f"openai/{cid}",
-                "api_base": API_BASE,
-                "api_key": "sk-fake",
-                "input_cost_per_token": in_tok,
-                "output_cost_per_token": out_tok,
-            }
-            for key in ("rpm", "tpm", "weight"):
-                if c.get(key) is not None:
-                    litellm_params[key] = c[key]
-            model_info: dict[str, Any] = {
-                "id": cid,
-                "input_cost_per_token": in_tok,
-                "output_cost_per_token": out_tok,
-            }
+            litellm_params: dict[str, Any] = {"model": f"openai/{cid}", "api_base": API_BASE, "api_key": "sk-fake",
+                                              "input_cost_per_token": in_tok, "output_cost_per_token": out_tok}
+            litellm_params.update({k: c[k] for k in ("rpm", "tpm", "weight") if c.get(k) is not None})
+            model_info: dict[str, Any] = {"id": cid, "input_cost_per_token": in_tok, "output_cost_per_token": out_tok}
             if c.get("cooldown_time") is not None:
                 model_info["cooldown_time"] = c["cooldown_time"]
             model_list.append({"model_name": MODEL_GROUP, "litellm_params": litellm_params, "model_info": model_info})
@@ -411,7 +268,6 @@ class LiteLLMBaseline:
         if allowed_fails is not None:
             kwargs.setdefault("allowed_fails", allowed_fails)
         kwargs.setdefault("num_retries", 0)
-
         self._loop = asyncio.new_event_loop()
 
         async def build() -> tuple[Router, frozenset[asyncio.Task]]:
@@ -431,44 +287,32 @@ class LiteLLMBaseline:
         self.router: Router = router
         for cache in (router.cache.in_memory_cache, router.cooldown_cache.in_memory_cache):
             if not callable(getattr(cache, "_clock", None)):
-                raise RuntimeError(
-                    "this litellm version's InMemoryCache has no injectable _clock; "
-                    "LiteLLMBaseline was written against litellm 1.108.0"
-                )
+                raise RuntimeError("this litellm version's InMemoryCache has no injectable _clock; "
+                                   "LiteLLMBaseline was written against litellm 1.108.0")
         attr = Router._DEFAULT_SELECTOR_ATTR_BY_STRATEGY.get(strategy)
         self.selector = getattr(router, attr, None) if attr else None
         # Unhook from LiteLLM's process-wide callback lists; we dispatch to this router only.
         router._unregister_router_selectors([self.selector] if self.selector is not None else [])
         router.discard()
-
-        clock = self._sim_epoch_seconds
-        router.cache.in_memory_cache._clock = clock
-        router.cooldown_cache.in_memory_cache._clock = clock
-
+        router.cache.in_memory_cache._clock = router.cooldown_cache.in_memory_cache._clock = self._sim_epoch_seconds
         # Deployment dicts as the Router stores them (what LiteLLM's callbacks would see).
-        self._deployments: dict[str, dict] = {}
-        for dep in router.get_model_list(model_name=MODEL_GROUP) or []:
-            self._deployments[str(dep["model_info"]["id"])] = dep
+        self._deployments: dict[str, dict] = {str(dep["model_info"]["id"]): dep
+                                              for dep in router.get_model_list(model_name=MODEL_GROUP) or []}
         if strategy in _TOKEN_COUNTING:
-            # LiteLLM's token_counter loads its tokenizer on first use (~0.7 s): do it here, not
-            # inside the first timed choose().
+            # LiteLLM's token_counter loads its tokenizer on first use (~0.7 s): here, not in a timed choose().
             try:
                 litellm.token_counter(messages=[{"role": "user", "content": "warm up"}])
             except Exception:  # noqa: BLE001 - the strategies themselves fall back to 0 tokens
                 pass
-
         has_limits = any(c.get(k) is not None for c in candidates for k in ("rpm", "tpm"))
         self._full_success_callback: Final = bool(
-            exact_success_callback or has_limits or getattr(router, "enable_pre_call_checks", False)
-        )
+            exact_success_callback or has_limits or getattr(router, "enable_pre_call_checks", False))
         self._selector_reads_response: Final = strategy in ("latency-based-routing", "cost-based-routing")
         missing = set(ids) - set(self._deployments)
         if missing:
             raise RuntimeError(f"LiteLLM did not register deployments {sorted(missing)}")
 
-    # ----------------------------------------------------------------------------------------
-    # clock / loop plumbing
-    # ----------------------------------------------------------------------------------------
+    # -- clock / loop plumbing ------------------------------------------------------------------
     def _sim_epoch_seconds(self) -> float:
         return self._epoch + self._now
 
@@ -483,8 +327,7 @@ class LiteLLMBaseline:
             if now is not None:
                 self._now = float(now)
             prev_clock, prev_rng = _active_clock, _active_rng
-            _active_clock = self._sim_epoch_seconds
-            _active_rng = self._rng
+            _active_clock, _active_rng = self._sim_epoch_seconds, self._rng
             try:
                 yield
             finally:
@@ -525,49 +368,34 @@ class LiteLLMBaseline:
         """Let the tasks LiteLLM scheduled during this call (cooldown event, service hooks) finish."""
         current = asyncio.current_task()
         for _ in range(3):
-            pending = [
-                t
-                for t in asyncio.all_tasks()
-                if t is not current and t not in self._background_tasks and not t.done()
-            ]
+            pending = [t for t in asyncio.all_tasks()
+                       if t is not current and t not in self._background_tasks and not t.done()]
             if not pending:
                 return
             await asyncio.gather(*pending, return_exceptions=True)
 
-    # ----------------------------------------------------------------------------------------
-    # selection
-    # ----------------------------------------------------------------------------------------
+    # -- selection ------------------------------------------------------------------------------
     def _select(self, messages: list[dict]) -> dict:
         try:
             if self._use_async_selection:
-
                 async def pick() -> dict:
                     try:
                         return await self.router.async_get_available_deployment(
-                            model=MODEL_GROUP, request_kwargs={}, messages=messages
-                        )
+                            model=MODEL_GROUP, request_kwargs={}, messages=messages)
                     finally:
                         await self._drain()
 
                 return self._run(pick())
-            return self._run_sync(
-                lambda: self.router.get_available_deployment(
-                    model=MODEL_GROUP, messages=messages, request_kwargs={}
-                )
-            )
+            return self._run_sync(lambda: self.router.get_available_deployment(
+                model=MODEL_GROUP, messages=messages, request_kwargs={}))
         except RouterRateLimitError as e:
-            raise NoDeploymentAvailable(
-                str(e), cooldown_time=getattr(e, "cooldown_time", None), cooldown_ids=getattr(e, "cooldown_list", ())
-            ) from e
+            raise NoDeploymentAvailable(str(e), cooldown_time=getattr(e, "cooldown_time", None),
+                                        cooldown_ids=getattr(e, "cooldown_list", ())) from e
 
     def choose(self, messages: list[dict], now: float) -> str:
-        """The candidate id LiteLLM's strategy selects at simulated time ``now``.
-
-        Cooling-down deployments are excluded by LiteLLM itself; raises ``NoDeploymentAvailable``
-        when LiteLLM has none left (every candidate cooling down). With per-candidate ``rpm``
-        limits, usage-based-routing-v2's pre-call check can raise ``litellm.RateLimitError``, as
-        in the proxy.
-        """
+        """The candidate id LiteLLM's strategy selects at simulated time ``now`` (cooling-down
+        deployments excluded by LiteLLM; ``NoDeploymentAvailable`` when none is left; with ``rpm``
+        limits, usage-based-routing-v2's pre-call check can raise ``litellm.RateLimitError``)."""
         self._check_open()
         with self._activate(now):
             deployment = self._select(messages)
@@ -601,114 +429,56 @@ class LiteLLMBaseline:
                     self._rng.setstate(rng_state)  # type: ignore[union-attr]
         return elapsed
 
-    # ----------------------------------------------------------------------------------------
-    # feedback
-    # ----------------------------------------------------------------------------------------
+    # -- feedback -------------------------------------------------------------------------------
     def _litellm_params(self, cid: str) -> dict:
         dep = self._deployments[cid]
         model_info = dict(dep["model_info"])
-        metadata = {
-            "model_group": MODEL_GROUP,
-            "deployment": dep["litellm_params"]["model"],
-            "model_info": model_info,
-            "api_base": API_BASE,
-        }
-        return {
-            "metadata": metadata,
-            "model_info": model_info,
-            "api_base": API_BASE,
-            "custom_llm_provider": "openai",
-            "acompletion": True,
-        }
+        metadata = {"model_group": MODEL_GROUP, "deployment": dep["litellm_params"]["model"], "model_info": model_info,
+                    "api_base": API_BASE}
+        return {"metadata": metadata, "model_info": model_info, "api_base": API_BASE, "custom_llm_provider": "openai",
+                "acompletion": True}
 
-    def record(
-        self,
-        candidate_id: str,
-        *,
-        now: float,
-        latency_s: float,
-        success: bool,
-        input_tokens: int = 0,
-        output_tokens: int = 0,
-        cost_usd: float | None = None,
-        status_code: int | None = None,
-        retry_after_s: float | None = None,
-    ) -> None:
-        """Feed one attempt's outcome into LiteLLM (Router callbacks + strategy handler).
-
-        ``now`` is the simulated time the outcome is observed (end of the attempt); the attempt
-        started at ``now - latency_s``. ``status_code`` (failures only, default 500) selects the
-        LiteLLM exception class; ``retry_after_s`` is sent as a ``retry-after`` header.
-        """
+    def record(self, candidate_id: str, *, now: float, latency_s: float, success: bool, input_tokens: int = 0,
+               output_tokens: int = 0, cost_usd: float | None = None, status_code: int | None = None,
+               retry_after_s: float | None = None) -> None:
+        """Feed one attempt's outcome into LiteLLM (Router callbacks + strategy handler). ``now`` is
+        when the outcome is observed (the attempt started at ``now - latency_s``); ``status_code``
+        (failures only, default 500) selects the LiteLLM exception class."""
         self._check_open()
         cid = str(candidate_id)
         if cid not in self._deployments:
             raise KeyError(f"unknown candidate {candidate_id!r}")
         latency_s = max(0.0, float(latency_s))
-        input_tokens = max(0, int(input_tokens))
-        output_tokens = max(0, int(output_tokens))
+        input_tokens, output_tokens = max(0, int(input_tokens)), max(0, int(output_tokens))
         if cost_usd is None:
             in_price, out_price = self._prices[cid]
             cost_usd = input_tokens * in_price + output_tokens * out_price
         model = self._deployments[cid]["litellm_params"]["model"]
-
         start_t = float(now) - latency_s
-        start_dt = self._sim_datetime(start_t)
-        end_dt = self._sim_datetime(float(now))
+        start_dt, end_dt = self._sim_datetime(start_t), self._sim_datetime(float(now))
         call_id = f"baseline-{next(self._call_ids)}"
-        litellm_params = self._litellm_params(cid)
         total_tokens = input_tokens + output_tokens
-        exception = None
-        if not success:
-            exception = _provider_exception(int(status_code or 500), model, retry_after_s)
+        exception = None if success else _provider_exception(int(status_code or 500), model, retry_after_s)
         slo: dict[str, Any] = {
-            "id": call_id,
-            "call_type": "acompletion",
-            "stream": False,
-            "status": "success" if success else "failure",
-            "model": model,
-            "model_id": cid,
-            "model_group": MODEL_GROUP,
-            "api_base": API_BASE,
-            "custom_llm_provider": "openai",
-            "prompt_tokens": input_tokens,
-            "completion_tokens": output_tokens,
-            "total_tokens": total_tokens,
-            "response_cost": float(cost_usd),
-            "response_time": latency_s,
-            "startTime": self._epoch + start_t,
-            "endTime": self._epoch + float(now),
+            "id": call_id, "call_type": "acompletion", "stream": False, "status": "success" if success else "failure",
+            "model": model, "model_id": cid, "model_group": MODEL_GROUP, "api_base": API_BASE,
+            "custom_llm_provider": "openai", "prompt_tokens": input_tokens, "completion_tokens": output_tokens,
+            "total_tokens": total_tokens, "response_cost": float(cost_usd), "response_time": latency_s,
+            "startTime": self._epoch + start_t, "endTime": self._epoch + float(now),
             "completionStartTime": self._epoch + float(now),
-            "hidden_params": {
-                "litellm_model_name": model,
-                "model_id": cid,
-                "api_base": API_BASE,
-                "response_cost": float(cost_usd),
-            },
-            "metadata": {},
-            "error_str": None if success else str(exception),
-            "error_information": None
-            if success
-            else {"error_code": str(getattr(exception, "status_code", "")), "error_class": type(exception).__name__},
+            "hidden_params": {"litellm_model_name": model, "model_id": cid, "api_base": API_BASE,
+                              "response_cost": float(cost_usd)},
+            "metadata": {}, "error_str": None if success else str(exception),
+            "error_information": None if success else {"error_code": str(getattr(exception, "status_code", "")),
+                                                       "error_class": type(exception).__name__},
         }
         kwargs: dict[str, Any] = {
-            "model": cid,
-            "litellm_params": litellm_params,
-            "standard_logging_object": slo,
-            "call_type": "acompletion",
-            "stream": False,
-            "litellm_call_id": call_id,
-            "response_cost": float(cost_usd),
-            "start_time": start_dt,
-            "end_time": end_dt,
-            "api_call_start_time": start_dt,
-            "completion_start_time": end_dt,
-            "custom_llm_provider": "openai",
-            "messages": None,
+            "model": cid, "litellm_params": self._litellm_params(cid), "standard_logging_object": slo,
+            "call_type": "acompletion", "stream": False, "litellm_call_id": call_id, "response_cost": float(cost_usd),
+            "start_time": start_dt, "end_time": end_dt, "api_call_start_time": start_dt, "completion_start_time": end_dt,
+            "custom_llm_provider": "openai", "messages": None,
         }
-        router = self.router
-        selector = self.selector
-
+        router, selector = self.router, self.selector
         if success:
             response = None
             if self._selector_reads_response or self._full_success_callback:
@@ -719,30 +489,22 @@ class LiteLLMBaseline:
                     response = self._response = litellm.ModelResponse(model=model, usage=litellm.Usage())
                 response.model = model
                 usage = response.usage
-                usage.prompt_tokens = input_tokens
-                usage.completion_tokens = output_tokens
-                usage.total_tokens = total_tokens
+                usage.prompt_tokens, usage.completion_tokens, usage.total_tokens = input_tokens, output_tokens, total_tokens
             full_success_callback = self._full_success_callback
 
             async def dispatch() -> None:
                 try:
                     if full_success_callback:
                         await router.deployment_callback_on_success(kwargs, response, start_dt, end_dt)
-                    else:
-                        # The only state ``Router.deployment_callback_on_success`` changes when no
-                        # deployment has rpm/tpm limits: its ``_increment_deployment_usage`` then only
-                        # does a read-only ``get_router_model_info`` lookup (~0.5 ms) and returns.
-                        increment_deployment_successes_for_current_minute(
-                            litellm_router_instance=router, deployment_id=cid
-                        )
+                    else:  # the only state that callback changes without rpm/tpm limits (module docstring)
+                        increment_deployment_successes_for_current_minute(litellm_router_instance=router,
+                                                                          deployment_id=cid)
                     if selector is not None:
                         await selector.async_log_success_event(kwargs, response, start_dt, end_dt)
                 finally:
                     await self._drain()
-
         else:
-            kwargs["exception"] = exception
-            kwargs["original_exception"] = exception
+            kwargs["exception"] = kwargs["original_exception"] = exception
 
             async def dispatch() -> None:
                 try:
@@ -756,9 +518,7 @@ class LiteLLMBaseline:
         with self._activate(now):
             self._run(dispatch())
 
-    # ----------------------------------------------------------------------------------------
-    # introspection / lifecycle
-    # ----------------------------------------------------------------------------------------
+    # -- introspection / lifecycle --------------------------------------------------------------
     def cooled_down(self, now: float | None = None) -> list[str]:
         """Candidate ids LiteLLM considers cooling down at ``now`` (default: last seen time)."""
         self._check_open()
@@ -773,8 +533,7 @@ class LiteLLMBaseline:
         if self._closed:
             return
         self._closed = True
-        selector = self.selector
-        cancel = getattr(selector, "cancel_sync_task", None)
+        cancel = getattr(self.selector, "cancel_sync_task", None)
 
         async def shutdown() -> None:
             if cancel is not None:

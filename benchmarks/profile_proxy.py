@@ -25,21 +25,17 @@ import pstats
 import signal
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+import bench
 import httpx
+from proxy_overhead import ALIAS, PLAIN, _body, _check, bench_proxy
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+import aisia_plugin.demo.proxy as proxy_mod
+from aisia_plugin.demo.proxy import Proxy
 
-import aisia_plugin.demo.proxy as proxy_mod  # noqa: E402
-from aisia_plugin.demo.proxy import Proxy, deployment  # noqa: E402
-from proxy_overhead import ALIAS, PLAIN, POLICY, _body, _check, _UpstreamProcess  # noqa: E402
-
-OUT = ROOT / "benchmarks" / "out" / "profile"
+OUT = bench.OUT / "profile"
 WRAPPER = """#!{python}
 # The litellm command under a switchable profiler: SIGUSR1 starts it, SIGUSR2 writes it out.
 # AISIA_PROFILE_MODE=cprofile: cProfile over the main thread (the event loop).
@@ -270,18 +266,11 @@ def main(argv=None) -> int:
                    help="cprofile: profiles and their difference; timing: wall time per call of TIMED, no profiler")
     args = p.parse_args(argv)
 
-    work = Path(tempfile.mkdtemp(prefix="aisia-profile-"))
+    work, upstream, _, proxy = bench_proxy("aisia-profile-", AISIA_PROFILE_MODE=args.mode)
     wrapper = work / "litellm-profiled"
     wrapper.write_text(WRAPPER.format(python=sys.executable, timed=TIMED))
     wrapper.chmod(0o755)
     proxy_mod.litellm_executable = lambda: wrapper  # Proxy.start runs the wrapper instead of litellm
-    upstream = _UpstreamProcess()
-    policy = work / "bench-policy.yaml"
-    policy.write_text(POLICY)
-    dep = deployment(PLAIN, upstream.base_url, id="bench-1")
-    config = {"model_list": [dep], "router_settings": {"routing_strategy": "simple-shuffle"},
-              "litellm_settings": {"callbacks": ["aisia_plugin.litellm.plugin"]}}
-    proxy = Proxy(config, work / "plugin", env={"AISIA_POLICY": str(policy), "AISIA_PROFILE_MODE": args.mode})
     suffix = ".json" if args.mode == "timing" else ".prof"
     try:
         print("starting the proxy under the profiling wrapper ...", file=sys.stderr, flush=True)

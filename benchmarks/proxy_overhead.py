@@ -26,26 +26,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
 
+import bench
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from aisia_plugin.demo.proxy import Proxy, deployment
 
-from aisia_plugin.demo.proxy import Proxy, deployment  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results"
 PLAIN, ALIAS = "bench-plain", "auto/bench"
 TARGET_ADDED_MS = 0.3
 TARGET_THROUGHPUT_RATIO = 0.95
@@ -71,12 +64,25 @@ aliases:
 """
 
 
+def bench_proxy(prefix: str, **env):
+    """A work folder, the instant upstream, the plain proxy config and the proxy with the plugin
+    (not started) serving the plain model and the alias (also benchmarks/profile_proxy.py's)."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    upstream = _UpstreamProcess()
+    (work / "bench-policy.yaml").write_text(POLICY)
+    base = {"model_list": [deployment(PLAIN, upstream.base_url, id="bench-1")],
+            "router_settings": {"routing_strategy": "simple-shuffle"}}
+    proxy = Proxy({**base, "litellm_settings": {"callbacks": ["aisia_plugin.litellm.plugin"]}}, work / "plugin",
+                  env={"AISIA_POLICY": str(work / "bench-policy.yaml"), **env})
+    return work, upstream, base, proxy
+
+
 class _UpstreamProcess:
     """The instant upstream, run by the upstream module's command line."""
 
     def __init__(self):
         self.proc = subprocess.Popen([sys.executable, "-m", "aisia_plugin.demo.upstream", "--json", "--spec",
-                                      "instant:latency_ms=0,reply_words=8"], cwd=str(ROOT),
+                                      "instant:latency_ms=0,reply_words=8"], cwd=str(bench.REPO),
                                      stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         if not line:
@@ -142,27 +148,6 @@ async def _block(proxy: Proxy, model: str, concurrency: int, seconds: float) -> 
     return done, failed, elapsed
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process and its descendants so far (Linux /proc)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    stats = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                raw = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            fields = raw.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
-            stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
-    total, todo = 0.0, [pid]
-    while todo:
-        p = todo.pop()
-        if p in stats:
-            total += stats[p][1]
-            todo.extend(c for c, (ppid, _) in stats.items() if ppid == p)
-    return total
-
-
 # After a block, the proxy may still be finishing its callbacks' work for the last responses.
 _SETTLE_S = 0.5
 
@@ -176,22 +161,15 @@ def concurrent(arms, concurrency: int, blocks: int, seconds: float) -> dict:
         order = list(arms) if b % 2 == 0 else list(reversed(arms))
         for name in order:
             proxy, model = arms[name]
-            cpu0 = _cpu_seconds(proxy.pid)
+            cpu0 = bench.cpu_seconds(proxy.pid)
             done, failed, elapsed = asyncio.run(_block(proxy, model, concurrency, seconds))
             time.sleep(_SETTLE_S)
-            cpu[name] += _cpu_seconds(proxy.pid) - cpu0
+            cpu[name] += bench.cpu_seconds(proxy.pid) - cpu0
             requests[name] += done
             rps[name].append(done / elapsed)
             failures[name] += failed
     cpu_ms = {name: 1000.0 * cpu[name] / max(1, requests[name]) for name in arms}
     return {"rps": rps, "failures": failures, "cpu_ms_per_request": cpu_ms}
-
-
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "not installed"
 
 
 def main(argv=None) -> int:
@@ -206,15 +184,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.quick:
         args.rounds, args.blocks, args.block_seconds, args.warmup = 100, 2, 1.0, 20
+    load_start = bench.load_average()
 
-    work = Path(tempfile.mkdtemp(prefix="aisia-bench-"))
-    upstream = _UpstreamProcess()
-    policy = work / "bench-policy.yaml"
-    policy.write_text(POLICY)
-    dep = deployment(PLAIN, upstream.base_url, id="bench-1")
-    base = {"model_list": [dep], "router_settings": {"routing_strategy": "simple-shuffle"}}
-    with_plugin = Proxy({**base, "litellm_settings": {"callbacks": ["aisia_plugin.litellm.plugin"]}},
-                        work / "plugin", env={"AISIA_POLICY": str(policy)})
+    work, upstream, base, with_plugin = bench_proxy("aisia-bench-")
     without = Proxy(base, work / "plain")
     (work / "noop_callback").mkdir()
     (work / "noop_callback" / "aisia_bench_noop.py").write_text(NOOP_CALLBACK)
@@ -246,46 +218,29 @@ def main(argv=None) -> int:
 
     t = seq["times"]
     med = {k: statistics.median(v) for k, v in t.items()}
-    paired_alias = statistics.median(a - b for a, b in zip(t["alias"], t["plain"]))
-    paired_plugin_plain = statistics.median(a - b for a, b in zip(t["plain"], t["no_plugin"]))
-    paired_alias_vs_none = statistics.median(a - b for a, b in zip(t["alias"], t["no_plugin"]))
-    paired_alias_vs_noop = statistics.median(a - b for a, b in zip(t["alias"], t["noop_callback"]))
-    paired_noop_vs_none = statistics.median(a - b for a, b in zip(t["noop_callback"], t["no_plugin"]))
     rps = {k: statistics.median(v) for k, v in conc["rps"].items()}
+    pairs = {"alias_vs_plain_same_proxy": ("alias", "plain"), "plain_with_plugin_vs_without": ("plain", "no_plugin"),
+             "alias_vs_plain_litellm": ("alias", "no_plugin"), "alias_vs_litellm_with_empty_callback": ("alias", "noop_callback"),
+             "empty_callback_vs_plain_litellm": ("noop_callback", "no_plugin")}
     result = {
-        "generated": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "quick": args.quick,
-        "conditions": {
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
-            "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
-            "python": platform.python_version(), "litellm": _version("litellm"), "aisia_plugin": _version("aisia_plugin"),
+        "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "quick": args.quick,
+        "conditions": bench.conditions(
+            **{"load_average_at_start": load_start,
             "proxy": "litellm --config (1 worker), offline flags, no database, master key, routing_strategy simple-shuffle",
             "upstream": "aisia_plugin.demo.upstream, no added latency, in its own process, HTTP/1.1 keep-alive",
             "client": "httpx on the same machine (sync for sequential, asyncio for concurrent)",
             "request": f"one user message ({len(PROMPT)} chars), max_tokens 16, non-streaming",
             "alias": f"{ALIAS}: strategy ucb1, one candidate (the {PLAIN} deployment)",
             "sequential_rounds": args.rounds, "warmup_per_arm": args.warmup,
-            "concurrency": args.concurrency, "blocks_per_arm": args.blocks, "block_seconds": args.block_seconds,
-        },
+            "concurrency": args.concurrency, "blocks_per_arm": args.blocks, "block_seconds": args.block_seconds}),
         "sequential_median_ms": {k: round(v, 3) for k, v in med.items()},
         "sequential_p90_ms": {k: round(statistics.quantiles(v, n=10)[-1], 3) for k, v in t.items()},
-        "added_latency_ms": {
-            "alias_vs_plain_same_proxy": round(paired_alias, 3),
-            "plain_with_plugin_vs_without": round(paired_plugin_plain, 3),
-            "alias_vs_plain_litellm": round(paired_alias_vs_none, 3),
-            "alias_vs_litellm_with_empty_callback": round(paired_alias_vs_noop, 3),
-            "empty_callback_vs_plain_litellm": round(paired_noop_vs_none, 3),
-        },
+        "added_latency_ms": {k: round(statistics.median(a - b for a, b in zip(t[x], t[y])), 3)
+                             for k, (x, y) in pairs.items()},
         "throughput_rps": {k: round(v, 1) for k, v in rps.items()},
         "proxy_cpu_ms_per_request": {k: round(v, 3) for k, v in conc["cpu_ms_per_request"].items()},
         "throughput_blocks_rps": {k: [round(x, 1) for x in v] for k, v in conc["rps"].items()},
-        "throughput_ratio": {
-            "alias_vs_plain_same_proxy": round(rps["alias"] / rps["plain"], 3),
-            "alias_vs_plain_litellm": round(rps["alias"] / rps["no_plugin"], 3),
-            "plain_with_plugin_vs_without": round(rps["plain"] / rps["no_plugin"], 3),
-            "alias_vs_litellm_with_empty_callback": round(rps["alias"] / rps["noop_callback"], 3),
-            "empty_callback_vs_plain_litellm": round(rps["noop_callback"] / rps["no_plugin"], 3),
-        },
+        "throughput_ratio": {k: round(rps[x] / rps[y], 3) for k, (x, y) in pairs.items()},
         "failures": {"sequential": seq["failures"], "concurrent": conc["failures"]},
         "targets": {"added_latency_ms_max": TARGET_ADDED_MS, "throughput_ratio_min": TARGET_THROUGHPUT_RATIO},
     }
@@ -294,9 +249,7 @@ def main(argv=None) -> int:
     md = render(result)
     print(md)
     if not args.no_write:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "proxy_overhead.json").write_text(json.dumps(result, indent=2) + "\n")
-        (RESULTS / "proxy_overhead.md").write_text(md)
+        bench.write_results("proxy_overhead", result, md)
     return 0
 
 
@@ -309,7 +262,7 @@ def render(r: dict) -> str:
 
 Generated {r['generated']} by `benchmarks/proxy_overhead.py`{' (--quick: not meaningful)' if r['quick'] else ''}.
 
-Conditions: {c['machine']} (load average {', '.join(f'{x:g}' for x in c['load_average_at_start'])} when the run started: the
+Conditions: {c['platform']}, {c['cpu_count']} CPUs (load average {', '.join(f'{x:g}' for x in c['load_average_at_start'])} when the run started: the
 machine was shared with other work); Python {c['python']}, litellm {c['litellm']}, aisia_plugin {c['aisia_plugin']}.
 Proxy: {c['proxy']}. Upstream: {c['upstream']}. Client: {c['client']}. Request: {c['request']}.
 Alias: {c['alias']}. The arms are interleaved in one run: {c['sequential_rounds']} sequential rounds

@@ -1,70 +1,42 @@
-"""Regenerate benchmarks/RESULTS.md and benchmarks/results/*.json in one command.
+"""Regenerate benchmarks/RESULTS.md, benchmarks/results/*.json and the README's results block.
 
-    .venv/bin/python benchmarks/run_all.py [--quick] [--seed 7]
+    .venv/bin/python benchmarks/run_all.py [--quick] [--seed 0] [--only NAME] [--render-only]
 
-1. converts the shared real data (convert_data.py) and generates the synthetic scenarios
-   (synthetic.py) into benchmarks/out/ (gitignored);
-2. replays every trace, online, through: our policy (``auto``; plus ``auto/cheap`` and
-   ``auto/smart`` on the real data) with ``aisia_plugin.replay.runner.run_router`` (the real
-   Engine); LiteLLM's ``simple-shuffle``, ``latency-based-routing`` and ``cost-based-routing``
-   through ``LiteLLMBaseline`` (LiteLLM's own Router code, simulated clock); the best fixed
-   candidate, uniform random and the per-request oracle (``aisia_plugin.replay.runner``);
-3. writes one JSON per trace and RESULTS.md.
-
-Failover, the same for every router: a failed call is retried on another candidate, up to 2 more
-attempts (the ``auto`` alias's ``failover.attempts``). Ours: the Engine excludes the tried
-candidates. LiteLLM: its strategy is asked again after the failure was recorded (so LiteLLM's
-cooldown applies); if it names a candidate already tried for this request, a seeded random
-untried candidate is used (LiteLLM itself has no per-request exclusion in its selectors).
-
-Clock: request i happens at i seconds (runner default seconds_per_request = 1.0), for both.
-
-Move-away / come-back (per router, synthetic scenarios with an event on candidate X starting at
-request s and ending at e): over the router's *first* choice per request,
-* move-away = the smallest k >= 0 such that X holds < 20 % of the choices in [s+k, s+k+20);
-* come-back (events that end before the run does) = the smallest k >= 0 such that X's share of
-  [e+k, e+k+20) reaches at least half its share over the 200 requests before s (the router
-  regains half the traffic it gave X before); "never" when it does not within the run,
-  "n/a" when X had < 20 % of the choices before s (nothing to move away from or back to).
-"""
+Converts the shared real data (convert_data.py) and generates the synthetic scenarios
+(synthetic.py) into benchmarks/out/, then replays every trace, online, through our policy
+(``aisia_plugin.replay.runner.run_router``: the real Engine), LiteLLM's own strategies
+(``LiteLLMBaseline``: its Router code, simulated clock), the best fixed candidate, uniform random
+and the per-request oracle; request i happens at i seconds. The measures (gain over mixing,
+move-away and come-back, failover for every router) are defined in benchmarks/README.md."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import platform
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Optional
 
-for _flag in ("LITELLM_LOCAL_MODEL_COST_MAP", "LITELLM_LOCAL_BLOG_POSTS", "LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS",
-              "LITELLM_LOCAL_AUTOROUTER_PRESETS", "LITELLM_LOCAL_POLICY_TEMPLATES"):
-    os.environ.setdefault(_flag, "True")
+import bench
+import contextual_diagnosis
+import convert_data
+import synthetic
+from bench import OUT, REPO
+from litellm_baselines import LiteLLMBaseline, NoDeploymentAvailable
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
-import random  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Optional  # noqa: E402
+from aisia_plugin.policy import load_policy
+from aisia_plugin.replay.candidates import CandidateSpec
+from aisia_plugin.replay.quality import measures
+from aisia_plugin.replay.report import jsonable
+from aisia_plugin.replay.runner import Call, Served, baselines, build_scenario, figures, run_router, served_from
+from aisia_plugin.replay.trace import load_trace
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(REPO))
-
-import contextual_diagnosis  # noqa: E402
-import convert_data  # noqa: E402
-import synthetic  # noqa: E402
-from litellm_baselines import LiteLLMBaseline, NoDeploymentAvailable  # noqa: E402
-from aisia_plugin.policy import load_policy  # noqa: E402
-from aisia_plugin.replay.candidates import CandidateSpec  # noqa: E402
-from aisia_plugin.replay.runner import (Call, Served, baselines, build_scenario, figures, run_router,  # noqa: E402
-                                        served_from)
-from aisia_plugin.replay.quality import measures  # noqa: E402
-from aisia_plugin.replay.report import jsonable  # noqa: E402
-from aisia_plugin.replay.trace import load_trace  # noqa: E402
-
-OUT = HERE / "out"
-RESULTS_DIR = HERE / "results"
-RESULTS_MD = HERE / "RESULTS.md"
+RESULTS_DIR = bench.RESULTS
+RESULTS_MD = bench.HERE / "RESULTS.md"
 README = REPO / "README.md"
 README_BEGIN, README_END = "<!-- results -->", "<!-- /results -->"
 LITELLM_STRATEGIES = ("simple-shuffle", "latency-based-routing", "cost-based-routing")
@@ -327,15 +299,14 @@ def heldout_lines(r: dict) -> list[str]:
     two = any("two_models" in m for m in h["runs"].values())
     head = ["contextual"] + [p["name"] for p in next(iter(h["runs"].values()))["runs"]] + ["best gain"] + (
         ["CPT(95%)", "APGR"] if two else [])
-    L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for label, m in h["runs"].items():
-        cells = [label] + [f"{p['gain_over_mixing']:+.4f} ({p['mean_score']:.4f}, ${p['total_cost_usd']:.3f})" for p in m["runs"]]
-        cells.append(f"{m['best_gain_over_mixing']:+.4f} ({m['best']})")
-        if two:
-            t = m["two_models"]
-            cells += [_pct(t["cpt"]["95"]), f"{t['apgr']:.3f}"]
-        L.append("| " + " | ".join(cells) + " |")
+    L += bench.md_table(head, [[label] + [_point(p) for p in m["runs"]] + [f"{m['best_gain_over_mixing']:+.4f} ({m['best']})"]
+                               + ([_pct(m["two_models"]["cpt"]["95"]), f"{m['two_models']['apgr']:.3f}"] if two else [])
+                               for label, m in h["runs"].items()])
     return L + [""]
+
+
+def _point(p: dict) -> str:
+    return f"{p['gain_over_mixing']:+.4f} ({p['mean_score']:.4f}, ${p['total_cost_usd']:.3f})"
 
 
 def diagnosis_lines(r: dict) -> list[str]:
@@ -354,8 +325,7 @@ def diagnosis_lines(r: dict) -> list[str]:
     hard = any("difficulty_auc" in e for e in d["predictors"].values())
     head = ["predictor", "best gain over mixing", "at cost_weight", "of the oracle's gain", "squared error"]
     head += (["AUC of the strong-weak gap for the hidden difficulty"] if hard else []) + (["CPT(95%)", "APGR"] if two else [])
-    L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    og = d["oracle"]["gain_over_mixing"]
+    og, rows = d["oracle"]["gain_over_mixing"], []
     for label, e in d["predictors"].items():
         cells = [label, f"{e['best_gain_over_mixing']:+.4f}", f"{e['best_cost_weight']:g}",
                  f"{e['best_gain_over_mixing'] / og:.1%}" if og > 0 else "-", f"{e['mse']:.4f}"]
@@ -364,8 +334,8 @@ def diagnosis_lines(r: dict) -> list[str]:
             cells.append("-" if au is None else f"{au:.3f}")
         if two:
             cells += [_pct(e.get("cpt95")), f"{e['apgr']:.3f}" if "apgr" in e else "-"]
-        L.append("| " + " | ".join(cells) + " |")
-    return L + [""]
+        rows.append(cells)
+    return L + bench.md_table(head, rows) + [""]
 
 
 # -- RESULTS.md ------------------------------------------------------------------------------------
@@ -382,7 +352,7 @@ def table(res: dict) -> list[str]:
     head = ["router", "mean reward", "total cost $", "gain over mixing", "p95 ms", "errors %", "regret", "% of oracle"]
     if has_event:
         head += ["share of X before/during/after", "move-away", "come-back"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for name, r in res["rows"].items():
         cells = [f"`{name}`", _fmt(r["mean_score"]), _fmt(r["total_cost_usd"], "{:.4f}"),
                  _fmt(r.get("gain_over_mixing"), "{:+.4f}"), _fmt(r["p95_latency_ms"], "{:.0f}"),
@@ -393,8 +363,8 @@ def table(res: dict) -> list[str]:
             mv = m.get("move_away") if "fixed" not in name else "-"
             cb = m.get("come_back") if "fixed" not in name else "-"
             cells += [sh, _fmt(mv, "{}"), _fmt(cb, "{}")]
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
+        rows.append(cells)
+    return bench.md_table(head, rows)
 
 
 def bf_score(r: dict) -> float:
@@ -483,16 +453,16 @@ def sweep_lines(r: dict) -> list[str]:
     head = ["router"] + points + ["best gain", "of the oracle's gain"]
     if two:
         head += ["CPT(50%)", "CPT(80%)", "CPT(95%)", "APGR"]
-    L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for label, m in sw.items():
-        cells = [f"`{label}`"] + [f"{p['gain_over_mixing']:+.4f} ({p['mean_score']:.4f}, ${p['total_cost_usd']:.3f})"
-                                  for p in m["runs"]]
+        cells = [f"`{label}`"] + [_point(p) for p in m["runs"]]
         share = m.get("oracle_share")
         cells += [f"{m['best_gain_over_mixing']:+.4f} ({m['best']})", "-" if share is None else f"{share:.1%}"]
         if two:
             t = m["two_models"]
             cells += [_pct(t["cpt"]["50"]), _pct(t["cpt"]["80"]), _pct(t["cpt"]["95"]), f"{t['apgr']:.3f}"]
-        L.append("| " + " | ".join(cells) + " |")
+        rows.append(cells)
+    L += bench.md_table(head, rows)
     if two:
         L += ["", f"Two models: weak `{two['weak']}`, strong `{two['strong']}`; PGR = (score - weak) / (strong - weak); "
                   "CPT(x) = the smallest share of strong-model calls at which the sweep's curve (with the all-weak and "
@@ -500,12 +470,17 @@ def sweep_lines(r: dict) -> list[str]:
     return L + [""]
 
 
+def overhead_report() -> Optional[dict]:
+    """benchmarks/decision_overhead.py's last results, None when absent or unreadable."""
+    try:
+        return json.loads((RESULTS_DIR / "overhead.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def overhead_load() -> str:
     """The overhead run's machine load, as its conditions recorded it."""
-    try:
-        c = json.loads((RESULTS_DIR / "overhead.json").read_text()).get("conditions", {})
-    except (OSError, ValueError):
-        return ""
+    c = (overhead_report() or {}).get("conditions", {})
     a, b = c.get("loadavg_1_5_15_start"), c.get("loadavg_1_5_15_end")
     if not a or not b:
         return ""
@@ -515,10 +490,7 @@ def overhead_load() -> str:
 
 def overhead_modes(alias: str, n: int = 16) -> Optional[dict]:
     """The alias's overhead figures by mode at pool size n (``fixed`` and the other modes)."""
-    try:
-        rep = json.loads((RESULTS_DIR / "overhead.json").read_text())
-    except (OSError, ValueError):
-        return None
+    rep = overhead_report() or {}
     fixed = (rep.get("ours", {}).get(str(n)) or {}).get(alias)
     modes = dict((rep.get("ours_modes", {}).get(str(n)) or {}).get(alias) or {})
     if isinstance(fixed, dict) and "p50_us" in fixed:
@@ -725,14 +697,7 @@ def readme_block(results: list[dict], conditions: dict) -> list[str]:
 
 def write_readme_block(results: list[dict], conditions: dict, readme: Path = README) -> bool:
     """Replace the README's block between the markers; False (and a message) when they are missing."""
-    text = readme.read_text(encoding="utf-8")
-    start, end = text.find(README_BEGIN), text.find(README_END)
-    if start < 0 or end < start:
-        print(f"{readme.name}: no {README_BEGIN} ... {README_END} block; not updated", file=sys.stderr)
-        return False
-    block = "\n".join(readme_block(results, conditions))
-    readme.write_text(text[:start] + block + text[end + len(README_END):], encoding="utf-8")
-    return True
+    return bench.replace_block(readme, README_BEGIN, README_END, "\n".join(readme_block(results, conditions)))
 
 
 def main(argv=None) -> int:

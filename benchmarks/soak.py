@@ -21,11 +21,7 @@ Results: ``benchmarks/results/soak.json`` and ``soak.md``. Loopback only; nothin
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import os
-import platform
-import statistics
 import sys
 import tempfile
 import threading
@@ -33,13 +29,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import bench
 import httpx
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))  # the redis-server fixture and the delaying TCP proxy
-
+sys.path.insert(0, str(bench.TESTS))  # the redis-server fixture and the delaying TCP proxy
 from redis_server import RedisServer  # noqa: E402
 from tcp_delay import DelayProxy  # noqa: E402
 
@@ -73,46 +66,9 @@ PROMPTS = ["Write a Python function that merges two sorted lists", "Traduire en 
            "Summarise the causes of the first world war in three sentences"]
 
 
-# -- processes and memory ------------------------------------------------------------------------
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            out.append(int(entry))
-    return out
-
-
-def process_tree(pid: int) -> list[int]:
-    todo, seen = [pid], []
-    while todo:
-        p = todo.pop()
-        seen.append(p)
-        todo += _children(p)
-    return seen
-
-
-def rss_mb(pid: int):
+def _cmdline(pid: int) -> str:
     try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return round(int(line.split()[1]) / 1024.0, 1)
-    except OSError:
-        return None
-    return None
-
-
-def cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:80]
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()[:80]
     except OSError:
         return "?"
 
@@ -120,13 +76,12 @@ def cmdline(pid: int) -> str:
 def memory_snapshot(proxy: Proxy, redis: RedisServer) -> list[dict]:
     """The resident set size of the proxy's processes (parent, workers, helpers) and redis-server."""
     out = []
-    for pid in process_tree(proxy.pid):
-        cmd = cmdline(pid)
-        role = ("proxy parent" if pid == proxy.pid else "resource tracker" if "resource_tracker" in cmd
+    for pid in bench.process_tree(proxy.pid):
+        role = ("proxy parent" if pid == proxy.pid else "resource tracker" if "resource_tracker" in _cmdline(pid)
                 else "proxy worker")
-        out.append({"pid": pid, "role": role, "rss_mb": rss_mb(pid)})
+        out.append({"pid": pid, "role": role, "rss_mb": bench.rss_mb(pid)})
     if redis.proc is not None:  # None while it is killed
-        out.append({"pid": redis.proc.pid, "role": "redis-server", "rss_mb": rss_mb(redis.proc.pid)})
+        out.append({"pid": redis.proc.pid, "role": "redis-server", "rss_mb": bench.rss_mb(redis.proc.pid)})
     return out
 
 
@@ -221,18 +176,6 @@ class Load:
         with self.lock:
             self.results.append({"i": i, "phase": phase, "latency_s": latency, "ok": ok, "status": status,
                                  "served": served, "stream": stream, "error": None if ok else (error or "no reply")})
-
-
-def percentiles(values: list[float]) -> dict:
-    if not values:
-        return {}
-    xs = sorted(values)
-
-    def q(p):
-        return round(1000 * xs[min(len(xs) - 1, int(p * len(xs)))], 1)
-
-    return {"n": len(xs), "p50_ms": q(0.5), "p95_ms": q(0.95), "p99_ms": q(0.99), "max_ms": round(1000 * xs[-1], 1),
-            "mean_ms": round(1000 * statistics.fmean(xs), 1)}
 
 
 def serving_workers(proxy: Proxy, limit_s: float = 180.0) -> set:
@@ -367,9 +310,8 @@ def run(minutes: float, rate: float, slow_redis_ms: float, out_dir: Path, log=pr
     errors = [r for r in results if not r["ok"]]
     succeeded = {n: ups[n].stats()["succeeded"] for n in names}
     served = {n: sum(1 for r in results if r["served"] == n) for n in names}
-    phases = {}
-    for ph in ("steady", "upstream_down", "redis_restart", "redis_slow"):
-        phases[ph] = percentiles([r["latency_s"] for r in results if r["phase"] == ph])
+    phases = {ph: bench.latency_ms([r["latency_s"] for r in results if r["phase"] == ph])
+              for ph in ("steady", "upstream_down", "redis_restart", "redis_slow")}
     checks = {
         "zero_client_errors": not errors,
         "counts_equal_upstream_calls": counts == calls,
@@ -379,8 +321,7 @@ def run(minutes: float, rate: float, slow_redis_ms: float, out_dir: Path, log=pr
     }
     mem = {"start": mem_start, "end": mem_end, "worker_samples": samples}
     report = {
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": bench.conditions(),
         "minutes": minutes, "rate_per_s": rate, "slow_redis_ms": slow_redis_ms,
         "requests": len(results), "warmup_requests": warmup, "ok": ok, "client_errors": len(errors),
         "error_samples": errors[:10], "streams": sum(r["stream"] for r in results),
@@ -392,9 +333,7 @@ def run(minutes: float, rate: float, slow_redis_ms: float, out_dir: Path, log=pr
         "log_warnings": sum(1 for line in logs.splitlines() if "WARNING" in line or "ERROR" in line),
         "redis_outage_warnings": logs.count("unreachable (") , "redis_back_lines": logs.count("reachable again"),
     }
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "soak.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out_dir / "soak.md").write_text(render(report))
+    bench.write_results("soak", report, render(report), out=out_dir)
     return report
 
 
@@ -402,7 +341,7 @@ def render(r: dict) -> str:
     ok = all(r["checks"].values())
     lines = [f"# Soak run ({r['date']})", "",
              f"`benchmarks/soak.py --minutes {r['minutes']:g} --rate {r['rate_per_s']:g}`: a LiteLLM proxy with two "
-             f"workers, the plugin and the Redis store (AOF), {r['machine']['cpus']} CPUs shared with other jobs, "
+             f"workers, the plugin and the Redis store (AOF), {r['machine']['cpu_count']} CPUs shared with other jobs, "
              f"Python {r['machine']['python']}; loopback only.", "",
              f"- requests: {r['requests']} timed (+{r['warmup_requests']} warm-up), {r['streams']} of them streamed; "
              f"answered 200: {r['ok']}; **client errors: {r['client_errors']}**",
@@ -416,18 +355,14 @@ def render(r: dict) -> str:
              f"worker deaths in the log: {r['worker_restarts']}",
              f"- overall: {'PASS' if ok else 'FAIL'}", "", "## Timeline", ""]
     lines += [f"- {e['t_s']:.0f} s: {e['event']}" for e in r["events"]]
-    lines += ["", "## Client latency by phase (ms)", "", "| phase | n | p50 | p95 | p99 | max |", "|---|---:|---:|---:|---:|---:|"]
-    for ph, p in r["latency_by_phase"].items():
-        if p:
-            lines.append(f"| {ph} | {p['n']} | {p['p50_ms']} | {p['p95_ms']} | {p['p99_ms']} | {p['max_ms']} |")
-    lines += ["", "## Resident memory (MB), at the start of the timed run and at its end", "",
-              "| pid | process | start | end |", "|---|---|---:|---:|"]
-    start = {m["pid"]: m for m in r["memory"]["start"]}
-    end = {m["pid"]: m for m in r["memory"]["end"]}
-    for pid in list(start) + [p for p in end if p not in start]:
-        m = start.get(pid) or end[pid]
-        s0, s1 = start.get(pid, {}).get("rss_mb", "-"), end.get(pid, {}).get("rss_mb", "-")
-        lines.append(f"| {pid} | {m['role']} | {s0 if s0 is not None else '-'} | {s1 if s1 is not None else '-'} |")
+    start, end = ({m["pid"]: m for m in r["memory"][k]} for k in ("start", "end"))
+    lines += ["", "## Client latency by phase (ms)", "", *bench.md_table(["phase", "n", "p50", "p95", "p99", "max"], [
+        [ph, p["n"], p["p50_ms"], p["p95_ms"], p["p99_ms"], p["max_ms"]] for ph, p in r["latency_by_phase"].items() if p],
+        "---:"), "", "## Resident memory (MB), at the start of the timed run and at its end", "",
+        *bench.md_table(["pid", "process", "start", "end"], [
+            [pid, (start.get(pid) or end[pid])["role"],
+             *(x if (x := side.get(pid, {}).get("rss_mb", "-")) is not None else "-" for side in (start, end))]
+            for pid in list(start) + [p for p in end if p not in start]])]
     samples = r["memory"].get("worker_samples") or []
     if samples:
         lines += ["", "Workers' RSS during the run (MB, every 30 s): "
@@ -444,7 +379,7 @@ def main(argv=None) -> int:
     p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--rate", type=float, default=10.0, help="requests per second (default 10)")
     p.add_argument("--slow-redis-ms", type=float, default=100.0, help="delay of each Redis reply, each way")
-    p.add_argument("--out", type=Path, default=HERE / "results")
+    p.add_argument("--out", type=Path, default=bench.RESULTS)
     args = p.parse_args(argv)
     report = run(args.minutes, args.rate, args.slow_redis_ms, args.out)
     print(render(report))
