@@ -61,12 +61,25 @@ class Deployment:
     specialities: Mapping[str, Optional[str]] = field(default_factory=dict)
     # The most input tokens it takes (LiteLLM's model info); None when unknown.
     max_input_tokens: Optional[int] = None
+    # What set the prices (deployments.PRICE_BASES; said for a reader in price_source, e.g.
+    # "litellm cost map: azure/gpt-4o (model_info.base_model)") and whether LiteLLM bills the
+    # deployment at them (None: LiteLLM not asked); why it is local or not. Explanations only:
+    # not part of the deployment's identity.
+    price_basis: str = field(default="", compare=False)
+    price_source: str = field(default="", compare=False)
+    priced_by_litellm: Optional[bool] = field(default=None, compare=False)
+    local_reason: str = field(default="", compare=False)
     # One price per 1M tokens, as the seed's bonuses expect: a 3:1 input:output blend. Derived
     # (never passed): computed once here because every decision reads it for every candidate.
     cost_per_1m: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "cost_per_1m", 0.75 * self.input_cost_per_1m + 0.25 * self.output_cost_per_1m)
+
+    def cost_usd(self, input_tokens: float, output_tokens: float) -> float:
+        """The price of a request of these token counts (what LiteLLM bills, when it prices the
+        deployment)."""
+        return (input_tokens * self.input_cost_per_1m + output_tokens * self.output_cost_per_1m) / 1e6
 
 
 @dataclass(slots=True)

@@ -11,15 +11,19 @@ They merge field by field and the deployment's own mapping wins: it is written n
 deployment it describes, while a policy glob may cover many. Tags are added together (with
 `litellm_params.tags`), specialities merged per domain.
 
-Locality, when neither says, is inferred: a local-serving provider (`ollama/`, `ollama_chat/`,
-`hosted_vllm/`, `lm_studio/`, `llamafile/`) or an `api_base` on loopback makes a deployment
-local, so `auto/offline` works on a plain config.
+Locality, when neither says, is inferred from the provider: a self-hosted one (`ollama/`,
+`hosted_vllm/`, `lm_studio/`, ... SELF_HOSTED_PROVIDERS) makes a deployment local, so
+`auto/offline` works on a plain config. A loopback `api_base` alone does not: a cloud provider
+reached through a local egress proxy or sidecar listens on loopback too.
 
-Pure: LiteLLM's model cost map reaches here only as an optional lookup function supplied by the
-integration, so the core never imports LiteLLM."""
+Prices: one price, the one LiteLLM bills. The integration supplies LiteLLM's own pricing of a
+deployment (custom prices, `base_model`, the provider-aware cost map) as a PriceLookup, so the
+core never imports LiteLLM; the policy's costs table only fills in where LiteLLM has no price,
+and every Deployment says which source priced it (`price_source`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import math
 from dataclasses import dataclass
@@ -32,11 +36,36 @@ from .globs import matches_any, most_specific
 from .policy.errors import PolicyError, PolicyIssue, dotted
 from .policy.models import DeploymentAnnotation, Policy, Selector
 
-# (litellm model string) -> (input USD per token, output USD per token) or None
-CostLookup = Callable[[str], Optional[tuple[float, float]]]
-
-LOCAL_PROVIDERS = frozenset({"ollama", "ollama_chat", "hosted_vllm", "lm_studio", "llamafile"})
+# LiteLLM providers that serve a model the operator runs (a server on this machine or in its own
+# network), not a vendor's API: local for auto/offline, free unless priced.
+SELF_HOSTED_PROVIDERS = frozenset({"ollama", "ollama_chat", "hosted_vllm", "vllm", "lm_studio", "llamafile",
+                                   "xinference", "oobabooga", "triton", "lemonade", "docker_model_runner"})
 ANNOTATION_KEY = "aisia"  # model_info.aisia
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per 1M input and output tokens, and what set them: `basis`, one of PRICE_BASES, and
+    `source`, the same for a reader (shown by `aisia explain` and `/aisia/policy`). `billed` is
+    whether LiteLLM prices the deployment itself (its spend is tracked at this price): None when
+    LiteLLM was not asked (no lookup supplied)."""
+
+    input_per_1m: float
+    output_per_1m: float
+    source: str
+    billed: Optional[bool] = None
+    basis: str = "litellm"
+
+
+# annotation: the policy or model_info.aisia; litellm: LiteLLM's pricing; config: the deployment's
+# own per-token prices, LiteLLM not asked; table: costs.by_provider_prefix; self-hosted: free;
+# default: costs.default_per_1m. The last three are the router's guesses where nobody priced it.
+PRICE_BASES = ("annotation", "litellm", "config", "table", "self-hosted", "default")
+
+
+# A LiteLLM deployment dict -> LiteLLM's own price for it (Price with billed=True), or None when
+# LiteLLM has none (it would bill the requests None).
+PriceLookup = Callable[[Mapping], Optional[Price]]
 
 
 class DeploymentError(PolicyError):
@@ -65,16 +94,31 @@ def provider_of(model: str) -> str:
     return head.split("-", 1)[0].lower()
 
 
-def infer_local(model: str, params: Mapping) -> bool:
-    """Whether a deployment serves from this machine: a local-serving provider, or an api_base
-    on loopback (localhost, 127.0.0.0/8, ::1)."""
+def provider_in(model: str, params: Mapping) -> str:
+    """LiteLLM's provider of a deployment: `custom_llm_provider`, else the model's prefix."""
     provider = params.get("custom_llm_provider")
     if not isinstance(provider, str) or not provider:
         provider = model.split("/", 1)[0] if "/" in model else ""
-    if provider.lower() in LOCAL_PROVIDERS:
-        return True
+    return provider.lower()
+
+
+def locality(model: str, params: Mapping) -> tuple[bool, str]:
+    """Whether a deployment serves from the operator's own machines, and why: a self-hosted
+    provider is local; any other is not, even on a loopback api_base (an egress proxy or a
+    sidecar in front of a cloud API listens there too)."""
+    provider = provider_in(model, params)
     base = params.get("api_base") or params.get("base_url")
-    return isinstance(base, str) and is_loopback_url(base)
+    on_loopback = isinstance(base, str) and is_loopback_url(base)
+    if provider in SELF_HOSTED_PROVIDERS:
+        return True, f"self-hosted provider {provider}/" + (" on loopback" if on_loopback else "")
+    if on_loopback:
+        return False, f"provider {provider or model}/ is not self-hosted (a loopback api_base alone does not count)"
+    return False, f"provider {provider or model}/ is not self-hosted"
+
+
+def infer_local(model: str, params: Mapping) -> bool:
+    """Whether a deployment serves from this machine when nothing says so (see `locality`)."""
+    return locality(model, params)[0]
 
 
 def is_loopback_url(url: str) -> bool:
@@ -115,19 +159,20 @@ class _Issues:
         self.items.append(PolicyIssue(file, line, col, where, message, kind))
 
 
-def build_deployment(raw: Mapping, policy: Policy, cost_lookup: CostLookup | None = None, *,
+def build_deployment(raw: Mapping, policy: Policy, price_lookup: PriceLookup | None = None, *,
                      source: Source | None = None) -> Deployment:
-    """A LiteLLM deployment dict {model_name, litellm_params, model_info} as a Deployment.
+    """A LiteLLM deployment dict {model_name, litellm_params, model_info} as a Deployment, priced
+    by `price_lookup` (LiteLLM's pricing, from the integration) where no annotation prices it.
 
     Raises DeploymentError (every problem of the dict, located) for a malformed one."""
     issues: list[PolicyIssue] = []
-    dep = _build(raw, policy, cost_lookup, source, issues)
+    dep = _build(raw, policy, price_lookup, source, issues)
     if issues:
         raise DeploymentError(issues)
     return dep
 
 
-def build_deployments(raws: Iterable, policy: Policy, cost_lookup: CostLookup | None = None, *,
+def build_deployments(raws: Iterable, policy: Policy, price_lookup: PriceLookup | None = None, *,
                       source: Source | None = None) -> list[Deployment]:
     """Every deployment of a model list, checked together: one DeploymentError lists the
     problems of all of them, and a deployment id given twice is one (both would be chosen at
@@ -140,7 +185,7 @@ def build_deployments(raws: Iterable, policy: Policy, cost_lookup: CostLookup | 
     for k, raw in enumerate(raws):
         src = Source(source.file, source.locations, tuple(source.path) + (k,)) if source is not None else None
         n_before = len(issues)
-        dep = _build(raw, policy, cost_lookup, src, issues)
+        dep = _build(raw, policy, price_lookup, src, issues)
         if dep is None or len(issues) > n_before:
             continue
         given = _given_id(raw)
@@ -168,9 +213,34 @@ def build_deployments(raws: Iterable, policy: Policy, cost_lookup: CostLookup | 
     return out
 
 
-def load_deployments_file(path, policy: Policy, cost_lookup: CostLookup | None = None) -> list[Deployment]:
-    """The deployments of a LiteLLM config file (its `model_list`), every error located as
-    file:line:column. Raises DeploymentError; OSError when the file cannot be read."""
+@dataclass(frozen=True)
+class ConfigFile:
+    """A LiteLLM config file as read: its data (a mapping with a `model_list` list), the
+    positions of its nodes (policy.yamlpos) and its name."""
+
+    file: str
+    data: dict
+    locations: dict
+
+    @property
+    def model_list(self) -> list:
+        return self.data["model_list"]
+
+    @property
+    def router_settings(self) -> Mapping:
+        value = self.data.get("router_settings")
+        return value if isinstance(value, Mapping) else {}
+
+    def where(self, path: tuple) -> tuple[int, int]:
+        from .policy.yamlpos import position_of
+
+        pos = position_of(self.locations, path)
+        return (pos.line, pos.column) if pos else (0, 0)
+
+
+def read_config_file(path) -> ConfigFile:
+    """A LiteLLM config file, checked to have a `model_list` list. Raises DeploymentError (located);
+    OSError when the file cannot be read."""
     from .policy.yamlpos import load_yaml_with_positions, position_of
 
     file = str(path)
@@ -180,12 +250,23 @@ def load_deployments_file(path, policy: Policy, cost_lookup: CostLookup | None =
         raise DeploymentError(issues)
     if not isinstance(data, dict) or "model_list" not in data:
         raise DeploymentError([PolicyIssue(file, 1, 1, "", "expected a LiteLLM config: a mapping with a 'model_list' key")])
-    models = data["model_list"]
-    if not isinstance(models, list):
+    if not isinstance(data["model_list"], list):
         pos = position_of(locs, ("model_list",))
         raise DeploymentError([PolicyIssue(file, pos.line if pos else 0, pos.column if pos else 0, "model_list",
                                            "must be a list of deployments")])
-    return build_deployments(models, policy, cost_lookup, source=Source(file, locs, ("model_list",)))
+    return ConfigFile(file, data, locs)
+
+
+def config_deployments(config: ConfigFile, policy: Policy, price_lookup: PriceLookup | None = None) -> list[Deployment]:
+    """The deployments of a read LiteLLM config, every error located as file:line:column."""
+    return build_deployments(config.model_list, policy, price_lookup, source=Source(config.file, config.locations,
+                                                                                    ("model_list",)))
+
+
+def load_deployments_file(path, policy: Policy, price_lookup: PriceLookup | None = None) -> list[Deployment]:
+    """The deployments of a LiteLLM config file (its `model_list`), every error located as
+    file:line:column. Raises DeploymentError; OSError when the file cannot be read."""
+    return config_deployments(read_config_file(path), policy, price_lookup)
 
 
 def _given_id(raw) -> Optional[str]:
@@ -197,12 +278,10 @@ def _given_id(raw) -> Optional[str]:
 
 
 def _with_id(d: Deployment, new_id: str) -> Deployment:
-    return Deployment(id=new_id, model_name=d.model_name, model=d.model, provider=d.provider, tier=d.tier,
-                      local=d.local, tags=d.tags, input_cost_per_1m=d.input_cost_per_1m,
-                      output_cost_per_1m=d.output_cost_per_1m, specialities=d.specialities)
+    return dataclasses.replace(d, id=new_id)
 
 
-def _build(raw, policy: Policy, cost_lookup, source: Optional[Source], issues: list) -> Optional[Deployment]:
+def _build(raw, policy: Policy, price_lookup, source: Optional[Source], issues: list) -> Optional[Deployment]:
     if not isinstance(raw, Mapping):
         sink = _Issues(source, "?")
         sink.add((), f"a deployment must be a mapping with model_name, litellm_params and model_info, "
@@ -234,27 +313,42 @@ def _build(raw, policy: Policy, cost_lookup, source: Optional[Source], issues: l
         issues.extend(sink.items)
         return None
 
-    ann = annotation_for(policy, dep_id, model_name, model)
-    field = _merged_field(ann, own)
+    ann_key = annotation_key(policy, dep_id, model_name, model)
+    ann = policy.deployments[ann_key] if ann_key is not None else None
+    field, origin = _merged_field(ann, own, ann_key)
     provider = field("provider") or provider_raw or provider_of(model)
     local = field("local")
     if local is None:
-        local = infer_local(model, params)
+        local, local_reason = locality(model, params)
+    else:
+        local_reason = f"{origin('local')}: local: {str(bool(local)).lower()}"
     tags = tuple(dict.fromkeys([*(tags_raw or []), *(ann.tags if ann else []), *(own.get("tags") or [])]))
     specialities = {**(ann.specialities if ann else {}), **(own.get("specialities") or {})}
-    price_ann = (field("input_cost_per_1m"), field("output_cost_per_1m"))
-    in_cost, out_cost = resolve_costs(policy, model, provider, prices, price_ann, cost_lookup)
+    annotated = (field("input_cost_per_1m"), field("output_cost_per_1m"))
+    price = resolve_price(policy, model, provider, prices, annotated,
+                          price_lookup(raw) if price_lookup is not None else None,
+                          litellm_asked=price_lookup is not None,
+                          self_hosted=provider_in(model, params) in SELF_HOSTED_PROVIDERS,
+                          annotation=origin("input_cost_per_1m" if annotated[0] is not None else "output_cost_per_1m"))
     return Deployment(id=dep_id, model_name=model_name, model=model, provider=provider, tier=field("tier"),
-                      local=bool(local), tags=tags, input_cost_per_1m=in_cost, output_cost_per_1m=out_cost,
-                      specialities=specialities)
+                      local=bool(local), tags=tags, input_cost_per_1m=price.input_per_1m,
+                      output_cost_per_1m=price.output_per_1m, specialities=specialities, price_basis=price.basis,
+                      price_source=price.source, priced_by_litellm=price.billed, local_reason=local_reason)
 
 
-def _merged_field(ann: Optional[DeploymentAnnotation], own: dict):
+def _merged_field(ann: Optional[DeploymentAnnotation], own: dict, ann_key: Optional[str]):
+    """field(name): the deployment's own annotation's value, else the policy's; origin(name):
+    where that value was written."""
     def field(name: str):
         if own.get(name) is not None:
             return own[name]
         return getattr(ann, name) if ann is not None else None
-    return field
+
+    def origin(name: str) -> str:
+        if own.get(name) is not None:
+            return f"model_info.{ANNOTATION_KEY}"
+        return f"policy deployments.{ann_key}" if ann_key is not None else "annotation"
+    return field, origin
 
 
 def _mapping(raw: Mapping, key: str, base: tuple, sink: _Issues) -> Mapping:
@@ -317,7 +411,7 @@ def _price(value) -> Optional[float]:
     return None
 
 
-def _token_prices(params: Mapping, info: Mapping, sink: _Issues) -> Optional[tuple[float, float]]:
+def _token_prices(params: Mapping, info: Mapping, sink: _Issues) -> Optional[Price]:
     """The deployment's own per-token prices (model_info first, then litellm_params), as USD per
     1M tokens, or None when it sets none."""
     for base, src in (("model_info", info), ("litellm_params", params)):
@@ -334,35 +428,73 @@ def _token_prices(params: Mapping, info: Mapping, sink: _Issues) -> Optional[tup
         if any(v is None for v in values.values()):
             return None
         inp = values["input_cost_per_token"]
-        return inp * 1e6, values.get("output_cost_per_token", inp) * 1e6
+        return Price(inp * 1e6, values.get("output_cost_per_token", inp) * 1e6, f"{base}.input_cost_per_token",
+                     basis="config")
     return None
 
 
+def annotation_key(policy: Policy, *names: str) -> Optional[str]:
+    """The policy's `deployments:` key that annotates a deployment of these names (the most
+    specific matching glob), or None."""
+    return most_specific(policy.deployments.keys(), names)
+
+
 def annotation_for(policy: Policy, *names: str):
-    key = most_specific(policy.deployments.keys(), names)
+    key = annotation_key(policy, *names)
     return policy.deployments[key] if key is not None else None
 
 
-def resolve_costs(policy, model, provider, prices, annotated=(None, None), cost_lookup=None) -> tuple[float, float]:
-    """Price per 1M tokens: the annotation, else the deployment's own per-token price (`prices`,
-    already per 1M), else LiteLLM's model cost map, else the provider-prefix table, else the
-    policy's default. A lookup answer that is not a finite price >= 0 is ignored."""
+def resolve_price(policy, model, provider, prices=None, annotated=(None, None), litellm_price: Optional[Price] = None,
+                  *, litellm_asked: bool = False, self_hosted: bool = False, annotation: str = "annotation") -> Price:
+    """USD per 1M tokens and their source, first found: the annotation (each of its two prices),
+    LiteLLM's price, the deployment's own per-token prices (when LiteLLM was not asked: it would
+    have priced them itself), the policy's provider-prefix table, free for a self-hosted provider,
+    the policy's default. A LiteLLM answer that is not a finite price >= 0 counts as none.
+    `billed`: whether LiteLLM prices it (None: not asked); an unpriced deployment's source says
+    that LiteLLM bills it None."""
+    if litellm_price is not None:
+        a, b = _price(litellm_price.input_per_1m), _price(litellm_price.output_per_1m)
+        litellm_price = Price(a, b, litellm_price.source, True) if a is not None and b is not None else None
+    billed = (litellm_price is not None) if litellm_asked else None
+    base = litellm_price or prices or _fallback_price(policy, model, provider, self_hosted)
+    if billed is False:
+        base = dataclasses.replace(base, source=f"{base.source} (LiteLLM has no price for {model}: it bills None)")
     inp, out = annotated
-    if inp is not None:
-        return inp, out if out is not None else inp
-    if prices is not None:
-        return prices
-    if cost_lookup is not None:
-        found = cost_lookup(model)
-        if found is not None:
-            a, b = _price(found[0]), _price(found[1])
-            if a is not None and b is not None:
-                return a * 1e6, b * 1e6
+    if inp is None and out is None:
+        return dataclasses.replace(base, billed=billed)
+    if inp is not None and out is None:
+        out = inp
+    if inp is None:
+        return Price(base.input_per_1m, out, f"{annotation} (output), {base.source} (input)", billed, "annotation")
+    return Price(inp, out, annotation, billed, "annotation")
+
+
+def _fallback_price(policy, model, provider, self_hosted: bool) -> Price:
     table = policy.costs.by_provider_prefix
     for key in (provider, provider_of(model)):
         if key in table:
-            return table[key], table[key]
-    return policy.costs.default_per_1m, policy.costs.default_per_1m
+            return Price(table[key], table[key], f"policy costs.by_provider_prefix.{key}", basis="table")
+    if self_hosted:
+        return Price(0.0, 0.0, "self-hosted: free", basis="self-hosted")
+    return Price(policy.costs.default_per_1m, policy.costs.default_per_1m, "policy costs.default_per_1m",
+                 basis="default")
+
+
+def resolve_costs(policy, model, provider, prices=None, annotated=(None, None)) -> tuple[float, float]:
+    """(input, output) USD per 1M tokens of `resolve_price`, without LiteLLM (replay candidates)."""
+    price = resolve_price(policy, model, provider, prices, annotated,
+                          self_hosted=provider_in(model, {}) in SELF_HOSTED_PROVIDERS)
+    return price.input_per_1m, price.output_per_1m
+
+
+def describe(d: Deployment) -> dict:
+    """What the router takes a deployment to be, and why: its prices and their source, its
+    locality and its reason (`aisia explain`, `/aisia/policy`)."""
+    return {"id": d.id, "model_name": d.model_name, "model": d.model, "provider": d.provider, "tier": d.tier,
+            "tags": list(d.tags), "input_cost_per_1m": d.input_cost_per_1m, "output_cost_per_1m": d.output_cost_per_1m,
+            "price_basis": d.price_basis, "price_source": d.price_source, "priced_by_litellm": d.priced_by_litellm,
+            "local": d.local,
+            "local_reason": d.local_reason}
 
 
 def selects(selector: Selector, d: Deployment) -> bool:

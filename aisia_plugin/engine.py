@@ -167,8 +167,7 @@ class Engine:
         budget = ap.budget
         if budget.max_cost_per_request_usd is not None and deps:
             cap = budget.max_cost_per_request_usd
-            est = [(feats.input_tokens * d.input_cost_per_1m + budget.expected_output_tokens * d.output_cost_per_1m) / 1e6
-                   for d in deps]
+            est = [d.cost_usd(feats.input_tokens, budget.expected_output_tokens) for d in deps]
             within = [k for k, e in enumerate(est) if e <= cap]
             over = [CandidateScore(i, excluded=f"estimated ${e:.6f} over budget") for i, e in zip(ids, est)]
             if not within:

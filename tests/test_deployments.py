@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aisia_plugin.cli import main
-from aisia_plugin.deployments import (DeploymentError, build_deployment, build_deployments, infer_local,
-                                      load_deployments_file)
+from aisia_plugin.deployments import (DeploymentError, Price, build_deployment, build_deployments,
+                                      load_deployments_file, locality)
 from aisia_plugin.engine import Engine
 from aisia_plugin.policy import load_policy
 
@@ -67,31 +67,47 @@ def test_the_deployments_own_annotation_wins_over_the_policy_field_by_field(team
     assert (own.input_cost_per_1m, own.output_cost_per_1m) == (1.0, 4.0)
 
 
-@pytest.mark.parametrize("model,params,local", [
-    ("ollama/llama3", {}, True),
-    ("ollama_chat/llama3", {}, True),
-    ("hosted_vllm/mistral", {}, True),
-    ("lm_studio/qwen", {}, True),
-    ("llamafile/phi", {}, True),
-    ("openai/my-model", {"api_base": "http://localhost:8000/v1"}, True),
-    ("openai/my-model", {"api_base": "http://127.3.0.1:8000/v1"}, True),
-    ("openai/my-model", {"api_base": "http://[::1]:8000/v1"}, True),
-    ("openai/my-model", {"api_base": "localhost:11434"}, True),
-    ("openai/my-model", {"custom_llm_provider": "ollama"}, True),
-    ("openai/gpt-4o", {}, False),
-    ("openai/my-model", {"api_base": "https://api.example.com/v1"}, False),
-    ("openai/my-model", {"api_base": "http://10.0.0.5/v1"}, False),
-    ("openai/my-model", {"api_base": "os.environ/MY_BASE"}, False),
-    ("openai/my-model", {"api_base": "http://localhost.evil.com/v1"}, False),
+@pytest.mark.parametrize("model,params,local,reason", [
+    ("ollama/llama3", {}, True, "self-hosted provider ollama/"),
+    ("ollama_chat/llama3", {}, True, "self-hosted provider ollama_chat/"),
+    ("hosted_vllm/mistral", {}, True, "self-hosted provider hosted_vllm/"),
+    ("hosted_vllm/mistral", {"api_base": "http://127.0.0.1:8000/v1"}, True, "self-hosted provider hosted_vllm/ on loopback"),
+    ("hosted_vllm/mistral", {"api_base": "http://gpu-7.internal:8000/v1"}, True, "self-hosted provider hosted_vllm/"),
+    ("vllm/mistral", {}, True, "self-hosted provider vllm/"),
+    ("lm_studio/qwen", {}, True, "self-hosted provider lm_studio/"),
+    ("llamafile/phi", {}, True, "self-hosted provider llamafile/"),
+    ("xinference/qwen", {}, True, "self-hosted provider xinference/"),
+    ("openai/my-model", {"custom_llm_provider": "ollama"}, True, "self-hosted provider ollama/"),
+    # A cloud provider behind a local egress proxy or sidecar listens on loopback too: an address
+    # alone does not make a deployment local (issue 19 B).
+    ("openai/my-model", {"api_base": "http://localhost:8000/v1"}, False,
+     "provider openai/ is not self-hosted (a loopback api_base alone does not count)"),
+    ("openai/my-model", {"api_base": "http://127.3.0.1:8000/v1"}, False,
+     "provider openai/ is not self-hosted (a loopback api_base alone does not count)"),
+    ("azure/gpt-4o-eu", {"api_base": "http://[::1]:8000"}, False,
+     "provider azure/ is not self-hosted (a loopback api_base alone does not count)"),
+    ("groq/llama-3", {"api_base": "localhost:11434"}, False,
+     "provider groq/ is not self-hosted (a loopback api_base alone does not count)"),
+    ("openai/gpt-4o", {}, False, "provider openai/ is not self-hosted"),
+    ("openai/my-model", {"api_base": "https://api.example.com/v1"}, False, "provider openai/ is not self-hosted"),
+    ("openai/my-model", {"api_base": "os.environ/MY_BASE"}, False, "provider openai/ is not self-hosted"),
 ])
-def test_locality_is_inferred_when_not_annotated(model, params, local):
-    assert infer_local(model, params) is local
-    assert build_deployment(dep(model, **params), POLICY).local is local
+def test_locality_is_inferred_from_the_provider_when_not_annotated(model, params, local, reason):
+    assert locality(model, params) == (local, reason)
+    d = build_deployment(dep(model, **params), POLICY)
+    assert (d.local, d.local_reason) == (local, reason)
 
 
-def test_an_explicit_local_wins_over_the_inference():
-    assert build_deployment(dep("ollama/llama3", aisia={"local": False}), POLICY).local is False
-    assert build_deployment(dep("openai/gpt-4o", aisia={"local": True}), POLICY).local is True
+def test_an_explicit_local_wins_over_the_inference(tmp_path):
+    d = build_deployment(dep("ollama/llama3", aisia={"local": False}), POLICY)
+    assert (d.local, d.local_reason) == (False, "model_info.aisia: local: false")
+    d = build_deployment(dep("openai/gpt-4o", aisia={"local": True}, api_base="http://127.0.0.1:9/v1"), POLICY)
+    assert (d.local, d.local_reason) == (True, "model_info.aisia: local: true")
+    team = tmp_path / "team.yaml"
+    team.write_text("version: 1\ndeployments:\n  'sidecar-*': {local: true}\n", encoding="utf-8")
+    policy = load_policy([team])
+    d = build_deployment(dep("openai/gpt-4o", "sidecar-1"), policy)
+    assert (d.local, d.local_reason) == (True, "policy deployments.sidecar-*: local: true")
 
 
 def test_auto_offline_works_on_a_plain_config():
@@ -132,11 +148,13 @@ def test_per_token_prices_must_be_numbers_at_least_zero(price, ok):
             build_deployment(raw, POLICY)
 
 
-def test_a_cost_map_answer_that_is_no_price_is_ignored():
-    d = build_deployment(dep("openai/gpt-4o"), POLICY, lambda model: (-1.0, float("nan")))
+def test_a_price_lookup_answer_that_is_no_price_is_ignored():
+    d = build_deployment(dep("openai/gpt-4o"), POLICY, lambda raw: Price(-1.0, float("nan"), "broken"))
     assert d.input_cost_per_1m == POLICY.costs.by_provider_prefix["openai"]
-    d = build_deployment(dep("openai/gpt-4o"), POLICY, lambda model: (1e-6, 2e-6))
+    assert (d.price_basis, d.priced_by_litellm) == ("table", False)
+    d = build_deployment(dep("openai/gpt-4o"), POLICY, lambda raw: Price(1.0, 2.0, "litellm cost map: x"))
     assert (d.input_cost_per_1m, d.output_cost_per_1m) == pytest.approx((1.0, 2.0))
+    assert (d.price_basis, d.price_source, d.priced_by_litellm) == ("litellm", "litellm cost map: x", True)
 
 
 @pytest.mark.parametrize("raw,field", [
@@ -227,7 +245,9 @@ def test_a_valid_config_file_with_merge_keys(tmp_path):
     deps = load_deployments_file(cfg, POLICY)
     assert [(d.id, d.model, d.tier, d.local) for d in deps] == [
         ("gpt-4o", "openai/gpt-4o", "pro", False), ("llama", "ollama/llama3", None, True),
-        ("copy", "openai/gpt-4o", None, True)]  # the merged litellm_params, its own loopback api_base
+        ("copy", "openai/gpt-4o", None, False)]
+    # the merged litellm_params, with its own loopback api_base (which does not make openai/ local)
+    assert deps[2].local_reason == "provider openai/ is not self-hosted (a loopback api_base alone does not count)"
 
 
 def test_explain_on_a_malformed_config_exits_1_with_located_errors(tmp_path, capsys):

@@ -130,8 +130,12 @@ def test_explain_shows_ucb1s_n_and_N_and_whether_forgetting_is_on(tmp_path, caps
     sf = tmp_path / "state.json"
     sf.write_text(json.dumps(SEED_STATE))
     team = tmp_path / "team.yaml"
+    # The worked example prices each deployment from the seed's COST_PER_1M table (the shipped
+    # costs.by_provider_prefix), where the proxy would take LiteLLM's prices: annotated here.
+    table = load_policy().costs.by_provider_prefix
+    prices = "".join(f"  {n}: {{input_cost_per_1m: {table[n.split('-')[0]]}}}\n" for n in SEED_STATE["bandit"])
     team.write_text(f"version: 1\nbandit: {{forgetting: {{enabled: {str(forgetting).lower()}}}}}\n"
-                    "aliases:\n  auto: {exploration_c: 1.4142135623730951}\n", encoding="utf-8")
+                    f"deployments:\n{prices}aliases:\n  auto: {{exploration_c: 1.4142135623730951}}\n", encoding="utf-8")
     argv = ["explain", "--policy", str(team), "--state", str(sf), "--deployments", str(cfg), "hello"]
     assert main([*argv, "--json"]) == 0
     rows = {c["id"]: c for c in json.loads(capsys.readouterr().out)["decision"]["candidates"]}

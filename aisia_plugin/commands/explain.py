@@ -34,13 +34,17 @@ DEMO_POOL = [
 
 
 def _load_deployments(path, policy):
-    """The deployments to decide among: a LiteLLM config's model_list (every error located, as
-    `aisia validate --deployments` reports it), a replay candidates file, or the demo pool."""
-    from ..deployments import build_deployments, load_deployments_file
+    """The deployments to decide among, built and priced as the proxy builds them (LiteLLM's
+    pricing included, so that the choice is the proxy's): a LiteLLM config's model_list (every
+    error located, as `aisia validate --deployments` reports it), the demo pool, or a replay
+    candidates file (priced by its own fields and the policy)."""
+    from ..deployments import build_deployments, read_config_file
 
     if path is None:
+        from ..litellm.costs import config_price_lookup
+
         # The demo's local model is inferred local (ollama/), so auto/offline has a candidate.
-        return build_deployments(DEMO_POOL, policy)
+        return build_deployments(DEMO_POOL, policy, config_price_lookup(DEMO_POOL))
     import yaml
 
     with open(path, encoding="utf-8") as fh:
@@ -54,7 +58,9 @@ def _load_deployments(path, policy):
 
         specs = load_candidates(path, policy=policy)
         return [spec.to_deployment(name, policy) for name, spec in specs.items()]
-    return load_deployments_file(path, policy)
+    from ..litellm.costs import proxy_deployments
+
+    return proxy_deployments(read_config_file(path), policy)
 
 
 EXIT_REFUSED = 3
@@ -120,8 +126,11 @@ def run(args) -> int:
     except UnknownAlias:
         return 2
     features = {k: v for k, v in feats.as_dict().items() if k not in ("text", "extra", "estimate_probability")}
+    from ..deployments import describe
+
     if args.json:
-        out = {"alias": args.alias, "features": features, "decision": decision.as_dict()}
+        out = {"alias": args.alias, "features": features, "decision": decision.as_dict(),
+               "deployments": [describe(d) for d in deployments]}
         # Infinite scores (UCB1's untried candidates) become null: JSON has no infinity.
         print(json.dumps(_jsonable(out), indent=2))
         return EXIT_REFUSED if decision.refused else 0
@@ -133,6 +142,11 @@ def run(args) -> int:
     if forgetting.enabled:
         print(f"learning:  forgetting on (half-life {forgetting.half_life_requests:g} requests): counts such as "
               "UCB1's n and N are discounted by their age")
+    print("deployments:")
+    for d in deployments:
+        where = "local" if d.local else "remote"
+        print(f"    {d.id:32s} ${d.input_cost_per_1m:g}/${d.output_cost_per_1m:g} per 1M in/out: {d.price_source}; "
+              f"{where}: {d.local_reason}")
     print("candidates:")
     for s in decision.scores:
         if s.excluded:

@@ -81,38 +81,87 @@ def check(paths, deployments=None, strict: bool = False) -> Report:
     except PolicyError as exc:
         status = EXIT_USAGE if any(i.kind == "io" for i in exc.issues) else EXIT_INVALID
         return Report(status, files, ranked(exc.issues))
+    config_warnings = []
     if deployments is not None:
-        found = deployment_issues(loaded, deployments)
+        found, config_warnings = deployment_issues(loaded, deployments)
         if found:
             status = EXIT_USAGE if any(i.kind == "io" for i in found) else EXIT_INVALID
             return Report(status, files, ranked(found))
-    warnings = ranked(loaded.warnings)
+    warnings = ranked(loaded.warnings + config_warnings)
     if strict and warnings:
         return Report(EXIT_INVALID, files, warnings, warnings=warnings)
     return Report(EXIT_OK, files, [], len(loaded.policy.aliases), loaded.default_files, warnings)
 
 
-def deployment_issues(loaded, path) -> list[PolicyIssue]:
-    """The problems of a LiteLLM config checked against the policy: its deployments as the
-    router builds them, then every alias that would select none of them."""
-    from ..deployments import DeploymentError, load_deployments_file, selects
+def deployment_issues(loaded, path) -> tuple[list[PolicyIssue], list[PolicyIssue]]:
+    """(errors, warnings) of a LiteLLM config checked against the policy as the proxy checks it at
+    start: its deployments built and priced as the proxy builds them, an alias named like one of
+    the config's models or router aliases (the proxy exits), an alias that would select none of
+    its deployments; warnings: an annotation that annotates no deployment, a deployment LiteLLM
+    cannot price that the router prices by guess."""
+    from ..deployments import DeploymentError, read_config_file
+    from ..litellm.costs import proxy_deployments
+    from ..litellm.groups import collision_issues, plan
     from ..policy.yamlpos import position_of
 
     try:
-        deps = load_deployments_file(path, loaded.policy)
+        config = read_config_file(path)
+        deps = proxy_deployments(config, loaded.policy)
     except DeploymentError as exc:
-        return list(exc.issues)
+        return list(exc.issues), []
     except (OSError, UnicodeDecodeError) as exc:
-        return [PolicyIssue(str(path), 0, 0, "", f"cannot read: {exc}", "io")]
-    out = []
-    for name, alias in loaded.policy.aliases.items():
-        if any(selects(alias.candidates, d) for d in deps):
-            continue
+        return [PolicyIssue(str(path), 0, 0, "", f"cannot read: {exc}", "io")], []
+    settings = config.router_settings
+    group_alias = settings.get("model_group_alias")
+    groups = settings.get("routing_groups")
+    planned = plan(loaded.policy, deps,
+                   [m["model_name"] for m in config.model_list if isinstance(m, dict) and m.get("model_name")],
+                   group_alias if isinstance(group_alias, dict) else None,
+                   [g.get("group_name") for g in groups if isinstance(g, dict)] if isinstance(groups, list) else ())
+    out = collision_issues(planned.collisions, loaded.locations)
+    for name in planned.empty:
         pos = position_of(loaded.locations, ("aliases", name, "candidates"), key=True)
         out.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0, pos.column if pos else 0,
                                f"aliases.{name}.candidates",
                                f"selects none of the {len(deps)} deployments of {path}: the alias would answer "
                                "every request with 'no deployment is available'", "semantic"))
+    return out, _unmatched_annotations(loaded, deps, path) + _unpriced(config, deps)
+
+
+def _unmatched_annotations(loaded, deps, path) -> list[PolicyIssue]:
+    """A `deployments:` key that matches no deployment (a misspelt id): it annotates nothing."""
+    import difflib
+
+    from ..globs import matches_any
+    from ..policy.yamlpos import position_of
+
+    out = []
+    ids = [d.id for d in deps]
+    for key in loaded.policy.deployments:
+        if any(matches_any([key], (d.id, d.model_name, d.model)) for d in deps):
+            continue
+        pos = position_of(loaded.locations, ("deployments", key), key=True)
+        closest = difflib.get_close_matches(key, ids, n=1, cutoff=0.0)
+        hint = f"; did you mean {closest[0]!r}?" if closest else ""
+        out.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0, pos.column if pos else 0,
+                               f"deployments.{key}", f"annotates none of the {len(deps)} deployments of {path} "
+                               f"(keys match an id, a model_name or a model){hint}", "warning"))
+    return out
+
+
+def _unpriced(config, deps) -> list[PolicyIssue]:
+    """A deployment LiteLLM has no price for, which the router prices from its costs table."""
+    out = []
+    for k, d in enumerate(deps):
+        if d.priced_by_litellm is not False or d.price_basis not in ("table", "default"):
+            continue
+        line, column = config.where(("model_list", k, "litellm_params", "model"))
+        out.append(PolicyIssue(config.file, line, column, f"model_list.{k}.litellm_params.model",
+                               f"LiteLLM has no price for {d.model}: it bills its requests None, and the router "
+                               f"ranks and budgets it at ${d.input_cost_per_1m:g}/${d.output_cost_per_1m:g} per 1M "
+                               f"tokens in/out from {d.price_source.split(' (')[0]}; price it in its litellm_params "
+                               "(input_cost_per_token, output_cost_per_token) or name its model_info.base_model",
+                               "warning"))
     return out
 
 

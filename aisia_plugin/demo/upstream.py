@@ -3,7 +3,9 @@ benchmarks (the LLM providers are the one thing outside this machine, so they ar
 
 Each upstream has a name, a base latency, an error rate, prices and a strength per domain. It
 serves `POST /v1/chat/completions` (plain and `stream: true` server-sent events, with `usage`)
-and `GET /v1/models`; the reply says which upstream served it and carries a quality signal that
+and `GET /v1/models`, and the same chat route on Azure's path
+(`/openai/deployments/{deployment}/chat/completions`, for LiteLLM's `azure/` deployments); every
+reply carries OpenAI's `service_tier` (LiteLLM's `groq/` provider refuses a reply without it); the reply says which upstream served it and carries a quality signal that
 is a deterministic function of the upstream's strength in the prompt's domain, the prompt and a
 seed. A control surface makes it misbehave on demand:
 
@@ -155,6 +157,11 @@ def quality_of(spec: UpstreamSpec, prompt: str, domain: Optional[str]) -> float:
     return round(clamp01(spec.strength(domain) + noise), 3)
 
 
+# Azure's chat route: LiteLLM's `azure/NAME` calls `{api_base}/openai/deployments/NAME/chat/completions`.
+_AZURE_CHAT = re.compile(r"/openai/deployments/[^/]+/chat/completions")
+# What OpenAI reports as the tier that served the request; "default" is priced at base rates.
+SERVICE_TIER = "default"
+
 _QUALITY_RE = re.compile(r"\bquality=([01](?:\.\d+)?)\b")
 _SERVED_RE = re.compile(r"\bserved-by=([A-Za-z0-9._-]+)")
 
@@ -301,6 +308,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _path(self) -> str:
         path = self.path.split("?", 1)[0].rstrip("/")
+        if _AZURE_CHAT.fullmatch(path):
+            return "/chat/completions"
         return path[3:] if path.startswith("/v1/") else path
 
     # -- routes -------------------------------------------------------------------------------
@@ -407,7 +416,8 @@ class _Handler(BaseHTTPRequestHandler):
 
         self._stream_start()
         words = text.split(" ")
-        base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": spec.model_id}
+        base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": spec.model_id,
+                "service_tier": SERVICE_TIER}
         self._event({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
         for i, w in enumerate(words):
             if mode == "stream_break" and i == 2:
@@ -424,7 +434,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _completion(self, cid, created, text, usage) -> dict:
         return {"id": cid, "object": "chat.completion", "created": created, "model": self.state.spec.model_id,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                "service_tier": SERVICE_TIER, "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
                 "usage": usage}
 
     def _stream_start(self):

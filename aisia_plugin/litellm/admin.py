@@ -17,6 +17,7 @@ from fastapi import Depends, HTTPException, Request
 from litellm.proxy._types import LitellmUserRoles, ProxyException
 from litellm.proxy.auth.user_api_key_auth import user_api_key_auth
 
+from ..deployments import describe
 from ..outcome import Outcome
 
 if TYPE_CHECKING:
@@ -189,7 +190,11 @@ def mount(app, plugin: "AisiaPlugin") -> None:
 
     async def policy(_=Depends(require_admin)):
         rt, watcher = plugin.runtime, plugin.watcher
+        from litellm.proxy.proxy_server import llm_router
+
         return {"worker_pid": os.getpid(), "files": [str(f) for f in rt.loaded.files],
+                # Each deployment as the router prices it (and from which source) and whether it is local.
+                "deployments": [describe(d) for d in rt.deployments(llm_router.model_list if llm_router else [])],
                 "aliases": plugin.available_aliases(),
                 "aliases_without_candidates": list(plugin.empty_aliases),
                 "group_installs": plugin.group_installs, "reloads": watcher.reloads if watcher else 0, "checks": watcher.checks if watcher else 0,

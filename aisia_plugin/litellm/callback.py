@@ -30,9 +30,8 @@ from ..breaker import FailureKind, classify_failure
 from ..engine import UnknownAlias
 from ..policy.errors import PolicyError
 from ..policy.loader import LoadedPolicy, load_policy_with_locations
-from ..policy.yamlpos import position_of
 from . import checks, events
-from .groups import AliasCollision, group_entries, merged_groups, plan
+from .groups import AliasCollision, collision_issues, group_entries, merged_groups, plan
 from .headers import response_headers
 from .logs import log_policy_error, log_started, use_litellm_handler
 from .runtime import Attempt, Call, PendingFailure, Runtime, session_key
@@ -223,11 +222,6 @@ class AisiaPlugin(CustomLogger):
         self._admin_mounted = True
 
     # -- the aliases as Router groups --------------------------------------------------------
-    def _where(self, alias: str) -> str:
-        loaded = self.runtime.loaded if self.runtime else None
-        pos = position_of(loaded.locations, ("aliases", alias), key=True) if loaded is not None else None
-        return f"{pos.file}:{pos.line}:{pos.column}: aliases.{alias}" if pos else f"aliases.{alias}"
-
     def ensure_groups(self, router, *, startup: bool = False, runtime: Optional[Runtime] = None) -> None:
         """Install (or re-install) the aliases' priority groups when the Router, its model list or
         its groups changed since the last installation; cheap otherwise. Raises AliasCollision
@@ -243,8 +237,7 @@ class AisiaPlugin(CustomLogger):
         foreign = [g["group_name"] for g in existing if g.get("group_name") not in self._our_groups]
         planned = plan(rt.policy, deps, names, getattr(router, "model_group_alias", None), foreign)
         if planned.collisions:
-            found = [(f"{self._where(a)}", what) for a, what in planned.collisions]
-            raise AliasCollision(found)
+            raise AliasCollision(collision_issues(planned.collisions, rt.loaded.locations))
         entries = group_entries(planned.members)
         router.update_settings(routing_groups=merged_groups(existing, self._our_groups, entries))
         self._our_groups = set(planned.members)

@@ -13,18 +13,31 @@ from typing import Iterable, Mapping, Optional
 
 from ..decision import Deployment
 from ..deployments import selects
+from ..policy.errors import PolicyIssue
 from ..policy.models import Policy
+from ..policy.yamlpos import position_of
 
 
 class AliasCollision(ValueError):
-    """A policy alias has the name of a model the LiteLLM config already serves."""
+    """A policy alias has the name of a model the LiteLLM config already serves: the proxy does
+    not start (nor take a reload); `aisia validate --deployments` reports the same issues."""
 
-    def __init__(self, collisions: list[tuple[str, str]]):
-        """`collisions`: (where the alias is defined, 'file:line:column: aliases.NAME', and the
-        LiteLLM name it collides with)."""
-        self.collisions = collisions
-        super().__init__("\n".join(f"{where}: the alias collides with the LiteLLM {what}; rename the alias"
-                                    for where, what in collisions))
+    def __init__(self, issues: list[PolicyIssue]):
+        """`issues`: from ``collision_issues``, each located at the alias's definition."""
+        self.issues = issues
+        super().__init__("\n".join(i.format() for i in issues))
+
+
+def collision_issues(collisions: Iterable[tuple[str, str]], locations) -> list[PolicyIssue]:
+    """The collisions of a plan (alias, what it collides with) as issues located at each alias's
+    definition in the policy files (`locations`: the loaded policy's)."""
+    out = []
+    for alias, what in collisions:
+        pos = position_of(locations, ("aliases", alias), key=True) if locations else None
+        out.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0, pos.column if pos else 0,
+                               f"aliases.{alias}", f"the alias collides with the LiteLLM {what}; rename the alias",
+                               "semantic"))
+    return out
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from ..engine import Engine
 from ..policy.loader import LoadedPolicy
 from ..policy.models import Policy
 from ..state import open_store
-from .costs import context_window, cost_lookup
+from .costs import context_window, litellm_price
 
 # Bounds on what is kept per request: a proxy serves for months, and nothing here may grow with
 # the traffic. A call's record lives until its last event (a stream's arrives when it ends).
@@ -178,7 +178,7 @@ class Runtime:
             return hit[2]
         if len(self._deployments) > 4096:
             self._deployments.clear()
-        dep = build_deployment(raw, self.policy, cost_lookup)
+        dep = build_deployment(raw, self.policy, litellm_price)
         window = context_window(raw)
         if window is not None and dep.max_input_tokens is None:
             dep = replace(dep, max_input_tokens=window)

@@ -98,7 +98,7 @@ def call_cost(rec: RecordedOutcome, messages, dep: Deployment, success: bool) ->
     if tin is None:
         tin = math.ceil(prompt_chars(messages) / 4) if success else 0
     tout = rec.output_tokens or 0
-    return (tin * dep.input_cost_per_1m + tout * dep.output_cost_per_1m) / 1e6
+    return dep.cost_usd(tin, tout)
 
 
 def build_scenario(trace: Trace, specs: Mapping[str, CandidateSpec] | None, policy, *, seed: int = 0,
