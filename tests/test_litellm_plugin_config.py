@@ -34,6 +34,7 @@ def upstreams():
         {"name": "gpt-west", "input_cost_per_1m": 2.5, "output_cost_per_1m": 10.0},
         {"name": "coder", "input_cost_per_1m": 0.5, "output_cost_per_1m": 1.0},
         {"name": "mini", "input_cost_per_1m": 0.15, "output_cost_per_1m": 0.6},
+        {"name": "onprem", "input_cost_per_1m": 1.0, "output_cost_per_1m": 1.0},
     ])
     yield {u.name: u for u in running}
     stop_upstreams(running)
@@ -41,13 +42,16 @@ def upstreams():
 
 def existing_config(upstreams) -> dict:
     """What a platform team already runs: two deployments behind one model name, a coding
-    model, a small model, their own router settings."""
+    model, a small model, a self-hosted vLLM model (the one auto/offline keeps: every simulated
+    upstream listens on loopback, which alone makes no deployment local), their own router
+    settings."""
     return {
         "model_list": [
             deployment("gpt-4o", upstreams["gpt-east"], id="gpt-4o-east"),
             deployment("gpt-4o", upstreams["gpt-west"], id="gpt-4o-west"),
             deployment("deepseek-coder", upstreams["coder"], id="coder-1"),
             deployment("gpt-4o-mini", upstreams["mini"], id="mini-1"),
+            deployment("llama-onprem", upstreams["onprem"], id="onprem-1", litellm_params={"model": "hosted_vllm/onprem"}),
         ],
         "router_settings": {"routing_strategy": "simple-shuffle", "num_retries": 1, "timeout": 30},
         "litellm_settings": {"drop_params": True},
@@ -77,10 +81,13 @@ def test_every_alias_is_served(client, alias):
     raw = client.chat.completions.with_raw_response.create(
         model=alias, messages=[{"role": "user", "content": "What is the capital of France?"}])
     completion = raw.parse()
-    assert parse_reply(completion.choices[0].message.content)[0] in ("gpt-east", "gpt-west", "coder", "mini")
+    served_by = parse_reply(completion.choices[0].message.content)[0]
+    assert served_by in ("gpt-east", "gpt-west", "coder", "mini", "onprem")
     assert completion.model == alias
     assert raw.headers["x-aisia-alias"] == alias
-    assert raw.headers["x-litellm-model-id"] in ("gpt-4o-east", "gpt-4o-west", "coder-1", "mini-1")
+    assert raw.headers["x-litellm-model-id"] in ("gpt-4o-east", "gpt-4o-west", "coder-1", "mini-1", "onprem-1")
+    if alias == "auto/offline":
+        assert served_by == "onprem"
 
 
 def test_the_users_models_keep_working_and_the_team_annotation_applies(client):
@@ -98,7 +105,7 @@ def test_the_users_models_keep_working_and_the_team_annotation_applies(client):
 def test_streaming_through_an_alias(client):
     chunks = client.chat.completions.create(model="auto", messages=[{"role": "user", "content": "hi"}], stream=True)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert parse_reply(text)[0] in ("gpt-east", "gpt-west", "coder", "mini")
+    assert parse_reply(text)[0] in ("gpt-east", "gpt-west", "coder", "mini", "onprem")
 
 
 def test_an_alias_named_like_a_model_stops_the_proxy_with_both_names(tmp_path, upstreams):
