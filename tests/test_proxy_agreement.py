@@ -122,6 +122,9 @@ def test_every_deployment_is_priced_as_litellm_bills_it(proxy, files, aisia):
     groq = shown["groq-llama-3.1-70b"]
     assert (groq["priced_by_litellm"], groq["price_basis"]) == (False, "table")
     assert groq["price_source"].startswith("policy costs.by_provider_prefix.groq (LiteLLM has no price for ")
+    assert "aisia: LiteLLM has no price for deployment groq-llama-3.1-70b (groq/llama-3.1-70b-versatile): it bills " \
+           "its requests None; the router ranks and budgets it at $0.3/$0.3 per 1M tokens in/out from policy " \
+           "costs.by_provider_prefix.groq" in proxy.logs()  # said once at start, never a silent guess
     vllm = shown["vllm-llama-8b"]
     assert (vllm["price_basis"], vllm["input_cost_per_1m"], vllm["output_cost_per_1m"]) == ("self-hosted", 0.0, 0.0)
 

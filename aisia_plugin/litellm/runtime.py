@@ -5,6 +5,7 @@ and the recent decisions. Nothing here awaits I/O except the store's own async m
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field, replace
@@ -17,6 +18,8 @@ from ..policy.loader import LoadedPolicy
 from ..policy.models import Policy
 from ..state import open_store
 from .costs import context_window, litellm_price
+
+log = logging.getLogger("aisia_plugin.litellm")
 
 # Bounds on what is kept per request: a proxy serves for months, and nothing here may grow with
 # the traffic. A call's record lives until its last event (a stream's arrives when it ends).
@@ -144,6 +147,7 @@ class Runtime:
         self.engine = Engine(self.policy, clock=self.store.clock, store=self.store)
         self._deployments: dict[str, tuple[Any, Any, Deployment]] = {}
         self._names: dict[str, tuple] = {}
+        self._unpriced_said: set[tuple[str, str]] = set()
         self.calls: "OrderedDict[str, Call]" = OrderedDict()
         self.served: "OrderedDict[str, Served]" = OrderedDict()
         self.explain: deque = deque(maxlen=self.policy.proxy.explain_history)
@@ -184,6 +188,13 @@ class Runtime:
             dep = replace(dep, max_input_tokens=window)
         self._deployments[key] = (info, params.get("model"), dep)
         self._names[dep.id] = (dep.id, dep.model_name, dep.model)
+        if dep.priced_by_litellm is False and dep.price_basis in ("table", "default") \
+                and (dep.id, dep.model) not in self._unpriced_said:
+            # Never a guessed price in silence: once per deployment and model, not per reload.
+            self._unpriced_said.add((dep.id, dep.model))
+            log.warning("aisia: LiteLLM has no price for deployment %s (%s): it bills its requests None; the "
+                        "router ranks and budgets it at $%g/$%g per 1M tokens in/out from %s", dep.id, dep.model,
+                        dep.input_cost_per_1m, dep.output_cost_per_1m, dep.price_source.split(" (")[0])
         return dep
 
     def deployment_names(self, deployment_id: Optional[str]) -> tuple:
