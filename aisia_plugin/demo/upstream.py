@@ -5,9 +5,9 @@ Each upstream has a name, a base latency, an error rate, prices and a strength p
 serves `POST /v1/chat/completions` (plain and `stream: true` server-sent events, with `usage`)
 and `GET /v1/models`, and the same chat route on Azure's path
 (`/openai/deployments/{deployment}/chat/completions`, for LiteLLM's `azure/` deployments); every
-reply carries OpenAI's `service_tier` (LiteLLM's `groq/` provider refuses a reply without it); the reply says which upstream served it and carries a quality signal that
-is a deterministic function of the upstream's strength in the prompt's domain, the prompt and a
-seed. A control surface makes it misbehave on demand:
+reply carries OpenAI's `service_tier` (LiteLLM's `groq/` provider refuses a reply without it).
+The reply says which upstream served it and carries a quality signal that is a deterministic
+function of the upstream's strength in the prompt's domain, the prompt and a seed. A control surface makes it misbehave on demand:
 
     POST /_aisia/control {"mode": "ok"|"error"|"timeout"|"slow"|"malformed"|"stream_break"|"rate_limit",
                           "status": 500, "latency_ms": 0, "retry_after": 1, "error_rate": 0.0}
