@@ -69,7 +69,7 @@ def test_the_same_refusal_on_two_deployments_is_the_callers_and_nothing_is_learn
     with pytest.raises(Refused) as err:
         asyncio.run(router.acompletion(model="r/three", messages=weird))
     assert err.value.status_code == 400
-    assert "failed the same way" in err.value.message and "Invalid user message" in err.value.message
+    assert "failed the same way" in err.value.text and "Invalid user message" in err.value.text
     assert err.value.tried == ["ra", "rb"]  # the third deployment was not tried
     assert sum(u.stats()["calls"] for u in upstreams.values()) == 0
     assert all(count == 0 and rate == 0 for count, rate, _ in _learned(plugin).values()), _learned(plugin)
