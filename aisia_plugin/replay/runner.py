@@ -384,8 +384,10 @@ def replay(policy, alias: str, scenario: Scenario, *, seed: int = 0, progress: O
 
 # -- overrides (--sweep) ---------------------------------------------------------------------------
 SWEEPABLE = ("cost_weight", "latency_weight", "exploration_c", "exploration",
-             "failover.attempts", "sla.target_p95_ms", "budget.max_cost_per_request_usd")
+             "failover.attempts", "sla.target_p95_ms", "budget.max_cost_per_request_usd",
+             "budget.target_usd_per_1k_requests")
 _INT_FIELDS = {"failover.attempts"}
+_POSITIVE_FIELDS = {"budget.target_usd_per_1k_requests"}  # must be above 0
 _UNIT_FIELDS = {"exploration"}  # must lie in [0, 1]
 
 
@@ -396,6 +398,8 @@ def override_alias(policy, alias: str, param: str, value: float):
         raise ReplayError(f"cannot sweep {param!r}; sweepable: {', '.join(SWEEPABLE)}")
     if not math.isfinite(value) or value < 0:
         raise ReplayError(f"{param}={value:g}: must be a finite number >= 0")
+    if param in _POSITIVE_FIELDS and value <= 0:
+        raise ReplayError(f"{param}={value:g}: must be above 0")
     if param in _UNIT_FIELDS and value > 1:
         raise ReplayError(f"{param}={value:g}: must lie between 0 and 1")
     if param in _INT_FIELDS:
