@@ -226,11 +226,14 @@ def figures(name: str, served: Sequence[Served], oracle: Optional[Sequence[Serve
 
 # -- the runs --------------------------------------------------------------------------------------
 def run_router(policy, alias: str, scenario: Scenario, *, seed: int = 0, progress: Optional[Progress] = None,
-               deployments_at: Optional[Callable[[int, dict], dict]] = None) -> list[Served]:
+               deployments_at: Optional[Callable[[int, dict], dict]] = None,
+               observe: Optional[Callable[[int, object], None]] = None) -> list[Served]:
     """The Engine, online, in file order; only chosen candidates' outcomes are revealed.
 
     `deployments_at(index, deployments)` may return the deployments as they are at request
-    `index` (a price change or config reload mid-trace: a live proxy reads them per request)."""
+    `index` (a price change or config reload mid-trace: a live proxy reads them per request).
+    `observe(index, engine)`, when given, is called after each request was served (to read what
+    the engine learned, e.g. the spend target's multiplier)."""
     import random as _random
 
     from ..engine import Engine
@@ -268,6 +271,8 @@ def run_router(policy, alias: str, scenario: Scenario, *, seed: int = 0, progres
         if not attempts:
             served.status_code = refused_status
         out.append(served)
+        if observe is not None:
+            observe(i, engine)
         if progress is not None:
             progress(i + 1, total)
     return out
