@@ -114,6 +114,20 @@ def test_a_target_of_zero_is_a_policy_error_naming_the_field(write_file, aisia):
     assert "target_usd_per_1k_requests" in out + err and "Traceback" not in out + err
 
 
+def test_a_target_on_a_strategy_without_a_cost_term_is_a_warning_naming_its_line(write_file, aisia):
+    path = write_file("""
+        version: 1
+        aliases:
+          auto/eco:
+            strategy: cost
+            budget: {target_usd_per_1k_requests: 1.5}
+        """)
+    code, out, err = aisia("validate", path)
+    assert code == 0
+    assert f"{path}:6:" in out + err and "aliases.auto/eco.budget.target_usd_per_1k_requests" in out + err
+    assert "does not read cost_weight" in out + err
+
+
 def test_apply_outcome_paces_every_priced_call_of_the_paced_alias_learning_or_not():
     rules = LearningRules(CircuitBreaker(load_policy().circuit_breaker), pacing={"auto": RULE})
     ok = OutcomeRecord("d", 10.0, None, 1.0, 0.5, alias="auto", pace_alias="auto", cost_usd=0.004)
