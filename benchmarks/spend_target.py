@@ -17,7 +17,8 @@ outside its range). Then each sweep's gain over mixing and, for two-candidate tr
 APGR (``aisia_plugin.replay.quality``, as ``aisia replay --sweep`` reports them).
 
 Traces: the synthetic scenarios (benchmarks/synthetic.py, 3,000 requests, generated into --out
-when missing) and RouteLLM GSM8K (benchmarks/convert_data.py; 1,319 prompts, too few for a window
+when missing; in price_change the router reads the new list price during the event, as run_all.py
+replays it) and RouteLLM GSM8K (benchmarks/convert_data.py; 1,319 prompts, too few for a window
 after the first 1,000, so ``routellm_gsm8k_x4`` is the trace four times over, each pass shuffled
 with its own seed: 5,276 requests). Writes benchmarks/results/spend_target.{json,md}."""
 
@@ -112,6 +113,22 @@ def curve_score(points, spend: float):
     return None
 
 
+def price_event(out: Path, name: str, policy, scenario):
+    """For a trace whose meta says a candidate's price changes (price_change), the deployments
+    as a live proxy reads them per request (run_all.py does the same: a config reload), else None."""
+    meta = out / f"{name}.meta.json"
+    event = json.loads(meta.read_text(encoding="utf-8")).get("event") if meta.exists() else None
+    if not event or event.get("kind") != "price":
+        return None
+    from dataclasses import replace
+
+    deps = scenario.deployments(policy)
+    dear = replace(deps[event["candidate"]], input_cost_per_1m=event["factor"] * deps[event["candidate"]].input_cost_per_1m,
+                   output_cost_per_1m=event["factor"] * deps[event["candidate"]].output_cost_per_1m)
+    during = {**deps, event["candidate"]: dear}
+    return lambda i, current: during if event["start"] <= i < event["end"] else current
+
+
 def measure(name: str, out: Path, strategy: str, seed: int) -> dict:
     policy = load_policy()
     trace = load_trace(str(out / f"{name}.jsonl"))
@@ -122,8 +139,11 @@ def measure(name: str, out: Path, strategy: str, seed: int) -> dict:
     fixed_spend = {c: 1000.0 * f.total_cost_usd / n for c, f in base.fixed.items()}
     cheapest = min(fixed_spend.values())
 
+    repriced = price_event(out, name, policy, scenario)
+
     def run(param, value, observe=None):
-        served = run_router(with_strategy(policy, strategy, param, value), ALIAS, scenario, seed=seed, observe=observe)
+        served = run_router(with_strategy(policy, strategy, param, value), ALIAS, scenario, seed=seed, observe=observe,
+                            deployments_at=repriced)
         return served, figures(f"{param.split('.')[-1]}={value:g}", served, base.oracle_served)
 
     weights = []
