@@ -31,10 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(REPO))
+import bench  # first: LiteLLM offline, the repository importable
 
 import convert_data  # noqa: E402
 import synthetic  # noqa: E402
@@ -194,18 +191,19 @@ def markdown(results: list[dict], meta: dict) -> str:
     for r in results:
         out += [f"## {r['trace']} ({r['requests']} requests), {r['strategy']}", "",
                 f"Spend per 1k at cost_weight 0 (a multiplier of 0): {r['spend_at_cost_weight_0']:.4f}; cheapest fixed "
-                f"candidate: {min(r['fixed_spend_per_1k'].values()):.4f}.", "",
-                "| target | spend, whole run | highest window | lowest window | at 0 / at max | mean score | cost_weight curve at that spend | vs cost_weight |",
-                "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                f"candidate: {min(r['fixed_spend_per_1k'].values()):.4f}.", ""]
+        cells = []
         for row in r["rows"]:
             w = row["windows"]
             cw = row["cost_weight_curve_score"]
-            out.append(f"| {row['target_usd_per_1k']:.4f} | {row['spend_per_1k']:.4f} ({row['whole_deviation']:+.1%}) | "
-                       + (f"{w['above']['spend_per_1k']:.4f} ({w['above']['deviation']:+.1%}) | "
-                          f"{w['below']['spend_per_1k']:.4f} ({w['below']['deviation']:+.1%}) | " if w else "- | - | ")
-                       + f"{row['at_zero']:.0%} / {row['at_max']:.0%} | "
-                       + f"{row['mean_score']:.4f} | " + ("-" if cw is None else f"{cw:.4f}") + " | "
-                       + ("-" if row["vs_cost_weight"] is None else f"{row['vs_cost_weight']:+.4f}") + " |")
+            cells.append([f"{row['target_usd_per_1k']:.4f}", f"{row['spend_per_1k']:.4f} ({row['whole_deviation']:+.1%})",
+                          *((f"{w[side]['spend_per_1k']:.4f} ({w[side]['deviation']:+.1%})" for side in ("above", "below"))
+                            if w else ("-", "-")),
+                          f"{row['at_zero']:.0%} / {row['at_max']:.0%}", f"{row['mean_score']:.4f}",
+                          "-" if cw is None else f"{cw:.4f}",
+                          "-" if row["vs_cost_weight"] is None else f"{row['vs_cost_weight']:+.4f}"])
+        out += bench.md_table(["target", "spend, whole run", "highest window", "lowest window", "at 0 / at max",
+                               "mean score", "cost_weight curve at that spend", "vs cost_weight"], cells, "---:")
         curve = ", ".join(f"{c['cost_weight']:g}: ${c['spend_per_1k']:.4f} / {c['mean_score']:.4f}"
                           for c in r["cost_weight_curve"])
         out += ["", f"cost_weight sweep (weight: spend per 1k / mean score): {curve}", "", "Target sweep:", "```"]
@@ -218,11 +216,11 @@ def markdown(results: list[dict], meta: dict) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", default=str(HERE / "out"), help="where the traces are (generated when missing)")
+    p.add_argument("--out", default=str(bench.OUT), help="where the traces are (generated when missing)")
     p.add_argument("--strategy", action="append", help="default: ucb1 and contextual")
     p.add_argument("--traces", default=",".join(SYNTHETIC + (f"routellm_gsm8k_x{GSM8K_PASSES}",)))
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--results", default=str(HERE / "results"))
+    p.add_argument("--results", default=str(bench.RESULTS))
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -237,11 +235,9 @@ def main(argv=None) -> int:
                          for side in ("above", "below")), default=None)
             print(f"{name} {strategy}: worst window deviation {worst:.1%} ({time.time() - t0:.0f} s)", flush=True)
     meta = {"date": time.strftime("%Y-%m-%d"), "seed": args.seed}
-    res = Path(args.results)
-    (res / "spend_target.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1) + "\n",
-                                           encoding="utf-8")
-    (res / "spend_target.md").write_text(markdown(results, meta) + "\n", encoding="utf-8")
-    print(f"wrote {res / 'spend_target.md'}")
+    bench.write_results("spend_target", {"meta": meta, "results": results}, markdown(results, meta) + "\n",
+                        out=Path(args.results), indent=1)
+    print(f"wrote {Path(args.results) / 'spend_target.md'}")
     return 0
 
 
