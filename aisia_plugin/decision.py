@@ -367,7 +367,8 @@ def _setting(name: str) -> property:
 class RoutingContext:
     """Everything a strategy may use besides the pool, built by the engine per request (by
     keyword). The alias's settings are one shared ``AliasSettings``, also readable here by name
-    (``context.cost_weight`` is ``context.settings.cost_weight``)."""
+    (``context.exploration_c`` is ``context.settings.exploration_c``; ``context.cost_weight`` is
+    ``context.settings.cost_weight`` times ``cost_multiplier``, the spend target's)."""
 
     alias: str
     strategy: str
@@ -381,9 +382,10 @@ class RoutingContext:
     total_pulls: Optional[float] = None  # N of UCB1; None: the sum over the competing pool
     policy: Any = None  # the whole policy.models.Policy, for plugins
     contextual: Any = None  # contextual.ContextualModels the contextual strategy reads (the engine's)
+    # The spend target's multiplier of the cost weight (pacing.py; 1 for an alias without a target).
+    cost_multiplier: float = 1.0
 
     exploration_c = _setting("exploration_c")
-    cost_weight = _setting("cost_weight")
     latency_weight = _setting("latency_weight")
     cost_scale_per_1m = _setting("cost_scale_per_1m")
     latency_scale_s = _setting("latency_scale_s")
@@ -392,6 +394,13 @@ class RoutingContext:
     tier_hint = _setting("tier_hint")
     sla = _setting("sla")
     lkgp_enabled = _setting("lkgp_enabled")
+
+    @property
+    def cost_weight(self) -> float:
+        """The weight of the cost bonus in this decision: the alias's ``cost_weight`` times the
+        spend target's multiplier (the one place the multiplier is applied: every strategy with a
+        cost term reads its weight here)."""
+        return self.settings.cost_weight * self.cost_multiplier
 
 
 @dataclass(slots=True)

@@ -22,6 +22,7 @@ from .features import RequestFeatures
 from .interfaces import StateStore
 from .learning import LearningRules, OutcomeRecord
 from .outcome import Outcome, reward
+from .pacing import multiplier_of, rule_of
 from .schema_defaults import defaults_of
 from .policy.models import Policy
 from .scan import scanner_for
@@ -59,8 +60,10 @@ class Engine:
                          for name, a in policy.aliases.items()}
         self._fresh = ArmStats(avg_latency=policy.bandit.initial_latency_s)
         bp = policy.bandit
+        # Per alias with a spend target, how its multiplier moves (pacing.py).
+        self.pace_rules = {name: r for name, a in policy.aliases.items() if (r := rule_of(a.budget)) is not None}
         self.rules = LearningRules(self.breaker, self.gamma, bp.latency_ema_weight, bp.thompson_success_threshold,
-                                   self._fresh)
+                                   self._fresh, self.pace_rules)
         self._hook = plugins.hook()
         self._pools: dict[tuple, _AliasPool] = {}
         # Per alias, its settings as a decision uses them (resolved once, shared by its contexts).
@@ -203,6 +206,9 @@ class Engine:
         ctx = RoutingContext(alias=alias, strategy=ap.strategy, features=feats, domain=domain, task_type=task, now=now,
                              rng=self.rng, settings=self._settings[alias], last_known_good=last_good,
                              policy=self.policy, contextual=self.contextual)
+        pace_rule = self.pace_rules.get(alias)
+        if pace_rule is not None:
+            ctx.cost_multiplier = multiplier_of(self.store.pace(alias), pace_rule)
         decision = plugins.get_strategy(ap.strategy).select(pool, ctx)
         try:
             k = ids.index(decision.deployment_id)
@@ -294,7 +300,8 @@ class Engine:
         per_domain = domain if (domain and self.policy.bandit.per_domain.enabled) else None
         tick = self.store.record_outcome(OutcomeRecord(
             outcome.deployment_id, self.clock(), kind, value if value is not None else 0.0, outcome.latency_s,
-            pin_key(alias, session) if alias else None, per_domain, outcome.retry_after_s), self.rules)
+            pin_key(alias, session) if alias else None, per_domain, outcome.retry_after_s,
+            pace_alias=alias if alias in self.pace_rules else None, cost_usd=outcome.cost_usd), self.rules)
         learn = getattr(decision_or_alias, "context", None)
         if learn is not None and value is not None:  # the contextual strategy's: teach the chosen model
             self.contextual.learn(outcome.deployment_id, learn, value, tick, self.gamma)

@@ -11,6 +11,7 @@ from .bandit import ArmStats
 from .breaker import BreakerState, CircuitBreaker
 from .decision import Decision, Pool, RoutingContext
 from .learning import LearningRules, OutcomeRecord
+from .pacing import PaceState
 
 # read_pool's answer: (tick, breakers, global arms, per-domain arms, the alias's last known
 # good), the lists in the order of the ids asked for, None where nothing is stored.
@@ -30,7 +31,8 @@ class Strategy(Protocol):
 
 @runtime_checkable
 class StateStore(Protocol):
-    """Learned state: bandit arms (global and per domain), breakers, LKGP pins and the tick.
+    """Learned state: bandit arms (global and per domain), breakers, LKGP pins, the tick and the
+    aliases' spend-pacing records.
 
     Synchronous by design: the engine runs these on the request path and must never wait on I/O.
     A shared store (Redis) answers them from its local mirror and synchronises that mirror with
@@ -52,6 +54,9 @@ class StateStore(Protocol):
     def arm(self, deployment_id: str, domain: Optional[str] = None) -> Optional[ArmStats]: ...
 
     def last_known_good(self, alias: str) -> Optional[str]: ...
+
+    def pace(self, alias: str) -> Optional[PaceState]:
+        """The alias's spend-pacing record (``pacing.py``; None before its first paced call)."""
 
     def reset(self, deployment_id: str) -> None:
         """Forget a deployment's arms (every domain) and breaker: an operator knows it is fixed."""

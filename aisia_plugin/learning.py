@@ -8,10 +8,11 @@ store, so two replicas recording at once cannot lose each other's updates."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Mapping, Optional
 
 from .bandit import ArmStats, update
 from .breaker import BreakerState, CircuitBreaker, FailureKind
+from .pacing import PaceRule, PaceState, pace
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +22,9 @@ class OutcomeRecord:
     ``kind`` is None for a success, else the failure's class; ``learn`` says whether the bandit
     learns from it (a success or a provider failure: a client error or a rate limit says nothing
     about quality). ``domain`` is the per-domain record to update as well (None: global only).
-    ``id`` makes the record idempotent where a store replays batches (the Redis store)."""
+    ``id`` makes the record idempotent where a store replays batches (the Redis store).
+    ``pace_alias`` names the alias whose spend target this call's ``cost_usd`` counts against
+    (None: no target, or the cost is not paced)."""
 
     deployment_id: str
     now: float
@@ -32,6 +35,8 @@ class OutcomeRecord:
     domain: Optional[str] = None
     retry_after_s: Optional[float] = None
     id: Optional[str] = None
+    pace_alias: Optional[str] = None
+    cost_usd: Optional[float] = None
 
     @property
     def success(self) -> bool:
@@ -46,13 +51,15 @@ class OutcomeRecord:
 class LearningRules:
     """The policy's parameters of an update, handed to the store with each record (so that a
     reloaded policy applies from the next outcome on): the breaker's transitions, forgetting,
-    the latency EMA weight, Thompson's success threshold and the record of an unseen arm."""
+    the latency EMA weight, Thompson's success threshold, the record of an unseen arm and the
+    aliases' spend targets (alias -> pacing.PaceRule)."""
 
     breaker: CircuitBreaker
     gamma: float = 1.0
     ema_weight: float = 0.2
     success_threshold: float = 0.5
     fresh: ArmStats = field(default_factory=ArmStats)
+    pacing: Mapping[str, PaceRule] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,21 +71,28 @@ class Applied:
     global_arm: Optional[ArmStats]
     domain_arm: Optional[ArmStats]
     last_known_good: Optional[str]
+    pace: Optional[PaceState] = None  # the paced alias's record (None: not paced)
 
 
 def apply_outcome(rec: OutcomeRecord, rules: LearningRules, breaker: Optional[BreakerState], tick: float,
-                  global_arm: Optional[ArmStats], domain_arm: Optional[ArmStats]) -> Applied:
-    """The breaker transition, then (for a learning outcome) the tick advanced by one and the
-    global and per-domain arms updated at the new tick, and the alias's last known good set on a
-    success."""
+                  global_arm: Optional[ArmStats], domain_arm: Optional[ArmStats],
+                  pace_state: Optional[PaceState] = None) -> Applied:
+    """The breaker transition, the paced alias's spend record (every call whose cost is known,
+    learning or not: a call is spent either way), then (for a learning outcome) the tick
+    advanced by one and the global and per-domain arms updated at the new tick, and the alias's
+    last known good set on a success."""
     bs = breaker if breaker is not None else BreakerState()
     cb = rules.breaker
     if rec.kind is None:
         bs = cb.on_success(bs, rec.now)
     else:
         bs = cb.on_failure(bs, rec.now, rec.kind, rec.retry_after_s)
+    paced = None
+    rule = rules.pacing.get(rec.pace_alias) if rec.pace_alias is not None else None
+    if rule is not None:
+        paced = pace(pace_state, rule, rec.cost_usd, rec.now)
     if not rec.learn:
-        return Applied(bs, tick, None, None, None)
+        return Applied(bs, tick, None, None, None, paced)
     tick = tick + 1.0
     failed = rec.kind is not None
 
@@ -90,4 +104,4 @@ def apply_outcome(rec: OutcomeRecord, rules: LearningRules, breaker: Optional[Br
     g = step(global_arm)
     d = step(domain_arm) if rec.domain is not None else None
     lkgp = rec.alias if (rec.kind is None and rec.alias) else None
-    return Applied(bs, tick, g, d, lkgp)
+    return Applied(bs, tick, g, d, lkgp, paced)

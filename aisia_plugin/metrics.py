@@ -19,6 +19,7 @@ from typing import Iterable, Optional
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 from .breaker import PROMETHEUS_CODE
+from .pacing import PaceState, multiplier_of
 
 OTHER = "other"
 NO_DOMAIN = "none"  # also the deployment label of a refused decision
@@ -37,7 +38,8 @@ EXPORTED = (
     "ai_circuit_breaker_state", "ai_bandit_choice_total", "aisia_decisions_total", "aisia_outcomes_total",
     "aisia_failovers_total", "aisia_refusals_total", "aisia_decision_seconds", "aisia_learned_mean_reward",
     "aisia_learned_latency_seconds", "aisia_learned_pulls", "aisia_state_store_events_total",
-    "aisia_state_queue_depth", "aisia_policy_reloads_total",
+    "aisia_state_queue_depth", "aisia_policy_reloads_total", "aisia_spend_target_usd_per_1k_requests",
+    "aisia_spend_usd_per_1k_requests", "aisia_spend_multiplier",
 )
 
 
@@ -86,6 +88,15 @@ class RouterMetrics:
         self.queue_depth = Gauge("aisia_state_queue_depth", "Outcomes queued for the shared store.", registry=r,
                                  multiprocess_mode="livesum")
         self.reloads = Counter("aisia_policy_reloads_total", "Policy reloads by result.", ["result"], registry=r)
+        self.spend_target = Gauge("aisia_spend_target_usd_per_1k_requests", "Spend target per alias "
+                                  "(budget.target_usd_per_1k_requests).", ["alias"], registry=r,
+                                  multiprocess_mode="mostrecent")
+        self.spend = Gauge("aisia_spend_usd_per_1k_requests", "Realised spend per 1,000 calls of the alias "
+                           "(over its last 1,000 calls, every replica's).", ["alias"], registry=r,
+                           multiprocess_mode="mostrecent")
+        self.spend_multiplier = Gauge("aisia_spend_multiplier", "Multiplier of the alias's cost weight that "
+                                      "paces it to its spend target (1: as configured).", ["alias"], registry=r,
+                                      multiprocess_mode="mostrecent")
         self._alias = self._domain = self._deployment = self._strategy = _Names()
         self._results = _Names(OUTCOME_RESULTS)
         self._reasons = _Names(REFUSAL_REASONS)
@@ -168,6 +179,18 @@ class RouterMetrics:
             for dom, drow in (row.get("domains") or {}).items():
                 self.mean_reward.labels(d, self._domain(dom)).set(drow["mean_reward"])
                 self.pulls.labels(d, self._domain(dom)).set(drow["pulls"])
+
+    def pacing(self, rules: dict, paces: dict) -> None:
+        """Gauges of the spend targets: ``rules`` {alias: pacing.PaceRule} (the engine's
+        ``pace_rules``), ``paces`` a store's ``pacing()`` ({alias: record})."""
+        for alias, rule in rules.items():
+            a = self._alias(alias)
+            if a == OTHER:
+                continue
+            rec = paces.get(alias)
+            self.spend_target.labels(a).set(rule.target_usd_per_1k)
+            self.spend.labels(a).set(rec["spend_per_1k"] if rec else 0.0)
+            self.spend_multiplier.labels(a).set(multiplier_of(PaceState(**rec) if rec else None, rule))
 
     def breakers(self, states: dict[str, str]) -> None:
         """``{deployment id: effective state}`` -> ``ai_circuit_breaker_state``."""

@@ -66,7 +66,8 @@ LAYERS = (
     ("the pure core", ("aisia_plugin", "aisia_plugin.features", "aisia_plugin.domains", "aisia_plugin.scan",
                        "aisia_plugin.breaker", "aisia_plugin.bandit", "aisia_plugin.contextual",
                        "aisia_plugin.numbers", "aisia_plugin.decision", "aisia_plugin.re2compat",
-                       "aisia_plugin.globs", "aisia_plugin.resources", "aisia_plugin.schema_defaults")),
+                       "aisia_plugin.globs", "aisia_plugin.resources", "aisia_plugin.schema_defaults",
+                       "aisia_plugin.pacing")),
 )
 
 # The one circle allowed, named by its modules: the one inside aisia_plugin/litellm/ (admin and

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from aisia_plugin.decision import Decision
 from aisia_plugin.metrics import EXPORTED, RouterMetrics
+from aisia_plugin.pacing import PaceRule
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "examples" / "grafana" / "aisia-dashboard.json"
 
@@ -70,6 +71,21 @@ def test_breakers_and_learned_gauges():
     assert _value(reg, "aisia_state_store_events_total", event="fallback") == 1
     assert _value(reg, "aisia_state_store_events_total", event="other") == 1
     assert _value(reg, "aisia_policy_reloads_total", result="ok") == 1
+
+
+def test_spend_target_gauges_from_the_engines_rules_and_the_stores_records():
+    reg, m = _metrics()
+    rules = {"auto": PaceRule(2.0, 1.0, 100.0), "auto/coding": PaceRule(0.5, 1.0, 20.0), "not-configured": PaceRule(9.0)}
+    m.pacing(rules, {"auto": {"multiplier": 3.5, "spend_per_1k": 2.25, "count": 10.0, "spend_usd": 0.02, "updated": 1.0},
+                     "auto/coding": {"multiplier": 50.0, "spend_per_1k": 0.75, "count": 3.0, "spend_usd": 0.002,
+                                     "updated": 1.0}})
+    assert _value(reg, "aisia_spend_target_usd_per_1k_requests", alias="auto") == 2.0
+    assert _value(reg, "aisia_spend_usd_per_1k_requests", alias="auto") == 2.25
+    assert _value(reg, "aisia_spend_multiplier", alias="auto") == 3.5
+    assert _value(reg, "aisia_spend_multiplier", alias="auto/coding") == 20.0  # a reload lowered the bound
+    assert reg.get_sample_value("aisia_spend_target_usd_per_1k_requests", {"alias": "other"}) is None
+    m.pacing({"auto": PaceRule(2.0)}, {})  # a target with nothing spent yet: the weight as configured
+    assert _value(reg, "aisia_spend_multiplier", alias="auto") == 1.0
 
 
 def test_every_exported_metric_is_registered():

@@ -95,3 +95,37 @@ def test_redis_unreachable_and_malformed_url(tmp_path, monkeypatch, capsys):
     assert main(["stats"]) == 2
     err = capsys.readouterr().err
     assert "malformed" in err and "topsecret" not in err
+
+
+def test_stats_show_each_spend_target_with_its_realised_spend_and_multiplier(tmp_path, monkeypatch, capsys,
+                                                                            redis_module):
+    pol_file = tmp_path / "p.yaml"
+    pol_file.write_text('state:\n  backend: redis\n  key_prefix: "pace:"\n'
+                        'aliases:\n  auto: {budget: {target_usd_per_1k_requests: 2}}\n'
+                        '  auto/cheap: {budget: {target_usd_per_1k_requests: 0.5, max_multiplier: 20}}\n')
+    monkeypatch.setenv("AISIA_POLICY", str(pol_file))
+    monkeypatch.setenv("AISIA_REDIS_URL", redis_module.url)
+    policy = load_policy()
+    rules = Engine(policy, clock=lambda: 0.0).rules
+
+    async def spend():
+        store = RedisStore(policy)
+        await store.start()
+        # $4 then $1 per 1k against $2: the multiplier 1 -> 2 -> 1.5, the spend their mean, $2.5 per 1k
+        for i, cost in enumerate((0.004, 0.001)):
+            store.record_outcome(OutcomeRecord("gpt-4o", float(i), None, 0.75, 1.5, "auto", pace_alias="auto",
+                                               cost_usd=cost), rules)
+        await store.aclose()
+
+    asyncio.run(spend())
+    # the README's key: {<prefix>}:pace:<alias>, a hash of the record's fields
+    stored = redis_module.client().hgetall("{pace}:pace:auto")
+    assert float(stored[b"multiplier"]) == 1.5 and float(stored[b"count"]) == 2.0
+    assert main(["stats"]) == 0
+    out = capsys.readouterr().out
+    lines = out[out.index("spend target"):].splitlines()
+    assert lines[0].split() == ["spend", "target", "target", "$/1k", "spend", "$/1k", "multiplier", "/", "max",
+                                "calls", "spent", "$"]
+    rows = {line.split()[0]: line.split() for line in lines[2:]}
+    assert rows["auto"][1:] == ["2", "2.5000", "1.500", "/", "100", "2", "0.005000"]
+    assert rows["auto/cheap"][1:] == ["0.5", "-", "1.000", "/", "20", "0", "0"]  # a target, nothing spent yet

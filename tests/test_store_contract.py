@@ -15,6 +15,7 @@ import itertools
 import math
 import random
 import threading
+from dataclasses import replace
 
 import pytest
 
@@ -25,6 +26,7 @@ from aisia_plugin.engine import Engine
 from aisia_plugin.interfaces import StateStore
 from aisia_plugin.learning import OutcomeRecord
 from aisia_plugin.outcome import Outcome
+from aisia_plugin.pacing import PaceRule, PaceState
 from aisia_plugin.policy import load_policy
 from aisia_plugin.state import open_store
 from aisia_plugin.state.memory import MemoryState
@@ -130,16 +132,20 @@ async def test_it_is_a_state_store(h):
     assert (tick, breakers, g, d, lkgp) == (0.0, [None, None], [None, None], [None, None], None)
 
 
-async def test_recorded_records_equal_the_pure_update_applied_in_order(h):
-    rules = rules_of(h.policy)
+async def record_with_reference(h, recs, rules) -> MemoryState:
+    """Record `recs` in the store (the midpoint half way) and in a reference memory store."""
     ref = MemoryState()
-    recs = list(outcomes(1, 120))
     for k, rec in enumerate(recs):
         if k == len(recs) // 2:
             await h.midpoint()
         h.store.record_outcome(rec, rules)
         ref.record_outcome(rec, rules)
     await h.sync()
+    return ref
+
+
+async def test_recorded_records_equal_the_pure_update_applied_in_order(h):
+    ref = await record_with_reference(h, list(outcomes(1, 120)), rules_of(h.policy))
     assert_same_records(h.store.dump(), ref.dump())
     assert_same_records((await h.other()).dump(), ref.dump())
 
@@ -323,3 +329,34 @@ async def test_the_contextual_models_reach_every_view_and_the_dump(h):
         assert other.contextual.count[k] == ref.count[j] and other.contextual.tick[k] == ref.tick[j]
     back = MemoryState.load(other.dump()).contextual
     assert {dep: back.count[k] for dep, k in back.ids.items()} == {dep: ref.count[k] for dep, k in ref.ids.items()}
+
+
+async def test_the_spend_pacing_records_are_the_pure_update_and_every_view_shares_them(h):
+    """Each paced alias's record (pacing.pace: the multiplier, the realised spend, the count) is
+    what the pure update gives over the outcomes in order, also through a restart of Redis, and
+    every view reads it and adds to it (the multiplier is shared across replicas)."""
+    rules = replace(rules_of(h.policy), pacing={"auto": PaceRule(2.0), "auto/coding": PaceRule(0.5, 0.5, 10.0)})
+    rng = random.Random(11)
+    costs = (None, 0.0, 0.0005, 0.002, 0.004, 1.0)  # 1.0: a price shock ($1,000 per 1k requests)
+    recs = [replace(rec, pace_alias=rec.alias, cost_usd=rng.choice(costs)) for rec in outcomes(11, 150)]
+    ref = await record_with_reference(h, recs, rules)
+    want = ref.dump()["pacing"]
+    assert set(want) == {"auto", "auto/coding"}
+    other = await h.other()
+    for view in (h.store, other):
+        got = view.dump()["pacing"]
+        assert set(got) == set(want)
+        for alias, rec in want.items():
+            for field, v in rec.items():
+                assert got[alias][field] == pytest.approx(v, rel=1e-12, abs=1e-12), (alias, field)
+        assert view.pace("auto") == PaceState(**got["auto"])
+    assert 0.0 <= other.pace("auto").multiplier <= 100.0 and 0.0 <= other.pace("auto/coding").multiplier <= 10.0
+    # Another replica's calls move the same multiplier.
+    before = other.pace("auto")
+    for i in range(5):
+        other.record_outcome(OutcomeRecord("a", 5000.0 + i, None, 1.0, alias="auto", pace_alias="auto",
+                                           cost_usd=0.004), rules)
+    await h.sync()
+    after = h.store.pace("auto")
+    assert after.count == before.count + 5
+    assert after.multiplier == pytest.approx(min(100.0, before.multiplier + 5.0), abs=1e-9)

@@ -1,7 +1,8 @@
 """`aisia stats`: what the router has learned, from the configured store (per deployment and per
 domain: count, discounted pulls, mean reward, Beta posterior, latency, error rate, breaker), a
-summary of the contextual strategy's models when there are any (the table only), and `--reset
-DEPLOYMENT` for an operator who knows a provider is fixed."""
+summary of the contextual strategy's models when there are any and each spend target with its
+realised spend and multiplier (the table only), and `--reset DEPLOYMENT` for an operator who
+knows a provider is fixed."""
 
 from __future__ import annotations
 
@@ -54,13 +55,37 @@ def contextual_table(models) -> str:
         return ""
     rows = [[dep, f"{models.count[k]:.0f}", str(int((models.dp[:, k] != 0).sum())), f"{models.tick[k]:.0f}"]
             for dep, k in sorted(models.ids.items())]
-    head = ["contextual model", "outcomes", "slots learned", "tick"]
+    return aligned(["contextual model", "outcomes", "slots learned", "tick"], rows)
+
+
+def aligned(head: list, rows: list) -> str:
+    """A text table: the first column left-aligned, the others right-aligned."""
     widths = [max(len(h), *(len(r[j]) for r in rows)) for j, h in enumerate(head)]
 
     def line(values):
         return "  ".join(v.ljust(w) if j == 0 else v.rjust(w) for j, (v, w) in enumerate(zip(values, widths)))
 
     return "\n".join([line(head), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def pacing_table(policy, paces: dict) -> str:
+    """Per alias with a spend target (or a pacing record), a row: the target, the realised spend
+    per 1,000 requests (over the last 1,000 calls), the multiplier of the cost weight and its
+    bound, the calls counted and their total cost ('' when there is none)."""
+    from ..pacing import rule_of
+
+    rules = {name: rule_of(a.budget) for name, a in policy.aliases.items()}
+    names = sorted({n for n, r in rules.items() if r is not None} | set(paces))
+    if not names:
+        return ""
+    rows = []
+    for name in names:
+        rule, rec = rules.get(name), paces.get(name)
+        rows.append([name, f"{rule.target_usd_per_1k:g}" if rule else "(none)",
+                     f"{rec['spend_per_1k']:.4f}" if rec else "-",
+                     (f"{rec['multiplier']:.3f}" if rec else "1.000") + (f" / {rule.max_multiplier:g}" if rule else ""),
+                     f"{rec['count']:.0f}" if rec else "0", f"{rec['spend_usd']:.6f}" if rec else "0"])
+    return aligned(["spend target", "target $/1k", "spend $/1k", "multiplier / max", "calls", "spent $"], rows)
 
 
 def run(args) -> int:
@@ -113,4 +138,8 @@ async def _run(args, policy) -> int:
         if models:
             print()
             print(models)
+        paced = pacing_table(policy, store.pacing())
+        if paced:
+            print()
+            print(paced)
     return 0

@@ -153,6 +153,7 @@ class Observer:
                                    deployments=ids, strategies={a.strategy for a in rt.policy.aliases.values()})
             self.metrics.breakers({dep: engine.breaker.effective_state(store.breaker(dep), now) for dep in ids})
             self.metrics.learned(store.stats())
+            self.metrics.pacing(engine.pace_rules, store.pacing())
             depth = getattr(store, "queue_depth", None)
             self.metrics.set_queue_depth(depth() if callable(depth) else 0)
         except Exception:

@@ -48,6 +48,9 @@ class Budget(BaseModel):
     max_cost_per_request_usd: Optional[float]
     mode: Literal["soft", "strict"]
     expected_output_tokens: int
+    target_usd_per_1k_requests: Optional[float]
+    pacing_rate: float
+    max_multiplier: float
 
 
 @_def("Failover")

@@ -181,4 +181,13 @@ def inert_settings(data: dict, locs: Locations, settings_of) -> list[PolicyIssue
                                        pos.column if pos else 0, dotted(("aliases", name, key)),
                                        f"has no effect: strategy '{strategy}' does not read {key} (it reads {used}); "
                                        "remove it, or choose a strategy that uses it", "warning"))
+        budget = alias.get("budget")
+        if isinstance(budget, dict) and budget.get("target_usd_per_1k_requests") is not None \
+                and "cost_weight" not in reads:
+            path = ("aliases", name, "budget", "target_usd_per_1k_requests")
+            pos = position_of(locs, path, key=True)
+            out.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0, pos.column if pos else 0,
+                                   dotted(path), f"has no effect: the spend target paces the cost weight, and "
+                                   f"strategy '{strategy}' does not read cost_weight; choose ucb1, thompson or "
+                                   "contextual", "warning"))
     return out

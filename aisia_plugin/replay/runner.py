@@ -226,11 +226,14 @@ def figures(name: str, served: Sequence[Served], oracle: Optional[Sequence[Serve
 
 # -- the runs --------------------------------------------------------------------------------------
 def run_router(policy, alias: str, scenario: Scenario, *, seed: int = 0, progress: Optional[Progress] = None,
-               deployments_at: Optional[Callable[[int, dict], dict]] = None) -> list[Served]:
+               deployments_at: Optional[Callable[[int, dict], dict]] = None,
+               observe: Optional[Callable[[int, object], None]] = None) -> list[Served]:
     """The Engine, online, in file order; only chosen candidates' outcomes are revealed.
 
     `deployments_at(index, deployments)` may return the deployments as they are at request
-    `index` (a price change or config reload mid-trace: a live proxy reads them per request)."""
+    `index` (a price change or config reload mid-trace: a live proxy reads them per request).
+    `observe(index, engine)`, when given, is called after each request was served (to read what
+    the engine learned, e.g. the spend target's multiplier)."""
     import random as _random
 
     from ..engine import Engine
@@ -268,6 +271,8 @@ def run_router(policy, alias: str, scenario: Scenario, *, seed: int = 0, progres
         if not attempts:
             served.status_code = refused_status
         out.append(served)
+        if observe is not None:
+            observe(i, engine)
         if progress is not None:
             progress(i + 1, total)
     return out
@@ -384,8 +389,10 @@ def replay(policy, alias: str, scenario: Scenario, *, seed: int = 0, progress: O
 
 # -- overrides (--sweep) ---------------------------------------------------------------------------
 SWEEPABLE = ("cost_weight", "latency_weight", "exploration_c", "exploration",
-             "failover.attempts", "sla.target_p95_ms", "budget.max_cost_per_request_usd")
+             "failover.attempts", "sla.target_p95_ms", "budget.max_cost_per_request_usd",
+             "budget.target_usd_per_1k_requests")
 _INT_FIELDS = {"failover.attempts"}
+_POSITIVE_FIELDS = {"budget.target_usd_per_1k_requests"}  # must be above 0
 _UNIT_FIELDS = {"exploration"}  # must lie in [0, 1]
 
 
@@ -396,6 +403,8 @@ def override_alias(policy, alias: str, param: str, value: float):
         raise ReplayError(f"cannot sweep {param!r}; sweepable: {', '.join(SWEEPABLE)}")
     if not math.isfinite(value) or value < 0:
         raise ReplayError(f"{param}={value:g}: must be a finite number >= 0")
+    if param in _POSITIVE_FIELDS and value <= 0:
+        raise ReplayError(f"{param}={value:g}: must be above 0")
     if param in _UNIT_FIELDS and value > 1:
         raise ReplayError(f"{param}={value:g}: must lie between 0 and 1")
     if param in _INT_FIELDS:

@@ -20,7 +20,8 @@ from ..bandit import ArmStats
 from ..breaker import BreakerState, CircuitBreaker
 from ..contextual import ContextualModels
 from ..learning import LearningRules, OutcomeRecord, apply_outcome
-from .records import number, read_arm, read_breaker
+from ..pacing import PaceState
+from .records import number, read_arm, read_breaker, read_pace
 
 log = logging.getLogger("aisia.state")
 
@@ -38,6 +39,8 @@ class MemoryState:
         self.breakers: dict[str, BreakerState] = {}
         self.lkgp: dict[str, str] = {}
         self.ticks = 0.0
+        # alias -> its spend target's pacing record (pacing.py)
+        self.paces: dict[str, PaceState] = {}
         # The contextual strategy's per-deployment models (the engine updates them in place).
         self.contextual = ContextualModels()
 
@@ -69,8 +72,12 @@ class MemoryState:
             dep = rec.deployment_id
             by_dep = self.arms[None]
             dom = self.arms.get(rec.domain) if rec.domain is not None else None
+            paced = rec.pace_alias
             out = apply_outcome(rec, rules, self.breakers.get(dep), self.ticks, by_dep.get(dep),
-                                dom.get(dep) if dom is not None else None)
+                                dom.get(dep) if dom is not None else None,
+                                self.paces.get(paced) if paced is not None else None)
+            if out.pace is not None:
+                self.paces[paced] = out.pace
             self.breakers[dep] = out.breaker
             self.ticks = out.tick
             if out.global_arm is not None:
@@ -110,6 +117,15 @@ class MemoryState:
 
     def last_known_good(self, alias: str) -> Optional[str]:
         return self.lkgp.get(alias)
+
+    def pace(self, alias: str) -> Optional[PaceState]:
+        """The alias's spend-pacing record (None before its first paced call)."""
+        return self.paces.get(alias)
+
+    def pacing(self) -> dict:
+        """Per paced alias, its record as plain data: ``{alias: {multiplier, spend_per_1k, count,
+        spend_usd, updated}}`` (``aisia stats``, the metrics)."""
+        return {alias: asdict(p) for alias, p in sorted(self.paces.items())}
 
     def set_last_known_good(self, alias: str, deployment_id: str) -> None:
         self.lkgp[alias] = deployment_id
@@ -176,6 +192,8 @@ class MemoryState:
             "breakers": {k: asdict(v) for k, v in self.breakers.items()},
             "lkgp": dict(self.lkgp),
         }
+        if self.paces:
+            out["pacing"] = self.pacing()
         if len(self.contextual):
             out["contextual"] = self.contextual.dump()
         return out
@@ -188,7 +206,7 @@ class MemoryState:
         ("bandit 'a-1': pulls: 1e-300 is not 0 or a count of at least 1: read as 0.0")."""
         if not isinstance(data, dict):
             raise ValueError("not a state: expected a JSON object with 'ticks', 'bandit', 'breakers' and 'lkgp'")
-        for section in ("bandit", "breakers", "lkgp"):
+        for section in ("bandit", "breakers", "lkgp", "pacing"):
             if not isinstance(data.get(section) or {}, dict):
                 raise ValueError(f"not a state: '{section}' must be a JSON object")
         st = cls()
@@ -220,6 +238,9 @@ class MemoryState:
         if notes is not None:
             notes.extend(f"lkgp {k!r}: {v!r} is not a deployment id: ignored" for k, v in lkgp.items()
                          if not isinstance(v, str))
+        for key, raw in (data.get("pacing") or {}).items():
+            st.paces[str(key)] = read_pace(raw, mine)
+            named("pacing", key)
         if data.get("contextual") is not None:
             try:
                 st.contextual = ContextualModels.load(data["contextual"])
@@ -244,6 +265,7 @@ class MemoryState:
             st.arms = {dom: dict(by_dep) for dom, by_dep in self.arms.items()}
             st.breakers = dict(self.breakers)
             st.lkgp = dict(self.lkgp)
+            st.paces = dict(self.paces)
             st.ticks = self.ticks
             st.contextual = self.contextual.copy()
         return st
@@ -252,6 +274,7 @@ class MemoryState:
         """Take every record of ``other`` (the snapshot loaded at start)."""
         with self._lock:
             self.arms, self.breakers, self.lkgp, self.ticks = other.arms, other.breakers, other.lkgp, other.ticks
+            self.paces = other.paces
             self.contextual.__dict__.update(other.contextual.__dict__)  # engines hold this object: kept, refilled
 
     @classmethod

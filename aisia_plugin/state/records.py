@@ -25,6 +25,7 @@ from typing import Any, Mapping
 
 from ..bandit import ArmStats
 from ..breaker import CLOSED, PROMETHEUS_CODE, BreakerState
+from ..pacing import PACE_FIELDS, PaceState
 
 MAX_COUNT = 1e15
 MAX_TIME = 1e11
@@ -87,13 +88,19 @@ def _note(notes: list | None, name: str, raw: Any, why: str, got: Any) -> None:
         notes.append(f"{name}: {raw!r} {why}: read as {got!r}")
 
 
+def _fields(raw: Any, notes: list | None, instead: str) -> dict[str, Any] | None:
+    """A stored record's fields; None (noted, unless there is no record) when it is no mapping."""
+    d = _mapping(raw)
+    if d is None and raw is not None:
+        _note(notes, "record", raw, "is not a mapping of fields", instead)
+    return d
+
+
 def read_arm(raw: Any, notes: list | None = None) -> ArmStats:
     """An arm record from a stored mapping (see the module docstring for the rules)."""
-    d = _mapping(raw)
+    d = _fields(raw, notes, "a fresh record")
     base = ArmStats()
     if d is None:
-        if raw is not None:
-            _note(notes, "record", raw, "is not a mapping of fields", "a fresh record")
         return base
 
     def get(name, lo, hi):
@@ -134,10 +141,8 @@ def read_arm(raw: Any, notes: list | None = None) -> ArmStats:
 
 def read_breaker(raw: Any, notes: list | None = None) -> BreakerState:
     """A breaker record from a stored mapping (see the module docstring for the rules)."""
-    d = _mapping(raw)
+    d = _fields(raw, notes, "a CLOSED breaker")
     if d is None:
-        if raw is not None:
-            _note(notes, "record", raw, "is not a mapping of fields", "a CLOSED breaker")
         return BreakerState()
 
     def count(name):
@@ -171,6 +176,32 @@ def read_breaker(raw: Any, notes: list | None = None) -> BreakerState:
         rate_limits=count("rate_limits"),
         probe_reserved_at=when("probe_reserved_at"),
     )
+
+
+# The largest multiplier a policy may allow (the schema's budget.max_multiplier maximum) and the
+# largest spend a record may hold (USD).
+MAX_MULTIPLIER = 1000.0
+MAX_SPEND_USD = 1e15
+
+
+def read_pace(raw: Any, notes: list | None = None) -> PaceState:
+    """A spend-pacing record from a stored mapping (see the module docstring for the rules)."""
+    d = _fields(raw, notes, "a fresh record")
+    base = PaceState()
+    if d is None:
+        return base
+    bounds = {"multiplier": MAX_MULTIPLIER, "spend_per_1k": MAX_SPEND_USD, "count": MAX_COUNT,
+              "spend_usd": MAX_SPEND_USD, "updated": MAX_TIME}
+    got = {}
+    for name in PACE_FIELDS:
+        r = d.get(name)
+        v = number(r, 0.0, bounds[name])
+        if v is None:
+            v = getattr(base, name)
+            if r is not None:
+                _note(notes, name, _text(r), f"is not a number in [0, {bounds[name]:g}]", v)
+        got[name] = v
+    return PaceState(**got)
 
 
 def _is_closed(v: Any) -> bool:

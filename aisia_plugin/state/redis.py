@@ -51,6 +51,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from dataclasses import replace
 from importlib import resources
 from typing import Callable, Optional
 from urllib.parse import unquote, urlsplit
@@ -63,7 +64,8 @@ from ..contextual import DIM, ColumnDelta, ContextualModels, SharedColumn
 from ..learning import LearningRules, OutcomeRecord
 from ..numbers import clamp01
 from .memory import MemoryState
-from .records import ARM_FIELDS, BREAKER_FIELDS, number, pairs, read_arm, read_breaker
+from ..pacing import PACE_FIELDS, PaceState
+from .records import ARM_FIELDS, BREAKER_FIELDS, number, pairs, read_arm, read_breaker, read_pace
 
 log = logging.getLogger("aisia.state")
 _timeout = getattr(asyncio, "timeout", None)  # Python 3.11+
@@ -280,6 +282,12 @@ class RedisStore:
     def last_known_good(self, alias: str) -> Optional[str]:
         return self._mirror.last_known_good(alias)
 
+    def pace(self, alias: str) -> Optional[PaceState]:
+        return self._mirror.pace(alias)
+
+    def pacing(self) -> dict:
+        return self._mirror.pacing()
+
     def tick(self) -> float:
         return self._mirror.ticks
 
@@ -294,8 +302,7 @@ class RedisStore:
 
     def record_outcome(self, rec: OutcomeRecord, rules: LearningRules) -> float:
         if rec.domain == "":  # the script reads '' as "no domain"
-            rec = OutcomeRecord(rec.deployment_id, rec.now, rec.kind, rec.reward, rec.latency_s, rec.alias, None,
-                                rec.retry_after_s, rec.id)
+            rec = replace(rec, domain=None)
         with self._lock:
             tick = self._mirror.record_outcome(rec, rules)
             self._enqueue(rec, rules)
@@ -556,6 +563,9 @@ class RedisStore:
                 base.breakers[dep] = read_breaker(pairs(cb))
             for dom, h in pairs(per_domain).items():
                 base.put_arm(dep, dom, read_arm(pairs(h)))
+        for alias_raw, h in (reply[8] if len(reply) > 8 else ()):
+            if h:
+                base.paces[alias_raw.decode("utf-8", "replace")] = read_pace(pairs(h))
         self._install(base, applied)
         return False
 
@@ -607,6 +617,10 @@ class RedisStore:
         for dep, b in base.breakers.items():
             args.append(dep)
             args += [b.state if f == "state" else repr(getattr(b, f)) for f in BREAKER_FIELDS]
+        args.append(str(len(base.paces)))
+        for alias, p in base.paces.items():
+            args.append(alias)
+            args += [repr(float(getattr(p, f))) for f in PACE_FIELDS]
         reply = await self._eval("seed", [self.key("epoch")], args)
         if reply[0] == b"seeded" and self._epoch is not None:
             self.counters["reseeded"] += 1
@@ -707,6 +721,14 @@ class RedisStore:
         self._rules_args[id(rules)] = (rules, args)
         return args
 
+    @staticmethod
+    def _pace_args(rules: Optional[LearningRules]) -> str:
+        """The batch's spend targets as the script reads them: {alias: [target, rate, max]}."""
+        if rules is None or not rules.pacing:
+            return "{}"
+        return json.dumps({a: [r.target_usd_per_1k, r.rate, r.max_multiplier] for a, r in rules.pacing.items()},
+                          allow_nan=False)
+
     async def _send(self, batch: _Batch) -> str:
         ops = []
         add = ops.append
@@ -715,12 +737,13 @@ class RedisStore:
                 kind = op.kind
                 add(("o", op.deployment_id, _opt(op.now) or 0.0, "" if kind is None else FailureKind(kind).value,
                      clamp01(op.reward), _opt(op.latency_s),
-                     op.alias or None, op.domain, _opt(op.retry_after_s)))
+                     op.alias or None, op.domain, _opt(op.retry_after_s), op.pace_alias, _opt(op.cost_usd)))
             else:
                 add(("r", op[1]))
         # json.dumps writes floats with repr (exact) and refuses none that is not finite here.
         args = [self.tag, self._epoch or "", self.process, str(batch.seq), str(self.cfg.bandit_ttl_s),
-                str(self.cfg.breaker_ttl_s), *self._rule_args(batch.rules), json.dumps(ops, allow_nan=False)]
+                str(self.cfg.breaker_ttl_s), *self._rule_args(batch.rules), json.dumps(ops, allow_nan=False),
+                self._pace_args(batch.rules)]
         reply = await self._eval("record", [self.key("tick")], args)
         self._recovered()
         status = reply[0].decode()

@@ -178,3 +178,25 @@ local function arm_update(learn, s, reward, latency, failed, tick)
           avg_latency = avg, latency_var = var, failures = s.failures + (failed and 1 or 0),
           count = s.count + 1, tick = math.max(tick, s.tick)}
 end
+
+-- pacing.pace (aisia_plugin/pacing.py), the same operations in the same order; rule = {target,
+-- rate, max}; a cost that is not a number >= 0 changes nothing.
+local PACE = {'multiplier', 'spend_per_1k', 'count', 'spend_usd', 'updated'}
+local PACE_DEFAULT = {multiplier = 1, spend_per_1k = 0, count = 0, spend_usd = 0, updated = 0}
+local PACE_WINDOW = 1000
+
+local function read_pace(key)
+  local h = hash(key) or {}
+  local s = {}
+  for _, f in ipairs(PACE) do s[f] = num(h[f], PACE_DEFAULT[f]) end
+  return s
+end
+
+local function pace_update(rule, s, cost, now)
+  if type(cost) ~= 'number' or cost ~= cost or cost == math.huge or cost < 0 then return s end
+  local count = s.count + 1
+  local spend = s.spend_per_1k + (1000 * cost - s.spend_per_1k) / math.min(count, PACE_WINDOW)
+  local m = s.multiplier + rule.rate * (1000 * cost - rule.target) / rule.target
+  if m < 0 then m = 0 elseif m > rule.max then m = rule.max end
+  return {multiplier = m, spend_per_1k = spend, count = count, spend_usd = s.spend_usd + cost, updated = now}
+end

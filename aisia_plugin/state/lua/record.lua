@@ -9,7 +9,8 @@
 --       fresh (9 arm fields), then the ops as one JSON array (one argument: packing thousands of
 --       arguments costs the client more than the script), each op
 --       ["o", deployment, now, kind ("" success | provider | client | rate_limit), reward,
---        latency|null, alias|null, domain|null, retry_after|null] or ["r", deployment] (a reset)
+--        latency|null, alias|null, domain|null, retry_after|null, paced alias|null, cost|null]
+--       or ["r", deployment] (a reset); then the spend targets as JSON {alias: [target, rate, max]}
 local tag = ARGV[1]
 local epoch = redis.call('GET', tag .. 'epoch')
 if epoch ~= ARGV[2] then return {'epoch', epoch or ''} end
@@ -24,6 +25,10 @@ local learn = {gamma = tonumber(ARGV[13]), ema = tonumber(ARGV[14]), threshold =
 local fresh = {}
 for i, f in ipairs(ARM) do fresh[f] = tonumber(ARGV[15 + i]) end
 local ops = cjson.decode(ARGV[25])
+local pace_rules = {}
+for alias, r in pairs(cjson.decode(ARGV[26] or '{}')) do
+  pace_rules[alias] = {target = r[1], rate = r[2], max = r[3]}
+end
 local function opt(v)
   if v == cjson.null then return nil end
   return v
@@ -33,6 +38,7 @@ local tick = num(redis.call('GET', tag .. 'tick'), 0)
 -- Records read once and written once per batch: key -> record, or false when absent.
 local arms, cbs, dirty_arms, dirty_cbs, lkgp = {}, {}, {}, {}, {}
 local deployments, domains = {}, {}
+local paces = {}  -- paced alias -> its record, read once and written once per batch
 
 local function arm(key)
   local s = arms[key]
@@ -72,6 +78,13 @@ for _, o in ipairs(ops) do
     local s = cb(dep)
     if kind == '' then s = on_success(cfg, s, now) else s = on_failure(cfg, s, now, kind, retry_after) end
     cbs[dep], dirty_cbs[dep], deployments[dep] = s, true, true
+    local paced = opt(o[10])
+    local rule = paced ~= nil and pace_rules[paced] or nil
+    if rule ~= nil then
+      local p = paces[paced]
+      if p == nil then p = read_pace(tag .. 'pace:' .. paced) end
+      paces[paced] = pace_update(rule, p, opt(o[11]), now)
+    end
     if kind == '' or kind == 'provider' then
       tick = tick + 1
       local failed = kind ~= ''
@@ -91,6 +104,15 @@ end
 for key in pairs(dirty_arms) do write(key, ARM, arms[key], bandit_ttl) end
 for dep in pairs(dirty_cbs) do write(tag .. 'cb:' .. dep, CB, cbs[dep], breaker_ttl) end
 redis.call('SET', tag .. 'tick', fmt(tick), 'EX', bandit_ttl)
+local paced_aliases = {}
+for alias, p in pairs(paces) do
+  write(tag .. 'pace:' .. alias, PACE, p, bandit_ttl)
+  paced_aliases[#paced_aliases + 1] = alias
+end
+if #paced_aliases > 0 then
+  redis.call('SADD', tag .. 'paced', unpack(paced_aliases))
+  redis.call('EXPIRE', tag .. 'paced', bandit_ttl)
+end
 local pins = {}
 for alias, dep in pairs(lkgp) do pins[#pins + 1] = alias; pins[#pins + 1] = dep end
 if #pins > 0 then

@@ -17,5 +17,9 @@ for _, dep in ipairs(redis.call('SMEMBERS', tag .. 'deployments')) do
   end
   rows[#rows + 1] = {dep, redis.call('HGETALL', key), redis.call('HGETALL', tag .. 'cb:' .. dep), per_domain}
 end
+local paces = {}
+for _, alias in ipairs(redis.call('SMEMBERS', tag .. 'paced')) do
+  paces[#paces + 1] = {alias, redis.call('HGETALL', tag .. 'pace:' .. alias)}
+end
 return {version, epoch, t[1], t[2], redis.call('GET', tag .. 'tick') or '0',
-        redis.call('HGETALL', tag .. 'applied'), redis.call('HGETALL', tag .. 'lkgp'), rows}
+        redis.call('HGETALL', tag .. 'applied'), redis.call('HGETALL', tag .. 'lkgp'), rows, paces}

@@ -3,7 +3,8 @@
 -- KEYS[1] = <tag>epoch
 -- ARGV: tag, new epoch, bandit_ttl, breaker_ttl, tick, then counted sections:
 --   n_applied, (process, seq)...; n_lkgp, (alias, deployment)...;
---   n_arms, (deployment, domain or '', 9 arm fields)...; n_cbs, (deployment, 8 breaker fields)...
+--   n_arms, (deployment, domain or '', 9 arm fields)...; n_cbs, (deployment, 8 breaker fields)...;
+--   n_paces, (alias, 5 pacing fields)...
 local tag = ARGV[1]
 local current = redis.call('GET', KEYS[1])
 if current then return {'exists', current} end
@@ -47,12 +48,17 @@ for _ = 1, section() do
   member('deployments', dep)
   i = i + 2 + #ARM
 end
-for _ = 1, section() do
-  local dep = ARGV[i]
-  keep_or_write(tag .. 'cb:' .. dep, CB, i + 1, breaker_ttl)
-  member('deployments', dep)
-  i = i + 1 + #CB
+-- A section of (name, fields...) records kept at <tag><kind>:<name>, each name added to <set>.
+local function named_records(kind, fields, set, ttl)
+  for _ = 1, section() do
+    local name = ARGV[i]
+    keep_or_write(tag .. kind .. ':' .. name, fields, i + 1, ttl)
+    member(set, name)
+    i = i + 1 + #fields
+  end
 end
+named_records('cb', CB, 'deployments', breaker_ttl)
+named_records('pace', PACE, 'paced', bandit_ttl)
 if num(redis.call('GET', tag .. 'tick'), 0) < tonumber(ARGV[5]) then
   redis.call('SET', tag .. 'tick', ARGV[5], 'EX', bandit_ttl)
 end

@@ -1,0 +1,108 @@
+"""Spend pacing: the multiplier on the cost term that keeps an alias's spend at its target.
+
+An alias with ``budget.target_usd_per_1k_requests`` (T) has one shared record, updated by every
+recorded outcome of the alias that states its cost c (USD). The multiplier lambda is the
+Lagrange multiplier of the constraint "mean spend per request <= T / 1000", learned by the dual
+(sub)gradient step budgeted bandits use, normalised by the target so that the rate has no unit:
+
+    lambda <- clamp(lambda + rate * (1000 c - T) / T, 0, max_multiplier)
+
+and every strategy that reads the cost weight reads ``cost_weight * lambda`` instead
+(``decision.RoutingContext.cost_weight``). Why it meets the target: summed over any W
+consecutive outcomes during which lambda touches neither bound, the steps telescope,
+
+    (spend of the W outcomes) / (W T / 1000) - 1 = (lambda_end - lambda_start) / (rate W),
+
+so the realised spend of the window is within max_multiplier / (rate W) of the target (10 % at
+W = 1,000 with the schema's defaults, rate 1 and max_multiplier 100), whatever the router does.
+The range is wide because the seed's cost bonus, (1 - price / cost_scale_per_1m) * cost_weight,
+separates cheap deployments by little (at the default $10 scale, $0.2 and $0.9 per 1M tokens
+differ by 0.07 of the weight): the multiplier must be able to make that difference outweigh a
+quality gap. Where
+lambda sits at 0 the target is not binding (the best quality spends less); where it sits at
+max_multiplier the target is below what the cheapest choices the cost term can buy spend.
+
+Bounded: lambda never leaves [0, max_multiplier], so a price change (a call costing a thousand
+times the target) at most moves it to the bound for a while, never to a value the cost term
+cannot come back from. A cost that is not a finite number >= 0 changes nothing.
+
+The record also keeps the realised spend per 1,000 outcomes, a running mean over the last
+``SPEND_WINDOW`` outcomes (exactly the mean of all of them before that many), the exact count,
+the total spend and the time of the last update. Pure: the time comes in with the outcome (the
+store's clock), nothing here reads a clock or does I/O. The Redis store repeats :func:`pace`
+step by step in ``state/lua/common.lua`` (``pace_update``); a test holds the two equal."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from .schema_defaults import defaults_of
+
+_BUDGET = defaults_of("Budget")
+# Outcomes the realised spend is averaged over (the issue's window of 1,000 requests).
+SPEND_WINDOW = 1000.0
+PACE_FIELDS = ("multiplier", "spend_per_1k", "count", "spend_usd", "updated")
+
+
+@dataclass(frozen=True, slots=True)
+class PaceRule:
+    """An alias's spend target and how the multiplier moves towards it (``budget.*``)."""
+
+    target_usd_per_1k: float
+    rate: float = float(_BUDGET["pacing_rate"])
+    max_multiplier: float = float(_BUDGET["max_multiplier"])
+
+
+@dataclass(frozen=True, slots=True)
+class PaceState:
+    """One alias's pacing record. A fresh record's multiplier is 1: the cost weight as configured."""
+
+    multiplier: float = 1.0
+    spend_per_1k: float = 0.0  # realised spend per 1,000 outcomes, over the last SPEND_WINDOW
+    count: float = 0.0  # outcomes counted (exact)
+    spend_usd: float = 0.0  # their total cost
+    updated: float = 0.0  # the store's time of the last update (seconds)
+
+
+FRESH = PaceState()
+
+
+def clamp(x: float, lo: float, hi: float) -> float:
+    return lo if x < lo else hi if x > hi else x
+
+
+def dual_step(multiplier: float, cost_usd: float, rule: PaceRule) -> float:
+    """The multiplier after one outcome costing `cost_usd`."""
+    target = rule.target_usd_per_1k
+    return clamp(multiplier + rule.rate * (1000.0 * cost_usd - target) / target, 0.0, rule.max_multiplier)
+
+
+def pace(state: Optional[PaceState], rule: PaceRule, cost_usd, now: float) -> PaceState:
+    """The record after one outcome costing `cost_usd` at time `now` (the state unchanged when
+    the cost is unknown, not finite or negative)."""
+    s = state if state is not None else FRESH
+    if cost_usd is None or isinstance(cost_usd, bool) or not isinstance(cost_usd, (int, float)) \
+            or not math.isfinite(cost_usd) or cost_usd < 0.0:
+        return s
+    count = s.count + 1.0
+    spend = s.spend_per_1k + (1000.0 * cost_usd - s.spend_per_1k) / min(count, SPEND_WINDOW)
+    return PaceState(dual_step(s.multiplier, cost_usd, rule), spend, count, s.spend_usd + cost_usd, now)
+
+
+def multiplier_of(state: Optional[PaceState], rule: Optional[PaceRule]) -> float:
+    """The multiplier a decision applies to the alias's cost weight: 1 without a target, the
+    record's (clamped to the rule's bound, which a reload may have lowered) with one."""
+    if rule is None:
+        return 1.0
+    m = state.multiplier if state is not None else FRESH.multiplier
+    return clamp(m, 0.0, rule.max_multiplier)
+
+
+def rule_of(budget) -> Optional[PaceRule]:
+    """The PaceRule of an alias's ``budget`` settings (policy.models.Budget); None without a target."""
+    target = getattr(budget, "target_usd_per_1k_requests", None)
+    if target is None:
+        return None
+    return PaceRule(float(target), float(budget.pacing_rate), float(budget.max_multiplier))

@@ -1,0 +1,245 @@
+"""The spend target (budget.target_usd_per_1k_requests) on the replay traces, beside the cost_weight sweep.
+
+    .venv/bin/python benchmarks/spend_target.py [--out benchmarks/out] [--strategy ucb1 --strategy contextual]
+                                                [--traces stationary,routellm_gsm8k_x4] [--seed 0]
+
+Per trace and strategy (alias ``auto`` of the shipped policy, its strategy replaced), the router
+is replayed online (``aisia_plugin.replay.runner.run_router``, the real Engine) once per spend
+target and once per cost weight. Targets: 20 %, 40 %, 60 % and 80 % of the way from the spend of
+the cheapest fixed candidate to the router's spend at cost_weight 0 (USD per 1,000 requests:
+what a multiplier of 0 spends, the most a target can bind). Printed per target: the realised
+spend per 1,000 requests over the whole run, the windows of 1,000 consecutive requests starting
+at request 1,000 or later furthest above and below the target (relative deviation), the share
+of those requests after which the multiplier sat at a bound (0: the target did not bind; the
+maximum: it was below what the cost term can buy), the mean score, and the score the cost_weight
+sweep's curve reaches at the same spend (linear between its two runs around that spend; "-"
+outside its range). Then each sweep's gain over mixing and, for two-candidate traces, CPT and
+APGR (``aisia_plugin.replay.quality``, as ``aisia replay --sweep`` reports them).
+
+Traces: the synthetic scenarios (benchmarks/synthetic.py, 3,000 requests, generated into --out
+when missing; in price_change the router reads the new list price during the event, as run_all.py
+replays it) and RouteLLM GSM8K (benchmarks/convert_data.py; 1,319 prompts, too few for a window
+after the first 1,000, so ``routellm_gsm8k_x4`` is the trace four times over, each pass shuffled
+with its own seed: 5,276 requests). Writes benchmarks/results/spend_target.{json,md}."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import bench  # first: LiteLLM offline, the repository importable
+
+import convert_data  # noqa: E402
+import synthetic  # noqa: E402
+from aisia_plugin.policy import load_policy  # noqa: E402
+from aisia_plugin.replay.candidates import load_candidates  # noqa: E402
+from aisia_plugin.replay.quality import format_measures  # noqa: E402
+from aisia_plugin.replay.report import sweep_measures  # noqa: E402
+from aisia_plugin.replay.runner import (SweepPoint, SweepResult, baselines, build_scenario, figures,  # noqa: E402
+                                        override_alias, run_router)
+from aisia_plugin.replay.trace import load_trace  # noqa: E402
+
+ALIAS = "auto"
+WINDOW = 1000
+SHARES = (0.2, 0.4, 0.6, 0.8)
+COST_WEIGHTS = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+SYNTHETIC = ("stationary", "degrade", "outage", "latency_spike", "price_change", "prompt_aware")
+GSM8K_PASSES = 4
+
+
+def ensure_traces(out: Path) -> None:
+    """Generate whatever trace is missing from `out` (seeded: the same files every time)."""
+    for name in SYNTHETIC:
+        if not (out / f"{name}.jsonl").exists():
+            synthetic.write_scenario(name, out)
+    if not (out / "routellm_gsm8k.jsonl").exists():
+        convert_data.convert_all(out)
+    looped = out / f"routellm_gsm8k_x{GSM8K_PASSES}.jsonl"
+    if not looped.exists():
+        lines = (out / "routellm_gsm8k.jsonl").read_text(encoding="utf-8").splitlines()
+        rows = []
+        for k in range(GSM8K_PASSES):
+            order = list(lines)
+            random.Random(f"spend-target-gsm8k:{k}").shuffle(order)
+            for line in order:
+                rec = json.loads(line)
+                rec["id"] = f"{rec['id']}#{k}"
+                rows.append(json.dumps(rec, ensure_ascii=False))
+        looped.write_text("\n".join(rows) + "\n", encoding="utf-8")
+        (out / f"routellm_gsm8k_x{GSM8K_PASSES}.candidates.yaml").write_text(
+            (out / "routellm_gsm8k.candidates.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+
+
+def with_strategy(policy, strategy: str, param: str, value: float):
+    pol = override_alias(policy, ALIAS, param, value)
+    ap = pol.aliases[ALIAS].model_copy(update={"strategy": strategy})
+    return pol.model_copy(update={"aliases": {**pol.aliases, ALIAS: ap}})
+
+
+def per_1k(costs) -> float:
+    return 1000.0 * sum(costs) / len(costs) if costs else 0.0
+
+
+def worst_windows(costs, target: float) -> dict:
+    """The windows of WINDOW requests starting at WINDOW or later whose spend is highest and
+    lowest (start, spend per 1k, relative deviation from the target); None without a window."""
+    n = len(costs)
+    if n < 2 * WINDOW:
+        return None
+    costs = [1000.0 / WINDOW * c for c in costs]  # a window's sum is then its spend per 1,000 requests
+    run = sum(costs[WINDOW:2 * WINDOW])
+    spends = [run]
+    for i in range(WINDOW + 1, n - WINDOW + 1):
+        run += costs[i + WINDOW - 1] - costs[i - 1]
+        spends.append(run)
+    hi = max(range(len(spends)), key=spends.__getitem__)
+    lo = min(range(len(spends)), key=spends.__getitem__)
+    return {side: {"start": WINDOW + k, "spend_per_1k": spends[k], "deviation": (spends[k] - target) / target}
+            for side, k in (("above", hi), ("below", lo))}
+
+
+def curve_score(points, spend: float):
+    """The score of the cost_weight curve (points (spend, score) sorted by spend) at `spend`."""
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x0 <= spend <= x1:
+            return y0 if x1 == x0 else y0 + (y1 - y0) * (spend - x0) / (x1 - x0)
+    return None
+
+
+def price_event(out: Path, name: str, policy, scenario):
+    """For a trace whose meta says a candidate's price changes (price_change), the deployments
+    as a live proxy reads them per request (run_all.py does the same: a config reload), else None."""
+    meta = out / f"{name}.meta.json"
+    event = json.loads(meta.read_text(encoding="utf-8")).get("event") if meta.exists() else None
+    if not event or event.get("kind") != "price":
+        return None
+    from dataclasses import replace
+
+    deps = scenario.deployments(policy)
+    dear = replace(deps[event["candidate"]], input_cost_per_1m=event["factor"] * deps[event["candidate"]].input_cost_per_1m,
+                   output_cost_per_1m=event["factor"] * deps[event["candidate"]].output_cost_per_1m)
+    during = {**deps, event["candidate"]: dear}
+    return lambda i, current: during if event["start"] <= i < event["end"] else current
+
+
+def measure(name: str, out: Path, strategy: str, seed: int) -> dict:
+    policy = load_policy()
+    trace = load_trace(str(out / f"{name}.jsonl"))
+    specs = load_candidates(str(out / f"{name}.candidates.yaml"), trace_names=trace.candidates, policy=policy)
+    scenario = build_scenario(trace, specs, policy, seed=seed)
+    base = baselines(policy, ALIAS, scenario, seed=seed)
+    n = len(scenario)
+    fixed_spend = {c: 1000.0 * f.total_cost_usd / n for c, f in base.fixed.items()}
+    cheapest = min(fixed_spend.values())
+
+    repriced = price_event(out, name, policy, scenario)
+
+    def run(param, value, observe=None):
+        served = run_router(with_strategy(policy, strategy, param, value), ALIAS, scenario, seed=seed, observe=observe,
+                            deployments_at=repriced)
+        return served, figures(f"{param.split('.')[-1]}={value:g}", served, base.oracle_served)
+
+    weights = []
+    for w in COST_WEIGHTS:
+        _, f = run("cost_weight", w)
+        weights.append(SweepPoint(w, f))
+    curve = sorted((1000.0 * p.figures.total_cost_usd / n, p.figures.mean_score) for p in weights)
+    free = 1000.0 * weights[0].figures.total_cost_usd / n  # cost_weight 0: what a multiplier of 0 spends
+    targets = [round(cheapest + s * (free - cheapest), 6) for s in SHARES]
+    paced, rows = [], []
+    for t in targets:
+        multipliers = []
+        served, f = run("budget.target_usd_per_1k_requests", t,
+                        lambda i, engine: multipliers.append(engine.store.pace(ALIAS).multiplier))
+        paced.append(SweepPoint(t, f))
+        costs = [s.cost_usd for s in served]
+        spend = per_1k(costs)
+        at = curve_score(curve, spend)
+        top = policy.aliases[ALIAS].budget.max_multiplier
+        later = multipliers[WINDOW:]
+        rows.append({"target_usd_per_1k": t, "spend_per_1k": spend, "whole_deviation": (spend - t) / t,
+                     "windows": worst_windows(costs, t),
+                     "at_zero": sum(1 for m in later if m <= 0.0) / len(later),
+                     "at_max": sum(1 for m in later if m >= top) / len(later),
+                     "final_multiplier": multipliers[-1],
+                     "mean_score": f.mean_score, "cost_weight_curve_score": at,
+                     "vs_cost_weight": None if at is None else f.mean_score - at,
+                     "calls": f.calls})
+    target_sweep = SweepResult(ALIAS, "budget.target_usd_per_1k_requests", seed, n, paced, base)
+    weight_sweep = SweepResult(ALIAS, "cost_weight", seed, n, weights, base)
+    return {"trace": name, "strategy": strategy, "requests": n, "fixed_spend_per_1k": fixed_spend,
+            "spend_at_cost_weight_0": free, "rows": rows,
+            "cost_weight_curve": [{"cost_weight": p.value, "spend_per_1k": 1000.0 * p.figures.total_cost_usd / n,
+                                   "mean_score": p.figures.mean_score} for p in weights],
+            "target_measures": sweep_measures(target_sweep), "cost_weight_measures": sweep_measures(weight_sweep)}
+
+
+def markdown(results: list[dict], meta: dict) -> str:
+    out = ["# Spend target: realised spend, quality, and the cost_weight sweep at the same spend", "",
+           f"`benchmarks/spend_target.py`, {meta['date']}, seed {meta['seed']}, alias `auto` of the shipped policy "
+           f"(its strategy replaced), budget.pacing_rate and budget.max_multiplier at their defaults. Spend in USD "
+           f"per 1,000 requests; highest / lowest window: the 1,000 consecutive requests, starting at request 1,000 "
+           f"or later, that spent most / least (deviation from the target); at 0 / at max: the share of the "
+           f"requests after the first 1,000 after which the multiplier sat at 0 (the target did not bind) / at "
+           f"budget.max_multiplier (the target is below what the cost term can buy). `vs cost_weight`: the mean "
+           f"score minus the score of the cost_weight sweep's curve ({', '.join(f'{w:g}' for w in COST_WEIGHTS)}) "
+           f"at the same spend.", ""]
+    for r in results:
+        out += [f"## {r['trace']} ({r['requests']} requests), {r['strategy']}", "",
+                f"Spend per 1k at cost_weight 0 (a multiplier of 0): {r['spend_at_cost_weight_0']:.4f}; cheapest fixed "
+                f"candidate: {min(r['fixed_spend_per_1k'].values()):.4f}.", ""]
+        cells = []
+        for row in r["rows"]:
+            w = row["windows"]
+            cw = row["cost_weight_curve_score"]
+            cells.append([f"{row['target_usd_per_1k']:.4f}", f"{row['spend_per_1k']:.4f} ({row['whole_deviation']:+.1%})",
+                          *((f"{w[side]['spend_per_1k']:.4f} ({w[side]['deviation']:+.1%})" for side in ("above", "below"))
+                            if w else ("-", "-")),
+                          f"{row['at_zero']:.0%} / {row['at_max']:.0%}", f"{row['mean_score']:.4f}",
+                          "-" if cw is None else f"{cw:.4f}",
+                          "-" if row["vs_cost_weight"] is None else f"{row['vs_cost_weight']:+.4f}"])
+        out += bench.md_table(["target", "spend, whole run", "highest window", "lowest window", "at 0 / at max",
+                               "mean score", "cost_weight curve at that spend", "vs cost_weight"], cells, "---:")
+        curve = ", ".join(f"{c['cost_weight']:g}: ${c['spend_per_1k']:.4f} / {c['mean_score']:.4f}"
+                          for c in r["cost_weight_curve"])
+        out += ["", f"cost_weight sweep (weight: spend per 1k / mean score): {curve}", "", "Target sweep:", "```"]
+        out += format_measures(r["target_measures"], sweep=True)
+        out += ["```", "", "cost_weight sweep:", "```"]
+        out += format_measures(r["cost_weight_measures"], sweep=True)
+        out += ["```", ""]
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", default=str(bench.OUT), help="where the traces are (generated when missing)")
+    p.add_argument("--strategy", action="append", help="default: ucb1 and contextual")
+    p.add_argument("--traces", default=",".join(SYNTHETIC + (f"routellm_gsm8k_x{GSM8K_PASSES}",)))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--results", default=str(bench.RESULTS))
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    ensure_traces(out)
+    results = []
+    for name in args.traces.split(","):
+        for strategy in args.strategy or ["ucb1", "contextual"]:
+            t0 = time.time()
+            r = measure(name, out, strategy, args.seed)
+            results.append(r)
+            worst = max((abs(row["windows"][side]["deviation"]) for row in r["rows"] if row["windows"]
+                         for side in ("above", "below")), default=None)
+            print(f"{name} {strategy}: worst window deviation {worst:.1%} ({time.time() - t0:.0f} s)", flush=True)
+    meta = {"date": time.strftime("%Y-%m-%d"), "seed": args.seed}
+    bench.write_results("spend_target", {"meta": meta, "results": results}, markdown(results, meta) + "\n",
+                        out=Path(args.results), indent=1)
+    print(f"wrote {Path(args.results) / 'spend_target.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
