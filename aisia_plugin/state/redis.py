@@ -194,16 +194,22 @@ class RedisStore:
     module docstring). ``on_event(name, n)``, when set, is told of store events (the names of
     ``metrics.STORE_EVENTS``)."""
 
-    def __init__(self, policy, url: Optional[str] = None, *, process_id: Optional[str] = None):
+    def __init__(self, policy, url: Optional[str] = None, *, process_id: Optional[str] = None,
+                 url_later: bool = False):
+        """`url` None reads it from ``state.redis_url_env``; unset there, the store raises
+        StoreConfigError, unless `url_later`: then whoever starts it gives one with
+        :meth:`use_url` first (the proxy: the Redis LiteLLM is configured with)."""
         cfg = policy.state
         self.cfg = cfg
+        self.url: Optional[str] = None
+        self.shown_url = "<no URL yet>"
+        self.url_source = f"${cfg.redis_url_env}"
         if url is None:
             url = os.environ.get(cfg.redis_url_env)
-            if not url:
-                raise StoreConfigError(f"state.backend is redis but the environment variable {cfg.redis_url_env} "
-                                       "(state.redis_url_env) is not set")
-        self.url = check_url(url, f"${cfg.redis_url_env}")
-        self.shown_url = redact(url)
+        if url:
+            self.use_url(url, f"${cfg.redis_url_env}")
+        elif not url_later:
+            raise self.missing_url()
         self.tag = key_tag(cfg.key_prefix)
         self.process = process_id or uuid.uuid4().hex
         self.on_event: Optional[Callable[[str, int], None]] = None
@@ -250,6 +256,16 @@ class RedisStore:
         self._ctx_io: Optional[asyncio.Lock] = None
         self._sources = {name: self._script(name) for name in SCRIPTS}
         self._shas = {name: hashlib.sha1(src.encode()).hexdigest() for name, src in self._sources.items()}
+
+    def use_url(self, url: str, source: str) -> None:
+        """Connect to `url` (``source`` says where it came from, in errors) when started."""
+        self.url = check_url(url, source)
+        self.shown_url = redact(url)
+        self.url_source = source
+
+    def missing_url(self, also: str = "") -> StoreConfigError:
+        return StoreConfigError(f"state.backend is redis but the environment variable {self.cfg.redis_url_env} "
+                                f"(state.redis_url_env) is not set{also}")
 
     # -- keys ----------------------------------------------------------------------------------
     def keys(self, deployment_id: str, domain: Optional[str] = None) -> dict[str, str]:
@@ -373,6 +389,8 @@ class RedisStore:
     async def start(self) -> None:
         """Connect and read the shared state (at most ``state.io_timeout_ms``). Never raises for
         an unreachable Redis: that is an outage, routing starts on local state."""
+        if self.url is None:
+            raise self.missing_url()
         self._loop = asyncio.get_running_loop()
         self._io = asyncio.Lock()
         self._ctx_io = asyncio.Lock()
@@ -381,7 +399,7 @@ class RedisStore:
         try:
             self._client = self._make_client()
         except Exception as exc:  # redis-py refused the URL after our check: still a start-up error
-            raise StoreConfigError(f"${self.cfg.redis_url_env}: {redact_text(str(exc), self.url)}") from None
+            raise StoreConfigError(f"{self.url_source}: {redact_text(str(exc), self.url)}") from None
         try:
             await asyncio.wait_for(self._refresh(force=True), self.cfg.io_timeout_ms / 1000.0)
         except Exception as exc:
