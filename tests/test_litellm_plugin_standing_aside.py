@@ -88,8 +88,12 @@ def test_an_invalid_policy_leaves_plain_models_served_and_every_alias_503_naming
     assert stats.status_code == 503 and where in stats.text
     assert httpx.get(broken.url + "/admin/bandit/stats", timeout=30).status_code == 401
     logs = broken.logs()
-    lines = [line for line in logs.splitlines() if "aisia: the policy is invalid" in line]
-    assert len(lines) == 1 and where in lines[0] and "answers 503" in lines[0], lines
+    lines = logs.splitlines()
+    at = [i for i, line in enumerate(lines) if "aisia: the policy is invalid" in line]
+    # Once: the header, the located line as `aisia validate` prints it, what the proxy does.
+    assert len(at) == 1, at
+    assert lines[at[0] + 1].startswith(where) and "aliases.team/x.strategy" in lines[at[0] + 1]
+    assert "the proxy serves its models, every alias answers 503" in lines[at[0] + 2]
     assert "PolicyError" not in logs
 
 

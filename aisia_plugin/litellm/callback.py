@@ -36,7 +36,7 @@ from . import checks, events
 from .groups import AliasCollision, collision_issues, group_entries, merged_groups, plan
 from .headers import response_headers
 from .logs import log_policy_error, log_started, policy_error_text, use_litellm_handler
-from .runtime import Attempt, Call, PendingFailure, Runtime, session_key
+from .runtime import Attempt, Call, PendingFailure, Runtime, caller_key, proxy_workers, session_key
 
 log = logging.getLogger("aisia_plugin.litellm")
 
@@ -184,7 +184,7 @@ class AisiaPlugin(CustomLogger):
                 else:
                     log.critical("aisia: %s", text)
                 raise
-            self._stand_aside(kind, text)
+            self._stand_aside(kind, text, policy_error_text(exc) if kind == "policy" else None)
             if kind == "policy":  # its aliases' names, as far as its files say (the auto/ ones go without saying)
                 try:
                     named = peek_setting(("aliases",))
@@ -301,7 +301,7 @@ class AisiaPlugin(CustomLogger):
                 raise store.missing_url(" and LiteLLM is configured with no Redis (router_settings redis_host/"
                                         "redis_port, litellm_settings.cache_params, REDIS_URL or REDIS_HOST)")
             store.use_url(*found)
-            log.info("aisia: the state store uses LiteLLM's Redis %s (from %s; $%s is unset)", store.shown_url,
+            log.warning("aisia: the state store uses LiteLLM's Redis %s (from %s; $%s is unset)", store.shown_url,
                      found[1], store.cfg.redis_url_env)
         await store.start()
 
@@ -315,10 +315,7 @@ class AisiaPlugin(CustomLogger):
 
     def _note_workers(self) -> None:
         """One line at start when several workers each keep their own memory store."""
-        try:
-            workers = int(os.environ.get("NUM_WORKERS") or 1)  # set by LiteLLM's CLI (--num_workers)
-        except ValueError:
-            workers = 1
+        workers = proxy_workers()
         if workers > 1 and self.runtime.policy.state.backend == "memory":
             log.warning("aisia: %d workers with state.backend: memory: each worker learns on its own and feedback "
                         "reaches only the worker that served the request (POST /aisia/feedback answers 404 on the "
@@ -331,15 +328,20 @@ class AisiaPlugin(CustomLogger):
         os._exit(78)
 
     # -- standing aside ------------------------------------------------------------------------
-    def _stand_aside(self, kind: str, message: str) -> None:
-        """Stop serving aliases for `message` (logged once, on one line, no traceback)."""
+    def _stand_aside(self, kind: str, message: str, located: Optional[str] = None) -> None:
+        """Stop serving aliases for `message` (logged once, no traceback: one line, or for an
+        invalid policy its `located` lines as ``aisia validate`` prints them, then one line)."""
         message = one_line_text(message)
         if message == self.fault:
             return
         self.fault, self.fault_kind = message, kind
         self._served_aliases = set()
-        log.error("aisia: %s; the proxy serves its models, every alias answers 503 until this is fixed "
-                  "(proxy.fail_closed: true or $%s=true refuses to start instead)", message, FAIL_CLOSED_ENV)
+        then = (f"the proxy serves its models, every alias answers 503 until this is fixed "
+                f"(proxy.fail_closed: true or ${FAIL_CLOSED_ENV}=true refuses to start instead)")
+        if located is not None:
+            log.critical("aisia: the policy is invalid:\n%s\n%s", located, then)
+        else:
+            log.error("aisia: %s; %s", message, then)
 
     def _withdraw(self, router, kind: str, message: str) -> None:
         """Stand aside and take the aliases' groups out of the Router: a name the policy and a
@@ -513,7 +515,8 @@ class AisiaPlugin(CustomLogger):
             if not isinstance(meta, dict):
                 meta = data["metadata"] = {}
         meta[events.REQUEST_ID_KEY] = rid
-        rt.open_call(rid, model, self._session(rt, ap, data, user_api_key_dict))
+        call = rt.open_call(rid, model, self._session(rt, ap, data, user_api_key_dict))
+        call.key = caller_key(user_api_key_dict)  # who may give feedback for it
         return data
 
     def _session(self, rt, ap, data: dict, user_api_key_dict) -> Optional[str]:

@@ -62,7 +62,7 @@ from ..breaker import BreakerState, CircuitBreaker, FailureKind
 from ..contextual import DIM, ColumnDelta, ContextualModels, SharedColumn
 from ..learning import LearningRules, OutcomeRecord
 from ..numbers import clamp01
-from .memory import MemoryState
+from .memory import MemoryState, ServedRequests
 from .records import ARM_FIELDS, BREAKER_FIELDS, number, pairs, read_arm, read_breaker
 
 log = logging.getLogger("aisia.state")
@@ -215,6 +215,10 @@ class RedisStore:
         self.on_event: Optional[Callable[[str, int], None]] = None
         self._lock = threading.Lock()
         self._mirror = MemoryState()
+        # Served requests awaiting feedback: this process's own at once, every process's in Redis
+        # (a key per request id with its TTL, written by the background task).
+        self._served = ServedRequests()
+        self._served_out: dict[str, tuple[bytes, int]] = {}  # not yet written
         self._base = MemoryState()  # the server's records as of the last full refresh
         self._base_applied: dict[str, int] = {}
         self._queue: list = []  # (op, rules) not yet in a batch
@@ -277,6 +281,9 @@ class RedisStore:
     def key(self, name: str) -> str:
         """A store-wide key: tick, lkgp, deployments, domains, applied, version, epoch."""
         return f"{self.tag}{name}"
+
+    def served_key(self, request_id: str) -> str:
+        return f"{self.tag}served:{request_id}"
 
     @staticmethod
     def _script(name: str) -> str:
@@ -347,6 +354,74 @@ class RedisStore:
                 self._loop.call_soon_threadsafe(self._wake.set)
             except RuntimeError:  # the loop is closed (shutdown)
                 pass
+
+    # -- served requests awaiting feedback --------------------------------------------------------
+    def note_served(self, request_id: str, record: dict, ttl_s: float) -> None:
+        """Keep the record here at once and write it to Redis off the request path (woken now,
+        so that feedback sent to another process right after the answer finds it)."""
+        ttl = max(1, int(ttl_s))
+        self._served.put(request_id, record, ttl)
+        with self._lock:
+            self._served_out[request_id] = (json.dumps(record).encode(), ttl)
+            while len(self._served_out) > self._served.limit:  # an outage: the oldest go
+                del self._served_out[next(iter(self._served_out))]
+        if self._wake is not None and not self._wake.is_set():
+            try:
+                self._loop.call_soon_threadsafe(self._wake.set)
+            except RuntimeError:  # the loop is closed (shutdown)
+                pass
+
+    async def _write_served(self) -> None:
+        if not self._served_out or self._client is None or self._down:
+            return
+        with self._lock:
+            out, self._served_out = self._served_out, {}
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            for rid, (value, ttl) in out.items():
+                pipe.set(self.served_key(rid), value, ex=ttl)
+            await pipe.execute()
+        except Exception as exc:
+            with self._lock:
+                self._served_out = {**out, **self._served_out}
+            self._outage(exc)
+
+    async def take_served(self, request_id: str, key: Optional[str] = None) -> Optional[dict]:
+        """The served request's record, taken once across every process (the DEL that removes
+        the key decides); None when unknown, expired, already taken, or made with another key
+        than `key` (None: any). A miss is asked again for up to two flush periods: another
+        process may have answered the request a moment ago and not written it yet."""
+        if request_id in self._served_out:  # ours, not yet in Redis: nobody else can take it
+            record = self._served.take(request_id, key)
+            if record is not None:
+                self._served_out.pop(request_id, None)
+            return record
+        if self._client is None or self._down:
+            return self._served.take(request_id, key)
+        k = self.served_key(request_id)
+        try:
+            for attempt in range(3):
+                raw = await self._client.get(k)
+                if raw is not None:
+                    break
+                if attempt < 2:
+                    await asyncio.sleep(self.cfg.flush_ms / 1000.0)
+            else:
+                self._served.drop(request_id)  # (taken by another process meanwhile)
+                return None
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                return None
+            if not isinstance(record, dict) or (key is not None and record.get("key") != key):
+                return None
+            if await self._client.delete(k) != 1:
+                return None  # another process took it first
+        except Exception as exc:
+            self._outage(exc)
+            return self._served.take(request_id, key)
+        self._served.drop(request_id)
+        return record
 
     def clock(self) -> float:
         """The server's time, as this process best knows it (local clock + measured offset)."""
@@ -643,6 +718,7 @@ class RedisStore:
             if self._closing:
                 break
             try:
+                await self._write_served()
                 await self._write()
                 # Kept warm here too, so that a busy process's decisions rarely wait.
                 if not self._down and time.monotonic() >= self._fresh_until:
@@ -657,6 +733,7 @@ class RedisStore:
     async def flush(self) -> bool:
         """Write every queued outcome and fold the contextual models now; True when nothing is
         left. Never raises."""
+        await self._write_served()
         ok = await self._write()
         return await self.fold() and ok
 
