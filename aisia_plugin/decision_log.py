@@ -4,14 +4,24 @@ evaluation of another policy on the same traffic (``aisia replay --logged``).
 No prompt or response text is written unless the operator turns ``log_prompts`` on. Writing never
 fails a request: an unwritable path or a full disk is reported once (a warning, and the
 ``on_error`` callback, e.g. a metric) and the line is dropped. Rotation is by size: ``path`` is
-renamed ``path.1`` (older ones shift up to ``backups``) once it would grow past ``max_bytes``."""
+renamed ``path.1`` (older ones shift up to ``backups``) once it would grow past ``max_bytes``.
+
+In the proxy (``background=True``) a record is encoded on the caller's thread and written by a
+writer thread, in batches with one flush each, so the event loop never waits on the disk. With
+several processes (``per_process=True``, the proxy's workers) each writes and rotates its own
+file, ``decisions.<pid>.jsonl`` beside the configured ``decisions.jsonl``: no two processes ever
+rename each other's file. ``logged_files`` finds them all again for ``aisia replay --logged``."""
 
 from __future__ import annotations
 
+import atexit
+import glob
 import json
 import logging
 import math
 import os
+import queue
+import re
 import sys
 import threading
 import time
@@ -34,11 +44,50 @@ def _finite(value):
     return value
 
 
+def _parts(path: str) -> tuple[str, str, str]:
+    """(directory, stem, extension with its dot) of a log path."""
+    head, tail = os.path.split(path)
+    stem, dot, ext = tail.rpartition(".") if "." in tail.lstrip(".") else (tail, "", "")
+    return head, stem, dot + ext
+
+
+def process_path(path: str, pid: Optional[int] = None) -> str:
+    """The file one process of several writes for the configured `path`: its pid before the
+    extension (``decisions.jsonl`` -> ``decisions.4242.jsonl``)."""
+    head, stem, ext = _parts(path)
+    return os.path.join(head, f"{stem}.{pid or os.getpid()}{ext}")
+
+
+def logged_files(path: str) -> list[str]:
+    """The decision log files a configured path stands for: a directory's ``*.jsonl`` files; a
+    glob pattern's matches; else the file itself (when it exists) and the per-process files
+    written beside it (``process_path``). Rotated backups (``.1``, ...) are not included."""
+    if os.path.isdir(path):
+        return sorted(glob.glob(os.path.join(glob.escape(path), "*.jsonl")))
+    if glob.has_magic(path):
+        return sorted(glob.glob(path))
+    head, stem, ext = _parts(path)
+    pattern = re.compile(re.escape(stem) + r"\.\d+" + re.escape(ext) + "$")
+    try:
+        siblings = sorted(n for n in os.listdir(head or ".") if pattern.match(n))
+    except OSError:
+        siblings = []
+    return ([path] if os.path.isfile(path) else []) + [os.path.join(head, n) for n in siblings]
+
+
+_STOP = object()
+
+
 class DecisionLog:
     def __init__(self, path: Optional[str], *, max_bytes: int = 50_000_000, backups: int = 5,
                  log_prompts: bool = False, clock: Callable[[], float] = time.time,
-                 on_error: Optional[Callable[[], None]] = None):
-        """``path`` None or "-" writes to standard output."""
+                 on_error: Optional[Callable[[], None]] = None, background: bool = False,
+                 per_process: bool = False):
+        """``path`` None or "-" writes to standard output. `background`: written by a writer
+        thread (``flush`` waits for it); `per_process`: this process's own file
+        (``process_path``)."""
+        if per_process and path not in (None, "", "-"):
+            path = process_path(str(path))
         self.path = None if path in (None, "", "-") else str(path)
         self.max_bytes = max(1024, int(max_bytes))
         self.backups = max(0, int(backups))
@@ -49,6 +98,13 @@ class DecisionLog:
         self._fh = None
         self._size = 0
         self._failing = False
+        self._queue: Optional[queue.SimpleQueue] = None
+        self._writer: Optional[threading.Thread] = None
+        if background:
+            self._queue = queue.SimpleQueue()
+            self._writer = threading.Thread(target=self._drain, name="aisia-decision-log", daemon=True)
+            self._writer.start()
+            atexit.register(self.close)  # the lines still queued when the process ends
 
     # -- records -------------------------------------------------------------------------------
     def decision(self, request_id: str, decision, *, features=None, prompt: Optional[str] = None,
@@ -82,25 +138,67 @@ class DecisionLog:
     # -- writing -------------------------------------------------------------------------------
     def _write(self, rec: dict) -> None:
         line = json.dumps(_finite(rec), ensure_ascii=False, allow_nan=False, default=str) + "\n"
-        data = line.encode("utf-8")
+        if self._queue is not None:
+            self._queue.put(line)
+        else:
+            self._write_lines([line])
+
+    def _drain(self) -> None:
+        """The writer thread: whatever is queued, written as one batch with one flush."""
+        while True:
+            first = self._queue.get()
+            batch, stop, done = [], False, []
+            for item in self._more(first):
+                if item is _STOP:
+                    stop = True
+                elif isinstance(item, threading.Event):
+                    done.append(item)
+                else:
+                    batch.append(item)
+            if batch:
+                self._write_lines(batch)
+            for event in done:
+                event.set()
+            if stop:
+                return
+
+    def _more(self, first):
+        yield first
+        for _ in range(10000):
+            try:
+                yield self._queue.get_nowait()
+            except queue.Empty:
+                return
+
+    def _write_lines(self, lines: list[str]) -> None:
         with self._lock:
             try:
                 if self.path is None:
-                    sys.stdout.write(line)
+                    sys.stdout.write("".join(lines))
                     sys.stdout.flush()
                     return
-                if self._fh is None:
-                    self._open()
-                elif self._size + len(data) > self.max_bytes:
-                    self._rotate()
-                self._fh.write(data)
+                for line in lines:
+                    data = line.encode("utf-8")
+                    if self._fh is None:
+                        self._open()
+                    elif self._size + len(data) > self.max_bytes:
+                        self._fh.flush()
+                        self._rotate()
+                    self._fh.write(data)
+                    self._size += len(data)
                 self._fh.flush()
-                self._size += len(data)
                 if self._failing:
                     log.warning("decision log %s is writable again", self.path)
                     self._failing = False
             except (OSError, ValueError) as exc:
                 self._fail(exc)
+
+    def flush(self, timeout: float = 10.0) -> None:
+        """Wait until every record logged so far is written (a background log)."""
+        if self._queue is not None and self._writer is not None and self._writer.is_alive():
+            done = threading.Event()
+            self._queue.put(done)
+            done.wait(timeout)
 
     def _open(self) -> None:
         self._fh = open(self.path, "ab")
@@ -138,6 +236,11 @@ class DecisionLog:
                 log.exception("decision log error callback failed")
 
     def close(self) -> None:
+        """Write what is queued, then close the file."""
+        writer = self._writer
+        if writer is not None and writer.is_alive() and writer is not threading.current_thread():
+            self._queue.put(_STOP)
+            writer.join(10.0)
         with self._lock:
             if self._fh is not None:
                 self._fh.close()

@@ -23,9 +23,11 @@ from fault_helpers import parse_reply, start_custom_auth_proxy
 from proxy_harness import start_upstreams, stop_upstreams
 
 USER_KEY = "sk-internal-" + secrets.token_hex(8)
+OTHER_USER_KEY = "sk-internal2-" + secrets.token_hex(8)
 VIEWER_KEY = "sk-viewer-" + secrets.token_hex(8)
 ADMIN_KEY = "sk-padmin-" + secrets.token_hex(8)
-ROLES = {USER_KEY: "internal_user", VIEWER_KEY: "proxy_admin_viewer", ADMIN_KEY: "proxy_admin"}
+ROLES = {USER_KEY: "internal_user", OTHER_USER_KEY: "internal_user", VIEWER_KEY: "proxy_admin_viewer",
+         ADMIN_KEY: "proxy_admin"}
 
 POLICY = """\
 version: 1
@@ -36,10 +38,12 @@ aliases:
     strategy: cost
     candidates: {models: [role-a, role-b]}
 """
-# The plugin's routes behind the admin check (the list of tests/test_security.py).
+# The plugin's routes behind a key check (the list of tests/test_security.py); all but feedback
+# are the proxy admin's only.
 ROUTES = [("GET", "/aisia/bandit/stats"), ("POST", "/aisia/bandit/reset"),
           ("GET", "/admin/bandit/stats"), ("POST", "/admin/bandit/reset"), ("POST", "/aisia/feedback"),
           ("GET", "/aisia/explain"), ("GET", "/aisia/policy"), ("GET", "/aisia/ui"), ("GET", "/aisia/ui/data")]
+ADMIN_ROUTES = [r for r in ROUTES if r[1] != "/aisia/feedback"]
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +103,7 @@ def test_litellm_consults_the_custom_auth_for_every_key_and_serves_a_non_admin_k
 
 
 # -- the plugin's routes: the proxy admin only ----------------------------------------------------
-@pytest.mark.parametrize("method,path", ROUTES)
+@pytest.mark.parametrize("method,path", ADMIN_ROUTES)
 def test_a_valid_key_without_admin_rights_is_refused_with_403(proxy, method, path):
     for key, role in ((USER_KEY, "internal_user"), (VIEWER_KEY, "proxy_admin_viewer")):
         for headers in (bearer(key), {"x-litellm-api-key": key}):
@@ -189,3 +193,31 @@ def test_a_key_in_the_routing_page_url_is_not_read(proxy):
             assert key not in r.text and "set-cookie" not in r.headers
         assert sum(consulted(proxy, path, role) for path in ("/aisia/ui", "/aisia/ui/data")
                    for role in ("proxy_admin", "internal_user", "None")) == before
+
+
+# -- feedback: a key for the requests it made itself, the proxy admin for any ---------------------
+def feedback(proxy, key: str, rid: str) -> httpx.Response:
+    return httpx.post(proxy.url + "/aisia/feedback", headers=bearer(key), timeout=60,
+                      json={"request_id": rid, "score": 0.7})
+
+
+def test_a_key_gives_feedback_for_its_own_requests_only_and_the_proxy_admin_for_any(proxy):
+    mine = chat(proxy, bearer(USER_KEY))
+    assert mine.status_code == 200, mine.text[:300]
+    rid = mine.headers["x-aisia-request-id"]
+    for other in (OTHER_USER_KEY, VIEWER_KEY):  # valid keys, not the one that made it: as if unknown
+        before = consulted(proxy, "/aisia/feedback", ROLES[other])
+        r = feedback(proxy, other, rid)
+        assert r.status_code == 404, (other, r.status_code, r.text[:300])
+        assert consulted(proxy, "/aisia/feedback", ROLES[other]) == before + 1
+    r = feedback(proxy, USER_KEY, rid)  # not used up by the refusals
+    assert r.status_code == 200, r.text[:300]
+    assert r.json()["request_id"] == rid and r.json()["deployment_id"] in ("role-a", "role-b")
+    assert feedback(proxy, USER_KEY, rid).status_code == 404  # once
+    theirs = chat(proxy, bearer(OTHER_USER_KEY)).headers["x-aisia-request-id"]
+    assert feedback(proxy, ADMIN_KEY, theirs).status_code == 200
+    also_theirs = chat(proxy, bearer(OTHER_USER_KEY)).headers["x-aisia-request-id"]
+    assert httpx.post(proxy.url + "/aisia/feedback", headers=proxy.headers, timeout=60,
+                      json={"request_id": also_theirs, "score": 0.2}).status_code == 200  # the master key
+    assert feedback(proxy, USER_KEY, "sk-unknown").status_code == 404
+    assert feedback(proxy, "sk-unknown-" + secrets.token_hex(4), theirs).status_code == 401

@@ -1,7 +1,7 @@
 """A user's existing LiteLLM config with only the callback line added (and AISIA_POLICY naming a
 team file that annotates a deployment and adds one alias) serves every shipped alias; an alias
-colliding with a model name, or an invalid policy, stops the proxy at start-up with a located
-error."""
+colliding with a model name, or an invalid policy, leaves the proxy up with the alias refused (the
+model keeps its name), or stops it at start-up with a located error when failing closed."""
 
 from __future__ import annotations
 
@@ -108,22 +108,46 @@ def test_streaming_through_an_alias(client):
     assert parse_reply(text)[0] in ("gpt-east", "gpt-west", "coder", "mini", "onprem")
 
 
-def test_an_alias_named_like_a_model_stops_the_proxy_with_both_names(tmp_path, upstreams):
+def test_an_alias_named_like_a_model_leaves_the_proxy_up_with_the_model_keeping_its_name(tmp_path, upstreams):
+    config = existing_config(upstreams)
+    config["model_list"].append(deployment("auto/fast", upstreams["mini"], id="my-fast"))
+    config["litellm_settings"]["callbacks"] = ["aisia_plugin.litellm.plugin"]
+    p = start_proxy(config, tmp_path, timeout_s=120)
+    try:
+        with openai.OpenAI(base_url=p.base_url, api_key=p.master_key, max_retries=0, timeout=30) as c:
+            plain = c.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+            assert parse_reply(plain.choices[0].message.content)[0] in ("gpt-east", "gpt-west")
+            mine = c.chat.completions.with_raw_response.create(model="auto/fast",
+                                                              messages=[{"role": "user", "content": "hi"}])
+            assert mine.headers["x-litellm-model-id"] == "my-fast" and "x-aisia-alias" not in mine.headers
+            with pytest.raises(openai.APIStatusError) as refused:
+                c.chat.completions.create(model="auto", messages=[{"role": "user", "content": "hi"}])
+        assert refused.value.status_code == 503
+        text = str(refused.value)
+        assert "aliases.auto/fast" in text and "aliases.yaml:" in text and "model_name 'auto/fast'" in text
+    finally:
+        p.stop()
+
+
+def test_fail_closed_stops_the_proxy_on_an_alias_named_like_a_model_with_both_names(tmp_path, upstreams):
+    team = tmp_path / "team.yaml"
+    team.write_text("version: 1\nproxy:\n  fail_closed: true\n")
     config = existing_config(upstreams)
     config["model_list"].append(deployment("auto/fast", upstreams["mini"], id="my-fast"))
     config["litellm_settings"]["callbacks"] = ["aisia_plugin.litellm.plugin"]
     with pytest.raises(ProxyError) as err:
-        start_proxy(config, tmp_path, timeout_s=60).stop()
+        start_proxy(config, tmp_path, env={"AISIA_POLICY": str(team)}, timeout_s=60).stop()
     text = str(err.value)
     assert "exited" in text
     assert "aliases.auto/fast" in text and "aliases.yaml:" in text and "model_name 'auto/fast'" in text
 
 
-def test_an_invalid_policy_stops_the_proxy_with_located_errors(tmp_path, upstreams):
+def test_fail_closed_stops_the_proxy_on_an_invalid_policy_with_located_errors(tmp_path, upstreams):
     bad = tmp_path / "bad.yaml"
     bad.write_text("version: 1\naliases:\n  team/x:\n    description: x\n    strategy: fastest\n")
     config = existing_config(upstreams)
     config["litellm_settings"]["callbacks"] = ["aisia_plugin.litellm.plugin"]
     with pytest.raises(ProxyError) as err:
-        start_proxy(config, tmp_path, env={"AISIA_POLICY": str(bad)}, timeout_s=60).stop()
+        start_proxy(config, tmp_path, env={"AISIA_POLICY": str(bad), "AISIA_FAIL_CLOSED": "true"},
+                    timeout_s=60).stop()
     assert f"{bad}:5:" in str(err.value) and "aliases.team/x.strategy" in str(err.value)

@@ -1,9 +1,17 @@
 """Two proxy workers (`--num_workers 2`) with the Redis store: what one worker learns and the
-breakers it opens are seen by the other."""
+breakers it opens are seen by the other, and every worker resolves every request id for feedback.
+The store has no URL of its own (AISIA_REDIS_URL unset): it takes the Redis LiteLLM's router is
+configured with (router_settings.redis_host/redis_port). With the memory store, the start says
+that workers do not share it."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
+from collections import Counter
+from pathlib import Path
 
 import httpx
 import openai
@@ -41,9 +49,24 @@ def proxy(tmp_path_factory, upstreams, redis_module):  # noqa: F811
     policy = work / "team.yaml"
     policy.write_text(POLICY)
     config = {"model_list": [deployment(n, u) for n, u in upstreams.items()],
+              "router_settings": {"redis_host": "127.0.0.1", "redis_port": redis_module.port},
               "litellm_settings": {"callbacks": ["aisia_plugin.litellm.plugin"]}}
-    p = start_proxy(config, work, env={"AISIA_POLICY": str(policy), "AISIA_REDIS_URL": redis_module.url},
-                    num_workers=2)
+    p = start_proxy(config, work, env={"AISIA_POLICY": str(policy), "AISIA_REDIS_URL": ""}, num_workers=2)
+    yield p
+    p.stop()
+
+
+@pytest.fixture(scope="module")
+def memory_proxy(tmp_path_factory, upstreams):
+    work = tmp_path_factory.mktemp("workers-memory")
+    policy = work / "team.yaml"
+    decisions = work / "decisions.jsonl"
+    policy.write_text(POLICY.replace("backend: redis", "backend: memory")
+                      + f"logging:\n  decisions:\n    path: {json.dumps(str(decisions))}\n")
+    config = {"model_list": [deployment(n, u) for n, u in upstreams.items()],
+              "litellm_settings": {"callbacks": ["aisia_plugin.litellm.plugin"]}}
+    p = start_proxy(config, work, env={"AISIA_POLICY": str(policy)}, num_workers=2)
+    p.policy, p.decisions = policy, decisions
     yield p
     p.stop()
 
@@ -88,3 +111,85 @@ def test_learning_and_breakers_are_shared_between_workers(proxy, upstreams):
         assert upstreams["w-a"].stats()["calls"] == calls  # neither worker tries it any more
     finally:
         upstreams["w-a"].control(mode="ok")
+
+
+def worker_and(proxy, call):
+    """(the pid of the worker that answered, `call(client)`), on one connection (one worker)."""
+    with httpx.Client(base_url=proxy.url, headers=proxy.headers, timeout=60) as c:
+        return c.get("/aisia/policy").json()["worker_pid"], call(c)
+
+
+def test_every_worker_resolves_every_request_id_for_feedback_once(proxy, redis_module):  # noqa: F811
+    served = []
+    for _ in range(12):
+        pid, r = worker_and(proxy, lambda c: c.post("/v1/chat/completions", json={
+            "model": "test/shared", "messages": [{"role": "user", "content": "hello"}]}))
+        assert r.status_code == 200, r.text[:300]
+        served.append((r.headers["x-aisia-request-id"], pid))
+    crossed = 0
+    for rid, served_by in served:
+        pid, r = worker_and(proxy, lambda c: c.post("/aisia/feedback", json={"request_id": rid, "score": 0.9}))
+        assert r.status_code == 200, (rid, served_by, pid, r.text[:300])
+        assert r.json()["request_id"] == rid and r.json()["deployment_id"] in ("w-a", "w-b")
+        crossed += pid != served_by
+    assert crossed > 0  # some feedback went to the worker that had not served the request
+    assert len({pid for _, pid in served}) == 2
+    for rid, _ in served[:4]:  # once: on any worker
+        _, again = worker_and(proxy, lambda c: c.post("/aisia/feedback", json={"request_id": rid, "score": 0.9}))
+        assert again.status_code == 404, again.text[:300]
+
+
+def test_the_store_uses_litellms_redis_when_its_own_url_is_unset(proxy, redis_module):  # noqa: F811
+    lines = [line for line in proxy.logs().splitlines() if "the state store uses LiteLLM's Redis" in line]
+    assert len(lines) == 2 and all(f"127.0.0.1:{redis_module.port}" in line and "router_settings" in line
+                                   for line in lines), lines
+    _, r = worker_and(proxy, lambda c: c.post("/v1/chat/completions", json={
+        "model": "test/shared", "messages": [{"role": "user", "content": "hello"}]}))
+    rid = r.headers["x-aisia-request-id"]
+    client = redis_module.client()
+    deadline = time.monotonic() + 30
+    while client.get(f"{{aisia}}:served:{rid}") is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert client.get(f"{{aisia}}:served:{rid}") is not None
+    assert any(k.startswith(b"{aisia}:bandit:") for k in client.scan_iter(match="{aisia}:*"))
+
+
+def test_several_workers_with_the_memory_store_say_so_at_start(memory_proxy):
+    lines = [line for line in memory_proxy.logs().splitlines() if "workers with state.backend: memory" in line]
+    assert len(lines) == 2 and all("state.backend: redis" in line for line in lines), lines  # one per worker
+
+
+def test_two_workers_log_every_decision_once_each_in_its_own_file_and_replay_reads_them(memory_proxy):
+    from aisia_plugin.decision_log import logged_files
+
+    served = {}
+    for _ in range(16):
+        pid, r = worker_and(memory_proxy, lambda c: c.post("/v1/chat/completions", json={
+            "model": "test/shared", "messages": [{"role": "user", "content": "hello"}]}))
+        assert r.status_code == 200, r.text[:300]
+        served[r.headers["x-aisia-request-id"]] = pid
+    assert len(set(served.values())) == 2
+
+    def records():
+        return [json.loads(line) for f in logged_files(str(memory_proxy.decisions))
+                for line in Path(f).read_text().splitlines()]  # every line whole JSON: none interleaved
+
+    deadline = time.monotonic() + 60  # the writer threads write in the background
+    while sum(r["type"] == "outcome" for r in records()) < len(served) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    files = logged_files(str(memory_proxy.decisions))
+    assert not memory_proxy.decisions.exists()
+    assert sorted(files) == sorted(str(memory_proxy.decisions.with_name(f"decisions.{pid}.jsonl"))
+                                   for pid in set(served.values()))
+    recs = records()
+    for kind in ("decision", "outcome"):
+        assert Counter(r["request_id"] for r in recs if r["type"] == kind) == Counter(served.keys()), kind
+    for f in files:  # each in the file of the worker that served it
+        pid = int(Path(f).name.split(".")[1])
+        assert {json.loads(line)["request_id"] for line in Path(f).read_text().splitlines()} \
+            == {rid for rid, p in served.items() if p == pid}
+    out = subprocess.run([str(Path(sys.executable).parent / "aisia"), "replay", "--logged", str(memory_proxy.decisions),
+                          "--policy", str(memory_proxy.policy), "--alias", "test/shared", "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["events"] == len(served)

@@ -198,7 +198,9 @@ def test_validate_refuses_the_aliases_the_proxy_refuses_with_the_same_lines(file
         "rename the alias"]
     config = yaml.safe_load(files["config"].read_text(encoding="utf-8"))
     with pytest.raises(ProxyError) as err:
-        start_proxy(config, tmp_path / "proxy", env={**KEYS, "AISIA_POLICY": str(policy)}, timeout_s=90).stop()
+        # (failing closed: by default the proxy would start and answer the aliases with 503)
+        start_proxy(config, tmp_path / "proxy", env={**KEYS, "AISIA_POLICY": str(policy), "AISIA_FAIL_CLOSED": "true"},
+                    timeout_s=90).stop()
     logged = (tmp_path / "proxy" / "litellm.log").read_text(errors="replace")
     assert "exited" in str(err.value)
     for line in refused:

@@ -24,7 +24,9 @@ def add_arguments(p):
     p.add_argument("--logged", metavar="DECISIONS.jsonl",
                    help="instead of a trace, a decision log (logging.decisions): estimate off-policy what the "
                         "policy's alias would have earned on that traffic (IPS, SNIPS, doubly robust, 95%% intervals); "
-                        "--deployments is then the LiteLLM config; with --compare, each policy")
+                        "--deployments is then the LiteLLM config; with --compare, each policy. The configured "
+                        "path also reads the per-worker files beside it (DECISIONS.<pid>.jsonl, several proxy "
+                        "workers); a directory or a glob pattern reads every file it names")
     p.add_argument("--deployments", metavar="FILE.yaml",
                    help="replay candidates file: provider, prices, tier, specialities, latency model per candidate")
     p.add_argument("--seed", type=int, default=0, help="random seed (strategies, latency models, uniform random)")

@@ -74,9 +74,15 @@ def run_logged(args) -> int:
             _err(f"aisia replay: unknown alias {args.alias!r} in --{name} {labels[name]}; "
                  f"known: {', '.join(pol.aliases)}")
             return 2
+    from ..decision_log import logged_files
+
+    # The configured path stands for every worker's file too (decisions.<pid>.jsonl beside it).
+    files = logged_files(args.logged) or [args.logged]
     try:
-        with open(args.logged, encoding="utf-8") as fh:
-            events = read_log(fh, args.logged)
+        events = []
+        for name in files:
+            with open(name, encoding="utf-8") as fh:
+                events.extend(read_log(fh, name))
     except LogError as exc:
         _err(str(exc))
         return 1

@@ -2,7 +2,8 @@
 ``user_api_key_auth`` is the routes' FastAPI dependency (it reads the key from the headers it
 declares, exactly as on LiteLLM's own routes, and resolves it: master key, virtual key, JWT,
 ``general_settings: custom_auth``), then the role check. A missing or refused key gets 401, a
-valid key whose role is not proxy_admin 403."""
+valid key whose role is not proxy_admin 403. Feedback is the exception: any key LiteLLM accepts
+may send it for the requests it made itself."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import functools
 import math
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 import litellm
 from fastapi import Depends, HTTPException, Request
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 ROUTES = ("/aisia/bandit/stats", "/aisia/bandit/reset", "/aisia/feedback", "/aisia/explain", "/aisia/policy",
           "/admin/bandit/stats", "/admin/bandit/reset")
 KEY_HINT = "Authorization: Bearer <key>"
+HEALTH_ROUTE = "/aisia/health"
 
 
 def _refuse(status: int, message: str) -> HTTPException:
@@ -67,6 +69,20 @@ async def require_admin(identity=Depends(litellm_identity)):
     if role not in (LitellmUserRoles.PROXY_ADMIN, LitellmUserRoles.PROXY_ADMIN.value):
         raise _refuse(403, "the proxy admin's key is required")
     return identity
+
+
+async def feedback_caller(identity=Depends(litellm_identity)) -> Optional[str]:
+    """Who may give feedback: the proxy admin for any served request (None), any other key
+    LiteLLM accepts for the requests it made itself (its hash, ``runtime.caller_key``)."""
+    role = getattr(identity, "user_role", None)
+    if role in (LitellmUserRoles.PROXY_ADMIN, LitellmUserRoles.PROXY_ADMIN.value):
+        return None
+    from .runtime import caller_key
+
+    key = caller_key(identity)
+    if key is None:
+        raise _refuse(401, "the proxy's auth resolved this key to no key")
+    return key
 
 
 def metrics_auth_required() -> bool:
@@ -155,9 +171,9 @@ def mount(app, plugin: "AisiaPlugin") -> None:
         plugin.runtime.store.reset(dep)
         return {"reset": dep}
 
-    async def feedback(request: Request, _=Depends(require_admin)):
+    async def feedback(request: Request, key: Optional[str] = Depends(feedback_caller)):
         try:
-            return await apply_feedback(request)
+            return await apply_feedback(request, key)
         except HTTPException as exc:
             if exc.status_code < 500 and not rejections.spend():
                 raise HTTPException(status_code=429, headers={"Retry-After": str(math.ceil(1.0 / rejections.per_s))},
@@ -165,7 +181,7 @@ def mount(app, plugin: "AisiaPlugin") -> None:
                                                       "type": "aisia_rate_limited"}}) from None
             raise
 
-    async def apply_feedback(request: Request):
+    async def apply_feedback(request: Request, key: Optional[str]):
         body = await _json_object(request)
         rid, score = body.get("request_id"), body.get("score")
         if not isinstance(rid, str) or not rid:
@@ -174,15 +190,18 @@ def mount(app, plugin: "AisiaPlugin") -> None:
                 or not 0.0 <= score <= 1.0:
             raise _bad(422, "score must be a number in [0, 1]")
         rt = plugin.runtime
-        served = rt.served.pop(rid, None)
+        # (An id no store could hold is no served request's: not sent to Redis.)
+        served = await rt.store.take_served(rid, key) if len(rid) <= 256 and _utf8(rid) else None
         if served is None:
             shown = rid if len(rid) <= 80 else rid[:77] + "..."
-            raise _bad(404, f"no served request {shown!r} awaits feedback (unknown, expired, or feedback already given)")
+            # The same answer for another key's request as for an unknown one: nothing tells them apart.
+            raise _bad(404, f"no served request {shown!r} awaits feedback from this key (unknown, expired, "
+                            "feedback already given, or made with another key)")
         # The serving deployment learns one more outcome whose reward is the score.
-        reward = rt.engine.record(served.alias, Outcome(served.deployment_id, True, quality=float(score),
-                                                        feedback=float(score)),
-                                  domain=served.domain, session=served.session)
-        return {"request_id": rid, "deployment_id": served.deployment_id, "alias": served.alias, "reward": reward}
+        alias, dep = served.get("alias"), served.get("deployment_id")
+        reward = rt.engine.record(alias, Outcome(dep, True, quality=float(score), feedback=float(score)),
+                                  domain=served.get("domain"), session=served.get("session"))
+        return {"request_id": rid, "deployment_id": dep, "alias": alias, "reward": reward}
 
     async def explain(limit: int = 50, _=Depends(require_admin)):
         limit = max(1, min(int(limit), 1000))
@@ -200,17 +219,61 @@ def mount(app, plugin: "AisiaPlugin") -> None:
                 "group_installs": plugin.group_installs, "reloads": watcher.reloads if watcher else 0, "checks": watcher.checks if watcher else 0,
                 "rejected_edit": watcher.last_error if watcher else None}
 
+    mount_health(app, plugin)
     app.add_api_route("/aisia/policy", policy, methods=["GET"], include_in_schema=False)
     for prefix in ("/aisia", "/admin"):
         app.add_api_route(f"{prefix}/bandit/stats", bandit_stats, methods=["GET"], include_in_schema=False)
         app.add_api_route(f"{prefix}/bandit/reset", bandit_reset, methods=["POST"], include_in_schema=False)
     app.add_api_route("/aisia/feedback", feedback, methods=["POST"], include_in_schema=False)
     app.add_api_route("/aisia/explain", explain, methods=["GET"], include_in_schema=False)
-    # Ahead of the proxy's catch-all routes (pass-through endpoints), which would answer first.
+    _put_first(app)
+
+
+def _put_first(app) -> None:
+    """Our routes ahead of the proxy's catch-all routes (pass-through endpoints), which would
+    answer first."""
     routes = app.router.routes
     from .observability import UI_ROUTES
 
-    paths = set(ROUTES) | set(UI_ROUTES)
+    paths = set(ROUTES) | set(UI_ROUTES) | {HEALTH_ROUTE}
     ours = [r for r in routes if getattr(r, "path", None) in paths]
     rest = [r for r in routes if getattr(r, "path", None) not in paths]
     routes[:] = ours + rest
+
+
+def mount_health(app, plugin: "AisiaPlugin") -> None:
+    """``GET /aisia/health``, without a key like LiteLLM's ``/health/liveliness``: 200 while the
+    plugin serves its aliases, 503 naming the error while it stands aside (the proxy's plain
+    models are served either way: probe liveness on LiteLLM's routes, not this one)."""
+    from fastapi.responses import JSONResponse
+
+    async def health():
+        if plugin.fault is not None:
+            return JSONResponse({"status": "unhealthy", "aliases": "refused with 503", "error": plugin.fault,
+                                 "worker_pid": os.getpid()}, status_code=503)
+        return {"status": "healthy", "aliases": plugin.available_aliases(), "worker_pid": os.getpid()}
+
+    app.add_api_route(HEALTH_ROUTE, health, methods=["GET"], include_in_schema=False)
+
+
+def mount_standing_aside(app, plugin: "AisiaPlugin") -> None:
+    """The routes of a plugin that stands aside: the health route, and every other route of
+    the plugin answering 503 with the error (behind the same key checks)."""
+    from .observability import UI_ROUTES
+
+    mount_health(app, plugin)
+
+    def unavailable():
+        return HTTPException(status_code=503, detail={"error": {"message": f"the aisia router is not serving: "
+                                                                          f"{plugin.fault}", "type": "aisia_unavailable"}})
+
+    async def admin_route(_=Depends(require_admin)):
+        raise unavailable()
+
+    async def metrics_route(_=Depends(metrics_identity)):
+        raise unavailable()
+
+    for path in ROUTES + UI_ROUTES:
+        app.add_api_route(path, metrics_route if path == "/aisia/metrics" else admin_route, methods=["GET", "POST"],
+                          include_in_schema=False)
+    _put_first(app)

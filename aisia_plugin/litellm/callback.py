@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 import time
 import uuid
@@ -29,14 +30,20 @@ from litellm.integrations.custom_logger import CustomLogger
 from ..breaker import FailureKind, classify_failure
 from ..engine import UnknownAlias
 from ..policy.errors import PolicyError
-from ..policy.loader import LoadedPolicy, load_policy_with_locations
+from ..policy.loader import LoadedPolicy, load_policy_with_locations, peek_setting
+from ..state import open_store
 from . import checks, events
 from .groups import AliasCollision, collision_issues, group_entries, merged_groups, plan
 from .headers import response_headers
-from .logs import log_policy_error, log_started, use_litellm_handler
-from .runtime import Attempt, Call, PendingFailure, Runtime, session_key
+from .logs import log_policy_error, log_started, policy_error_text, use_litellm_handler
+from .runtime import Attempt, Call, PendingFailure, Runtime, caller_key, proxy_workers, session_key
 
 log = logging.getLogger("aisia_plugin.litellm")
+
+FAIL_CLOSED_ENV = "AISIA_FAIL_CLOSED"
+# How often the Router is looked at off the request path (a config reload that rebuilt it, a
+# model added at run time): the aliases' groups are back within this, even with no alias request.
+ROUTER_CHECK_S = 2.0
 
 class Refused(Exception):
     """The plugin answers the request itself (a strict budget, no candidate left, failover
@@ -99,6 +106,32 @@ def _error(status: int, message: str, kind: str, **extra) -> HTTPException:
     return HTTPException(status_code=status, detail={"error": {"message": message, "type": kind, **extra}})
 
 
+def _alias_like(model: str) -> bool:
+    """A name only the plugin would serve (``auto``, ``auto/...``) unless the Router has it."""
+    return model == "auto" or model.startswith("auto/")
+
+
+def fail_closed(policy=None) -> bool:
+    """Whether a plugin that cannot serve its aliases at start stops the proxy: $AISIA_FAIL_CLOSED
+    when set, else the policy's ``proxy.fail_closed`` (read from the user's files as they are
+    when the policy does not load). A value of the variable that says neither is refused by
+    failing closed, with a line saying why."""
+    raw = os.environ.get(FAIL_CLOSED_ENV, "").strip().lower()
+    if raw:
+        if raw in ("1", "true", "yes", "on"):
+            return True
+        if raw in ("0", "false", "no", "off"):
+            return False
+        log.critical("aisia: $%s=%r is neither true nor false; failing closed", FAIL_CLOSED_ENV, raw)
+        return True
+    if policy is not None:
+        return policy.proxy.fail_closed
+    try:
+        return peek_setting(("proxy", "fail_closed")) is True
+    except Exception:  # unreadable files: the policy error says so
+        return False
+
+
 class AisiaPlugin(CustomLogger):
     def __init__(self, loaded: Optional[LoadedPolicy] = None):
         super().__init__()
@@ -117,47 +150,103 @@ class AisiaPlugin(CustomLogger):
         self.observer = None  # metrics, decision log, routing page (observability.py)
         self._gauges: Optional[asyncio.Task] = None
         self._store_closed = False
+        self._router_watch: Optional[asyncio.Task] = None
+        # Why the plugin stands aside (plain models are served, aliases answer 503 naming it):
+        # None while it serves. The kind says what clears it: "collision" when the Router or
+        # the policy changes so that no alias has a model's name; "policy" and "store" never.
+        self.fault: Optional[str] = None
+        self.fault_kind: Optional[str] = None
+        self._fault_names: frozenset = frozenset()  # the aliases an unloadable policy names
 
     # -- start-up ----------------------------------------------------------------------------
     def boot(self) -> None:
-        """Load the policy (raising PolicyError, every issue located) and, inside the proxy's
-        event loop, start waiting for its Router."""
+        """Load the policy and, inside the proxy's event loop, start waiting for its Router. An
+        invalid policy (every issue located) or state store setting stops the import when
+        failing closed (``fail_closed``); otherwise the plugin stands aside: the proxy serves
+        its plain models and every alias answers 503 naming the error."""
+        from ..state.redis import StoreConfigError
+
         if "litellm.proxy.proxy_server" in sys.modules:  # inside the proxy: its log format
             use_litellm_handler()
-        if self.loaded is None:
-            try:
+        try:
+            if self.loaded is None:
                 self.loaded = load_policy_with_locations()
-            except PolicyError as exc:
-                log_policy_error(exc)
+            self.runtime = Runtime(self.loaded, store=open_store(self.loaded.policy, url_later=True))
+        except (PolicyError, StoreConfigError) as exc:
+            policy = self.loaded.policy if self.loaded is not None else None
+            if isinstance(exc, PolicyError):
+                kind, text = "policy", "the policy is invalid: " + one_line_text(policy_error_text(exc))
+            else:
+                kind, text = "store", f"the state store cannot start: {exc}"
+            if fail_closed(policy):
+                if isinstance(exc, PolicyError):
+                    log_policy_error(exc)
+                else:
+                    log.critical("aisia: %s", text)
                 raise
-        self.runtime = Runtime(self.loaded)
+            self._stand_aside(kind, text, policy_error_text(exc) if kind == "policy" else None)
+            if kind == "policy":  # its aliases' names, as far as its files say (the auto/ ones go without saying)
+                try:
+                    named = peek_setting(("aliases",))
+                except Exception:
+                    named = None
+                self._fault_names = frozenset(named) if isinstance(named, dict) else frozenset()
+            self._in_proxy_loop(self._start_standing_aside)
+            return
         from .observability import Observer
 
         self.observer = Observer(self.runtime)
+        self._in_proxy_loop(self._start)
+
+    def _in_proxy_loop(self, start) -> None:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return  # imported outside a running proxy (tests, tools): hooks still work when called
-        self._startup = loop.create_task(self._start())
+        self._startup = loop.create_task(start())
 
-    async def _start(self) -> None:
-        """Wait for the Router (the proxy builds it after importing its callbacks), then install
-        the aliases, open the store, mount the admin routes and watch the policy files."""
+    async def _router(self):
+        """The proxy's Router, once it exists (the proxy builds it after importing its callbacks)."""
         ps = _proxy_server()
         while ps.llm_router is None:
             await asyncio.sleep(0.05)
+        return ps.llm_router
+
+    async def _start_standing_aside(self) -> None:
+        await self._router()
+        self._mount_admin()
+
+    async def _start(self) -> None:
+        """Wait for the Router, then install the aliases, open the store, mount the admin routes
+        and watch the policy files and the Router."""
+        ps = _proxy_server()
+        router = await self._router()
         try:
-            self.ensure_groups(ps.llm_router, startup=True)
+            self.ensure_groups(router, startup=True)
         except AliasCollision as exc:
-            self._fatal(str(exc))
+            if fail_closed(self.runtime.policy):
+                self._fatal(str(exc))  # its located lines, as `aisia validate` prints them
+                return
+            self._withdraw(router, "collision", str(exc))
+        from ..state.redis import StoreConfigError
+
+        try:
+            await self._ensure_store()
+        except StoreConfigError as exc:
+            if fail_closed(self.runtime.policy):
+                self._fatal(f"the state store cannot start: {exc}")
+                return
+            self._withdraw(router, "store", f"the state store cannot start: {exc}")
+            self._mount_admin()
             return
-        await self._ensure_store()
+        self._note_workers()
         self._mount_admin()
         self._gauges = asyncio.get_running_loop().create_task(self.observer.run_gauges())
         from .reload import PolicyWatcher
 
         self.watcher = PolicyWatcher(self)
         self.watcher.start()
+        self._router_watch = asyncio.get_running_loop().create_task(self._watch_router())
         # Held here: the loop keeps only a weak reference to a task, and a pending task nothing
         # else refers to is garbage-collected ("Task was destroyed but it is pending").
         self._closer = asyncio.get_running_loop().create_task(self._close_at_exit())
@@ -198,27 +287,124 @@ class AisiaPlugin(CustomLogger):
             log.exception("aisia: closing the state store failed")
 
     async def _ensure_store(self) -> None:
-        if not self._store_started and self.runtime is not None:
-            self._store_started = True
-            await self.runtime.store.start()
+        """Start the store once; a Redis store without its own URL takes the one LiteLLM is
+        configured with (shared_redis.py says which wins)."""
+        if self._store_started or self.runtime is None:
+            return
+        self._store_started = True
+        store = self.runtime.store
+        if getattr(store, "url", "") is None:
+            from .shared_redis import litellm_redis
+
+            found = litellm_redis(_proxy_server().llm_router)
+            if found is None:
+                raise store.missing_url(" and LiteLLM is configured with no Redis (router_settings redis_host/"
+                                        "redis_port, litellm_settings.cache_params, REDIS_URL or REDIS_HOST)")
+            store.use_url(*found)
+            log.warning("aisia: the state store uses LiteLLM's Redis %s (from %s; $%s is unset)", store.shown_url,
+                     found[1], store.cfg.redis_url_env)
+        await store.start()
+
+    async def _started(self) -> None:
+        """Wait for the start-up task (the store opened), or open the store when there is none
+        (the hooks called outside a running proxy)."""
+        if self._startup is not None:
+            await asyncio.shield(self._startup)
+        else:
+            await self._ensure_store()
+
+    def _note_workers(self) -> None:
+        """One line at start when several workers each keep their own memory store."""
+        workers = proxy_workers()
+        if workers > 1 and self.runtime.policy.state.backend == "memory":
+            log.warning("aisia: %d workers with state.backend: memory: each worker learns on its own and feedback "
+                        "reaches only the worker that served the request (POST /aisia/feedback answers 404 on the "
+                        "others); set state.backend: redis to share them", workers)
 
     def _fatal(self, message: str) -> None:
-        """A start-up error: logged with its location, then the proxy exits (serving a config
-        whose aliases cannot be installed would silently route nothing)."""
-        import os
-
+        """A start-up error when failing closed (``proxy.fail_closed`` or $AISIA_FAIL_CLOSED):
+        logged with its location, then the worker exits."""
         log.critical("aisia: %s", message)
         os._exit(78)
+
+    # -- standing aside ------------------------------------------------------------------------
+    def _stand_aside(self, kind: str, message: str, located: Optional[str] = None) -> None:
+        """Stop serving aliases for `message` (logged once, no traceback: one line, or for an
+        invalid policy its `located` lines as ``aisia validate`` prints them, then one line)."""
+        message = one_line_text(message)
+        if message == self.fault:
+            return
+        self.fault, self.fault_kind = message, kind
+        self._served_aliases = set()
+        then = (f"the proxy serves its models, every alias answers 503 until this is fixed "
+                f"(proxy.fail_closed: true or ${FAIL_CLOSED_ENV}=true refuses to start instead)")
+        if located is not None:
+            log.critical("aisia: the policy is invalid:\n%s\n%s", located, then)
+        else:
+            log.error("aisia: %s; %s", message, then)
+
+    def _withdraw(self, router, kind: str, message: str) -> None:
+        """Stand aside and take the aliases' groups out of the Router: a name the policy and a
+        model share stays the model's."""
+        self._stand_aside(kind, message)
+        try:
+            existing = router.get_settings().get("routing_groups") or []
+            if self._our_groups:
+                router.update_settings(routing_groups=merged_groups(existing, self._our_groups, []))
+            self._our_groups = set()
+        except Exception:
+            log.exception("aisia: could not take the aliases' groups out of the Router")
+        self._router_mark = self._mark(router)
+
+    def _resume(self) -> None:
+        if self.fault_kind == "collision":
+            log.warning("aisia: resolved (%s); the aliases are served again", self.fault)
+            self.fault = self.fault_kind = None
+
+    def unavailable(self) -> HTTPException:
+        return _error(503, f"the aisia router serves no alias: {self.fault}", "aisia_unavailable", param="model")
+
+    def _mark(self, router) -> tuple:
+        """What the installed groups were computed from: a change means the Router was rebuilt,
+        its groups replaced, a model added or removed, or the policy reloaded."""
+        rt = self.runtime
+        return (id(router), id(_router_groups(router)), len(router.model_list or ()), id(rt.policy) if rt else None)
+
+    def reconcile(self, router) -> None:
+        """Re-install the groups if the Router changed; a collision is remembered (logged once,
+        not looked for again until the Router or the policy changes). Never raises."""
+        if self.runtime is None or self.fault_kind in ("policy", "store") or self._mark(router) == self._router_mark:
+            return
+        try:
+            self.ensure_groups(router)
+        except AliasCollision as exc:
+            self._withdraw(router, "collision", str(exc))
+            return
+        except Exception:
+            self._router_mark = self._mark(router)
+            log.exception("aisia: installing the aliases' groups failed")
+            return
+        self._resume()
+
+    async def _watch_router(self) -> None:
+        while True:
+            await asyncio.sleep(ROUTER_CHECK_S)
+            router = _proxy_server().llm_router
+            if router is not None:
+                self.reconcile(router)
 
     def _mount_admin(self) -> None:
         if self._admin_mounted:
             return
         from . import observability
-        from .admin import mount
+        from .admin import mount, mount_standing_aside
 
         app = _proxy_server().app
-        observability.mount(app, self)
-        mount(app, self)
+        if self.runtime is None or self.fault_kind == "store":
+            mount_standing_aside(app, self)
+        else:
+            observability.mount(app, self)
+            mount(app, self)
         self._admin_mounted = True
 
     # -- the aliases as Router groups --------------------------------------------------------
@@ -227,8 +413,7 @@ class AisiaPlugin(CustomLogger):
         its groups changed since the last installation; cheap otherwise. Raises AliasCollision
         when an alias has the name of one of the user's models (the model keeps its name)."""
         rt = runtime or self.runtime
-        mark = (id(router), id(_router_groups(router)), len(router.model_list or ()), id(rt.policy))
-        if mark == self._router_mark:
+        if self._mark(router) == self._router_mark:
             return
         model_list = router.model_list or []
         deps = rt.deployments(model_list)
@@ -243,7 +428,7 @@ class AisiaPlugin(CustomLogger):
         self._our_groups = set(planned.members)
         self._served_aliases = set(planned.members)
         self.empty_aliases = planned.empty
-        self._router_mark = (id(router), id(_router_groups(router)), len(router.model_list or ()), id(rt.policy))
+        self._router_mark = self._mark(router)
         self.group_installs += 1
         if planned.empty and startup:
             log.warning("aisia: no deployment of the LiteLLM config is a candidate of %s; requests for them get 503",
@@ -263,34 +448,45 @@ class AisiaPlugin(CustomLogger):
             self.ensure_groups(router)
         except AliasCollision:
             rt.swap(previous, previous_engine)
-            self.ensure_groups(router)
+            self.reconcile(router)
             raise
+        self._resume()
 
     def available_aliases(self) -> list[str]:
         return sorted(self._served_aliases)
 
     # -- 1. before routing -------------------------------------------------------------------
     async def async_pre_call_hook(self, user_api_key_dict, cache, data: dict, call_type):
+        # A plain model name costs one dict lookup and one prefix test: the Router's groups are
+        # looked at only for alias requests (and in the background, _watch_router).
         model = data.get("model")
+        if not isinstance(model, str):
+            return data
         rt = self.runtime
-        if not isinstance(model, str) or rt is None:
-            return data
-        if not self._store_started:  # a request before the start-up task got to it
-            await self._ensure_store()
-        router = _proxy_server().llm_router
-        if router is not None:
-            try:
-                self.ensure_groups(router)
-            except AliasCollision as exc:  # a model added at run time took an alias's name
-                log.error("aisia: %s", exc)
-        ap = rt.policy.aliases.get(model)
+        ap = rt.policy.aliases.get(model) if rt is not None else None
         if ap is None:
-            if (model == "auto" or model.startswith("auto/")) and not _recognized(router, model):
-                self.observer.refused(model, "unknown_alias")
-                raise _error(400, f"unknown alias {model!r}; the aliases this proxy serves are: "
-                             f"{', '.join(self.available_aliases()) or '(none)'}", "aisia_unknown_alias",
-                             param="model", available=self.available_aliases())
-            return data
+            if not (_alias_like(model) or model in self._fault_names):
+                return data
+            router = _proxy_server().llm_router
+            if _recognized(router, model) and model not in self._our_groups:
+                return data  # the user's own model (or one LiteLLM matches) of that name
+            if self.fault is not None:
+                raise self.unavailable()
+            self.observer.refused(model, "unknown_alias")
+            raise _error(400, f"unknown alias {model!r}; the aliases this proxy serves are: "
+                         f"{', '.join(self.available_aliases()) or '(none)'}", "aisia_unknown_alias",
+                         param="model", available=self.available_aliases())
+        router = _proxy_server().llm_router
+        if router is not None and self._mark(router) != self._router_mark:
+            self.reconcile(router)  # the Router was rebuilt or changed since the groups were installed
+        if self.fault is not None:
+            if _recognized(router, model) and model not in self._our_groups:
+                return data  # a model took the alias's name: the model keeps it
+            raise self.unavailable()
+        if not self._store_started:  # a request before the start-up task got to it
+            await self._started()
+            if self.fault is not None:
+                raise self.unavailable()
         if model not in self._served_aliases:
             raise _error(503, f"alias {model!r}: no deployment of this proxy is one of its candidates "
                          f"({ap.description})", "aisia_no_candidates", param="model")
@@ -319,7 +515,8 @@ class AisiaPlugin(CustomLogger):
             if not isinstance(meta, dict):
                 meta = data["metadata"] = {}
         meta[events.REQUEST_ID_KEY] = rid
-        rt.open_call(rid, model, self._session(rt, ap, data, user_api_key_dict))
+        call = rt.open_call(rid, model, self._session(rt, ap, data, user_api_key_dict))
+        call.key = caller_key(user_api_key_dict)  # who may give feedback for it
         return data
 
     def _session(self, rt, ap, data: dict, user_api_key_dict) -> Optional[str]:
@@ -357,8 +554,8 @@ class AisiaPlugin(CustomLogger):
         if rt is None:
             return healthy_deployments
         ap = rt.policy.aliases.get(model)
-        if ap is None or not healthy_deployments:
-            return healthy_deployments
+        if ap is None or not healthy_deployments or model not in self._served_aliases:
+            return healthy_deployments  # (not served: a model that has the alias's name keeps it)
         kwargs = request_kwargs or {}
         rid = events.request_id(kwargs)
         if rid is None:  # no pre-call hook ran (a Router used without the proxy): the id is set here,
@@ -658,3 +855,7 @@ def _ranked_deployments(healthy: list, ranked: list, decision) -> list:
         out.append({**raw, "litellm_params": params})
     return out or healthy
 
+
+def one_line_text(text: str) -> str:
+    """A multi-line error as one log line (its lines joined by '; ')."""
+    return "; ".join(line.strip() for line in str(text).splitlines() if line.strip())

@@ -82,9 +82,13 @@ class Observer:
             if settings != self._log_settings:
                 if self.decision_log is not None:
                     self.decision_log.close()
+                from .runtime import proxy_workers
+
+                # Written off the event loop; each worker of several its own file (decision_log.py).
                 self.decision_log = None if settings.path is None else DecisionLog(
                     settings.path, max_bytes=settings.max_bytes, backups=settings.backups,
-                    log_prompts=settings.log_prompts, on_error=lambda: self.metrics.store_event("log_error"))
+                    log_prompts=settings.log_prompts, on_error=lambda: self.metrics.store_event("log_error"),
+                    background=True, per_process=proxy_workers() > 1)
                 self._log_settings = settings
         except Exception:
             log.exception("aisia: configuring metrics and the decision log failed")

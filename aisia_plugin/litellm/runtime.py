@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field, replace
@@ -25,8 +26,7 @@ log = logging.getLogger("aisia_plugin.litellm")
 # the traffic. A call's record lives until its last event (a stream's arrives when it ends).
 MAX_CALLS = 20000
 CALL_TTL_S = 1800.0
-MAX_SERVED = 50000
-SERVED_TTL_S = 86400.0
+SERVED_TTL_S = 86400.0  # how long a served request awaits feedback (the store bounds their number)
 MAX_HEADER_CHARS = 240
 
 
@@ -73,6 +73,7 @@ class Call:
     branches: dict = field(default_factory=dict)  # alias -> Call, for alias-to-alias fallbacks
     latest: Optional["Call"] = None  # the call (this one or a branch) that was decided last
     served: bool = False  # registered for feedback
+    key: Optional[str] = None  # the hash of the API key that made it (caller_key): who may give feedback
     answered: bool = False  # the response headers were produced
     finished: bool = False  # the final outcome was learned
 
@@ -104,17 +105,6 @@ class Call:
         return None
 
 
-@dataclass(frozen=True, slots=True)
-class Served:
-    """A request an alias served: where explicit feedback for it goes."""
-
-    alias: str
-    deployment_id: str
-    domain: Optional[str]
-    session: Optional[str]
-    at: float
-
-
 def one_line(text: str, limit: int = MAX_HEADER_CHARS) -> str:
     """A header value: one line of printable ASCII (HTTP headers are latin-1, and a reason may
     quote a non-ASCII deployment name). Runs of whitespace become one space, the ends are
@@ -133,10 +123,26 @@ def _one_line(text: str, limit: int = MAX_HEADER_CHARS) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+def proxy_workers() -> int:
+    """How many worker processes the proxy runs (LiteLLM's CLI sets $NUM_WORKERS from
+    --num_workers)."""
+    try:
+        return max(1, int(os.environ.get("NUM_WORKERS") or 1))
+    except ValueError:
+        return 1
+
+
 def session_key(value: str) -> str:
     """A session as stored: hashed, so that an API key used as the session never sits in the
     store or the explain log."""
     return hashlib.sha256(value.encode("utf-8", "replace")).hexdigest()[:20]
+
+
+def caller_key(user_api_key_auth) -> Optional[str]:
+    """The API key behind a request or a feedback, as stored beside a served request: hashed
+    (LiteLLM's own hash of it, ``token``, hashed again), never the key."""
+    value = getattr(user_api_key_auth, "token", None) or getattr(user_api_key_auth, "api_key", None)
+    return session_key(str(value)) if value else None
 
 
 class Runtime:
@@ -149,7 +155,6 @@ class Runtime:
         self._names: dict[str, tuple] = {}
         self._unpriced_said: set[tuple[str, str]] = set()
         self.calls: "OrderedDict[str, Call]" = OrderedDict()
-        self.served: "OrderedDict[str, Served]" = OrderedDict()
         self.explain: deque = deque(maxlen=self.policy.proxy.explain_history)
 
     def new_engine(self, policy: Policy) -> Engine:
@@ -227,7 +232,7 @@ class Runtime:
             return first
         branch = first.branches.get(alias)
         if branch is None and create:
-            branch = first.branches[alias] = Call(alias, request_id, None, time.monotonic())
+            branch = first.branches[alias] = Call(alias, request_id, None, time.monotonic(), key=first.key)
         return branch
 
     def close_call(self, call: Call) -> None:
@@ -236,13 +241,14 @@ class Runtime:
             del self.calls[call.request_id]
 
     def note_served(self, call: Call, decision: Decision, deployment_id: Optional[str] = None) -> None:
-        """Register the request for feedback, against the deployment that answered it."""
-        now = time.monotonic()
+        """Register the request for feedback, against the deployment that answered it: kept in
+        the store (every worker of a shared store resolves it), with the hash of the key that
+        made it."""
         call.served = True
-        self.served[call.request_id] = Served(call.alias, deployment_id or decision.deployment_id, decision.domain,
-                                              call.session, now)
-        self.served.move_to_end(call.request_id)
-        self._trim(self.served, MAX_SERVED, SERVED_TTL_S, now, lambda s: s.at)
+        self.store.note_served(call.request_id, {"alias": call.alias,
+                                                 "deployment_id": deployment_id or decision.deployment_id,
+                                                 "domain": decision.domain, "session": call.session, "key": call.key},
+                               SERVED_TTL_S)
 
     @staticmethod
     def _trim(table: OrderedDict, limit: int, ttl: float, now: float, born) -> None:

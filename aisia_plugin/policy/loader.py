@@ -142,6 +142,25 @@ def load_policy_with_locations(paths=None, *, known_strategies: set[str] | None 
     return LoadedPolicy(policy, merged_locs, files, default_files, warnings)
 
 
+def peek_setting(path: tuple, paths=None):
+    """The value the user's policy files give `path` (e.g. ``("proxy", "fail_closed")``), read
+    from whichever of them parse as YAML even when the policy as a whole is invalid (a setting
+    about what to do with an invalid policy must be readable then); the last file that sets it
+    wins, as the merge would have it. None when no file sets it."""
+    files, _ = expand_paths(default_policy_paths() if paths is None else paths)
+    found = None
+    for f in files:
+        try:
+            data, _, _ = load_yaml_with_positions(f.read_text(encoding="utf-8"), str(f))
+        except (OSError, UnicodeDecodeError):
+            continue
+        for key in path:
+            data = data.get(key) if isinstance(data, dict) else None
+        if data is not None:
+            found = data
+    return found
+
+
 def _engine_issues(policy: Policy, locs: Locations) -> list[PolicyIssue]:
     """What the engine builds from the policy that the schema and the semantic checks cannot
     foresee: the domains' combined RE2 programs (each pattern compiles alone; together they may

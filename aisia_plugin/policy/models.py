@@ -257,6 +257,7 @@ class Proxy(BaseModel):
     verbose_reason_header: bool
     reload_interval_s: float
     explain_history: int
+    fail_closed: bool
 
 
 @_def("DecisionLog")

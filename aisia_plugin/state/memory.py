@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import asdict
 from typing import Optional
 
@@ -24,6 +25,47 @@ from ..pacing import PaceState
 from .records import number, read_arm, read_breaker, read_pace
 
 log = logging.getLogger("aisia.state")
+
+class ServedRequests:
+    """The requests an alias served, awaiting explicit feedback: request id -> record (a JSON-able
+    dict: alias, deployment, domain, session, the hash of the key that made it). Bounded in
+    number and age (a proxy serves for months); a record is taken once."""
+
+    def __init__(self, limit: int = 50000):
+        self.limit = limit
+        self._table: "OrderedDict[str, tuple[float, dict]]" = OrderedDict()
+
+    def put(self, request_id: str, record: dict, ttl_s: float) -> None:
+        now = time.monotonic()
+        self._table[request_id] = (now + ttl_s, record)
+        self._table.move_to_end(request_id)
+        while self._table:
+            expires, _ = next(iter(self._table.values()))
+            if len(self._table) <= self.limit and expires > now:
+                break
+            self._table.popitem(last=False)
+
+    def take(self, request_id: str, key: Optional[str] = None, *, peek: bool = False) -> Optional[dict]:
+        """The record, removed (left with `peek`); None when unknown, expired, or made with
+        another key than `key` (None: any key, the proxy admin's)."""
+        hit = self._table.get(request_id)
+        if hit is None:
+            return None
+        if hit[0] <= time.monotonic():
+            del self._table[request_id]
+            return None
+        if key is not None and hit[1].get("key") != key:
+            return None
+        if not peek:
+            del self._table[request_id]
+        return hit[1]
+
+    def drop(self, request_id: str) -> None:
+        self._table.pop(request_id, None)
+
+    def __len__(self) -> int:
+        return len(self._table)
+
 
 class MemoryState:
     """The in-process store (implements ``interfaces.StateStore``). Writes take one lock, so an
@@ -41,6 +83,7 @@ class MemoryState:
         self.ticks = 0.0
         # alias -> its spend target's pacing record (pacing.py)
         self.paces: dict[str, PaceState] = {}
+        self.served = ServedRequests()
         # The contextual strategy's per-deployment models (the engine updates them in place).
         self.contextual = ContextualModels()
 
@@ -151,6 +194,15 @@ class MemoryState:
     async def reserve_probe_shared(self, deployment_id: str, now: float, breaker: CircuitBreaker) -> bool:
         """``reserve_probe`` made atomic across every process sharing the store."""
         return self.reserve_probe(deployment_id, now, breaker)
+
+    def note_served(self, request_id: str, record: dict, ttl_s: float) -> None:
+        """Keep what feedback for `request_id` needs (a shared store shares it with every process)."""
+        self.served.put(request_id, record, ttl_s)
+
+    async def take_served(self, request_id: str, key: Optional[str] = None) -> Optional[dict]:
+        """The served request's record, taken once; None when unknown, expired, already taken,
+        or made with another key than `key` (None: any)."""
+        return self.served.take(request_id, key)
 
     async def aclose(self) -> None:
         """Flush what is pending (a shared store's queued outcomes; here the snapshot, if any)."""

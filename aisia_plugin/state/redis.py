@@ -63,8 +63,8 @@ from ..breaker import BreakerState, CircuitBreaker, FailureKind
 from ..contextual import DIM, ColumnDelta, ContextualModels, SharedColumn
 from ..learning import LearningRules, OutcomeRecord
 from ..numbers import clamp01
-from .memory import MemoryState
 from ..pacing import PACE_FIELDS, PaceState
+from .memory import MemoryState, ServedRequests
 from .records import ARM_FIELDS, BREAKER_FIELDS, number, pairs, read_arm, read_breaker, read_pace
 
 log = logging.getLogger("aisia.state")
@@ -196,21 +196,31 @@ class RedisStore:
     module docstring). ``on_event(name, n)``, when set, is told of store events (the names of
     ``metrics.STORE_EVENTS``)."""
 
-    def __init__(self, policy, url: Optional[str] = None, *, process_id: Optional[str] = None):
+    def __init__(self, policy, url: Optional[str] = None, *, process_id: Optional[str] = None,
+                 url_later: bool = False):
+        """`url` None reads it from ``state.redis_url_env``; unset there, the store raises
+        StoreConfigError, unless `url_later`: then whoever starts it gives one with
+        :meth:`use_url` first (the proxy: the Redis LiteLLM is configured with)."""
         cfg = policy.state
         self.cfg = cfg
+        self.url: Optional[str] = None
+        self.shown_url = "<no URL yet>"
+        self.url_source = f"${cfg.redis_url_env}"
         if url is None:
             url = os.environ.get(cfg.redis_url_env)
-            if not url:
-                raise StoreConfigError(f"state.backend is redis but the environment variable {cfg.redis_url_env} "
-                                       "(state.redis_url_env) is not set")
-        self.url = check_url(url, f"${cfg.redis_url_env}")
-        self.shown_url = redact(url)
+        if url:
+            self.use_url(url, f"${cfg.redis_url_env}")
+        elif not url_later:
+            raise self.missing_url()
         self.tag = key_tag(cfg.key_prefix)
         self.process = process_id or uuid.uuid4().hex
         self.on_event: Optional[Callable[[str, int], None]] = None
         self._lock = threading.Lock()
         self._mirror = MemoryState()
+        # Served requests awaiting feedback: this process's own at once, every process's in Redis
+        # (a key per request id with its TTL, written by the background task).
+        self._served = ServedRequests()
+        self._served_out: dict[str, tuple[bytes, int]] = {}  # not yet written
         self._base = MemoryState()  # the server's records as of the last full refresh
         self._base_applied: dict[str, int] = {}
         self._queue: list = []  # (op, rules) not yet in a batch
@@ -253,6 +263,16 @@ class RedisStore:
         self._sources = {name: self._script(name) for name in SCRIPTS}
         self._shas = {name: hashlib.sha1(src.encode()).hexdigest() for name, src in self._sources.items()}
 
+    def use_url(self, url: str, source: str) -> None:
+        """Connect to `url` (``source`` says where it came from, in errors) when started."""
+        self.url = check_url(url, source)
+        self.shown_url = redact(url)
+        self.url_source = source
+
+    def missing_url(self, also: str = "") -> StoreConfigError:
+        return StoreConfigError(f"state.backend is redis but the environment variable {self.cfg.redis_url_env} "
+                                f"(state.redis_url_env) is not set{also}")
+
     # -- keys ----------------------------------------------------------------------------------
     def keys(self, deployment_id: str, domain: Optional[str] = None) -> dict[str, str]:
         """The keys of one deployment's records (the README's table)."""
@@ -263,6 +283,9 @@ class RedisStore:
     def key(self, name: str) -> str:
         """A store-wide key: tick, lkgp, deployments, domains, applied, version, epoch."""
         return f"{self.tag}{name}"
+
+    def served_key(self, request_id: str) -> str:
+        return f"{self.tag}served:{request_id}"
 
     @staticmethod
     def _script(name: str) -> str:
@@ -339,6 +362,74 @@ class RedisStore:
             except RuntimeError:  # the loop is closed (shutdown)
                 pass
 
+    # -- served requests awaiting feedback --------------------------------------------------------
+    def note_served(self, request_id: str, record: dict, ttl_s: float) -> None:
+        """Keep the record here at once and write it to Redis off the request path (woken now,
+        so that feedback sent to another process right after the answer finds it)."""
+        ttl = max(1, int(ttl_s))
+        self._served.put(request_id, record, ttl)
+        with self._lock:
+            self._served_out[request_id] = (json.dumps(record).encode(), ttl)
+            while len(self._served_out) > self._served.limit:  # an outage: the oldest go
+                del self._served_out[next(iter(self._served_out))]
+        if self._wake is not None and not self._wake.is_set():
+            try:
+                self._loop.call_soon_threadsafe(self._wake.set)
+            except RuntimeError:  # the loop is closed (shutdown)
+                pass
+
+    async def _write_served(self) -> None:
+        if not self._served_out or self._client is None or self._down:
+            return
+        with self._lock:
+            out, self._served_out = self._served_out, {}
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            for rid, (value, ttl) in out.items():
+                pipe.set(self.served_key(rid), value, ex=ttl)
+            await pipe.execute()
+        except Exception as exc:
+            with self._lock:
+                self._served_out = {**out, **self._served_out}
+            self._outage(exc)
+
+    async def take_served(self, request_id: str, key: Optional[str] = None) -> Optional[dict]:
+        """The served request's record, taken once across every process (the DEL that removes
+        the key decides); None when unknown, expired, already taken, or made with another key
+        than `key` (None: any). A miss is asked again for up to two flush periods: another
+        process may have answered the request a moment ago and not written it yet."""
+        if request_id in self._served_out:  # ours, not yet in Redis: nobody else can take it
+            record = self._served.take(request_id, key)
+            if record is not None:
+                self._served_out.pop(request_id, None)
+            return record
+        if self._client is None or self._down:
+            return self._served.take(request_id, key)
+        k = self.served_key(request_id)
+        try:
+            for attempt in range(3):
+                raw = await self._client.get(k)
+                if raw is not None:
+                    break
+                if attempt < 2:
+                    await asyncio.sleep(self.cfg.flush_ms / 1000.0)
+            else:
+                self._served.drop(request_id)  # (taken by another process meanwhile)
+                return None
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                return None
+            if not isinstance(record, dict) or (key is not None and record.get("key") != key):
+                return None
+            if await self._client.delete(k) != 1:
+                return None  # another process took it first
+        except Exception as exc:
+            self._outage(exc)
+            return self._served.take(request_id, key)
+        self._served.drop(request_id)
+        return record
+
     def clock(self) -> float:
         """The server's time, as this process best knows it (local clock + measured offset)."""
         return time.time() + self._offset
@@ -380,6 +471,8 @@ class RedisStore:
     async def start(self) -> None:
         """Connect and read the shared state (at most ``state.io_timeout_ms``). Never raises for
         an unreachable Redis: that is an outage, routing starts on local state."""
+        if self.url is None:
+            raise self.missing_url()
         self._loop = asyncio.get_running_loop()
         self._io = asyncio.Lock()
         self._ctx_io = asyncio.Lock()
@@ -388,7 +481,7 @@ class RedisStore:
         try:
             self._client = self._make_client()
         except Exception as exc:  # redis-py refused the URL after our check: still a start-up error
-            raise StoreConfigError(f"${self.cfg.redis_url_env}: {redact_text(str(exc), self.url)}") from None
+            raise StoreConfigError(f"{self.url_source}: {redact_text(str(exc), self.url)}") from None
         try:
             await asyncio.wait_for(self._refresh(force=True), self.cfg.io_timeout_ms / 1000.0)
         except Exception as exc:
@@ -639,6 +732,7 @@ class RedisStore:
             if self._closing:
                 break
             try:
+                await self._write_served()
                 await self._write()
                 # Kept warm here too, so that a busy process's decisions rarely wait.
                 if not self._down and time.monotonic() >= self._fresh_until:
@@ -653,6 +747,7 @@ class RedisStore:
     async def flush(self) -> bool:
         """Write every queued outcome and fold the contextual models now; True when nothing is
         left. Never raises."""
+        await self._write_served()
         ok = await self._write()
         return await self.fold() and ok
 
