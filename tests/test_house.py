@@ -70,20 +70,6 @@ LAYERS = (
                        "aisia_plugin.pacing")),
 )
 
-# The one circle allowed, named by its modules: the one inside aisia_plugin/litellm/ (admin and
-# reload import the callback's AisiaPlugin, the callback mounts admin, observability and reload,
-# observability takes admin's auth helpers and the routing page's session, which takes admin's
-# auth; session.py joined it with issue 19's auth, logs.py with its operator messages, naming
-# AisiaPlugin for a type hint). It is being taken apart in its own change (issue 23, the litellm/
-# part). A circle among these modules only is tolerated until then; one that takes in any other
-# module, in litellm/ or anywhere else, fails. Delete the entries as the modules leave the circle
-# (the test says when one no longer is in it).
-KNOWN_CIRCLE = frozenset({
-    "aisia_plugin.litellm.admin", "aisia_plugin.litellm.callback", "aisia_plugin.litellm.observability",
-    "aisia_plugin.litellm.reload", "aisia_plugin.litellm.session", "aisia_plugin.litellm.logs",
-})
-
-
 def _module_files() -> dict[str, Path]:
     files = sorted([*PACKAGE.rglob("*.py"), *(REPO / "benchmarks").glob("*.py")])
     names = {}
@@ -195,10 +181,7 @@ def test_the_import_graph_is_read_from_the_sources():
 
 
 def test_no_import_circles():
-    found = cycles(import_graph())
-    assert [c for c in found if not set(c) <= KNOWN_CIRCLE] == []
-    # The allowance shrinks with the circle: a module that left it leaves the list too.
-    assert set().union(*found) >= KNOWN_CIRCLE, f"no longer in a circle: {sorted(KNOWN_CIRCLE - set().union(*found))}"
+    assert cycles(import_graph()) == []
 
 
 def test_no_import_from_a_lower_layer_to_a_higher_one():

@@ -22,7 +22,7 @@ from ..deployments import describe
 from ..outcome import Outcome
 
 if TYPE_CHECKING:
-    from .callback import AisiaPlugin
+    from .host import PluginHost
 
 # Every route under /aisia/; /admin/bandit/stats is also served under the AISIA seed's name, and
 # /admin/bandit/reset under the name it was first documented with.
@@ -30,6 +30,8 @@ ROUTES = ("/aisia/bandit/stats", "/aisia/bandit/reset", "/aisia/feedback", "/ais
           "/admin/bandit/stats", "/admin/bandit/reset")
 KEY_HINT = "Authorization: Bearer <key>"
 HEALTH_ROUTE = "/aisia/health"
+# The routing page and the metrics (observability.py); mounted ahead of the proxy's catch-all routes too.
+UI_ROUTES = ("/aisia/ui", "/aisia/ui/data", "/aisia/ui/login", "/aisia/ui/logout", "/aisia/metrics")
 
 
 def _refuse(status: int, message: str) -> HTTPException:
@@ -154,7 +156,7 @@ class RejectionBudget:
         return True
 
 
-def mount(app, plugin: "AisiaPlugin") -> None:
+def mount(app, plugin: "PluginHost") -> None:
     rejections = RejectionBudget()
 
     async def bandit_stats(_=Depends(require_admin)):
@@ -233,7 +235,6 @@ def _put_first(app) -> None:
     """Our routes ahead of the proxy's catch-all routes (pass-through endpoints), which would
     answer first."""
     routes = app.router.routes
-    from .observability import UI_ROUTES
 
     paths = set(ROUTES) | set(UI_ROUTES) | {HEALTH_ROUTE}
     ours = [r for r in routes if getattr(r, "path", None) in paths]
@@ -241,7 +242,7 @@ def _put_first(app) -> None:
     routes[:] = ours + rest
 
 
-def mount_health(app, plugin: "AisiaPlugin") -> None:
+def mount_health(app, plugin: "PluginHost") -> None:
     """``GET /aisia/health``, without a key like LiteLLM's ``/health/liveliness``: 200 while the
     plugin serves its aliases, 503 naming the error while it stands aside (the proxy's plain
     models are served either way: probe liveness on LiteLLM's routes, not this one)."""
@@ -256,10 +257,9 @@ def mount_health(app, plugin: "AisiaPlugin") -> None:
     app.add_api_route(HEALTH_ROUTE, health, methods=["GET"], include_in_schema=False)
 
 
-def mount_standing_aside(app, plugin: "AisiaPlugin") -> None:
+def mount_standing_aside(app, plugin: "PluginHost") -> None:
     """The routes of a plugin that stands aside: the health route, and every other route of
     the plugin answering 503 with the error (behind the same key checks)."""
-    from .observability import UI_ROUTES
 
     mount_health(app, plugin)
 

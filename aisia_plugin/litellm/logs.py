@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from ..policy.errors import PolicyError
 
 if TYPE_CHECKING:
-    from .callback import AisiaPlugin
+    from .host import PluginHost
 
 # The plugin's loggers: aisia_plugin.* (the proxy integration, plugins, the decision log) and
 # aisia.* (the state stores).
@@ -62,7 +62,7 @@ def store_description(store) -> str:
     return f"memory (snapshot {snapshot})" if snapshot else "memory"
 
 
-def log_started(plugin: "AisiaPlugin") -> None:
+def log_started(plugin: "PluginHost") -> None:
     """The one WARNING line that says the plugin is serving: its aliases, its store, its files."""
     rt = plugin.runtime
     aliases = plugin.available_aliases()

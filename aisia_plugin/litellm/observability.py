@@ -186,7 +186,6 @@ class Observer:
 
 
 # -- HTTP routes -------------------------------------------------------------------------------
-UI_ROUTES = ("/aisia/ui", "/aisia/ui/data", "/aisia/ui/login", "/aisia/ui/logout", "/aisia/metrics")
 
 
 def mount(app, plugin) -> None:

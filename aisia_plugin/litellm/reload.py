@@ -18,7 +18,7 @@ from .groups import AliasCollision
 from .logs import policy_error_text
 
 if TYPE_CHECKING:
-    from .callback import AisiaPlugin
+    from .host import PluginHost
 
 log = logging.getLogger("aisia_plugin.litellm")
 
@@ -63,7 +63,7 @@ class PolicyFiles:
 
 
 class PolicyWatcher:
-    def __init__(self, plugin: "AisiaPlugin", paths=None):
+    def __init__(self, plugin: "PluginHost", paths=None):
         self.plugin = plugin
         self.paths = list(paths) if paths is not None else default_policy_paths()
         self.files = PolicyFiles(self.paths)
