@@ -231,6 +231,21 @@ def test_an_alias_falls_back_to_another_alias_with_a_fresh_attempt_budget(client
             upstreams[name].control(mode="ok")
 
 
+def test_an_alias_falls_back_to_another_alias_without_retries(client, upstreams):
+    calls = {n: upstreams[n].stats()["calls"] for n in ("fail-a", "fail-b", "bk-bad", "bk-good")}
+    for name in ("fail-a", "fail-b"):
+        upstreams[name].control(mode="error", status=500)
+    try:
+        who, _, _ = chat(client, "test/fails", extra_body={"num_retries": 0})
+    finally:
+        for name in ("fail-a", "fail-b"):
+            upstreams[name].control(mode="ok")
+    assert who == "bk-bad"  # the fallback alias's own first choice (healthy here)
+    after = {n: upstreams[n].stats()["calls"] - c for n, c in calls.items()}
+    # The client's num_retries (0) is kept: one attempt on test/fails, then the fallback's.
+    assert after == {"fail-a": 1, "fail-b": 0, "bk-bad": 1, "bk-good": 0}, after
+
+
 def test_an_alias_falls_back_to_a_plain_model_group(client, upstreams):
     for name in ("fail-a", "fail-b"):
         upstreams[name].control(mode="error", status=500)
