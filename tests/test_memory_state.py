@@ -146,7 +146,7 @@ def test_a_hostile_state_file_is_named_by_explain(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert err.splitlines()[0] == (f"aisia explain: warning: {path}: bandit 'groq-llama-3.1-8b': pulls: 1e-300 is not "
                                    "0 or a count of at least 1: read as 0.0")
-    row = next(line for line in out.splitlines() if "groq-llama-3.1-8b " in line)
+    row = next(line for line in out.splitlines() if "groq-llama-3.1-8b " in line and "score=" in line)
     assert row.split() == ["groq-llama-3.1-8b", "score=inf"]  # untried, as the stored pulls say nothing
 
 
