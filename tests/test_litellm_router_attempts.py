@@ -10,16 +10,12 @@ is learned and failed over."""
 from __future__ import annotations
 
 import asyncio
-import os
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # importing litellm must not reach the network
+import pytest
+from router_harness import PluginRouters
 
-import litellm  # noqa: E402
-import pytest  # noqa: E402
-
-from aisia_plugin.litellm.callback import AisiaPlugin, Refused  # noqa: E402
-from aisia_plugin.policy.loader import load_policy_with_locations  # noqa: E402
-from proxy_harness import deployment, start_upstreams, stop_upstreams  # noqa: E402
+from aisia_plugin.litellm.callback import Refused
+from proxy_harness import deployment, start_upstreams, stop_upstreams
 
 POLICY = """\
 version: 1
@@ -45,18 +41,13 @@ def routed(tmp_path, upstreams):
     """(a Router with the plugin as its callback and the alias installed, the plugin)."""
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY)
-    plugin = AisiaPlugin(load_policy_with_locations([policy]))
-    plugin.boot()
-    router = litellm.Router(model_list=[deployment(n, u) for n, u in upstreams.items()], num_retries=2)
-    plugin.ensure_groups(router)
-    saved = list(litellm.callbacks)
-    litellm.callbacks = [plugin]
+    routers = PluginRouters([policy])
     for u in upstreams.values():
         u.reset()
     try:
-        yield router, plugin
+        yield routers.make([deployment(n, u) for n, u in upstreams.items()], num_retries=2)
     finally:
-        litellm.callbacks = saved
+        routers.close()
 
 
 def _learned(plugin) -> dict:

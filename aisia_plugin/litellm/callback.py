@@ -22,9 +22,8 @@ import os
 import sys
 import time
 import uuid
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-from fastapi import HTTPException
 from litellm.integrations.custom_logger import CustomLogger
 
 from ..breaker import FailureKind, classify_failure
@@ -32,11 +31,14 @@ from ..engine import UnknownAlias
 from ..policy.errors import PolicyError
 from ..policy.loader import LoadedPolicy, load_policy_with_locations, peek_setting
 from ..state import open_store
-from . import checks, events
+from . import checks, compat, events
 from .groups import AliasCollision, collision_issues, group_entries, merged_groups, plan
 from .headers import response_headers
 from .logs import log_policy_error, log_started, policy_error_text, use_litellm_handler
 from .runtime import Attempt, Call, PendingFailure, Runtime, caller_key, proxy_workers, session_key
+
+if TYPE_CHECKING:
+    from fastapi import HTTPException
 
 log = logging.getLogger("aisia_plugin.litellm")
 
@@ -62,6 +64,7 @@ class Refused(Exception):
 
 
 _PROXY_SERVER = None
+_PROXY_SERVER_MODULE = "litellm.proxy.proxy_server"
 
 
 def _proxy_server():
@@ -103,6 +106,10 @@ def _router_groups(router):
 
 
 def _error(status: int, message: str, kind: str, **extra) -> HTTPException:
+    """The proxy's HTTP error (a FastAPI HTTPException). FastAPI comes with the proxy, not with a
+    plain ``litellm``: imported here, where only the proxy's hooks ask for it."""
+    from fastapi import HTTPException
+
     return HTTPException(status_code=status, detail={"error": {"message": message, "type": kind, **extra}})
 
 
@@ -138,6 +145,7 @@ class AisiaPlugin(CustomLogger):
         self.loaded = loaded
         self.runtime: Optional[Runtime] = None
         self._router_mark: Any = None  # what the installed groups were computed from
+        self._installed_router: Any = None  # the Router the aliases were last installed into
         self._our_groups: set[str] = set()
         self.group_installs = 0  # how many times the aliases were (re)installed into the Router
         self._served_aliases: set[str] = set()
@@ -166,7 +174,7 @@ class AisiaPlugin(CustomLogger):
         its plain models and every alias answers 503 naming the error."""
         from ..state.redis import StoreConfigError
 
-        if "litellm.proxy.proxy_server" in sys.modules:  # inside the proxy: its log format
+        if _PROXY_SERVER_MODULE in sys.modules:  # inside the proxy: its log format
             use_litellm_handler()
         try:
             if self.loaded is None:
@@ -203,6 +211,11 @@ class AisiaPlugin(CustomLogger):
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return  # imported outside a running proxy (tests, tools): hooks still work when called
+        if _PROXY_SERVER_MODULE not in sys.modules:
+            # Not loaded by the proxy (its config loader runs inside proxy_server): a Router used
+            # alone, whose owner installs the aliases (ensure_groups); a plain litellm may not
+            # even have the proxy's dependencies.
+            return
         self._startup = loop.create_task(start())
 
     async def _router(self):
@@ -413,6 +426,7 @@ class AisiaPlugin(CustomLogger):
         its groups changed since the last installation; cheap otherwise. Raises AliasCollision
         when an alias has the name of one of the user's models (the model keeps its name)."""
         rt = runtime or self.runtime
+        self._installed_router = router
         if self._mark(router) == self._router_mark:
             return
         model_list = router.model_list or []
@@ -574,13 +588,14 @@ class AisiaPlugin(CustomLogger):
         attempt = len(call.tried)
         if attempt > ap.failover.attempts:
             raise self._exhausted(call)
+        refused = call.refused_choices() if compat.FILTER_KEEPS_IDS_ONLY else []
         if messages is None:  # /v1/responses and /v1/completions carry the prompt elsewhere
             messages = events.prompt_messages(kwargs)
         deps = rt.deployments(healthy_deployments)
         store, engine = rt.store, rt.engine
         await store.prepare([d.id for d in deps], model)
-        exclude = list(call.tried)
-        limited = await checks.over_usage_limits(_proxy_server().llm_router, healthy_deployments, messages)
+        exclude = list(call.tried) + [i for i in refused if i not in call.tried]
+        limited = await checks.over_usage_limits(self._installed_router, healthy_deployments, messages)
         if limited:
             if all(d.id in limited or d.id in exclude for d in deps):
                 raise Refused(429, f"alias {model!r}: every candidate is at its LiteLLM rate limit: "
@@ -610,6 +625,10 @@ class AisiaPlugin(CustomLogger):
         self.observer.decided(call, decision, attempt, time.perf_counter() - started, messages)
         ranked = decision.ranking()
         call.attempts.append(Attempt(decision, tuple(ranked), rt.explain_entry(call, decision, attempt)))
+        if compat.FILTER_KEEPS_IDS_ONLY:
+            # Only the ids count (see compat): the choice alone, as LiteLLM configured it.
+            return [d for d in healthy_deployments if str((d.get("model_info") or {}).get("id")) == ranked[0]][:1] \
+                or healthy_deployments
         return _ranked_deployments(healthy_deployments, ranked, decision)
 
     def _exhausted(self, call) -> Refused:
@@ -657,7 +676,7 @@ class AisiaPlugin(CustomLogger):
         answer itself is learned from its logging event, which has its cost and tokens)."""
         call, _ = self._attempt_call(request_data)
         if call is not None:
-            self._settle(call)
+            self._settle_request(call)
         return None
 
     async def async_log_success_event(self, kwargs, response_obj, start_time, end_time):
@@ -668,7 +687,7 @@ class AisiaPlugin(CustomLogger):
         attempt = call.sent_attempt(outcome.deployment_id)
         if attempt is None:
             return
-        self._settle(call)  # a failure before this success was the deployment's
+        self._settle_request(call)  # a failure before this success was the deployment's
         self._learn_attempt(call, attempt, outcome, events.is_stream(kwargs),
                             events.time_to_first_token(kwargs, start_time))
 
@@ -682,6 +701,11 @@ class AisiaPlugin(CustomLogger):
         attempt = call.sent_attempt(outcome.deployment_id)
         if attempt is not None and (call.pending is None or call.pending.attempt is not attempt):
             self._failed(call, attempt, outcome, events.is_stream(kwargs))
+        if call.pending is not None and self._spent(call):
+            # No attempt of this alias follows (its budget is spent, or every candidate was
+            # tried): nothing will show the failure to be the caller's. Through the proxy the
+            # failure hook would settle it too; a Router used alone has no such hook.
+            self._settle(call)
 
     def _call_of_event(self, kwargs):
         """The alias call a logging event belongs to; None for any other request (a plain model
@@ -726,6 +750,22 @@ class AisiaPlugin(CustomLogger):
             return
         self._settle(call)
         call.pending = PendingFailure(attempt, outcome, kind, signature)
+
+    def _spent(self, call) -> bool:
+        """Whether the alias's call will see no further attempt: its failover budget is spent, or
+        every candidate its last decision ranked has been tried."""
+        ap = self.runtime.policy.aliases.get(call.alias)
+        tried = call.tried
+        if ap is not None and len(tried) > ap.failover.attempts:
+            return True
+        return bool(call.attempts) and set(call.attempts[-1].ranked) <= set(tried)
+
+    def _settle_request(self, call) -> None:
+        """An attempt of the request was answered: every failure pending before it, in the alias
+        asked for and in any alias it fell back to, was that deployment's."""
+        first = self.runtime.call(call.request_id) or call
+        for c in (first, *first.branches.values()):
+            self._settle(c)
 
     def _settle(self, call) -> None:
         """Learn the pending failure: what came after it showed it was the deployment's."""
@@ -774,8 +814,7 @@ class AisiaPlugin(CustomLogger):
         call = (first.latest or first) if first is not None else None
         if call is None or not call.attempts:
             return None
-        for c in (first, *first.branches.values()):
-            self._settle(c)  # an answer came: the failures before it were the deployments'
+        self._settle_request(first)  # an answer came: the failures before it were the deployments'
         a = call.attempts[-1]
         d = a.decision
         first.answered = call.answered = True
@@ -801,8 +840,7 @@ class AisiaPlugin(CustomLogger):
             return None
         call = first.latest or first
         rt.close_call(first)  # nothing else is expected for it
-        for c in (first, *first.branches.values()):
-            self._settle(c)
+        self._settle_request(first)
         if call.caller_fault is not None:
             status, message = call.caller_fault
             return _error(status, message, "invalid_request_error", alias=call.alias, tried=call.tried)

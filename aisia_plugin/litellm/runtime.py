@@ -98,6 +98,11 @@ class Call:
                 return a
         return None
 
+    def refused_choices(self) -> list:
+        """The choices of the attempts LiteLLM never sent (its checks after the filter refused
+        them), where the filter hands it the choice alone."""
+        return [a.decision.deployment_id for a in self.attempts if a.deployment_id is None and not a.recorded]
+
     def unsent(self) -> Optional[Attempt]:
         """The attempt the filter decided last, if LiteLLM has not reported sending it yet."""
         if self.attempts and self.attempts[-1].deployment_id is None:
