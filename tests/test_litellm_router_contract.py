@@ -191,3 +191,17 @@ async def test_a_candidate_litellm_drops_by_its_tags_leaves_the_next_ranked_to_s
     # The plugin's first choice for the request was the cheapest, us-a: LiteLLM refused it.
     last = list(plugin.runtime.explain)[-1]["request_id"]
     assert [e["decision"] for e in plugin.runtime.explain if e["request_id"] == last][0].deployment_id == "us-a"
+
+
+def test_a_litellm_outside_the_declared_range_is_named(monkeypatch):
+    """Installed past pip's check (``--no-deps``, LiteLLM upgraded afterwards), the plugin says
+    which LiteLLM it found and the range it declares (read from its own installed metadata)."""
+    import importlib.metadata
+
+    from aisia_plugin.litellm import compat
+
+    assert compat.outside_declared_range() is None  # the version under test is in the range
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "1.200.0" if name == "litellm" else real(name))
+    message = compat.outside_declared_range()
+    assert message is not None and "LiteLLM 1.200.0 is outside" in message and "(litellm<" in message, message

@@ -201,6 +201,9 @@ class AisiaPlugin(CustomLogger):
                 self._fault_names = frozenset(named) if isinstance(named, dict) else frozenset()
             self._in_proxy_loop(self._start_standing_aside)
             return
+        mismatch = compat.outside_declared_range()
+        if mismatch is not None:
+            log.warning("aisia: %s", mismatch)
         from .observability import Observer
 
         self.observer = Observer(self.runtime)

@@ -18,6 +18,7 @@ and the logging events run in every generation."""
 from __future__ import annotations
 
 import importlib.util
+from typing import Optional
 
 
 def _has_rust_router() -> bool:
@@ -30,3 +31,23 @@ def _has_rust_router() -> bool:
 # Whether the Router reads the deployments the filter returns (their ``litellm_params``,
 # ``order`` included) or only their ids.
 FILTER_KEEPS_IDS_ONLY = _has_rust_router()
+
+
+def outside_declared_range() -> Optional[str]:
+    """Why the installed LiteLLM is outside the range this package declares (pyproject.toml, read
+    from the installed metadata: the one home of the range), or None. pip keeps to the range
+    unless told not to (``--no-deps``, a forced reinstall of LiteLLM afterwards)."""
+    try:
+        from importlib.metadata import PackageNotFoundError, requires, version
+
+        from packaging.requirements import Requirement
+
+        installed = version("litellm")
+        declared = next((r for r in map(Requirement, requires("aisia_plugin") or ())
+                         if r.name == "litellm" and r.marker is None), None)
+    except (PackageNotFoundError, ImportError, ValueError):
+        return None
+    if declared is None or declared.specifier.contains(installed, prereleases=True):
+        return None
+    return (f"LiteLLM {installed} is outside the versions aisia_plugin is tested with (litellm{declared.specifier}); "
+            f"see the README's LiteLLM versions table")
