@@ -21,7 +21,6 @@ import logging
 import os
 import sys
 import time
-import uuid
 from typing import TYPE_CHECKING, Any, Optional
 
 from litellm.integrations.custom_logger import CustomLogger
@@ -35,7 +34,7 @@ from . import checks, compat, events
 from .groups import AliasCollision, collision_issues, group_entries, merged_groups, plan
 from .headers import response_headers
 from .logs import log_policy_error, log_started, policy_error_text, use_litellm_handler
-from .runtime import Attempt, Call, PendingFailure, Runtime, caller_key, proxy_workers, session_key
+from .runtime import Attempt, Call, Failure, PendingFailure, Runtime, caller_key, proxy_workers, session_key
 
 if TYPE_CHECKING:
     from fastapi import HTTPException
@@ -525,13 +524,7 @@ class AisiaPlugin(CustomLogger):
             data["num_retries"] = ap.failover.attempts
         # The plugin's own id of this request: LiteLLM's call id comes from the client's
         # x-litellm-call-id header and is shared by as many requests as send the same one.
-        rid = uuid.uuid4().hex
-        meta = data.get("litellm_metadata")
-        if not isinstance(meta, dict):
-            meta = data.get("metadata")
-            if not isinstance(meta, dict):
-                meta = data["metadata"] = {}
-        meta[events.REQUEST_ID_KEY] = rid
+        rid = events.stamp_request_id(data)
         call = rt.open_call(rid, model, self._session(rt, ap, data, user_api_key_dict))
         call.key = caller_key(user_api_key_dict)  # who may give feedback for it
         return data
@@ -574,14 +567,8 @@ class AisiaPlugin(CustomLogger):
         if ap is None or not healthy_deployments or model not in self._served_aliases:
             return healthy_deployments  # (not served: a model that has the alias's name keeps it)
         kwargs = request_kwargs or {}
-        rid = events.request_id(kwargs)
-        if rid is None:  # no pre-call hook ran (a Router used without the proxy): the id is set here,
-            # in the metadata LiteLLM hands every attempt of this request
-            rid = uuid.uuid4().hex
-            meta = kwargs.get("litellm_metadata") if isinstance(kwargs.get("litellm_metadata"), dict) else None
-            if meta is None:
-                meta = kwargs.setdefault("metadata", {}) if isinstance(kwargs.get("metadata", {}), dict) else {}
-            meta[events.REQUEST_ID_KEY] = rid
+        # No pre-call hook ran (a Router used without the proxy): the id is given here.
+        rid = events.request_id(kwargs) or events.stamp_request_id(kwargs)
         call = rt.call_for(rid, model, create=True)
         first = rt.call(rid)
         first.latest = call
@@ -635,8 +622,8 @@ class AisiaPlugin(CustomLogger):
         return _ranked_deployments(healthy_deployments, ranked, decision)
 
     def _exhausted(self, call) -> Refused:
-        tried = ", ".join(f"{dep} ({what})" for dep, _, what, _ in call.failures) or ", ".join(call.tried)
-        status = 429 if call.failures and all(k is FailureKind.RATE_LIMIT for _, k, _, _ in call.failures) else 502
+        tried = ", ".join(f"{f.deployment_id} ({f.description})" for f in call.failures) or ", ".join(call.tried)
+        status = 429 if call.failures and all(f.kind is FailureKind.RATE_LIMIT for f in call.failures) else 502
         return Refused(status, f"alias {call.alias!r}: every allowed candidate failed; tried {tried}",
                        "aisia_all_candidates_failed", call.alias, call.tried)
 
@@ -728,15 +715,15 @@ class AisiaPlugin(CustomLogger):
                                 error_type=outcome.error_type, message=outcome.message)
         if call.answered:
             # The answer had begun (a stream broken midway): the deployment's, whatever it says.
-            call.failures.append((attempt.deployment_id, kind, events.describe_failure(outcome), ()))
+            call.failures.append(Failure(attempt.deployment_id, kind, events.describe_failure(outcome), ()))
             self._learn_attempt(call, attempt, outcome, stream, None, kind)
             return
         raw = rt.deployment_names(attempt.deployment_id)
         signature = events.failure_signature(outcome, raw)
         what = events.describe_failure(outcome)
         earlier = [] if events.is_provider_side(outcome) else \
-            [f for f in call.failures if f[0] != attempt.deployment_id and f[3] == signature]
-        call.failures.append((attempt.deployment_id, kind, what, signature))
+            [f for f in call.failures if f.deployment_id != attempt.deployment_id and f.signature == signature]
+        call.failures.append(Failure(attempt.deployment_id, kind, what, signature))
         if kind is FailureKind.CLIENT or earlier:
             attempt.recorded = True
             if call.pending is not None and call.pending.signature == signature:
@@ -745,7 +732,7 @@ class AisiaPlugin(CustomLogger):
             if earlier:
                 call.caller_fault = (outcome.status_code if outcome.status_code and 400 <= outcome.status_code < 500
                                      else 400, f"alias {call.alias!r}: the request failed the same way on "
-                                     f"{earlier[0][0]} and {attempt.deployment_id}, so no other deployment is "
+                                     f"{earlier[0].deployment_id} and {attempt.deployment_id}, so no other deployment is "
                                      f"tried: {outcome.message or what}")
             attempt.explained["outcome"] = {"success": False, "failure": {"kind": "client", "error": what},
                                             "learned": False}
@@ -777,7 +764,8 @@ class AisiaPlugin(CustomLogger):
             self._learn_attempt(call, pending.attempt, pending.outcome, False, None, pending.kind)
 
     def _learn_attempt(self, call, attempt, outcome, stream: bool, ttft, kind=None) -> None:
-        """Learn an attempt's outcome once (a per-attempt hook and an event may both report it)."""
+        """Learn an attempt's outcome once (a per-attempt hook and an event may both report it);
+        `kind`, a failure's class, as ``_failed`` found it."""
         rt = self.runtime
         if attempt.recorded:
             return
@@ -785,10 +773,7 @@ class AisiaPlugin(CustomLogger):
             attempt.recorded = True
             decision = attempt.decision
             reward = rt.engine.record(decision, outcome, session=call.session)
-            if not outcome.success and kind is None:
-                kind = classify_failure(rt.policy.circuit_breaker, status_code=outcome.status_code,
-                                        error_type=outcome.error_type, message=outcome.message)
-            elif outcome.success and not call.served:
+            if outcome.success and not call.served:
                 rt.note_served(call, decision, outcome.deployment_id)
             if outcome.success or call.answered:
                 # A success ends the call; a failure after the answer began (a broken stream) too.
@@ -849,7 +834,7 @@ class AisiaPlugin(CustomLogger):
             return _error(status, message, "invalid_request_error", alias=call.alias, tried=call.tried)
         if not call.failures or events.is_router_refusal(original_exception):
             return None  # LiteLLM's own answer (its refusal, a limit), as it gave it
-        if any(k is FailureKind.CLIENT for _, k, _, _ in call.failures[-1:]):
+        if call.failures[-1].kind is FailureKind.CLIENT:
             return None  # the caller's own error (a bad request, a prompt too long): theirs to see as is
         exc = self._exhausted(call)
         return _error(exc.status_code, exc.text, exc.kind, alias=exc.alias, tried=exc.tried)

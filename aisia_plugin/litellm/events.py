@@ -6,6 +6,7 @@ One success or failure event arrives per attempt (a retry is a new attempt of th
 from __future__ import annotations
 
 import re
+import uuid
 from datetime import datetime
 from typing import Any, Iterable, Mapping, Optional
 
@@ -149,6 +150,19 @@ def request_id(data: Mapping) -> Optional[str]:
     used without the proxy). Never LiteLLM's call id: a client chooses that one."""
     rid = request_metadata(data).get(REQUEST_ID_KEY)
     return str(rid) if rid else None
+
+
+def stamp_request_id(data: dict) -> str:
+    """Give a request the plugin's own id, in the metadata LiteLLM hands every attempt of it
+    (``litellm_metadata`` where the route uses it, else ``metadata``, made when missing)."""
+    rid = uuid.uuid4().hex
+    meta = data.get("litellm_metadata")
+    if not isinstance(meta, dict):
+        meta = data.get("metadata")
+        if not isinstance(meta, dict):
+            meta = data["metadata"] = {}
+    meta[REQUEST_ID_KEY] = rid
+    return rid
 
 
 def failure_signature(outcome: Outcome, names: Iterable[str]) -> tuple:

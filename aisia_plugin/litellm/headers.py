@@ -18,7 +18,7 @@ def failed_attempts(call: Call, detail: bool = False) -> list[str]:
     """Each failed attempt of the call: ``a was rate limited`` (with ``(429 RateLimitError)``
     when `detail`)."""
     return [f"{dep} {FAILED_AS.get(kind, 'failed')}" + (f" ({what})" if detail else "")
-            for dep, kind, what, *_ in call.failures]
+            for dep, kind, what, _ in call.failures]
 
 
 def _and(parts: list[str]) -> str:

@@ -10,7 +10,7 @@ import os
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, NamedTuple, Optional
 
 from ..decision import Decision, Deployment
 from ..deployments import build_deployment
@@ -55,6 +55,15 @@ class PendingFailure:
     signature: tuple
 
 
+class Failure(NamedTuple):
+    """A failed attempt of a call, as the client's error and the next decision read it."""
+
+    deployment_id: str
+    kind: Any  # FailureKind, or None
+    description: str  # "500 InternalServerError"
+    signature: tuple  # events.failure_signature: what makes two failures "the same"
+
+
 @dataclass(slots=True)
 class Call:
     """One client request for an alias, across its attempts. ``request_id`` is the plugin's own
@@ -67,7 +76,7 @@ class Call:
     session: Optional[str]
     created: float
     attempts: list = field(default_factory=list)  # one Attempt per pass of the filter
-    failures: list = field(default_factory=list)  # (deployment id, FailureKind or None, "500 InternalServerError", signature)
+    failures: list = field(default_factory=list)  # Failure records, in order
     pending: Optional[PendingFailure] = None
     caller_fault: Optional[tuple] = None  # (status, message): the same failure on two deployments
     branches: dict = field(default_factory=dict)  # alias -> Call, for alias-to-alias fallbacks
@@ -81,10 +90,6 @@ class Call:
     def tried(self) -> list:
         """The deployments LiteLLM sent this call to, in order."""
         return [a.deployment_id for a in self.attempts if a.deployment_id is not None]
-
-    @property
-    def decisions(self) -> list:
-        return [a.decision for a in self.attempts]
 
     def sent_attempt(self, deployment_id: Optional[str]) -> Optional[Attempt]:
         """The latest attempt sent to this deployment whose outcome is not yet learned; else the
