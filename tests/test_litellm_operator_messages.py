@@ -124,11 +124,8 @@ def test_the_reason_header_is_short_by_default(client):
 
 
 def test_a_failover_after_a_rate_limit_says_rate_limited(client, upstreams):
-    upstreams["om-rl-a"].control(mode="rate_limit", retry_after=30)
-    try:
+    with upstreams["om-rl-a"].broken(mode="rate_limit", retry_after=30):
         served, headers, _ = chat(client, "op/rate-limit")
-    finally:
-        upstreams["om-rl-a"].control(mode="ok")
     assert served == "om-rl-b"
     assert headers["x-aisia-reason"] == "cost picked om-rl-b after om-rl-a was rate limited"
 

@@ -220,26 +220,17 @@ def test_context_window_fallbacks_from_an_alias(client):
 
 # -- C. fallbacks get their own attempt budget -------------------------------------------------------
 def test_an_alias_falls_back_to_another_alias_with_a_fresh_attempt_budget(client, upstreams):
-    for name in ("fail-a", "fail-b", "bk-bad"):
-        upstreams[name].control(mode="error", status=500)
-    try:
+    with upstreams["fail-a"].broken(mode="error", status=500), upstreams["fail-b"].broken(mode="error", status=500), \
+            upstreams["bk-bad"].broken(mode="error", status=500):
         for _ in range(2):
             who, _, _ = chat(client, "test/fails")
             assert who == "bk-good"
-    finally:
-        for name in ("fail-a", "fail-b", "bk-bad"):
-            upstreams[name].control(mode="ok")
 
 
 def test_an_alias_falls_back_to_another_alias_without_retries(client, upstreams):
     calls = {n: upstreams[n].stats()["calls"] for n in ("fail-a", "fail-b", "bk-bad", "bk-good")}
-    for name in ("fail-a", "fail-b"):
-        upstreams[name].control(mode="error", status=500)
-    try:
+    with upstreams["fail-a"].broken(mode="error", status=500), upstreams["fail-b"].broken(mode="error", status=500):
         who, _, _ = chat(client, "test/fails", extra_body={"num_retries": 0})
-    finally:
-        for name in ("fail-a", "fail-b"):
-            upstreams[name].control(mode="ok")
     assert who == "bk-bad"  # the fallback alias's own first choice (healthy here)
     after = {n: upstreams[n].stats()["calls"] - c for n, c in calls.items()}
     # The client's num_retries (0) is kept: one attempt on test/fails, then the fallback's.
@@ -247,14 +238,9 @@ def test_an_alias_falls_back_to_another_alias_without_retries(client, upstreams)
 
 
 def test_an_alias_falls_back_to_a_plain_model_group(client, upstreams):
-    for name in ("fail-a", "fail-b"):
-        upstreams[name].control(mode="error", status=500)
-    try:
+    with upstreams["fail-a"].broken(mode="error", status=500), upstreams["fail-b"].broken(mode="error", status=500):
         who, _, _ = chat(client, "test/fails-to-plain")
-        assert who == "plain-backup"
-    finally:
-        for name in ("fail-a", "fail-b"):
-            upstreams[name].control(mode="ok")
+    assert who == "plain-backup"
 
 
 # -- D. per-request state is the plugin's own ------------------------------------------------------

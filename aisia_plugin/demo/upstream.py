@@ -22,6 +22,7 @@ Standard library only: the servers must start on a bare install and in a pytest 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import re
@@ -500,6 +501,16 @@ class RunningUpstream:
 
     def stats(self) -> dict:
         return self._state.stats()
+
+    @contextlib.contextmanager
+    def broken(self, **settings):
+        """The upstream in a fault mode (``control`` settings, e.g. ``mode="error", status=500``)
+        for the ``with`` block, then healthy again whatever happened in it."""
+        self.control(**settings)
+        try:
+            yield self
+        finally:
+            self.control(mode="ok")
 
     def reset(self) -> dict:
         self._state.reset()
