@@ -583,7 +583,8 @@ def ranked_decision(strategy: str, pool: Pool, scores, chosen: Deployment, reaso
     decision = Decision(chosen.id, chosen.model, strategy, reason, len(pool), final_score,
                         probability=probability, build_scores=rows)
     if excluded:
-        decision._score_map = lambda: {i: s for i, s in (score_of or scores()).items() if i not in excluded}
+        decision._score_map = lambda: {i: s for i, s in (score_of if score_of is not None else scores()).items()
+                                       if i not in excluded}
     else:
         decision._score_map = scores
     return decision

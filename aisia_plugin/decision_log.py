@@ -236,7 +236,9 @@ class DecisionLog:
                 log.exception("decision log error callback failed")
 
     def close(self) -> None:
-        """Write what is queued, then close the file."""
+        """Write what is queued, then close the file (and no longer at exit: a log replaced
+        by a reload is not kept alive by its exit hook)."""
+        atexit.unregister(self.close)
         writer = self._writer
         if writer is not None and writer.is_alive() and writer is not threading.current_thread():
             self._queue.put(_STOP)

@@ -28,7 +28,7 @@ DECISION_RESULTS = ("routed", "refused")
 REFUSAL_REASONS = ("budget", "no_candidates", "unknown_alias")
 # What an alias of the policy can be refused for (an unknown alias is counted as alias ``other``).
 ALIAS_REFUSAL_REASONS = ("budget", "no_candidates")
-STORE_EVENTS = ("fallback", "reconnect", "batch_flushed", "outcomes_merged", "queue_full", "reseeded")
+STORE_EVENTS = ("fallback", "reconnect", "batch_flushed", "outcomes_merged", "queue_full", "reseeded", "log_error")
 RELOAD_RESULTS = ("ok", "invalid", "unreadable")
 # Decision cost from 5 us to 10 ms (the decision itself costs tens of microseconds).
 DECISION_BUCKETS = (5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2)

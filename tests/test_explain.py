@@ -147,3 +147,25 @@ def test_explain_shows_ucb1s_n_and_N_and_whether_forgetting_is_on(tmp_path, caps
     out = capsys.readouterr().out
     assert (" n=" in out and " N=" in out)
     assert ("learning:  forgetting on (half-life 1000 requests)" in out) is forgetting
+
+
+def test_explain_leaves_out_a_deployment_whose_context_window_cannot_hold_the_prompt(aisia, write_file):
+    """As the proxy does: the window is LiteLLM's (gpt-3.5-turbo 16k, gpt-4o 128k), so a long
+    prompt goes to the model that holds it, a short one to the cheaper."""
+    cfg = write_file("""\
+        model_list:
+          - model_name: small
+            litellm_params: {model: openai/gpt-3.5-turbo, api_base: "http://127.0.0.1:9/v1"}
+            model_info: {id: small}
+          - model_name: large
+            litellm_params: {model: openai/gpt-4o, api_base: "http://127.0.0.1:9/v1"}
+            model_info: {id: large}
+        """, "litellm.yaml")
+    long_prompt = "The quick brown fox jumps over the lazy dog. " * 2200
+    code, out, _ = aisia("explain", "--deployments", cfg, "--alias", "auto/cheap", "--json", long_prompt)
+    decision = json.loads(out)["decision"]
+    assert code == 0 and decision["deployment_id"] == "large"
+    excluded = {c["id"]: c.get("excluded") for c in decision["candidates"]}
+    assert "context window of 16385 tokens" in (excluded["small"] or "")
+    code, out, _ = aisia("explain", "--deployments", cfg, "--alias", "auto/cheap", "--json", "hello")
+    assert json.loads(out)["decision"]["deployment_id"] == "small"

@@ -18,6 +18,7 @@ import copy
 import logging
 import os
 import sys
+from dataclasses import replace
 from typing import Mapping, Optional
 
 if "litellm" not in sys.modules:
@@ -186,4 +187,14 @@ def proxy_deployments(config: ConfigFile, policy) -> list:
         raise DeploymentError([PolicyIssue(config.file, line, column, "model_list",
                                            f"LiteLLM's Router refuses this model list (the proxy would not start): "
                                            f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")]) from None
-    return config_deployments(config, policy, lookup)
+    deps = config_deployments(config, policy, lookup)
+    if len(deps) == len(config.model_list):  # one Deployment per entry, in order
+        deps = [with_context_window(d, raw) for d, raw in zip(deps, config.model_list)]
+    return deps
+
+
+def with_context_window(dep, raw: Mapping):
+    """`dep` knowing its context window as LiteLLM reads it (``context_window``), unless it
+    declares one itself: what the proxy and the command-line tools both decide with."""
+    window = context_window(raw) if dep.max_input_tokens is None else None
+    return replace(dep, max_input_tokens=window) if window is not None else dep

@@ -9,7 +9,7 @@ import logging
 import os
 import time
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Mapping, NamedTuple, Optional
 
 from ..decision import Decision, Deployment
@@ -18,7 +18,7 @@ from ..engine import Engine
 from ..policy.loader import LoadedPolicy
 from ..policy.models import Policy
 from ..state import open_store
-from .costs import context_window, litellm_price
+from .costs import litellm_price, with_context_window
 
 log = logging.getLogger("aisia_plugin.litellm")
 
@@ -197,10 +197,7 @@ class Runtime:
             return hit[2]
         if len(self._deployments) > 4096:
             self._deployments.clear()
-        dep = build_deployment(raw, self.policy, litellm_price)
-        window = context_window(raw)
-        if window is not None and dep.max_input_tokens is None:
-            dep = replace(dep, max_input_tokens=window)
+        dep = with_context_window(build_deployment(raw, self.policy, litellm_price), raw)
         self._deployments[key] = (info, params.get("model"), dep)
         self._names[dep.id] = (dep.id, dep.model_name, dep.model)
         if dep.priced_by_litellm is False and dep.price_basis in ("table", "default") \
