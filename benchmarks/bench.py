@@ -8,6 +8,7 @@ nothing: cost map, blog posts...) and the repository and this folder are importa
 
 from __future__ import annotations
 
+import argparse
 import csv
 import gc
 import json
@@ -34,6 +35,30 @@ TESTS = REPO / "tests"  # the fixtures some benchmarks reuse (redis-server, a de
 for _path in (str(HERE), str(REPO)):
     if _path not in sys.path:
         sys.path.insert(0, _path)
+
+
+def arguments(doc: str, argv=None, **options) -> argparse.Namespace:
+    """A script's command line, described by its docstring's first line: ``name=default`` or
+    ``name=(default, help)`` per option ``--name-with-dashes``; a bool default is a flag, a list
+    default an option that may be repeated, a type (``float``) an option of that type without a
+    default (None), anything else an option of the default's type."""
+    ap = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
+    for name, spec in options.items():
+        default, help_ = spec if isinstance(spec, tuple) else (spec, None)
+        flag = "--" + name.replace("_", "-")
+        if isinstance(default, bool):
+            ap.add_argument(flag, action="store_true", help=help_)
+        elif isinstance(default, list):
+            ap.add_argument(flag, action="append", help=help_)
+        elif isinstance(default, type):
+            ap.add_argument(flag, type=default, help=help_)
+        else:
+            ap.add_argument(flag, type=str if default is None else type(default), default=default, help=help_)
+    args = ap.parse_args(argv)
+    for name, spec in options.items():
+        if getattr(args, name) is None and isinstance(spec[0] if isinstance(spec, tuple) else spec, list):
+            setattr(args, name, list(spec[0] if isinstance(spec, tuple) else spec))
+    return args
 
 
 # -- the shared real data (../shared/data, or $AISIA_SHARED_DATA), never copied -------------------

@@ -31,18 +31,17 @@ Prints; ``run_all.py`` runs it on its traces and keeps the figures in their resu
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
 import time
 
+import bench
 import synthetic
-from bench import OUT, REPO
+from bench import OUT
 
-from aisia_plugin.contextual import fit_full_information, request_vector
-from aisia_plugin.engine import Engine
-from aisia_plugin.outcome import reward
+from aisia_plugin.commands.train import training_rows
+from aisia_plugin.contextual import fit_full_information
 from aisia_plugin.policy import load_policy
 from aisia_plugin.replay.candidates import load_candidates
 from aisia_plugin.replay.quality import Point, apgr, cpt, frontier_score, mixing_frontier, pgr, pgr_curve, weak_and_strong
@@ -53,29 +52,13 @@ COST_WEIGHTS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10
 
 
 def prepare(name: str, policy, alias: str = "auto", seed: int = 0):
-    """(rows, scenario, hard flags or None): rows are (vector, domain, rewards by candidate)."""
+    """(rows, scenario, meta or None): rows are (vector, domain, rewards by candidate, label, signals)."""
     trace = load_trace(str(OUT / f"{name}.jsonl"))
-    cand_file = OUT / f"{name}.candidates.yaml"
-    specs = load_candidates(str(cand_file)) if cand_file.exists() else {}
-    scenario = build_scenario(trace, specs, policy, seed=seed)
-    ap = policy.aliases[alias]
-    engine = Engine(policy)
-    target = ap.sla.target_p95_ms
-    rows = []
-    for rec, calls in zip(trace.records, scenario.calls):
-        feats, present = engine.scanner.scan(rec.messages, None, None)
-        domain = ap.domain_hint or engine.detector.detect(feats.text, present)
-        task = ap.task_hint or feats.task_type
-        rewards = {c: reward(call.outcome(), policy.reward, target) for c, call in calls.items()}
-        rows.append((request_vector(feats, domain, task), domain, rewards, rec.label, signals_of(feats.text)))
-    meta_file = OUT / f"{name}.meta.json"
-    hard = None
-    if meta_file.exists():
-        meta = json.loads(meta_file.read_text(encoding="utf-8"))
-        if "hard" in meta:
-            hs = set(meta["hard"])
-            hard = [i in hs for i in range(len(rows))]
-    return rows, scenario, hard
+    cand_file, meta_file = OUT / f"{name}.candidates.yaml", OUT / f"{name}.meta.json"
+    scenario = build_scenario(trace, load_candidates(str(cand_file)) if cand_file.exists() else {}, policy, seed=seed)
+    rows = [(vector, domain, rewards, rec.label, signals_of(feats.text))
+            for (vector, rewards, domain, feats), rec in zip(training_rows(policy, alias, trace, scenario), trace.records)]
+    return rows, scenario, json.loads(meta_file.read_text(encoding="utf-8")) if meta_file.exists() else None
 
 
 def signals_of(text: str) -> tuple[bool, bool, bool]:
@@ -83,10 +66,6 @@ def signals_of(text: str) -> tuple[bool, bool, bool]:
     clause, its context sentences, its list of constraints)."""
     return (any(w in text for ws in synthetic.HARD_WORDS.values() for w in ws),
             any(c in text for c in synthetic.CONTEXT_SENTENCES), "Constraints:" in text)
-
-
-def meta_of(name: str) -> dict:
-    return json.loads((OUT / f"{name}.meta.json").read_text(encoding="utf-8"))
 
 
 def exact_expected(meta: dict, domain: str, signals, cand: str) -> float:
@@ -169,7 +148,9 @@ def auc(scores, labels):
 def diagnose(name: str, policy, *, passes: int = 1, prior_variance=None, noise_variance=None, fit=None,
              seed: int = 0) -> dict:
     t0 = time.monotonic()
-    rows, scenario, hard = prepare(name, policy, seed=seed)
+    rows, scenario, meta = prepare(name, policy, seed=seed)
+    hard_ones = set(meta["hard"]) if meta and "hard" in meta else None
+    hard = None if hard_ones is None else [i in hard_ones for i in range(len(rows))]
     half = len(rows) // 2
     train, test = rows[:half], rows[half:]
     calls = scenario.calls[half:]
@@ -207,7 +188,7 @@ def diagnose(name: str, policy, *, passes: int = 1, prior_variance=None, noise_v
         # The trace's domain label (the generator's), not the detected one: the ceiling.
         hk = table_means([(r[0], r[3], r[2], h) for r, h in zip(train, hard[:half])], lambda r: (r[1], r[3]))
         predictors["hidden difficulty known"] = [{c: hk[((r[3], h), c)] for c in ids} for r, h in zip(test, hard[half:])]
-        predictors["signals known (exact)"] = [{c: exact_expected(meta_of(name), r[3], r[4], c) for c in ids} for r in test]
+        predictors["signals known (exact)"] = [{c: exact_expected(meta, r[3], r[4], c) for c in ids} for r in test]
     out = {"trace": name, "train_requests": half, "test_requests": len(test), "passes": passes,
            "prior_variance": pv, "noise_variance": nv,
            "frontier": [{"name": p.name, "total_cost_usd": p.cost, "mean_score": p.score} for p in frontier],
@@ -251,17 +232,13 @@ def render(d: dict) -> list[str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--trace", action="append", help="trace name in benchmarks/out (default: prompt_aware, "
-                                                     "routellm_gsm8k, routerarena, those present)")
-    ap.add_argument("--passes", type=int, default=1)
-    ap.add_argument("--prior-variance", type=float)
-    ap.add_argument("--noise-variance", type=float)
-    args = ap.parse_args(argv)
-    policy = load_policy([str(REPO / "policies")])
-    names = args.trace or [n for n in ("prompt_aware", "routellm_gsm8k", "routerarena") if (OUT / f"{n}.jsonl").exists()]
-    for n in names:
-        d = diagnose(n, policy, passes=args.passes, prior_variance=args.prior_variance, noise_variance=args.noise_variance)
+    args = bench.arguments(__doc__, argv, trace=([], "trace name in benchmarks/out (default: prompt_aware, "
+                                                     "routellm_gsm8k, routerarena, those present)"),
+                           passes=1, prior_variance=float, noise_variance=float)
+    policy = load_policy([str(bench.REPO / "policies")])
+    for n in args.trace or [n for n in ("prompt_aware", "routellm_gsm8k", "routerarena") if (OUT / f"{n}.jsonl").exists()]:
+        d = diagnose(n, policy, passes=args.passes, prior_variance=args.prior_variance,
+                     noise_variance=args.noise_variance)
         print("\n".join(render(d)) + "\n", flush=True)
     return 0
 

@@ -11,7 +11,6 @@ move-away and come-back, failover for every router) are defined in benchmarks/RE
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -19,7 +18,6 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 import bench
 import contextual_diagnosis
@@ -32,7 +30,8 @@ from aisia_plugin.policy import load_policy
 from aisia_plugin.replay.candidates import CandidateSpec
 from aisia_plugin.replay.quality import measures
 from aisia_plugin.replay.report import jsonable
-from aisia_plugin.replay.runner import Call, Served, baselines, build_scenario, figures, run_router, served_from
+from aisia_plugin.replay.runner import (Call, Served, baselines, build_scenario, figures, override_alias, run_fixed,
+                                        run_oracle, run_router, run_uniform, served_from)
 from aisia_plugin.replay.trace import load_trace
 
 RESULTS_DIR = bench.RESULTS
@@ -56,33 +55,26 @@ EXTRA_SEEDS = 4
 CONTEXTUAL = "aisia auto (contextual)"
 
 
-def with_strategy(policy, alias: str, strategy: str):
-    """The policy with one alias's strategy replaced (the shipped alias otherwise unchanged)."""
-    ap = policy.aliases[alias].model_copy(update={"strategy": strategy})
+def with_strategy(policy, alias: str, strategy: str, **contextual):
+    """The policy with one alias's strategy replaced (and contextual settings, if given)."""
+    ap = policy.aliases[alias]
+    ap = ap.model_copy(update={"strategy": strategy, **(
+        {"contextual": ap.contextual.model_copy(update=contextual)} if contextual else {})})
     return policy.model_copy(update={"aliases": {**policy.aliases, alias: ap}})
 
 
+def cost_weight_sweep(policy, scenario, base, seed: int) -> dict:
+    """`auto` replayed at every SWEEP cost_weight: the quality measures of the curve."""
+    return measures(base, [figures(f"cost_weight={v:g}", run_router(override_alias(policy, "auto", "cost_weight", v),
+                                                                     "auto", scenario, seed=seed), base.oracle_served)
+                           for v in SWEEP])
+
+
 # -- routers ---------------------------------------------------------------------------------------
-def run_engine_with_price_event(policy, alias, scenario, event, *, seed=0) -> list[Served]:
-    """run_router with the event candidate's prices changed inside the event window (a config
-    reload in a live proxy: deployments are read per request)."""
-    from dataclasses import replace
-
-    cand = event["candidate"]
-
-    def deployments_at(i, deps):
-        if not event["start"] <= i < event["end"]:
-            return deps
-        cur = dict(deps)
-        cur[cand] = replace(deps[cand], input_cost_per_1m=deps[cand].input_cost_per_1m * event["factor"],
-                            output_cost_per_1m=deps[cand].output_cost_per_1m * event["factor"])
-        return cur
-
-    return run_router(policy, alias, scenario, seed=seed, deployments_at=deployments_at)
-
-
 def run_litellm(strategy: str, scenario, names: list[str], prices: dict, *, seed: int = 0,
-                price_event: Optional[dict] = None) -> tuple[list[Served], dict]:
+                event=None) -> tuple[list[Served], dict]:
+    """A LiteLLM strategy over the trace, with up to FAILOVER_ATTEMPTS more attempts: re-asked after
+    recording the failure; if it repeats a tried candidate, a seeded random untried one."""
     cands = [{"id": n, "input_cost_per_1m": prices[n][0], "output_cost_per_1m": prices[n][1]} for n in names]
     rng = random.Random(f"litellm-failover:{seed}:{strategy}")
     stats = {"random_failover_picks": 0, "no_deployment": 0}
@@ -90,8 +82,9 @@ def run_litellm(strategy: str, scenario, names: list[str], prices: dict, *, seed
     with LiteLLMBaseline(strategy, cands, seed=seed) as bl:
         for i, (rec, row) in enumerate(zip(scenario.trace.records, scenario.calls)):
             now = i * scenario.seconds_per_request
-            if price_event is not None and i == price_event["start"]:
-                _set_litellm_price(bl, price_event["candidate"], prices[price_event["candidate"]], price_event["factor"])
+            if event is not None and i == event["start"]:  # a config reload in a live proxy
+                base = prices[event["candidate"]]
+                bl.set_price(event["candidate"], base[0] * event["factor"], base[1] * event["factor"])
             tried: list[str] = []
             attempts: list[Call] = []
             for _ in range(1 + FAILOVER_ATTEMPTS):
@@ -118,32 +111,18 @@ def run_litellm(strategy: str, scenario, names: list[str], prices: dict, *, seed
     return out, stats
 
 
-def _set_litellm_price(bl, cid: str, base: tuple, factor: float) -> None:
-    """A price update of one deployment in LiteLLM's Router (what a config reload would set)."""
-    pin, pout = base[0] * factor / 1e6, base[1] * factor / 1e6
-    deps = [d for d in (bl.router.model_list or []) if str(d.get("model_info", {}).get("id")) == cid]
-    deps.append(bl._deployments[cid])
-    for d in deps:
-        for section in ("litellm_params", "model_info"):
-            if isinstance(d.get(section), dict):
-                d[section]["input_cost_per_token"] = pin
-                d[section]["output_cost_per_token"] = pout
-    bl._prices[cid] = (pin, pout)
-
-
 # -- metrics ---------------------------------------------------------------------------------------
-def first_choices(served: list[Served]) -> list[Optional[str]]:
-    return [(s.attempts[0] if s.attempts else s.served_by) for s in served]
-
-
-def share(choices, cand, lo, hi) -> Optional[float]:
+def share(choices, cand, lo, hi):
     seg = choices[max(0, lo):max(0, hi)]
     return (sum(1 for c in seg if c == cand) / len(seg)) if seg else None
 
 
-def move_metrics(choices, event, n) -> dict:
+def move_metrics(served: list[Served], event, n) -> dict:
+    """Share of the changed candidate X among the first choices before/during/after the event, and
+    the move-away and come-back delays (defined in RESULTS.md's conditions)."""
     if not event:
         return {}
+    choices = [(s.attempts[0] if s.attempts else s.served_by) for s in served]
     cand, s, e = event["candidate"], event["start"], event["end"]
     pre = share(choices, cand, s - PRE_WINDOW, s) or 0.0
     res = {"pre_share": round(pre, 4), "during_share": round(share(choices, cand, s, e) or 0.0, 4),
@@ -152,19 +131,12 @@ def move_metrics(choices, event, n) -> dict:
     if pre < LEAVE_SHARE:
         res["move_away"] = res["come_back"] = "n/a"
         return res
-    res["move_away"] = "never"
-    for k in range(0, e - s):
-        sh = share(choices, cand, s + k, s + k + WINDOW)
-        if sh is not None and sh < LEAVE_SHARE:
-            res["move_away"] = k
-            break
+    res["move_away"] = next((k for k in range(0, e - s) if (sh := share(choices, cand, s + k, s + k + WINDOW)) is not None
+                             and sh < LEAVE_SHARE), "never")
     if e < n:
-        res["come_back"] = "never"
-        for k in range(0, n - e - WINDOW + 1):
-            sh = share(choices, cand, e + k, e + k + WINDOW)
-            if sh is not None and sh >= pre / 2:
-                res["come_back"] = k
-                break
+        res["come_back"] = next((k for k in range(0, n - e - WINDOW + 1)
+                                 if (sh := share(choices, cand, e + k, e + k + WINDOW)) is not None and sh >= pre / 2),
+                                "never")
     return res
 
 
@@ -173,9 +145,7 @@ def row_dict(name, served, oracle_served, oracle_mean, event, n, extra=None) -> 
     d = f.as_dict()
     d["errors_pct"] = 100.0 * f.errors / n if n else 0.0
     d["pct_of_oracle"] = 100.0 * f.mean_score / oracle_mean if oracle_mean else None
-    d.update({"move": move_metrics(first_choices(served), event, n)})
-    if extra:
-        d.update(extra)
+    d.update({"move": move_metrics(served, event, n)}, **(extra or {}))
     return d
 
 
@@ -188,69 +158,53 @@ def specs_from(cands: dict) -> dict:
 def bench_trace(name: str, path: Path, cands: dict, policy, aliases: list[str], *, seed: int, event=None,
                 kind: str = "synthetic") -> dict:
     t0 = time.monotonic()
-    trace = load_trace(str(path))
-    specs = specs_from(cands)
-    scenario = build_scenario(trace, specs, policy, seed=seed)
+    scenario = build_scenario(load_trace(str(path)), specs_from(cands), policy, seed=seed)
     n = len(scenario)
     base = baselines(policy, "auto", scenario, seed=seed)
-    names = base.candidates
-    oracle_served = base.oracle_served
-    om = base.oracle.mean_score
+    names, oracle_served, om = base.candidates, base.oracle_served, base.oracle.mean_score
     prices = {c: (v["input_cost_per_1m"], v["output_cost_per_1m"]) for c, v in cands.items()}
     price_event = event if event and event.get("kind") == "price" else None
     rows: dict[str, dict] = {}
     timings: dict[str, float] = {}
     runs: dict[str, object] = {}  # row name -> Figures, for the quality measures
-    variants = [(f"aisia {a}", policy, a) for a in aliases] + [(CONTEXTUAL, with_strategy(policy, "auto", "contextual"), "auto")]
-    for label, pol, alias in variants:
+    contextual = with_strategy(policy, "auto", "contextual")
+    routers = [(f"aisia {a}", a, lambda pol=policy, a=a: (run_router(pol, a, scenario, seed=seed,
+                                                                     deployments_at=synthetic.price_event(price_event)),
+                                                          {"strategy": pol.aliases[a].strategy}))
+               for a in aliases]
+    routers.append((CONTEXTUAL, "auto", lambda: (run_router(contextual, "auto", scenario, seed=seed,
+                                                            deployments_at=synthetic.price_event(price_event)),
+                                                 {"strategy": "contextual"})))
+    routers += [(f"litellm {s}", s, lambda s=s: (lambda r: (r[0], {"failover_notes": r[1]}))(
+        run_litellm(s, scenario, names, prices, seed=seed, event=price_event))) for s in LITELLM_STRATEGIES]
+    for label, fig_name, run in routers:
         t = time.monotonic()
-        if price_event is not None:
-            served = run_engine_with_price_event(pol, alias, scenario, price_event, seed=seed)
-        else:
-            served = run_router(pol, alias, scenario, seed=seed)
-        rows[label] = row_dict(alias, served, oracle_served, om, event, n, {"strategy": pol.aliases[alias].strategy})
-        runs[label] = figures(label, served, oracle_served)
+        served, extra = run()
+        rows[label] = row_dict(fig_name, served, oracle_served, om, event, n, extra)
+        runs[label] = figures(label if label.startswith("aisia") else fig_name, served, oracle_served)
         timings[label] = round(time.monotonic() - t, 2)
-    for strat in LITELLM_STRATEGIES:
-        t = time.monotonic()
-        served, st = run_litellm(strat, scenario, names, prices, seed=seed, price_event=price_event)
-        rows[f"litellm {strat}"] = row_dict(strat, served, oracle_served, om, event, n, {"failover_notes": st})
-        runs[f"litellm {strat}"] = figures(strat, served, oracle_served)
-        timings[f"litellm {strat}"] = round(time.monotonic() - t, 2)
     # best fixed candidate (by mean score, cheapest on ties), uniform random, oracle
     best = max(base.fixed.items(), key=lambda kv: (kv[1].mean_score, -kv[1].total_cost_usd))[0]
-    from aisia_plugin.replay.runner import run_fixed, run_oracle, run_uniform
-
-    fixed_served, _ = run_fixed(scenario, best)
-    rows[f"best fixed ({best})"] = row_dict(best, fixed_served, oracle_served, om, event, n)
     uni = run_uniform(scenario, names, attempts=policy.aliases["auto"].failover.attempts, seed=seed)
-    rows["uniform random"] = row_dict("uniform random", uni, oracle_served, om, event, n)
-    rows["oracle"] = row_dict("oracle", run_oracle(scenario, names), oracle_served, om, event, n)
-    runs[f"best fixed ({best})"] = base.fixed[best]
-    runs["uniform random"] = base.uniform
-    runs["oracle"] = base.oracle
+    for label, fig_name, served, f in ((f"best fixed ({best})", best, run_fixed(scenario, best)[0], base.fixed[best]),
+                                       ("uniform random", "uniform random", uni, base.uniform),
+                                       ("oracle", "oracle", run_oracle(scenario, names), base.oracle)):
+        rows[label] = row_dict(fig_name, served, oracle_served, om, event, n)
+        runs[label] = f
     # Quality with its cost: each row's gain over mixing the fixed candidates at its cost.
     q = measures(base, list(runs.values()))
     for label, m in zip(runs, q["runs"]):
         rows[label].update({k: m[k] for k in ("gain_over_mixing", "mixing_score", "strong_share", "pgr") if k in m})
     sweeps = {}
     if name in SWEPT:
-        for label, pol in (("aisia auto", policy), (CONTEXTUAL, with_strategy(policy, "auto", "contextual"))):
+        for label, pol in (("aisia auto", policy), (CONTEXTUAL, contextual)):
             t = time.monotonic()
-            per_seed = []
-            for s in (seed,) + tuple(seed + k for k in range(1, 1 + EXTRA_SEEDS)):
-                pts = []
-                for v in SWEEP:
-                    swept = pol.model_copy(update={"aliases": {**pol.aliases,
-                                                               "auto": pol.aliases["auto"].model_copy(update={"cost_weight": v})}})
-                    pts.append(figures(f"cost_weight={v:g}", run_router(swept, "auto", scenario, seed=s), oracle_served))
-                m = measures(base, pts)
-                if s == seed:
-                    sweeps[label] = m
-                per_seed.append(m["best_gain_over_mixing"])
+            seeds = [seed + k for k in range(1 + EXTRA_SEEDS)]
+            per_seed = [cost_weight_sweep(pol, scenario, base, s) for s in seeds]
             # The same sweep with other router seeds (Thompson draws, exploration): how much of a
             # best point is the seed's.
-            sweeps[label]["best_gain_by_seed"] = {"seeds": [seed + k for k in range(1 + EXTRA_SEEDS)], "best": per_seed}
+            sweeps[label] = dict(per_seed[0], best_gain_by_seed={
+                "seeds": seeds, "best": [m["best_gain_over_mixing"] for m in per_seed]})
             timings[f"sweep {label}"] = round(time.monotonic() - t, 2)
     return {"name": name, "kind": kind, "trace": str(path.relative_to(REPO)), "requests": n, "seed": seed,
             "candidates": names, "event": event, "best_fixed": best, "rows": rows,
@@ -267,84 +221,36 @@ def heldout_prior(name: str, path: Path, cands: dict, policy, *, seed: int) -> d
 
     lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
     half = len(lines) // 2
-    train, test = OUT / f"{name}.train.jsonl", OUT / f"{name}.test.jsonl"
+    train, test, model = OUT / f"{name}.train.jsonl", OUT / f"{name}.test.jsonl", OUT / f"{name}.model.json"
     train.write_text("\n".join(lines[:half]) + "\n", encoding="utf-8")
     test.write_text("\n".join(lines[half:]) + "\n", encoding="utf-8")
-    model = OUT / f"{name}.model.json"
-    cand_file = OUT / f"{name}.candidates.yaml"
-    if aisia(["train", "--data", str(train), "--deployments", str(cand_file), "--out", str(model), "--seed", str(seed)]) != 0:
+    if aisia(["train", "--data", str(train), "--deployments", str(OUT / f"{name}.candidates.yaml"), "--out", str(model),
+              "--seed", str(seed)]) != 0:
         raise RuntimeError(f"aisia train failed on {train}")
     scenario = build_scenario(load_trace(str(test)), specs_from(cands), policy, seed=seed)
     base = baselines(policy, "auto", scenario, seed=seed)
-    out = {"train_requests": half, "test_requests": len(scenario),
-           "oracle_gain": measures(base, [])["oracle"]["gain_over_mixing"], "runs": {}}
-    for label, prior in (("online only", None), ("from the trained model", str(model))):
-        ap = policy.aliases["auto"]
-        ap = ap.model_copy(update={"strategy": "contextual",
-                                   "contextual": ap.contextual.model_copy(update={"prior_model": prior})})
-        pts = []
-        for v in SWEEP:
-            pol = policy.model_copy(update={"aliases": {**policy.aliases, "auto": ap.model_copy(update={"cost_weight": v})}})
-            pts.append(figures(f"cost_weight={v:g}", run_router(pol, "auto", scenario, seed=seed), base.oracle_served))
-        out["runs"][label] = measures(base, pts)
-    return out
+    return {"train_requests": half, "test_requests": len(scenario),
+            "oracle_gain": measures(base, [])["oracle"]["gain_over_mixing"],
+            "runs": {label: cost_weight_sweep(with_strategy(policy, "auto", "contextual", prior_model=prior), scenario,
+                                              base, seed)
+                     for label, prior in (("online only", None), ("from the trained model", str(model)))}}
 
 
-def heldout_lines(r: dict) -> list[str]:
-    h = r.get("heldout")
-    if not h:
-        return []
-    L = [f"`aisia train` on the first {h['train_requests']} requests, then the other {h['test_requests']} replayed with "
-         f"the contextual strategy (oracle's gain on them {h['oracle_gain']:+.4f}): gain over mixing per cost_weight.", ""]
-    two = any("two_models" in m for m in h["runs"].values())
-    head = ["contextual"] + [p["name"] for p in next(iter(h["runs"].values()))["runs"]] + ["best gain"] + (
-        ["CPT(95%)", "APGR"] if two else [])
-    L += bench.md_table(head, [[label] + [_point(p) for p in m["runs"]] + [f"{m['best_gain_over_mixing']:+.4f} ({m['best']})"]
-                               + ([_pct(m["two_models"]["cpt"]["95"]), f"{m['two_models']['apgr']:.3f}"] if two else [])
-                               for label, m in h["runs"].items()])
-    return L + [""]
+# -- RESULTS.md ------------------------------------------------------------------------------------
+def _fmt(v, spec="{:.4f}"):
+    return "-" if v is None else v if isinstance(v, str) else spec.format(v)
+
+
+def _pct(v) -> str:
+    return "never" if v is None else f"{v:.1%}"
 
 
 def _point(p: dict) -> str:
     return f"{p['gain_over_mixing']:+.4f} ({p['mean_score']:.4f}, ${p['total_cost_usd']:.3f})"
 
 
-def diagnosis_lines(r: dict) -> list[str]:
-    """The full-information diagnosis of the contextual model (benchmarks/contextual_diagnosis.py)."""
-    d = r.get("diagnosis")
-    if not d:
-        return []
-    cws = ", ".join(f"{p['cost_weight']:g}" for p in next(iter(d["predictors"].values()))["points"])
-    L = [f"What the contextual model can know (`benchmarks/contextual_diagnosis.py`): fitted with full information "
-         f"(`fit_full_information`, what `aisia train` does) on the first {d['train_requests']} requests, then a greedy "
-         f"router, argmax(predicted reward + cost bonus), on the other {d['test_requests']}, swept over cost_weight "
-         f"{cws}; beside it the "
-         "same greedy router on other predictors fitted on the same half (`label mean` and the rows after it read "
-         f"what no router sees: the trace's label, the generator's hidden difficulty or its signals). Oracle's gain on the held-out half {d['oracle']['gain_over_mixing']:+.4f}.", ""]
-    two = any("apgr" in e for e in d["predictors"].values())
-    hard = any("difficulty_auc" in e for e in d["predictors"].values())
-    head = ["predictor", "best gain over mixing", "at cost_weight", "of the oracle's gain", "squared error"]
-    head += (["AUC of the strong-weak gap for the hidden difficulty"] if hard else []) + (["CPT(95%)", "APGR"] if two else [])
-    og, rows = d["oracle"]["gain_over_mixing"], []
-    for label, e in d["predictors"].items():
-        cells = [label, f"{e['best_gain_over_mixing']:+.4f}", f"{e['best_cost_weight']:g}",
-                 f"{e['best_gain_over_mixing'] / og:.1%}" if og > 0 else "-", f"{e['mse']:.4f}"]
-        if hard:
-            au = e.get("difficulty_auc")
-            cells.append("-" if au is None else f"{au:.3f}")
-        if two:
-            cells += [_pct(e.get("cpt95")), f"{e['apgr']:.3f}" if "apgr" in e else "-"]
-        rows.append(cells)
-    return L + bench.md_table(head, rows) + [""]
-
-
-# -- RESULTS.md ------------------------------------------------------------------------------------
-def _fmt(v, spec="{:.4f}"):
-    if v is None:
-        return "-"
-    if isinstance(v, str):
-        return v
-    return spec.format(v)
+def verdict(ok: bool) -> str:
+    return "MET" if ok else "NOT MET"
 
 
 def table(res: dict) -> list[str]:
@@ -359,86 +265,51 @@ def table(res: dict) -> list[str]:
                  _fmt(r["errors_pct"], "{:.2f}"), _fmt(r["regret"], "{:.1f}"), _fmt(r["pct_of_oracle"], "{:.1f}")]
         if has_event:
             m = r.get("move") or {}
-            sh = "/".join(_fmt(m.get(k), "{:.0%}") for k in ("pre_share", "during_share", "after_share"))
-            mv = m.get("move_away") if "fixed" not in name else "-"
-            cb = m.get("come_back") if "fixed" not in name else "-"
-            cells += [sh, _fmt(mv, "{}"), _fmt(cb, "{}")]
+            fixed = "fixed" in name
+            cells += ["/".join(_fmt(m.get(k), "{:.0%}") for k in ("pre_share", "during_share", "after_share")),
+                      _fmt("-" if fixed else m.get("move_away"), "{}"), _fmt("-" if fixed else m.get("come_back"), "{}")]
         rows.append(cells)
     return bench.md_table(head, rows)
 
 
-def bf_score(r: dict) -> float:
-    return r["rows"][f"best fixed ({r['best_fixed']})"]["mean_score"]
+def heldout_lines(r: dict) -> list[str]:
+    h = r.get("heldout")
+    if not h:
+        return []
+    two = any("two_models" in m for m in h["runs"].values())
+    head = ["contextual"] + [p["name"] for p in next(iter(h["runs"].values()))["runs"]] + ["best gain"] + (
+        ["CPT(95%)", "APGR"] if two else [])
+    return [f"`aisia train` on the first {h['train_requests']} requests, then the other {h['test_requests']} replayed "
+            f"with the contextual strategy (oracle's gain on them {h['oracle_gain']:+.4f}): gain over mixing per "
+            "cost_weight.", ""] + bench.md_table(head, [
+                [label] + [_point(p) for p in m["runs"]] + [f"{m['best_gain_over_mixing']:+.4f} ({m['best']})"]
+                + ([_pct(m["two_models"]["cpt"]["95"]), f"{m['two_models']['apgr']:.3f}"] if two else [])
+                for label, m in h["runs"].items()]) + [""]
 
 
-def summary(results: list[dict]) -> list[str]:
-    out = []
-    synth = [r for r in results if r["kind"] == "synthetic"]
-    # 1. reward vs each LiteLLM strategy
-    wins, losses = [], []
-    for r in synth:
-        ours = r["rows"]["aisia auto"]["mean_score"]
-        for s in LITELLM_STRATEGIES:
-            theirs = r["rows"][f"litellm {s}"]["mean_score"]
-            (wins if ours > theirs else losses).append(f"{r['name']} vs {s}: {ours:.4f} vs {theirs:.4f}")
-    ok = not losses
-    out.append(f"- **Reward above every LiteLLM strategy on every synthetic scenario: {'MET' if ok else 'NOT MET'}** "
-               f"({len(wins)} of {len(wins) + len(losses)} comparisons won)."
-               + (f" Lost: {'; '.join(losses)}." if losses else ""))
-    for r in synth:
-        ours = r["rows"]["aisia auto"]["mean_score"]
-        parts = ", ".join(f"{s} {r['rows'][f'litellm {s}']['mean_score']:.4f}" for s in LITELLM_STRATEGIES)
-        out.append(f"  - {r['name']}: auto {ours:.4f}; {parts}; best fixed ({r['best_fixed']}) "
-                   f"{bf_score(r):.4f}; "
-                   f"oracle {r['rows']['oracle']['mean_score']:.4f}")
-    st = next((r for r in synth if r["name"] == "stationary"), None)
-    if st:
-        pct = st["rows"]["aisia auto"]["pct_of_oracle"]
-        out.append(f"- **Within 10 % of the oracle on stationary: {'MET' if pct >= 90 else 'NOT MET'}** "
-                   f"(auto reaches {pct:.1f} % of the oracle's mean reward).")
-    dg = next((r for r in synth if r["name"] == "degrade"), None)
-    if dg:
-        m = dg["rows"]["aisia auto"]["move"]
-        mv = m.get("move_away")
-        met = isinstance(mv, int) and mv <= 50
-        verdict = "MET" if met else ("NOT MEASURABLE (auto gave X under 20 % of its traffic before the change, "
-                                     "so there was no concentration to move away from)" if mv == "n/a" else "NOT MET")
-        out.append(f"- **Traffic leaves the degraded provider within 50 requests: {verdict}** "
-                   f"(auto: move-away {mv}, come-back {m.get('come_back')}; share of {dg['event']['candidate']} "
-                   f"{m.get('pre_share', 0):.0%} before, {m.get('during_share', 0):.0%} during, "
-                   f"{(m.get('after_share') or 0):.0%} after). LiteLLM: "
-                   + ", ".join(f"{s} {dg['rows'][f'litellm {s}']['move'].get('move_away')}" for s in LITELLM_STRATEGIES) + ".")
-    og = next((r for r in synth if r["name"] == "outage"), None)
-    if og:
-        e = og["rows"]["aisia auto"]["errors_pct"]
-        out.append(f"- **Client-visible errors under 1 % after an outage: {'MET' if e < 1 else 'NOT MET'}** "
-                   f"(auto {e:.2f} % of requests; "
-                   + ", ".join(f"{s} {og['rows'][f'litellm {s}']['errors_pct']:.2f} %" for s in LITELLM_STRATEGIES)
-                   + f"; auto move-away {og['rows']['aisia auto']['move'].get('move_away')}, "
-                   f"come-back {og['rows']['aisia auto']['move'].get('come_back')}).")
-    for r in synth:
-        a = r["rows"]["aisia auto"]
-        cheap = min((r["rows"][f"litellm {s}"] for s in LITELLM_STRATEGIES), key=lambda x: x["total_cost_usd"])
-        fast = min((r["rows"][f"litellm {s}"] for s in LITELLM_STRATEGIES), key=lambda x: x["p95_latency_ms"] or 1e18)
-        out.append(f"- {r['name']}: cost auto ${a['total_cost_usd']:.4f} vs cheapest LiteLLM ${cheap['total_cost_usd']:.4f}; "
-                   f"p95 auto {a['p95_latency_ms']:.0f} ms vs fastest LiteLLM {fast['p95_latency_ms']:.0f} ms.")
-    for r in results:
-        if r["kind"] != "real":
-            continue
-        rows = r["rows"]
-        ours = {k: v for k, v in rows.items() if k.startswith("aisia")}
-        best_ours = max(ours.items(), key=lambda kv: kv[1]["mean_score"])
-        best_lit = max(((s, rows[f"litellm {s}"]) for s in LITELLM_STRATEGIES), key=lambda kv: kv[1]["mean_score"])
-        out.append(f"- {r['name']} (real outcomes): " + ", ".join(
-            f"{k.split(' ', 1)[1]} {v['mean_score']:.4f} (${v['total_cost_usd']:.3f})" for k, v in ours.items())
-            + f"; best LiteLLM {best_lit[0]} {best_lit[1]['mean_score']:.4f} (${best_lit[1]['total_cost_usd']:.3f}); "
-              f"best fixed {r['best_fixed']} {bf_score(r):.4f}; "
-              f"oracle {rows['oracle']['mean_score']:.4f}. Best of ours: {best_ours[0]}.")
-    return out
-
-
-def _pct(v) -> str:
-    return "never" if v is None else f"{v:.1%}"
+def diagnosis_lines(r: dict) -> list[str]:
+    """The full-information diagnosis of the contextual model (benchmarks/contextual_diagnosis.py)."""
+    d = r.get("diagnosis")
+    if not d:
+        return []
+    cws = ", ".join(f"{p['cost_weight']:g}" for p in next(iter(d["predictors"].values()))["points"])
+    L = [f"What the contextual model can know (`benchmarks/contextual_diagnosis.py`): fitted with full information "
+         f"(`fit_full_information`, what `aisia train` does) on the first {d['train_requests']} requests, then a greedy "
+         f"router, argmax(predicted reward + cost bonus), on the other {d['test_requests']}, swept over cost_weight "
+         f"{cws}; beside it the same greedy router on other predictors fitted on the same half (`label mean` and the "
+         "rows after it read what no router sees: the trace's label, the generator's hidden difficulty or its "
+         f"signals). Oracle's gain on the held-out half {d['oracle']['gain_over_mixing']:+.4f}.", ""]
+    two = any("apgr" in e for e in d["predictors"].values())
+    hard = any("difficulty_auc" in e for e in d["predictors"].values())
+    head = ["predictor", "best gain over mixing", "at cost_weight", "of the oracle's gain", "squared error"]
+    head += (["AUC of the strong-weak gap for the hidden difficulty"] if hard else []) + (["CPT(95%)", "APGR"] if two else [])
+    og = d["oracle"]["gain_over_mixing"]
+    rows = [[label, f"{e['best_gain_over_mixing']:+.4f}", f"{e['best_cost_weight']:g}",
+             f"{e['best_gain_over_mixing'] / og:.1%}" if og > 0 else "-", f"{e['mse']:.4f}"]
+            + ([_fmt(e.get("difficulty_auc"), "{:.3f}")] if hard else [])
+            + ([_pct(e.get("cpt95")), f"{e['apgr']:.3f}" if "apgr" in e else "-"] if two else [])
+            for label, e in d["predictors"].items()]
+    return L + bench.md_table(head, rows) + [""]
 
 
 def sweep_lines(r: dict) -> list[str]:
@@ -448,21 +319,15 @@ def sweep_lines(r: dict) -> list[str]:
         return []
     two = r.get("two_models")
     points = [p["name"] for p in next(iter(sw.values()))["runs"]]  # as the run swept them
+    head = ["router"] + points + ["best gain", "of the oracle's gain"] + (
+        ["CPT(50%)", "CPT(80%)", "CPT(95%)", "APGR"] if two else [])
+    rows = [[f"`{label}`"] + [_point(p) for p in m["runs"]]
+            + [f"{m['best_gain_over_mixing']:+.4f} ({m['best']})", _fmt(m.get("oracle_share"), "{:.1%}")]
+            + ([*(_pct(m["two_models"]["cpt"][k]) for k in ("50", "80", "95")), f"{m['two_models']['apgr']:.3f}"]
+               if two else [])
+            for label, m in sw.items()]
     L = [f"cost_weight sweep of `auto` ({len(points)} runs per strategy, the same trace): gain over mixing at each point "
-         f"(mean reward, total cost); the oracle's gain is {r['oracle_gain']:+.4f}.", ""]
-    head = ["router"] + points + ["best gain", "of the oracle's gain"]
-    if two:
-        head += ["CPT(50%)", "CPT(80%)", "CPT(95%)", "APGR"]
-    rows = []
-    for label, m in sw.items():
-        cells = [f"`{label}`"] + [_point(p) for p in m["runs"]]
-        share = m.get("oracle_share")
-        cells += [f"{m['best_gain_over_mixing']:+.4f} ({m['best']})", "-" if share is None else f"{share:.1%}"]
-        if two:
-            t = m["two_models"]
-            cells += [_pct(t["cpt"]["50"]), _pct(t["cpt"]["80"]), _pct(t["cpt"]["95"]), f"{t['apgr']:.3f}"]
-        rows.append(cells)
-    L += bench.md_table(head, rows)
+         f"(mean reward, total cost); the oracle's gain is {r['oracle_gain']:+.4f}.", ""] + bench.md_table(head, rows)
     if two:
         L += ["", f"Two models: weak `{two['weak']}`, strong `{two['strong']}`; PGR = (score - weak) / (strong - weak); "
                   "CPT(x) = the smallest share of strong-model calls at which the sweep's curve (with the all-weak and "
@@ -470,61 +335,106 @@ def sweep_lines(r: dict) -> list[str]:
     return L + [""]
 
 
-def overhead_report() -> Optional[dict]:
-    """benchmarks/decision_overhead.py's last results, None when absent or unreadable."""
+def summary(results: list[dict]) -> list[str]:
+    out = []
+    synth = [r for r in results if r["kind"] == "synthetic"]
+    lit = lambda r, s: r["rows"][f"litellm {s}"]  # noqa: E731
+    bf_score = lambda r: r["rows"][f"best fixed ({r['best_fixed']})"]["mean_score"]  # noqa: E731
+    # 1. reward vs each LiteLLM strategy
+    wins, losses = [], []
+    for r in synth:
+        ours = r["rows"]["aisia auto"]["mean_score"]
+        for s in LITELLM_STRATEGIES:
+            theirs = lit(r, s)["mean_score"]
+            (wins if ours > theirs else losses).append(f"{r['name']} vs {s}: {ours:.4f} vs {theirs:.4f}")
+    out.append(f"- **Reward above every LiteLLM strategy on every synthetic scenario: {verdict(not losses)}** "
+               f"({len(wins)} of {len(wins) + len(losses)} comparisons won)."
+               + (f" Lost: {'; '.join(losses)}." if losses else ""))
+    for r in synth:
+        parts = ", ".join(f"{s} {lit(r, s)['mean_score']:.4f}" for s in LITELLM_STRATEGIES)
+        out.append(f"  - {r['name']}: auto {r['rows']['aisia auto']['mean_score']:.4f}; {parts}; best fixed "
+                   f"({r['best_fixed']}) {bf_score(r):.4f}; oracle {r['rows']['oracle']['mean_score']:.4f}")
+    by = {r["name"]: r for r in synth}
+    if "stationary" in by:
+        pct = by["stationary"]["rows"]["aisia auto"]["pct_of_oracle"]
+        out.append(f"- **Within 10 % of the oracle on stationary: {verdict(pct >= 90)}** "
+                   f"(auto reaches {pct:.1f} % of the oracle's mean reward).")
+    if "degrade" in by:
+        dg = by["degrade"]
+        m = dg["rows"]["aisia auto"]["move"]
+        mv = m.get("move_away")
+        met = isinstance(mv, int) and mv <= 50
+        says = "MET" if met else ("NOT MEASURABLE (auto gave X under 20 % of its traffic before the change, "
+                                  "so there was no concentration to move away from)" if mv == "n/a" else "NOT MET")
+        out.append(f"- **Traffic leaves the degraded provider within 50 requests: {says}** "
+                   f"(auto: move-away {mv}, come-back {m.get('come_back')}; share of {dg['event']['candidate']} "
+                   f"{m.get('pre_share', 0):.0%} before, {m.get('during_share', 0):.0%} during, "
+                   f"{(m.get('after_share') or 0):.0%} after). LiteLLM: "
+                   + ", ".join(f"{s} {lit(dg, s)['move'].get('move_away')}" for s in LITELLM_STRATEGIES) + ".")
+    if "outage" in by:
+        og = by["outage"]
+        a = og["rows"]["aisia auto"]
+        out.append(f"- **Client-visible errors under 1 % after an outage: {verdict(a['errors_pct'] < 1)}** "
+                   f"(auto {a['errors_pct']:.2f} % of requests; "
+                   + ", ".join(f"{s} {lit(og, s)['errors_pct']:.2f} %" for s in LITELLM_STRATEGIES)
+                   + f"; auto move-away {a['move'].get('move_away')}, come-back {a['move'].get('come_back')}).")
+    for r in synth:
+        a = r["rows"]["aisia auto"]
+        cheap = min((lit(r, s) for s in LITELLM_STRATEGIES), key=lambda x: x["total_cost_usd"])
+        fast = min((lit(r, s) for s in LITELLM_STRATEGIES), key=lambda x: x["p95_latency_ms"] or 1e18)
+        out.append(f"- {r['name']}: cost auto ${a['total_cost_usd']:.4f} vs cheapest LiteLLM ${cheap['total_cost_usd']:.4f}; "
+                   f"p95 auto {a['p95_latency_ms']:.0f} ms vs fastest LiteLLM {fast['p95_latency_ms']:.0f} ms.")
+    for r in results:
+        if r["kind"] != "real":
+            continue
+        rows = r["rows"]
+        ours = {k: v for k, v in rows.items() if k.startswith("aisia")}
+        best_ours = max(ours.items(), key=lambda kv: kv[1]["mean_score"])
+        best_lit = max(((s, lit(r, s)) for s in LITELLM_STRATEGIES), key=lambda kv: kv[1]["mean_score"])
+        out.append(f"- {r['name']} (real outcomes): " + ", ".join(
+            f"{k.split(' ', 1)[1]} {v['mean_score']:.4f} (${v['total_cost_usd']:.3f})" for k, v in ours.items())
+            + f"; best LiteLLM {best_lit[0]} {best_lit[1]['mean_score']:.4f} (${best_lit[1]['total_cost_usd']:.3f}); "
+              f"best fixed {r['best_fixed']} {bf_score(r):.4f}; "
+              f"oracle {rows['oracle']['mean_score']:.4f}. Best of ours: {best_ours[0]}.")
+    return out
+
+
+def overhead_report() -> dict:
+    """benchmarks/decision_overhead.py's last results ({} when absent or unreadable)."""
     try:
         return json.loads((RESULTS_DIR / "overhead.json").read_text())
     except (OSError, ValueError):
-        return None
+        return {}
 
 
-def overhead_load() -> str:
-    """The overhead run's machine load, as its conditions recorded it."""
-    c = (overhead_report() or {}).get("conditions", {})
-    a, b = c.get("loadavg_1_5_15_start"), c.get("loadavg_1_5_15_end")
-    if not a or not b:
-        return ""
-    return (f" Load average (1 min) {a[0]:.1f} at the start of that run and {b[0]:.1f} at its end, on "
-            f"{c.get('cpu_count', '?')} cores shared with other jobs: the p99 are the machine's more than the code's.")
-
-
-def overhead_modes(alias: str, n: int = 16) -> Optional[dict]:
+def overhead_modes(rep: dict, alias: str, n: int = 16) -> dict:
     """The alias's overhead figures by mode at pool size n (``fixed`` and the other modes)."""
-    rep = overhead_report() or {}
-    fixed = (rep.get("ours", {}).get(str(n)) or {}).get(alias)
-    modes = dict((rep.get("ours_modes", {}).get(str(n)) or {}).get(alias) or {})
-    if isinstance(fixed, dict) and "p50_us" in fixed:
-        modes["fixed"] = fixed
-    return {k: v for k, v in modes.items() if isinstance(v, dict) and "p50_us" in v} or None
+    modes = {**((rep.get("ours_modes", {}).get(str(n)) or {}).get(alias) or {}),
+             "fixed": (rep.get("ours", {}).get(str(n)) or {}).get(alias)}
+    return {k: v for k, v in modes.items() if isinstance(v, dict) and "p50_us" in v}
 
 
 def issue14_targets(results: list[dict]) -> list[str]:
     """The prompt-aware routing targets (issue 14), each MET or by how much it misses."""
     out = []
     by = {r["name"]: r for r in results}
-
-    def verdict(ok: bool) -> str:
-        return "MET" if ok else "NOT MET"
-
-    for name, what, need in (("routellm_gsm8k", ">= +0.02", lambda g, og: g >= 0.02),
-                             ("routerarena", "> 0", lambda g, og: g > 0),
-                             ("prompt_aware", ">= half the oracle's gain", lambda g, og: g >= og / 2)):
+    for name, what in (("routellm_gsm8k", ">= +0.02"), ("routerarena", "> 0"),
+                       ("prompt_aware", ">= half the oracle's gain")):
         r = by.get(name)
         if not r or not r.get("sweeps"):
             continue
         og = r["oracle_gain"]
+        target = 0.02 if name == "routellm_gsm8k" else (0.0 if name == "routerarena" else og / 2)
+        need = (lambda g: g > 0) if name == "routerarena" else (lambda g, t=target: g >= t)
         parts = []
         for label, m in r["sweeps"].items():
-            g = m["best_gain_over_mixing"]
-            target = 0.02 if name == "routellm_gsm8k" else (0.0 if name == "routerarena" else og / 2)
-            by_seed = m.get("best_gain_by_seed")
-            spread = ""
-            if by_seed and len(by_seed["best"]) > 1:
-                b = by_seed["best"]
-                spread = (f"; over router seeds {by_seed['seeds'][0]}-{by_seed['seeds'][-1]} mean {sum(b) / len(b):+.4f}, "
-                          f"from {min(b):+.4f} to {max(b):+.4f}, {sum(1 for x in b if need(x, og))} of {len(b)} meeting it")
-            parts.append(f"{label}: {g:+.4f} at {m['best']} ({verdict(need(g, og))}"
-                         + ("" if need(g, og) else f", short by {target - g:.4f}") + spread + ")")
+            g, spread, b = m["best_gain_over_mixing"], "", (m.get("best_gain_by_seed") or {}).get("best", [])
+            if len(b) > 1:
+                s = m["best_gain_by_seed"]["seeds"]
+                spread = (f"; over router seeds {s[0]}-{s[-1]} mean {sum(b) / len(b):+.4f}, "
+                          f"from {min(b):+.4f} to {max(b):+.4f}, {sum(1 for x in b if need(x))} of {len(b)} meeting it")
+            parts.append(f"{label}: {g:+.4f} at {m['best']} ({verdict(need(g))}"
+                         + ("" if need(g) else f", short by {target - g:.4f}") + spread + ")")
         out.append(f"- **Gain over mixing at the best sweep point, {name} {what}** (oracle {og:+.4f}): " + "; ".join(parts) + ".")
     g = by.get("routellm_gsm8k")
     if g and g.get("sweeps") and g.get("two_models"):
@@ -536,37 +446,34 @@ def issue14_targets(results: list[dict]) -> list[str]:
         out.append("- **CPT(95%) on GSM8K <= 70 %** (random mixing needs 95 % of the gap; the issue's 'about 80 %' is 95 % "
                    "of the strong model's score, a different measure): " + "; ".join(parts) + ".")
     for r in results:
-        d = r.get("diagnosis")
-        if d:
-            P = d["predictors"]
-            m = P.get("model (fit_full_information)")
+        P = (r.get("diagnosis") or {}).get("predictors", {})
+        m = P.get("model (fit_full_information)")
+        if m:
             refs = [k for k in ("signals known (exact)", "hidden difficulty known", "label mean", "domain mean") if k in P]
-            if m:
-                out.append(f"- {r['name']}, full information on the first half, greedy on the second (what the model can know; "
-                           f"oracle {d['oracle']['gain_over_mixing']:+.4f} there): the model {m['best_gain_over_mixing']:+.4f}"
-                           + "".join(f", {k} {P[k]['best_gain_over_mixing']:+.4f}" for k in refs)
-                           + (f"; CPT(95%) of the model {_pct(m.get('cpt95'))}" if "cpt95" in m else "")
-                           + " (table in its section).")
+            out.append(f"- {r['name']}, full information on the first half, greedy on the second (what the model can know; "
+                       f"oracle {r['diagnosis']['oracle']['gain_over_mixing']:+.4f} there): the model "
+                       f"{m['best_gain_over_mixing']:+.4f}" + "".join(f", {k} {P[k]['best_gain_over_mixing']:+.4f}" for k in refs)
+                       + (f"; CPT(95%) of the model {_pct(m.get('cpt95'))}" if "cpt95" in m else "") + " (table in its section).")
     for r in results:
         h = r.get("heldout")
         if h:
-            g = {label: m["best_gain_over_mixing"] for label, m in h["runs"].items()}
             out.append(f"- {r['name']}, second half after `aisia train` on the first: best gain over mixing of the "
-                       "contextual strategy " + ", ".join(f"{k} {v:+.4f}" for k, v in g.items())
+                       "contextual strategy " + ", ".join(f"{k} {m['best_gain_over_mixing']:+.4f}" for k, m in h["runs"].items())
                        + f" (oracle {h['oracle_gain']:+.4f}; table in its section).")
     synth = [r for r in results if r["kind"] == "synthetic" and r["name"] in synthetic.SCENARIOS]
     for label in ("aisia auto", CONTEXTUAL):
         gains = [(r["name"], r["rows"][label]["gain_over_mixing"]) for r in synth if label in r["rows"]]
         if not gains:
             continue
-        below = [f"{n} {gv:+.4f}" for n, gv in gains if gv < 0]
+        below = [n for n, gv in gains if gv < 0]
         lost = [f"{r['name']} vs {s}" for r in synth for s in LITELLM_STRATEGIES
                 if r["rows"][label]["mean_score"] <= r["rows"][f"litellm {s}"]["mean_score"]]
         out.append(f"- **`{label}` at or above the mixing frontier on the five synthetic scenarios: {verdict(not below)}** ("
                    + ", ".join(f"{n} {gv:+.4f}" for n, gv in gains) + ")"
                    + f"; ahead of every LiteLLM strategy: {verdict(not lost)}" + (f" (lost: {', '.join(lost)})" if lost else "") + ".")
-    ctx, ucb = overhead_modes("auto/contextual"), overhead_modes("auto")
-    if ctx and "real_prompts" in ctx:
+    rep = overhead_report()
+    ctx, ucb = overhead_modes(rep, "auto/contextual"), overhead_modes(rep, "auto")
+    if "real_prompts" in ctx:
         real = ctx["real_prompts"]
         ok = real["p50_us"] <= 100.0
 
@@ -574,13 +481,18 @@ def issue14_targets(results: list[dict]) -> list[str]:
             return ", ".join(f"{k.replace('_', ' ')} {m[k]['p50_us']:.1f} / {m[k]['p99_us']:.1f}"
                              for k in ("fixed", "real_prompts", "unseen", "steady") if k in m)
 
+        c = rep.get("conditions", {})
+        a, b = c.get("loadavg_1_5_15_start"), c.get("loadavg_1_5_15_end")
+        load = (f" Load average (1 min) {a[0]:.1f} at the start of that run and {b[0]:.1f} at its end, on "
+                f"{c.get('cpu_count', '?')} cores shared with other jobs: the p99 are the machine's more than the code's."
+                if a and b else "")
         out.append(f"- **Decision cost with the contextual strategy, n=16, a real 2 KB prompt, p50 <= 100 us: {verdict(ok)}** "
                    f"(p50 {real['p50_us']:.1f} us" + ("" if ok else f", over by {real['p50_us'] - 100.0:.1f} us") + "). "
-                   f"p50 / p99 us, `auto/contextual`: {cells(ctx)}; `auto` (ucb1) in the same run: {cells(ucb or {})}. "
+                   f"p50 / p99 us, `auto/contextual`: {cells(ctx)}; `auto` (ucb1) in the same run: {cells(ucb)}. "
                    "fixed: one synthetic 2 KB prompt; real prompts: 400 distinct RouterArena prompts padded to 2 KB, each "
                    "decided twice before timing; unseen: GSM8K prompts padded to 2 KB that the process has never scanned, once "
                    "each; steady: real prompts with an outcome recorded after each decision (untimed). `auto/contextual` is "
-                   "the shipped `auto` with `strategy: contextual`." + overhead_load())
+                   "the shipped `auto` with `strategy: contextual`." + load)
     else:
         out.append("- Decision cost with the contextual strategy: not in `benchmarks/results/overhead.json` (run "
                    "`benchmarks/decision_overhead.py`).")
@@ -588,31 +500,18 @@ def issue14_targets(results: list[dict]) -> list[str]:
 
 
 def overhead_section() -> list[str]:
-    p = RESULTS_DIR / "overhead.json"
     lines = ["## Decision overhead", "", "<!-- overhead -->"]
-    if not p.exists():
+    if not (RESULTS_DIR / "overhead.json").exists():
         return lines + ["", "(not measured in this run: `benchmarks/results/overhead.json` is absent; "
                             "run `benchmarks/decision_overhead.py`)"]
-    try:
-        rep = json.loads(p.read_text())
-    except (OSError, ValueError) as exc:
-        return lines + ["", f"(overhead.json unreadable: {exc})"]
+    rep = overhead_report()
     sizes = sorted({*rep.get("ours", {}), *rep.get("litellm", {})}, key=lambda s: int(s) if str(s).isdigit() else 0)
-    lines += ["", "Microseconds per decision, p50 / p99 (from `benchmarks/results/overhead.json`).", "",
-              "| decision | " + " | ".join(f"n={s}" for s in sizes) + " |", "|---|" + "---|" * len(sizes)]
-    names = []
-    for who in ("ours", "litellm"):
-        for s in sizes:
-            for k in (rep.get(who, {}).get(s) or {}):
-                if (who, k) not in names:
-                    names.append((who, k))
-    for who, k in names:
-        cells = []
-        for s in sizes:
-            st = (rep.get(who, {}).get(s) or {}).get(k)
-            cells.append(f"{st['p50_us']:.1f} / {st['p99_us']:.1f}" if isinstance(st, dict) and "p50_us" in st else "-")
-        lines.append(f"| {'ours' if who == 'ours' else 'LiteLLM'} `{k}` | " + " | ".join(cells) + " |")
-    return lines
+    names = list(dict.fromkeys((who, k) for who in ("ours", "litellm") for s in sizes for k in (rep.get(who, {}).get(s) or {})))
+    cell = lambda st: f"{st['p50_us']:.1f} / {st['p99_us']:.1f}" if isinstance(st, dict) and "p50_us" in st else "-"  # noqa: E731
+    return lines + ["", "Microseconds per decision, p50 / p99 (from `benchmarks/results/overhead.json`).", ""] + bench.md_table(
+        ["decision"] + [f"n={s}" for s in sizes],
+        [[f"{'ours' if who == 'ours' else 'LiteLLM'} `{k}`"] + [cell((rep.get(who, {}).get(s) or {}).get(k)) for s in sizes]
+         for who, k in names])
 
 
 def render(results: list[dict], conditions: dict) -> str:
@@ -648,12 +547,8 @@ def render(results: list[dict], conditions: dict) -> str:
          "a router that learns nothing scores <= 0, the oracle's gain is the ceiling",
          f"- `{CONTEXTUAL}`: the shipped `auto` alias with `strategy: contextual` (same cost and latency weights)",
          "- real traces shuffled by a fixed seed (`convert_data.shuffled`): the files are ordered",
-         "",
-         "## Summary", ""]
-    L += summary(results)
-    L += ["", "### Prompt-aware routing (issue 14)", ""]
-    L += issue14_targets(results)
-    L += [""]
+         "", "## Summary", "", *summary(results), "", "### Prompt-aware routing (issue 14)", "",
+         *issue14_targets(results), ""]
     for r in results:
         ev = r.get("event")
         L += [f"## {r['name']} ({r['kind']}, {r['requests']} requests)", ""]
@@ -661,13 +556,10 @@ def render(results: list[dict], conditions: dict) -> str:
             L += [f"Event: `{ev['kind']}` on X = `{ev['candidate']}` ({ev.get('why', '')}) for requests "
                   f"[{ev['start']}, {ev['end']})" + (f", factor {ev['factor']:g}" if "factor" in ev else "")
                   + (f", HTTP {ev['status_code']}" if "status_code" in ev else "") + ".", ""]
-        L += table(r)
-        L += ["", f"Candidates: {', '.join(f'`{x}`' for x in r['candidates'])}. Replay wall time {r['wall_s']:.1f} s.", ""]
-        L += sweep_lines(r)
-        L += heldout_lines(r)
-        L += diagnosis_lines(r)
-    L += overhead_section()
-    return "\n".join(L) + "\n"
+        L += table(r) + ["", f"Candidates: {', '.join(f'`{x}`' for x in r['candidates'])}. "
+                             f"Replay wall time {r['wall_s']:.1f} s.", ""]
+        L += sweep_lines(r) + heldout_lines(r) + diagnosis_lines(r)
+    return "\n".join(L + overhead_section()) + "\n"
 
 
 def readme_block(results: list[dict], conditions: dict) -> list[str]:
@@ -695,47 +587,39 @@ def readme_block(results: list[dict], conditions: dict) -> list[str]:
             README_END]
 
 
-def write_readme_block(results: list[dict], conditions: dict, readme: Path = README) -> bool:
-    """Replace the README's block between the markers; False (and a message) when they are missing."""
+def write_report(results: list[dict], conditions: dict, readme: Path = README) -> bool:
+    """RESULTS.md, and the README's block between the markers (False, and a message, when they are missing)."""
+    RESULTS_MD.write_text(render(results, conditions), encoding="utf-8")
     return bench.replace_block(readme, README_BEGIN, README_END, "\n".join(readme_block(results, conditions)))
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="regenerate benchmarks/RESULTS.md")
-    ap.add_argument("--quick", action="store_true", help="fewer requests (1000 synthetic, 300 per real data set)")
-    ap.add_argument("--seed", type=int, default=0, help="router / latency-model / uniform-random seed")
-    ap.add_argument("--synthetic-seed", type=int, default=synthetic.DEFAULT_SEED)
-    ap.add_argument("--providers", type=int, default=synthetic.DEFAULT_PROVIDERS)
-    ap.add_argument("--only", action="append", help="only these traces (names)")
-    ap.add_argument("--render-only", action="store_true",
-                    help="rewrite RESULTS.md from benchmarks/results/*.json (the last run's figures) without replaying")
-    args = ap.parse_args(argv)
+    args = bench.arguments(__doc__, argv, quick=(False, "fewer requests (1000 synthetic, 300 per real data set)"),
+                           seed=(0, "router / latency-model / uniform-random seed"),
+                           synthetic_seed=synthetic.DEFAULT_SEED, providers=synthetic.DEFAULT_PROVIDERS,
+                           only=([], "only these traces (names)"),
+                           render_only=(False, "rewrite RESULTS.md from benchmarks/results/*.json (the last run's "
+                                               "figures) without replaying"))
     if args.render_only:
         conditions = json.loads((RESULTS_DIR / "conditions.json").read_text())
         names = list(synthetic.SCENARIOS + synthetic.PROMPT_SCENARIOS) + ["routellm_gsm8k", "routerarena"]
         results = [json.loads((RESULTS_DIR / f"{n}.json").read_text()) for n in names if (RESULTS_DIR / f"{n}.json").exists()]
-        RESULTS_MD.write_text(render(results, conditions), encoding="utf-8")
-        write_readme_block(results, conditions)
+        write_report(results, conditions)
         print(f"wrote {RESULTS_MD.relative_to(REPO)} and the README's results from {len(results)} result files")
         return 0
     t0 = time.monotonic()
     n_syn = 1000 if args.quick else synthetic.DEFAULT_REQUESTS
-    limit = 300 if args.quick else None
-
-    data_dir = convert_data.shared_data_dir()
-    real = convert_data.convert_all(OUT, limit=limit, data_dir=data_dir)
+    data_dir = bench.shared_data_dir()
+    real = convert_data.convert_all(OUT, limit=300 if args.quick else None, data_dir=data_dir)
     policy = load_policy(None)
-    jobs = []
+    jobs = []  # synthetic first in the report
+    for name in synthetic.SCENARIOS + synthetic.PROMPT_SCENARIOS:
+        path, meta = synthetic.write_scenario(name, OUT, n=n_syn, n_providers=args.providers, seed=args.synthetic_seed)
+        jobs.append((name, path, synthetic.candidates_of(meta), ["auto"], meta["event"], "synthetic"))
     for name, path in real.items():
         cands = (convert_data.routellm_candidates() if name == "routellm_gsm8k"
                  else convert_data.routerarena_candidates(data_dir))
         jobs.append((name, path, cands, ["auto", "auto/cheap", "auto/smart"], None, "real"))
-    for name in synthetic.SCENARIOS + synthetic.PROMPT_SCENARIOS:
-        path, meta = synthetic.write_scenario(name, OUT, n=n_syn, n_providers=args.providers, seed=args.synthetic_seed)
-        jobs.append((name, path, synthetic.candidates_of(meta), ["auto"], meta["event"], "synthetic"))
-    # synthetic first in the report
-    jobs.sort(key=lambda j: 0 if j[5] == "synthetic" else 1)
-
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     results = []
     for name, path, cands, aliases, event, kind in jobs:
@@ -753,8 +637,6 @@ def main(argv=None) -> int:
               f"{res['router_wall_s']}", flush=True)
         results.append(res)
 
-    from importlib.metadata import version
-
     import aisia_plugin
 
     def count(p):
@@ -763,7 +645,7 @@ def main(argv=None) -> int:
 
     conditions = {
         "quick": args.quick, "cpu_count": os.cpu_count(), "python": platform.python_version(),
-        "platform": platform.platform(), "litellm": version("litellm"), "aisia": aisia_plugin.__version__,
+        "platform": platform.platform(), "litellm": bench.version("litellm"), "aisia": aisia_plugin.__version__,
         "seed": args.seed, "synthetic_seed": args.synthetic_seed, "data_seed": convert_data.DEFAULT_SEED,
         "synthetic_requests": n_syn, "providers": args.providers, "data_dir": "../shared/data ($AISIA_SHARED_DATA)",
         "gsm8k_requests": count(real["routellm_gsm8k"]), "arena_requests": count(real["routerarena"]),
@@ -771,8 +653,7 @@ def main(argv=None) -> int:
     }
     (RESULTS_DIR / "conditions.json").write_text(json.dumps(conditions, indent=2) + "\n")
     if not args.only:
-        RESULTS_MD.write_text(render(results, conditions), encoding="utf-8")
-        write_readme_block(results, conditions)
+        write_report(results, conditions)
         print(f"wrote {RESULTS_MD.relative_to(REPO)} and the README's results in {conditions['wall_s']:.0f} s")
     return 0
 

@@ -24,7 +24,6 @@ with its own seed: 5,276 requests). Writes benchmarks/results/spend_target.{json
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sys
@@ -32,22 +31,21 @@ import time
 from pathlib import Path
 
 import bench  # first: LiteLLM offline, the repository importable
+import convert_data
+import synthetic
 
-import convert_data  # noqa: E402
-import synthetic  # noqa: E402
-from aisia_plugin.policy import load_policy  # noqa: E402
-from aisia_plugin.replay.candidates import load_candidates  # noqa: E402
-from aisia_plugin.replay.quality import format_measures  # noqa: E402
-from aisia_plugin.replay.report import sweep_measures  # noqa: E402
-from aisia_plugin.replay.runner import (SweepPoint, SweepResult, baselines, build_scenario, figures,  # noqa: E402
-                                        override_alias, run_router)
-from aisia_plugin.replay.trace import load_trace  # noqa: E402
+from aisia_plugin.policy import load_policy
+from aisia_plugin.replay.candidates import load_candidates
+from aisia_plugin.replay.quality import format_measures
+from aisia_plugin.replay.report import sweep_measures
+from aisia_plugin.replay.runner import SweepPoint, SweepResult, baselines, build_scenario, figures, override_alias, run_router
+from aisia_plugin.replay.trace import load_trace
 
 ALIAS = "auto"
 WINDOW = 1000
 SHARES = (0.2, 0.4, 0.6, 0.8)
 COST_WEIGHTS = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
-SYNTHETIC = ("stationary", "degrade", "outage", "latency_spike", "price_change", "prompt_aware")
+SYNTHETIC = synthetic.SCENARIOS + synthetic.PROMPT_SCENARIOS
 GSM8K_PASSES = 4
 
 
@@ -58,26 +56,17 @@ def ensure_traces(out: Path) -> None:
             synthetic.write_scenario(name, out)
     if not (out / "routellm_gsm8k.jsonl").exists():
         convert_data.convert_all(out)
-    looped = out / f"routellm_gsm8k_x{GSM8K_PASSES}.jsonl"
-    if not looped.exists():
-        lines = (out / "routellm_gsm8k.jsonl").read_text(encoding="utf-8").splitlines()
-        rows = []
+    looped = out / f"routellm_gsm8k_x{GSM8K_PASSES}"
+    if not looped.with_suffix(".jsonl").exists():
+        lines, rows = (out / "routellm_gsm8k.jsonl").read_text(encoding="utf-8").splitlines(), []
         for k in range(GSM8K_PASSES):
             order = list(lines)
             random.Random(f"spend-target-gsm8k:{k}").shuffle(order)
-            for line in order:
-                rec = json.loads(line)
-                rec["id"] = f"{rec['id']}#{k}"
-                rows.append(json.dumps(rec, ensure_ascii=False))
-        looped.write_text("\n".join(rows) + "\n", encoding="utf-8")
-        (out / f"routellm_gsm8k_x{GSM8K_PASSES}.candidates.yaml").write_text(
+            rows += [json.dumps({**(rec := json.loads(line)), "id": f"{rec['id']}#{k}"}, ensure_ascii=False)
+                     for line in order]
+        looped.with_suffix(".jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+        looped.with_suffix(".candidates.yaml").write_text(
             (out / "routellm_gsm8k.candidates.yaml").read_text(encoding="utf-8"), encoding="utf-8")
-
-
-def with_strategy(policy, strategy: str, param: str, value: float):
-    pol = override_alias(policy, ALIAS, param, value)
-    ap = pol.aliases[ALIAS].model_copy(update={"strategy": strategy})
-    return pol.model_copy(update={"aliases": {**pol.aliases, ALIAS: ap}})
 
 
 def per_1k(costs) -> float:
@@ -110,22 +99,6 @@ def curve_score(points, spend: float):
     return None
 
 
-def price_event(out: Path, name: str, policy, scenario):
-    """For a trace whose meta says a candidate's price changes (price_change), the deployments
-    as a live proxy reads them per request (run_all.py does the same: a config reload), else None."""
-    meta = out / f"{name}.meta.json"
-    event = json.loads(meta.read_text(encoding="utf-8")).get("event") if meta.exists() else None
-    if not event or event.get("kind") != "price":
-        return None
-    from dataclasses import replace
-
-    deps = scenario.deployments(policy)
-    dear = replace(deps[event["candidate"]], input_cost_per_1m=event["factor"] * deps[event["candidate"]].input_cost_per_1m,
-                   output_cost_per_1m=event["factor"] * deps[event["candidate"]].output_cost_per_1m)
-    during = {**deps, event["candidate"]: dear}
-    return lambda i, current: during if event["start"] <= i < event["end"] else current
-
-
 def measure(name: str, out: Path, strategy: str, seed: int) -> dict:
     policy = load_policy()
     trace = load_trace(str(out / f"{name}.jsonl"))
@@ -136,11 +109,14 @@ def measure(name: str, out: Path, strategy: str, seed: int) -> dict:
     fixed_spend = {c: 1000.0 * f.total_cost_usd / n for c, f in base.fixed.items()}
     cheapest = min(fixed_spend.values())
 
-    repriced = price_event(out, name, policy, scenario)
+    meta = out / f"{name}.meta.json"
+    repriced = synthetic.price_event(json.loads(meta.read_text(encoding="utf-8")).get("event") if meta.exists() else None)
+    with_strategy = policy.model_copy(update={"aliases": {**policy.aliases, ALIAS: policy.aliases[ALIAS].model_copy(
+        update={"strategy": strategy})}})
 
     def run(param, value, observe=None):
-        served = run_router(with_strategy(policy, strategy, param, value), ALIAS, scenario, seed=seed, observe=observe,
-                            deployments_at=repriced)
+        served = run_router(override_alias(with_strategy, ALIAS, param, value), ALIAS, scenario, seed=seed,
+                            observe=observe, deployments_at=repriced)
         return served, figures(f"{param.split('.')[-1]}={value:g}", served, base.oracle_served)
 
     weights = []
@@ -215,13 +191,10 @@ def markdown(results: list[dict], meta: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", default=str(bench.OUT), help="where the traces are (generated when missing)")
-    p.add_argument("--strategy", action="append", help="default: ucb1 and contextual")
-    p.add_argument("--traces", default=",".join(SYNTHETIC + (f"routellm_gsm8k_x{GSM8K_PASSES}",)))
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--results", default=str(bench.RESULTS))
-    args = p.parse_args(argv)
+    args = bench.arguments(__doc__, argv, out=(str(bench.OUT), "where the traces are (generated when missing)"),
+                           strategy=([], "default: ucb1 and contextual"),
+                           traces=",".join(SYNTHETIC + (f"routellm_gsm8k_x{GSM8K_PASSES}",)), seed=0,
+                           results=str(bench.RESULTS))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     ensure_traces(out)
@@ -229,8 +202,7 @@ def main(argv=None) -> int:
     for name in args.traces.split(","):
         for strategy in args.strategy or ["ucb1", "contextual"]:
             t0 = time.time()
-            r = measure(name, out, strategy, args.seed)
-            results.append(r)
+            results.append(r := measure(name, out, strategy, args.seed))
             worst = max((abs(row["windows"][side]["deviation"]) for row in r["rows"] if row["windows"]
                          for side in ("above", "below")), default=None)
             print(f"{name} {strategy}: worst window deviation {worst:.1%} ({time.time() - t0:.0f} s)", flush=True)

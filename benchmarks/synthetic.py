@@ -11,12 +11,11 @@ difficulty and its signals are described in benchmarks/README.md ("Synthetic sce
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import random
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -146,14 +145,37 @@ def _prompt(domain: str, rng: random.Random) -> str:
     return tpl.format(**values)
 
 
-def _call_draws(p: Provider, z: float, med_out: float, sig_out: float, rng: random.Random) -> tuple[float, int, float]:
-    """One provider's draws for one request of difficulty z: its copula uniform u (success iff
-    u < q), its output tokens and its latency (ms)."""
-    e = rng.gauss(0.0, 1.0)
-    u = _phi(RHO * z + math.sqrt(1.0 - RHO * RHO) * e)
-    tout = max(1, int(round(med_out * math.exp(sig_out * rng.gauss(0.0, 1.0)))))
-    latency = p.median_ms * (0.5 + 0.5 * tout / 250.0) * math.exp(LATENCY_SIGMA * rng.gauss(0.0, 1.0))
-    return u, tout, latency
+def _requests(ps: list[Provider], n: int, rng: random.Random, prompt_aware: bool = False):
+    """Per request: (domain, hard, prompt, input tokens, [(provider, u, output tokens, latency ms)]).
+    Each provider's copula uniform u (success iff u < q) shares the request's difficulty z."""
+    domains, weights = list(DOMAIN_MIX), list(DOMAIN_MIX.values())
+    for _ in range(n):
+        domain = rng.choices(domains, weights)[0]
+        hard = prompt_aware and rng.random() < HARD_SHARE
+        prompt = _prompt(domain, rng)
+        if prompt_aware:
+            prompt = _hard_prompt(prompt, domain, hard, rng)
+        med_out, sig_out = OUTPUT_TOKENS[domain]
+        z = rng.gauss(0.0, 1.0)  # the request's difficulty (shared by every provider)
+        draws = []
+        for p in ps:
+            u = _phi(RHO * z + math.sqrt(1.0 - RHO * RHO) * rng.gauss(0.0, 1.0))
+            tout = max(1, int(round(med_out * math.exp(sig_out * rng.gauss(0.0, 1.0)))))
+            latency = p.median_ms * (0.5 + 0.5 * tout / 250.0) * math.exp(LATENCY_SIGMA * rng.gauss(0.0, 1.0))
+            draws.append((p, u, tout, latency))
+        yield domain, hard, prompt, math.ceil(len(prompt) / 4) + SYSTEM_OVERHEAD_TOKENS, draws
+
+
+def _outcome(domain: str, q: float, u: float, tin: int, tout: int, latency: float, price: float) -> dict:
+    score = min(1.0, max(0.0, 0.5 + q - u)) if domain in GRADED else (1.0 if u < q else 0.0)
+    return {"score": round(score, 4), "cost_usd": round((tin + tout) * price / 1e6, 10), "latency_ms": round(latency, 1),
+            "input_tokens": tin, "output_tokens": tout}
+
+
+def _providers_meta(ps: list[Provider], **extra) -> dict:
+    return {p.name: {"provider": p.provider, "price_per_1m": p.price_per_1m, "latency_median_ms": p.median_ms,
+                     "quality": dict(zip(DOMAINS, p.quality)), "mean_quality": round(mean_quality(p), 4),
+                     **{k: round(v[p.name], 4) for k, v in extra.items()}} for p in ps}
 
 
 def providers(n: int = DEFAULT_PROVIDERS) -> list[Provider]:
@@ -203,52 +225,50 @@ def scenario_event(name: str, ps: list[Provider], n: int) -> Optional[dict]:
     raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
 
 
+def price_event(event: Optional[dict]):
+    """For a price event, run_router's ``deployments_at``: the deployments as a live proxy reads
+    them per request (a config reload), the candidate's prices times the factor inside the
+    event's window; None for any other event."""
+    if not event or event.get("kind") != "price":
+        return None
+    cand, factor = event["candidate"], event["factor"]
+
+    def deployments_at(i: int, deps: dict) -> dict:
+        if not event["start"] <= i < event["end"]:
+            return deps
+        d = deps[cand]
+        return {**deps, cand: replace(d, input_cost_per_1m=d.input_cost_per_1m * factor,
+                                      output_cost_per_1m=d.output_cost_per_1m * factor)}
+
+    return deployments_at
+
+
 def generate(name: str, *, n: int = DEFAULT_REQUESTS, n_providers: int = DEFAULT_PROVIDERS,
              seed: int = DEFAULT_SEED) -> tuple[list[dict], dict]:
     """(trace records, metadata) for one scenario. The requests and the candidates' underlying
     draws depend only on the seed (not on the scenario), so scenarios differ only by their event."""
     ps = providers(n_providers)
     event = scenario_event(name, ps, n)
-    rng = random.Random(f"aisia-synthetic:{seed}")
-    domains, weights = list(DOMAIN_MIX), list(DOMAIN_MIX.values())
     records = []
-    for i in range(n):
-        domain = rng.choices(domains, weights)[0]
-        di = DOMAINS.index(domain)
-        prompt = _prompt(domain, rng)
-        tin = math.ceil(len(prompt) / 4) + SYSTEM_OVERHEAD_TOKENS
-        med_out, sig_out = OUTPUT_TOKENS[domain]
-        z = rng.gauss(0.0, 1.0)  # the request's difficulty (shared by every provider)
+    for i, (domain, _, prompt, tin, draws) in enumerate(_requests(ps, n, random.Random(f"aisia-synthetic:{seed}"))):
         outcomes = {}
-        for p in ps:
-            u, tout, latency = _call_draws(p, z, med_out, sig_out, rng)
-            q = p.quality[di]
-            price = p.price_per_1m
-            active = event is not None and event["candidate"] == p.name and event["start"] <= i < event["end"]
-            if active and event["kind"] == "quality":
-                q *= event["factor"]
-            if active and event["kind"] == "latency":
-                latency *= event["factor"]
-            if active and event["kind"] == "price":
-                price *= event["factor"]
-            if active and event["kind"] == "outage":
+        for p, u, tout, latency in draws:
+            q, price = p.quality[DOMAINS.index(domain)], p.price_per_1m
+            kind = event["kind"] if event and event["candidate"] == p.name and event["start"] <= i < event["end"] else None
+            if kind == "outage":
                 outcomes[p.name] = {"error": "simulated outage: 503 Service Unavailable", "status_code": event["status_code"],
                                     "latency_ms": event["latency_ms"], "cost_usd": 0.0, "input_tokens": tin,
                                     "output_tokens": 0}
                 continue
-            if domain in GRADED:
-                score = min(1.0, max(0.0, 0.5 + q - u))
-            else:
-                score = 1.0 if u < q else 0.0
-            outcomes[p.name] = {"score": round(score, 4), "cost_usd": round((tin + tout) * price / 1e6, 10),
-                                "latency_ms": round(latency, 1), "input_tokens": tin, "output_tokens": tout}
+            q *= event["factor"] if kind == "quality" else 1
+            latency *= event["factor"] if kind == "latency" else 1
+            price *= event["factor"] if kind == "price" else 1
+            outcomes[p.name] = _outcome(domain, q, u, tin, tout, latency, price)
         records.append({"id": f"{name}-{i}", "messages": [{"role": "user", "content": prompt}], "label": domain,
                         "outcomes": outcomes})
     meta = {
         "scenario": name, "requests": n, "seed": seed, "event": event,
-        "providers": {p.name: {"provider": p.provider, "price_per_1m": p.price_per_1m, "latency_median_ms": p.median_ms,
-                               "quality": dict(zip(DOMAINS, p.quality)), "mean_quality": round(mean_quality(p), 4)}
-                      for p in ps},
+        "providers": _providers_meta(ps),
         "model": {"domain_mix": DOMAIN_MIX, "graded_domains": sorted(GRADED), "copula_rho": RHO,
                   "latency": f"lognormal, median per provider x (0.5 + 0.5*out_tokens/250), sigma {LATENCY_SIGMA}",
                   "output_tokens": {d: {"median": m, "sigma": s} for d, (m, s) in OUTPUT_TOKENS.items()},
@@ -301,36 +321,22 @@ def generate_prompt_aware(*, n: int = DEFAULT_REQUESTS, n_providers: int = DEFAU
                           seed: int = DEFAULT_SEED) -> tuple[list[dict], dict]:
     """(trace records, metadata) of the prompt-aware scenario (see the module docstring)."""
     ps = providers(n_providers)
-    rng = random.Random(f"aisia-synthetic-prompt:{seed}")
-    domains, weights = list(DOMAIN_MIX), list(DOMAIN_MIX.values())
     penalty = {p.name: HARD_PENALTY * max(0.0, 0.95 - mean_quality(p)) / 0.45 for p in ps}
     records, hard_ones = [], []
-    for i in range(n):
-        domain = rng.choices(domains, weights)[0]
-        di = DOMAINS.index(domain)
-        hard = rng.random() < HARD_SHARE
+    requests = _requests(ps, n, random.Random(f"aisia-synthetic-prompt:{seed}"), prompt_aware=True)
+    for i, (domain, hard, prompt, tin, draws) in enumerate(requests):
         if hard:
             hard_ones.append(i)
-        prompt = _hard_prompt(_prompt(domain, rng), domain, hard, rng)
-        tin = math.ceil(len(prompt) / 4) + SYSTEM_OVERHEAD_TOKENS
-        med_out, sig_out = OUTPUT_TOKENS[domain]
-        z = rng.gauss(0.0, 1.0)
         outcomes = {}
-        for p in ps:
-            u, tout, latency = _call_draws(p, z, med_out, sig_out, rng)
-            q = p.quality[di]
+        for p, u, tout, latency in draws:
+            q = p.quality[DOMAINS.index(domain)]
             q = q * (1.0 - penalty[p.name]) if hard else 1.0 - (1.0 - q) * EASY_ERROR_SHARE
-            score = min(1.0, max(0.0, 0.5 + q - u)) if domain in GRADED else (1.0 if u < q else 0.0)
-            outcomes[p.name] = {"score": round(score, 4), "cost_usd": round((tin + tout) * p.price_per_1m / 1e6, 10),
-                                "latency_ms": round(latency, 1), "input_tokens": tin, "output_tokens": tout}
+            outcomes[p.name] = _outcome(domain, q, u, tin, tout, latency, p.price_per_1m)
         records.append({"id": f"prompt_aware-{i}", "messages": [{"role": "user", "content": prompt}], "label": domain,
                         "outcomes": outcomes})
     meta = {
         "scenario": "prompt_aware", "requests": n, "seed": seed, "event": None,
-        "providers": {p.name: {"provider": p.provider, "price_per_1m": p.price_per_1m, "latency_median_ms": p.median_ms,
-                               "quality": dict(zip(DOMAINS, p.quality)), "mean_quality": round(mean_quality(p), 4),
-                               "hard_penalty": round(penalty[p.name], 4)}
-                      for p in ps},
+        "providers": _providers_meta(ps, hard_penalty=penalty),
         "model": {"hard_share": HARD_SHARE, "signal_if_hard": SIGNAL_IF_HARD, "signal_if_easy": SIGNAL_IF_EASY,
                   "easy_error_share": EASY_ERROR_SHARE, "hard_penalty": HARD_PENALTY, "domain_mix": DOMAIN_MIX,
                   "copula_rho": RHO},
@@ -357,13 +363,8 @@ def write_scenario(name: str, out_dir: Path = DEFAULT_OUT, **kw) -> tuple[Path, 
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description="seeded synthetic routing scenarios")
-    p.add_argument("--out", default=str(DEFAULT_OUT))
-    p.add_argument("--requests", type=int, default=DEFAULT_REQUESTS)
-    p.add_argument("--providers", type=int, default=DEFAULT_PROVIDERS)
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED)
-    p.add_argument("--scenario", action="append", choices=SCENARIOS + PROMPT_SCENARIOS, help="default: all")
-    args = p.parse_args(argv)
+    args = bench.arguments(__doc__, argv, out=str(DEFAULT_OUT), requests=DEFAULT_REQUESTS, providers=DEFAULT_PROVIDERS,
+                           seed=DEFAULT_SEED, scenario=([], f"one of {', '.join(SCENARIOS + PROMPT_SCENARIOS)}; default: all"))
     for name in args.scenario or SCENARIOS + PROMPT_SCENARIOS:
         path, meta = write_scenario(name, Path(args.out), n=args.requests, n_providers=args.providers, seed=args.seed)
         print(f"{name}: {path} event={json.dumps(meta['event'])}")

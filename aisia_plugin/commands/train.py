@@ -43,11 +43,25 @@ def _read(load, invalid, path, what):
         return 2
 
 
-def run(args) -> int:
-    from ..contextual import fit_full_information, request_vector
-    from ..contextual_io import save_model_file
+def training_rows(policy, alias: str, trace, scenario) -> list[tuple]:
+    """Per request of the trace: (its context vector, every candidate's reward, its domain, its
+    features), with the engine's features and reward for ``alias``: what the model is fitted on."""
+    from ..contextual import request_vector
     from ..engine import Engine
     from ..outcome import reward
+
+    ap, engine, rows = policy.aliases[alias], Engine(policy), []
+    for rec, calls in zip(trace.records, scenario.calls):
+        feats, present = engine.scanner.scan(rec.messages, None, None)
+        domain = ap.domain_hint or engine.detector.detect(feats.text, present)
+        rewards = {name: reward(call.outcome(), policy.reward, ap.sla.target_p95_ms) for name, call in calls.items()}
+        rows.append((request_vector(feats, domain, ap.task_hint or feats.task_type), rewards, domain, feats))
+    return rows
+
+
+def run(args) -> int:
+    from ..contextual import fit_full_information
+    from ..contextual_io import save_model_file
     from ..policy import PolicyError, load_policy
     from ..replay.candidates import CandidatesError, load_candidates
     from ..replay.runner import build_scenario
@@ -71,16 +85,8 @@ def run(args) -> int:
     specs = _read(load_candidates, CandidatesError, args.deployments, "the candidates file") if args.deployments else {}
     if isinstance(specs, int):
         return specs
-    scenario = build_scenario(trace, specs, policy, seed=args.seed)
-    engine = Engine(policy)
-    target = ap.sla.target_p95_ms
-    rows = []
-    for rec, calls in zip(trace.records, scenario.calls):
-        feats, present = engine.scanner.scan(rec.messages, None, None)
-        domain = ap.domain_hint or engine.detector.detect(feats.text, present)
-        task = ap.task_hint or feats.task_type
-        rewards = {name: reward(call.outcome(), policy.reward, target) for name, call in calls.items()}
-        rows.append((request_vector(feats, domain, task), rewards))
+    rows = [(vector, rewards) for vector, rewards, _, _ in
+            training_rows(policy, args.alias, trace, build_scenario(trace, specs, policy, seed=args.seed))]
     c = ap.contextual
     model = fit_full_information(rows, prior_variance=c.prior_variance, noise_variance=c.noise_variance,
                                  passes=args.passes)
