@@ -16,7 +16,6 @@ Writes benchmarks/results/overhead.json and .md."""
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import io
 import itertools
@@ -25,7 +24,6 @@ import random
 import sys
 import time
 import traceback
-from pathlib import Path
 
 import bench
 from litellm_baselines import MODEL_GROUP, LiteLLMBaseline
@@ -66,17 +64,13 @@ def real_prompts(limit: int = 400) -> list[list[dict]]:
             for t in bench.padded(prompts, need, max(1, len(prompts) // limit), limit)] if prompts else []
 
 
-def unseen_prompts() -> list[list[dict]]:
-    """GSM8K's prompts padded to 2 KB: text this process has never scanned (the RouterArena prompts
-    above it has), for the ``unseen`` figures."""
+def time_unseen(eng, aliases, deps, per_alias: int = 200) -> dict:
+    """Each alias decides ``per_alias`` GSM8K prompts padded to 2 KB, text this process has never
+    scanned (disjoint slices), once each: the cost a freshly started proxy pays on new text (RE2's
+    lazy DFAs meet it for the first time)."""
     path = bench.shared_data_dir() / "routellm_gsm8k_responses.csv"
-    prompts = [row["prompt"] for row in bench.read_csv(path) if row.get("prompt", "").strip()] if path.exists() else []
-    return [SYSTEM + [{"role": "user", "content": t}] for t in bench.padded(prompts, 2048 - len(SYSTEM[0]["content"]))]
-
-
-def time_unseen(eng, aliases, deps, prompts, per_alias: int = 200) -> dict:
-    """Each alias decides ``per_alias`` prompts never seen (disjoint slices), once each: the cost
-    a freshly started proxy pays on new text (RE2's lazy DFAs meet it for the first time)."""
+    texts = [row["prompt"] for row in bench.read_csv(path) if row.get("prompt", "").strip()] if path.exists() else []
+    prompts = [SYSTEM + [{"role": "user", "content": t}] for t in bench.padded(texts, 2048 - len(SYSTEM[0]["content"]))]
     out, pc = {}, time.perf_counter_ns
     for k, alias in enumerate(aliases):
         chunk = prompts[k * per_alias:(k + 1) * per_alias]
@@ -89,22 +83,18 @@ def time_unseen(eng, aliases, deps, prompts, per_alias: int = 200) -> dict:
                 eng.decide(alias, msgs, deps)
                 ts.append(pc() - t0)
         st = bench.summarize(ts)
-        out[alias] = {"n": st["n"], "p50_us": st["p50_us"], "p99_us": st["p99_us"]}
+        out[alias] = {k: st[k] for k in ("n", "p50_us", "p99_us")}
     return out
 
 
 def pool_specs(n: int) -> list[dict]:
-    specs = []
-    for i in range(n):
-        prov, price, lat = PROVIDERS[i % len(PROVIDERS)]
-        specs.append({"id": f"{prov}-model-{i}", "provider": prov, "model": f"{prov}/model-{i}", "input_cost_per_1m": price,
-                      "output_cost_per_1m": round(price * 3, 4), "latency_s": lat * (1 + 0.05 * (i // len(PROVIDERS)))})
-    return specs
+    return [{"id": f"{prov}-model-{i}", "provider": prov, "model": f"{prov}/model-{i}", "input_cost_per_1m": price,
+             "output_cost_per_1m": round(price * 3, 4), "latency_s": lat * (1 + 0.05 * (i // len(PROVIDERS)))}
+            for i, (prov, price, lat) in ((i, PROVIDERS[i % len(PROVIDERS)]) for i in range(n))]
 
 
-class SimClock:
-    def __init__(self, t: float = 1_000.0):
-        self.t = t
+class SimClock:  # the engine's clock, moved by hand
+    t = 1_000.0
 
     def __call__(self) -> float:
         return self.t
@@ -169,25 +159,17 @@ def decide_steps(eng, clock, alias: str, messages, prompts, deps, specs) -> dict
 
 def capture_select_inputs(eng, strategy_name: str, alias: str, messages, deps):
     """The exact (pool, context) the engine hands to the strategy for one decide()."""
-    strat, captured = plugins.get_strategy(strategy_name), {}
+    strat, captured = plugins.get_strategy(strategy_name), []
     real = strat.select
-
-    def spy(pool, ctx):
-        captured["args"] = (pool, ctx)
-        return real(pool, ctx)
-
     try:
-        strat.select = spy  # instance attribute shadows the method
+        strat.select = lambda pool, ctx: captured.append((pool, ctx)) or real(pool, ctx)  # shadows the method
     except AttributeError:
         return None, None
     try:
         eng.decide(alias, messages, deps)
     finally:
-        try:
-            del strat.select
-        except AttributeError:
-            pass
-    return strat, captured["args"]
+        del strat.select
+    return strat, captured[0]
 
 
 def unread_copy(pool):
@@ -277,15 +259,13 @@ def bench_ours(policy, sizes, calls, messages, profile_n: int):
             st = ours[str(n)][alias] = dict(timed[(alias, "fixed")], strategy=strat)
             m = modes[str(n)][alias] = {"strategy": strat, **{
                 mode: timed[(alias, mode)] for mode in ("explained", "real_prompts", "steady") if (alias, mode) in timed}}
-            parts = "  ".join(f"{k} p50 {v['p50_us']:.1f}/p99 {v['p99_us']:.1f}" for k, v in m.items() if isinstance(v, dict))
-            print(f"  ours    n={n:<3} {alias:<15} fixed p50 {st['p50_us']:.1f}/p99 {st['p99_us']:.1f}  {parts}", flush=True)
+            print(f"  ours n={n:<3} {alias:<15} " + "  ".join(f"{k} p50 {v['p50_us']:.1f}/p99 {v['p99_us']:.1f}"
+                                                           for k, v in [("fixed", st), *m.items()] if isinstance(v, dict)),
+                  flush=True)
         if n == TARGET_N:
-            for alias, st in time_unseen(eng, [a for a, _ in usable], deps, unseen_prompts()).items():
+            for alias, st in time_unseen(eng, [a for a, _ in usable], deps).items():
                 modes[str(n)][alias]["unseen"] = st
-                print(f"  ours    n={n:<3} {alias:<15} unseen prompts p50 {st['p50_us']:.1f}/p99 {st['p99_us']:.1f}")
-        pc = piece_sets[str(n)] = pieces(eng, clock, deps, policy, usable, messages, specs, calls, notes)
-        for k, v in pc.items():
-            print(f"  piece   n={n:<3} {k:<44} p50 {v['p50_us']:8.1f} us  p99 {v['p99_us']:8.1f} us", flush=True)
+        piece_sets[str(n)] = pieces(eng, clock, deps, policy, usable, messages, specs, calls, notes)
         if n == TARGET_N and usable:
             profile, profile_text = hot_spots(eng, usable[0][0], messages, deps, n, profile_n)
     return ours, piece_sets, notes, profile, profile_text, modes
@@ -339,9 +319,8 @@ def bench_litellm(sizes, calls, messages):
                 now += 5.0
                 st = res[strat] = dict(bench.time_calls(lambda: b.choose(messages, now), calls),
                                        measured="LiteLLMBaseline.choose()")
-                raw = st["router_only"] = router_only(b, strat, messages, now, calls)
-                print(f"  litellm n={n:<3} {strat:<22} choose p50 {st['p50_us']:8.1f} us  p99 {st['p99_us']:8.1f} us"
-                      f" | router-only p50 {raw['p50_us']:8.1f} us  p99 {raw['p99_us']:8.1f} us", flush=True)
+                st["router_only"] = router_only(b, strat, messages, now, calls)
+                print(f"  litellm n={n:<3} {strat:<22} choose p50 {st['p50_us']:.1f} us", flush=True)
             except Exception as e:
                 notes.append(f"n={n} {strat}: {type(e).__name__}: {e}")
                 traceback.print_exc()
@@ -411,14 +390,8 @@ def targets(report: dict) -> list[str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--calls", type=int, default=3000)
-    ap.add_argument("--litellm-calls", type=int, default=None, help="default: --calls")
-    ap.add_argument("--sizes", default="4,16,64")
-    ap.add_argument("--profile-decides", type=int, default=3000)
-    ap.add_argument("--skip-litellm", action="store_true")
-    ap.add_argument("--out", type=Path, default=bench.RESULTS)
-    args = ap.parse_args(argv)
+    args = bench.arguments(__doc__, argv, calls=3000, litellm_calls=(int, "default: --calls"), sizes="4,16,64",
+                           profile_decides=3000, skip_litellm=False, out=bench.RESULTS)
     sizes, lcalls, messages = [int(x) for x in args.sizes.split(",")], args.litellm_calls or args.calls, bench.dense_messages()
     policy = load_policy()
     extra = {a: policy.aliases["auto"].model_copy(update={"strategy": st})

@@ -22,7 +22,6 @@ between <!-- domain-accuracy --> and <!-- /domain-accuracy -->."""
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import subprocess
 import tempfile
@@ -355,15 +354,12 @@ def measure(domains, rows, names, data, no_speed) -> dict:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", type=Path, default=bench.shared_data_dir())
-    ap.add_argument("--no-write", action="store_true")
-    ap.add_argument("--errors", type=int, default=0, help="print this many misclassified prompts")
-    ap.add_argument("--baseline", default=BASELINE_REV,
-                    help="git revision whose policies/domains.yaml is the 'before' vocabulary ('' for none)")
-    ap.add_argument("--no-speed", action="store_true", help="skip the timings (a quick accuracy run)")
-    ap.add_argument("--no-readme", action="store_true", help="do not regenerate README.md's domain-accuracy block")
-    args = ap.parse_args(argv)
+    args = bench.arguments(__doc__, argv, data=bench.shared_data_dir(), no_write=False,
+                           errors=(0, "print this many misclassified prompts"),
+                           baseline=(BASELINE_REV, "git revision whose policies/domains.yaml is the 'before' vocabulary "
+                                                   "('' for none)"),
+                           no_speed=(False, "skip the timings (a quick accuracy run)"),
+                           no_readme=(False, "do not regenerate README.md's domain-accuracy block"))
     policy = load_policy()
     names, rows = list(policy.domains.definitions), dv.load(args.data)
     result = {"data": ARENA, "prompts": len(rows),
@@ -372,25 +368,7 @@ def main(argv=None):
     before = baseline_domains(args.baseline) if args.baseline else None
     if before is not None:
         result["baseline"] = {"revision": args.baseline, **measure(before, rows, names, args.data, args.no_speed)}
-    print(f"{'domain':15} {'sup':>4} {'pred':>4} {'tp':>4} {'fp':>4} {'acc':>4} {'prec':>6} {'rec':>6} | {'prec-nw':>7} {'rec-nw':>6}")
-    for n, c in result["full_prompt"]["domains"].items():
-        b = result["without_wrapper"]["domains"][n]
-        print(f"{n:15} {c['support']:4} {c['predicted']:4} {c['tp']:4} {c['fp']:4} {c['accepted_other']:4} "
-              f"{fmt(c['precision']):>6} {fmt(c['recall']):>6} | {fmt(b['precision']):>7} {fmt(b['recall']):>6}")
-    f, nw = result["full_prompt"], result["without_wrapper"]
-    print(f"accuracy {f['accuracy']}  unlabelled FP rate {f['unlabelled_false_positive_rate']} (n={f['unlabelled']})"
-          f"  | no wrapper: {nw['accuracy']} / {nw['unlabelled_false_positive_rate']}")
-    print("gsm8k", result["gsm8k"], "\nspeed (us)", result["speed"])
-    print("\nleave one dataset out (held-out figures; 'mined' = shipped + words mined without the held-out dataset)")
-    for tag, r in [("after", result)] + ([("before", result["baseline"])] if result["baseline"] else []):
-        lo = r["leave_one_dataset_out"]
-        for n in TOPIC:
-            a, m = lo["shipped"]["domains"][n], lo["shipped_plus_mined"]["domains"][n]
-            print(f"{tag:10} {n:9} {_pr(a)}  mined {_pr(m)}")
-        print(f"{tag:10} unlabelled FP rate {lo['shipped']['unlabelled_false_positive_rate']} "
-              f"(+mined {lo['shipped_plus_mined']['unlabelled_false_positive_rate']}); accuracy "
-              f"{lo['shipped']['accuracy']} (+mined {lo['shipped_plus_mined']['accuracy']})")
-    print("errors", list(f["errors"].items())[:25])
+    print(markdown(result))
     detector = DomainDetector(policy.domains)
     wrong = [(ds, p) for ds, p in rows if args.errors and detector.detect(p) not in (label_of(ds), *ACCEPT.get(ds, ()))]
     for ds, p in wrong[:args.errors]:

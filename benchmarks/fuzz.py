@@ -13,7 +13,6 @@ benchmarks/results/fuzz.json and fuzz.md. Loopback only."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import resource
@@ -40,30 +39,29 @@ from aisia_plugin.policy import detect_domain, load_policy  # noqa: E402
 
 
 class Target:
-    def __init__(self, name):
-        self.name, self.examples, self.slowest_s, self.failure = name, 0, 0.0, None
-        self.started = time.monotonic()
+    """One fuzz target: its examples counted and timed, each failing above ``limit_s``."""
 
-    def timed(self, fn, limit_s):
+    def __init__(self, name, limit_s):
+        self.name, self.limit_s, self.examples, self.slowest_s = name, limit_s, 0, 0.0
+
+    def timed(self, fn):
         t = time.perf_counter()
         fn()
         took = time.perf_counter() - t
         self.examples += 1
         self.slowest_s = max(self.slowest_s, took)
-        if took > limit_s:
-            raise AssertionError(f"one example took {took:.3f} s (limit {limit_s} s)")
+        if took > self.limit_s:
+            raise AssertionError(f"one example took {took:.3f} s (limit {self.limit_s} s)")
 
-    def report(self):
+    def run(self, test) -> dict:
+        """Run the hypothesis test: the report, with the traceback of an escaping exception."""
+        failure, started = None, time.monotonic()
+        try:
+            test()
+        except Exception:  # noqa: BLE001 - the failure is the result
+            failure = traceback.format_exc(limit=6)[-3000:]
         return {"target": self.name, "examples": self.examples, "slowest_example_ms": round(1000 * self.slowest_s, 2),
-                "seconds": round(time.monotonic() - self.started, 1), "failure": self.failure}
-
-
-def run_target(target: Target, test) -> dict:
-    try:
-        test()
-    except Exception:  # noqa: BLE001 - the failure is the result
-        target.failure = traceback.format_exc(limit=6)[-3000:]
-    return target.report()
+                "seconds": round(time.monotonic() - started, 1), "failure": failure}
 
 
 def in_process(n: int, limit_s: float) -> list[dict]:
@@ -71,25 +69,21 @@ def in_process(n: int, limit_s: float) -> list[dict]:
     engine = Engine(policy, clock=lambda: 1000.0, rng=random.Random(0))
     cfg = settings(max_examples=n, deadline=None, database=None, derandomize=False,
                    suppress_health_check=list(HealthCheck))
-    out = []
-
-    t = Target("features.extract_features")
+    t1 = Target("features.extract_features", limit_s)
 
     @cfg
     @given(msgs=messages, tls=tools, modalities=st.none() | st.lists(scalar, max_size=3))
     def features(msgs, tls, modalities):
-        t.timed(lambda: extract_features(msgs, tls, modalities), limit_s)
-    out.append(run_target(t, features))
+        t1.timed(lambda: extract_features(msgs, tls, modalities))
 
-    t2 = Target("policy.detect_domain (the shipped policy's DomainDetector)")
+    t2 = Target("policy.detect_domain (the shipped policy's DomainDetector)", limit_s)
 
     @cfg
     @given(s=text | st.text(max_size=5000) | st.binary(max_size=2000).map(lambda b: b.decode("utf-8", "replace")))
     def domain(s):
-        t2.timed(lambda: detect_domain(s), limit_s)
-    out.append(run_target(t2, domain))
+        t2.timed(lambda: detect_domain(s))
 
-    t3 = Target("engine.decide + record")
+    t3 = Target("engine.decide + record", limit_s)
 
     @cfg
     @given(msgs=messages, tls=tools, alias=st.sampled_from(ALIASES), ok=st.booleans(),
@@ -105,9 +99,8 @@ def in_process(n: int, limit_s: float) -> list[dict]:
             if not d.refused:
                 engine.record(d, Outcome(d.deployment_id, ok, latency_s=latency, status_code=status, cost_usd=cost,
                                          quality=quality, retry_after_s=retry_after))
-        t3.timed(once, limit_s)
-    out.append(run_target(t3, decide))
-    return out
+        t3.timed(once)
+    return [t1.run(features), t2.run(domain), t3.run(decide)]
 
 
 def http(n: int, limit_s: float) -> list[dict]:
@@ -139,7 +132,7 @@ def http(n: int, limit_s: float) -> list[dict]:
             statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
             assert r.status_code < 500, f"{r.status_code}: {r.text[:300]}"
 
-        t = Target("POST /aisia/feedback, /admin/bandit/reset; GET /aisia/explain (real proxy)")
+        t = Target("POST /aisia/feedback, /admin/bandit/reset; GET /aisia/explain (real proxy)", limit_s)
 
         @cfg
         @given(b=body, raw=st.none() | st.binary(max_size=300), limit=st.none() | text | st.integers(),
@@ -151,8 +144,8 @@ def http(n: int, limit_s: float) -> list[dict]:
                 else:
                     check(c.post(path, content=json.dumps(b, allow_nan=True).encode()))
                 check(c.get("/aisia/explain", params={} if limit is None else {"limit": str(limit)[:100].encode("utf-8", "replace").decode()}))
-            t.timed(once, limit_s)
-        report = run_target(t, endpoints)
+            t.timed(once)
+        report = t.run(endpoints)
         report["statuses"] = {str(k): v for k, v in sorted(statuses.items())}
         report["proxy_alive"] = proxy.running() and c.get("/health/liveliness").status_code == 200
         if not report["proxy_alive"] and not report["failure"]:
@@ -183,12 +176,7 @@ def render(r: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--examples", type=int, default=20_000)
-    p.add_argument("--http-examples", type=int, default=2_000)
-    p.add_argument("--max-example-s", type=float, default=2.0)
-    p.add_argument("--out", type=Path, default=bench.RESULTS)
-    args = p.parse_args(argv)
+    args = bench.arguments(__doc__, argv, examples=20_000, http_examples=2_000, max_example_s=2.0, out=bench.RESULTS)
     try:
         import atheris  # noqa: F401
         atheris_state = "installed (not used: the hypothesis targets are the documented run)"

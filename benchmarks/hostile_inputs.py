@@ -10,7 +10,6 @@ Writes benchmarks/results/hostile_inputs.json and .md."""
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 import sys
@@ -48,9 +47,7 @@ def cases():
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeats", type=int, default=5)
-    args = ap.parse_args(argv)
+    args = bench.arguments(__doc__, argv, repeats=5)
     policy = load_policy()
     engine = Engine(policy, rng=random.Random(0))
     engine.decide("auto", [{"role": "user", "content": "warm up"}], POOL)

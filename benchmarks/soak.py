@@ -20,7 +20,6 @@ Results: ``benchmarks/results/soak.json`` and ``soak.md``. Loopback only; nothin
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -91,17 +90,10 @@ class Load:
     requests, then opens a new one (the kernel spreads new connections over the workers)."""
 
     def __init__(self, proxy: Proxy, rate: float, threads: int = 16):
-        self.proxy, self.rate = proxy, rate
-        self.pool = ThreadPoolExecutor(threads)
-        self.local = threading.local()
-        self.lock = threading.Lock()
-        self.results: list[dict] = []
-        self.phase = "steady"
-        self.sent = 0
+        self.proxy, self.rate, self.pool, self.local = proxy, rate, ThreadPoolExecutor(threads), threading.local()
+        self.lock, self.results, self.phase, self.sent = threading.Lock(), [], "steady", 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self):
         self._thread.start()
 
     def stop(self):
@@ -111,26 +103,17 @@ class Load:
 
     def _run(self):
         t0 = time.monotonic()
-        i = 0
-        while not self._stop.is_set():
-            due = t0 + i / self.rate
-            wait = due - time.monotonic()
-            if wait > 0:
-                self._stop.wait(wait)
-                if self._stop.is_set():
-                    break
-            self.pool.submit(self._one, i, self.phase)
+        while not self._stop.wait(max(0.0, t0 + self.sent / self.rate - time.monotonic())):
+            self.pool.submit(self._one, self.sent, self.phase)
             self.sent += 1
-            i += 1
 
     def _client(self) -> httpx.Client:
-        c = getattr(self.local, "client", None)
-        n = getattr(self.local, "n", 0)
+        c, n = getattr(self.local, "client", None), getattr(self.local, "n", 0)
         if c is None or n >= 25:
             if c is not None:
                 c.close()
-            c = self.local.client = httpx.Client(base_url=self.proxy.url, headers=self.proxy.headers, timeout=60)
-            n = 0
+            c, n = httpx.Client(base_url=self.proxy.url, headers=self.proxy.headers, timeout=60), 0
+            self.local.client = c
         self.local.n = n + 1
         return c
 
@@ -144,21 +127,11 @@ class Load:
             c = self._client()
             if stream:
                 with c.stream("POST", "/v1/chat/completions", json=body) as r:
-                    status = r.status_code
-                    text, done = [], False
-                    for line in r.iter_lines():
-                        if line.startswith("data: "):
-                            data = line[6:]
-                            if data.strip() == "[DONE]":
-                                done = True
-                                continue
-                            try:
-                                chunk = json.loads(data)
-                            except ValueError:
-                                continue
-                            for ch in chunk.get("choices") or ():
-                                text.append((ch.get("delta") or {}).get("content") or "")
-                    served = parse_reply("".join(text))[0] if done else None
+                    status, data = r.status_code, [ln[6:] for ln in r.iter_lines() if ln.startswith("data: ")]
+                    done = "[DONE]" in (d.strip() for d in data)
+                    text = "".join((ch.get("delta") or {}).get("content") or "" for d in data if d.strip() != "[DONE]"
+                                   for ch in json.loads(d).get("choices") or ())
+                    served = parse_reply(text)[0] if done else None
                     if status == 200 and not done:
                         error = "stream ended without [DONE]"
             else:
@@ -243,56 +216,36 @@ def run(minutes: float, rate: float, slow_redis_ms: float, out_dir: Path, log=pr
         if len(workers) < 2:
             raise RuntimeError(f"only {len(workers)} proxy worker answered within the wait: {proxy.log_tail()}")
         mem_start = memory_snapshot(proxy, redis)
-        load = Load(proxy, rate)
         t0 = time.monotonic()
-        load.start()
+        load = Load(proxy, rate)
         note(f"load started: {rate:g} requests/s for {minutes:g} min")
-        plan = [(fail_at, "fail"), (fail_at + fail_s, "fix"), (restart_at, "kill"), (restart_at + down_s, "restart"),
-                (slow_at, "slow"), (slow_at + slow_s, "fast"), (total, "end")]
+        plan = [(fail_at, "soak-a answers 500", "upstream_down", lambda: ups["soak-a"].control(mode="error", status=500)),
+                (fail_at + fail_s, "soak-a repaired", "steady", lambda: ups["soak-a"].control(mode="ok")),
+                (restart_at, "redis-server killed (SIGKILL)", "redis_restart", redis.kill),
+                (restart_at + down_s, "redis-server restarted from its AOF", None, redis.start),
+                (slow_at, f"Redis replies delayed {slow_redis_ms:g} ms each way", "redis_slow",
+                 lambda: delay.set_delay(slow_redis_ms / 1000.0)),
+                (slow_at + slow_s, "Redis at full speed", "steady", lambda: delay.set_delay(0)),
+                (total, None, None, None)]
         samples = []  # the workers' RSS every 30 s: is the growth levelling off?
-        next_sample = 0.0
-        for at, action in plan:
+        for at, what, phase, act in plan:
             while time.monotonic() - t0 < at:
-                if time.monotonic() - t0 >= next_sample:
+                if time.monotonic() - t0 >= 30.0 * len(samples):
                     samples.append({"t_s": round(time.monotonic() - t0), "sent": load.sent,
                                     "rss_mb": [m["rss_mb"] for m in memory_snapshot(proxy, redis)
                                                if m["role"] == "proxy worker"]})
-                    next_sample += 30.0
                 time.sleep(0.2)
-            if action == "fail":
-                ups["soak-a"].control(mode="error", status=500)
-                load.phase = "upstream_down"
-                note("soak-a answers 500")
-            elif action == "fix":
-                ups["soak-a"].control(mode="ok")
-                load.phase = "steady"
-                note("soak-a repaired")
-            elif action == "kill":
-                redis.kill()
-                load.phase = "redis_restart"
-                note("redis-server killed (SIGKILL)")
-            elif action == "restart":
-                redis.start()
-                note("redis-server restarted from its AOF")
-            elif action == "slow":
-                delay.set_delay(slow_redis_ms / 1000.0)
-                load.phase = "redis_slow"
-                note(f"Redis replies delayed {slow_redis_ms:g} ms each way")
-            elif action == "fast":
-                delay.set_delay(0)
-                load.phase = "steady"
-                note("Redis at full speed")
+            if act is not None:
+                act()
+                load.phase = phase or load.phase
+                note(what)
         load.stop()
         note(f"load stopped: {load.sent} requests sent")
         mem_end = memory_snapshot(proxy, redis)
         # Every outcome reaches Redis within a flush period or so; wait for the counts to match.
-        names = list(ups)
-        deadline = time.monotonic() + 60
-        while True:
-            calls = {n: ups[n].stats()["calls"] for n in names}
-            counts = redis_counts(redis, names)
-            if counts == calls or time.monotonic() > deadline:
-                break
+        names, deadline = list(ups), time.monotonic() + 60
+        while (calls := {n: ups[n].stats()["calls"] for n in names}) != (counts := redis_counts(redis, names)) \
+                and time.monotonic() < deadline:
             time.sleep(0.5)
         with httpx.Client(base_url=proxy.url, headers=proxy.headers, timeout=60) as c:
             stats = c.get("/admin/bandit/stats").json()
@@ -304,14 +257,9 @@ def run(minutes: float, rate: float, slow_redis_ms: float, out_dir: Path, log=pr
         delay.stop()
         redis.stop()
 
-    results = load.results
-    warmup = 10
-    ok = sum(r["ok"] for r in results)
+    results, warmup = load.results, 10
     errors = [r for r in results if not r["ok"]]
     succeeded = {n: ups[n].stats()["succeeded"] for n in names}
-    served = {n: sum(1 for r in results if r["served"] == n) for n in names}
-    phases = {ph: bench.latency_ms([r["latency_s"] for r in results if r["phase"] == ph])
-              for ph in ("steady", "upstream_down", "redis_restart", "redis_slow")}
     checks = {
         "zero_client_errors": not errors,
         "counts_equal_upstream_calls": counts == calls,
@@ -319,17 +267,18 @@ def run(minutes: float, rate: float, slow_redis_ms: float, out_dir: Path, log=pr
         "every_request_answered": len(results) == load.sent,
         "two_workers_throughout": len(workers) == 2 and workers == workers_end,
     }
-    mem = {"start": mem_start, "end": mem_end, "worker_samples": samples}
     report = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": bench.conditions(),
         "minutes": minutes, "rate_per_s": rate, "slow_redis_ms": slow_redis_ms,
-        "requests": len(results), "warmup_requests": warmup, "ok": ok, "client_errors": len(errors),
+        "requests": len(results), "warmup_requests": warmup, "ok": len(results) - len(errors), "client_errors": len(errors),
         "error_samples": errors[:10], "streams": sum(r["stream"] for r in results),
-        "served_by": served, "upstream_calls": calls, "upstream_succeeded": succeeded, "redis_counts": counts,
+        "served_by": {n: sum(1 for r in results if r["served"] == n) for n in names}, "upstream_calls": calls, "upstream_succeeded": succeeded, "redis_counts": counts,
         "breakers_at_end": {n: (stats.get(n) or {}).get("breaker") for n in names},
         "workers_at_start": sorted(workers), "workers_at_end": sorted(workers_end),
         "worker_restarts": logs.count("died"),
-        "latency_by_phase": phases, "events": events, "memory": mem, "checks": checks,
+        "latency_by_phase": {ph: bench.latency_ms([r["latency_s"] for r in results if r["phase"] == ph])
+                             for ph in ("steady", "upstream_down", "redis_restart", "redis_slow")},
+        "events": events, "memory": {"start": mem_start, "end": mem_end, "worker_samples": samples}, "checks": checks,
         "log_warnings": sum(1 for line in logs.splitlines() if "WARNING" in line or "ERROR" in line),
         "redis_outage_warnings": logs.count("unreachable (") , "redis_back_lines": logs.count("reachable again"),
     }
@@ -375,12 +324,8 @@ def render(r: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--minutes", type=float, default=10.0)
-    p.add_argument("--rate", type=float, default=10.0, help="requests per second (default 10)")
-    p.add_argument("--slow-redis-ms", type=float, default=100.0, help="delay of each Redis reply, each way")
-    p.add_argument("--out", type=Path, default=bench.RESULTS)
-    args = p.parse_args(argv)
+    args = bench.arguments(__doc__, argv, minutes=10.0, rate=(10.0, "requests per second (default 10)"),
+                           slow_redis_ms=(100.0, "delay of each Redis reply, each way"), out=bench.RESULTS)
     report = run(args.minutes, args.rate, args.slow_redis_ms, args.out)
     print(render(report))
     return 0 if all(report["checks"].values()) else 1
