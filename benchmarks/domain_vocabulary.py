@@ -26,7 +26,6 @@ already match it. ``mine(docs, exclude=...)`` leaves datasets out (leave one dat
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from dataclasses import asdict, dataclass
@@ -175,14 +174,8 @@ def mined_patterns(proposal) -> dict[str, str]:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", type=Path, default=bench.shared_data_dir())
-    ap.add_argument("--hold-out", nargs="*", default=[], help="datasets left out of the mining")
-    ap.add_argument("--domains", default=",".join(TOPIC_DOMAINS))
-    ap.add_argument("--json", type=Path, help="write the proposal to this file")
-    for k, v in DEFAULTS.items():
-        ap.add_argument("--" + k.replace("_", "-"), type=type(v), default=v)
-    args = ap.parse_args(argv)
+    args = bench.arguments(__doc__, argv, data=bench.shared_data_dir(), hold_out=([], "datasets left out of the mining"),
+                           domains=",".join(TOPIC_DOMAINS), json=(Path, "write the proposal to this file"), **DEFAULTS)
     from aisia_plugin.policy import default_domain_detector
 
     docs = documents(load(args.data))

@@ -4,48 +4,42 @@
 candidate (pointing at a closed port: no HTTP call is made), asks it which deployment to pick for
 each replayed request, and feeds each outcome back through the functions the proxy's logging calls
 after a real attempt. Nothing is reimplemented: selection, latency windows, cooldown decisions and
-expiry are LiteLLM's code (paths below relative to ``site-packages/litellm``).
+expiry are LiteLLM's code. The Router is built inside this object's private event loop, and its
+callbacks are taken off LiteLLM's *global* callback lists (``Router.discard``,
+``_unregister_router_selectors``) and called directly: baselines, or a plugin in the same process,
+never receive each other's events.
 
-Construction: ``Router.__init__`` inside this object's private event loop (else
-``BaseRoutingStrategy.setup_sync_task`` installs a global one); the Router's callbacks are then
-removed from LiteLLM's *global* callback lists (``Router.discard``,
-``Router._unregister_router_selectors``) and called directly, so that several baselines, or a
-plugin in the same process, never receive each other's events.
+``choose()``: ``Router.get_available_deployment`` (cooldown filter, then the strategy);
+cost-based-routing has no synchronous selector and runs ``async_get_available_deployment`` (the
+proxy's path) on the private loop. Then what the proxy does before sending: least-busy's
+``log_pre_api_call``, usage-based-routing-v2's ``pre_call_check``.
 
-Selection, ``choose()``: ``Router.get_available_deployment`` (cooldown filter, then the strategy);
-cost-based-routing has no synchronous selector, so it runs ``Router.async_get_available_deployment``
-(the proxy's path) on the private loop (``selection_path="async"`` forces that path for all). Then
-what the proxy does before sending: least-busy's ``log_pre_api_call`` (in-flight +1),
-usage-based-routing-v2's ``pre_call_check``.
-
-Feedback, ``record()``: the callbacks an async proxy request dispatches, in order, with ``kwargs``
-shaped like ``Logging.model_call_details`` and datetimes from the simulated clock. Success:
+``record()``: the callbacks an async proxy request dispatches, in order, with ``kwargs`` shaped like
+``Logging.model_call_details`` and datetimes from the simulated clock. Success:
 ``Router.deployment_callback_on_success`` (the per-minute success counter of the cooldown rule),
 then the strategy's ``async_log_success_event``; without rpm/tpm limits or pre-call checks, the
 counter function it would call (``increment_deployment_successes_for_current_minute``) is called
 directly, skipping a read-only ~0.5 ms model-info lookup (``exact_success_callback=True`` calls it
-in full). Failure: ``Router.deployment_callback_on_failure`` (cooldown decision), then
-``async_deployment_callback_on_failure``, then the strategy's ``async_log_failure_event``.
-``status_code`` picks the exception class LiteLLM maps a provider error to (429 ``RateLimitError``,
-503 ``ServiceUnavailableError``, 408 ``Timeout``...; default 500), so LiteLLM's own rules decide the
-cooldown (``retry_after_s`` is sent as a ``retry-after`` header).
+in full). Failure: ``deployment_callback_on_failure`` (cooldown decision),
+``async_deployment_callback_on_failure``, the strategy's ``async_log_failure_event``, with the
+exception class LiteLLM maps the provider's ``status_code`` to (429 ``RateLimitError``, 503
+``ServiceUnavailableError``, 408 ``Timeout``...; default 500; ``retry_after_s`` as a header), so
+LiteLLM's own rules decide the cooldown.
 
-Simulated clock: time ``t`` is the epoch ``CLOCK_EPOCH + t``. The Router's ``InMemoryCache``s take
-it through their ``clock=`` hook; ``router_utils/cooldown_cache.py``'s ``time`` module and the
-``get_utc_datetime`` of ``router.py`` and ``lowest_tpm_rpm_v2.py`` are replaced, once per process,
-by shims that read the simulated clock of the baseline inside a call and the real one otherwise;
-with ``seed`` set, the strategy modules' ``random`` draws from a private ``random.Random(seed)``
-inside this baseline's calls. Latency handed to LiteLLM is ``end - start`` with ``end = now``.
+Simulated clock: time ``t`` is the epoch ``CLOCK_EPOCH + t``: the Router's ``InMemoryCache``s take it
+through their ``clock=`` hook; ``cooldown_cache.py``'s ``time`` module and the ``get_utc_datetime``
+of ``router.py`` and ``lowest_tpm_rpm_v2.py`` are replaced, once per process, by shims reading the
+simulated clock of the baseline inside a call and the real one otherwise; with ``seed`` set, the
+strategy modules' ``random`` draws from a private ``random.Random(seed)`` inside its calls.
 
 Limits: ``lowest_latency.py``/``lowest_cost.py`` bucket rpm/tpm by the real ``datetime.now()``, read
-only for rpm/tpm limits these deployments do not set. Streaming is not modelled. A price of exactly
-0 is falsy for LiteLLM, which then uses its default of 5.0 per token (a free candidate ranks last,
-as in a proxy). least-busy with a strictly sequential replay always returns the first healthy
-deployment. No Redis, health checks, retries or fallbacks; when every candidate cools down,
-``choose`` raises ``NoDeploymentAvailable`` (the proxy's 429). The async path filters through the
-process-wide ``litellm.callbacks``: keep a plugin under test out of them in a replay process. The
-shims are process-global: calls are serialised by a lock; ``choose``/``record`` may run inside an
-event loop (the private loop then moves to a helper thread)."""
+only for limits these deployments do not set. No streaming, Redis, health checks, retries or
+fallbacks. A price of exactly 0 is falsy for LiteLLM (its default of 5.0 per token applies: a free
+candidate ranks last, as in a proxy). When every candidate cools down, ``choose`` raises
+``NoDeploymentAvailable`` (the proxy's 429). The async path filters through the process-wide
+``litellm.callbacks``: keep a plugin under test out of them in a replay process. The shims are
+process-global: calls are serialised by a lock; ``choose``/``record`` may run inside an event loop
+(the private loop then moves to a helper thread)."""
 
 from __future__ import annotations
 

@@ -192,33 +192,23 @@ def best_provider(ps: list[Provider]) -> Provider:
     return max(ps, key=lambda p: (mean_quality(p), -p.price_per_1m))
 
 
-def fastest_provider(ps: list[Provider]) -> Provider:
-    return min(ps, key=lambda p: p.median_ms)
-
-
-def cheapest_good_provider(ps: list[Provider]) -> Provider:
-    good = [p for p in ps if mean_quality(p) >= GOOD_QUALITY]
-    return min(good, key=lambda p: (p.price_per_1m, -mean_quality(p)))
-
-
 def scenario_event(name: str, ps: list[Provider], n: int) -> Optional[dict]:
     """Which candidate changes, how and when (request indices, [start, end))."""
+    best = best_provider(ps)
     if name == "stationary":
         return None
     if name == "degrade":
-        p = best_provider(ps)
-        return {"kind": "quality", "candidate": p.name, "start": n // 2, "end": (3 * n) // 4, "factor": DEGRADE_FACTOR,
+        return {"kind": "quality", "candidate": best.name, "start": n // 2, "end": (3 * n) // 4, "factor": DEGRADE_FACTOR,
                 "why": "best provider by mean success probability"}
     if name == "outage":
-        p = best_provider(ps)
-        return {"kind": "outage", "candidate": p.name, "start": (4 * n) // 10, "end": n // 2,
+        return {"kind": "outage", "candidate": best.name, "start": (4 * n) // 10, "end": n // 2,
                 "status_code": OUTAGE_STATUS, "latency_ms": OUTAGE_LATENCY_MS, "why": "best provider by mean success probability"}
     if name == "latency_spike":
-        p = fastest_provider(ps)
+        p = min(ps, key=lambda p: p.median_ms)
         return {"kind": "latency", "candidate": p.name, "start": n // 2, "end": (3 * n) // 4, "factor": SPIKE_FACTOR,
                 "why": "fastest provider (lowest latency median)"}
     if name == "price_change":
-        p = cheapest_good_provider(ps)
+        p = min((p for p in ps if mean_quality(p) >= GOOD_QUALITY), key=lambda p: (p.price_per_1m, -mean_quality(p)))
         return {"kind": "price", "candidate": p.name, "start": n // 2, "end": n, "factor": PRICE_FACTOR,
                 "new_price_per_1m": p.price_per_1m * PRICE_FACTOR,
                 "why": f"cheapest provider with mean quality >= {GOOD_QUALITY}"}
