@@ -128,25 +128,16 @@ def table_means(rows, key):
 
 
 def auc(scores, labels):
+    """The area under the ROC curve (Mann-Whitney: the share of (positive, negative) pairs ranked
+    right, ties counting half); None without both classes."""
     pos = [s for s, y in zip(scores, labels) if y]
     neg = [s for s, y in zip(scores, labels) if not y]
     if not pos or not neg:
         return None
-    ranked = sorted((s, y) for s, y in zip(scores, labels))
-    # Mann-Whitney with ties given half.
-    rank_sum, i = 0.0, 0
-    while i < len(ranked):
-        j = i
-        while j < len(ranked) and ranked[j][0] == ranked[i][0]:
-            j += 1
-        avg = (i + j + 1) / 2.0
-        rank_sum += avg * sum(1 for k in range(i, j) if ranked[k][1])
-        i = j
-    return (rank_sum - len(pos) * (len(pos) + 1) / 2.0) / (len(pos) * len(neg))
+    return sum((p > n) + 0.5 * (p == n) for p in pos for n in neg) / (len(pos) * len(neg))
 
 
-def diagnose(name: str, policy, *, passes: int = 1, prior_variance=None, noise_variance=None, fit=None,
-             seed: int = 0) -> dict:
+def diagnose(name: str, policy, *, passes: int = 1, prior_variance=None, noise_variance=None, seed: int = 0) -> dict:
     t0 = time.monotonic()
     rows, scenario, meta = prepare(name, policy, seed=seed)
     hard_ones = set(meta["hard"]) if meta and "hard" in meta else None
@@ -161,22 +152,16 @@ def diagnose(name: str, policy, *, passes: int = 1, prior_variance=None, noise_v
     fixed = [Point(sum(r[c].cost_usd for r in calls), sum(r[c].score for r in calls) / len(calls), c) for c in cands]
     frontier = mixing_frontier(fixed)
     oracle_s = oracle_c = 0.0
-    for row in calls:
-        best = max(row.values(), key=lambda x: (x.score, -x.cost_usd))
-        oracle_s += best.score
-        oracle_c += best.cost_usd
+    for best in (max(row.values(), key=lambda x: (x.score, -x.cost_usd)) for row in calls):
+        oracle_s, oracle_c = oracle_s + best.score, oracle_c + best.cost_usd
     oracle_s /= len(calls)
     c = policy.aliases["auto"].contextual
     pv = prior_variance if prior_variance is not None else c.prior_variance
     nv = noise_variance if noise_variance is not None else c.noise_variance
-    fitter = fit or fit_full_information
-    model = fitter([(r[0], r[2]) for r in train], prior_variance=pv, noise_variance=nv, passes=passes)
+    model = fit_full_information([(r[0], r[2]) for r in train], prior_variance=pv, noise_variance=nv, passes=passes)
     ids = list(cands)
     zero = [0.0] * len(ids)
-    model_preds = []
-    for r in test:
-        mean, _, _ = model.predict(ids, r[0], zero, zero, 0.0, 1.0, pv)
-        model_preds.append(dict(zip(ids, mean)))
+    model_preds = [dict(zip(ids, model.predict(ids, r[0], zero, zero, 0.0, 1.0, pv)[0])) for r in test]
     dep_mean = table_means(train, lambda r: None)
     dom_mean = table_means(train, lambda r: r[1])
     predictors = {"model (fit_full_information)": model_preds,
@@ -196,13 +181,10 @@ def diagnose(name: str, policy, *, passes: int = 1, prior_variance=None, noise_v
                       "gain_over_mixing": oracle_s - frontier_score(frontier, oracle_c)},
            "predictors": {}}
     for label, preds in predictors.items():
-        se = n = 0
-        for p, r in zip(preds, test):
-            for cnd, v in r[2].items():
-                se += (p[cnd] - v) ** 2
-                n += 1
-        entry = curve(preds, calls, prices, scale, frontier, fixed)
-        entry["mse"] = se / n
+        se = n = 0  # summed in order, as before (sum() may compensate on newer Pythons)
+        for err in ((p[cnd] - v) ** 2 for p, r in zip(preds, test) for cnd, v in r[2].items()):
+            se, n = se + err, n + 1
+        entry = dict(curve(preds, calls, prices, scale, frontier, fixed), mse=se / n)
         if hard is not None:
             strong = max(ids, key=lambda x: dep_mean[(None, x)])
             weak = min(ids, key=lambda x: dep_mean[(None, x)])
