@@ -168,21 +168,20 @@ def bench_trace(name: str, path: Path, cands: dict, policy, aliases: list[str], 
     timings: dict[str, float] = {}
     runs: dict[str, object] = {}  # row name -> Figures, for the quality measures
     contextual = with_strategy(policy, "auto", "contextual")
-    routers = [(f"aisia {a}", a, lambda pol=policy, a=a: (run_router(pol, a, scenario, seed=seed,
-                                                                     deployments_at=synthetic.price_event(price_event)),
-                                                          {"strategy": pol.aliases[a].strategy}))
-               for a in aliases]
-    routers.append((CONTEXTUAL, "auto", lambda: (run_router(contextual, "auto", scenario, seed=seed,
-                                                            deployments_at=synthetic.price_event(price_event)),
-                                                 {"strategy": "contextual"})))
-    routers += [(f"litellm {s}", s, lambda s=s: (lambda r: (r[0], {"failover_notes": r[1]}))(
-        run_litellm(s, scenario, names, prices, seed=seed, event=price_event))) for s in LITELLM_STRATEGIES]
-    for label, fig_name, run in routers:
+
+    def add(label, name, served, extra, started, figures_name):
+        rows[label] = row_dict(name, served, oracle_served, om, event, n, extra)
+        runs[label] = figures(figures_name, served, oracle_served)
+        timings[label] = round(time.monotonic() - started, 2)
+
+    for label, pol, alias in [(f"aisia {a}", policy, a) for a in aliases] + [(CONTEXTUAL, contextual, "auto")]:
         t = time.monotonic()
-        served, extra = run()
-        rows[label] = row_dict(fig_name, served, oracle_served, om, event, n, extra)
-        runs[label] = figures(label if label.startswith("aisia") else fig_name, served, oracle_served)
-        timings[label] = round(time.monotonic() - t, 2)
+        served = run_router(pol, alias, scenario, seed=seed, deployments_at=synthetic.price_event(price_event))
+        add(label, alias, served, {"strategy": pol.aliases[alias].strategy}, t, label)
+    for strat in LITELLM_STRATEGIES:
+        t = time.monotonic()
+        served, notes = run_litellm(strat, scenario, names, prices, seed=seed, event=price_event)
+        add(f"litellm {strat}", strat, served, {"failover_notes": notes}, t, strat)
     # best fixed candidate (by mean score, cheapest on ties), uniform random, oracle
     best = max(base.fixed.items(), key=lambda kv: (kv[1].mean_score, -kv[1].total_cost_usd))[0]
     uni = run_uniform(scenario, names, attempts=policy.aliases["auto"].failover.attempts, seed=seed)
