@@ -189,6 +189,16 @@ def fmt(v):
     return "-" if v is None else f"{v:.2f}"
 
 
+def domain_table(full, bare=None) -> list[str]:
+    """Per-domain figures on full prompts and, given ``bare``, without the wrapper; without it, only
+    the domains with a labelled or a predicted prompt."""
+    extra = ["precision (no wrapper)", "recall (no wrapper)"] if bare else []
+    return bench.md_table(["domain", "support", "predicted", "tp", "fp", "acc.", "precision", "recall", *extra], [
+        [n, c["support"], c["predicted"], c["tp"], c["fp"], c["accepted_other"], fmt(c["precision"]), fmt(c["recall"]),
+         *([fmt(bare["domains"][n]["precision"]), fmt(bare["domains"][n]["recall"])] if bare else [])]
+        for n, c in full["domains"].items() if bare or c["support"] or c["predicted"]], "---:")
+
+
 def markdown(result) -> str:
     full, bare, g, sp = result["full_prompt"], result["without_wrapper"], result["gsm8k"], result["speed"]
     out = [
@@ -208,11 +218,7 @@ def markdown(result) -> str:
         "prompt's first line and its `Provide ...`/`Keep ...` lines (the benchmarks' instruction template), to show "
         f"what the question text alone yields. The {g['prompts'] if g else 0} RouteLLM GSM8K prompts (`{GSM8K}`, "
         "no wrapper, all maths) are a recall check for math.", "",
-        *bench.md_table(["domain", "support", "predicted", "tp", "fp", "acc.", "precision", "recall",
-                         "precision (no wrapper)", "recall (no wrapper)"],
-                        [[n, c["support"], c["predicted"], c["tp"], c["fp"], c["accepted_other"], fmt(c["precision"]),
-                          fmt(c["recall"]), fmt(bare["domains"][n]["precision"]), fmt(bare["domains"][n]["recall"])]
-                         for n, c in full["domains"].items()], "---:"), "",
+        *domain_table(full, bare), "",
         f"- Overall accuracy (label or accepted domain): {full['accuracy']:.3f} (without wrapper: {bare['accuracy']:.3f}).",
         f"- False-positive rate on the {full['unlabelled']} unlabelled prompts (a domain where none is expected): "
         f"{full['unlabelled_false_positive_rate']:.3f} (without wrapper: {bare['unlabelled_false_positive_rate']:.3f}).",
@@ -329,10 +335,7 @@ def readme_block(result) -> str:
         "dataset (full conditions, label mapping and the leave-one-dataset-out method in",
         "[docs/domain-accuracy.md](docs/domain-accuracy.md); `python benchmarks/domain_accuracy.py` regenerates",
         "both):", "",
-        *bench.md_table(["domain", "support", "predicted", "tp", "fp", "acc.", "precision", "recall"],
-                        [[n, c["support"], c["predicted"], c["tp"], c["fp"], c["accepted_other"], fmt(c["precision"]),
-                          fmt(c["recall"])] for n, c in full["domains"].items() if c["support"] or c["predicted"]],
-                        "---:"),
+        *domain_table(full),
         "", "(image, voice, transcription, vision, embedding, classification and sentiment have no labelled prompt",
         f"here and were predicted for none.) False-positive rate on the {full['unlabelled']} unlabelled prompts: "
         f"{full['unlabelled_false_positive_rate']:.3f}.", "",
