@@ -21,7 +21,7 @@ import time
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Awaitable, Callable, Iterable
 
 for _flag in ("LITELLM_LOCAL_MODEL_COST_MAP", "LITELLM_LOCAL_BLOG_POSTS", "LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS",
               "LITELLM_LOCAL_AUTOROUTER_PRESETS", "LITELLM_LOCAL_POLICY_TEMPLATES"):
@@ -220,6 +220,22 @@ def time_calls(fn: Callable[[], object], calls: int, warm: int = 200) -> dict:
             fn()
             out[i] = pc() - t0
     return summarize(out)
+
+
+async def atime_calls(step: Callable[[], Awaitable], calls: int, warm: int = 0, between=None) -> list[int]:
+    """``await step()`` timed alone ``calls`` times after ``warm`` untimed calls, ``await between()``
+    untimed before each: the nanoseconds of each call (one running event loop throughout)."""
+    for _ in range(warm):
+        await step()
+    pc, out = time.perf_counter_ns, []
+    with gc_off():
+        for _ in range(calls):
+            if between is not None:
+                await between()
+            t0 = pc()
+            await step()
+            out.append(pc() - t0)
+    return out
 
 
 def interleaved(cells: dict, calls: int, rounds: int = 6) -> dict:

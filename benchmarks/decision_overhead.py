@@ -281,20 +281,11 @@ def router_only(b: LiteLLMBaseline, strat: str, messages, now: float, calls: int
                 model=MODEL_GROUP, messages=messages, request_kwargs={}), calls)
         return dict(raw, measured="Router.get_available_deployment() (sync)")
 
-    async def loop():
-        select = router.async_get_available_deployment
-        for _ in range(WARM_CALLS):
-            await select(model=MODEL_GROUP, request_kwargs={}, messages=messages)
-        ns, pcn = [0] * calls, time.perf_counter_ns
-        with bench.gc_off():
-            for i in range(calls):
-                t0 = pcn()
-                await select(model=MODEL_GROUP, request_kwargs={}, messages=messages)
-                ns[i] = pcn() - t0
-        return ns
+    def select():
+        return router.async_get_available_deployment(model=MODEL_GROUP, request_kwargs={}, messages=messages)
 
     with b._activate(now):
-        raw = bench.summarize(b._loop.run_until_complete(loop()))
+        raw = bench.summarize(b._loop.run_until_complete(bench.atime_calls(select, calls, WARM_CALLS)))
     return dict(raw, measured="await Router.async_get_available_deployment() inside one running loop")
 
 

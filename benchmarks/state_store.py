@@ -69,19 +69,6 @@ def warm(engine: Engine, n: int = 300) -> None:
                                  status_code=None if (i % 17) else 503))
 
 
-async def timed(calls: int, step, between=None) -> list[int]:
-    """``await step()`` timed alone ``calls`` times (``await between()`` before each, untimed)."""
-    out = []
-    with bench.gc_off():
-        for _ in range(calls):
-            if between is not None:
-                await between()
-            t0 = time.perf_counter_ns()
-            await step()
-            out.append(time.perf_counter_ns() - t0)
-    return out
-
-
 async def redis_engine(url: str, prefix: str, warm_outcomes: int = 0, **state):
     pol = policy(prefix, **state)
     store = RedisStore(pol, url)
@@ -141,9 +128,9 @@ async def decision_costs(url: str, calls: int) -> dict:
     turns = 5  # round robin, so that a slow spell of the machine falls on every cell alike
     for _ in range(turns):
         for name, step in cells.items():
-            results[name] += await timed(calls // turns, step)
+            results[name] += await bench.atime_calls(step, calls // turns)
         mark = len(prepare_ns)
-        results["redis cold, changed"] += await timed(calls // turns, cold_step, someone_writes)
+        results["redis cold, changed"] += await bench.atime_calls(cold_step, calls // turns, between=someone_writes)
         del prepare_ns[mark:]  # keep the unchanged cell's
     cold_refreshes = cold.counters["refreshes"] - refreshes_before
     for st in (cached, cold, writer):
