@@ -1,20 +1,19 @@
-"""Where the plugin's per-request time goes inside a real LiteLLM proxy: cProfile over the proxy's
-event loop, one profile per arm, and their difference per request.
+"""Where the proxy's per-request time goes, with and without the plugin: one LiteLLM proxy
+without any callback and one with the plugin (the config and instant upstream of
+benchmarks/proxy_overhead.py), each under a small wrapper that starts a profiler on SIGUSR1 and
+writes it out on SIGUSR2. Arms: `litellm` (a plain model on the proxy without callback), `plain`
+(the same name on the plugin's proxy, profiled before it serves any alias) and `alias`.
 
-The proxy (with the plugin, the same config and instant upstream as benchmarks/proxy_overhead.py)
-runs under a small wrapper that starts cProfile on SIGUSR1 and writes the profile on SIGUSR2
-(the event loop runs in the main thread, which is what cProfile sees; LiteLLM's thread-pool work,
-such as its synchronous success handler, is not in it). The arms run in turn: a warm-up, then
-`--requests` sequential requests to the plain model name with the profiler on, then the same to
-the alias. The report lists, per request, the functions whose own time (tottime) and whose
-inclusive time (cumtime) grew most on the alias path, and the call counts per request that
-differ (a deep copy, a second lookup).
+* timing mode: no profiler; the plugin's hooks and LiteLLM's functions named in TIMED are
+  wrapped with a clock (wall time per call, per arm), and the collector's time per generation.
+* cprofile mode: cProfile over the event loop's thread (LiteLLM's thread-pool work is not in it);
+  each arm against `litellm`: the functions whose own and inclusive time grew most, and the call
+  counts per request that differ (which LiteLLM path a hook switches on).
 
-    .venv/bin/python benchmarks/profile_proxy.py                 # 2000 requests per arm
-    .venv/bin/python benchmarks/profile_proxy.py --requests 300  # a quick look
+    .venv/bin/python benchmarks/profile_proxy.py --write       # benchmarks/results/proxy_profile.md
 
-Writes the two .prof files and the report under benchmarks/out/profile/ (not committed); the
-figures are cProfile's (each call costs more under it), for ranking, not for absolute latency."""
+The .prof files go to benchmarks/out/profile/; cProfile's figures are for ranking (each call
+costs more under it), the timing mode's for the hooks' own cost."""
 
 from __future__ import annotations
 
@@ -25,12 +24,13 @@ import pstats
 import signal
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import bench
 import httpx
-from proxy_overhead import ALIAS, PLAIN, _body, _check, bench_proxy
+from proxy_overhead import ALIAS, PLAIN, Upstream, bench_config, body, check, plugin_env
 
 import aisia_plugin.demo.proxy as proxy_mod
 from aisia_plugin.demo.proxy import Proxy
@@ -159,6 +159,8 @@ TIMED = [
     "litellm.proxy.utils:ProxyLogging.pre_call_hook",
     "litellm.proxy.utils:ProxyLogging.post_call_response_headers_hook",
     "litellm.proxy.utils:ProxyLogging.post_call_success_hook",
+    "litellm.proxy.utils:ProxyLogging.during_call_hook",
+    "litellm.litellm_core_utils.litellm_logging:Logging.async_success_handler",
     "litellm.proxy.route_llm_request:route_request",
     "litellm.router:Router.acompletion",
 ]
@@ -168,16 +170,17 @@ GC = ["gc.gen0", "gc.gen1", "gc.gen2"]
 def _drive(client: httpx.Client, proxy: Proxy, model: str, n: int) -> int:
     failed = 0
     for _ in range(n):
-        r = client.post(proxy.base_url + "/chat/completions", json=_body(model), headers=proxy.headers)
+        r = client.post(proxy.base_url + "/chat/completions", json=body(model), headers=proxy.headers)
         failed += r.status_code != 200
     return failed
 
 
-def _profile(proxy: Proxy, client: httpx.Client, model: str, n: int, k: int, suffix: str = ".prof") -> Path:
+def _profile(proxy: Proxy, client: httpx.Client, model: str, n: int, suffix: str) -> Path:
     os.kill(proxy.pid, signal.SIGUSR1)
     time.sleep(0.3)
     failed = _drive(client, proxy, model, n)
     time.sleep(1.0)  # the last responses' logging tasks
+    k = len(list(proxy.workdir.glob("profile-*.done"))) + 1
     os.kill(proxy.pid, signal.SIGUSR2)
     done = proxy.workdir / f"profile-{k}.done"
     deadline = time.monotonic() + 60
@@ -204,99 +207,101 @@ def _table(stats: pstats.Stats, n: int) -> dict:
     return {k: (v[1] / n, 1e6 * v[2] / n, 1e6 * v[3] / n) for k, v in stats.stats.items()}
 
 
-def report(plain_prof: Path, alias_prof: Path, n: int, top: int) -> str:
-    plain, alias = _table(pstats.Stats(str(plain_prof)), n), _table(pstats.Stats(str(alias_prof)), n)
-    zero = (0.0, 0.0, 0.0)
-    keys = set(plain) | set(alias)
-    total = {name: sum(v[1] for v in t.values()) for name, t in (("plain", plain), ("alias", alias))}
-    lines = [f"Per request, under cProfile, {n} sequential requests per arm (load average "
-             f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} at the end).",
-             f"Total own time per request: plain {total['plain']:.0f} us, alias {total['alias']:.0f} us, "
-             f"difference {total['alias'] - total['plain']:+.0f} us.", ""]
-
-    def section(title, col, rows):
-        lines.append(title)
-        lines.append(f"{'alias-plain us':>14} {'alias us':>9} {'calls/req a/p':>14}  function")
-        for k in rows:
-            a, p = alias.get(k, zero), plain.get(k, zero)
-            lines.append(f"{a[col] - p[col]:+14.1f} {a[col]:9.1f} {a[0]:6.1f}/{p[0]:<6.1f}  {_name(k)}")
-        lines.append("")
-
-    by_tot = sorted(keys, key=lambda k: alias.get(k, zero)[1] - plain.get(k, zero)[1], reverse=True)[:top]
-    section("Own time (tottime) that grew most on the alias path:", 1, by_tot)
-    by_cum = sorted(keys, key=lambda k: alias.get(k, zero)[2] - plain.get(k, zero)[2], reverse=True)[:top]
-    section("Inclusive time (cumtime) that grew most on the alias path:", 2, by_cum)
-    ours = sorted((k for k in alias if "aisia_plugin/" in k[0]), key=lambda k: alias[k][1], reverse=True)[:top]
-    section("The plugin's own functions on the alias path, by own time:", 1, ours)
-    alias_top = sorted(alias, key=lambda k: alias[k][1], reverse=True)[:top]
-    section("The alias path's top functions by own time (everything):", 1, alias_top)
-    calls = sorted(keys, key=lambda k: abs(alias.get(k, zero)[0] - plain.get(k, zero)[0]), reverse=True)
-    lines.append("Calls per request that differ most (alias/plain):")
-    for k in calls[:top]:
-        a, p = alias.get(k, zero), plain.get(k, zero)
-        lines.append(f"{a[0]:8.1f} / {p[0]:<8.1f} {_name(k)}")
-    return "\n".join(lines) + "\n"
+def report(profiles: dict, n: int, top: int) -> str:
+    """Each arm against plain LiteLLM (the first arm): the functions whose own and inclusive time
+    grew most, and the call counts per request that differ (a hook called, a deep copy)."""
+    t = {arm: _table(pstats.Stats(str(path)), n) for arm, path in profiles.items()}
+    base_name, *arms = list(t)
+    base, zero = t[base_name], (0.0, 0.0, 0.0)
+    total = {arm: sum(v[1] for v in table.values()) for arm, table in t.items()}
+    lines = [f"Per request, under cProfile (the event loop's thread), {n} sequential requests per arm; load average "
+             f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} at the end. Own time per request: "
+             + ", ".join(f"{a} {v:.0f} us" for a, v in total.items()) + ".", "```"]
+    for arm in arms:
+        table = t[arm]
+        keys = set(table) | set(base)
+        grew = lambda col: sorted(keys, key=lambda k: base.get(k, zero)[col] - table.get(k, zero)[col])[:top]  # noqa
+        for title, col in (("own time (tottime)", 1), ("inclusive time (cumtime)", 2)):
+            lines += ["", f"{arm} vs {base_name}: {title} that grew most", f"{'diff us':>9} {arm + ' us':>10} "
+                      f"{'calls/req':>16}  function"]
+            for k in grew(col):
+                a, b = table.get(k, zero), base.get(k, zero)
+                lines.append(f"{a[col] - b[col]:+9.1f} {a[col]:10.1f} {a[0]:7.1f}/{b[0]:<8.1f}  {_name(k)}")
+        lines += ["", f"{arm} vs {base_name}: calls per request that differ most ({arm}/{base_name})"]
+        for k in sorted(keys, key=lambda k: -abs(table.get(k, zero)[0] - base.get(k, zero)[0]))[:top]:
+            lines.append(f"{table.get(k, zero)[0]:8.1f} / {base.get(k, zero)[0]:<8.1f} {_name(k)}")
+    return "\n".join(lines + ["```"]) + "\n"
 
 
-def timing_report(plain_json: Path, alias_json: Path, n: int) -> str:
-    """Median and mean wall time per call of each clocked function, per arm, in microseconds."""
-    arms = {"plain": json.loads(plain_json.read_text()), "alias": json.loads(alias_json.read_text())}
-    lines = [f"Wall time per call, no profiler, {n} sequential requests per arm (load average "
-             f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} at the end). Async hooks: from the call to"
-             f" its return, awaits included.", "",
-             f"{'function':<72} {'arm':<6} {'calls/req':>9} {'median us':>10} {'mean us':>9} {'us/req':>8}"]
-    for name in TIMED + GC:
-        for arm, times in arms.items():
-            t = times.get(name)
-            if not t:
-                continue
-            lines.append(f"{name:<72} {arm:<6} {len(t) / n:9.2f} {1e6 * statistics.median(t):10.1f} "
-                         f"{1e6 * statistics.fmean(t):9.1f} {1e6 * sum(t) / n:8.1f}")
-    return "\n".join(lines) + "\n"
+def timing_report(timings: dict, n: int) -> str:
+    """Wall time per call of each clocked function (TIMED) per arm, in microseconds, as a table."""
+    arms = {arm: json.loads(path.read_text()) for arm, path in timings.items()}
+    rows = [[f"`{name}`", arm, f"{len(t) / n:.2f}", f"{1e6 * statistics.median(t):.1f}",
+             f"{1e6 * sum(t) / n:.1f}"] for name in TIMED + GC for arm, times in arms.items() if (t := times.get(name))]
+    return "\n".join([f"Wall time per call, no profiler, {n} sequential requests per arm (load average "
+                      f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} at the end); async hooks from the call to "
+                      "their return, awaits included.", ""]
+                     + bench.md_table(["function", "arm", "calls/req", "median us", "us/req"], rows, "---:")) + "\n"
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--requests", type=int, default=2000, help="profiled sequential requests per arm")
+    p.add_argument("--requests", type=int, default=1000, help="profiled sequential requests per arm")
     p.add_argument("--warmup", type=int, default=200)
-    p.add_argument("--top", type=int, default=30)
-    p.add_argument("--label", default="latest", help="the report's name under benchmarks/out/profile/")
-    p.add_argument("--mode", choices=("cprofile", "timing"), default="cprofile",
-                   help="cprofile: profiles and their difference; timing: wall time per call of TIMED, no profiler")
+    p.add_argument("--top", type=int, default=25)
+    p.add_argument("--deployments", type=int, default=1, help="deployments in the config")
+    p.add_argument("--modes", default="timing,cprofile", help="timing: wall time per call of TIMED, no profiler; "
+                   "cprofile: profiles and their differences")
+    p.add_argument("--write", action="store_true", help="write benchmarks/results/proxy_profile.md")
     args = p.parse_args(argv)
-
-    work, upstream, _, proxy = bench_proxy("aisia-profile-", AISIA_PROFILE_MODE=args.mode)
+    work = Path(tempfile.mkdtemp(prefix="aisia-profile-"))
     wrapper = work / "litellm-profiled"
     wrapper.write_text(WRAPPER.format(python=sys.executable, timed=TIMED))
     wrapper.chmod(0o755)
     proxy_mod.litellm_executable = lambda: wrapper  # Proxy.start runs the wrapper instead of litellm
-    suffix = ".json" if args.mode == "timing" else ".prof"
+    upstream, sections = Upstream(), {}
     try:
-        print("starting the proxy under the profiling wrapper ...", file=sys.stderr, flush=True)
-        proxy.start()
-        with httpx.Client(timeout=30) as client:
-            _check(client, proxy, ALIAS)
-            _check(client, proxy, PLAIN)
-            print(f"warm-up: {args.warmup} per arm ...", file=sys.stderr, flush=True)
-            for _ in range(args.warmup):
-                _drive(client, proxy, ALIAS, 1)
-                _drive(client, proxy, PLAIN, 1)
-            print(f"profiling: {args.requests} plain, then {args.requests} alias ...", file=sys.stderr, flush=True)
-            plain_prof = _profile(proxy, client, PLAIN, args.requests, 1, suffix)
-            alias_prof = _profile(proxy, client, ALIAS, args.requests, 2, suffix)
+        for mode in args.modes.split(","):
+            suffix = ".json" if mode == "timing" else ".prof"
+            env = {"AISIA_PROFILE_MODE": mode}
+            proxies = {"litellm": Proxy(bench_config(upstream.base_url, args.deployments, False), work / f"{mode}-0",
+                                        env=env),
+                       "plugin": Proxy(bench_config(upstream.base_url, args.deployments), work / f"{mode}-1",
+                                       env=plugin_env(work, **env))}
+            # Arm -> (proxy, model); the plugin's proxy gets its plain traffic first, then the alias.
+            arms = {"litellm": (proxies["litellm"], PLAIN), "plain": (proxies["plugin"], PLAIN),
+                    "alias": (proxies["plugin"], ALIAS)}
+            try:
+                print(f"{mode}: starting the proxies under the profiling wrapper ...", file=sys.stderr, flush=True)
+                for proxy in proxies.values():
+                    proxy.start()
+                out = {}
+                with httpx.Client(timeout=30) as client:
+                    for arm, (proxy, model) in arms.items():
+                        check(client, proxy, model)
+                        _drive(client, proxy, model, args.warmup)
+                        print(f"{mode}: {arm}, {args.requests} requests ...", file=sys.stderr, flush=True)
+                        out[arm] = _profile(proxy, client, model, args.requests, suffix)
+            finally:
+                for proxy in proxies.values():
+                    proxy.stop()
+            if mode == "timing":
+                sections[mode] = timing_report(out, args.requests)
+            else:
+                sections[mode] = report(out, args.requests, args.top)
+                OUT.mkdir(parents=True, exist_ok=True)
+                for arm, path in out.items():
+                    (OUT / f"{arm}.prof").write_bytes(path.read_bytes())
     finally:
-        proxy.stop()
         upstream.stop()
-    OUT.mkdir(parents=True, exist_ok=True)
-    if args.mode == "timing":
-        text = timing_report(plain_prof, alias_prof, args.requests)
-    else:
-        text = report(plain_prof, alias_prof, args.requests, args.top)
-    for src, name in ((plain_prof, "plain"), (alias_prof, "alias")):
-        (OUT / f"{args.label}-{name}{suffix}").write_bytes(src.read_bytes())
-    (OUT / f"{args.label}.txt").write_text(text)
+    text = "\n".join(f"## {mode}\n\n{body_}" for mode, body_ in sections.items())
     print(text)
-    print(f"written: {OUT / (args.label + '.txt')} and the .prof files beside it", file=sys.stderr)
+    if args.write:
+        head = (f"# Where the proxy's time goes, per request\n\nGenerated {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
+                f" by `benchmarks/profile_proxy.py --deployments {args.deployments}`; {bench.conditions()['platform']}, "
+                f"litellm {bench.version('litellm')}. Arms: litellm = plain LiteLLM without callback, plain = a plain "
+                "model name on the proxy with the plugin, alias = `auto/bench` on that proxy.\n\n")
+        (bench.RESULTS / "proxy_profile.md").write_text(head + text)
     return 0
 
 

@@ -86,8 +86,8 @@ def bench_config(base_url: str, deployments: int = 1, plugin: bool = True) -> di
 
 
 def plugin_env(work: Path, **env) -> dict:
-    (work / "bench-policy.yaml").write_text(POLICY)
-    return {"AISIA_POLICY": str(work / "bench-policy.yaml"), **env}
+    (policy := work / "bench-policy.yaml").write_text(POLICY)
+    return {"AISIA_POLICY": str(policy), **env}
 
 
 def body(model: str) -> dict:
@@ -108,8 +108,7 @@ def progress(text: str) -> None:
 def sequential(arms: dict, rounds: int, warmup: int) -> dict:
     """`arms`: name -> (proxy, model). One request per arm per round, the order alternating."""
     clients = {name: httpx.Client(timeout=30) for name in arms}
-    times = {name: [] for name in arms}
-    failures = {name: 0 for name in arms}
+    times, failures = {name: [] for name in arms}, {name: 0 for name in arms}
     try:
         for name, (proxy, model) in arms.items():
             for _ in range(warmup):
@@ -149,20 +148,14 @@ async def _block(proxy: Proxy, model: str, concurrency: int, seconds: float) -> 
         return done, failed, time.perf_counter() - started
 
 
-SETTLE_S = 0.5  # after a block, the proxy finishes its callbacks' work for the last responses
-
-
 def concurrent(arms: dict, concurrency: int, blocks: int, seconds: float) -> dict:
-    rps = {name: [] for name in arms}
-    cpu = {name: 0.0 for name in arms}
-    requests = {name: 0 for name in arms}
-    failures = {name: 0 for name in arms}
+    rps, cpu, requests, failures = ({name: [] for name in arms}, *({name: 0 for name in arms} for _ in range(3)))
     for b in range(blocks):
         for name in (list(arms) if b % 2 == 0 else list(reversed(arms))):
             proxy, model = arms[name]
             cpu0 = bench.cpu_seconds(proxy.pid)
             done, failed, elapsed = asyncio.run(_block(proxy, model, concurrency, seconds))
-            time.sleep(SETTLE_S)
+            time.sleep(0.5)  # the proxy finishes its callbacks' work for the last responses
             cpu[name] += bench.cpu_seconds(proxy.pid) - cpu0
             requests[name] += done
             rps[name].append(done / elapsed)

@@ -232,14 +232,30 @@ def mount(app, plugin: "PluginHost") -> None:
 
 
 def _put_first(app) -> None:
-    """Our routes ahead of the proxy's catch-all routes (pass-through endpoints), which would
-    answer first."""
+    """Our routes ahead of the first of the proxy's routes that would answer one of their paths
+    (its catch-all pass-through routes), and behind every other: a request to any other path,
+    /chat/completions included, is never matched against them first."""
     routes = app.router.routes
-
     paths = set(ROUTES) | set(UI_ROUTES) | {HEALTH_ROUTE}
     ours = [r for r in routes if getattr(r, "path", None) in paths]
     rest = [r for r in routes if getattr(r, "path", None) not in paths]
-    routes[:] = ours + rest
+    at = next((i for i, r in enumerate(rest) if _claims(r, paths)), len(rest))
+    routes[:] = rest[:at] + ours + rest[at:]
+
+
+def _claims(route, paths) -> bool:
+    """Whether `route` (Starlette's) matches a request for one of `paths`, in part or in full."""
+    from starlette.routing import Match
+
+    for path in paths:
+        for method in ("GET", "POST"):
+            scope = {"type": "http", "path": path, "root_path": "", "method": method, "headers": []}
+            try:
+                if route.matches(scope)[0] is not Match.NONE:
+                    return True
+            except Exception:  # a route that cannot read this scope does not claim it
+                continue
+    return False
 
 
 def mount_health(app, plugin: "PluginHost") -> None:

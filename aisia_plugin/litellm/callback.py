@@ -736,7 +736,8 @@ class AisiaPlugin(CustomLogger):
                                      f"tried: {outcome.message or what}")
             attempt.explained["outcome"] = {"success": False, "failure": {"kind": "client", "error": what},
                                             "learned": False}
-            self.observer.learned(call, call.attempts.index(attempt), outcome, None, FailureKind.CLIENT)
+            rt.after(self.observer.learned, call, call.attempts.index(attempt), outcome, None, FailureKind.CLIENT,
+                     time.time())
             return
         self._settle(call)
         call.pending = PendingFailure(attempt, outcome, kind, signature)
@@ -765,21 +766,28 @@ class AisiaPlugin(CustomLogger):
 
     def _learn_attempt(self, call, attempt, outcome, stream: bool, ttft, kind=None) -> None:
         """Learn an attempt's outcome once (a per-attempt hook and an event may both report it);
-        `kind`, a failure's class, as ``_failed`` found it."""
+        `kind`, a failure's class, as ``_failed`` found it. What the next hooks read (served,
+        finished) is settled here; the learning itself, its log line and metrics are a step run
+        after the hook (``_learn``, runtime.AfterResponse)."""
         rt = self.runtime
         if attempt.recorded:
             return
+        attempt.recorded = True
         try:
-            attempt.recorded = True
-            decision = attempt.decision
-            reward = rt.engine.record(decision, outcome, session=call.session)
             if outcome.success and not call.served:
-                rt.note_served(call, decision, outcome.deployment_id)
+                rt.note_served(call, attempt.decision, outcome.deployment_id)
             if outcome.success or call.answered:
                 # A success ends the call; a failure after the answer began (a broken stream) too.
                 call.finished = True
                 if call.answered:
                     rt.close_call(call)
+        except Exception:  # learning must never break serving
+            log.exception("aisia: could not learn from an outcome")
+        rt.after(self._learn, rt.engine, call, attempt, outcome, stream, ttft, kind, time.time())
+
+    def _learn(self, engine, call, attempt, outcome, stream: bool, ttft, kind, at: float) -> None:
+        try:
+            reward = engine.record(attempt.decision, outcome, session=call.session)
             result = {"success": outcome.success, "latency_s": outcome.latency_s, "reward": reward,
                       "cost_usd": outcome.cost_usd}
             if stream:
@@ -788,7 +796,7 @@ class AisiaPlugin(CustomLogger):
             if kind is not None:
                 result["failure"] = {"kind": kind.value, "error": events.describe_failure(outcome)}
             attempt.explained["outcome"] = result
-            self.observer.learned(call, call.attempts.index(attempt), outcome, reward, kind)
+            self.observer.learned(call, call.attempts.index(attempt), outcome, reward, kind, at)
         except Exception:  # learning must never break serving
             log.exception("aisia: could not learn from an outcome")
 

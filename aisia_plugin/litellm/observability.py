@@ -99,17 +99,21 @@ class Observer:
 
     # -- events ------------------------------------------------------------------------------
     def decided(self, call: "Call", decision, attempt: int, elapsed_s: float, messages=None) -> None:
+        """A decision's metrics, routing-page point and log line, after the hook (runtime.AfterResponse)."""
+        self.runtime.after(self._decided, call.request_id, decision, attempt, elapsed_s, messages, time.time())
+
+    def _decided(self, request_id: str, decision, attempt: int, elapsed_s: float, messages, at: float) -> None:
         try:
             self.metrics.decision(decision, elapsed_s, failover=attempt > 0)
             if decision.deployment_id is not None and not decision.refused:
-                self.timeline.add(decision.alias, decision.deployment_id, time.time())
+                self.timeline.add(decision.alias, decision.deployment_id, at)
             if self.decision_log is not None:
                 prompt = None
                 if self.decision_log.log_prompts and messages is not None:
                     from ..features import message_text
 
                     prompt = message_text(messages)
-                self.decision_log.decision(call.request_id, decision, attempt=attempt, prompt=prompt)
+                self.decision_log.decision(request_id, decision, attempt=attempt, prompt=prompt, ts=at)
         except Exception:
             log.exception("aisia: recording a decision's metrics failed")
 
@@ -119,7 +123,8 @@ class Observer:
         except Exception:
             log.exception("aisia: recording a refusal failed")
 
-    def learned(self, call: "Call", attempt: int, outcome, reward, kind) -> None:
+    def learned(self, call: "Call", attempt: int, outcome, reward, kind, at: Optional[float] = None) -> None:
+        """An outcome's metrics and log line (run by the step that learned it, after the hooks)."""
         try:
             if outcome.success:
                 result = "success"
@@ -131,7 +136,7 @@ class Observer:
                 self.decision_log.outcome(call.request_id, outcome.deployment_id, alias=call.alias,
                                           success=outcome.success, status_code=outcome.status_code,
                                           latency_s=outcome.latency_s, cost_usd=outcome.cost_usd, reward=reward,
-                                          attempt=attempt)
+                                          attempt=attempt, ts=at)
         except Exception:
             log.exception("aisia: recording an outcome's metrics failed")
 

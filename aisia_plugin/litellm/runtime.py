@@ -4,6 +4,7 @@ and the recent decisions. Nothing here awaits I/O except the store's own async m
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import os
@@ -115,6 +116,54 @@ class Call:
         return None
 
 
+# $AISIA_SYNC_AFTER=1: the reference path, every step of AfterResponse run where it is queued.
+SYNC_AFTER_ENV = "AISIA_SYNC_AFTER"
+
+
+class AfterResponse:
+    """The steps a request's hooks hand over to be run after them, in the order handed over:
+    learning an outcome, and what is logged and exported of a decision or an outcome. Queued on
+    the request path (a tuple appended), run together by one callback the event loop calls as
+    soon as the hook has returned (``loop.call_soon``): before any other task on the loop takes
+    its next step, so nothing learned is missing from the next decision. ``synchronous`` (the reference path,
+    $AISIA_SYNC_AFTER) runs each step where it is handed over; so does a call outside an event
+    loop. Each step swallows its own errors (observing and learning never break serving)."""
+
+    def __init__(self, synchronous: Optional[bool] = None):
+        if synchronous is None:
+            synchronous = os.environ.get(SYNC_AFTER_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+        self.synchronous = synchronous
+        self._steps: deque = deque()
+        self._scheduled = False
+        self.ran = 0  # steps run so far
+
+    def __call__(self, step, *args) -> None:
+        if self.synchronous:
+            self.ran += 1
+            step(*args)
+            return
+        self._steps.append((step, args))
+        if not self._scheduled:
+            try:
+                asyncio.get_running_loop().call_soon(self.run)
+            except RuntimeError:  # no event loop (a tool, a test calling the hooks itself): now
+                self.run()
+                return
+            self._scheduled = True
+
+    def run(self) -> None:
+        self._scheduled = False
+        steps = self._steps
+        while steps:
+            step, args = steps.popleft()
+            self.ran += 1
+            step(*args)
+
+    @property
+    def pending(self) -> int:
+        return len(self._steps)
+
+
 def one_line(text: str, limit: int = MAX_HEADER_CHARS) -> str:
     """A header value: one line of printable ASCII (HTTP headers are latin-1, and a reason may
     quote a non-ASCII deployment name). Runs of whitespace become one space, the ends are
@@ -166,6 +215,7 @@ class Runtime:
         self._unpriced_said: set[tuple[str, str]] = set()
         self.calls: "OrderedDict[str, Call]" = OrderedDict()
         self.explain: deque = deque(maxlen=self.policy.proxy.explain_history)
+        self.after = AfterResponse()  # learning, logging and metrics, run after the hooks
 
     def new_engine(self, policy: Policy) -> Engine:
         """An engine for `policy` over this store (what was learned is kept). Compiling its
