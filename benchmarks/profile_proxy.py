@@ -165,6 +165,7 @@ TIMED = [
     "litellm.router:Router.acompletion",
 ]
 GC = ["gc.gen0", "gc.gen1", "gc.gen2"]
+BEGIN, END = "<!-- profile_proxy.py: begin -->", "<!-- profile_proxy.py: end -->"
 
 
 def _drive(client: httpx.Client, proxy: Proxy, model: str, n: int) -> int:
@@ -296,12 +297,13 @@ def main(argv=None) -> int:
         upstream.stop()
     text = "\n".join(f"## {mode}\n\n{body_}" for mode, body_ in sections.items())
     print(text)
-    if args.write:
-        head = (f"# Where the proxy's time goes, per request\n\nGenerated {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
-                f" by `benchmarks/profile_proxy.py --deployments {args.deployments}`; {bench.conditions()['platform']}, "
-                f"litellm {bench.version('litellm')}. Arms: litellm = plain LiteLLM without callback, plain = a plain "
-                "model name on the proxy with the plugin, alias = `auto/bench` on that proxy.\n\n")
-        (bench.RESULTS / "proxy_profile.md").write_text(head + text)
+    if args.write:  # the generated part of the file; the analysis written above it is kept
+        block = (f"{BEGIN}\nGenerated {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} by `benchmarks/"
+                 f"profile_proxy.py --deployments {args.deployments}`; {bench.conditions()['platform']}, litellm "
+                 f"{bench.version('litellm')}.\n\n{text}{END}")
+        path = bench.RESULTS / "proxy_profile.md"
+        if not (path.exists() and bench.replace_block(path, BEGIN, END, block)):
+            path.write_text(f"# Where the proxy's time goes, per request\n\n{block}\n")
     return 0
 
 
