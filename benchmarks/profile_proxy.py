@@ -263,8 +263,7 @@ def main(argv=None) -> int:
     upstream, sections = Upstream(), {}
     try:
         for mode in args.modes.split(","):
-            suffix = ".json" if mode == "timing" else ".prof"
-            env = {"AISIA_PROFILE_MODE": mode}
+            suffix, env = (".json" if mode == "timing" else ".prof"), {"AISIA_PROFILE_MODE": mode}
             proxies = {"litellm": Proxy(bench_config(upstream.base_url, args.deployments, False), work / f"{mode}-0",
                                         env=env),
                        "plugin": Proxy(bench_config(upstream.base_url, args.deployments), work / f"{mode}-1",
@@ -288,11 +287,11 @@ def main(argv=None) -> int:
                     proxy.stop()
             if mode == "timing":
                 sections[mode] = timing_report(out, args.requests)
-            else:
-                sections[mode] = report(out, args.requests, args.top)
-                OUT.mkdir(parents=True, exist_ok=True)
-                for arm, path in out.items():
-                    (OUT / f"{arm}.prof").write_bytes(path.read_bytes())
+                continue
+            sections[mode] = report(out, args.requests, args.top)
+            OUT.mkdir(parents=True, exist_ok=True)
+            for arm, path in out.items():
+                (OUT / f"{arm}.prof").write_bytes(path.read_bytes())
     finally:
         upstream.stop()
     text = "\n".join(f"## {mode}\n\n{body_}" for mode, body_ in sections.items())
