@@ -1,5 +1,6 @@
-"""Where the proxy's per-request time goes, with and without the plugin: one LiteLLM proxy
-without any callback and one with the plugin (the config and instant upstream of
+"""Where the proxy's per-request time goes, with and without the plugin, per hook and step.
+
+One LiteLLM proxy without any callback and one with the plugin (the config and instant upstream of
 benchmarks/proxy_overhead.py), each under a small wrapper that starts a profiler on SIGUSR1 and
 writes it out on SIGUSR2. Arms: `litellm` (a plain model on the proxy without callback), `plain`
 (the same name on the plugin's proxy, profiled before it serves any alias) and `alias`.
@@ -17,7 +18,6 @@ costs more under it), the timing mode's for the hooks' own cost."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pstats
@@ -246,15 +246,11 @@ def timing_report(timings: dict, n: int) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--requests", type=int, default=1000, help="profiled sequential requests per arm")
-    p.add_argument("--warmup", type=int, default=200)
-    p.add_argument("--top", type=int, default=25)
-    p.add_argument("--deployments", type=int, default=1, help="deployments in the config")
-    p.add_argument("--modes", default="timing,cprofile", help="timing: wall time per call of TIMED, no profiler; "
-                   "cprofile: profiles and their differences")
-    p.add_argument("--write", action="store_true", help="write benchmarks/results/proxy_profile.md")
-    args = p.parse_args(argv)
+    args = bench.arguments(__doc__, argv, requests=(1000, "profiled sequential requests per arm"), warmup=200,
+                           top=25, deployments=(1, "deployments in the config"),
+                           modes=("timing,cprofile", "timing: wall time per call of TIMED, no profiler; cprofile: "
+                                  "profiles and their differences"),
+                           write=(False, "write benchmarks/results/proxy_profile.md"))
     work = Path(tempfile.mkdtemp(prefix="aisia-profile-"))
     wrapper = work / "litellm-profiled"
     wrapper.write_text(WRAPPER.format(python=sys.executable, timed=TIMED))

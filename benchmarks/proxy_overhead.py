@@ -1,5 +1,6 @@
-"""What the plugin adds to a LiteLLM proxy's request path, measured end to end over HTTP, every
-arm in one run, as ratios to plain LiteLLM beside the run's own noise floor.
+"""What the plugin adds to a LiteLLM proxy's request path: every arm in one run, over HTTP.
+
+The ratios to plain LiteLLM, beside the run's own noise floor.
 
 Per model-list size (``--deployments 1,16,200``: the benchmark's deployment plus fillers on the
 same upstream), four proxies of the same config, each its own process, one worker, fed by one
@@ -25,7 +26,6 @@ Writes benchmarks/results/proxy_overhead.json and .md (the conditions, the load,
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import statistics
@@ -213,16 +213,11 @@ def verdicts(ratios: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--deployments", default="1,16,200", help="model-list sizes, comma-separated")
-    p.add_argument("--rounds", type=int, default=600, help="sequential rounds (one request per arm each)")
-    p.add_argument("--warmup", type=int, default=100, help="warm-up requests per arm")
-    p.add_argument("--blocks", type=int, default=6, help="concurrent blocks per arm")
-    p.add_argument("--block-seconds", type=float, default=3.0)
-    p.add_argument("--concurrency", type=int, default=32)
-    p.add_argument("--quick", action="store_true", help="a smoke run (few requests; figures not meaningful)")
-    p.add_argument("--no-write", action="store_true", help="print the results, do not write benchmarks/results")
-    args = p.parse_args(argv)
+    args = bench.arguments(__doc__, argv, deployments=("1,16,200", "model-list sizes, comma-separated"),
+                           rounds=(600, "sequential rounds (one request per arm each)"),
+                           warmup=(100, "warm-up requests per arm"), blocks=(6, "concurrent blocks per arm"),
+                           block_seconds=3.0, concurrency=32, quick=(False, "a smoke run (figures not meaningful)"),
+                           no_write=(False, "print the results, do not write benchmarks/results"))
     if args.quick:
         args.rounds, args.blocks, args.block_seconds, args.warmup = 40, 2, 1.0, 10
     sizes = [int(x) for x in args.deployments.split(",")]
