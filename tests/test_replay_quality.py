@@ -12,7 +12,9 @@ from aisia_plugin.cli import main
 from aisia_plugin.policy import load_policy
 from aisia_plugin.replay.quality import (Point, apgr, cpt, frontier_score, gain_over_mixing, measures, mixing_frontier,
                                          pgr, pgr_curve, strong_share, weak_and_strong)
-from aisia_plugin.replay.runner import Served, baselines, build_scenario, figures, replay, sweep
+from aisia_plugin.replay import runner
+from aisia_plugin.replay.runner import (Served, baselines, build_scenario, figures, first_requests, replay,
+                                        served_from, sweep)
 from aisia_plugin.replay.trace import load_trace
 
 
@@ -172,3 +174,40 @@ def test_replay_result_and_sweep_objects(tiny):
     sw = sweep(policy, "auto", scenario, "cost_weight", [0.0, 0.5])
     m2 = measures(sw.baselines, [p.figures for p in sw.points])
     assert len(m2["runs"]) == 2
+
+
+def test_first_requests_are_measured_apart_on_their_own_frontier(tiny, monkeypatch, capsys):
+    path, pol = tiny
+    policy = load_policy([pol])
+    scenario = build_scenario(load_trace(str(path)), {}, policy)
+    head = baselines(policy, "auto", scenario.head(2))
+    # The first two requests alone: fixed w 0.5 at $0.002, fixed s 1.0 at $0.02; the oracle takes
+    # w on r1 and s on r2: 1.0 at $0.011, where mixing scores 0.5 + 0.5 * 0.009 / 0.018 = 0.75.
+    assert head.fixed["w"].mean_score == 0.5 and head.fixed["s"].total_cost_usd == pytest.approx(0.02)
+    row = scenario.calls
+    like_oracle = [served_from([row[0]["w"]]), served_from([row[1]["s"]]), served_from([row[2]["w"]]),
+                   served_from([row[3]["w"]])]
+    always_w = [served_from([r["w"]]) for r in row]
+    f = first_requests(head, {"like the oracle": like_oracle, "always w": always_w})
+    assert f["requests"] == 2
+    assert f["oracle_gain_over_mixing"] == pytest.approx(0.25)
+    a, w = f["runs"]["like the oracle"], f["runs"]["always w"]
+    assert a["mean_score"] == 1.0 and a["cost_per_request_usd"] == pytest.approx(0.0055)
+    assert a["gain_over_mixing"] == pytest.approx(0.25)
+    assert w["mean_score"] == 0.5 and w["gain_over_mixing"] == pytest.approx(0.0)
+    # the whole trace, the same run: 0.75 (r3 scores 0) at $0.013, the hand run above
+    assert figures("x", like_oracle).mean_score == 0.75
+    # a replay carries its router's first requests (here the first 2 of 4), in its text and JSON
+    monkeypatch.setattr(runner, "FIRST_REQUESTS", 2)
+    res = replay(policy, "auto", scenario)
+    assert res.first["requests"] == 2 and set(res.first["runs"]) == {"router"}
+    # UCB1 tries w then s (pool order): the oracle's choices on r1 and r2
+    assert res.first["runs"]["router"]["gain_over_mixing"] == pytest.approx(0.25)
+    assert main(["replay", "--policy", str(pol), "--data", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["first"]["runs"]["router"]["mean_score"] == 1.0
+    assert main(["replay", "--policy", str(pol), "--data", str(path)]) == 0
+    assert "first 2 requests, router: mean score 1.0000" in capsys.readouterr().out
+    # a trace no longer than FIRST_REQUESTS has no separate figures
+    monkeypatch.setattr(runner, "FIRST_REQUESTS", 4)
+    assert replay(policy, "auto", scenario).first is None

@@ -75,7 +75,21 @@ def format_replay(result: ReplayResult, title: str = "") -> str:
     lines.append(f"regret against the oracle: {_cell(r.regret, '{:.3f}')} total, {_cell(r.mean_regret, '{:.4f}')} per request "
                  f"(router {r.mean_score:.4f} vs oracle {o.mean_score:.4f} mean score)")
     lines += [""] + format_measures(replay_measures(result))
+    lines += format_first(result.first)
     return "\n".join(lines)
+
+
+def format_first(first: Optional[dict]) -> list[str]:
+    """The first requests' line(s) of a replay (runner.first_requests), none without them."""
+    if not first:
+        return []
+    n = first["requests"]
+    out = []
+    for name, r in first["runs"].items():
+        out.append(f"  first {n} requests, {name}: mean score {r['mean_score']:.4f}, ${r['cost_per_request_usd']:.6f} per "
+                   f"request, gain over mixing {r['gain_over_mixing']:+.4f} (oracle {first['oracle_gain_over_mixing']:+.4f}; "
+                   f"the frontier of the fixed candidates on those requests)")
+    return out
 
 
 def replay_measures(result: ReplayResult) -> dict:

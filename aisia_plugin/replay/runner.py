@@ -26,11 +26,14 @@ from ..decision import Deployment
 from ..deployments import selects
 from ..outcome import Outcome
 from .candidates import CandidateSpec
+from .quality import measures
 from .trace import RecordedOutcome, Trace, prompt_chars
 
 Progress = Callable[[int, int], None]
 
 TIE_EPS = 1e-12
+# The first requests of a replay, measured apart too (a router's cold start: issue 20).
+FIRST_REQUESTS = 200
 
 
 class ReplayError(ValueError):
@@ -77,6 +80,11 @@ class Scenario:
 
     def __len__(self) -> int:
         return len(self.calls)
+
+    def head(self, n: int) -> "Scenario":
+        """The scenario of its first `n` requests (the same calls)."""
+        return Scenario(Trace(self.trace.path, self.trace.records[:n]), self.specs, self.calls[:n], seed=self.seed,
+                        seconds_per_request=self.seconds_per_request)
 
     def deployments(self, policy) -> dict[str, Deployment]:
         return {n: self.specs.get(n, CandidateSpec()).to_deployment(n, policy) for n in self.candidates}
@@ -358,6 +366,21 @@ def baselines(policy, alias: str, scenario: Scenario, *, seed: int = 0) -> Basel
     return Baselines(names, oracle_served, figures("oracle", oracle_served, oracle_served), uniform, fixed)
 
 
+def first_requests(head: Baselines, runs: Mapping[str, Sequence[Served]]) -> dict:
+    """Each run's first requests measured apart: `head` is the baselines of the scenario's first n
+    requests (``baselines(policy, alias, scenario.head(n))``), `runs` each run's served requests
+    (the first n are read). Per run: requests, mean score, cost per request and gain over mixing
+    the fixed candidates on those same n requests (their own frontier); and the oracle's gain."""
+    n = len(head.oracle_served)
+    figs = [figures(name, list(served)[:n], head.oracle_served) for name, served in runs.items()]
+    m = measures(head, figs)
+    out = {"requests": n, "oracle_gain_over_mixing": m["oracle"]["gain_over_mixing"], "runs": {}}
+    for f, r in zip(figs, m["runs"]):
+        out["runs"][f.name] = {"mean_score": f.mean_score, "cost_per_request_usd": f.total_cost_usd / n if n else 0.0,
+                               "gain_over_mixing": r["gain_over_mixing"]}
+    return out
+
+
 @dataclass
 class ReplayResult:
     alias: str
@@ -366,6 +389,8 @@ class ReplayResult:
     router: Figures
     baselines: Baselines
     strategy: str = ""
+    # The router's first requests measured apart (cold start): report.first_requests's dict.
+    first: Optional[dict] = None
 
     def as_dict(self) -> dict:
         return {
@@ -375,6 +400,7 @@ class ReplayResult:
             "requests": self.requests,
             "router": self.router.as_dict(),
             "baselines": self.baselines.as_dict(),
+            **({"first": self.first} if self.first is not None else {}),
         }
 
 
@@ -383,8 +409,11 @@ def replay(policy, alias: str, scenario: Scenario, *, seed: int = 0, progress: O
     """The router and every baseline on one scenario."""
     base = baselines(policy, alias, scenario, seed=seed)
     served = run_router(policy, alias, scenario, seed=seed, progress=progress)
+    first = None
+    if len(scenario) > FIRST_REQUESTS:
+        first = first_requests(baselines(policy, alias, scenario.head(FIRST_REQUESTS), seed=seed), {name: served})
     return ReplayResult(alias, seed, len(scenario), figures(name, served, base.oracle_served), base,
-                        strategy=policy.aliases[alias].strategy)
+                        strategy=policy.aliases[alias].strategy, first=first)
 
 
 # -- overrides (--sweep) ---------------------------------------------------------------------------
