@@ -195,8 +195,16 @@ def test_metrics_show_the_choices_and_breakers_after_demo_traffic(demo, traffic)
     refused = {k: v for k, v in _samples(families, "aisia_refusals_total").items() if v}  # (known sets start at 0)
     assert refused == {(("alias", "other"), ("reason", "unknown_alias")): 1.0}
     assert sum(_samples(families, "aisia_decision_seconds_count").values()) == sum(choices.values())
-    rewards = {dict(k)["deployment"] for k in _samples(families, "aisia_learned_mean_reward")}
-    assert {name for name in names if per_provider[name]} <= rewards <= names
+    # The learned gauges are refreshed from the store's stats every few seconds: the scrape above
+    # may predate the last outcome learned (learning follows the answer), so read them again until
+    # every deployment that was sent traffic has one, bounded.
+    tried = {name for name in names if per_provider[name]}
+    for _ in range(60):
+        rewards = {dict(k)["deployment"] for k in _samples(_scrape(info), "aisia_learned_mean_reward")}
+        if tried <= rewards:
+            break
+        time.sleep(0.5)
+    assert tried <= rewards <= names
 
     # Every metric a Grafana query names is in this scrape: a counter as NAME_total, a histogram
     # as NAME_bucket / _count / _sum, a gauge as NAME (with or without samples yet).
