@@ -112,6 +112,26 @@ def test_windowed_word_spans_and_hashes_equal_their_references():
             assert _word_hashes(b, starts, ends).tolist() == _word_hashes_reference(b, starts, ends).tolist()
 
 
+def test_request_vector_equals_its_reference():
+    """The fast vector (ASCII window, one reduceat, kept named slots and values) is the
+    reference's, array for array, for every kind of text and named features."""
+    from aisia_plugin.contextual import request_vector_reference
+
+    r = random.Random(6)
+    texts = _texts() + ["Line one.\nLine two\n\n" * 40, "x" * 9000 + " tail", ("word " * 200).upper(), "\n" * 100]
+    ascii_seen = 0
+    for text in texts:
+        f = feats(text, has_code=r.random() < 0.3, length_bucket=r.choice(("short", "long")),
+                  task_type=r.choice(("default", "coding")))
+        domain, task = r.choice((None, "coding", "math")), r.choice((None, "analysis"))
+        got, want = request_vector(f, domain, task), request_vector_reference(f, domain, task)
+        assert got.idx.dtype == want.idx.dtype == np.int64, text[:40]
+        assert got.idx.tolist() == want.idx.tolist() and got.val.tolist() == want.val.tolist(), text[:40]
+        assert got.w32.tolist() == want.w32.tolist(), text[:40]
+        ascii_seen += text.isascii() and bool(text.split())
+    assert ascii_seen > 100  # the fast path was taken, not only the reference's fallback
+
+
 def test_float32_residual_equals_the_float64_reference():
     m = ContextualModels()
     r = random.Random(3)
