@@ -425,6 +425,11 @@ class ContextualModels:
         # What a decision reads: each slot's mean and variance, as of its column's last update.
         self.mv = np.zeros((DIM, 2, 0), dtype=np.float32)
         self._stale_ticks: dict[float, float] = {}  # gamma -> the elapsed ticks of STALE_BELOW
+        # At most the oldest column's tick (a column's tick only grows; a new column's is 0 and
+        # lowers it): when even it is within STALE_BELOW of a decision's tick, no column is stale
+        # and ``refresh_stale`` returns at once.
+        self._oldest = -math.inf
+        self._mv2 = (None, None)  # (mv, mv as (DIM, 2 x columns)): the rows a decision gathers
         for name in self._VECTORS:
             setattr(self, name, np.zeros(0))
         # Sharing (``track``): per column, what was learned here since the last fold (stored
@@ -469,6 +474,7 @@ class ContextualModels:
             self._pending.append(None)
             self._pending_count.append(0.0)
         self.ids[dep] = k
+        self._oldest = -math.inf
         self.materialise(k)
         return k
 
@@ -515,12 +521,31 @@ class ContextualModels:
         """``residual_reference`` as one float32 product: the gathered rows hold every column's
         means then its variances, (values; squares) times them gives both sums at once (and two
         cross terms left unread). Within float32 rounding of the reference (a few 1e-7)."""
-        mv = self.mv
+        mean, var = self._residual(cols, x)
+        return np.array(mean, dtype=np.float32), np.array(var, dtype=np.float32)
+
+    def _residual(self, cols: Sequence[int], x: RequestVector) -> tuple[list[float], list[float]]:
+        """``residual``'s values as lists (what ``predict`` reads): one gather, one product, one
+        conversion."""
+        mv, mv2 = self._mv2
+        if mv is not self.mv:
+            mv = self.mv
+            mv2 = mv.reshape(DIM, 2 * mv.shape[2])
+            self._mv2 = (mv, mv2)
         n = mv.shape[2]
-        out = x.w32 @ np.take(mv.reshape(DIM, 2 * n), x.idx, axis=0)  # (2, 2n)
-        if len(cols) == n and all(c == k for k, c in enumerate(cols)):  # every column, in order
-            return out[0, :n], out[1, n:]
-        return out[0, cols], out[1, n:][cols]
+        means, variances = (x.w32 @ mv2.take(x.idx, axis=0)).tolist()  # (2, 2n)
+        if len(cols) == n and cols == self._order(n):  # every column, in order
+            return means[:n], variances[n:]
+        return [means[c] for c in cols], [variances[n + c] for c in cols]
+
+    _ORDERS: dict[int, list[int]] = {}
+
+    @classmethod
+    def _order(cls, n: int) -> list[int]:
+        got = cls._ORDERS.get(n)
+        if got is None:
+            got = cls._ORDERS[n] = list(range(n))
+        return got
 
     def residual_exact(self, cols: Sequence[int], x: RequestVector, tick: float,
                        gamma: float) -> tuple[np.ndarray, np.ndarray]:
@@ -552,15 +577,19 @@ class ContextualModels:
             if len(self._stale_ticks) > 64:
                 self._stale_ticks.clear()
             limit = self._stale_ticks[gamma] = math.log(STALE_BELOW) / math.log(gamma)
-        stale = np.flatnonzero(self.tick.take(cols) < tick - limit)
-        if not len(stale):
+        if self._oldest >= tick - limit:  # no column is stale
             return
-        with self._lock:
-            for j in stale.tolist():
-                k = cols[j]
-                if self.tick[k] < tick - limit:  # not refreshed meanwhile
-                    self._bring_to(k, tick, gamma)
-                    self.materialise(k)
+        ticks = self.tick
+        stale = np.flatnonzero(ticks.take(cols) < tick - limit)
+        if len(stale):
+            with self._lock:
+                for j in stale.tolist():
+                    k = cols[j]
+                    if self.tick[k] < tick - limit:  # not refreshed meanwhile
+                        self._bring_to(k, tick, gamma)
+                        self.materialise(k)
+        if len(ticks) == len(self.ids):  # (not while another thread appends a column)
+            self._oldest = float(ticks.min()) if len(ticks) else math.inf
 
     def predict(self, ids: Sequence[str], x: RequestVector, pulls, rewards, tick: float, gamma: float,
                 prior_variance: float) -> tuple[list[float], list[float], list[float]]:
@@ -569,8 +598,8 @@ class ContextualModels:
         cols = self.columns(ids, prior_variance)
         base, base_var = self.base(cols, pulls, rewards)
         self.refresh_stale(cols, tick, gamma)
-        mean, var = self.residual(cols, x)
-        return ([b + m for b, m in zip(base, mean.tolist())], [b + v for b, v in zip(base_var, var.tolist())], base)
+        mean, var = self._residual(cols, x)
+        return [b + m for b, m in zip(base, mean)], [b + v for b, v in zip(base_var, var)], base
 
     def contributions(self, dep: str, x: RequestVector) -> np.ndarray:
         """Each vector entry's share of the residual prediction for `dep` (x_i * w_i)."""
