@@ -78,6 +78,7 @@ STALE_BELOW = 0.9
 # 1e20 times its true one (far inside float32), and a rescale (one column times its scale) comes
 # every 66 half-lives.
 _RESCALE_BELOW = 1e-20
+_NO_SLOTS = np.zeros(0, dtype=np.int64)
 
 # Bytes that separate words: ASCII blanks and punctuation (UTF-8 multi-byte letters never are).
 _SEPARATORS = b" \t\n\r\f\v.,;:!?()[]{}<>\"'`*#=/\\|+~^&%$@"
@@ -430,6 +431,10 @@ class ContextualModels:
         # and ``refresh_stale`` returns at once.
         self._oldest = -math.inf
         self._mv2 = (None, None)  # (mv, mv as (DIM, 2 x columns)): the rows a decision gathers
+        # Per column, the slots that may hold something (a bool per slot), or None (not known):
+        # a slot that never learned reads (0, 1/p0) at any scale, so bringing a column's means and
+        # variances up to date after an outcome or a refresh rewrites only these.
+        self._live: list[Optional[np.ndarray]] = []
         for name in self._VECTORS:
             setattr(self, name, np.zeros(0))
         # Sharing (``track``): per column, what was learned here since the last fold (stored
@@ -475,16 +480,36 @@ class ContextualModels:
             self._pending_count.append(0.0)
         self.ids[dep] = k
         self._oldest = -math.inf
+        self._live.append(None)
         self.materialise(k)
         return k
 
-    def materialise(self, k: int) -> None:
-        """Column k's slot means and variances from its natural parameters (after a change)."""
+    def materialise(self, k: int, touched: Optional[np.ndarray] = None) -> None:
+        """Column k's slot means and variances from its natural parameters (after a change).
+        `touched`: the slots an outcome changed (an empty array: none, the scale alone), when
+        every other slot is as it was at the last call: then only the slots that ever held
+        something are rewritten (the same values: a slot that never learned reads (0, 1/p0) at
+        any scale), as long as they are under a quarter of the column. Without it, every slot."""
+        live = self._live[k] if touched is not None else None
+        if live is None:
+            self._materialise_slots(k, slice(None))
+            if touched is not None:  # from now on, known
+                hk = self.hd[:, :, k]
+                self._live[k] = (hk[:, 0] != 0.0) | (hk[:, 1] != 0.0)
+            else:
+                self._live[k] = None
+            return
+        live[touched] = True
+        slots = np.flatnonzero(live)
+        self._materialise_slots(k, slots if len(slots) < DIM // 4 else slice(None))
+
+    def _materialise_slots(self, k: int, slots) -> None:
         s = float(self.scale[k])
-        prec = self.hd[:, 1, k] * s
+        hk = self.hd[slots, :, k]
+        prec = hk[:, 1] * s
         prec += self.p0[k]
-        self.mv[:, 1, k] = 1.0 / prec
-        self.mv[:, 0, k] = self.hd[:, 0, k] * s / prec
+        self.mv[slots, 1, k] = 1.0 / prec
+        self.mv[slots, 0, k] = hk[:, 0] * s / prec
 
     def columns(self, ids: Sequence[str], prior_variance: float) -> list[int]:
         get = self.ids.get
@@ -601,7 +626,7 @@ class ContextualModels:
                     k = cols[j]
                     if self.tick[k] < tick - limit:  # not refreshed meanwhile
                         self._bring_to(k, tick, gamma)
-                        self.materialise(k)
+                        self.materialise(k, _NO_SLOTS)
         if len(ticks) == len(self.ids):  # (not while another thread appends a column)
             self._oldest = float(ticks.min()) if len(ticks) else math.inf
 
@@ -642,7 +667,7 @@ class ContextualModels:
                 else:
                     pend *= s
                 pend += self.hd[:, :, k] - exact
-            self.scale[k] = s = 1.0
+            self.scale[k] = s = 1.0  # (a slot holding nothing holds nothing after: still not live)
         return float(s)
 
     def learn(self, dep: str, ctx: LearnContext, reward: float, tick: float, gamma: float) -> None:
@@ -680,7 +705,7 @@ class ContextualModels:
                 pend = self._pending[k] = np.zeros((DIM, 2))
             pend[idx] += self.hd[idx, :, k] - before
             self._pending_count[k] += 1.0
-        self.materialise(k)
+        self.materialise(k, idx)
 
     # -- another model's rows -----------------------------------------------------------------------
     def seed(self, prior: "ContextualModels") -> None:
@@ -775,6 +800,7 @@ class ContextualModels:
         m.ids = dict(self.ids)
         m.hd = self.hd.copy()
         m.mv = self.mv.copy()
+        m._live = [None] * len(self.ids)
         for name in self._VECTORS:
             setattr(m, name, getattr(self, name).copy())
         return m

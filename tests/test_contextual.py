@@ -266,6 +266,39 @@ def test_a_long_run_of_forgetting_stays_finite():
     assert 0.4 < float(mean[0]) < 0.5 and 0.001 < float(var[0]) < 0.01
 
 
+def test_materialising_the_live_slots_equals_materialising_every_slot():
+    """After outcomes (with forgetting), stale refreshes, a long gap's rescale, a re-seed and a
+    new column, each column's means and variances (rewritten where it ever learned) are exactly
+    what rewriting all its slots gives."""
+    r = random.Random(9)
+    texts = _texts()[:120]
+    m = ContextualModels()
+    deps = [f"d{k}" for k in range(4)]
+
+    def check():
+        full = m.copy()
+        for k in range(len(full.ids)):
+            full.materialise(k)
+        assert full.mv.tobytes() == m.mv.tobytes()
+
+    t = 0.0
+    for j, text in enumerate(texts):
+        t += r.choice((1.0, 3.0, 40.0))
+        if j == 60:
+            t += 80_000.0  # scale under 1e-20 at this gamma: the learning column rescales
+        x = request_vector(feats(text), r.choice((None, "math")), "default")
+        m.learn(r.choice(deps[:3] if j < 90 else deps), LearnContext(x, 0.5, 0.05, 0.1), r.random(), t, 0.999)
+        if j % 7 == 0:
+            m.predict(deps, x, [1.0] * 4, [0.5] * 4, t, 0.999, 0.05)  # brings stale columns to t
+        if j % 20 == 0:
+            check()
+        if j == 100:
+            m.seed(m.copy())  # nothing re-seeded (every column learned) ...
+            m.column("late", 0.05)  # ... and a new column
+    assert any(live is not None for live in m._live)  # the partial rewrite was taken
+    check()
+
+
 # -- online, through the engine ------------------------------------------------------------------
 POLICY = """
     version: 1
