@@ -303,18 +303,21 @@ def _values(nw: int, nd: int) -> tuple[np.ndarray, np.ndarray]:
     return got
 
 
-def _ascii_window(text: str) -> Optional[tuple[bytes, int, np.ndarray]]:
-    """For an ASCII text: (the bytes of ``_raw`` holding its first MAX_WORDS words, the lines of
-    ``_raw``, and the words' starts and ends interleaved, as ``_word_spans`` finds them), from a window of its first characters
-    (an ASCII text's characters are its bytes, lower-casing keeps them one for one and keeps its
-    newlines); None for another text."""
-    if not text.isascii():
-        return None
-    n = len(text) if len(text) < MAX_BYTES else MAX_BYTES
-    lines = text.count("\n", 0, n) + 1
+def _first_words(text: str) -> tuple[bytes, int, np.ndarray]:
+    """(bytes of ``_raw`` holding its first MAX_WORDS words, the lines of ``_raw``, the words'
+    starts and ends interleaved as ``_word_spans`` finds them), from a window of its first
+    bytes doubled as there. An ASCII text is lower-cased and encoded only as far as the window
+    (its characters are its bytes, one for one, lower-cased too, and its newlines stay)."""
+    if text.isascii():
+        n = len(text) if len(text) < MAX_BYTES else MAX_BYTES
+        lines = text.count("\n", 0, n) + 1
+        whole = None
+    else:
+        whole = _raw(text)
+        n, lines = len(whole), whole.count(b"\n") + 1
     w = n if n < SPAN_WINDOW else SPAN_WINDOW
     while True:
-        raw = text[:w].lower().encode("ascii")
+        raw = text[:w].lower().encode("ascii") if whole is None else whole[:w]
         flags = np.frombuffer(b"\0" + raw.translate(_WORD_BYTE) + b"\0", dtype=np.bool_)
         edges = np.flatnonzero(flags[1:] != flags[:-1])
         if w == n or len(edges) > 2 * MAX_WORDS:
@@ -324,14 +327,10 @@ def _ascii_window(text: str) -> Optional[tuple[bytes, int, np.ndarray]]:
 
 def request_vector(features, domain: Optional[str] = None, task_type: Optional[str] = None) -> RequestVector:
     """The vector of one request (see the module docstring): ``request_vector_reference``'s
-    arrays in fewer numpy calls (each costs about a microsecond): an ASCII prompt lower-cased and
-    encoded only as far as its first words (``_ascii_window``), the words' sums by one reduceat
-    over the spans' edges as found, position and mixing in one product, the named slots and the
-    values kept by what makes them."""
-    got = _ascii_window(_text_of(features))
-    if got is None:
-        return request_vector_reference(features, domain, task_type)
-    raw, lines, edges = got
+    arrays in fewer numpy calls (each costs about a microsecond): the words found in a window
+    (``_first_words``), their sums by one reduceat over the spans' edges as found, position and
+    mixing in one product, the named slots and the values kept by what makes them."""
+    raw, lines, edges = _first_words(_text_of(features))
     nw = len(edges) >> 1
     if not nw:
         return request_vector_reference(features, domain, task_type)
