@@ -434,6 +434,7 @@ class ContextualModels:
         # a slot that never learned reads (0, 1/p0) at any scale, so bringing a column's means and
         # variances up to date after an outcome or a refresh rewrites only these.
         self._live: list[Optional[np.ndarray]] = []
+        self._columns: dict[tuple, list[int]] = {}  # ``columns`` by the ids asked for
         for name in self._VECTORS:
             setattr(self, name, np.zeros(0))
         # Sharing (``track``): per column, what was learned here since the last fold (stored
@@ -511,10 +512,18 @@ class ContextualModels:
         self.mv[slots, 0, k] = hk[:, 0] * s / prec
 
     def columns(self, ids: Sequence[str], prior_variance: float) -> list[int]:
-        get = self.ids.get
-        cols = [get(i) for i in ids]
-        if None in cols:
-            cols = [self.column(i, prior_variance) if c is None else c for i, c in zip(ids, cols)]
+        """The columns of `ids` (created when new), kept by the ids (a deployment's column never
+        changes): the same list again for the same pool (read it, do not change it)."""
+        key = tuple(ids)
+        cols = self._columns.get(key)
+        if cols is None:
+            get = self.ids.get
+            cols = [get(i) for i in ids]
+            if None in cols:
+                cols = [self.column(i, prior_variance) if c is None else c for i, c in zip(ids, cols)]
+            if len(self._columns) >= 256:
+                self._columns.clear()
+            self._columns[key] = cols
         return cols
 
     # -- predicting ---------------------------------------------------------------------------------
