@@ -78,6 +78,7 @@ STALE_BELOW = 0.9
 # 1e20 times its true one (far inside float32), and a rescale (one column times its scale) comes
 # every 66 half-lives.
 _RESCALE_BELOW = 1e-20
+_NO_SLOTS = np.zeros(0, dtype=np.int64)
 
 # Bytes that separate words: ASCII blanks and punctuation (UTF-8 multi-byte letters never are).
 _SEPARATORS = b" \t\n\r\f\v.,;:!?()[]{}<>\"'`*#=/\\|+~^&%$@"
@@ -202,6 +203,14 @@ def named_features(features, domain: Optional[str], task_type: Optional[str], wo
     return names
 
 
+def _w32(val: np.ndarray) -> np.ndarray:
+    """(2, len(val)) float32: the values and their squares."""
+    w = np.empty((2, len(val)), dtype=np.float32)
+    w[0] = val
+    np.multiply(val, val, out=w[1], casting="same_kind")
+    return w
+
+
 @dataclass(frozen=True, slots=True)
 class RequestVector:
     """A request's sparse feature vector: slot indices (repeats allowed) and their values."""
@@ -214,18 +223,16 @@ class RequestVector:
 
     def __post_init__(self):
         if self.w32 is None:
-            w = np.empty((2, len(self.val)), dtype=np.float32)
-            w[0] = self.val
-            np.multiply(self.val, self.val, out=w[1], casting="same_kind")
-            object.__setattr__(self, "w32", w)
+            object.__setattr__(self, "w32", _w32(self.val))
 
     @property
     def sq(self) -> np.ndarray:
         return self.val * self.val
 
 
-def request_vector(features, domain: Optional[str] = None, task_type: Optional[str] = None) -> RequestVector:
-    """The vector of one request (see the module docstring)."""
+def request_vector_reference(features, domain: Optional[str] = None, task_type: Optional[str] = None) -> RequestVector:
+    """The vector of one request (see the module docstring): the readable reference of
+    ``request_vector`` (which must give the same arrays), numpy over the prompt's bytes."""
     raw = _raw(_text_of(features))
     b, starts, ends = _word_spans(raw)
     nw = len(starts)
@@ -252,6 +259,99 @@ def request_vector(features, domain: Optional[str] = None, task_type: Optional[s
     val[nw:nw + nb] = 1.0 / math.sqrt(3.0 * nb) if nb else 0.0
     val[nw + nb:] = 1.0 / math.sqrt(3.0 * nd)
     return RequestVector(idx, val)
+
+
+# The named features' slots (int64, read-only) by what names them.
+_NAMED_SLOTS: dict[tuple, np.ndarray] = {}
+# The vector's values and their float32 (values; squares), read-only, by (words, named features).
+_VALUES: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+# _INV times _GOLD (modulo 2**64): a word's sum made position-independent and mixed in one product.
+_INV_GOLD = _INV * _GOLD
+
+
+def _named_slots(features, domain: Optional[str], task_type: Optional[str], words: int, lines: int) -> np.ndarray:
+    """The slots of ``named_features``, kept by the names' inputs (a few task types, buckets and
+    domains: emptied past 4096)."""
+    key = (task_type or getattr(features, "task_type", "default"), getattr(features, "length_bucket", "short"),
+           getattr(features, "modality", "text"), domain, words, lines if lines < MAX_LINES else MAX_LINES,
+           bool(getattr(features, "has_code", False)))
+    slots = _NAMED_SLOTS.get(key)
+    if slots is None:
+        names = named_features(features, domain, task_type, words, lines)
+        slots = np.array([named_slot(n) for n in names], dtype=np.int64)
+        slots.setflags(write=False)
+        if len(_NAMED_SLOTS) > 4096:
+            _NAMED_SLOTS.clear()
+        _NAMED_SLOTS[key] = slots
+    return slots
+
+
+def _values(nw: int, nd: int) -> tuple[np.ndarray, np.ndarray]:
+    """(val, w32) of a vector of `nw` words, their bigrams and `nd` named features (as
+    ``request_vector_reference`` makes them), kept by (nw, nd): read-only."""
+    got = _VALUES.get((nw, nd))
+    if got is None:
+        nb = nw - 1
+        val = np.empty(nw + nb + nd)
+        val[:nw] = 1.0 / math.sqrt(3.0 * nw)
+        val[nw:nw + nb] = 1.0 / math.sqrt(3.0 * nb) if nb else 0.0
+        val[nw + nb:] = 1.0 / math.sqrt(3.0 * nd)
+        w32 = _w32(val)
+        val.setflags(write=False)
+        w32.setflags(write=False)
+        got = _VALUES[(nw, nd)] = (val, w32)
+    return got
+
+
+def _first_words(text: str) -> tuple[bytes, int, np.ndarray]:
+    """(bytes of ``_raw`` holding its first MAX_WORDS words, the lines of ``_raw``, the words'
+    starts and ends interleaved as ``_word_spans`` finds them), from a window of its first
+    bytes doubled as there. An ASCII text is lower-cased and encoded only as far as the window
+    (its characters are its bytes, one for one, lower-cased too, and its newlines stay)."""
+    if text.isascii():
+        n = len(text) if len(text) < MAX_BYTES else MAX_BYTES
+        lines = text.count("\n", 0, n) + 1
+        whole = None
+    else:
+        whole = _raw(text)
+        n, lines = len(whole), whole.count(b"\n") + 1
+    w = n if n < SPAN_WINDOW else SPAN_WINDOW
+    while True:
+        raw = text[:w].lower().encode("ascii") if whole is None else whole[:w]
+        flags = np.frombuffer(b"\0" + raw.translate(_WORD_BYTE) + b"\0", dtype=np.bool_)
+        edges = np.flatnonzero(flags[1:] != flags[:-1])
+        if w == n or len(edges) > 2 * MAX_WORDS:
+            return raw, lines, edges[:2 * MAX_WORDS]
+        w = n if 2 * w > n else 2 * w
+
+
+def request_vector(features, domain: Optional[str] = None, task_type: Optional[str] = None) -> RequestVector:
+    """The vector of one request (see the module docstring): ``request_vector_reference``'s
+    arrays in fewer numpy calls (each costs about a microsecond): the words found in a window
+    (``_first_words``), their sums by one reduceat over the spans' edges as found, position and
+    mixing in one product, the named slots and the values kept by what makes them."""
+    raw, lines, edges = _first_words(_text_of(features))
+    nw = len(edges) >> 1
+    if not nw:
+        return request_vector_reference(features, domain, task_type)
+    dense = _named_slots(features, domain, task_type, nw, lines)
+    nd = len(dense)
+    nb = nw - 1
+    starts = edges[0::2]
+    n = int(edges[-1])  # the last word's end: the segments alternate word, separators, word...
+    sums = np.add.reduceat(np.frombuffer(raw, dtype=np.uint8, count=n) * _POW[:n], edges[:-1])
+    idx = np.empty(nw + nb + nd, dtype=np.uint64)  # words, bigrams, named: filled in place
+    hw = idx[:nw]
+    np.multiply(sums[0::2], _INV_GOLD.take(starts), out=hw)  # as _word_hashes (wraps modulo 2**64)
+    bg = idx[nw:nw + nb]
+    np.multiply(hw[:-1], _BIGRAM, out=bg)  # an ordered pair: "a b" and "b a" differ
+    bg += hw[1:]
+    bg *= _GOLD
+    idx[:nw + nb] >>= _SHIFT
+    idx = idx.view(np.int64)  # slots < 2**FEATURE_BITS: the same values as signed
+    idx[nw + nb:] = dense
+    val, w32 = _values(nw, nd)
+    return RequestVector(idx, val, w32)
 
 
 def feature_labels(features, domain: Optional[str] = None, task_type: Optional[str] = None) -> list[str]:
@@ -325,6 +425,16 @@ class ContextualModels:
         # What a decision reads: each slot's mean and variance, as of its column's last update.
         self.mv = np.zeros((DIM, 2, 0), dtype=np.float32)
         self._stale_ticks: dict[float, float] = {}  # gamma -> the elapsed ticks of STALE_BELOW
+        # At most the oldest column's tick (a column's tick only grows; a new column's is 0 and
+        # lowers it): when even it is within STALE_BELOW of a decision's tick, no column is stale
+        # and ``refresh_stale`` returns at once.
+        self._oldest = -math.inf
+        self._mv2 = (None, None)  # (mv, mv as (DIM, 2 x columns)): the rows a decision gathers
+        # Per column, the slots that may hold something (a bool per slot), or None (not known):
+        # a slot that never learned reads (0, 1/p0) at any scale, so bringing a column's means and
+        # variances up to date after an outcome or a refresh rewrites only these.
+        self._live: list[Optional[np.ndarray]] = []
+        self._columns: dict[tuple, list[int]] = {}  # ``columns`` by the ids asked for
         for name in self._VECTORS:
             setattr(self, name, np.zeros(0))
         # Sharing (``track``): per column, what was learned here since the last fold (stored
@@ -369,33 +479,76 @@ class ContextualModels:
             self._pending.append(None)
             self._pending_count.append(0.0)
         self.ids[dep] = k
+        self._oldest = -math.inf
+        self._live.append(None)
         self.materialise(k)
         return k
 
-    def materialise(self, k: int) -> None:
-        """Column k's slot means and variances from its natural parameters (after a change)."""
+    def materialise(self, k: int, touched: Optional[np.ndarray] = None) -> None:
+        """Column k's slot means and variances from its natural parameters (after a change).
+        `touched`: the slots an outcome changed (an empty array: none, the scale alone), when
+        every other slot is as it was at the last call: then only the slots that ever held
+        something are rewritten (the same values: a slot that never learned reads (0, 1/p0) at
+        any scale), as long as they are under a quarter of the column. Without it, every slot."""
+        live = self._live[k] if touched is not None else None
+        if live is None:
+            self._materialise_slots(k, slice(None))
+            if touched is not None:  # from now on, known
+                hk = self.hd[:, :, k]
+                self._live[k] = (hk[:, 0] != 0.0) | (hk[:, 1] != 0.0)
+            else:
+                self._live[k] = None
+            return
+        live[touched] = True
+        slots = np.flatnonzero(live)
+        self._materialise_slots(k, slots if len(slots) < DIM // 4 else slice(None))
+
+    def _materialise_slots(self, k: int, slots) -> None:
         s = float(self.scale[k])
-        prec = self.hd[:, 1, k] * s
+        hk = self.hd[slots, :, k]
+        prec = hk[:, 1] * s
         prec += self.p0[k]
-        self.mv[:, 1, k] = 1.0 / prec
-        self.mv[:, 0, k] = self.hd[:, 0, k] * s / prec
+        self.mv[slots, 1, k] = 1.0 / prec
+        self.mv[slots, 0, k] = hk[:, 0] * s / prec
 
     def columns(self, ids: Sequence[str], prior_variance: float) -> list[int]:
-        get = self.ids.get
-        cols = [get(i) for i in ids]
-        if None in cols:
-            cols = [self.column(i, prior_variance) if c is None else c for i, c in zip(ids, cols)]
+        """The columns of `ids` (created when new), kept by the ids (a deployment's column never
+        changes): the same list again for the same pool (read it, do not change it)."""
+        key = tuple(ids)
+        cols = self._columns.get(key)
+        if cols is None:
+            get = self.ids.get
+            cols = [get(i) for i in ids]
+            if None in cols:
+                cols = [self.column(i, prior_variance) if c is None else c for i, c in zip(ids, cols)]
+            if len(self._columns) >= 256:
+                self._columns.clear()
+            self._columns[key] = cols
         return cols
 
     # -- predicting ---------------------------------------------------------------------------------
-    def base(self, cols: Sequence[int], pulls: Sequence[float], rewards: Sequence[float]) -> tuple[list[float], list[float]]:
+    def base_reference(self, cols: Sequence[int], pulls: Sequence[float], rewards: Sequence[float]) -> tuple[list[float], list[float]]:
         """Each column's base mean and its variance, from the arms' (pulls, total reward) with the
-        prior model's mean as pseudo-observations (a loop: the pool is small)."""
+        prior model's mean as pseudo-observations (a loop: the pool is small). The readable
+        reference of ``base``."""
         pm, pc = self.prior_mean.take(cols).tolist(), self.prior_count.take(cols).tolist()
         means, variances = [], []
         for p, k, n, r in zip(pm, pc, pulls, rewards):
             m = (r + p * k) / (n + k)
             m = clamp01(m)
+            means.append(m)
+            variances.append(m * (1.0 - m) / (n + k + 1.0))
+        return means, variances
+
+    def base(self, cols: Sequence[int], pulls: Sequence[float], rewards: Sequence[float]) -> tuple[list[float], list[float]]:
+        """``base_reference``'s values in one loop: the prior columns read whole (a few
+        deployments), clamp01 written out (its argument is a float)."""
+        pm, pc = self.prior_mean.tolist(), self.prior_count.tolist()
+        means, variances = [], []
+        for c, n, r in zip(cols, pulls, rewards):
+            k = pc[c]
+            m = (r + pm[c] * k) / (n + k)
+            m = (1.0 if m > 1.0 else m) if m > 0.0 else 0.0
             means.append(m)
             variances.append(m * (1.0 - m) / (n + k + 1.0))
         return means, variances
@@ -415,12 +568,31 @@ class ContextualModels:
         """``residual_reference`` as one float32 product: the gathered rows hold every column's
         means then its variances, (values; squares) times them gives both sums at once (and two
         cross terms left unread). Within float32 rounding of the reference (a few 1e-7)."""
-        mv = self.mv
+        mean, var = self._residual(cols, x)
+        return np.array(mean, dtype=np.float32), np.array(var, dtype=np.float32)
+
+    def _residual(self, cols: Sequence[int], x: RequestVector) -> tuple[list[float], list[float]]:
+        """``residual``'s values as lists (what ``predict`` reads): one gather, one product, one
+        conversion."""
+        mv, mv2 = self._mv2
+        if mv is not self.mv:
+            mv = self.mv
+            mv2 = mv.reshape(DIM, 2 * mv.shape[2])
+            self._mv2 = (mv, mv2)
         n = mv.shape[2]
-        out = x.w32 @ np.take(mv.reshape(DIM, 2 * n), x.idx, axis=0)  # (2, 2n)
-        if len(cols) == n and all(c == k for k, c in enumerate(cols)):  # every column, in order
-            return out[0, :n], out[1, n:]
-        return out[0, cols], out[1, n:][cols]
+        means, variances = (x.w32 @ mv2.take(x.idx, axis=0)).tolist()  # (2, 2n)
+        if len(cols) == n and cols == self._order(n):  # every column, in order
+            return means[:n], variances[n:]
+        return [means[c] for c in cols], [variances[n + c] for c in cols]
+
+    _ORDERS: dict[int, list[int]] = {}
+
+    @classmethod
+    def _order(cls, n: int) -> list[int]:
+        got = cls._ORDERS.get(n)
+        if got is None:
+            got = cls._ORDERS[n] = list(range(n))
+        return got
 
     def residual_exact(self, cols: Sequence[int], x: RequestVector, tick: float,
                        gamma: float) -> tuple[np.ndarray, np.ndarray]:
@@ -452,15 +624,19 @@ class ContextualModels:
             if len(self._stale_ticks) > 64:
                 self._stale_ticks.clear()
             limit = self._stale_ticks[gamma] = math.log(STALE_BELOW) / math.log(gamma)
-        stale = np.flatnonzero(self.tick.take(cols) < tick - limit)
-        if not len(stale):
+        if self._oldest >= tick - limit:  # no column is stale
             return
-        with self._lock:
-            for j in stale.tolist():
-                k = cols[j]
-                if self.tick[k] < tick - limit:  # not refreshed meanwhile
-                    self._bring_to(k, tick, gamma)
-                    self.materialise(k)
+        ticks = self.tick
+        stale = np.flatnonzero(ticks.take(cols) < tick - limit)
+        if len(stale):
+            with self._lock:
+                for j in stale.tolist():
+                    k = cols[j]
+                    if self.tick[k] < tick - limit:  # not refreshed meanwhile
+                        self._bring_to(k, tick, gamma)
+                        self.materialise(k, _NO_SLOTS)
+        if len(ticks) == len(self.ids):  # (not while another thread appends a column)
+            self._oldest = float(ticks.min()) if len(ticks) else math.inf
 
     def predict(self, ids: Sequence[str], x: RequestVector, pulls, rewards, tick: float, gamma: float,
                 prior_variance: float) -> tuple[list[float], list[float], list[float]]:
@@ -469,8 +645,8 @@ class ContextualModels:
         cols = self.columns(ids, prior_variance)
         base, base_var = self.base(cols, pulls, rewards)
         self.refresh_stale(cols, tick, gamma)
-        mean, var = self.residual(cols, x)
-        return ([b + m for b, m in zip(base, mean.tolist())], [b + v for b, v in zip(base_var, var.tolist())], base)
+        mean, var = self._residual(cols, x)
+        return [b + m for b, m in zip(base, mean)], [b + v for b, v in zip(base_var, var)], base
 
     def contributions(self, dep: str, x: RequestVector) -> np.ndarray:
         """Each vector entry's share of the residual prediction for `dep` (x_i * w_i)."""
@@ -499,7 +675,7 @@ class ContextualModels:
                 else:
                     pend *= s
                 pend += self.hd[:, :, k] - exact
-            self.scale[k] = s = 1.0
+            self.scale[k] = s = 1.0  # (a slot holding nothing holds nothing after: still not live)
         return float(s)
 
     def learn(self, dep: str, ctx: LearnContext, reward: float, tick: float, gamma: float) -> None:
@@ -537,7 +713,7 @@ class ContextualModels:
                 pend = self._pending[k] = np.zeros((DIM, 2))
             pend[idx] += self.hd[idx, :, k] - before
             self._pending_count[k] += 1.0
-        self.materialise(k)
+        self.materialise(k, idx)
 
     # -- another model's rows -----------------------------------------------------------------------
     def seed(self, prior: "ContextualModels") -> None:
@@ -632,6 +808,7 @@ class ContextualModels:
         m.ids = dict(self.ids)
         m.hd = self.hd.copy()
         m.mv = self.mv.copy()
+        m._live = [None] * len(self.ids)
         for name in self._VECTORS:
             setattr(m, name, getattr(self, name).copy())
         return m

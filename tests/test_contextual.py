@@ -112,6 +112,26 @@ def test_windowed_word_spans_and_hashes_equal_their_references():
             assert _word_hashes(b, starts, ends).tolist() == _word_hashes_reference(b, starts, ends).tolist()
 
 
+def test_request_vector_equals_its_reference():
+    """The fast vector (ASCII window, one reduceat, kept named slots and values) is the
+    reference's, array for array, for every kind of text and named features."""
+    from aisia_plugin.contextual import request_vector_reference
+
+    r = random.Random(6)
+    texts = _texts() + [t.encode("ascii", "ignore").decode() for t in _texts()] + ["Line one.\nLine two\n\n" * 40, "x" * 9000 + " tail", ("word " * 200).upper(), "\n" * 100]
+    ascii_seen = 0
+    for text in texts:
+        f = feats(text, has_code=r.random() < 0.3, length_bucket=r.choice(("short", "long")),
+                  task_type=r.choice(("default", "coding")))
+        domain, task = r.choice((None, "coding", "math")), r.choice((None, "analysis"))
+        got, want = request_vector(f, domain, task), request_vector_reference(f, domain, task)
+        assert got.idx.dtype == want.idx.dtype == np.int64, text[:40]
+        assert got.idx.tolist() == want.idx.tolist() and got.val.tolist() == want.val.tolist(), text[:40]
+        assert got.w32.tolist() == want.w32.tolist(), text[:40]
+        ascii_seen += text.isascii() and bool(text.split())
+    assert ascii_seen > 300  # the fast path was taken, not only the reference's fallback
+
+
 def test_float32_residual_equals_the_float64_reference():
     m = ContextualModels()
     r = random.Random(3)
@@ -126,6 +146,29 @@ def test_float32_residual_equals_the_float64_reference():
             mean, var = m.residual(cols, x)
             rmean, rvar = m.residual_reference(cols, x)
             assert np.allclose(mean, rmean, rtol=0, atol=1e-6) and np.allclose(var, rvar, rtol=1e-5, atol=0)
+
+
+def test_base_and_normal_draws_equal_their_references():
+    from aisia_plugin.strategies.contextual import normal_draws, normal_draws_reference
+
+    m = ContextualModels()
+    r = random.Random(8)
+    for k in range(6):
+        m.column(f"d{k}", 0.05)
+        m.prior_mean[k], m.prior_count[k] = r.random(), r.choice((0.5, 2.0, 40.0))
+    for _ in range(200):
+        cols = r.sample(range(6), r.randint(1, 6))
+        pulls = [r.choice((0, 1, r.random() * 50)) for _ in cols]
+        rewards = [n * r.uniform(-0.2, 1.3) for n in pulls]  # means outside [0, 1] too: clamped alike
+        assert m.base(cols, pulls, rewards) == m.base_reference(cols, pulls, rewards)
+    # the same draws and the same generator state after, whatever draw it stood at
+    for seed in range(40):
+        for n in (0, 1, 2, 5, 16):
+            a, b = random.Random(seed), random.Random(seed)
+            if seed % 2:
+                a.gauss(0.0, 1.0), b.gauss(0.0, 1.0)  # a second value kept for the next draw
+            assert normal_draws(a, n) == normal_draws_reference(b, n)
+            assert a.getstate() == b.getstate() and a.gauss(0.0, 1.0) == b.gauss(0.0, 1.0)
 
 
 def test_a_decision_brings_stale_columns_to_its_tick():
@@ -221,6 +264,39 @@ def test_a_long_run_of_forgetting_stays_finite():
     mean, var = m.residual(m.columns(["a"], 0.05), one_feature())
     # steady state: about 14 observations per half-life of precision 10 each, mean near 1 - 0.5
     assert 0.4 < float(mean[0]) < 0.5 and 0.001 < float(var[0]) < 0.01
+
+
+def test_materialising_the_live_slots_equals_materialising_every_slot():
+    """After outcomes (with forgetting), stale refreshes, a long gap's rescale, a re-seed and a
+    new column, each column's means and variances (rewritten where it ever learned) are exactly
+    what rewriting all its slots gives."""
+    r = random.Random(9)
+    texts = _texts()[:120]
+    m = ContextualModels()
+    deps = [f"d{k}" for k in range(4)]
+
+    def check():
+        full = m.copy()
+        for k in range(len(full.ids)):
+            full.materialise(k)
+        assert full.mv.tobytes() == m.mv.tobytes()
+
+    t = 0.0
+    for j, text in enumerate(texts):
+        t += r.choice((1.0, 3.0, 40.0))
+        if j == 60:
+            t += 80_000.0  # scale under 1e-20 at this gamma: the learning column rescales
+        x = request_vector(feats(text), r.choice((None, "math")), "default")
+        m.learn(r.choice(deps[:3] if j < 90 else deps), LearnContext(x, 0.5, 0.05, 0.1), r.random(), t, 0.999)
+        if j % 7 == 0:
+            m.predict(deps, x, [1.0] * 4, [0.5] * 4, t, 0.999, 0.05)  # brings stale columns to t
+        if j % 20 == 0:
+            check()
+        if j == 100:
+            m.seed(m.copy())  # nothing re-seeded (every column learned) ...
+            m.column("late", 0.05)  # ... and a new column
+    assert any(live is not None for live in m._live)  # the partial rewrite was taken
+    check()
 
 
 # -- online, through the engine ------------------------------------------------------------------

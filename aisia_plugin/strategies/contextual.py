@@ -10,6 +10,7 @@ engine can teach the chosen deployment's model its outcome (``Decision.context``
 from __future__ import annotations
 
 import math
+import random
 
 from ..contextual import LearnContext, request_vector
 from ..decision import Decision, Pool, RoutingContext, pool_decision
@@ -19,6 +20,42 @@ from .rules import explore
 
 # The alias's `contextual` settings when a test's context carries no policy (the schema's defaults).
 _DEFAULTS = tuple(float(defaults_of("Contextual")[k]) for k in ("prior_variance", "noise_variance", "exploration"))
+
+
+_GAUSS = random.Random.gauss
+_TWOPI, _cos, _sin, _log, _sqrt = math.tau, math.cos, math.sin, math.log, math.sqrt
+
+
+def normal_draws_reference(rng, n: int) -> list[float]:
+    """`n` standard normal draws, ``rng.gauss(0.0, 1.0)`` each: the readable reference of
+    ``normal_draws``."""
+    return [rng.gauss(0.0, 1.0) for _ in range(n)]
+
+
+def normal_draws(rng, n: int) -> list[float]:
+    """``normal_draws_reference``, the same values and the same state of `rng` after, with
+    ``random.Random.gauss``'s arithmetic written out (Box-Muller, its second value kept for the
+    next draw), so that `n` draws are one loop rather than `n` calls (an `rng` whose class has its
+    own ``gauss`` is called)."""
+    if getattr(type(rng), "gauss", None) is not _GAUSS:
+        return normal_draws_reference(rng, n)
+    out = []
+    z = rng.gauss_next
+    rng.gauss_next = None
+    if z is not None and n:
+        out.append(0.0 + z * 1.0)
+    elif z is not None:
+        rng.gauss_next = z
+    rand = rng.random
+    while len(out) < n:
+        x2pi = rand() * _TWOPI
+        g2rad = _sqrt(-2.0 * _log(1.0 - rand()))
+        out.append(0.0 + _cos(x2pi) * g2rad * 1.0)
+        if len(out) < n:
+            out.append(0.0 + _sin(x2pi) * g2rad * 1.0)
+        else:
+            rng.gauss_next = _sin(x2pi) * g2rad
+    return out
 
 
 def settings_of(context: RoutingContext) -> tuple[float, float, float]:
@@ -65,12 +102,10 @@ class ContextualStrategy:
         x = self.vector(context)
         tick, gamma = pool.tick, pool.gamma
         mean, var, base = models.predict(pool.ids, x, pool.pulls, pool.rewards, tick, gamma, prior_var)
-        sqrt = math.sqrt
-        sd = [sqrt(v) if v > 0.0 else 0.0 for v in var]
+        sd = [_sqrt(v) if v > 0.0 else 0.0 for v in var]
         mean_l = mean
         bonus = bandit_bonuses(pool, context)
-        gauss = context.rng.gauss
-        draws = [m + spread * s * gauss(0.0, 1.0) for m, s in zip(mean_l, sd)]
+        draws = [m + spread * s * z for m, s, z in zip(mean_l, sd, normal_draws(context.rng, len(sd)))]
         scores = [d + b for d, b in zip(draws, bonus)]
         best = scores.index(max(scores))
         picked = explore(pool, context)
