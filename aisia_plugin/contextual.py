@@ -364,6 +364,32 @@ def feature_labels(features, domain: Optional[str] = None, task_type: Optional[s
             + named_features(features, domain, task_type, len(words), raw.count(b"\n") + 1))
 
 
+# -- a deployment's prior, known without traffic ---------------------------------------------------
+def cold_prior(deployments: Sequence, fits: Sequence[float], settings, fit_default: Optional[float] = None) -> list[float]:
+    """The prior mean reward of each of a pool's `deployments` (its ``decision.Deployment``) the
+    model has not met, from what is known without traffic (`settings`: the alias's
+    ``contextual.cold_start``): the task-fitness table's score of its model family for this
+    request's task (`fits`, the pool's ``task_fit``) when the table knows the family (a score other than the
+    table's `fit_default`), else its tier's ``by_tier`` value, else ``mean``; plus ``price_slope``
+    per doubling of its price over the pool's median price; within [0, 1]."""
+    slope = settings.price_slope
+    median = 0.0
+    if slope:
+        prices = sorted(max(float(d.cost_per_1m), 0.0) for d in deployments)
+        n = len(prices)
+        median = (prices[(n - 1) // 2] + prices[n // 2]) / 2.0 if n else 0.0
+    out = []
+    for d, fit in zip(deployments, fits):
+        if fit_default is not None and fit != fit_default:
+            m = float(fit)
+        else:
+            m = settings.by_tier.get(d.tier, settings.mean) if d.tier is not None else settings.mean
+        if slope and median > 0.0 and d.cost_per_1m > 0.0:
+            m += slope * math.log2(d.cost_per_1m / median)
+        out.append(clamp01(m))
+    return out
+
+
 # -- the model --------------------------------------------------------------------------------------
 @dataclass(slots=True)
 class LearnContext:
@@ -483,6 +509,18 @@ class ContextualModels:
         self._live.append(None)
         self.materialise(k)
         return k
+
+    def start(self, dep: str, prior_variance: float, mean: float, count: float) -> int:
+        """The column of `dep`; a new one starts from the prior mean reward `mean` weighing `count`
+        observations (``cold_prior``), an existing one is left as it is."""
+        k = self.ids.get(dep)
+        if k is not None:
+            return k
+        with self._lock:
+            k = self._new_column(dep, prior_variance)
+            if self.count[k] == 0.0:
+                self.prior_mean[k], self.prior_count[k] = clamp01(mean), max(0.0, count)
+            return k
 
     def materialise(self, k: int, touched: Optional[np.ndarray] = None) -> None:
         """Column k's slot means and variances from its natural parameters (after a change).

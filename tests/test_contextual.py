@@ -18,7 +18,7 @@ import pytest
 
 from aisia_plugin.cli import main
 from aisia_plugin.contextual import (DIM, ContextualModels, LearnContext, ModelFileError, RequestVector,
-                                     check_model, feature_labels, log2_bucket, request_vector)
+                                     check_model, cold_prior, feature_labels, log2_bucket, request_vector)
 from aisia_plugin.contextual_io import load_model_file
 from aisia_plugin.decision import Deployment
 from aisia_plugin.engine import Engine
@@ -475,3 +475,66 @@ def test_explain_shows_predictions_uncertainty_and_the_features_that_moved_them(
     assert any(w in rows["a"]["moved_by"] for w in ("summarise", "report", "quarterly"))
     assert main(args[:-2] + ["summarise the quarterly report"]) == 0
     assert "moved_by=" in capsys.readouterr().out
+
+
+# -- a deployment's prior, known without traffic -------------------------------------------------
+COLD_POLICY = """
+    version: 1
+    aliases:
+      auto:
+        strategy: contextual
+        cost_weight: 0
+        latency_weight: 0
+        contextual:
+          exploration: 0.0
+          cold_start: {mean: 0.4, count: 3, by_tier: {ultra: 0.9, free: 0.6}, price_slope: 0.1}
+    task_fitness:
+      default: 0.5
+      models:
+        "gpt-4o": {coding: 0.9}
+    """
+
+
+def test_cold_prior_by_family_tier_price_and_default():
+    cold = load_policy([]).aliases["auto"].contextual.cold_start
+    assert (cold.mean, cold.count, cold.price_slope) == (0.5, 2.0, 0.0)  # the schema's defaults
+    fam = Deployment("fam", "fam", "openai/gpt-4o", "openai", tier="free", input_cost_per_1m=4.0, output_cost_per_1m=4.0)
+    tier = Deployment("tier", "tier", "x/y", "x", tier="ultra", input_cost_per_1m=1.0, output_cost_per_1m=1.0)
+    plain = Deployment("plain", "plain", "x/z", "x", input_cost_per_1m=1.0, output_cost_per_1m=1.0)
+    free = Deployment("free", "free", "ollama/q", "ollama", input_cost_per_1m=0.0, output_cost_per_1m=0.0)
+    deps = [fam, tier, plain, free]
+    # defaults: no price slope; the family's fitness (0.9 here), else the tier's, else the mean
+    assert cold_prior(deps, [0.9, 0.5, 0.5, 0.5], cold, 0.5) == [0.9, 0.85, 0.5, 0.5]
+    c = cold.model_copy(update={"mean": 0.4, "by_tier": {"ultra": 0.9}, "price_slope": 0.1})
+    # prices 4, 1, 1, 0: median 1; fam 2 doublings over it (+0.2), free: no price, no slope;
+    # a tier by_tier does not name falls back to the mean
+    got = cold_prior(deps, [0.7, 0.5, 0.5, 0.5], c, 0.5)
+    assert got == pytest.approx([0.9, 0.9, 0.4, 0.4])
+    assert cold_prior([fam, plain], [0.95, 0.5], c, 0.5)[0] == 1.0  # median 2.5: 0.95 + 0.068, clamped
+    assert cold_prior([fam], [0.5], c, None) == pytest.approx([0.4])  # no table: no family fitness
+
+
+def test_a_deployment_met_for_the_first_time_starts_from_its_cold_prior(tmp_path):
+    p = tmp_path / "policy.yaml"
+    p.write_text(textwrap.dedent(COLD_POLICY))
+    policy = load_policy([p])
+    engine = Engine(policy, clock=lambda: 0.0, rng=random.Random(1))
+    deps = [Deployment("cheap", "cheap", "x/cheap", "x", tier="free", input_cost_per_1m=0.5, output_cost_per_1m=0.5),
+            Deployment("fam", "fam", "openai/gpt-4o", "openai", input_cost_per_1m=2.0, output_cost_per_1m=2.0),
+            Deployment("big", "big", "x/big", "x", tier="ultra", input_cost_per_1m=8.0, output_cost_per_1m=8.0)]
+    d = engine.decide("auto", [{"role": "user", "content": "write a python function that parses a csv file"}], deps)
+    assert d.task_type == "coding"
+    m = engine.contextual
+    # median price 2: cheap 0.6 - 0.2, fam (coding 0.9) + 0, big 0.9 + 0.2 -> 1.0
+    got = {dep: float(m.prior_mean[m.ids[dep]]) for dep in ("cheap", "fam", "big")}
+    assert got == pytest.approx({"cheap": 0.4, "fam": 0.9, "big": 1.0})
+    assert all(m.prior_count[m.ids[dep]] == 3.0 for dep in got)
+    rows = {r.id: r.terms for r in d.scores}
+    assert rows["big"]["base"] == pytest.approx(1.0) and rows["cheap"]["base"] == pytest.approx(0.4)
+    assert d.deployment_id == "big"  # no spread, no cost or latency weight: the best prior wins
+    # learned since: a deployment's prior is set once (the next request's task changes nothing)
+    engine.record(d, Outcome("big", True, quality=0.0))
+    engine.decide("auto", [{"role": "user", "content": "hello there"}], deps)
+    assert float(m.prior_mean[m.ids["fam"]]) == pytest.approx(0.9)
+    # a prior model file's deployment keeps the file's prior (seed before any decision)
+    assert m.start("fam", 0.05, 0.1, 1.0) == m.ids["fam"] and float(m.prior_mean[m.ids["fam"]]) == pytest.approx(0.9)

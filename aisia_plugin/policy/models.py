@@ -59,6 +59,15 @@ class Failover(BaseModel):
     attempts: int
 
 
+@_def("ColdStart")
+class ColdStart(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    mean: float
+    count: float
+    by_tier: dict[Tier, float]
+    price_slope: float
+
+
 @_def("Contextual")
 class Contextual(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -66,6 +75,7 @@ class Contextual(BaseModel):
     prior_variance: float
     noise_variance: float
     exploration: float
+    cold_start: ColdStart
 
 
 @_def("Alias")
@@ -299,7 +309,7 @@ class Policy(BaseModel):
 # schema $defs name -> model, for the agreement test and the reference generator.
 MODELS_BY_DEF: dict[str, type[BaseModel]] = {
     cls.__schema_def__: cls
-    for cls in (Selector, Sla, Budget, Failover, Contextual, Alias, PerDomain, Forgetting, Bandit, Reward, Weights,
+    for cls in (Selector, Sla, Budget, Failover, ColdStart, Contextual, Alias, PerDomain, Forgetting, Bandit, Reward, Weights,
                 Rules, ModePack, Domain, Domains, DeploymentAnnotation, CircuitBreaker, TaskFitness,
                 Costs, State, Proxy, DecisionLog, Logging, Policy)
 }

@@ -12,14 +12,16 @@ from __future__ import annotations
 import math
 import random
 
-from ..contextual import LearnContext, request_vector
+from ..contextual import LearnContext, cold_prior, request_vector
 from ..decision import Decision, Pool, RoutingContext, pool_decision
+from ..policy.models import ColdStart
 from ..schema_defaults import defaults_of
 from .bandit import ThompsonStrategy, bandit_bonuses
 from .rules import explore
 
 # The alias's `contextual` settings when a test's context carries no policy (the schema's defaults).
 _DEFAULTS = tuple(float(defaults_of("Contextual")[k]) for k in ("prior_variance", "noise_variance", "exploration"))
+_COLD = ColdStart(**defaults_of("ColdStart"))
 
 
 _GAUSS = random.Random.gauss
@@ -68,6 +70,19 @@ def settings_of(context: RoutingContext) -> tuple[float, float, float]:
     return c.prior_variance, c.noise_variance, c.exploration
 
 
+def start_cold(models, pool: Pool, context: RoutingContext, prior_variance: float) -> None:
+    """Start the columns of the pool's deployments the model has not met from their prior
+    (``contextual.cold_prior``, with the alias's ``contextual.cold_start``)."""
+    policy = context.policy
+    ap = policy.aliases.get(context.alias) if policy is not None else None
+    c = getattr(ap, "contextual", None)
+    cold = c.cold_start if c is not None else _COLD
+    fit_default = policy.task_fitness.default if policy is not None else None
+    means = cold_prior(pool.deployments, pool.task_fit, cold, fit_default)
+    for dep, m in zip(pool.ids, means):
+        models.start(dep, prior_variance, m, cold.count)
+
+
 class ContextualStrategy:
     name = "contextual"
     description = ("Thompson sampling on each candidate's predicted reward for this prompt (a per-deployment "
@@ -100,6 +115,9 @@ class ContextualStrategy:
         pool = Pool.of(pool).not_open()
         prior_var, noise_var, spread = settings_of(context)
         x = self.vector(context)
+        known = models.ids
+        if not all(i in known for i in pool.ids):  # a deployment met for the first time: its prior
+            start_cold(models, pool, context, prior_var)
         tick, gamma = pool.tick, pool.gamma
         mean, var, base = models.predict(pool.ids, x, pool.pulls, pool.rewards, tick, gamma, prior_var)
         sd = [_sqrt(v) if v > 0.0 else 0.0 for v in var]
