@@ -512,6 +512,8 @@ def test_cold_prior_by_family_tier_price_and_default():
     assert got == pytest.approx([0.9, 0.9, 0.4, 0.4])
     assert cold_prior([fam, plain], [0.95, 0.5], c, 0.5)[0] == 1.0  # median 2.5: 0.95 + 0.068, clamped
     assert cold_prior([fam], [0.5], c, None) == pytest.approx([0.4])  # no table: no family fitness
+    # the family's fitness left out: fam falls back to its tier (free: the mean, by_tier has none)
+    assert cold_prior(deps, [0.9, 0.5, 0.5, 0.5], cold.model_copy(update={"from_task_fitness": False}), 0.5) == [0.55, 0.85, 0.5, 0.5]
 
 
 def test_a_deployment_met_for_the_first_time_starts_from_its_cold_prior(tmp_path):

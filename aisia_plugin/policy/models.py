@@ -65,6 +65,7 @@ class ColdStart(BaseModel):
     mean: float
     count: float
     by_tier: dict[Tier, float]
+    from_task_fitness: bool
     price_slope: float
 
 
