@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Mapping
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # importing litellm must not reach the network
 
@@ -33,6 +34,29 @@ def test_one_line_on_typical_values_and_non_strings():
     for value in ("auto/bench", "ucb1", "none", reason, "", " x", "x ", "a  b", "a\tb", "caf\xe9", "x" * 300, 7, None):
         assert one_line(value) == _one_line(value)
     assert one_line(reason) is reason  # the shortcut: no copy
+
+
+def test_request_metadata_equals_its_plain_reading():
+    """Every place a request's metadata can be (or not be), in every shape LiteLLM or a caller
+    could put there: the fast path returns the very object the plain reading returns."""
+    from types import MappingProxyType
+
+    shapes = [None, {}, {"aisia_request_id": "r1"}, MappingProxyType({"aisia_request_id": "r2"}), "text", 7, [],
+              {"model_group": "auto/x"}]
+    places = [(lm, m, params) for lm in shapes for m in shapes
+              for params in (None, {}, {"metadata": None}, {"metadata": {"aisia_request_id": "r3"}},
+                             {"metadata": MappingProxyType({"model_group": "g"})}, {"metadata": "x"}, "params")]
+    for keep_none in (False, True):  # a key absent, and a key present with None
+        for place in places:
+            data = {k: v for k, v in zip(("litellm_metadata", "metadata", "litellm_params"), place)
+                    if v is not None or keep_none}
+            fast, plain = events.request_metadata(data), events._request_metadata(data)
+            assert fast is plain or fast == plain == {}
+            rid = plain.get("aisia_request_id")
+            assert events.request_id(data) == (str(rid) if rid else None)
+    for value in (*shapes, {"metadata": {}}, ()):
+        plain = value if isinstance(value, Mapping) else {}
+        assert events._dict(value) is plain or events._dict(value) == plain == {}
 
 
 class _Runtime:

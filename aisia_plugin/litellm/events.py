@@ -25,7 +25,11 @@ def _seconds(a: Any, b: Any) -> Optional[float]:
 
 
 def _dict(v: Any) -> Mapping:
-    return v if isinstance(v, Mapping) else {}
+    """`v` when it is a mapping, else an empty one (a plain dict or None is told without the
+    Mapping ABC's ``isinstance``)."""
+    if type(v) is dict:
+        return v
+    return v if v is not None and isinstance(v, Mapping) else {}
 
 
 def deployment_id(kwargs: Mapping) -> Optional[str]:
@@ -136,7 +140,22 @@ REQUEST_ID_KEY = "aisia_request_id"  # the plugin's id of a client request, in i
 
 def request_metadata(data: Mapping) -> Mapping:
     """A request's metadata as LiteLLM carries it: ``litellm_metadata`` on the routes that use
-    it, else ``metadata``; inside a logging event, under ``litellm_params``."""
+    it, else ``metadata``; inside a logging event, under ``litellm_params``. Read 7 times per
+    alias request: a missing key (None) and a plain dict are told apart without the Mapping
+    ABC's ``isinstance``; ``_request_metadata`` is the plain reading."""
+    meta = data.get("litellm_metadata")
+    if type(meta) is dict:
+        return meta
+    if meta is None or not isinstance(meta, Mapping):
+        meta = data.get("metadata")
+        if type(meta) is dict:
+            return meta
+        if meta is None or not isinstance(meta, Mapping):
+            meta = _dict(_dict(data.get("litellm_params")).get("metadata"))
+    return meta
+
+
+def _request_metadata(data: Mapping) -> Mapping:
     meta = data.get("litellm_metadata")
     if not isinstance(meta, Mapping):
         meta = data.get("metadata")

@@ -1,0 +1,139 @@
+"""The alias path's cost per request in instructions, deterministic (no wall clock): a LiteLLM
+Router in this process with the plugin as its callback (the benchmark's one-candidate alias
+``auto/bench`` of proxy_overhead.py), each request driven as the proxy drives it (pre-call hook,
+``Router.acompletion`` with a mocked answer, headers hook, then LiteLLM's logging worker drained).
+
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null .venv/bin/python \
+        benchmarks/alias_path_count.py --arm alias --requests 200
+
+Run it twice with different ``--requests`` under callgrind and divide the difference of the
+totals by the difference of the counts: the per-request instructions of that arm (the start-up
+cancels out). ``--cprofile`` prints call counts per request instead."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("AISIA_SYNC_AFTER", "0")
+
+import litellm  # noqa: E402
+
+from aisia_plugin.litellm.callback import AisiaPlugin  # noqa: E402
+from aisia_plugin.policy.loader import load_policy_with_locations  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from proxy_overhead import ALIAS, PLAIN, POLICY, PROMPT  # noqa: E402
+
+
+class Key:
+    token = "hashed-key"
+    api_key = None
+
+
+def build():
+    work = Path(tempfile.mkdtemp(prefix="aisia-count-"))
+    (work / "policy.yaml").write_text(POLICY)
+    plugin = AisiaPlugin(load_policy_with_locations([work / "policy.yaml"]))
+    plugin.boot()
+    model_list = [{"model_name": PLAIN, "litellm_params": {"model": "openai/bench", "api_base": "http://127.0.0.1:9/v1",
+                                                            "api_key": "sk-x"},
+                   "model_info": {"id": "bench-1", "input_cost_per_token": 1e-7, "output_cost_per_token": 1e-7}}]
+    router = litellm.Router(model_list=model_list, routing_strategy="simple-shuffle")
+    plugin.ensure_groups(router)
+    litellm.callbacks = [plugin]
+    return router, plugin
+
+
+async def one(router, plugin, model: str):
+    data = {"model": model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 16}
+    data = await plugin.async_pre_call_hook(Key(), None, data, "acompletion")
+    resp = await router.acompletion(**data, mock_response="one two three four five six seven eight")
+    await plugin.async_post_call_response_headers_hook(data, Key(), resp)
+    for _ in range(20):  # LiteLLM's logging worker and the plugin's after-response steps
+        await asyncio.sleep(0)
+    return resp
+
+
+def instr(state: str) -> None:
+    """Under ``valgrind --tool=callgrind --instr-atstart=no``: switch the instrumentation (the
+    measured requests only); a no-op otherwise."""
+    if not os.environ.get("AISIA_CALLGRIND"):
+        return
+    import subprocess
+    import time
+
+    proc = subprocess.Popen(["callgrind_control", "-i", state, str(os.getpid())], stdout=subprocess.DEVNULL)
+    while proc.poll() is None:  # keep running: callgrind serves the command between our instructions
+        time.sleep(0.001)
+
+
+def _opcode_tracer(counts: dict):
+    """A trace function counting the bytecodes executed in the plugin's own functions (deterministic,
+    unlike any clock): per function, own bytecodes only."""
+    def local(frame, event, arg):
+        if event == "opcode":
+            key = frame.f_code.co_qualname + " " + frame.f_code.co_filename.split("aisia_plugin/")[-1]
+            counts[key] = counts.get(key, 0) + 1
+        return local
+
+    def tracer(frame, event, arg):
+        if "aisia_plugin" not in frame.f_code.co_filename:
+            return None
+        frame.f_trace_opcodes = True
+        return local
+    return tracer
+
+
+async def main(arm: str, requests: int, warmup: int, profile: bool, opcodes: int = 0):
+    router, plugin = build()
+    model = ALIAS if arm == "alias" else PLAIN
+    for _ in range(warmup):
+        await one(router, plugin, model)
+    if profile:
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile()
+        prof.enable()
+    counts: dict = {}
+    if opcodes:
+        sys.settrace(_opcode_tracer(counts))
+    instr("on")
+    for _ in range(requests):
+        await one(router, plugin, model)
+    instr("off")
+    if opcodes:
+        sys.settrace(None)
+        total = sum(counts.values())
+        print(f"{total / requests:9.1f}  bytecodes per request in aisia_plugin")
+        for name, n in sorted(counts.items(), key=lambda kv: -kv[1])[:opcodes]:
+            print(f"{n / requests:9.1f}  {name}")
+    if profile:
+        prof.disable()
+        stats = pstats.Stats(prof)
+        rows = []
+        for (file, line, fn), (cc, nc, tt, ct, _) in stats.stats.items():
+            if "aisia_plugin" in file or "router.py" in file or "routing_groups" in file:
+                rows.append((nc / requests, ct / requests * 1e6, tt / requests * 1e6,
+                             f"{file.split('site-packages/')[-1].split('h21alias/')[-1]}:{line}({fn})"))
+        print("calls/req  cum us/req  own us/req  function (aisia_plugin and litellm's router)")
+        for calls, cum, own, name in sorted(rows, key=lambda r: -r[2])[:400]:
+            print(f"{calls:7.1f} {cum:9.1f} {own:9.1f}  {name}")
+    print("learned:", plugin.runtime.store.stats().get("bench-1", {}).get("count"), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--arm", choices=("alias", "plain"), default="alias")
+    ap.add_argument("--requests", type=int, default=100)
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--cprofile", action="store_true")
+    ap.add_argument("--opcodes", type=int, default=0, help="print the N functions of the plugin that run most bytecodes")
+    a = ap.parse_args()
+    asyncio.run(main(a.arm, a.requests, a.warmup, a.cprofile, a.opcodes))
