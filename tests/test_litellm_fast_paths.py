@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from collections.abc import Mapping
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # importing litellm must not reach the network
@@ -57,6 +58,18 @@ def test_request_metadata_equals_its_plain_reading():
     for value in (*shapes, {"metadata": {}}, ()):
         plain = value if isinstance(value, Mapping) else {}
         assert events._dict(value) is plain or events._dict(value) == plain == {}
+
+
+@given(st.binary(min_size=16, max_size=16))
+@settings(max_examples=2000, deadline=None)
+def test_request_id_is_uuid4_hex(raw):
+    assert events._uuid4_hex(raw) == uuid.UUID(bytes=raw, version=4).hex
+
+
+def test_stamped_request_ids_are_fresh_uuid4s():
+    ids = [events.stamp_request_id({}) for _ in range(200)]
+    assert len(set(ids)) == 200
+    assert all(uuid.UUID(hex=i).version == 4 and uuid.UUID(hex=i).hex == i for i in ids)
 
 
 class _Runtime:
