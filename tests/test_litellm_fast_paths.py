@@ -72,6 +72,20 @@ def test_stamped_request_ids_are_fresh_uuid4s():
     assert all(uuid.UUID(hex=i).version == 4 and uuid.UUID(hex=i).hex == i for i in ids)
 
 
+def test_message_problem_reads_dicts_and_other_mappings_alike():
+    from types import MappingProxyType
+
+    from aisia_plugin.litellm.checks import message_problem
+
+    ok = {"role": "user", "content": "hi"}
+    assert message_problem([ok, MappingProxyType(ok)]) is None
+    assert message_problem([ok, "hi"])[0] == "messages[1]"
+    assert message_problem([ok, ["role", "user"]])[0] == "messages[1]"
+    bad = [{"type": "text", "text": "a"}, {"type": "nope"}]
+    assert message_problem([{"role": "user", "content": bad}])[0] == "messages[0].content[1].type"
+    assert message_problem([MappingProxyType({"role": "user", "content": bad})])[0] == "messages[0].content[1].type"
+
+
 class _Runtime:
     """Only what the event hooks read: the calls in flight (one, of another request)."""
 

@@ -32,7 +32,7 @@ def message_problem(messages: Any) -> Optional[tuple[str, str]]:
     if not isinstance(messages, list):
         return "messages", "messages must be a list of message objects"
     for i, m in enumerate(messages):
-        if not isinstance(m, Mapping):
+        if type(m) is not dict and not isinstance(m, Mapping):  # a dict, told without typing's ABC check
             return f"messages[{i}]", f"messages[{i}] must be a message object, not {type(m).__name__}"
         if m.get("role") != "user":
             continue
