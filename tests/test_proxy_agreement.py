@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import httpx
@@ -63,6 +64,9 @@ def files(tmp_path_factory, upstreams):
     config.write_text(text, encoding="utf-8")
     team = yaml.safe_load((FIXTURE / "team-policy.yaml").read_text(encoding="utf-8"))
     team["deployments"]["vllm-llama-8b"] = {"tier": "free"}
+    # A spend target over the Groq model LiteLLM does not price (it logs its calls at 0).
+    team["aliases"]["auto/paced-groq"] = {"strategy": "ucb1", "candidates": {"ids": ["groq-llama-3.1-70b"]},
+                                          "budget": {"target_usd_per_1k_requests": 0.01}}
     policy = work / "team-policy.yaml"
     policy.write_text(yaml.safe_dump(team, sort_keys=False), encoding="utf-8")
     return {"config": config, "policy": policy, "work": work}
@@ -153,6 +157,31 @@ def test_explain_chooses_what_the_proxy_chooses(proxy, files, aisia, alias, prom
     code, explained = _explain(aisia, files, "--alias", alias, prompt)
     decision = explained["decision"]
     assert (decision["deployment_id"] if code == 0 else decision["status_code"]) == proxy_choice
+
+
+def test_a_spend_target_counts_a_deployment_litellm_does_not_price_at_the_router_s_price(proxy):
+    """LiteLLM logs a call to a model it cannot price at $0: the spend target would see nothing
+    spent and its multiplier sink to 0. The router counts such a call at the price it ranked the
+    deployment at (the policy's table, $0.3/$0.3 per 1M for Groq here), from the tokens billed."""
+    tokens = []
+    for _ in range(3):
+        r = _chat(proxy, "auto/paced-groq")
+        assert r.status_code == 200, r.text
+        assert r.headers["x-litellm-model-id"] == "groq-llama-3.1-70b"
+        assert r.headers.get("x-litellm-response-cost") in (None, "None", "0", "0.0")  # LiteLLM: no price
+        usage = r.json()["usage"]
+        tokens.append((usage["prompt_tokens"], usage["completion_tokens"]))
+    expected = 1000 * sum((i * 0.3 + o * 0.3) / 1e6 for i, o in tokens) / len(tokens)
+    assert expected > 0
+    spend = None
+    for _ in range(40):  # learning follows the answer; the gauges follow the store
+        text = httpx.get(proxy.url + "/aisia/metrics", headers=proxy.headers, timeout=30).text
+        found = re.search(r'^aisia_spend_usd_per_1k_requests\{alias="auto/paced-groq"\} (\S+)$', text, re.M)
+        spend = float(found.group(1)) if found else None
+        if spend:
+            break
+        time.sleep(0.25)
+    assert spend == pytest.approx(expected, rel=1e-9), (spend, expected, tokens)
 
 
 def test_auto_offline_keeps_the_self_hosted_model_only_and_says_why(proxy, files, aisia):

@@ -783,6 +783,8 @@ class AisiaPlugin(CustomLogger):
                     rt.close_call(call)
         except Exception:  # learning must never break serving
             log.exception("aisia: could not learn from an outcome")
+        if outcome.success:
+            outcome = rt.counted_cost(outcome)
         rt.after(self._learn, rt.engine, call, attempt, outcome, stream, ttft, kind, time.time())
 
     def _learn(self, engine, call, attempt, outcome, stream: bool, ttft, kind, at: float) -> None:

@@ -10,7 +10,7 @@ import logging
 import os
 import time
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, NamedTuple, Optional
 
 from ..decision import Decision, Deployment
@@ -258,6 +258,18 @@ class Runtime:
                         "router ranks and budgets it at $%g/$%g per 1M tokens in/out from %s", dep.id, dep.model,
                         dep.input_cost_per_1m, dep.output_cost_per_1m, dep.price_source.split(" (")[0])
         return dep
+
+    def counted_cost(self, outcome):
+        """The outcome with the cost the router counts (spend targets, the decision log): LiteLLM's
+        bill, except for a deployment LiteLLM does not price, whose calls it logs at 0 or None
+        (an unpriced model is not free): those are counted at the price the router ranked and
+        budgeted it at (the policy's table, said once at start), from the tokens LiteLLM reports."""
+        hit = self._deployments.get(outcome.deployment_id)
+        if hit is None or hit[2].priced_by_litellm is not False:
+            return outcome
+        if outcome.input_tokens is None and outcome.output_tokens is None:
+            return outcome
+        return replace(outcome, cost_usd=hit[2].cost_usd(outcome.input_tokens or 0, outcome.output_tokens or 0))
 
     def deployment_names(self, deployment_id: Optional[str]) -> tuple:
         """The names a deployment's errors may quote (id, model group, model)."""
