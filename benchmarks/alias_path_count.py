@@ -8,7 +8,15 @@ Router in this process with the plugin as its callback (the benchmark's one-cand
 
 Run it twice with different ``--requests`` under callgrind and divide the difference of the
 totals by the difference of the counts: the per-request instructions of that arm (the start-up
-cancels out). ``--cprofile`` prints call counts per request instead."""
+cancels out). ``--cprofile`` prints call counts per request instead.
+
+``--deployments N`` adds N - 1 filler deployments (proxy_overhead.py's model-list sizes) and
+``--wide-aliases K`` K more aliases whose candidates are all of them (each a routing group of every
+model name, as the default policy's aliases are); ``--arm litellm`` is the plain request on a Router
+without the plugin (no callback, no groups). With ``--cprofile``, the first line is the totals:
+whether a plain request's work grows with the model list or with the aliases' groups.
+
+    .venv/bin/python benchmarks/alias_path_count.py --arm plain --cprofile --deployments 200 --wide-aliases 7"""
 
 from __future__ import annotations
 
@@ -36,15 +44,26 @@ class Key:
     api_key = None
 
 
-def build():
+def _deployment(name: str, id_: str) -> dict:
+    return {"model_name": name, "litellm_params": {"model": "openai/bench", "api_base": "http://127.0.0.1:9/v1",
+                                                   "api_key": "sk-x"},
+            "model_info": {"id": id_, "input_cost_per_token": 1e-7, "output_cost_per_token": 1e-7}}
+
+
+def build(deployments: int = 1, wide_aliases: int = 0, plugin_loaded: bool = True):
+    """The Router (the plain model and `deployments - 1` fillers) and the plugin (None without it);
+    the policy: the benchmark's alias and `wide_aliases` aliases over every deployment."""
+    model_list = [_deployment(PLAIN, "bench-1")] + [_deployment(f"bench-filler-{i}", f"filler-{i}")
+                                                     for i in range(1, deployments)]
+    router = litellm.Router(model_list=model_list, routing_strategy="simple-shuffle")
+    if not plugin_loaded:
+        return router, None
     work = Path(tempfile.mkdtemp(prefix="aisia-count-"))
-    (work / "policy.yaml").write_text(POLICY)
+    wide = "".join(f"  auto/wide-{i}:\n    description: Every deployment.\n    strategy: ucb1\n"
+                   for i in range(wide_aliases))
+    (work / "policy.yaml").write_text(POLICY + wide)
     plugin = AisiaPlugin(load_policy_with_locations([work / "policy.yaml"]))
     plugin.boot()
-    model_list = [{"model_name": PLAIN, "litellm_params": {"model": "openai/bench", "api_base": "http://127.0.0.1:9/v1",
-                                                            "api_key": "sk-x"},
-                   "model_info": {"id": "bench-1", "input_cost_per_token": 1e-7, "output_cost_per_token": 1e-7}}]
-    router = litellm.Router(model_list=model_list, routing_strategy="simple-shuffle")
     plugin.ensure_groups(router)
     litellm.callbacks = [plugin]
     return router, plugin
@@ -52,9 +71,11 @@ def build():
 
 async def one(router, plugin, model: str):
     data = {"model": model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 16}
-    data = await plugin.async_pre_call_hook(Key(), None, data, "acompletion")
+    if plugin is not None:
+        data = await plugin.async_pre_call_hook(Key(), None, data, "acompletion")
     resp = await router.acompletion(**data, mock_response="one two three four five six seven eight")
-    await plugin.async_post_call_response_headers_hook(data, Key(), resp)
+    if plugin is not None:
+        await plugin.async_post_call_response_headers_hook(data, Key(), resp)
     for _ in range(20):  # LiteLLM's logging worker and the plugin's after-response steps
         await asyncio.sleep(0)
     return resp
@@ -90,8 +111,9 @@ def _opcode_tracer(counts: dict):
     return tracer
 
 
-async def main(arm: str, requests: int, warmup: int, profile: bool, opcodes: int = 0):
-    router, plugin = build()
+async def main(arm: str, requests: int, warmup: int, profile: bool, opcodes: int = 0, deployments: int = 1,
+               wide_aliases: int = 0):
+    router, plugin = build(deployments, wide_aliases, plugin_loaded=arm != "litellm")
     model = ALIAS if arm == "alias" else PLAIN
     for _ in range(warmup):
         await one(router, plugin, model)
@@ -117,6 +139,11 @@ async def main(arm: str, requests: int, warmup: int, profile: bool, opcodes: int
     if profile:
         prof.disable()
         stats = pstats.Stats(prof)
+        calls = {f"{file}:{line}({fn})": nc / requests for (file, line, fn), (_, nc, *_) in stats.stats.items()}
+        print(f"totals: arm {arm}, {deployments} deployments, {len(router.routing_groups)} routing groups, "
+              f"{len(router.get_model_list() or ())} rows in get_model_list(); calls per request: "
+              f"{sum(calls.values()):.1f} in all, {sum(v for k, v in calls.items() if '/litellm/router.py' in k):.1f} "
+              f"in litellm/router.py, {sum(v for k, v in calls.items() if 'aisia_plugin' in k):.1f} in aisia_plugin")
         rows = []
         for (file, line, fn), (cc, nc, tt, ct, _) in stats.stats.items():
             if "aisia_plugin" in file or "router.py" in file or "routing_groups" in file:
@@ -125,15 +152,18 @@ async def main(arm: str, requests: int, warmup: int, profile: bool, opcodes: int
         print("calls/req  cum us/req  own us/req  function (aisia_plugin and litellm's router)")
         for calls, cum, own, name in sorted(rows, key=lambda r: -r[2])[:400]:
             print(f"{calls:7.1f} {cum:9.1f} {own:9.1f}  {name}")
-    print("learned:", plugin.runtime.store.stats().get("bench-1", {}).get("count"), file=sys.stderr)
+    if plugin is not None:
+        print("learned:", plugin.runtime.store.stats().get("bench-1", {}).get("count"), file=sys.stderr)
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("--arm", choices=("alias", "plain"), default="alias")
+    ap.add_argument("--arm", choices=("alias", "plain", "litellm"), default="alias")
     ap.add_argument("--requests", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--cprofile", action="store_true")
     ap.add_argument("--opcodes", type=int, default=0, help="print the N functions of the plugin that run most bytecodes")
+    ap.add_argument("--deployments", type=int, default=1, help="deployments in the Router (fillers added)")
+    ap.add_argument("--wide-aliases", type=int, default=0, help="more aliases, each over every deployment")
     a = ap.parse_args()
-    asyncio.run(main(a.arm, a.requests, a.warmup, a.cprofile, a.opcodes))
+    asyncio.run(main(a.arm, a.requests, a.warmup, a.cprofile, a.opcodes, a.deployments, a.wide_aliases))
