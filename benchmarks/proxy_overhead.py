@@ -13,11 +13,11 @@ instant simulated upstream (its own process):
 * **alias**: the plugin loaded, receiving only ``auto/bench``, whose one candidate is that same
   deployment (the plugin's whole path: decision, filter, learning, headers).
 
-Sequential: one client, one request per arm per round, the arms' order alternating; the median
-latency per arm and the proxy's CPU time per request. Concurrent: 32 clients in closed loop,
-blocks of a few seconds, the arms taking turns; throughput (median of blocks) and the proxy's CPU
-time per request (/proc/<pid>/stat: on a shared machine the wall-clock figures move with the
-load, the CPU time much less).
+Sequential: one client, one request per arm per round, the arms' order a seeded shuffle per round
+(no arm keeps a position); the median latency per arm and the proxy's CPU time per request.
+Concurrent: 32 clients in closed loop, blocks of a few seconds, the arms taking turns in shuffled
+orders too; throughput (median of blocks) and the proxy's CPU time per request (/proc/<pid>/stat:
+on a shared machine the wall-clock figures move with the load, the CPU time much less).
 
     .venv/bin/python benchmarks/proxy_overhead.py            # ~9 minutes
     .venv/bin/python benchmarks/proxy_overhead.py --quick    # a smoke run
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import statistics
 import subprocess
 import sys
@@ -104,8 +105,18 @@ def progress(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')} load {bench.load_average()[0]:.2f}] {text}", file=sys.stderr, flush=True)
 
 
+def turns(arms: dict, count: int, seed: int = 0):
+    """The arms' order for each of `count` rounds: a seeded shuffle per round, so that over a run
+    every arm holds every position about as often (alternating forward and back left the middle
+    arms always in the middle)."""
+    rng, names = random.Random(seed), list(arms)
+    for _ in range(count):
+        rng.shuffle(names)
+        yield list(names)
+
+
 def sequential(arms: dict, rounds: int, warmup: int) -> dict:
-    """`arms`: name -> (proxy, model). One request per arm per round, the order alternating."""
+    """`arms`: name -> (proxy, model). One request per arm per round, in ``turns`` order."""
     clients = {name: httpx.Client(timeout=30) for name in arms}
     times, failures = {name: [] for name in arms}, {name: 0 for name in arms}
     try:
@@ -113,8 +124,8 @@ def sequential(arms: dict, rounds: int, warmup: int) -> dict:
             for _ in range(warmup):
                 clients[name].post(proxy.base_url + "/chat/completions", json=body(model), headers=proxy.headers)
         cpu0 = {name: bench.cpu_seconds(proxy.pid) for name, (proxy, _) in arms.items()}
-        for i in range(rounds):
-            for name in (list(arms) if i % 2 == 0 else list(reversed(arms))):
+        for order in turns(arms, rounds):
+            for name in order:
                 proxy, model = arms[name]
                 t0 = time.perf_counter()
                 r = clients[name].post(proxy.base_url + "/chat/completions", json=body(model), headers=proxy.headers)
@@ -149,8 +160,8 @@ async def _block(proxy: Proxy, model: str, concurrency: int, seconds: float) -> 
 
 def concurrent(arms: dict, concurrency: int, blocks: int, seconds: float) -> dict:
     rps, cpu, requests, failures = ({name: [] for name in arms}, *({name: 0 for name in arms} for _ in range(3)))
-    for b in range(blocks):
-        for name in (list(arms) if b % 2 == 0 else list(reversed(arms))):
+    for order in turns(arms, blocks):
+        for name in order:
             proxy, model = arms[name]
             cpu0 = bench.cpu_seconds(proxy.pid)
             done, failed, elapsed = asyncio.run(_block(proxy, model, concurrency, seconds))
@@ -260,7 +271,8 @@ def render(r: dict) -> str:
            f"{c['upstream']}. Client: {c['client']}. Request: {c['request']}. Alias: {c['alias']}. Per model-list "
            f"size, four proxies run side by side: {c['sequential_rounds']} sequential rounds (after "
            f"{c['warmup_per_arm']} warm-up requests per arm), then {c['blocks_per_arm']} blocks of "
-           f"{c['block_seconds']:g} s per arm at {c['concurrency']} concurrent clients, the arms taking turns.", "",
+           f"{c['block_seconds']:g} s per arm at {c['concurrency']} concurrent clients, the arms' order "
+           "shuffled (seeded) each round and block.", "",
            "Arms: **litellm** and **litellm_b** = two identical proxies without any callback (their ratio is "
            "this run's noise floor); **plain** = the plugin loaded, only plain-model traffic; **alias** = the "
            "plugin loaded, only `auto/bench` traffic. Ratios are to **litellm**; CPU is the proxy process's own "
