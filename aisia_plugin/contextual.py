@@ -566,28 +566,13 @@ class ContextualModels:
         return cols
 
     # -- predicting ---------------------------------------------------------------------------------
-    def base_reference(self, cols: Sequence[int], pulls: Sequence[float], rewards: Sequence[float]) -> tuple[list[float], list[float]]:
+    def base(self, cols: Sequence[int], pulls: Sequence[float], rewards: Sequence[float]) -> tuple[list[float], list[float]]:
         """Each column's base mean and its variance, from the arms' (pulls, total reward) with the
-        prior model's mean as pseudo-observations (a loop: the pool is small). The readable
-        reference of ``base``."""
+        prior model's mean as pseudo-observations (a loop: the pool is small)."""
         pm, pc = self.prior_mean.take(cols).tolist(), self.prior_count.take(cols).tolist()
         means, variances = [], []
         for p, k, n, r in zip(pm, pc, pulls, rewards):
-            m = (r + p * k) / (n + k)
-            m = clamp01(m)
-            means.append(m)
-            variances.append(m * (1.0 - m) / (n + k + 1.0))
-        return means, variances
-
-    def base(self, cols: Sequence[int], pulls: Sequence[float], rewards: Sequence[float]) -> tuple[list[float], list[float]]:
-        """``base_reference``'s values in one loop: the prior columns read whole (a few
-        deployments), clamp01 written out (its argument is a float)."""
-        pm, pc = self.prior_mean.tolist(), self.prior_count.tolist()
-        means, variances = [], []
-        for c, n, r in zip(cols, pulls, rewards):
-            k = pc[c]
-            m = (r + pm[c] * k) / (n + k)
-            m = (1.0 if m > 1.0 else m) if m > 0.0 else 0.0
+            m = clamp01((r + p * k) / (n + k))
             means.append(m)
             variances.append(m * (1.0 - m) / (n + k + 1.0))
         return means, variances

@@ -148,29 +148,6 @@ def test_float32_residual_equals_the_float64_reference():
             assert np.allclose(mean, rmean, rtol=0, atol=1e-6) and np.allclose(var, rvar, rtol=1e-5, atol=0)
 
 
-def test_base_and_normal_draws_equal_their_references():
-    from aisia_plugin.strategies.contextual import normal_draws, normal_draws_reference
-
-    m = ContextualModels()
-    r = random.Random(8)
-    for k in range(6):
-        m.column(f"d{k}", 0.05)
-        m.prior_mean[k], m.prior_count[k] = r.random(), r.choice((0.5, 2.0, 40.0))
-    for _ in range(200):
-        cols = r.sample(range(6), r.randint(1, 6))
-        pulls = [r.choice((0, 1, r.random() * 50)) for _ in cols]
-        rewards = [n * r.uniform(-0.2, 1.3) for n in pulls]  # means outside [0, 1] too: clamped alike
-        assert m.base(cols, pulls, rewards) == m.base_reference(cols, pulls, rewards)
-    # the same draws and the same generator state after, whatever draw it stood at
-    for seed in range(40):
-        for n in (0, 1, 2, 5, 16):
-            a, b = random.Random(seed), random.Random(seed)
-            if seed % 2:
-                a.gauss(0.0, 1.0), b.gauss(0.0, 1.0)  # a second value kept for the next draw
-            assert normal_draws(a, n) == normal_draws_reference(b, n)
-            assert a.getstate() == b.getstate() and a.gauss(0.0, 1.0) == b.gauss(0.0, 1.0)
-
-
 def test_a_decision_brings_stale_columns_to_its_tick():
     from aisia_plugin.contextual import STALE_BELOW
 

@@ -10,7 +10,6 @@ engine can teach the chosen deployment's model its outcome (``Decision.context``
 from __future__ import annotations
 
 import math
-import random
 
 from ..contextual import LearnContext, cold_prior, request_vector
 from ..decision import Decision, Pool, RoutingContext, pool_decision
@@ -24,47 +23,16 @@ _DEFAULTS = tuple(float(defaults_of("Contextual")[k]) for k in ("prior_variance"
 _COLD = ColdStart(**defaults_of("ColdStart"))
 
 
-_GAUSS = random.Random.gauss
-_TWOPI, _cos, _sin, _log, _sqrt = math.tau, math.cos, math.sin, math.log, math.sqrt
-
-
-def normal_draws_reference(rng, n: int) -> list[float]:
-    """`n` standard normal draws, ``rng.gauss(0.0, 1.0)`` each: the readable reference of
-    ``normal_draws``."""
-    return [rng.gauss(0.0, 1.0) for _ in range(n)]
-
-
-def normal_draws(rng, n: int) -> list[float]:
-    """``normal_draws_reference``, the same values and the same state of `rng` after, with
-    ``random.Random.gauss``'s arithmetic written out (Box-Muller, its second value kept for the
-    next draw), so that `n` draws are one loop rather than `n` calls (an `rng` whose class has its
-    own ``gauss`` is called)."""
-    if getattr(type(rng), "gauss", None) is not _GAUSS:
-        return normal_draws_reference(rng, n)
-    out = []
-    z = rng.gauss_next
-    rng.gauss_next = None
-    if z is not None and n:
-        out.append(0.0 + z * 1.0)
-    elif z is not None:
-        rng.gauss_next = z
-    rand = rng.random
-    while len(out) < n:
-        x2pi = rand() * _TWOPI
-        g2rad = _sqrt(-2.0 * _log(1.0 - rand()))
-        out.append(0.0 + _cos(x2pi) * g2rad * 1.0)
-        if len(out) < n:
-            out.append(0.0 + _sin(x2pi) * g2rad * 1.0)
-        else:
-            rng.gauss_next = _sin(x2pi) * g2rad
-    return out
+def _settings(context: RoutingContext):
+    """The context's alias's `contextual` settings (None: a test's context without a policy)."""
+    policy = context.policy
+    ap = policy.aliases.get(context.alias) if policy is not None else None
+    return getattr(ap, "contextual", None)
 
 
 def settings_of(context: RoutingContext) -> tuple[float, float, float]:
     """(prior_variance, noise_variance, exploration) of the context's alias."""
-    policy = context.policy
-    ap = policy.aliases.get(context.alias) if policy is not None else None
-    c = getattr(ap, "contextual", None)
+    c = _settings(context)
     if c is None:
         return _DEFAULTS
     return c.prior_variance, c.noise_variance, c.exploration
@@ -73,11 +41,9 @@ def settings_of(context: RoutingContext) -> tuple[float, float, float]:
 def start_cold(models, pool: Pool, context: RoutingContext, prior_variance: float) -> None:
     """Start the columns of the pool's deployments the model has not met from their prior
     (``contextual.cold_prior``, with the alias's ``contextual.cold_start``)."""
-    policy = context.policy
-    ap = policy.aliases.get(context.alias) if policy is not None else None
-    c = getattr(ap, "contextual", None)
+    c = _settings(context)
     cold = c.cold_start if c is not None else _COLD
-    fit_default = policy.task_fitness.default if policy is not None else None
+    fit_default = context.policy.task_fitness.default if context.policy is not None else None
     means = cold_prior(pool.deployments, pool.task_fit, cold, fit_default)
     for dep, m in zip(pool.ids, means):
         models.start(dep, prior_variance, m, cold.count)
@@ -120,10 +86,12 @@ class ContextualStrategy:
             start_cold(models, pool, context, prior_var)
         tick, gamma = pool.tick, pool.gamma
         mean, var, base = models.predict(pool.ids, x, pool.pulls, pool.rewards, tick, gamma, prior_var)
-        sd = [_sqrt(v) if v > 0.0 else 0.0 for v in var]
+        sqrt = math.sqrt
+        sd = [sqrt(v) if v > 0.0 else 0.0 for v in var]
         mean_l = mean
         bonus = bandit_bonuses(pool, context)
-        draws = [m + spread * s * z for m, s, z in zip(mean_l, sd, normal_draws(context.rng, len(sd)))]
+        gauss = context.rng.gauss
+        draws = [m + spread * s * gauss(0.0, 1.0) for m, s in zip(mean_l, sd)]
         scores = [d + b for d, b in zip(draws, bonus)]
         best = scores.index(max(scores))
         picked = explore(pool, context)
