@@ -110,7 +110,8 @@ class DecisionLog:
     def decision(self, request_id: str, decision, *, features=None, prompt: Optional[str] = None,
                  attempt: int = 0, ts: Optional[float] = None) -> None:
         rec = {
-            "v": FORMAT_VERSION, "type": "decision", "ts": self.clock() if ts is None else ts, "request_id": request_id, "attempt": attempt,
+            "v": FORMAT_VERSION, "type": "decision", "ts": self.clock() if ts is None else ts,
+            "request_id": request_id, "attempt": attempt,
             "alias": decision.alias, "domain": decision.domain, "task_type": decision.task_type,
             "strategy": decision.strategy, "deployment": decision.deployment_id, "model": decision.model,
             "probability": decision.probability, "score": decision.final_score, "refused": decision.refused,
@@ -130,8 +131,8 @@ class DecisionLog:
                 reward: Optional[float] = None, attempt: int = 0, response: Optional[str] = None,
                 ts: Optional[float] = None) -> None:
         """``ts``: when it was observed (default: now), for a record written after the fact."""
-        rec = {"v": FORMAT_VERSION, "type": "outcome", "ts": self.clock() if ts is None else ts, "request_id": request_id,
-               "attempt": attempt, "alias": alias, "deployment": deployment_id, "success": success,
+        rec = {"v": FORMAT_VERSION, "type": "outcome", "ts": self.clock() if ts is None else ts,
+               "request_id": request_id, "attempt": attempt, "alias": alias, "deployment": deployment_id, "success": success,
                "status": status_code, "latency_s": latency_s, "cost_usd": cost_usd, "reward": reward}
         if self.log_prompts and response is not None:
             rec["response"] = response

@@ -5,8 +5,8 @@ One success or failure event arrives per attempt (a retry is a new attempt of th
 
 from __future__ import annotations
 
-import os
 import re
+import uuid
 from datetime import datetime
 from typing import Any, Iterable, Mapping, Optional
 
@@ -171,21 +171,10 @@ def request_id(data: Mapping) -> Optional[str]:
     return str(rid) if rid else None
 
 
-# uuid.UUID's version-4 bits: the variant (10xx) and the version (0100) nibbles.
-_UUID4_CLEAR = ~((0xc000 << 48) | (0xf000 << 64))
-_UUID4_SET = (0x8000 << 48) | (4 << 76)
-
-
-def _uuid4_hex(raw: bytes) -> str:
-    """``uuid.UUID(bytes=raw, version=4).hex`` without building the UUID object (its checks cost
-    more than the 16 random bytes, once per alias request); the equivalence test compares them."""
-    return "%032x" % ((int.from_bytes(raw, "big") & _UUID4_CLEAR) | _UUID4_SET)
-
-
 def stamp_request_id(data: dict) -> str:
     """Give a request the plugin's own id, in the metadata LiteLLM hands every attempt of it
     (``litellm_metadata`` where the route uses it, else ``metadata``, made when missing)."""
-    rid = _uuid4_hex(os.urandom(16))
+    rid = uuid.uuid4().hex
     meta = data.get("litellm_metadata")
     if not isinstance(meta, dict):
         meta = data.get("metadata")
