@@ -156,3 +156,20 @@ async def test_a_decisions_log_line_and_metrics_are_written_after_the_filter_ret
         assert [json.loads(x)["type"] for x in log_path.read_text().splitlines()] == ["decision"]
     finally:
         routers.close()
+
+
+async def test_a_step_that_raises_is_logged_and_the_steps_after_it_still_run(caplog):
+    from aisia_plugin.litellm.runtime import AfterResponse
+
+    after, ran = AfterResponse(synchronous=False), []
+
+    def broken():
+        raise RuntimeError("boom")
+
+    after(ran.append, 1)
+    after(broken)
+    after(ran.append, 2)
+    assert ran == [] and after.pending == 3
+    await asyncio.sleep(0)
+    assert ran == [1, 2] and after.pending == 0
+    assert "a step run after the hooks failed" in caplog.text and "boom" in caplog.text

@@ -125,9 +125,10 @@ class AfterResponse:
     learning an outcome, and what is logged and exported of a decision or an outcome. Queued on
     the request path (a tuple appended), run together by one callback the event loop calls as
     soon as the hook has returned (``loop.call_soon``): before any other task on the loop takes
-    its next step, so nothing learned is missing from the next decision. ``synchronous`` (the reference path,
-    $AISIA_SYNC_AFTER) runs each step where it is handed over; so does a call outside an event
-    loop. Each step swallows its own errors (observing and learning never break serving)."""
+    its next step, so nothing learned is missing from the next decision. ``synchronous`` (the
+    reference path, $AISIA_SYNC_AFTER) runs each step where it is handed over; so does a call
+    outside an event loop. A step that raises is logged and the others still run (observing and
+    learning never break serving)."""
 
     def __init__(self, synchronous: Optional[bool] = None):
         if synchronous is None:
@@ -157,7 +158,10 @@ class AfterResponse:
         while steps:
             step, args = steps.popleft()
             self.ran += 1
-            step(*args)
+            try:
+                step(*args)
+            except Exception:
+                log.exception("aisia: a step run after the hooks failed")
 
     @property
     def pending(self) -> int:
