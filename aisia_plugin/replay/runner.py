@@ -389,7 +389,7 @@ class ReplayResult:
     router: Figures
     baselines: Baselines
     strategy: str = ""
-    # The router's first requests measured apart (cold start): report.first_requests's dict.
+    # The router's first requests measured apart (cold start): runner.first_requests's dict.
     first: Optional[dict] = None
 
     def as_dict(self) -> dict:
