@@ -115,6 +115,15 @@ class Engine:
         # specialist failed: everyone competes).
         group = self._alias_pool(alias, ap, deployments)
         group = group.without(set(exclude), domain) if exclude else group.for_domain(domain)
+        need = feats.input_tokens
+        if need and group.specialised and not any(_holds(d, need) for d in group.deployments):
+            # No specialist of the domain can hold the prompt: the generalists compete, as when
+            # every specialist is blocked, when one of them can.
+            wider = self._alias_pool(alias, ap, deployments).generalists(
+                set(exclude), domain, {d.id: _window_clause(d, need) for d in group.deployments},
+                because=f"no {domain} specialist holds the prompt")
+            if any(_holds(d, need) for d in wider.deployments):
+                group = wider
         deps, ids, excluded = group.deployments, group.ids, group.excluded
         fits = group.fits(self.fitness, task)
 
@@ -152,17 +161,14 @@ class Engine:
         # Context window: a deployment that cannot hold the prompt (estimated) is not a candidate;
         # when none can, the largest window competes alone (LiteLLM then answers with its own
         # context-window error, or its context_window_fallbacks take over).
-        if deps and feats.input_tokens:
-            need = feats.input_tokens
-            fit = [k for k, d in enumerate(deps) if d.max_input_tokens is None or d.max_input_tokens >= need]
+        if deps and need:
+            fit = [k for k, d in enumerate(deps) if _holds(d, need)]
             if len(fit) != len(deps):
                 if not fit:
                     fit = [max(range(len(deps)), key=lambda k: deps[k].max_input_tokens or 0)]
                 inside = set(fit)
-                excluded = excluded + [
-                    CandidateScore(ids[k], excluded=f"context window of {deps[k].max_input_tokens} tokens, "
-                                                    f"prompt about {need}")
-                    for k in range(len(deps)) if k not in inside]
+                excluded = excluded + [CandidateScore(ids[k], excluded=_window_clause(deps[k], need))
+                                       for k in range(len(deps)) if k not in inside]
                 deps, ids, fits, states, global_arms, domain_arms = _take(fit, deps, ids, fits, states,
                                                                          global_arms, domain_arms)
 
@@ -321,6 +327,15 @@ def pin_key(alias: str, session: Optional[str]) -> str:
     return alias if session is None else f"{alias}|{session}"
 
 
+def _holds(d: Deployment, tokens: int) -> bool:
+    """Whether the deployment's context window holds a prompt of about `tokens` (unknown: yes)."""
+    return d.max_input_tokens is None or d.max_input_tokens >= tokens
+
+
+def _window_clause(d: Deployment, tokens: int) -> str:
+    return f"context window of {d.max_input_tokens} tokens, prompt about {tokens}"
+
+
 def _take(keep: list[int], *columns):
     """The columns (lists in pool order, or None) restricted to the positions in `keep`."""
     return tuple(None if col is None else [col[k] for k in keep] for col in columns)
@@ -357,12 +372,14 @@ class _AliasPool:
                 for d in self.selected if d.id in failed]
         return _DomainPool(kept, self.excluded + rows, domain)
 
-    def generalists(self, failed: set, domain: str, blocked: dict) -> "_DomainPool":
-        """The competitors once every specialist of `domain` is blocked (`blocked`: id -> why),
-        the `failed` deployments left out too (not memoised: rare)."""
+    def generalists(self, failed: set, domain: str, blocked: dict, because: str = "") -> "_DomainPool":
+        """The competitors once every specialist of `domain` is blocked (`blocked`: id -> why;
+        `because`: what the rows say of it), the `failed` deployments left out too (not
+        memoised: rare)."""
+        because = because or f"every {domain} specialist is blocked"
         rows = [CandidateScore(d.id, excluded="already failed for this request")
                 for d in self.selected if d.id in failed]
-        rows += [CandidateScore(i, excluded=f"{why} (every {domain} specialist is blocked: the generalists compete)")
+        rows += [CandidateScore(i, excluded=f"{why} ({because}: the generalists compete)")
                  for i, why in blocked.items()]
         kept = [d for d in self.selected if d.id not in failed and d.id not in blocked]
         return _DomainPool(kept, self.excluded + rows, domain)

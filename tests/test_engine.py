@@ -6,6 +6,7 @@ proves the pipeline reordered the pool rather than taking the first entry."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import textwrap
 
@@ -373,3 +374,31 @@ def test_lkgp_names_why_its_last_known_good_cannot_serve(policy_file):
     assert d.deployment_id != pinned
     assert f"last known good {pinned!r} may not take this request (see its row)" in d.reason
     assert {s.id: s.excluded for s in d.scores}[pinned] == "circuit OPEN"
+
+
+def test_a_prompt_no_specialist_can_hold_goes_to_a_generalist_that_can(policy_file):
+    """The specialists of the domain compete alone, unless none of them can hold the prompt: then
+    the generalists compete (those whose window holds it), as when every specialist is blocked;
+    a prompt the specialist holds still goes to it, and when no generalist holds it either, the
+    largest window is served alone (LiteLLM's own context-window error or fallbacks follow)."""
+    eng = engine_for(policy_file())
+    pool = [dep("a-gen", cost=2.0, max_input_tokens=128_000), dep("b-coder", specialities={"coding": "b/coder"},
+                                                                      max_input_tokens=8_000),
+            dep("c-gen", cost=1.0, max_input_tokens=4_000)]
+    long_code = [{"role": "user", "content": "write a python function that reads this log: " + "server started ok " * 9000}]
+    d = eng.decide("auto/cheap", long_code, pool)
+    assert d.domain == "coding" and d.deployment_id == "a-gen" and d.model == "a/a-gen"
+    rows = {s.id: s.excluded for s in d.scores}
+    need = int(rows["c-gen"].rsplit(" ", 1)[1])
+    assert 8_000 < need < 128_000
+    assert rows["b-coder"] == (f"context window of 8000 tokens, prompt about {need} "
+                               f"(no coding specialist holds the prompt: the generalists compete)")
+    assert rows["c-gen"] == f"context window of 4000 tokens, prompt about {need}"
+    assert rows["a-gen"] is None
+    short = [{"role": "user", "content": "write a python function"}]
+    assert eng.decide("auto/cheap", short, pool).deployment_id == "b-coder"
+    # No generalist holds it either: the specialist's pool, its largest window alone.
+    small = [dataclasses.replace(pool[0], max_input_tokens=2_000), pool[1], pool[2]]
+    d = eng.decide("auto/cheap", long_code, small)
+    assert d.deployment_id == "b-coder"
+    assert {s.id: s.excluded for s in d.scores}["a-gen"] == "not a coding specialist"
