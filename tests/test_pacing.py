@@ -9,6 +9,8 @@ import json
 import math
 import random
 
+from pathlib import Path
+
 import pytest
 
 from aisia_plugin.decision import AliasSettings, RoutingContext
@@ -126,6 +128,23 @@ def test_a_target_on_a_strategy_without_a_cost_term_is_a_warning_naming_its_line
     assert code == 0
     assert f"{path}:6:" in out + err and "aliases.auto/eco.budget.target_usd_per_1k_requests" in out + err
     assert "does not read cost_weight" in out + err
+
+
+@pytest.mark.parametrize("weights, idle", [
+    ("      cost_weight: 0\n", True),                       # the alias's own weight
+    ("bandit: {cost_weight: 0}\n", True),                   # inherited from the policy's bandit
+    ("bandit: {cost_weight: 0}\n      cost_weight: 0.2\n", False),  # the alias's own wins
+    ("", False),                                              # the schema's default (0.1)
+])
+def test_a_target_over_a_cost_weight_of_zero_is_a_warning_naming_its_line(write_file, aisia, weights, idle):
+    bandit = "".join(w + "\n" for w in weights.splitlines() if w.startswith("bandit"))
+    own = "".join(w + "\n" for w in weights.splitlines() if not w.startswith("bandit"))
+    path = write_file("version: 1\n" + bandit + "aliases:\n  auto:\n    strategy: ucb1\n"
+                      "    budget: {target_usd_per_1k_requests: 1.5}\n" + own.replace("      ", "    "))
+    code, out, err = aisia("validate", path)
+    line = next(n for n, text in enumerate(Path(path).read_text().splitlines(), 1) if "target_usd" in text)
+    assert code == 0 and "Traceback" not in out + err
+    assert (f"{path}:{line}:" in out + err and "cost weight is 0" in out + err) is idle, out + err
 
 
 def test_apply_outcome_paces_every_priced_call_of_the_paced_alias_learning_or_not():

@@ -10,6 +10,7 @@ import difflib
 import math
 import re
 
+from ..schema_defaults import defaults_of
 from .errors import PolicyIssue, dotted
 from .patterns import PatternError, compile_pattern
 from .yamlpos import Locations, position_of
@@ -182,12 +183,29 @@ def inert_settings(data: dict, locs: Locations, settings_of) -> list[PolicyIssue
                                        f"has no effect: strategy '{strategy}' does not read {key} (it reads {used}); "
                                        "remove it, or choose a strategy that uses it", "warning"))
         budget = alias.get("budget")
-        if isinstance(budget, dict) and budget.get("target_usd_per_1k_requests") is not None \
-                and "cost_weight" not in reads:
-            path = ("aliases", name, "budget", "target_usd_per_1k_requests")
-            pos = position_of(locs, path, key=True)
-            out.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0, pos.column if pos else 0,
-                                   dotted(path), f"has no effect: the spend target paces the cost weight, and "
-                                   f"strategy '{strategy}' does not read cost_weight; choose ucb1, thompson or "
-                                   "contextual", "warning"))
+        if not (isinstance(budget, dict) and budget.get("target_usd_per_1k_requests") is not None):
+            continue
+        if "cost_weight" not in reads:
+            why = (f"strategy '{strategy}' does not read cost_weight; choose ucb1, thompson or "
+                   "contextual")
+        elif _cost_weight(alias, data) == 0:
+            why = ("the alias's cost weight is 0, and a multiple of 0 is 0; give the alias a cost_weight "
+                   "above 0 (the multiplier then scales it)")
+        else:
+            continue
+        path = ("aliases", name, "budget", "target_usd_per_1k_requests")
+        pos = position_of(locs, path, key=True)
+        out.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0, pos.column if pos else 0,
+                               dotted(path), f"has no effect: the spend target paces the cost weight, and {why}",
+                               "warning"))
     return out
+
+
+def _cost_weight(alias: dict, data: dict):
+    """The cost weight an alias serves with: its own, else the policy's bandit.cost_weight, else
+    the schema's default."""
+    weight = alias.get("cost_weight")
+    if weight is None:
+        bandit = data.get("bandit")
+        weight = bandit.get("cost_weight") if isinstance(bandit, dict) else None
+    return defaults_of("Bandit")["cost_weight"] if weight is None else weight
