@@ -247,3 +247,18 @@ def test_an_annotation_of_no_deployment_is_a_warning_naming_the_closest_id(files
            in out.splitlines()
     assert not any("deployments.vllm-llama-8b" in line for line in out.splitlines())
     assert aisia("validate", "--strict", "--deployments", files["config"], policy)[0] == 1
+
+
+def test_an_annotation_a_more_specific_key_shadows_everywhere_is_a_warning_naming_its_line(files, aisia, tmp_path):
+    """Only the most specific matching key annotates a deployment: `openai-*` annotates
+    openai-gpt-35-turbo; `groq-*`'s only deployment is annotated by its own id's key."""
+    policy = tmp_path / "shadowed.yaml"
+    policy.write_text("version: 1\ndeployments:\n  groq-*: {tier: pro}\n  groq-llama-3.1-70b: {tier: free}\n"
+                      "  openai-*: {tier: pro}\n  openai-gpt-4o*: {tier: free}\n", encoding="utf-8")
+    code, out, _ = aisia("validate", "--deployments", files["config"], policy)
+    assert code == 0
+    assert f"{policy}:3:3: deployments.groq-*: warning: annotates none of the 1 deployments it matches in " \
+           f"{files['config']}: a more specific key annotates each (groq-llama-3.1-70b), and only the most " \
+           "specific key applies; move its settings there" in out.splitlines(), out
+    assert not any(k in line for line in out.splitlines()
+                   for k in ("deployments.openai-*:", "deployments.openai-gpt-4o*", "deployments.groq-llama"))

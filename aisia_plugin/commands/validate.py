@@ -129,18 +129,28 @@ def deployment_issues(loaded, path) -> tuple[list[PolicyIssue], list[PolicyIssue
 
 
 def _unmatched_annotations(loaded, deps, path) -> list[PolicyIssue]:
-    """A `deployments:` key that matches no deployment (a misspelt id): it annotates nothing."""
+    """A `deployments:` key that matches no deployment (a misspelt id), or whose every deployment
+    a more specific key annotates (only the most specific key applies): it annotates nothing."""
     import difflib
 
+    from ..deployments import annotation_key
     from ..globs import matches_any
     from ..policy.yamlpos import position_of
 
     out = []
     ids = [d.id for d in deps]
     for key in loaded.policy.deployments:
-        if any(matches_any([key], (d.id, d.model_name, d.model)) for d in deps):
-            continue
+        matched = [d for d in deps if matches_any([key], (d.id, d.model_name, d.model))]
         pos = position_of(loaded.locations, ("deployments", key), key=True)
+        if matched:
+            winners = {annotation_key(loaded.policy, d.id, d.model_name, d.model) for d in matched}
+            if key not in winners:
+                out.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0,
+                                       pos.column if pos else 0, f"deployments.{key}",
+                                       f"annotates none of the {len(matched)} deployments it matches in {path}: a "
+                                       f"more specific key annotates each ({', '.join(sorted(winners))}), and only "
+                                       "the most specific key applies; move its settings there", "warning"))
+            continue
         closest = difflib.get_close_matches(key, ids, n=1, cutoff=0.0)
         hint = f"; did you mean {closest[0]!r}?" if closest else ""
         out.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0, pos.column if pos else 0,
