@@ -7,7 +7,10 @@ fails a request: an unwritable path or a full disk is reported once (a warning, 
 renamed ``path.1`` (older ones shift up to ``backups``) once it would grow past ``max_bytes``.
 
 In the proxy (``background=True``) a record is encoded on the caller's thread and written by a
-writer thread, in batches with one flush each, so the event loop never waits on the disk. With
+writer thread, in batches with one flush each, so the event loop never waits on the disk; at most
+``max_queued`` lines wait for it (a disk that stalls must not grow the proxy's memory without
+bound): past that a line is dropped, counted, reported like a write error, and the count of the
+dropped lines is logged when the writer catches up. With
 several processes (``per_process=True``, the proxy's workers) each writes and rotates its own
 file, ``decisions.<pid>.jsonl`` beside the configured ``decisions.jsonl``: no two processes ever
 rename each other's file. ``logged_files`` finds them all again for ``aisia replay --logged``."""
@@ -27,7 +30,10 @@ import threading
 import time
 from typing import Callable, Optional
 
+from .schema_defaults import defaults_of
+
 log = logging.getLogger("aisia_plugin.decision_log")
+_DEFAULTS = defaults_of("DecisionLog")
 
 FORMAT_VERSION = 1
 
@@ -79,13 +85,13 @@ _STOP = object()
 
 
 class DecisionLog:
-    def __init__(self, path: Optional[str], *, max_bytes: int = 50_000_000, backups: int = 5,
+    def __init__(self, path: Optional[str], *, max_bytes: int = _DEFAULTS["max_bytes"], backups: int = _DEFAULTS["backups"],
                  log_prompts: bool = False, clock: Callable[[], float] = time.time,
                  on_error: Optional[Callable[[], None]] = None, background: bool = False,
-                 per_process: bool = False):
+                 per_process: bool = False, max_queued: int = _DEFAULTS["max_queued"]):
         """``path`` None or "-" writes to standard output. `background`: written by a writer
-        thread (``flush`` waits for it); `per_process`: this process's own file
-        (``process_path``)."""
+        thread (``flush`` waits for it), at most `max_queued` lines waiting; `per_process`: this
+        process's own file (``process_path``)."""
         if per_process and path not in (None, "", "-"):
             path = process_path(str(path))
         self.path = None if path in (None, "", "-") else str(path)
@@ -98,6 +104,9 @@ class DecisionLog:
         self._fh = None
         self._size = 0
         self._failing = False
+        self.max_queued = max(1, int(max_queued))
+        self.dropped = 0  # lines dropped because the writer was max_queued lines behind
+        self._dropping = False
         self._queue: Optional[queue.SimpleQueue] = None
         self._writer: Optional[threading.Thread] = None
         if background:
@@ -142,7 +151,10 @@ class DecisionLog:
     def _write(self, rec: dict) -> None:
         line = json.dumps(_finite(rec), ensure_ascii=False, allow_nan=False, default=str) + "\n"
         if self._queue is not None:
-            self._queue.put(line)
+            if self._queue.qsize() < self.max_queued:
+                self._queue.put(line)
+            else:
+                self._drop()
         else:
             self._write_lines([line])
 
@@ -160,6 +172,10 @@ class DecisionLog:
                     batch.append(item)
             if batch:
                 self._write_lines(batch)
+            if self._dropping and self._queue.qsize() < self.max_queued:
+                self._dropping = False
+                log.warning("decision log %s: the writer caught up; %d lines dropped so far while it was "
+                            "%d lines behind", self.path or "<stdout>", self.dropped, self.max_queued)
             for event in done:
                 event.set()
             if stop:
@@ -221,6 +237,21 @@ class DecisionLog:
             os.replace(self.path, self.path + ".1")
         self._open()
 
+    def _drop(self) -> None:
+        self.dropped += 1
+        if not self._dropping:
+            self._dropping = True
+            log.warning("decision log %s: %d lines wait for the writer (the disk is slow or stalled); "
+                        "lines are dropped until it catches up", self.path or "<stdout>", self.max_queued)
+        self._report()
+
+    def _report(self) -> None:
+        if self.on_error is not None:
+            try:
+                self.on_error()
+            except Exception:  # a metric must never break routing
+                log.exception("decision log error callback failed")
+
     def _fail(self, exc: Exception) -> None:
         if self._fh is not None:
             try:
@@ -232,11 +263,7 @@ class DecisionLog:
             log.warning("decision log %s cannot be written (%s); decisions go unlogged until it can",
                         self.path or "<stdout>", exc)
             self._failing = True
-        if self.on_error is not None:
-            try:
-                self.on_error()
-            except Exception:  # a metric must never break routing
-                log.exception("decision log error callback failed")
+        self._report()
 
     def close(self) -> None:
         """Write what is queued, then close the file (and no longer at exit: a log replaced

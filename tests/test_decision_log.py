@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 
 from aisia_plugin.decision import CandidateScore, Decision
 from aisia_plugin.decision_log import DecisionLog
@@ -94,3 +95,28 @@ def test_an_infinite_score_is_logged_as_null(tmp_path):
     assert dec["request_id"] == "req-inf" and dec["deployment"] == "a-1" and dec["score"] is None
     assert dec["probability"] == 1.0 and dec["candidates"] == ["a-1", "b-2"]
     assert out["latency_s"] is None and out["reward"] == 1.0
+
+
+def test_a_stalled_writer_bounds_the_queue_and_reports_the_dropped_lines(tmp_path, caplog):
+    """The writer is held as a stalled disk would hold it (its file lock taken): past max_queued
+    waiting lines, a line is dropped, counted and reported (a warning, the error callback); the
+    queued ones are written in order once it is released."""
+    errors, path = [], tmp_path / "d.jsonl"
+    dl = DecisionLog(str(path), background=True, max_queued=5, on_error=lambda: errors.append(1))
+    with caplog.at_level(logging.WARNING, logger="aisia_plugin.decision_log"):
+        with dl._lock:
+            dl.outcome("r0", "a-1", alias="auto", success=True)
+            deadline = time.monotonic() + 10
+            while dl._queue.qsize() and time.monotonic() < deadline:  # the writer took r0, and waits
+                time.sleep(0.01)
+            for i in range(1, 11):
+                dl.outcome(f"r{i}", "a-1", alias="auto", success=True)
+            assert dl.dropped == 5 and len(errors) == 5
+        dl.flush()
+        dl.outcome("r11", "a-1", alias="auto", success=True)
+        dl.close()
+    written = [json.loads(line)["request_id"] for line in path.read_text().splitlines()]
+    assert written == ["r0", "r1", "r2", "r3", "r4", "r5", "r11"]
+    said = [r.getMessage() for r in caplog.records]
+    assert len([m for m in said if "lines are dropped until it catches up" in m]) == 1
+    assert len([m for m in said if "caught up; 5 lines dropped" in m]) == 1

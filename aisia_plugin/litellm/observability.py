@@ -88,7 +88,7 @@ class Observer:
                 self.decision_log = None if settings.path is None else DecisionLog(
                     settings.path, max_bytes=settings.max_bytes, backups=settings.backups,
                     log_prompts=settings.log_prompts, on_error=lambda: self.metrics.store_event("log_error"),
-                    background=True, per_process=proxy_workers() > 1)
+                    background=True, per_process=proxy_workers() > 1, max_queued=settings.max_queued)
                 self._log_settings = settings
         except Exception:
             log.exception("aisia: configuring metrics and the decision log failed")

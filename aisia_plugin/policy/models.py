@@ -278,6 +278,7 @@ class DecisionLog(BaseModel):
     log_prompts: bool
     max_bytes: int
     backups: int
+    max_queued: int
 
 
 @_def("Logging")
