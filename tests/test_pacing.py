@@ -281,3 +281,24 @@ def test_a_target_of_zero_cannot_be_swept(hand):
     pol, *_ = hand
     with pytest.raises(ReplayError, match="must be above 0"):
         override_alias(pol, "auto", "budget.target_usd_per_1k_requests", 0.0)
+
+
+def test_a_replayed_failure_is_not_paced_as_the_proxy_does_not_pace_it(tmp_path, write_file):
+    """LiteLLM logs a failed call without a response_cost (events.failure: no cost), so the proxy's
+    pacing counts successful calls only; the replay paces the same, while its own total still
+    counts every attempt's recorded cost."""
+    rows = [{"id": f"r{i}", "messages": [{"role": "user", "content": "hello"}],
+             "outcomes": {"flaky": ({"score": 1.0, "cost_usd": 0.002, "latency_ms": 100} if i % 2 else
+                                    {"error": "HTTP 503", "status_code": 503, "cost_usd": 0.004, "latency_ms": 100})}}
+            for i in range(40)]
+    trace = tmp_path / "flaky.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cands = write_file("candidates:\n  flaky: {provider: f, input_cost_per_1m: 1.0, output_cost_per_1m: 1.0}\n",
+                       "flaky.candidates.yaml")
+    pol = load_policy([write_file("version: 1\naliases:\n  auto: {strategy: ucb1, failover: {attempts: 0}, "
+                                  "budget: {target_usd_per_1k_requests: 2.0}}\n")])
+    scenario = build_scenario(load_trace(str(trace)), load_candidates(str(cands)), pol)
+    paced = []
+    served = run_router(pol, "auto", scenario, observe=lambda i, engine: paced.append(engine.store.pace("auto")))
+    assert sum(s.cost_usd for s in served) == pytest.approx(20 * 0.002 + 20 * 0.004)
+    assert paced[-1].count == 20 and paced[-1].spend_usd == pytest.approx(20 * 0.002)

@@ -62,8 +62,11 @@ class Call:
             return Outcome(self.candidate, True, latency_s=latency_s, quality=self.score, cost_usd=self.cost_usd,
                            input_tokens=self.input_tokens, output_tokens=self.output_tokens)
         # A failure that names neither status nor type is classified a provider failure by the breaker.
+        # Its cost is not told: in the proxy LiteLLM logs a failed call without a response_cost,
+        # so a spend target's pacing counts successes only; a replay must pace as the proxy does.
+        # (The replay's own total still counts the recorded cost of every attempt.)
         return Outcome(self.candidate, False, latency_s=latency_s, status_code=self.status_code, error_type=self.error_type,
-                       message=self.error or "", cost_usd=self.cost_usd)
+                       message=self.error or "")
 
 
 @dataclass
