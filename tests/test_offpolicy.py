@@ -137,3 +137,34 @@ def test_engine_target_evaluates_a_policy_of_ours_on_the_log():
     for est in ("ips", "dr"):
         lo, hi = out[est]["ci95"]
         assert lo <= truth <= hi, (est, truth, out[est])
+
+
+def test_replay_logged_prices_the_config_as_the_proxy_does(tmp_path, write_file, aisia):
+    """With --deployments, a LiteLLM config's deployments are priced by LiteLLM as in the proxy:
+    gpt-4o-mini is cheaper than gpt-4o there, while the policy's provider table prices every
+    openai/ model alike; the cost strategy's choices must be the proxy's (the cheaper one, the one
+    the log chose), so it agrees with every logged choice."""
+    from aisia_plugin.decision import CandidateScore, Decision
+    from aisia_plugin.decision_log import DecisionLog
+
+    config = write_file("""
+        model_list:
+          - model_name: big
+            litellm_params: {model: openai/gpt-4o, api_key: sk-none}
+            model_info: {id: big}
+          - model_name: mini
+            litellm_params: {model: openai/gpt-4o-mini, api_key: sk-none}
+            model_info: {id: mini}
+        """, "litellm.yaml")
+    log = DecisionLog(str(tmp_path / "decisions.jsonl"))
+    for i in range(6):
+        d = Decision("mini", "openai/gpt-4o-mini", "cost", "cheapest", 2, 1.0,
+                     [CandidateScore("big", 0.0), CandidateScore("mini", 1.0)], probability=1.0, alias="auto/cheap")
+        log.decision(f"r{i}", d)
+        log.outcome(f"r{i}", "mini", alias="auto/cheap", success=True, reward=0.9)
+    log.close()
+    code, out, err = aisia("replay", "--logged", str(tmp_path / "decisions.jsonl"), "--alias", "auto/cheap",
+                           "--deployments", config, "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["events"] == 6 and report["agreement"] == 1.0

@@ -50,7 +50,8 @@ def _finite(value):
 
 
 def run_logged(args) -> int:
-    from ..deployments import DeploymentError, load_deployments_file
+    from ..deployments import DeploymentError, read_config_file
+    from ..litellm.costs import proxy_deployments
     from ..policy import PolicyError, load_policy
     from ..replay.offpolicy import LogError, engine_target, evaluate, read_log
 
@@ -96,7 +97,9 @@ def run_logged(args) -> int:
     for name, pol in policies:
         if args.deployments:
             try:
-                deps = load_deployments_file(args.deployments, pol)
+                # Priced as the proxy prices them (LiteLLM's prices first), so that a cost-aware
+                # policy chooses here as it would have chosen in the proxy.
+                deps = proxy_deployments(read_config_file(args.deployments), pol)
             except DeploymentError as exc:
                 _err(str(exc))
                 return 1
