@@ -110,10 +110,11 @@ class RouterMetrics:
 
     def configure(self, *, aliases: Iterable[str], domains: Iterable[str], deployments: Iterable[str],
                   strategies: Iterable[str]) -> None:
-        self._alias = _Names(aliases)
-        self._domain = _Names([*domains, NO_DOMAIN])
-        self._deployment = _Names(deployments)
-        self._strategy = _Names(strategies)
+        names = (_Names(aliases), _Names([*domains, NO_DOMAIN]), _Names(deployments), _Names(strategies))
+        if tuple(n.known for n in names) == tuple(n.known for n in (self._alias, self._domain, self._deployment,
+                                                                        self._strategy)):
+            return  # the gauges' refresh calls it every few seconds: nothing to create when unchanged
+        self._alias, self._domain, self._deployment, self._strategy = names
         self._create_known_children()
 
     def _create_known_children(self) -> None:
