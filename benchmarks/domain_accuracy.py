@@ -1,7 +1,7 @@
 """Domain-detection accuracy of the shipped policy on real prompts.
 
-Data (read in place): RouterArena's 809 prompts, labelled by their dataset (domain_vocabulary.py:
-LABELS, and ACCEPT for the ambiguous datasets, where a prediction of an accepted domain or None is
+Data (read in place): RouterArena's 809 prompts, labelled by their dataset (bench.ARENA_LABELS,
+and bench.ARENA_ACCEPT for the ambiguous datasets, where a prediction of an accepted domain or None is
 correct and which are in no recall support), and RouteLLM's 1,319 GSM8K prompts (all maths: a
 recall check). Two views: the full prompt, and the prompt without the benchmark's instruction
 wrapper (how much the detection owes to template words).
@@ -30,8 +30,10 @@ from pathlib import Path
 
 import bench
 import domain_vocabulary as dv
-from domain_vocabulary import ACCEPT, ARENA, TOPIC_DOMAINS as TOPIC, label_of, strip_wrapper
+from bench import ARENA, ARENA_ACCEPT as ACCEPT, arena_label as label_of, strip_wrapper
+from domain_vocabulary import TOPIC_DOMAINS as TOPIC
 
+from aisia_plugin import domain_eval
 from aisia_plugin.domains import DomainDetector
 from aisia_plugin.policy import load_policy
 from aisia_plugin.resources import policies_dir
@@ -48,37 +50,8 @@ def evaluate(detector: DomainDetector, rows, names, view):
 
 
 def score(predictions, rows, names):
-    """Per-domain figures of ``predictions`` (one per row of ``rows``, a domain or None)."""
-    per = {n: {"tp": 0, "fp": 0, "fn": 0, "support": 0, "predicted": 0, "accepted_other": 0} for n in names}
-    correct = unlabelled = unlabelled_fp = 0
-    confusions: dict[str, int] = {}
-    for (ds, _), pred in zip(rows, predictions):
-        label, accept = label_of(ds), ACCEPT.get(ds, set())
-        if label is not None:
-            per[label]["support"] += 1
-        if pred is not None:
-            per[pred]["predicted"] += 1
-        ok = pred == label or pred in accept
-        correct += ok
-        if label is None and not accept:
-            unlabelled += 1
-            unlabelled_fp += pred is not None
-        if pred == label and label is not None:
-            per[label]["tp"] += 1
-            continue
-        if label is not None:
-            per[label]["fn"] += 1
-        if pred is not None:
-            per[pred]["accepted_other" if pred in accept else "fp"] += 1
-        if not ok:
-            confusions[f"{ds} -> {pred}"] = confusions.get(f"{ds} -> {pred}", 0) + 1
-    table = {n: {"support": c["support"], "predicted": c["predicted"], "tp": c["tp"], "fp": c["fp"],
-                 "accepted_other": c["accepted_other"],
-                 "precision": round((c["tp"] + c["accepted_other"]) / c["predicted"], 4) if c["predicted"] else None,
-                 "recall": round(c["tp"] / c["support"], 4) if c["support"] else None} for n, c in per.items()}
-    return {"domains": table, "accuracy": round(correct / len(rows), 4), "unlabelled": unlabelled,
-            "unlabelled_false_positive_rate": round(unlabelled_fp / unlabelled, 4) if unlabelled else None,
-            "errors": dict(sorted(confusions.items(), key=lambda kv: -kv[1]))}
+    """Per-domain figures of ``predictions`` (one per (dataset, prompt) of ``rows``)."""
+    return domain_eval.score(predictions, [(ds, label_of(ds), ACCEPT.get(ds, set())) for ds, _ in rows], names)
 
 
 def gsm8k_recall(detector, data: Path):
@@ -185,18 +158,11 @@ def speed(domains, rows, passes: int = 9):
                       "keywords": sum(detector.counts(text)), "domain": detector.detect(text)}}
 
 
-def fmt(v):
-    return "-" if v is None else f"{v:.2f}"
-
-
 def domain_table(full, bare=None) -> list[str]:
     """Per-domain figures on full prompts and, given ``bare``, without the wrapper; without it, only
     the domains with a labelled or a predicted prompt."""
-    extra = ["precision (no wrapper)", "recall (no wrapper)"] if bare else []
-    return bench.md_table(["domain", "support", "predicted", "tp", "fp", "acc.", "precision", "recall", *extra], [
-        [n, c["support"], c["predicted"], c["tp"], c["fp"], c["accepted_other"], fmt(c["precision"]), fmt(c["recall"]),
-         *([fmt(bare["domains"][n]["precision"]), fmt(bare["domains"][n]["recall"])] if bare else [])]
-        for n, c in full["domains"].items() if bare or c["support"] or c["predicted"]], "---:")
+    extra = {"precision (no wrapper)": (bare, "precision"), "recall (no wrapper)": (bare, "recall")} if bare else {}
+    return domain_eval.table(full, every=bool(bare), extra=extra)
 
 
 def markdown(result) -> str:
@@ -256,7 +222,7 @@ def markdown(result) -> str:
 
 
 def _pr(c):
-    return f"{fmt(c['precision'])} / {fmt(c['recall'])}"
+    return f"{domain_eval.figure(c['precision'])} / {domain_eval.figure(c['recall'])}"
 
 
 def before_after(result, heading: str = "## Before and after (issue 14)") -> list[str]:
@@ -364,7 +330,7 @@ def main(argv=None):
                            no_speed=(False, "skip the timings (a quick accuracy run)"),
                            no_readme=(False, "do not regenerate README.md's domain-accuracy block"))
     policy = load_policy()
-    names, rows = list(policy.domains.definitions), dv.load(args.data)
+    names, rows = list(policy.domains.definitions), bench.arena_prompts(args.data)
     result = {"data": ARENA, "prompts": len(rows),
               "policy": {"min_matches": policy.domains.min_matches, "max_scan_chars": policy.domains.max_scan_chars},
               **measure(policy.domains, rows, names, args.data, args.no_speed), "baseline": None}

@@ -1,11 +1,11 @@
-"""RouterArena's prompts labelled by domain, and per-domain keywords mined from them (the
-discriminative words of each topic domain, for a person to review before any goes into
-policies/domains.yaml). benchmarks/domain_accuracy.py measures the shipped detection on them.
+"""Per-domain keywords mined from RouterArena's prompts labelled by domain (the discriminative
+words of each topic domain, for a person to review before any goes into policies/domains.yaml).
+benchmarks/domain_accuracy.py measures the shipped detection on the same prompts.
 
-Labels: the source dataset (the prefix of ``global_index``) names the domain (LABELS); an
-ambiguous dataset has none but accepts some (ACCEPT). Each prompt is read without the benchmarks'
-instruction wrapper (``strip_wrapper``), so that no template word is proposed, as a set of
-lower-case words of at least MIN_LENGTH letters (a document frequency).
+Labels: the source dataset (the prefix of ``global_index``) names the domain (bench.ARENA_LABELS);
+an ambiguous dataset has none but accepts some (bench.ARENA_ACCEPT). Each prompt is read without
+the benchmarks' instruction wrapper (``bench.strip_wrapper``), so that no template word is
+proposed, as a set of lower-case words of at least MIN_LENGTH letters (a document frequency).
 
 A word w of domain d is scored by the log-odds ratio of "a prompt contains w" between the
 prompts labelled d and every other prompt (those only accepting d on neither side), with an
@@ -33,47 +33,9 @@ from pathlib import Path
 
 import bench
 
-ARENA = "routerarena_claude-3-haiku-20240307.jsonl"
 TOPIC_DOMAINS = ("math", "medical", "science", "legal", "finance")
 MIN_LENGTH = 4
 DEFAULTS = {"min_z": 3.0, "min_support": 3, "min_datasets": 2, "min_precision": 0.8, "prior": 10.0, "top": 40}
-LABELS = {
-    "GSM8K": "math", "AIME": "math", "MATH": "math", "MathQA": "math", "AsDiv": "math",
-    "MMLUPro_math": "math", "OpenTDB_Science: Mathematics": "math",
-    "LiveCodeBench": "coding",
-    "MedMCQA": "medical", "PubMedQA": "medical", "MMLUPro_health": "medical",
-    "FinQA": "finance",
-    "MMLUPro_law": "legal",
-    "MMLUPro_physics": "science", "MMLUPro_chemistry": "science", "MMLUPro_biology": "science",
-    "OpenTDB_Science & Nature": "science", "QANTA_Science": "science",
-    "MMLU_formal_logic": "reasoning",
-}
-# Ambiguous datasets: no label of their own (None), but these domains are accepted as well.
-ACCEPT = {
-    # Business questions are mostly accounting, interest and insurance arithmetic; economics is
-    # macro/micro theory: a finance specialist is a fair choice for either, not a required one.
-    "MMLUPro_business": {"finance"},
-    "MMLUPro_economics": {"finance"},
-    # Computer-science trivia is not a request to write code: None is the label, coding accepted.
-    "MMLUPro_computer science": {"coding"},
-    "OpenTDB_Science: Computers": {"coding"},
-    # Engineering problems are applied physics with calculations.
-    "MMLUPro_engineering": {"science", "math"},
-}
-
-
-def label_of(dataset: str):
-    return "translation" if dataset.startswith("WMT19-") else LABELS.get(dataset)
-
-
-def strip_wrapper(prompt: str) -> str:
-    """The prompt without the benchmark's instruction lines (first line, 'Provide/Keep' lines)."""
-    return "\n".join(l for l in prompt.split("\n")[1:] if not l.lstrip().startswith(("Provide ", "Keep ", "Output ")))
-
-
-def load(data: Path) -> list[tuple[str, str]]:
-    """(dataset, question) per RouterArena prompt."""
-    return [(r["global_index"].rsplit("_", 1)[0], r["question"]) for r in bench.read_jsonl(data / ARENA)]
 
 
 @dataclass
@@ -101,7 +63,8 @@ def words_of(text: str) -> set[str]:
 
 def documents(rows):
     """(dataset, label, accepted domains, word set) per prompt, the wrapper removed."""
-    return [(ds, label_of(ds), ACCEPT.get(ds, set()), words_of(strip_wrapper(q))) for ds, q in rows]
+    return [(ds, bench.arena_label(ds), bench.ARENA_ACCEPT.get(ds, set()), words_of(bench.strip_wrapper(q)))
+            for ds, q in rows]
 
 
 def known_words(detector, vocabulary) -> set[str]:
@@ -178,7 +141,7 @@ def main(argv=None):
                            domains=",".join(TOPIC_DOMAINS), json=(Path, "write the proposal to this file"), **DEFAULTS)
     from aisia_plugin.policy import default_domain_detector
 
-    docs = documents(load(args.data))
+    docs = documents(bench.arena_prompts(args.data))
     params = {k: getattr(args, k) for k in DEFAULTS}
     known = known_words(default_domain_detector(), set().union(*(d[3] for d in docs)))
     proposal = mine(docs, args.domains.split(","), exclude=args.hold_out, known=known, **params)

@@ -569,3 +569,57 @@ def test_an_unknown_strategy_is_suggested_by_meaning_as_well_as_spelling(aisia, 
     assert code == 1
     assert out == (f"{path}:4:15: aliases.auto.strategy: unknown strategy '{written}'; did you mean '{meant}'? "
                    "(no installed plugin provides it)\n")
+
+
+# --- --domain-prompts: the domain detection measured on labelled prompts -----------------------
+
+
+def test_domain_scores_count_accepted_domains_as_correct_and_never_as_false_positives():
+    from aisia_plugin.domain_eval import score
+
+    labels = [("a", "math", set()), ("a", "math", set()), ("b", None, {"finance"}), ("c", None, set()),
+              ("c", None, set()), ("d", "coding", set())]
+    got = score(["math", None, "finance", "math", None, "math"], labels, ["math", "coding", "finance"])
+    assert got["domains"]["math"] == {"support": 2, "predicted": 3, "tp": 1, "fp": 2, "accepted_other": 0,
+                                      "precision": round(1 / 3, 4), "recall": 0.5}
+    # The ambiguous prompt's finance is correct, counted apart, and finance has no recall support.
+    assert got["domains"]["finance"] == {"support": 0, "predicted": 1, "tp": 0, "fp": 0, "accepted_other": 1,
+                                         "precision": 1.0, "recall": None}
+    assert got["accuracy"] == round(3 / 6, 4)
+    assert (got["unlabelled"], got["unlabelled_false_positive_rate"]) == (2, 0.5)
+    assert got["errors"] == {"a -> None": 1, "c -> math": 1, "d -> math": 1}
+
+
+def test_validate_measures_the_domain_detection_on_labelled_prompts(aisia, tmp_path):
+    path = tmp_path / "labelled.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [
+        {"prompt": "Write a Python function that parses JSON and a pytest test for it", "domain": "coding"},
+        {"prompt": "Translate into French: good morning", "domain": "translation", "source": "wmt"},
+        {"prompt": "Hello, how are you today?", "domain": None, "source": "chat"},
+        {"prompt": "Hello again, nice weather", "domain": "math", "source": "mislabelled"}]) + "\n")
+    code, out, err = aisia("validate", "policies/", "--domain-prompts", path)
+    assert (code, err) == (0, "")
+    assert ("domain detection on 4 labelled prompts: accuracy 0.750 (label or accepted domain), false-positive "
+            "rate on the 1 expecting no domain: 0.000") in out
+    assert "| math | 1 | 0 | 0 | 0 | 0 | - | 0.00 |" in out and "| coding | 1 | 1 | 1 | 0 | 0 | 1.00 | 1.00 |" in out
+    assert out.endswith("most frequent errors (source -> predicted):\n  mislabelled -> None: 1\n")
+    code, out, _ = aisia("validate", "policies/", "--format", "json", "--domain-prompts", path)
+    got = json.loads(out)["domain_detection"]
+    assert (code, got["prompts"], got["accuracy"], got["domains"]["translation"]["tp"]) == (0, 4, 0.75, 1)
+
+
+def test_a_bad_labelled_prompts_file_names_each_bad_line_and_exits_2(aisia, tmp_path):
+    path = tmp_path / "labelled.jsonl"
+    path.write_text('{"prompt": "x", "domain": "cooking"}\nnot json\n[1]\n{"prompt": "y", "accept": "math"}\n'
+                    '{"prompt": "z", "domain": null}\n')
+    code, out, err = aisia("validate", "policies/", "--domain-prompts", path)
+    assert code == 2
+    lines = out.splitlines()
+    assert [ln.split(": ", 2)[0] for ln in lines] == [f"{path}:{n}:0" for n in (1, 2, 3, 4)]
+    assert "unknown domain 'cooking'; the policy defines: math, coding" in lines[0]
+    assert lines[1].endswith("not JSON: Expecting value: line 1 column 1 (char 0)")
+    assert lines[2].endswith('expected an object with a string "prompt"')
+    assert lines[3].endswith('"accept" must be a list of domain names')
+    assert err == "I/O error: 4 errors in 1 file\n"
+    code, out, _ = aisia("validate", "policies/", "--domain-prompts", tmp_path / "missing.jsonl")
+    assert code == 2 and "cannot read: " in out

@@ -5,6 +5,12 @@ defaults (unless a file says `defaults: false`: a team file checked alone in CI 
 proxy loads it), and the semantic rules, every problem reported in one run as
 `file:line:column: path.to.field: message`.
 
+With `--domain-prompts FILE`, a valid policy's domain detection is also measured on labelled
+prompts (JSON Lines, one {"prompt": ..., "domain": a domain or null, "accept": [domains],
+"source": a name} per line; `accept` and `source` optional): per-domain precision and recall, the
+accuracy and the most frequent errors (aisia_plugin/domain_eval.py). It reports; it does not
+change the exit status, except for a file it cannot read (2).
+
 Exit status: 0 valid, 1 invalid, 2 usage or I/O error (a path that does not exist, a file that
 cannot be read)."""
 
@@ -32,6 +38,10 @@ def add_arguments(p):
                         "prices, ids) and that every alias selects at least one of its deployments")
     p.add_argument("--strict", action="store_true",
                    help="count warnings (settings that would do nothing) as errors: exit 1")
+    p.add_argument("--domain-prompts", metavar="FILE",
+                   help="also measure the policy's domain detection on labelled prompts (JSON Lines: "
+                        "{\"prompt\": ..., \"domain\": name or null, \"accept\": [names], \"source\": name}): "
+                        "per-domain precision and recall, accuracy, the most frequent errors")
     p.add_argument("--siblings", action="store_true",
                    help="check each given file together with the other policy files of its directory, so that "
                         "references to another file resolve (for pre-commit, which passes only the changed files)")
@@ -60,13 +70,53 @@ class Report:
     were layered over, every issue, and the number of aliases of a valid policy."""
 
     def __init__(self, status: int, files: list[Path], issues: list[PolicyIssue], aliases: int = 0,
-                 default_files: list[Path] = (), warnings: list[PolicyIssue] = ()):
+                 default_files: list[Path] = (), warnings: list[PolicyIssue] = (), domains: dict | None = None):
         self.status, self.files, self.issues, self.aliases = status, files, issues, aliases
         self.default_files = list(default_files)
         self.warnings = list(warnings)
+        self.domains = domains  # the domain detection's figures on --domain-prompts
 
 
-def check(paths, deployments=None, strict: bool = False) -> Report:
+def read_labelled_prompts(path, known) -> tuple[list[tuple[str, str | None, set, str]], list[PolicyIssue]]:
+    """(source, label, accepted domains, prompt) per line of a labelled prompts file, and an issue
+    per line that is not such an object or names a domain the policy does not define."""
+    rows, issues = [], []
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as exc:
+                issues.append(PolicyIssue(str(path), n, 0, "", f"not JSON: {exc}", "io"))
+                continue
+            label = row.get("domain") if isinstance(row, dict) else None
+            accept = (row.get("accept") or []) if isinstance(row, dict) else []
+            if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
+                problem = 'expected an object with a string "prompt"'
+            elif not isinstance(accept, list) or not all(isinstance(a, str) for a in accept):
+                problem = '"accept" must be a list of domain names'
+            else:
+                unknown = [d for d in ([label] if label is not None else []) + accept if d not in known]
+                problem = f"unknown domain {unknown[0]!r}; the policy defines: {', '.join(known)}" if unknown else None
+            if problem:
+                issues.append(PolicyIssue(str(path), n, 0, "", problem, "io"))
+            else:
+                rows.append((str(row.get("source", label)), label, set(accept), row["prompt"]))
+    return rows, issues
+
+
+def domain_report(policy, rows) -> dict:
+    """The figures of the policy's domain detector on labelled prompts (read_labelled_prompts)."""
+    from ..domain_eval import score
+    from ..domains import DomainDetector
+
+    detector = DomainDetector(policy.domains)
+    return {"prompts": len(rows), **score([detector.detect(r[3]) for r in rows], [r[:3] for r in rows],
+                                          policy.domains.definitions)}
+
+
+def check(paths, deployments=None, strict: bool = False, domain_prompts=None) -> Report:
     files, issues = expand_paths(paths)
     files = _unique(files)
     if issues:  # a path that does not exist, or a directory without policy files
@@ -90,7 +140,16 @@ def check(paths, deployments=None, strict: bool = False) -> Report:
     warnings = ranked(loaded.warnings + config_warnings)
     if strict and warnings:
         return Report(EXIT_INVALID, files, warnings, warnings=warnings)
-    return Report(EXIT_OK, files, [], len(loaded.policy.aliases), loaded.default_files, warnings)
+    domains = None
+    if domain_prompts is not None:
+        try:
+            rows, found = read_labelled_prompts(domain_prompts, list(loaded.policy.domains.definitions))
+        except (OSError, UnicodeDecodeError) as exc:
+            rows, found = [], [PolicyIssue(str(domain_prompts), 0, 0, "", f"cannot read: {exc}", "io")]
+        if found:
+            return Report(EXIT_USAGE, files, found)
+        domains = domain_report(loaded.policy, rows)
+    return Report(EXIT_OK, files, [], len(loaded.policy.aliases), loaded.default_files, warnings, domains)
 
 
 def deployment_issues(loaded, path) -> tuple[list[PolicyIssue], list[PolicyIssue]]:
@@ -179,7 +238,7 @@ def run(args) -> int:
     paths = args.paths or default_policy_paths()
     if args.siblings:
         paths = _with_siblings(paths)
-    report = check(paths, args.deployments, args.strict)
+    report = check(paths, args.deployments, args.strict, args.domain_prompts)
     status, files, issues = report.status, report.files, report.issues
     out = sys.stdout
     if args.format == "json":
@@ -190,6 +249,7 @@ def run(args) -> int:
             "aliases": report.aliases if status == EXIT_OK else None,
             "errors": [i.as_dict() for i in issues],
             "warnings": [i.as_dict() for i in report.warnings if i not in issues],
+            **({"domain_detection": report.domains} if report.domains is not None else {}),
         }, out, indent=2, ensure_ascii=False)
         out.write("\n")
         return status
@@ -202,11 +262,27 @@ def run(args) -> int:
     if status == EXIT_OK:
         over = f" over the shipped defaults ({_plural(len(report.default_files), 'file')})" if report.default_files else ""
         out.write(f"ok: {_plural(len(files), 'file')}{over}, {_plural(report.aliases, 'alias', 'aliases')}\n")
+        if report.domains is not None and args.format == "text":
+            out.write(_domain_text(report.domains))
     else:
         bad_files = len({i.file for i in issues})
         what = "I/O error" if status == EXIT_USAGE else "invalid policy"
         sys.stderr.write(f"{what}: {_plural(len(issues), 'error')} in {_plural(bad_files, 'file')}\n")
     return status
+
+
+def _domain_text(d: dict) -> str:
+    from ..domain_eval import table
+
+    fp = d["unlabelled_false_positive_rate"]
+    lines = ["", f"domain detection on {_plural(d['prompts'], 'labelled prompt')}: accuracy "
+             f"{'-' if d['accuracy'] is None else format(d['accuracy'], '.3f')} (label or accepted domain), "
+             f"false-positive rate on the {d['unlabelled']} expecting no domain: {'-' if fp is None else f'{fp:.3f}'}",
+             "", *table(d)]
+    if d["errors"]:
+        lines += ["", "most frequent errors (source -> predicted):"]
+        lines += [f"  {k}: {v}" for k, v in list(d["errors"].items())[:10]]
+    return "\n".join(lines) + "\n"
 
 
 def _plural(n: int, one: str, many: str | None = None) -> str:
