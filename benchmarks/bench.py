@@ -325,3 +325,9 @@ def arena_prompts(data: Path) -> list[tuple[str, str]]:
 def strip_wrapper(prompt: str) -> str:
     """The prompt without the benchmark's instruction lines (first line, 'Provide/Keep' lines)."""
     return "\n".join(l for l in prompt.split("\n")[1:] if not l.lstrip().startswith(("Provide ", "Keep ", "Output ")))
+
+
+def arena_labelled(rows, view=lambda prompt: prompt) -> list[tuple]:
+    """(dataset, label, accepted domains, view(prompt)) per (dataset, prompt) of ``rows``: the
+    labelled prompts of aisia_plugin.domain_eval."""
+    return [(ds, arena_label(ds), ARENA_ACCEPT.get(ds, set()), view(q)) for ds, q in rows]

@@ -11,7 +11,7 @@ p99 of the per-prompt medians of several warm passes, and of a first pass on a f
 and on the keyword-dense 2 KB prompt (bench.dense_messages).
 
 Leave one dataset out (issue 14): each dataset held out in turn, words mined from the others
-(domain_vocabulary.py) are added to the policy's vocabulary and the held-out prompts detected
+(aisia_plugin/domain_eval.py's miner) are added to the policy's vocabulary and the held-out prompts detected
 with it; the shipped (hand-written) vocabulary beside it, and both for the vocabulary before
 issue 14 (``--baseline``: policies/domains.yaml at a git revision) in the same run.
 
@@ -29,11 +29,11 @@ import time
 from pathlib import Path
 
 import bench
-import domain_vocabulary as dv
 from bench import ARENA, ARENA_ACCEPT as ACCEPT, arena_label as label_of, strip_wrapper
 from domain_vocabulary import TOPIC_DOMAINS as TOPIC
 
 from aisia_plugin import domain_eval
+from aisia_plugin.domain_eval import MINER, documents, known_words, mine, mined_patterns
 from aisia_plugin.domains import DomainDetector
 from aisia_plugin.policy import load_policy
 from aisia_plugin.resources import policies_dir
@@ -51,7 +51,7 @@ def evaluate(detector: DomainDetector, rows, names, view):
 
 def score(predictions, rows, names):
     """Per-domain figures of ``predictions`` (one per (dataset, prompt) of ``rows``)."""
-    return domain_eval.score(predictions, [(ds, label_of(ds), ACCEPT.get(ds, set())) for ds, _ in rows], names)
+    return domain_eval.score(predictions, [r[:3] for r in bench.arena_labelled(rows)], names)
 
 
 def gsm8k_recall(detector, data: Path):
@@ -78,16 +78,16 @@ def leave_one_dataset_out(domains, rows, names, params=None, data: Path | None =
     vocabulary alone (hand-written, so every prompt is held out) beside it, per domain and per
     held-out dataset, the words mined per fold, and the GSM8K recall of the words mined without
     RouterArena's GSM8K."""
-    params = {**dv.DEFAULTS, **(params or {})}
-    docs = dv.documents(rows)
+    params = {**MINER, **(params or {})}
+    docs = documents(bench.arena_labelled(rows, strip_wrapper))
     base = DomainDetector(domains)
-    known = dv.known_words(base, set().union(*(d[3] for d in docs)))
+    known = known_words(base, docs)
     shipped = [base.detect(q) for _, q in rows]
     mined, words = list(shipped), {}
     datasets = sorted({ds for ds, _ in rows})
     for held in datasets:
-        proposal = dv.mine(docs, exclude={held}, known=known, **params)
-        det = DomainDetector(with_patterns(domains, dv.mined_patterns(proposal)))
+        proposal = mine(docs, TOPIC, exclude={held}, known=known, **params)
+        det = DomainDetector(with_patterns(domains, mined_patterns(proposal)))
         for i, (ds, q) in enumerate(rows):
             if ds == held:
                 mined[i] = det.detect(q)
@@ -102,7 +102,7 @@ def leave_one_dataset_out(domains, rows, names, params=None, data: Path | None =
                              "mined_correct": sum(ok(mined[i]) for i in idx)}
     gsm = None
     if data is not None:
-        gsm_words = dv.mined_patterns(dv.mine(docs, exclude={"GSM8K"}, known=known, **params))
+        gsm_words = mined_patterns(mine(docs, TOPIC, exclude={"GSM8K"}, known=known, **params))
         gsm = gsm8k_recall(DomainDetector(with_patterns(domains, gsm_words)), data)
     return {"folds": len(datasets), "miner": params, "shipped": score(shipped, rows, names),
             "shipped_plus_mined": score(mined, rows, names), "shipped_plus_mined_gsm8k": gsm,

@@ -594,15 +594,15 @@ def test_validate_measures_the_domain_detection_on_labelled_prompts(aisia, tmp_p
     path = tmp_path / "labelled.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in [
         {"prompt": "Write a Python function that parses JSON and a pytest test for it", "domain": "coding"},
-        {"prompt": "Translate into French: good morning", "domain": "translation", "source": "wmt"},
-        {"prompt": "Hello, how are you today?", "domain": None, "source": "chat"},
-        {"prompt": "Hello again, nice weather", "domain": "math", "source": "mislabelled"}]) + "\n")
+        {"prompt": "Translate into French: good morning", "domain": "translation", "dataset": "wmt"},
+        {"prompt": "Hello, how are you today?", "domain": None, "dataset": "chat"},
+        {"prompt": "Hello again, nice weather", "domain": "math", "dataset": "mislabelled"}]) + "\n")
     code, out, err = aisia("validate", "policies/", "--domain-prompts", path)
     assert (code, err) == (0, "")
     assert ("domain detection on 4 labelled prompts: accuracy 0.750 (label or accepted domain), false-positive "
             "rate on the 1 expecting no domain: 0.000") in out
     assert "| math | 1 | 0 | 0 | 0 | 0 | - | 0.00 |" in out and "| coding | 1 | 1 | 1 | 0 | 0 | 1.00 | 1.00 |" in out
-    assert out.endswith("most frequent errors (source -> predicted):\n  mislabelled -> None: 1\n")
+    assert out.endswith("most frequent errors (dataset -> predicted):\n  mislabelled -> None: 1\n")
     code, out, _ = aisia("validate", "policies/", "--format", "json", "--domain-prompts", path)
     got = json.loads(out)["domain_detection"]
     assert (code, got["prompts"], got["accuracy"], got["domains"]["translation"]["tp"]) == (0, 4, 0.75, 1)
@@ -623,3 +623,24 @@ def test_a_bad_labelled_prompts_file_names_each_bad_line_and_exits_2(aisia, tmp_
     assert err == "I/O error: 4 errors in 1 file\n"
     code, out, _ = aisia("validate", "policies/", "--domain-prompts", tmp_path / "missing.jsonl")
     assert code == 2 and "cannot read: " in out
+
+
+def test_validate_proposes_the_words_that_mark_a_domains_prompts_and_its_patterns_lack(aisia, tmp_path):
+    # "zorblax" and "write" mark every coding prompt and no other ("write" alone is no coding
+    # pattern's match); "python" marks them too but the coding patterns match it already; "case"
+    # is in every prompt and "story" in the prompts expecting no domain.
+    path = tmp_path / "labelled.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for i in range(20) for r in (
+        {"prompt": f"Write the zorblax in Python, case {i}", "domain": "coding", "dataset": "ab"[i % 2]},
+        {"prompt": f"Tell me a story about a dragon, case {i}", "domain": None, "dataset": "c"})))
+    code, out, _ = aisia("validate", "policies/", "--domain-prompts", path, "--propose-words", "--format", "json")
+    words = json.loads(out)["domain_detection"]["proposed_words"]
+    assert code == 0 and list(words) == ["coding"]
+    assert [w["word"] for w in words["coding"]] == ["write", "zorblax"]
+    assert words["coding"][1] == {"word": "zorblax", "z": 4.646, "support": 20, "others": 0, "datasets": 2,
+                                  "precision": 1.0}
+    # A word must come from as many datasets of its domain as asked: these come from two.
+    code, out, _ = aisia("validate", "policies/", "--domain-prompts", path, "--propose-words", "--min-datasets", "3")
+    assert code == 0 and out.endswith("others):\n  none\n")
+    code, _, err = aisia("validate", "policies/", "--propose-words")
+    assert code == 2 and "--propose-words needs --domain-prompts FILE" in err

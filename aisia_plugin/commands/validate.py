@@ -7,9 +7,10 @@ proxy loads it), and the semantic rules, every problem reported in one run as
 
 With `--domain-prompts FILE`, a valid policy's domain detection is also measured on labelled
 prompts (JSON Lines, one {"prompt": ..., "domain": a domain or null, "accept": [domains],
-"source": a name} per line; `accept` and `source` optional): per-domain precision and recall, the
-accuracy and the most frequent errors (aisia_plugin/domain_eval.py). It reports; it does not
-change the exit status, except for a file it cannot read (2).
+"dataset": a name} per line; `accept` and `dataset` optional): per-domain precision and recall,
+the accuracy and the most frequent errors; with `--propose-words`, the words of each domain's
+prompts that its patterns lack (aisia_plugin/domain_eval.py: the method), for review. It
+reports; it does not change the exit status, except for a file it cannot read (2).
 
 Exit status: 0 valid, 1 invalid, 2 usage or I/O error (a path that does not exist, a file that
 cannot be read)."""
@@ -40,8 +41,14 @@ def add_arguments(p):
                    help="count warnings (settings that would do nothing) as errors: exit 1")
     p.add_argument("--domain-prompts", metavar="FILE",
                    help="also measure the policy's domain detection on labelled prompts (JSON Lines: "
-                        "{\"prompt\": ..., \"domain\": name or null, \"accept\": [names], \"source\": name}): "
+                        "{\"prompt\": ..., \"domain\": name or null, \"accept\": [names], \"dataset\": name}): "
                         "per-domain precision and recall, accuracy, the most frequent errors")
+    p.add_argument("--propose-words", action="store_true",
+                   help="with --domain-prompts: also propose, for review, the words that mark each domain's prompts "
+                        "and that its patterns do not match yet")
+    p.add_argument("--min-datasets", type=int, default=1, metavar="N",
+                   help="with --propose-words: a word must occur in prompts of N datasets of its domain (default 1; "
+                        "2 when the file's prompts come from several datasets, so one dataset's quirk is not proposed)")
     p.add_argument("--siblings", action="store_true",
                    help="check each given file together with the other policy files of its directory, so that "
                         "references to another file resolve (for pre-commit, which passes only the changed files)")
@@ -78,7 +85,7 @@ class Report:
 
 
 def read_labelled_prompts(path, known) -> tuple[list[tuple[str, str | None, set, str]], list[PolicyIssue]]:
-    """(source, label, accepted domains, prompt) per line of a labelled prompts file, and an issue
+    """(dataset, label, accepted domains, prompt) per line of a labelled prompts file, and an issue
     per line that is not such an object or names a domain the policy does not define."""
     rows, issues = [], []
     with open(path, encoding="utf-8") as fh:
@@ -102,21 +109,30 @@ def read_labelled_prompts(path, known) -> tuple[list[tuple[str, str | None, set,
             if problem:
                 issues.append(PolicyIssue(str(path), n, 0, "", problem, "io"))
             else:
-                rows.append((str(row.get("source", label)), label, set(accept), row["prompt"]))
+                rows.append((str(row.get("dataset", label)), label, set(accept), row["prompt"]))
     return rows, issues
 
 
-def domain_report(policy, rows) -> dict:
-    """The figures of the policy's domain detector on labelled prompts (read_labelled_prompts)."""
-    from ..domain_eval import score
+def domain_report(policy, rows, propose_words: bool = False, min_datasets: int = 1) -> dict:
+    """The figures of the policy's domain detector on labelled prompts (read_labelled_prompts) and,
+    given ``propose_words``, the words mined from them that its patterns lack."""
+    from dataclasses import asdict
+
+    from ..domain_eval import documents, known_words, mine, score
     from ..domains import DomainDetector
 
     detector = DomainDetector(policy.domains)
-    return {"prompts": len(rows), **score([detector.detect(r[3]) for r in rows], [r[:3] for r in rows],
-                                          policy.domains.definitions)}
+    names = list(policy.domains.definitions)
+    report = {"prompts": len(rows), **score([detector.detect(r[3]) for r in rows], [r[:3] for r in rows], names)}
+    if propose_words:
+        docs = documents(rows)
+        found = mine(docs, names, known=known_words(detector, docs), min_datasets=min_datasets)
+        report["proposed_words"] = {d: [asdict(w) for w in ws] for d, ws in found.items() if ws}
+    return report
 
 
-def check(paths, deployments=None, strict: bool = False, domain_prompts=None) -> Report:
+def check(paths, deployments=None, strict: bool = False, domain_prompts=None, propose_words: bool = False,
+          min_datasets: int = 1) -> Report:
     files, issues = expand_paths(paths)
     files = _unique(files)
     if issues:  # a path that does not exist, or a directory without policy files
@@ -148,7 +164,7 @@ def check(paths, deployments=None, strict: bool = False, domain_prompts=None) ->
             rows, found = [], [PolicyIssue(str(domain_prompts), 0, 0, "", f"cannot read: {exc}", "io")]
         if found:
             return Report(EXIT_USAGE, files, found)
-        domains = domain_report(loaded.policy, rows)
+        domains = domain_report(loaded.policy, rows, propose_words, min_datasets)
     return Report(EXIT_OK, files, [], len(loaded.policy.aliases), loaded.default_files, warnings, domains)
 
 
@@ -238,7 +254,10 @@ def run(args) -> int:
     paths = args.paths or default_policy_paths()
     if args.siblings:
         paths = _with_siblings(paths)
-    report = check(paths, args.deployments, args.strict, args.domain_prompts)
+    if args.propose_words and not args.domain_prompts:
+        print("aisia validate: --propose-words needs --domain-prompts FILE (the labelled prompts to mine)", file=sys.stderr)
+        return EXIT_USAGE
+    report = check(paths, args.deployments, args.strict, args.domain_prompts, args.propose_words, args.min_datasets)
     status, files, issues = report.status, report.files, report.issues
     out = sys.stdout
     if args.format == "json":
@@ -280,8 +299,13 @@ def _domain_text(d: dict) -> str:
              f"false-positive rate on the {d['unlabelled']} expecting no domain: {'-' if fp is None else f'{fp:.3f}'}",
              "", *table(d)]
     if d["errors"]:
-        lines += ["", "most frequent errors (source -> predicted):"]
+        lines += ["", "most frequent errors (dataset -> predicted):"]
         lines += [f"  {k}: {v}" for k, v in list(d["errors"].items())[:10]]
+    if "proposed_words" in d:
+        lines += ["", "words the patterns do not match yet, by domain (for review; z: log-odds score, in n of the "
+                  "domain's prompts / m others):"]
+        lines += [f"  {dom}: " + ", ".join(f"{w['word']} (z {w['z']:.1f}, {w['support']}/{w['others']})" for w in ws)
+                  for dom, ws in d["proposed_words"].items()] or ["  none"]
     return "\n".join(lines) + "\n"
 
 
