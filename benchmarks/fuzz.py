@@ -28,9 +28,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(bench.TESTS))
+from fault_helpers import start_plugin_proxy  # noqa: E402
 from test_hostile_requests import ALIASES, POOL, messages, scalar, text, tools  # noqa: E402
 
-from aisia_plugin.demo.proxy import Proxy, deployment  # noqa: E402
 from aisia_plugin.demo.upstream import start_upstreams, stop_upstreams  # noqa: E402
 from aisia_plugin.engine import Engine  # noqa: E402
 from aisia_plugin.features import extract_features  # noqa: E402
@@ -104,15 +104,11 @@ def in_process(n: int, limit_s: float) -> list[dict]:
 
 
 def http(n: int, limit_s: float) -> list[dict]:
-    work = Path(tempfile.mkdtemp(prefix="aisia-fuzz-"))
     running = start_upstreams([{"name": "fz-a", "input_cost_per_1m": 0.1, "output_cost_per_1m": 0.1},
                                {"name": "fz-b", "input_cost_per_1m": 1.0, "output_cost_per_1m": 1.0}])
-    (work / "team.yaml").write_text("version: 1\naliases:\n  fz/main:\n    description: fuzz\n    strategy: cost\n"
-                                    "    candidates: {models: [fz-a, fz-b]}\n")
-    proxy = Proxy({"model_list": [deployment(u.name, u) for u in running],
-                   "litellm_settings": {"callbacks": ["aisia_plugin.litellm.plugin"]}}, work,
-                  env={"AISIA_POLICY": str(work / "team.yaml"), "TIMEOUT_WORKER_HEALTHCHECK": "120"}, timeout_s=300)
-    proxy.start()
+    proxy = start_plugin_proxy(Path(tempfile.mkdtemp(prefix="aisia-fuzz-")), {u.name: u for u in running},
+                               "version: 1\naliases:\n  fz/main:\n    description: fuzz\n    strategy: cost\n"
+                               "    candidates: {models: [fz-a, fz-b]}\n")
     out = []
     try:
         c = httpx.Client(base_url=proxy.url, headers=proxy.headers, timeout=60)

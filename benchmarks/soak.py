@@ -31,11 +31,12 @@ from pathlib import Path
 import bench
 import httpx
 
-sys.path.insert(0, str(bench.TESTS))  # the redis-server fixture and the delaying TCP proxy
+sys.path.insert(0, str(bench.TESTS))  # the redis-server fixture, the delaying TCP proxy, the plugin's proxy
+from fault_helpers import start_plugin_proxy  # noqa: E402
 from redis_server import RedisServer  # noqa: E402
 from tcp_delay import DelayProxy  # noqa: E402
 
-from aisia_plugin.demo.proxy import Proxy, deployment  # noqa: E402
+from aisia_plugin.demo.proxy import Proxy  # noqa: E402
 from aisia_plugin.demo.upstream import parse_reply, start_upstreams, stop_upstreams  # noqa: E402
 
 ALIAS = "soak/main"
@@ -184,16 +185,7 @@ def run(minutes: float, rate: float, slow_redis_ms: float, out_dir: Path, log=pr
     redis = RedisServer(work / "redis", aof=True).start()
     delay = DelayProxy(redis.port).start()
     running = start_upstreams(UPSTREAMS)
-    ups = {u.name: u for u in running}
-    policy = work / "soak-policy.yaml"
-    policy.write_text(POLICY)
-    config = {"model_list": [deployment(n, u) for n, u in ups.items()],
-              "litellm_settings": {"callbacks": ["aisia_plugin.litellm.plugin"]}}
-    # Uvicorn kills a worker that does not answer its health check within 5 s (the default), which
-    # a loaded 2-CPU machine can miss while the worker imports LiteLLM: give it longer.
-    proxy = Proxy(config, work / "proxy", num_workers=2, timeout_s=300,
-                  env={"AISIA_POLICY": str(policy), "AISIA_REDIS_URL": f"redis://127.0.0.1:{delay.port}/0",
-                       "TIMEOUT_WORKER_HEALTHCHECK": "120"})
+    ups, proxy = {u.name: u for u in running}, None
     events = []
 
     def note(what):
@@ -202,7 +194,8 @@ def run(minutes: float, rate: float, slow_redis_ms: float, out_dir: Path, log=pr
 
     try:
         started = time.monotonic()
-        proxy.start()
+        proxy = start_plugin_proxy(work, ups, POLICY, env={"AISIA_REDIS_URL": f"redis://127.0.0.1:{delay.port}/0"},
+                                   num_workers=2)
         log(f"proxy with 2 workers up in {time.monotonic() - started:.1f} s at {proxy.url} (log: {proxy.log_path})")
         # Warm-up, not counted in the timed run's latencies but in the exact counts.
         with httpx.Client(base_url=proxy.url, headers=proxy.headers, timeout=60) as c:
@@ -252,7 +245,8 @@ def run(minutes: float, rate: float, slow_redis_ms: float, out_dir: Path, log=pr
         workers_end = serving_workers(proxy)
         logs = proxy.logs()
     finally:
-        proxy.stop()
+        if proxy is not None:
+            proxy.stop()
         stop_upstreams(running)
         delay.stop()
         redis.stop()

@@ -21,11 +21,11 @@ TESTS = Path(__file__).resolve().parent
 
 
 def start_plugin_proxy(workdir, upstreams: dict, policy, env=None, models=None, litellm_settings=None,
-                       general_settings=None):
+                       general_settings=None, num_workers: int = 1):
     """A proxy with the plugin's callback line in front of `upstreams` ({name: RunningUpstream};
     or the deployments `models`), `AISIA_POLICY` naming `policy` (a path, or the text of a file
     written as team.yaml in `workdir`); `litellm_settings` and `general_settings` are added to
-    the config."""
+    the config. The fuzz and soak benchmarks start theirs with it too."""
     if isinstance(policy, str):
         path = workdir / "team.yaml"
         path.write_text(policy)
@@ -35,7 +35,7 @@ def start_plugin_proxy(workdir, upstreams: dict, policy, env=None, models=None, 
     if general_settings:
         config["general_settings"] = dict(general_settings)
     return start_proxy(config, workdir, env={"AISIA_POLICY": str(policy), **SLOW_MACHINE_ENV, **(env or {})},
-                       timeout_s=240)
+                       num_workers=num_workers, timeout_s=240)
 
 
 def start_custom_auth_proxy(workdir, upstreams: dict, policy, keys: dict, litellm_settings=None,
