@@ -48,7 +48,7 @@ def add_arguments(p):
                         "and that its patterns do not match yet")
     p.add_argument("--min-datasets", type=int, default=1, metavar="N",
                    help="with --propose-words: a word must occur in prompts of N datasets of its domain (default 1; "
-                        "2 when the file's prompts come from several datasets, so one dataset's quirk is not proposed)")
+                        "2 or more when the prompts come from several datasets: one dataset's quirk is not the domain's)")
     p.add_argument("--siblings", action="store_true",
                    help="check each given file together with the other policy files of its directory, so that "
                         "references to another file resolve (for pre-commit, which passes only the changed files)")
