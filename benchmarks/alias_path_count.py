@@ -1,6 +1,6 @@
 """The alias path's cost per request in instructions, deterministic (no wall clock): a LiteLLM
 Router in this process with the plugin as its callback (the benchmark's one-candidate alias
-``auto/bench`` of proxy_overhead.py), each request driven as the proxy drives it (pre-call hook,
+``auto/bench`` of proxy_rig.py), each request driven as the proxy drives it (pre-call hook,
 ``Router.acompletion`` with a mocked answer, headers hook, then LiteLLM's logging worker drained).
 
     valgrind --tool=callgrind --callgrind-out-file=/dev/null .venv/bin/python \
@@ -20,23 +20,21 @@ whether a plain request's work grows with the model list or with the aliases' gr
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import sys
 import tempfile
 from pathlib import Path
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+import bench  # noqa: F401  (LiteLLM offline, this folder importable)
+import litellm
+from proxy_rig import ALIAS, PLAIN, POLICY, body
+
+from aisia_plugin.demo.proxy import deployment
+from aisia_plugin.litellm.callback import AisiaPlugin
+from aisia_plugin.policy.loader import load_policy_with_locations
+
 os.environ.setdefault("AISIA_SYNC_AFTER", "0")
-
-import litellm  # noqa: E402
-
-from aisia_plugin.litellm.callback import AisiaPlugin  # noqa: E402
-from aisia_plugin.policy.loader import load_policy_with_locations  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).parent))
-from proxy_overhead import ALIAS, PLAIN, POLICY, PROMPT  # noqa: E402
 
 
 class Key:
@@ -45,9 +43,9 @@ class Key:
 
 
 def _deployment(name: str, id_: str) -> dict:
-    return {"model_name": name, "litellm_params": {"model": "openai/bench", "api_base": "http://127.0.0.1:9/v1",
-                                                   "api_key": "sk-x"},
-            "model_info": {"id": id_, "input_cost_per_token": 1e-7, "output_cost_per_token": 1e-7}}
+    # Priced (LiteLLM computes a cost), on a port nobody answers: every answer is mocked.
+    return deployment(name, "http://127.0.0.1:9/v1", litellm_params={"model": "openai/bench", "api_key": "sk-x"},
+                      id=id_, input_cost_per_token=1e-7, output_cost_per_token=1e-7)
 
 
 def build(deployments: int = 1, wide_aliases: int = 0, plugin_loaded: bool = True):
@@ -70,7 +68,7 @@ def build(deployments: int = 1, wide_aliases: int = 0, plugin_loaded: bool = Tru
 
 
 async def one(router, plugin, model: str):
-    data = {"model": model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 16}
+    data = body(model)
     if plugin is not None:
         data = await plugin.async_pre_call_hook(Key(), None, data, "acompletion")
     resp = await router.acompletion(**data, mock_response="one two three four five six seven eight")
@@ -111,8 +109,8 @@ def _opcode_tracer(counts: dict):
     return tracer
 
 
-async def main(arm: str, requests: int, warmup: int, profile: bool, opcodes: int = 0, deployments: int = 1,
-               wide_aliases: int = 0):
+async def run(arm: str, requests: int, warmup: int, profile: bool, opcodes: int = 0, deployments: int = 1,
+              wide_aliases: int = 0):
     router, plugin = build(deployments, wide_aliases, plugin_loaded=arm != "litellm")
     model = ALIAS if arm == "alias" else PLAIN
     for _ in range(warmup):
@@ -138,32 +136,31 @@ async def main(arm: str, requests: int, warmup: int, profile: bool, opcodes: int
             print(f"{n / requests:9.1f}  {name}")
     if profile:
         prof.disable()
-        stats = pstats.Stats(prof)
-        calls = {f"{file}:{line}({fn})": nc / requests for (file, line, fn), (_, nc, *_) in stats.stats.items()}
+        table = {bench.function_name(k): v for k, v in bench.per_call(pstats.Stats(prof), requests).items()}
         print(f"totals: arm {arm}, {deployments} deployments, {len(router.routing_groups)} routing groups, "
               f"{len(router.get_model_list() or ())} rows in get_model_list(); calls per request: "
-              f"{sum(calls.values()):.1f} in all, {sum(v for k, v in calls.items() if '/litellm/router.py' in k):.1f} "
-              f"in litellm/router.py, {sum(v for k, v in calls.items() if 'aisia_plugin' in k):.1f} in aisia_plugin")
-        rows = []
-        for (file, line, fn), (cc, nc, tt, ct, _) in stats.stats.items():
-            if "aisia_plugin" in file or "router.py" in file or "routing_groups" in file:
-                rows.append((nc / requests, ct / requests * 1e6, tt / requests * 1e6,
-                             f"{file.split('site-packages/')[-1].split('h21alias/')[-1]}:{line}({fn})"))
+              f"{sum(v[0] for v in table.values()):.1f} in all, "
+              f"{sum(v[0] for k, v in table.items() if 'litellm/router.py' in k):.1f} in litellm/router.py, "
+              f"{sum(v[0] for k, v in table.items() if 'aisia_plugin' in k):.1f} in aisia_plugin")
+        rows = [(*v, k) for k, v in table.items() if "aisia_plugin" in k or "router.py" in k or "routing_groups" in k]
         print("calls/req  cum us/req  own us/req  function (aisia_plugin and litellm's router)")
-        for calls, cum, own, name in sorted(rows, key=lambda r: -r[2])[:400]:
+        for calls, own, cum, name in sorted(rows, key=lambda r: -r[1])[:400]:
             print(f"{calls:7.1f} {cum:9.1f} {own:9.1f}  {name}")
     if plugin is not None:
         print("learned:", plugin.runtime.store.stats().get("bench-1", {}).get("count"), file=sys.stderr)
 
 
+def main(argv=None) -> int:
+    a = bench.arguments(__doc__, argv, arm=("alias", "alias, plain or litellm (a Router without the plugin)"),
+                        requests=100, warmup=30, cprofile=False,
+                        opcodes=(0, "print the N functions of the plugin that run most bytecodes"),
+                        deployments=(1, "deployments in the Router (fillers added)"),
+                        wide_aliases=(0, "more aliases, each over every deployment"))
+    if a.arm not in ("alias", "plain", "litellm"):
+        raise SystemExit(f"--arm {a.arm}: choose alias, plain or litellm")
+    asyncio.run(run(a.arm, a.requests, a.warmup, a.cprofile, a.opcodes, a.deployments, a.wide_aliases))
+    return 0
+
+
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--arm", choices=("alias", "plain", "litellm"), default="alias")
-    ap.add_argument("--requests", type=int, default=100)
-    ap.add_argument("--warmup", type=int, default=30)
-    ap.add_argument("--cprofile", action="store_true")
-    ap.add_argument("--opcodes", type=int, default=0, help="print the N functions of the plugin that run most bytecodes")
-    ap.add_argument("--deployments", type=int, default=1, help="deployments in the Router (fillers added)")
-    ap.add_argument("--wide-aliases", type=int, default=0, help="more aliases, each over every deployment")
-    a = ap.parse_args()
-    asyncio.run(main(a.arm, a.requests, a.warmup, a.cprofile, a.opcodes, a.deployments, a.wide_aliases))
+    sys.exit(main())

@@ -331,3 +331,20 @@ def arena_labelled(rows, view=lambda prompt: prompt) -> list[tuple]:
     """(dataset, label, accepted domains, view(prompt)) per (dataset, prompt) of ``rows``: the
     labelled prompts of aisia_plugin.domain_eval."""
     return [(ds, arena_label(ds), ARENA_ACCEPT.get(ds, set()), view(q)) for ds, q in rows]
+
+
+# -- proxy and timing scripts ---------------------------------------------------------------------
+def per_call(stats, n: int) -> dict:
+    """A profile's functions (a ``pstats.Stats``) -> (calls, own us, inclusive us) per one of the
+    ``n`` requests or calls it ran."""
+    return {k: (v[1] / n, 1e6 * v[2] / n, 1e6 * v[3] / n) for k, v in stats.stats.items()}
+
+
+def function_name(key: tuple) -> str:
+    """A profile's (file, line, function) as ``file:line(function)``, the file from its package on."""
+    file, line, func = key
+    for marker in ("site-packages/", "aisia_plugin/", "lib/python3"):
+        if marker in file:
+            file = (marker if marker == "aisia_plugin/" else "") + file.split(marker, 1)[1]
+            break
+    return f"{file}:{line}({func})"

@@ -1,7 +1,7 @@
 """Where the proxy's per-request time goes, with and without the plugin, per hook and step.
 
 One LiteLLM proxy without any callback and one with the plugin (the config and instant upstream of
-benchmarks/proxy_overhead.py), each under a small wrapper that starts a profiler on SIGUSR1 and
+benchmarks/proxy_rig.py), each under a small wrapper that starts a profiler on SIGUSR1 and
 writes it out on SIGUSR2. Arms: `litellm` (a plain model on the proxy without callback), `plain`
 (the same name on the plugin's proxy, profiled before it serves any alias) and `alias`.
 
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import bench
 import httpx
-from proxy_overhead import ALIAS, PLAIN, Upstream, bench_config, body, check, plugin_env
+from proxy_rig import ALIAS, PLAIN, ask, check, proxies, upstream
 
 import aisia_plugin.demo.proxy as proxy_mod
 from aisia_plugin.demo.proxy import Proxy
@@ -90,8 +90,6 @@ def _patch():
         fn = owner.__dict__[attr] if owner_name else getattr(owner, attr)
         if isinstance(fn, property):
             setattr(owner, attr, property(_timed(name, fn.fget), fn.fset))
-        elif isinstance(fn, staticmethod):
-            setattr(owner, attr, staticmethod(_timed(name, fn.__func__)))
         else:
             setattr(owner, attr, _timed(name, fn))
 
@@ -130,50 +128,34 @@ sys.argv[0] = "litellm"
 sys.exit(run_server())
 """
 # What the timing mode clocks: the plugin's hooks, and LiteLLM's work that a routing group adds.
-TIMED = [
-    "aisia_plugin.litellm.callback:AisiaPlugin.async_pre_call_hook",
-    "aisia_plugin.litellm.callback:AisiaPlugin.async_filter_deployments",
-    "aisia_plugin.litellm.callback:AisiaPlugin.async_log_success_event",
-    "aisia_plugin.litellm.callback:AisiaPlugin.async_post_call_response_headers_hook",
-    "aisia_plugin.litellm.callback:AisiaPlugin.ensure_groups",
-    "aisia_plugin.litellm.callback:_proxy_server",
-    "aisia_plugin.litellm.callback:AisiaPlugin._learn_attempt",
-    "aisia_plugin.litellm.headers:one_line",
-    "aisia_plugin.litellm.events:success",
-    "aisia_plugin.litellm.runtime:Runtime.open_call",
-    "aisia_plugin.litellm.runtime:Runtime.deployments",
-    "aisia_plugin.litellm.runtime:Runtime.explain_entry",
-    "aisia_plugin.litellm.runtime:Runtime.note_served",
-    "aisia_plugin.litellm.runtime:Runtime.close_call",
-    "aisia_plugin.state.memory:MemoryState.prepare",
-    "aisia_plugin.decision:Decision.reason",
-    "aisia_plugin.metrics:RouterMetrics.decision",
-    "aisia_plugin.metrics:RouterMetrics.outcome",
-    "aisia_plugin.engine:Engine.decide",
-    "aisia_plugin.engine:Engine.record",
-    "aisia_plugin.litellm.observability:Observer.decided",
-    "aisia_plugin.litellm.observability:Observer.learned",
-    "litellm.router:Router.get_model_list",
-    "litellm.router:Router.async_get_available_deployment",
-    "litellm.router:Router.async_callback_filter_deployments",
-    "litellm.proxy.utils:ProxyLogging.pre_call_hook",
-    "litellm.proxy.utils:ProxyLogging.post_call_response_headers_hook",
-    "litellm.proxy.utils:ProxyLogging.post_call_success_hook",
-    "litellm.proxy.utils:ProxyLogging.during_call_hook",
-    "litellm.litellm_core_utils.litellm_logging:Logging.async_success_handler",
-    "litellm.proxy.route_llm_request:route_request",
-    "litellm.router:Router.acompletion",
-]
+TIMED = [f"{module}:{name}" for module, names in {
+    "aisia_plugin.litellm.callback": [
+        "AisiaPlugin.async_pre_call_hook", "AisiaPlugin.async_filter_deployments", "AisiaPlugin.async_log_success_event",
+        "AisiaPlugin.async_post_call_response_headers_hook", "AisiaPlugin.ensure_groups", "_proxy_server",
+        "AisiaPlugin._learn_attempt"],
+    "aisia_plugin.litellm.headers": ["one_line"],
+    "aisia_plugin.litellm.events": ["success"],
+    "aisia_plugin.litellm.runtime": ["Runtime.open_call", "Runtime.deployments", "Runtime.explain_entry",
+                                     "Runtime.note_served", "Runtime.close_call"],
+    "aisia_plugin.state.memory": ["MemoryState.prepare"],
+    "aisia_plugin.decision": ["Decision.reason"],
+    "aisia_plugin.metrics": ["RouterMetrics.decision", "RouterMetrics.outcome"],
+    "aisia_plugin.engine": ["Engine.decide", "Engine.record"],
+    "aisia_plugin.litellm.observability": ["Observer.decided", "Observer.learned"],
+    "litellm.router": ["Router.get_model_list", "Router.async_get_available_deployment",
+                       "Router.async_callback_filter_deployments", "Router.acompletion"],
+    "litellm.proxy.utils": ["ProxyLogging.pre_call_hook", "ProxyLogging.post_call_response_headers_hook",
+                            "ProxyLogging.post_call_success_hook", "ProxyLogging.during_call_hook"],
+    "litellm.litellm_core_utils.litellm_logging": ["Logging.async_success_handler"],
+    "litellm.proxy.route_llm_request": ["route_request"],
+}.items() for name in names]
 GC = ["gc.gen0", "gc.gen1", "gc.gen2"]
 BEGIN, END = "<!-- profile_proxy.py: begin -->", "<!-- profile_proxy.py: end -->"
 
 
 def _drive(client: httpx.Client, proxy: Proxy, model: str, n: int) -> int:
-    failed = 0
-    for _ in range(n):
-        r = client.post(proxy.base_url + "/chat/completions", json=body(model), headers=proxy.headers)
-        failed += r.status_code != 200
-    return failed
+    """``n`` sequential requests: how many failed."""
+    return sum(ask(client, proxy, model).status_code != 200 for _ in range(n))
 
 
 def _profile(proxy: Proxy, client: httpx.Client, model: str, n: int, suffix: str) -> Path:
@@ -194,24 +176,10 @@ def _profile(proxy: Proxy, client: httpx.Client, model: str, n: int, suffix: str
     return proxy.workdir / f"profile-{k}{suffix}"
 
 
-def _name(key) -> str:
-    file, line, func = key
-    for marker in ("site-packages/", "aisia_plugin/", "lib/python3"):
-        if marker in file:
-            file = (marker if marker == "aisia_plugin/" else "") + file.split(marker, 1)[1]
-            break
-    return f"{file}:{line}({func})"
-
-
-def _table(stats: pstats.Stats, n: int) -> dict:
-    """function -> (calls, tottime, cumtime) per request, in microseconds."""
-    return {k: (v[1] / n, 1e6 * v[2] / n, 1e6 * v[3] / n) for k, v in stats.stats.items()}
-
-
 def report(profiles: dict, n: int, top: int) -> str:
     """Each arm against plain LiteLLM (the first arm): the functions whose own and inclusive time
     grew most, and the call counts per request that differ (a hook called, a deep copy)."""
-    t = {arm: _table(pstats.Stats(str(path)), n) for arm, path in profiles.items()}
+    t = {arm: bench.per_call(pstats.Stats(str(path)), n) for arm, path in profiles.items()}
     base_name, *arms = list(t)
     base, zero = t[base_name], (0.0, 0.0, 0.0)
     total = {arm: sum(v[1] for v in table.values()) for arm, table in t.items()}
@@ -227,10 +195,10 @@ def report(profiles: dict, n: int, top: int) -> str:
                       f"{'calls/req':>16}  function"]
             for k in grew(col):
                 a, b = table.get(k, zero), base.get(k, zero)
-                lines.append(f"{a[col] - b[col]:+9.1f} {a[col]:10.1f} {a[0]:7.1f}/{b[0]:<8.1f}  {_name(k)}")
+                lines.append(f"{a[col] - b[col]:+9.1f} {a[col]:10.1f} {a[0]:7.1f}/{b[0]:<8.1f}  {bench.function_name(k)}")
         lines += ["", f"{arm} vs {base_name}: calls per request that differ most ({arm}/{base_name})"]
         for k in sorted(keys, key=lambda k: -abs(table.get(k, zero)[0] - base.get(k, zero)[0]))[:top]:
-            lines.append(f"{table.get(k, zero)[0]:8.1f} / {base.get(k, zero)[0]:<8.1f} {_name(k)}")
+            lines.append(f"{table.get(k, zero)[0]:8.1f} / {base.get(k, zero)[0]:<8.1f} {bench.function_name(k)}")
     return "\n".join(lines + ["```"]) + "\n"
 
 
@@ -256,31 +224,20 @@ def main(argv=None) -> int:
     wrapper.write_text(WRAPPER.format(python=sys.executable, timed=TIMED))
     wrapper.chmod(0o755)
     proxy_mod.litellm_executable = lambda: wrapper  # Proxy.start runs the wrapper instead of litellm
-    upstream, sections = Upstream(), {}
-    try:
+    sections = {}
+    with upstream() as base_url:
         for mode in args.modes.split(","):
-            suffix, env = (".json" if mode == "timing" else ".prof"), {"AISIA_PROFILE_MODE": mode}
-            proxies = {"litellm": Proxy(bench_config(upstream.base_url, args.deployments, False), work / f"{mode}-0",
-                                        env=env),
-                       "plugin": Proxy(bench_config(upstream.base_url, args.deployments), work / f"{mode}-1",
-                                       env=plugin_env(work, **env))}
-            # Arm -> (proxy, model); the plugin's proxy gets its plain traffic first, then the alias.
-            arms = {"litellm": (proxies["litellm"], PLAIN), "plain": (proxies["plugin"], PLAIN),
-                    "alias": (proxies["plugin"], ALIAS)}
-            try:
-                print(f"{mode}: starting the proxies under the profiling wrapper ...", file=sys.stderr, flush=True)
-                for proxy in proxies.values():
-                    proxy.start()
+            print(f"{mode}: starting the proxies under the profiling wrapper ...", file=sys.stderr, flush=True)
+            with proxies(base_url, args.deployments, work / mode, {"litellm": False, "plugin": True},
+                         AISIA_PROFILE_MODE=mode) as running, httpx.Client(timeout=30) as client:
                 out = {}
-                with httpx.Client(timeout=30) as client:
-                    for arm, (proxy, model) in arms.items():
-                        check(client, proxy, model)
-                        _drive(client, proxy, model, args.warmup)
-                        print(f"{mode}: {arm}, {args.requests} requests ...", file=sys.stderr, flush=True)
-                        out[arm] = _profile(proxy, client, model, args.requests, suffix)
-            finally:
-                for proxy in proxies.values():
-                    proxy.stop()
+                # The plugin's proxy gets its plain traffic first, then the alias.
+                for arm, proxy, model in (("litellm", running["litellm"], PLAIN), ("plain", running["plugin"], PLAIN),
+                                          ("alias", running["plugin"], ALIAS)):
+                    check(client, proxy, model)
+                    _drive(client, proxy, model, args.warmup)
+                    print(f"{mode}: {arm}, {args.requests} requests ...", file=sys.stderr, flush=True)
+                    out[arm] = _profile(proxy, client, model, args.requests, ".json" if mode == "timing" else ".prof")
             if mode == "timing":
                 sections[mode] = timing_report(out, args.requests)
                 continue
@@ -288,8 +245,6 @@ def main(argv=None) -> int:
             OUT.mkdir(parents=True, exist_ok=True)
             for arm, path in out.items():
                 (OUT / f"{arm}.prof").write_bytes(path.read_bytes())
-    finally:
-        upstream.stop()
     text = "\n".join(f"## {mode}\n\n{body_}" for mode, body_ in sections.items())
     print(text)
     if args.write:  # the generated part of the file; the analysis written above it is kept

@@ -27,78 +27,22 @@ Writes benchmarks/results/proxy_overhead.json and .md (the conditions, the load,
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 
 import bench
 import httpx
+from proxy_rig import ALIAS, PLAIN, PROMPT, ask, check, proxies, upstream
 
-from aisia_plugin.demo.proxy import Proxy, deployment
-
-PLAIN, ALIAS = "bench-plain", "auto/bench"
-PROMPT = "Write a Python function that merges two sorted lists"
-POLICY = """# The benchmark's alias: its only candidate is the plain model's deployment.
-version: 1
-aliases:
-  auto/bench:
-    description: The proxy overhead benchmark's alias (one candidate, the plain model's deployment).
-    strategy: ucb1
-    candidates:
-      models: [bench-plain]
-"""
-PLUGIN = {"callbacks": ["aisia_plugin.litellm.plugin"]}
 # name -> (plugin loaded, model asked for); the first is the reference of every ratio.
 ARMS = {"litellm": (False, PLAIN), "litellm_b": (False, PLAIN), "plain": (True, PLAIN), "alias": (True, ALIAS)}
 # Targets (issue 21): ratio to plain LiteLLM; the plain arm's latency and throughput: within the noise.
 TARGETS = {"alias": {"latency": 1.02, "cpu": 1.02, "throughput": 0.98}, "plain": {"cpu": 1.005}}
-
-
-class Upstream:
-    """The instant upstream, run by the upstream module's command line."""
-
-    def __init__(self):
-        self.proc = subprocess.Popen([sys.executable, "-m", "aisia_plugin.demo.upstream", "--json", "--spec",
-                                      "instant:latency_ms=0,reply_words=8"], cwd=str(bench.REPO),
-                                     stdout=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
-        if not line:
-            raise SystemExit("the simulated upstream did not start")
-        self.base_url = json.loads(line)["base_url"]
-
-    def stop(self):
-        self.proc.terminate(), self.proc.wait(timeout=10)
-
-
-def bench_config(base_url: str, deployments: int = 1, plugin: bool = True) -> dict:
-    """The proxies' config: the plain model (id bench-1) and `deployments - 1` fillers on the same
-    upstream; with `plugin`, the plugin as its callback (the policy comes from $AISIA_POLICY)."""
-    models = [deployment(PLAIN, base_url, id="bench-1")]
-    models += [deployment(f"bench-filler-{i}", base_url) for i in range(1, deployments)]
-    config = {"model_list": models, "router_settings": {"routing_strategy": "simple-shuffle"}}
-    return {**config, "litellm_settings": PLUGIN} if plugin else config
-
-
-def plugin_env(work: Path, **env) -> dict:
-    (policy := work / "bench-policy.yaml").write_text(POLICY)
-    return {"AISIA_POLICY": str(policy), **env}
-
-
-def body(model: str) -> dict:
-    return {"model": model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 16}
-
-
-def check(client: httpx.Client, proxy: Proxy, model: str) -> dict:
-    r = client.post(proxy.base_url + "/chat/completions", json=body(model), headers=proxy.headers)
-    if r.status_code != 200:
-        raise SystemExit(f"{model} on {proxy.url}: HTTP {r.status_code}: {r.text[:300]}\n{proxy.log_tail()}")
-    return {k: v for k, v in r.headers.items() if k.startswith(("x-aisia", "x-litellm-model-id"))}
 
 
 def progress(text: str) -> None:
@@ -117,30 +61,27 @@ def turns(arms: dict, count: int, seed: int = 0):
 
 def sequential(arms: dict, rounds: int, warmup: int) -> dict:
     """`arms`: name -> (proxy, model). One request per arm per round, in ``turns`` order."""
-    clients = {name: httpx.Client(timeout=30) for name in arms}
-    times, failures = {name: [] for name in arms}, {name: 0 for name in arms}
-    try:
+    times, failures = {name: [] for name in arms}, dict.fromkeys(arms, 0)
+    with ExitStack() as stack:
+        clients = {name: stack.enter_context(httpx.Client(timeout=30)) for name in arms}
         for name, (proxy, model) in arms.items():
             for _ in range(warmup):
-                clients[name].post(proxy.base_url + "/chat/completions", json=body(model), headers=proxy.headers)
+                ask(clients[name], proxy, model)
         cpu0 = {name: bench.cpu_seconds(proxy.pid) for name, (proxy, _) in arms.items()}
         for order in turns(arms, rounds):
             for name in order:
                 proxy, model = arms[name]
                 t0 = time.perf_counter()
-                r = clients[name].post(proxy.base_url + "/chat/completions", json=body(model), headers=proxy.headers)
+                r = ask(clients[name], proxy, model)
                 times[name].append((time.perf_counter() - t0) * 1000.0)
                 failures[name] += r.status_code != 200
         cpu = {name: 1000.0 * (bench.cpu_seconds(p.pid) - cpu0[name]) / rounds for name, (p, _) in arms.items()}
-    finally:
-        for c in clients.values():
-            c.close()
     return {"median_ms": {k: statistics.median(v) for k, v in times.items()},
             "p90_ms": {k: statistics.quantiles(v, n=10)[-1] for k, v in times.items()},
             "cpu_ms_per_request": cpu, "failures": failures}
 
 
-async def _block(proxy: Proxy, model: str, concurrency: int, seconds: float) -> tuple[int, int, float]:
+async def _block(proxy, model: str, concurrency: int, seconds: float) -> tuple[int, int, float]:
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     done = failed = 0
     async with httpx.AsyncClient(timeout=30, limits=limits) as client:
@@ -150,7 +91,7 @@ async def _block(proxy: Proxy, model: str, concurrency: int, seconds: float) -> 
         async def worker():
             nonlocal done, failed
             while time.perf_counter() < deadline:
-                r = await client.post(proxy.base_url + "/chat/completions", json=body(model), headers=proxy.headers)
+                r = await ask(client, proxy, model)
                 done += 1
                 failed += r.status_code != 200
 
@@ -159,7 +100,7 @@ async def _block(proxy: Proxy, model: str, concurrency: int, seconds: float) -> 
 
 
 def concurrent(arms: dict, concurrency: int, blocks: int, seconds: float) -> dict:
-    rps, cpu, requests, failures = ({name: [] for name in arms}, *({name: 0 for name in arms} for _ in range(3)))
+    rps, cpu, requests, failures = ({name: [] for name in arms}, *(dict.fromkeys(arms, 0) for _ in range(3)))
     for order in turns(arms, blocks):
         for name in order:
             proxy, model = arms[name]
@@ -174,27 +115,19 @@ def concurrent(arms: dict, concurrency: int, blocks: int, seconds: float) -> dic
             "cpu_ms_per_request": {k: 1000.0 * cpu[k] / max(1, requests[k]) for k in arms}}
 
 
-def measure(n: int, args, upstream: Upstream, work: Path) -> dict:
+def measure(n: int, args, base_url: str, work: Path) -> dict:
     """Every arm at `n` deployments: four proxies started together, measured, stopped."""
-    proxies = {name: Proxy(bench_config(upstream.base_url, n, plugin), work / f"{n}-{name}",
-                           env=plugin_env(work) if plugin else None)
-               for name, (plugin, _) in ARMS.items()}
-    try:
-        progress(f"{n} deployments: starting {len(proxies)} proxies ...")
-        with ThreadPoolExecutor(len(proxies)) as pool:
-            list(pool.map(Proxy.start, proxies.values()))
+    progress(f"{n} deployments: starting {len(ARMS)} proxies ...")
+    with proxies(base_url, n, work / str(n), {name: plugin for name, (plugin, _) in ARMS.items()}) as running:
+        arms = {name: (running[name], model) for name, (_, model) in ARMS.items()}
         with httpx.Client(timeout=30) as c:
-            seen = {name: check(c, proxies[name], model) for name, (_, model) in ARMS.items()}
+            seen = {name: check(c, *arm) for name, arm in arms.items()}
         if seen["alias"].get("x-litellm-model-id") != "bench-1" or any(k.startswith("x-aisia") for k in seen["plain"]):
             raise SystemExit(f"the alias did not go through the plugin to bench-1, or a plain request did: {seen}")
-        arms = {name: (proxies[name], model) for name, (_, model) in ARMS.items()}
         progress(f"{n} deployments: sequential, {args.rounds} rounds ...")
         seq = sequential(arms, args.rounds, args.warmup)
         progress(f"{n} deployments: concurrent, {args.blocks} blocks x {args.block_seconds:g} s per arm ...")
         conc = concurrent(arms, args.concurrency, args.blocks, args.block_seconds)
-    finally:
-        for proxy in proxies.values():
-            proxy.stop()
     figures = {"latency_ms": seq["median_ms"], "latency_p90_ms": seq["p90_ms"], "throughput_rps": conc["rps"],
                "cpu_ms_per_request": conc["cpu_ms_per_request"], "cpu_ms_per_request_sequential": seq["cpu_ms_per_request"]}
     ratios = {metric: {name: v[name] / v["litellm"] for name in ARMS if name != "litellm"}
@@ -234,11 +167,8 @@ def main(argv=None) -> int:
     sizes = [int(x) for x in args.deployments.split(",")]
     load_start, started = bench.load_average(), time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="aisia-bench-"))
-    upstream = Upstream()
-    try:
-        runs = {str(n): measure(n, args, upstream, work) for n in sizes}
-    finally:
-        upstream.stop()
+    with upstream() as base_url:
+        runs = {str(n): measure(n, args, base_url, work) for n in sizes}
     result = {
         "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "quick": args.quick,
         "conditions": bench.conditions(
