@@ -56,12 +56,6 @@ DEPLOYMENTS = [Deployment(id=f"dep-{k:02d}", model_name="g", model=f"p{k}/m", pr
 IDS = [d.id for d in DEPLOYMENTS]
 
 
-def policy(prefix: str, **state):
-    base = load_policy()
-    return base.model_copy(update={"state": base.state.model_copy(update={"backend": "redis", "key_prefix": prefix,
-                                                                           **state})})
-
-
 def warm(engine: Engine, n: int = 300) -> None:
     for i in range(n):
         d = engine.decide("auto", MESSAGES, DEPLOYMENTS, reserve=False)
@@ -70,7 +64,10 @@ def warm(engine: Engine, n: int = 300) -> None:
 
 
 async def redis_engine(url: str, prefix: str, warm_outcomes: int = 0, **state):
-    pol = policy(prefix, **state)
+    """A RedisStore under ``prefix`` (the shipped policy, ``state`` settings changed) and its Engine."""
+    base = load_policy()
+    pol = base.model_copy(update={"state": base.state.model_copy(update={"backend": "redis", "key_prefix": prefix,
+                                                                          **state})})
     store = RedisStore(pol, url)
     await store.start()
     engine = Engine(pol, clock=store.clock, store=store)
