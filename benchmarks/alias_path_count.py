@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import bench  # noqa: F401  (LiteLLM offline, this folder importable)
+import bench  # first: LiteLLM kept offline, this folder importable
 import litellm
 from proxy_rig import ALIAS, PLAIN, POLICY, body
 
