@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/run_all.py [--quick] [--seed 0] [--only NAME] [--render-only]
 
 Converts the shared real data (convert_data.py) and generates the synthetic scenarios
-(synthetic.py) into benchmarks/out/, then replays every trace, online, through our policy
+(``aisia_plugin.replay.scenarios``, as ``aisia replay --scenario``) into benchmarks/out/, then replays every trace, online, through our policy
 (``aisia_plugin.replay.runner.run_router``: the real Engine), LiteLLM's own strategies
 (``LiteLLMBaseline``: its Router code, simulated clock), the best fixed candidate, uniform random
 and the per-request oracle; request i happens at i seconds. Then benchmarks/decision_overhead.py
@@ -21,16 +21,15 @@ import time
 from pathlib import Path
 
 import bench
-import contextual_diagnosis
 import convert_data
 import decision_overhead
-import synthetic
 from bench import OUT, REPO
 from litellm_baselines import LiteLLMBaseline, NoDeploymentAvailable
 
 from aisia_plugin.decision import AliasSettings
 from aisia_plugin.policy import load_policy
-from aisia_plugin.replay.candidates import CandidateSpec
+from aisia_plugin.replay import scenarios, training
+from aisia_plugin.replay.candidates import price_specs
 from aisia_plugin.replay.quality import measures
 from aisia_plugin.replay.report import jsonable
 from aisia_plugin.replay.runner import (FIRST_REQUESTS, Call, Served, baselines, build_scenario, figures, first_requests,
@@ -153,15 +152,10 @@ def row_dict(name, served, oracle_served, oracle_mean, event, n, extra=None) -> 
 
 
 # -- one trace -------------------------------------------------------------------------------------
-def specs_from(cands: dict) -> dict:
-    return {n: CandidateSpec(provider=c["provider"], input_cost_per_1m=c["input_cost_per_1m"],
-                             output_cost_per_1m=c["output_cost_per_1m"]) for n, c in cands.items()}
-
-
 def bench_trace(name: str, path: Path, cands: dict, policy, aliases: list[str], *, seed: int, event=None,
                 kind: str = "synthetic") -> dict:
     t0 = time.monotonic()
-    scenario = build_scenario(load_trace(str(path)), specs_from(cands), policy, seed=seed)
+    scenario = build_scenario(load_trace(str(path)), price_specs(cands), policy, seed=seed)
     n = len(scenario)
     base = baselines(policy, "auto", scenario, seed=seed)
     names, oracle_served, om = base.candidates, base.oracle_served, base.oracle.mean_score
@@ -176,7 +170,7 @@ def bench_trace(name: str, path: Path, cands: dict, policy, aliases: list[str], 
     ours = (("aisia auto", policy), (CONTEXTUAL, contextual))
 
     def route(pol, alias, s):
-        return run_router(pol, alias, scenario, seed=s, deployments_at=synthetic.price_event(price_event))
+        return run_router(pol, alias, scenario, seed=s, deployments_at=scenarios.price_event(price_event))
 
     def add(label, name, served, extra, started, figures_name):
         served_by[label] = served
@@ -204,7 +198,7 @@ def bench_trace(name: str, path: Path, cands: dict, policy, aliases: list[str], 
     q = measures(base, list(runs.values()))
     for label, m in zip(runs, q["runs"]):
         rows[label].update({k: m[k] for k in ("gain_over_mixing", "mixing_score", "strong_share", "pgr") if k in m})
-    if name in synthetic.SCENARIOS:  # issue 20's targets hold for the mean over router seeds
+    if name in scenarios.SCENARIOS:  # issue 20's targets hold for the mean over router seeds
         for label, pol in ours:
             figs = [runs[label]] + [figures(label, route(pol, "auto", s), oracle_served) for s in seeds[1:]]
             rows[label]["by_seed"] = {"seeds": seeds, "gain_over_mixing": [m["gain_over_mixing"] for m in measures(
@@ -244,13 +238,55 @@ def heldout_prior(name: str, path: Path, cands: dict, policy, *, seed: int) -> d
     if aisia(["train", "--data", str(train), "--deployments", str(OUT / f"{name}.candidates.yaml"), "--out", str(model),
               "--seed", str(seed)]) != 0:
         raise RuntimeError(f"aisia train failed on {train}")
-    scenario = build_scenario(load_trace(str(test)), specs_from(cands), policy, seed=seed)
+    scenario = build_scenario(load_trace(str(test)), price_specs(cands), policy, seed=seed)
     base = baselines(policy, "auto", scenario, seed=seed)
     return {"train_requests": half, "test_requests": len(scenario),
             "oracle_gain": measures(base, [])["oracle"]["gain_over_mixing"],
             "runs": {label: cost_weight_sweep(with_strategy(policy, "auto", "contextual", prior_model=prior), scenario,
                                               base, seed)
                      for label, prior in (("online only", None), ("from the trained model", str(model)))}}
+
+
+def diagnose(name: str, path: Path, cands: dict, policy, *, seed: int) -> dict:
+    """What the contextual model can know: `aisia train --holdout 0.5`'s figures
+    (``replay.training``) and, on prompt_aware, what no router sees: the generator's hidden
+    difficulty (per label and difficulty, the ceiling of any prompt feature short of the
+    per-request luck) and the exact expected score given its signals; there each predictor's
+    (strong - weak) reward gap as a detector of the difficulty (the area under the ROC curve)."""
+    t0 = time.monotonic()
+    trace = load_trace(str(path))
+    scenario = build_scenario(trace, price_specs(cands), policy, seed=seed)
+    h = training.split(policy, training.training_rows(policy, "auto", trace, scenario), scenario, 0.5)
+    c = policy.aliases["auto"].contextual
+    preds = training.reference_predictors(h, training.fit(h.train, c), c.prior_variance)
+    meta = json.loads(path.with_suffix(".meta.json").read_text(encoding="utf-8"))
+    hard = set(meta.get("hard", ()))
+    if "hard" in meta:
+        known = h.means(lambda r: (r.record.label, r.record.index in hard))
+        preds["hidden difficulty known"] = [{k: known[((r.record.label, r.record.index in hard), k)] for k in h.candidates}
+                                            for r in h.test]
+        preds["signals known (exact)"] = [{k: scenarios.expected_score(meta, r.record.label, scenarios.prompt_signals(
+            r.features.text), k) for k in h.candidates} for r in h.test]
+    figs = training.evaluate(h, preds)
+    if "hard" in meta:
+        mean = h.means(lambda r: None)
+        strong, weak = (f(h.candidates, key=lambda x: mean[(None, x)]) for f in (max, min))
+        for label, p in preds.items():
+            figs["predictors"][label]["difficulty_auc"] = auc([q[strong] - q[weak] for q in p],
+                                                              [r.record.index in hard for r in h.test])
+    return {"trace": name, "train_requests": len(h.train), "test_requests": len(h.test), "passes": 1,
+            "prior_variance": c.prior_variance, "noise_variance": c.noise_variance, **figs,
+            "wall_s": round(time.monotonic() - t0, 2)}
+
+
+def auc(scores, labels):
+    """The area under the ROC curve (Mann-Whitney: the share of (positive, negative) pairs ranked
+    right, ties counting half); None without both classes."""
+    pos = [s for s, y in zip(scores, labels) if y]
+    neg = [s for s, y in zip(scores, labels) if not y]
+    if not pos or not neg:
+        return None
+    return sum((p > n) + 0.5 * (p == n) for p in pos for n in neg) / (len(pos) * len(neg))
 
 
 # -- RESULTS.md ------------------------------------------------------------------------------------
@@ -305,12 +341,12 @@ def heldout_lines(r: dict) -> list[str]:
 
 
 def diagnosis_lines(r: dict) -> list[str]:
-    """The full-information diagnosis of the contextual model (benchmarks/contextual_diagnosis.py)."""
+    """The full-information diagnosis of the contextual model (``diagnose``)."""
     d = r.get("diagnosis")
     if not d:
         return []
     cws = ", ".join(f"{p['cost_weight']:g}" for p in next(iter(d["predictors"].values()))["points"])
-    L = [f"What the contextual model can know (`benchmarks/contextual_diagnosis.py`): fitted with full information "
+    L = [f"What the contextual model can know (`aisia train --holdout 0.5`, and the rows after `label mean`): fitted with full information "
          f"(`fit_full_information`, what `aisia train` does) on the first {d['train_requests']} requests, then a greedy "
          f"router, argmax(predicted reward + cost bonus), on the other {d['test_requests']}, swept over cost_weight "
          f"{cws}; beside it the same greedy router on other predictors fitted on the same half (`label mean` and the "
@@ -450,7 +486,7 @@ def issue20_targets(by: dict) -> list[str]:
     """Issue 20's targets of part 2 (the mean over router seeds must meet each; the spread beside)
     and part 3 (the spend target, quoted from benchmarks/spend_target.py's last results)."""
     out, ours = [], ("aisia auto", CONTEXTUAL)
-    synth = [by[n] for n in synthetic.SCENARIOS if "by_seed" in by.get(n, {}).get("rows", {}).get(CONTEXTUAL, {})]
+    synth = [by[n] for n in scenarios.SCENARIOS if "by_seed" in by.get(n, {}).get("rows", {}).get(CONTEXTUAL, {})]
     if synth:
         seeds = synth[0]["rows"][CONTEXTUAL]["by_seed"]["seeds"]
         out.append(f"- **Gain over mixing >= 0 at the shipped cost_weight ({synth[0]['cost_weight']:g}) on "
@@ -601,7 +637,7 @@ def render(results: list[dict], conditions: dict) -> str:
          f"- synthetic: {c['synthetic_requests']} requests per scenario, {c['providers']} providers "
          "(prices from the AISIA seed table, same price in and out), latency lognormal per provider "
          "(medians 300-2600 ms, sigma 0.35, scaled by output length), per-domain Bernoulli/graded quality "
-         "with difficulty correlated across providers (see `benchmarks/synthetic.py`)",
+         "with difficulty correlated across providers (see `aisia_plugin/replay/scenarios.py`)",
          f"- real data: {c['data_dir']} (RouteLLM GSM8K {c['gsm8k_requests']} prompts, RouterArena {c['arena_requests']} prompts); "
          "prices: Mixtral $0.6/$0.6, GPT-4-1106 $10/$30 per 1M (in/out), RouterArena from routerarena_model_cost.json "
          "and its recorded inference_cost; GSM8K tokens estimated as chars/4",
@@ -667,26 +703,27 @@ def write_report(results: list[dict], conditions: dict, readme: Path = README) -
 def main(argv=None) -> int:
     args = bench.arguments(__doc__, argv, quick=(False, "fewer requests (1000 synthetic, 300 per real data set)"),
                            seed=(0, "router / latency-model / uniform-random seed"),
-                           synthetic_seed=synthetic.DEFAULT_SEED, providers=synthetic.DEFAULT_PROVIDERS,
+                           synthetic_seed=scenarios.DEFAULT_SEED, providers=scenarios.DEFAULT_PROVIDERS,
                            only=([], "only these traces (names)"),
                            render_only=(False, "rewrite RESULTS.md from benchmarks/results/*.json (the last run's "
                                                "figures) without replaying"))
     if args.render_only:
         conditions = json.loads((RESULTS_DIR / "conditions.json").read_text())
-        names = list(synthetic.SCENARIOS + synthetic.PROMPT_SCENARIOS) + ["routellm_gsm8k", "routerarena"]
+        names = list(scenarios.SCENARIOS + scenarios.PROMPT_SCENARIOS) + ["routellm_gsm8k", "routerarena"]
         results = [json.loads((RESULTS_DIR / f"{n}.json").read_text()) for n in names if (RESULTS_DIR / f"{n}.json").exists()]
         write_report(results, conditions)
         print(f"wrote {RESULTS_MD.relative_to(REPO)} and the README's results from {len(results)} result files")
         return 0
     t0 = time.monotonic()
-    n_syn = 1000 if args.quick else synthetic.DEFAULT_REQUESTS
+    n_syn = 1000 if args.quick else scenarios.DEFAULT_REQUESTS
     data_dir = bench.shared_data_dir()
     real = convert_data.convert_all(OUT, limit=300 if args.quick else None, data_dir=data_dir)
     policy = load_policy(None)
     jobs = []  # synthetic first in the report
-    for name in synthetic.SCENARIOS + synthetic.PROMPT_SCENARIOS:
-        path, meta = synthetic.write_scenario(name, OUT, n=n_syn, n_providers=args.providers, seed=args.synthetic_seed)
-        jobs.append((name, path, synthetic.candidates_of(meta), ["auto"], meta["event"], "synthetic"))
+    for name in scenarios.SCENARIOS + scenarios.PROMPT_SCENARIOS:
+        records, meta = scenarios.generate_scenario(name, n=n_syn, n_providers=args.providers, seed=args.synthetic_seed)
+        path = scenarios.write_scenario(OUT, name, records, meta)
+        jobs.append((name, path, scenarios.candidates_of(meta), ["auto"], meta["event"], "synthetic"))
     for name, path in real.items():
         cands = (convert_data.routellm_candidates() if name == "routellm_gsm8k"
                  else convert_data.routerarena_candidates(data_dir))
@@ -701,7 +738,7 @@ def main(argv=None) -> int:
         if kind == "real":
             res["heldout"] = heldout_prior(name, path, cands, policy, seed=args.seed)
         if name in SWEPT:  # what the model can know: full information on one half, greedy on the other
-            res["diagnosis"] = contextual_diagnosis.diagnose(name, policy, seed=args.seed)
+            res["diagnosis"] = diagnose(name, path, cands, policy, seed=args.seed)
         (RESULTS_DIR / f"{name}.json").write_text(json.dumps(jsonable(res), indent=2) + "\n")
         a = res["rows"]["aisia auto"]
         print(f"          auto {a['mean_score']:.4f} ({a['pct_of_oracle']:.1f} % of oracle), {res['wall_s']:.1f} s "

@@ -16,7 +16,7 @@ sweep's curve reaches at the same spend (linear between its two runs around that
 outside its range). Then each sweep's gain over mixing and, for two-candidate traces, CPT and
 APGR (``aisia_plugin.replay.quality``, as ``aisia replay --sweep`` reports them).
 
-Traces: the synthetic scenarios (benchmarks/synthetic.py, 3,000 requests, generated into --out
+Traces: the synthetic scenarios (``aisia_plugin.replay.scenarios``, 3,000 requests, generated into --out
 when missing; in price_change the router reads the new list price during the event, as run_all.py
 replays it) and RouteLLM GSM8K (benchmarks/convert_data.py; 1,319 prompts, too few for a window
 after the first 1,000, so ``routellm_gsm8k_x4`` is the trace four times over, each pass shuffled
@@ -32,9 +32,9 @@ from pathlib import Path
 
 import bench  # first: LiteLLM offline, the repository importable
 import convert_data
-import synthetic
 
 from aisia_plugin.policy import load_policy
+from aisia_plugin.replay import scenarios
 from aisia_plugin.replay.candidates import load_candidates
 from aisia_plugin.replay.quality import format_measures
 from aisia_plugin.replay.report import sweep_measures
@@ -45,7 +45,7 @@ ALIAS = "auto"
 WINDOW = 1000
 SHARES = (0.2, 0.4, 0.6, 0.8)
 COST_WEIGHTS = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
-SYNTHETIC = synthetic.SCENARIOS + synthetic.PROMPT_SCENARIOS
+SYNTHETIC = scenarios.SCENARIOS + scenarios.PROMPT_SCENARIOS
 GSM8K_PASSES = 4
 
 
@@ -53,7 +53,7 @@ def ensure_traces(out: Path) -> None:
     """Generate whatever trace is missing from `out` (seeded: the same files every time)."""
     for name in SYNTHETIC:
         if not (out / f"{name}.jsonl").exists():
-            synthetic.write_scenario(name, out)
+            scenarios.write_scenario(out, name, *scenarios.generate_scenario(name))
     if not (out / "routellm_gsm8k.jsonl").exists():
         convert_data.convert_all(out)
     looped = out / f"routellm_gsm8k_x{GSM8K_PASSES}"
@@ -110,7 +110,7 @@ def measure(name: str, out: Path, strategy: str, seed: int) -> dict:
     cheapest = min(fixed_spend.values())
 
     meta = out / f"{name}.meta.json"
-    repriced = synthetic.price_event(json.loads(meta.read_text(encoding="utf-8")).get("event") if meta.exists() else None)
+    repriced = scenarios.price_event(json.loads(meta.read_text(encoding="utf-8")).get("event") if meta.exists() else None)
     with_strategy = policy.model_copy(update={"aliases": {**policy.aliases, ALIAS: policy.aliases[ALIAS].model_copy(
         update={"strategy": strategy})}})
 

@@ -1,4 +1,4 @@
-"""The benchmark data: converters of the shared real data and the synthetic scenario generator."""
+"""The benchmark data: converters of the shared real data."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
 import convert_data  # noqa: E402
-import synthetic  # noqa: E402
-from aisia_plugin.replay.trace import load_trace  # noqa: E402
+from aisia_plugin.replay import scenarios  # noqa: E402
+from aisia_plugin.replay.trace import load_trace, write_records  # noqa: E402
 
 DATA = convert_data.shared_data_dir()
 needs_data = pytest.mark.skipif(not (DATA / convert_data.ROUTELLM_FILE).exists(), reason=f"no shared data in {DATA}")
@@ -55,7 +55,7 @@ def test_routellm_slice(tmp_path):
         assert r["outcomes"]["gpt-4-1106"]["score"] == (1.0 if row["gpt-4-1106-preview"] == "True" else 0.0)
     # the written file passes the replay's trace checks
     path = tmp_path / "t.jsonl"
-    convert_data.write_jsonl(path, recs)
+    write_records(path, recs)
     assert len(load_trace(str(path))) == 20
 
 
@@ -82,81 +82,8 @@ def test_routerarena_join_and_labels(tmp_path):
     assert convert_data.dataset_label("WMT19-de-en_5") == "WMT19-de-en"
     assert convert_data.dataset_label("MMLUPro_12") == "MMLUPro"
     path = tmp_path / "a.jsonl"
-    convert_data.write_jsonl(path, recs)
+    write_records(path, recs)
     assert len(load_trace(str(path))) == 20
-
-
-def test_synthetic_deterministic_and_valid(tmp_path):
-    a, meta_a = synthetic.generate("stationary", n=200, seed=3)
-    b, meta_b = synthetic.generate("stationary", n=200, seed=3)
-    c, _ = synthetic.generate("stationary", n=200, seed=4)
-    assert a == b and meta_a == meta_b
-    assert a != c
-    names = set(meta_a["providers"])
-    assert 8 <= len(names) <= 15
-    for n, p in meta_a["providers"].items():
-        assert p["provider"] == n.split("-", 1)[0]
-        assert p["price_per_1m"] == synthetic.SEED_PRICES[p["provider"]]
-    labels = {r["label"] for r in a}
-    assert labels <= set(synthetic.DOMAINS) and len(labels) >= 3
-    for r in a:
-        _check_record(r, names)
-    path = tmp_path / "s.jsonl"
-    convert_data.write_jsonl(path, a)
-    assert len(load_trace(str(path))) == 200
-
-
-def test_degrade_really_degrades_the_named_provider():
-    n = 2000
-    recs, meta = synthetic.generate("degrade", n=n, seed=11)
-    ev = meta["event"]
-    x = ev["candidate"]
-    assert x == synthetic.best_provider(synthetic.providers()).name
-    assert ev["start"] == n // 2 and ev["end"] == 3 * n // 4
-
-    def mean(lo, hi, cand):
-        return sum(r["outcomes"][cand]["score"] for r in recs[lo:hi]) / (hi - lo)
-
-    before, during, after = mean(0, ev["start"], x), mean(ev["start"], ev["end"], x), mean(ev["end"], n, x)
-    assert during < 0.5 * before
-    assert after > 0.8 * before
-    # another provider is unchanged
-    other = next(p for p in meta["providers"] if p != x)
-    assert abs(mean(0, ev["start"], other) - mean(ev["start"], ev["end"], other)) < 0.1
-    # the scenarios share the underlying draws: outside the event, degrade == stationary
-    stat, _ = synthetic.generate("stationary", n=n, seed=11)
-    assert recs[10]["outcomes"] == stat[10]["outcomes"]
-
-
-def test_outage_errors_every_call_in_window():
-    n = 1000
-    recs, meta = synthetic.generate("outage", n=n, seed=5)
-    ev = meta["event"]
-    x = ev["candidate"]
-    assert ev["end"] - ev["start"] == n // 10
-    for r in recs[ev["start"]:ev["end"]]:
-        assert "error" in r["outcomes"][x] and r["outcomes"][x]["status_code"] == 503
-    assert not any("error" in o for r in recs[:ev["start"]] for o in r["outcomes"].values())
-
-
-def test_prompt_aware_difficulty_shows_in_the_prompt_and_in_the_scores():
-    records, meta = synthetic.generate_prompt_aware(n=1500, seed=3)
-    assert meta["event"] is None and len(records) == 1500
-    again, _ = synthetic.generate_prompt_aware(n=1500, seed=3)
-    assert records == again
-    weak, strong = "cerebras-llama-8b", "fireworks-llama-405b"
-    signals = [r for r in records if "Constraints:" in r["messages"][0]["content"]]
-    plain = [r for r in records if "Constraints:" not in r["messages"][0]["content"]]
-
-    def mean(rows, cand):
-        return sum(r["outcomes"][cand]["score"] for r in rows) / len(rows)
-
-    # a structural signal of difficulty: the weak provider loses much more than the strong one
-    assert mean(plain, weak) - mean(signals, weak) > 0.15
-    assert mean(plain, strong) - mean(signals, strong) < 0.1
-    # the signals also lengthen the prompt; the domain mix is the same on both sides
-    assert (sum(len(r["messages"][0]["content"]) for r in signals) / len(signals)
-            > 1.5 * sum(len(r["messages"][0]["content"]) for r in plain) / len(plain))
 
 
 def test_real_traces_are_shuffled_by_a_fixed_seed():
@@ -172,7 +99,7 @@ def test_the_readme_quotes_the_committed_benchmark_results():
     import run_all
 
     conditions = json.loads((run_all.RESULTS_DIR / "conditions.json").read_text())
-    names = list(synthetic.SCENARIOS + synthetic.PROMPT_SCENARIOS) + ["routellm_gsm8k", "routerarena"]
+    names = list(scenarios.SCENARIOS + scenarios.PROMPT_SCENARIOS) + ["routellm_gsm8k", "routerarena"]
     results = [json.loads((run_all.RESULTS_DIR / f"{n}.json").read_text())
                for n in names if (run_all.RESULTS_DIR / f"{n}.json").exists()]
     assert results, "no committed results"

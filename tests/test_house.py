@@ -177,7 +177,7 @@ def test_the_import_graph_is_read_from_the_sources():
     assert "aisia_plugin.bandit" in graph["aisia_plugin.decision"]  # from .bandit import ...
     assert "aisia_plugin.breaker" in graph["aisia_plugin.state.records"]  # from ..breaker import ...
     assert "aisia_plugin.state.redis" in graph["aisia_plugin.state"]  # inside open_store()
-    assert "benchmarks.synthetic" in graph["benchmarks.run_all"]  # import synthetic
+    assert "benchmarks.convert_data" in graph["benchmarks.run_all"]  # import convert_data
     assert len(graph) > 80
 
 

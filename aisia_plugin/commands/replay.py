@@ -4,6 +4,7 @@ against every fixed candidate, uniform random and the per-request oracle.
     aisia replay --policy policies/ --alias auto/coding --data trace.jsonl [--deployments cands.yaml]
     aisia replay ... --compare my-edit/          # the two policies on the same trace, and the deltas
     aisia replay ... --sweep cost_weight=0,0.05,0.1,0.2,0.5 --plot curve.png
+    aisia replay --scenario outage [--requests 3000 --providers 11 --seed 0 --scenario-out DIR]
 
 Exit status: 0 done; 1 invalid policy, trace or candidates file (file:line: messages); 2 usage
 errors (bad arguments, unknown alias, a file that cannot be read)."""
@@ -13,6 +14,8 @@ from __future__ import annotations
 import json
 import math
 import sys
+
+from . import read_input
 
 
 def add_arguments(p):
@@ -27,9 +30,21 @@ def add_arguments(p):
                         "--deployments is then the LiteLLM config; with --compare, each policy. The configured "
                         "path also reads the per-worker files beside it (DECISIONS.<pid>.jsonl, several proxy "
                         "workers); a directory or a glob pattern reads every file it names")
+    p.add_argument("--scenario", metavar="NAME",
+                   help="instead of --data, a seeded synthetic scenario generated in memory (no data of your own): "
+                        "stationary, degrade (the best provider's quality drops, then recovers), outage (it answers "
+                        "503 for a tenth of the run), latency_spike, price_change (a good cheap provider costs x10 "
+                        "for the second half), prompt_aware (a hidden difficulty the prompt signals)")
+    p.add_argument("--requests", type=int, metavar="N", help="with --scenario: requests (default 3000)")
+    p.add_argument("--providers", type=int, metavar="K",
+                   help="with --scenario: candidates, from 8 to 15 (default 11)")
+    p.add_argument("--scenario-out", metavar="DIR",
+                   help="with --scenario: also write its trace, meta and candidates files there (nothing is written "
+                        "otherwise)")
     p.add_argument("--deployments", metavar="FILE.yaml",
                    help="replay candidates file: provider, prices, tier, specialities, latency model per candidate")
-    p.add_argument("--seed", type=int, default=0, help="random seed (strategies, latency models, uniform random)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="random seed (strategies, latency models, uniform random, the --scenario generator)")
     p.add_argument("--seconds-per-request", type=float, default=1.0, metavar="S",
                    help="simulated time between requests (default 1.0: a 60 s breaker timeout lasts 60 requests)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -54,19 +69,21 @@ def _stderr_is_tty() -> bool:
 
 
 def run(args) -> int:
+    if args.logged and args.scenario:
+        _err("aisia replay: --logged and --scenario exclude each other")
+        return 2
     if args.logged:
         from .replay_logged import run_logged
 
         return run_logged(args)
-    if not args.data:
-        _err("aisia replay: --data FILE.jsonl (a trace) or --logged FILE.jsonl (a decision log) is required")
+    if bool(args.data) == bool(args.scenario):
+        _err("aisia replay: give one of --data FILE.jsonl (a trace), --scenario NAME (a synthetic one) or "
+             "--logged FILE.jsonl (a decision log)")
         return 2
     from ..policy import PolicyError, load_policy
-    from ..replay.candidates import CandidatesError, load_candidates
     from ..replay.report import (compare_dict, format_compare, format_replay, format_sweep, plot_sweep, progress_factory,
                                  replay_dict, sweep_dict)
     from ..replay.runner import ReplayError, build_scenario, parse_sweep, replay, sweep
-    from ..replay.trace import TraceError, load_trace
 
     # Usage first: nothing is loaded for a command line that cannot run.
     if args.plot and not args.sweep:
@@ -74,6 +91,10 @@ def run(args) -> int:
         return 2
     if not math.isfinite(args.seconds_per_request) or args.seconds_per_request <= 0:
         _err("aisia replay: --seconds-per-request must be a number > 0")
+        return 2
+    problem = _scenario_usage(args)
+    if problem:
+        _err(f"aisia replay: {problem}")
         return 2
     sweep_spec = None
     if args.sweep:
@@ -104,33 +125,23 @@ def run(args) -> int:
                 _err(f"aisia replay: --sweep: {exc}")
                 return 2
 
-    try:
-        trace = load_trace(args.data)
-    except TraceError as exc:
-        _err(str(exc))
-        return 1
-    except OSError as exc:
-        _err(f"aisia replay: cannot read the trace {args.data}: {exc.strerror or exc}")
-        return 2
-    specs = {}
-    if args.deployments:
-        try:
-            specs = load_candidates(args.deployments, trace_names=trace.candidates, policy=policy)
-        except CandidatesError as exc:
-            _err(str(exc))
-            return 1
-        except (OSError, UnicodeDecodeError) as exc:
-            _err(f"aisia replay: cannot read the candidates file {args.deployments}: {getattr(exc, 'strerror', None) or exc}")
-            return 2
-
+    deployments_at = None
+    if args.scenario:
+        trace, specs, deployments_at = _scenario(args)
+    else:
+        loaded = _load_data(args, policy)
+        if isinstance(loaded, int):
+            return loaded
+        trace, specs = loaded
     scenario = build_scenario(trace, specs, policy, seed=args.seed, seconds_per_request=args.seconds_per_request)
     progress = progress_factory(args.progress or _stderr_is_tty())
     policy_label = " ".join(args.policy) if args.policy else "(configured policy)"
+    data_label = args.data or f"scenario {args.scenario}"
     try:
         if sweep_spec is not None:
             param, values = sweep_spec
             result = sweep(policy, args.alias, scenario, param, values, seed=args.seed,
-                           progress=lambda i, v: progress(f"{param}={v:g}"))
+                           progress=lambda i, v: progress(f"{param}={v:g}"), deployments_at=deployments_at)
             if args.plot:
                 try:
                     plot_sweep(result, args.plot)
@@ -142,29 +153,82 @@ def run(args) -> int:
                     return 1
             if args.json:
                 extra = {"plot": args.plot} if args.plot else {}
-                print(json.dumps(sweep_dict(result, data=args.data, **extra), indent=2))
+                print(json.dumps(sweep_dict(result, data=data_label, **extra), indent=2))
             else:
                 print(format_sweep(result))
                 if args.plot:
                     print(f"\nplot saved to {args.plot}")
             return 0
         if other is not None:
-            a = replay(policy, args.alias, scenario, seed=args.seed, progress=progress("base"))
-            b = replay(other, args.alias, scenario, seed=args.seed, progress=progress("other"))
+            a = replay(policy, args.alias, scenario, seed=args.seed, progress=progress("base"), deployments_at=deployments_at)
+            b = replay(other, args.alias, scenario, seed=args.seed, progress=progress("other"), deployments_at=deployments_at)
             other_label = " ".join(args.compare)
             if args.json:
                 out = compare_dict(a, b)
-                out = {"data": args.data, "base_policy": policy_label, "other_policy": other_label, **out}
+                out = {"data": data_label, "base_policy": policy_label, "other_policy": other_label, **out}
                 print(json.dumps(out, indent=2))
             else:
                 print(format_compare(a, b, base_label=policy_label, other_label=other_label))
             return 0
-        result = replay(policy, args.alias, scenario, seed=args.seed, progress=progress("replay"))
+        result = replay(policy, args.alias, scenario, seed=args.seed, progress=progress("replay"),
+                        deployments_at=deployments_at)
     except ReplayError as exc:
         _err(f"aisia replay: {exc}")
         return 1
     if args.json:
-        print(json.dumps(replay_dict(result, data=args.data, policy=policy_label), indent=2))
+        print(json.dumps(replay_dict(result, data=data_label, policy=policy_label), indent=2))
     else:
         print(format_replay(result))
     return 0
+
+
+def _scenario_usage(args) -> str:
+    """What is wrong with the --scenario options ('' when nothing is)."""
+    from ..replay.scenarios import PROMPT_SCENARIOS, PROVIDERS, SCENARIOS
+
+    if not args.scenario:
+        given = [f for f, v in (("--scenario-out", args.scenario_out), ("--requests", args.requests),
+                                ("--providers", args.providers)) if v is not None]
+        return f"{', '.join(given)} only apply with --scenario" if given else ""
+    if args.scenario not in SCENARIOS + PROMPT_SCENARIOS:
+        return f"unknown scenario {args.scenario!r}; known: {', '.join(SCENARIOS + PROMPT_SCENARIOS)}"
+    if args.deployments:
+        return "--deployments does not apply with --scenario (its candidates come with it)"
+    if args.requests is not None and not 1 <= args.requests <= 1_000_000:
+        return "--requests must be from 1 to 1000000"
+    if args.providers is not None and not 8 <= args.providers <= len(PROVIDERS):
+        return f"--providers must be from 8 to {len(PROVIDERS)}"
+    return ""
+
+
+def _scenario(args):
+    """(trace, candidate specs, deployments_at) of the synthetic scenario; its files written
+    into --scenario-out when given."""
+    from pathlib import Path
+
+    from ..replay import scenarios
+
+    records, meta = scenarios.generate_scenario(args.scenario, n=args.requests or scenarios.DEFAULT_REQUESTS,
+                                                n_providers=args.providers or scenarios.DEFAULT_PROVIDERS, seed=args.seed)
+    ev = meta["event"]
+    _err(f"scenario {args.scenario}: {len(records)} requests, {len(meta['providers'])} candidates, seed {args.seed}; "
+         + (f"event {ev['kind']} on {ev['candidate']} ({ev['why']}) for requests [{ev['start']}, {ev['end']})"
+            if ev else "no event"))
+    if args.scenario_out:
+        path = scenarios.write_scenario(Path(args.scenario_out), args.scenario, records, meta)
+        _err(f"scenario written to {path} (and its .meta.json, .candidates.yaml)")
+    return (scenarios.scenario_trace(args.scenario, records), scenarios.scenario_specs(meta),
+            scenarios.price_event(meta["event"]))
+
+
+def _load_data(args, policy):
+    """(trace, candidate specs) from --data and --deployments, or the exit status after the message."""
+    from ..replay.candidates import CandidatesError, load_candidates
+    from ..replay.trace import TraceError, load_trace
+
+    trace = read_input("replay", load_trace, TraceError, args.data, "the trace")
+    if isinstance(trace, int) or not args.deployments:
+        return trace if isinstance(trace, int) else (trace, {})
+    specs = read_input("replay", lambda p: load_candidates(p, trace_names=trace.candidates, policy=policy),
+                       CandidatesError, args.deployments, "the candidates file")
+    return specs if isinstance(specs, int) else (trace, specs)

@@ -408,10 +408,10 @@ class ReplayResult:
 
 
 def replay(policy, alias: str, scenario: Scenario, *, seed: int = 0, progress: Optional[Progress] = None,
-           name: str = "router") -> ReplayResult:
-    """The router and every baseline on one scenario."""
+           name: str = "router", deployments_at: Optional[Callable[[int, dict], dict]] = None) -> ReplayResult:
+    """The router and every baseline on one scenario (`deployments_at`: as run_router's)."""
     base = baselines(policy, alias, scenario, seed=seed)
-    served = run_router(policy, alias, scenario, seed=seed, progress=progress)
+    served = run_router(policy, alias, scenario, seed=seed, progress=progress, deployments_at=deployments_at)
     first = None
     if len(scenario) > FIRST_REQUESTS:
         first = first_requests(baselines(policy, alias, scenario.head(FIRST_REQUESTS), seed=seed), {name: served})
@@ -482,15 +482,16 @@ class SweepResult:
 
 
 def sweep(policy, alias: str, scenario: Scenario, param: str, values: Sequence[float], *, seed: int = 0,
-          progress: Optional[Callable[[int, float], Optional[Progress]]] = None) -> SweepResult:
+          progress: Optional[Callable[[int, float], Optional[Progress]]] = None,
+          deployments_at: Optional[Callable[[int, dict], dict]] = None) -> SweepResult:
     """Re-run the router with `param` set to each value; baselines once (they do not learn).
-    `progress(i, value)` may return a per-run progress callback."""
+    `progress(i, value)` may return a per-run progress callback; `deployments_at`: as run_router's."""
     policies = [override_alias(policy, alias, param, v) for v in values]  # every value checked first
     base = baselines(policy, alias, scenario, seed=seed)
     points = []
     for i, (v, pol) in enumerate(zip(values, policies)):
         cb = progress(i, v) if progress is not None else None
-        served = run_router(pol, alias, scenario, seed=seed, progress=cb)
+        served = run_router(pol, alias, scenario, seed=seed, progress=cb, deployments_at=deployments_at)
         points.append(SweepPoint(v, figures(f"{param}={v:g}", served, base.oracle_served)))
     return SweepResult(alias, param, seed, len(scenario), points, base)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 MAX_REPORTED = 20  # problems listed before the rest are summarised
@@ -267,3 +268,11 @@ def prompt_chars(messages) -> int:
                 elif isinstance(part, str):
                     n += len(part)
     return n
+
+
+def write_records(path, records: list[dict]) -> None:
+    """Trace records (dicts of the format above) as a JSON Lines file, one request a line."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        for r in records:
+            fh.write(json.dumps(r, ensure_ascii=False) + "\n")

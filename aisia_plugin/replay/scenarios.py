@@ -1,32 +1,33 @@
-"""Seeded synthetic routing scenarios: N providers, per-domain quality, lognormal latencies, prices.
+"""Seeded synthetic routing scenarios, to try a policy on drift, an outage or a price change with
+no data of one's own (`aisia replay --scenario NAME`): N providers with per-domain quality,
+lognormal latencies and the AISIA seed's prices.
 
-    python benchmarks/synthetic.py [--requests 3000] [--providers 11] [--seed 7] [--out benchmarks/out]
-
-Every trace line carries the outcome of every candidate (the oracle is exact); beside each
-``<scenario>.jsonl``, ``<scenario>.meta.json`` (the providers, the seed and the scenario's *event*:
-which candidate changes, how, from which request to which) and ``<scenario>.candidates.yaml``.
-The model (domains and prompts, the Gaussian copula of successes across providers, graded scores,
-latencies, costs), the scenarios and their events, and the prompt-aware scenario's hidden
-difficulty and its signals are described in benchmarks/README.md ("Synthetic scenarios")."""
+Every trace line carries the outcome of every candidate (the oracle is exact). A scenario is its
+records and its metadata (the providers, the seed and the *event*: which candidate changes, how,
+from which request to which); ``write_scenario`` writes them as ``<scenario>.jsonl``,
+``<scenario>.meta.json`` and ``<scenario>.candidates.yaml``. The model (domains and prompts, the
+Gaussian copula of successes across providers, graded scores, latencies, costs), the scenarios and
+their events, and the prompt-aware scenario's hidden difficulty and its signals are described in
+benchmarks/README.md ("Synthetic scenarios"). Only ``random`` draws, seeded: the same arguments
+give the same bytes."""
 
 from __future__ import annotations
 
 import json
 import math
 import random
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
-import bench
-from convert_data import write_candidates_yaml, write_jsonl
+from .candidates import CandidateSpec, price_specs, write_candidates
+from .trace import Trace, parse_record, write_records
 
-DEFAULT_OUT = bench.OUT
 DEFAULT_SEED = 7
 DEFAULT_REQUESTS = 3000
 DEFAULT_PROVIDERS = 11
 SCENARIOS = ("stationary", "degrade", "outage", "latency_spike", "price_change")
+PROMPT_SCENARIOS = ("prompt_aware",)  # generated apart: quality depends on the prompt beyond its domain
 DOMAINS = ("coding", "math", "translation", "general")
 DOMAIN_MIX = {"coding": 0.3, "math": 0.25, "translation": 0.2, "general": 0.25}
 GRADED = {"translation", "general"}
@@ -180,7 +181,7 @@ def _providers_meta(ps: list[Provider], **extra) -> dict:
 
 def providers(n: int = DEFAULT_PROVIDERS) -> list[Provider]:
     if not 8 <= n <= len(PROVIDERS):
-        raise ValueError(f"providers: 8 to {len(PROVIDERS)}")
+        raise ValueError(f"providers: 8 to {len(PROVIDERS)}, got {n}")
     return PROVIDERS[:n]
 
 
@@ -212,7 +213,7 @@ def scenario_event(name: str, ps: list[Provider], n: int) -> Optional[dict]:
         return {"kind": "price", "candidate": p.name, "start": n // 2, "end": n, "factor": PRICE_FACTOR,
                 "new_price_per_1m": p.price_per_1m * PRICE_FACTOR,
                 "why": f"cheapest provider with mean quality >= {GOOD_QUALITY}"}
-    raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+    raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS + PROMPT_SCENARIOS)}")
 
 
 def price_event(event: Optional[dict]):
@@ -268,7 +269,6 @@ def generate(name: str, *, n: int = DEFAULT_REQUESTS, n_providers: int = DEFAULT
 
 
 # -- the prompt-aware scenario ----------------------------------------------------------------------
-PROMPT_SCENARIOS = ("prompt_aware",)
 HARD_SHARE = 0.4
 SIGNAL_IF_HARD = 0.8
 SIGNAL_IF_EASY = 0.15
@@ -309,7 +309,7 @@ def _hard_prompt(base: str, domain: str, hard: bool, rng: random.Random) -> str:
 
 def generate_prompt_aware(*, n: int = DEFAULT_REQUESTS, n_providers: int = DEFAULT_PROVIDERS,
                           seed: int = DEFAULT_SEED) -> tuple[list[dict], dict]:
-    """(trace records, metadata) of the prompt-aware scenario (see the module docstring)."""
+    """(trace records, metadata) of the prompt-aware scenario (benchmarks/README.md)."""
     ps = providers(n_providers)
     penalty = {p.name: HARD_PENALTY * max(0.0, 0.95 - mean_quality(p)) / 0.45 for p in ps}
     records, hard_ones = [], []
@@ -336,30 +336,64 @@ def generate_prompt_aware(*, n: int = DEFAULT_REQUESTS, n_providers: int = DEFAU
     return records, meta
 
 
+def prompt_signals(text: str) -> tuple[bool, bool, bool]:
+    """Which of the prompt_aware generator's difficulty signals the prompt shows (its demanding
+    clause, its context sentences, its list of constraints): what a prompt feature could know."""
+    return (any(w in text for ws in HARD_WORDS.values() for w in ws),
+            any(c in text for c in CONTEXT_SENTENCES), "Constraints:" in text)
+
+
+def expected_score(meta: dict, domain: str, signals, cand: str) -> float:
+    """E[score | domain, the signals the prompt shows] under the prompt_aware generator's model
+    (its meta): P(hard | signals) by Bayes, then each difficulty's success probability q'
+    (a 1/0 score's mean), or for a graded domain E[clamp(0.5 + q' - u, 0, 1)], u uniform."""
+    m = meta["model"]
+    p = meta["providers"][cand]
+    like = {}
+    for hard in (True, False):
+        ps = m["signal_if_hard"] if hard else m["signal_if_easy"]
+        prior = m["hard_share"] if hard else 1.0 - m["hard_share"]
+        like[hard] = prior * math.prod(ps if s else 1.0 - ps for s in signals)
+    ph = like[True] / (like[True] + like[False])
+    q = p["quality"][domain]
+    out = 0.0
+    for hard, w in ((True, ph), (False, 1.0 - ph)):
+        qq = q * (1.0 - p["hard_penalty"]) if hard else 1.0 - (1.0 - q) * m["easy_error_share"]
+        if domain in GRADED:
+            a = 0.5 + qq
+            e = a * a / 2.0 if a <= 1.0 else 2.0 * a - 1.0 - a * a / 2.0
+        else:
+            e = qq
+        out += w * e
+    return out
+
+
 def candidates_of(meta: dict) -> dict[str, dict]:
     """Replay candidate facts at list price (the price before any price event)."""
     return {n: {"provider": p["provider"], "input_cost_per_1m": p["price_per_1m"], "output_cost_per_1m": p["price_per_1m"]}
             for n, p in meta["providers"].items()}
 
 
-def write_scenario(name: str, out_dir: Path = DEFAULT_OUT, **kw) -> tuple[Path, dict]:
-    records, meta = generate_prompt_aware(**kw) if name in PROMPT_SCENARIOS else generate(name, **kw)
+def write_scenario(out_dir: Path, name: str, records: list[dict], meta: dict) -> Path:
+    """A generated scenario written into `out_dir`: its trace, meta and candidates files."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.jsonl"
-    write_jsonl(path, records)
+    write_records(path, records)
     (out_dir / f"{name}.meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    write_candidates_yaml(out_dir / f"{name}.candidates.yaml", candidates_of(meta))
-    return path, meta
+    write_candidates(out_dir / f"{name}.candidates.yaml", candidates_of(meta), source=f"aisia replay --scenario {name}")
+    return path
 
 
-def main(argv=None) -> int:
-    args = bench.arguments(__doc__, argv, out=str(DEFAULT_OUT), requests=DEFAULT_REQUESTS, providers=DEFAULT_PROVIDERS,
-                           seed=DEFAULT_SEED, scenario=([], f"one of {', '.join(SCENARIOS + PROMPT_SCENARIOS)}; default: all"))
-    for name in args.scenario or SCENARIOS + PROMPT_SCENARIOS:
-        path, meta = write_scenario(name, Path(args.out), n=args.requests, n_providers=args.providers, seed=args.seed)
-        print(f"{name}: {path} event={json.dumps(meta['event'])}")
-    return 0
+def generate_scenario(name: str, **kw) -> tuple[list[dict], dict]:
+    """(records, meta) of any scenario, by name (ValueError for an unknown one)."""
+    return generate_prompt_aware(**kw) if name in PROMPT_SCENARIOS else generate(name, **kw)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def scenario_trace(name: str, records: list[dict]) -> Trace:
+    """The records as a replay trace, in memory (they are valid by construction)."""
+    return Trace(f"scenario:{name}", [parse_record(r, i, i + 1)[0] for i, r in enumerate(records)])
+
+
+def scenario_specs(meta: dict) -> dict[str, CandidateSpec]:
+    """The replay candidates of a scenario, at list price."""
+    return price_specs(candidates_of(meta))
