@@ -4,6 +4,8 @@
     candidates.py  the candidates file (provider, prices, tier, specialities, latency models)
     runner.py      materialising a scenario; the router, fixed, uniform random and oracle runs
     report.py      text tables, JSON, compare, sweep, the plot, the progress bar
+    scenarios.py   seeded synthetic scenarios (aisia replay --scenario)
+    training.py    the contextual model fitted from a trace, and measured on a held-out part
 
 (LiteLLM's own routing strategies as baselines, which patch LiteLLM's modules at run time, live
 with the benchmarks: benchmarks/litellm_baselines.py, outside the wheel the proxy imports.)"""
