@@ -32,8 +32,9 @@ from aisia_plugin.replay import scenarios, training
 from aisia_plugin.replay.candidates import price_specs
 from aisia_plugin.replay.quality import measures
 from aisia_plugin.replay.report import jsonable
-from aisia_plugin.replay.runner import (FIRST_REQUESTS, Call, Served, baselines, build_scenario, figures, first_requests,
-                                        override_alias, run_fixed, run_oracle, run_router, run_uniform, served_from)
+from aisia_plugin.replay.runner import (FIRST_REQUESTS, Call, Served, baselines, build_scenario, figures, first_choices,
+                                        first_requests, override_alias, run_fixed, run_oracle, run_router, run_uniform,
+                                        served_from, with_strategy)
 from aisia_plugin.replay.trace import load_trace
 
 RESULTS_DIR = bench.RESULTS
@@ -41,9 +42,6 @@ RESULTS_MD = bench.HERE / "RESULTS.md"
 README = REPO / "README.md"
 README_BEGIN, README_END = "<!-- results -->", "<!-- /results -->"
 LITELLM_STRATEGIES = ("simple-shuffle", "latency-based-routing", "cost-based-routing")
-WINDOW = 20
-LEAVE_SHARE = 0.2
-PRE_WINDOW = 200
 FAILOVER_ATTEMPTS = 2
 # The cost_weight values swept (gain over mixing at the best point, CPT, APGR), on the traces of
 # SWEPT, for `auto` as shipped and `auto` with the contextual strategy. Up to 3: on prompt_aware
@@ -55,14 +53,6 @@ SWEPT = ("routellm_gsm8k", "routerarena", "prompt_aware")
 # The sweeps are replayed with this many more router seeds (seed + 1...): the best point's spread.
 EXTRA_SEEDS = 4
 CONTEXTUAL = "aisia auto (contextual)"
-
-
-def with_strategy(policy, alias: str, strategy: str, **contextual):
-    """The policy with one alias's strategy replaced (and contextual settings, if given)."""
-    ap = policy.aliases[alias]
-    ap = ap.model_copy(update={"strategy": strategy, **(
-        {"contextual": ap.contextual.model_copy(update=contextual)} if contextual else {})})
-    return policy.model_copy(update={"aliases": {**policy.aliases, alias: ap}})
 
 
 def cost_weight_sweep(policy, scenario, base, seed: int) -> dict:
@@ -114,40 +104,12 @@ def run_litellm(strategy: str, scenario, names: list[str], prices: dict, *, seed
 
 
 # -- metrics ---------------------------------------------------------------------------------------
-def share(choices, cand, lo, hi):
-    seg = choices[max(0, lo):max(0, hi)]
-    return (sum(1 for c in seg if c == cand) / len(seg)) if seg else None
-
-
-def move_metrics(served: list[Served], event, n) -> dict:
-    """Share of the changed candidate X among the first choices before/during/after the event, and
-    the move-away and come-back delays (defined in RESULTS.md's conditions)."""
-    if not event:
-        return {}
-    choices = [(s.attempts[0] if s.attempts else s.served_by) for s in served]
-    cand, s, e = event["candidate"], event["start"], event["end"]
-    pre = share(choices, cand, s - PRE_WINDOW, s) or 0.0
-    res = {"pre_share": round(pre, 4), "during_share": round(share(choices, cand, s, e) or 0.0, 4),
-           "after_share": round(share(choices, cand, e, n) or 0.0, 4) if e < n else None,
-           "move_away": None, "come_back": None}
-    if pre < LEAVE_SHARE:
-        res["move_away"] = res["come_back"] = "n/a"
-        return res
-    res["move_away"] = next((k for k in range(0, e - s) if (sh := share(choices, cand, s + k, s + k + WINDOW)) is not None
-                             and sh < LEAVE_SHARE), "never")
-    if e < n:
-        res["come_back"] = next((k for k in range(0, n - e - WINDOW + 1)
-                                 if (sh := share(choices, cand, e + k, e + k + WINDOW)) is not None and sh >= pre / 2),
-                                "never")
-    return res
-
-
 def row_dict(name, served, oracle_served, oracle_mean, event, n, extra=None) -> dict:
     f = figures(name, served, oracle_served)
     d = f.as_dict()
     d["errors_pct"] = 100.0 * f.errors / n if n else 0.0
     d["pct_of_oracle"] = 100.0 * f.mean_score / oracle_mean if oracle_mean else None
-    d.update({"move": move_metrics(served, event, n)}, **(extra or {}))
+    d.update({"move": scenarios.event_response(first_choices(served), event)}, **(extra or {}))
     return d
 
 
@@ -646,9 +608,7 @@ def render(results: list[dict], conditions: dict) -> str:
          "failure; if it repeats a tried candidate, a seeded random untried one)",
          "- clock: request i at t = i s; mean reward = mean score (a request the client saw fail scores 0); "
          "cost = every attempt's cost; p95 = latency the client waited (sum of attempts); regret = sum of (oracle score - score)",
-         f"- move-away: after the change at request s, smallest k with the changed candidate X under {LEAVE_SHARE:.0%} of the "
-         f"router's first choices in [s+k, s+k+{WINDOW}); come-back: after the event ends at e, smallest k with X's share of "
-         f"[e+k, e+k+{WINDOW}) >= half its share over the {PRE_WINDOW} requests before s; `n/a` when X had < 20 % before s",
+         "- " + scenarios.EVENT_RESPONSE,
          f"- wall time of this run: {c['wall_s']:.0f} s", "",
          "- gain over mixing: a row's mean reward minus the best mixture of the fixed candidates at the same total cost "
          "(the upper side of their convex hull in the cost-reward plane, flat beyond its ends; `aisia_plugin/replay/quality.py`); "

@@ -38,7 +38,8 @@ from aisia_plugin.replay import scenarios
 from aisia_plugin.replay.candidates import load_candidates
 from aisia_plugin.replay.quality import format_measures
 from aisia_plugin.replay.report import sweep_measures
-from aisia_plugin.replay.runner import SweepPoint, SweepResult, baselines, build_scenario, figures, override_alias, run_router
+from aisia_plugin.replay.runner import (SweepPoint, SweepResult, baselines, build_scenario, figures, override_alias, run_router,
+                                        sweep, with_strategy)
 from aisia_plugin.replay.trace import load_trace
 
 ALIAS = "auto"
@@ -111,26 +112,20 @@ def measure(name: str, out: Path, strategy: str, seed: int) -> dict:
 
     meta = out / f"{name}.meta.json"
     repriced = scenarios.price_event(json.loads(meta.read_text(encoding="utf-8")).get("event") if meta.exists() else None)
-    with_strategy = policy.model_copy(update={"aliases": {**policy.aliases, ALIAS: policy.aliases[ALIAS].model_copy(
-        update={"strategy": strategy})}})
+    pol = with_strategy(policy, ALIAS, strategy)
 
-    def run(param, value, observe=None):
-        served = run_router(override_alias(with_strategy, ALIAS, param, value), ALIAS, scenario, seed=seed,
-                            observe=observe, deployments_at=repriced)
-        return served, figures(f"{param.split('.')[-1]}={value:g}", served, base.oracle_served)
-
-    weights = []
-    for w in COST_WEIGHTS:
-        _, f = run("cost_weight", w)
-        weights.append(SweepPoint(w, f))
+    weight_sweep = sweep(pol, ALIAS, scenario, "cost_weight", COST_WEIGHTS, seed=seed, deployments_at=repriced)
+    weights = weight_sweep.points
     curve = sorted((1000.0 * p.figures.total_cost_usd / n, p.figures.mean_score) for p in weights)
     free = 1000.0 * weights[0].figures.total_cost_usd / n  # cost_weight 0: what a multiplier of 0 spends
     targets = [round(cheapest + s * (free - cheapest), 6) for s in SHARES]
     paced, rows = [], []
     for t in targets:
         multipliers = []
-        served, f = run("budget.target_usd_per_1k_requests", t,
-                        lambda i, engine: multipliers.append(engine.store.pace(ALIAS).multiplier))
+        served = run_router(override_alias(pol, ALIAS, "budget.target_usd_per_1k_requests", t), ALIAS, scenario, seed=seed,
+                            observe=lambda i, engine: multipliers.append(engine.store.pace(ALIAS).multiplier),
+                            deployments_at=repriced)
+        f = figures(f"target_usd_per_1k_requests={t:g}", served, base.oracle_served)
         paced.append(SweepPoint(t, f))
         costs = [s.cost_usd for s in served]
         spend = per_1k(costs)
@@ -146,7 +141,6 @@ def measure(name: str, out: Path, strategy: str, seed: int) -> dict:
                      "vs_cost_weight": None if at is None else f.mean_score - at,
                      "calls": f.calls})
     target_sweep = SweepResult(ALIAS, "budget.target_usd_per_1k_requests", seed, n, paced, base)
-    weight_sweep = SweepResult(ALIAS, "cost_weight", seed, n, weights, base)
     return {"trace": name, "strategy": strategy, "requests": n, "fixed_spend_per_1k": fixed_spend,
             "spend_at_cost_weight_0": free, "rows": rows,
             "cost_weight_curve": [{"cost_weight": p.value, "spend_per_1k": 1000.0 * p.figures.total_cost_usd / n,

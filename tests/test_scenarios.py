@@ -89,6 +89,11 @@ def test_replay_a_scenario_with_no_data_of_ones_own(tmp_path, monkeypatch, capsy
     assert out["data"] == "scenario outage" and out["requests"] == 300
     assert set(out["baselines"]["fixed"]) == {p.name for p in scenarios.providers()}  # the default 11
     assert out["router"]["errors"] < out["baselines"]["fixed"]["fireworks-llama-405b"]["errors"] == 30  # failover
+    # how the router's first choices answered the outage of the best provider (event_response)
+    ev = out["event"]
+    assert (ev["kind"], ev["start"], ev["end"]) == ("outage", 120, 150)
+    assert ev["response"]["pre_share"] >= 0.2 and isinstance(ev["response"]["move_away"], int)
+    assert ev["response"]["during_share"] < ev["response"]["pre_share"]
     assert list(tmp_path.iterdir()) == []  # nothing written unless asked
 
 

@@ -125,9 +125,12 @@ def run(args) -> int:
                 _err(f"aisia replay: --sweep: {exc}")
                 return 2
 
-    deployments_at = None
+    deployments_at = event = None
     if args.scenario:
-        trace, specs, deployments_at = _scenario(args)
+        from ..replay.scenarios import event_response, format_event_response, price_event
+
+        trace, specs, event = _scenario(args)
+        deployments_at = price_event(event)
     else:
         loaded = _load_data(args, policy)
         if isinstance(loaded, int):
@@ -175,10 +178,14 @@ def run(args) -> int:
     except ReplayError as exc:
         _err(f"aisia replay: {exc}")
         return 1
+    response = event_response(result.choices, event) if event else None
     if args.json:
-        print(json.dumps(replay_dict(result, data=data_label, policy=policy_label), indent=2))
+        extra = {"event": {**event, "response": response}} if event else {}
+        print(json.dumps(replay_dict(result, data=data_label, policy=policy_label, **extra), indent=2))
     else:
         print(format_replay(result))
+        if event:
+            print(format_event_response(event, response))
     return 0
 
 
@@ -202,8 +209,8 @@ def _scenario_usage(args) -> str:
 
 
 def _scenario(args):
-    """(trace, candidate specs, deployments_at) of the synthetic scenario; its files written
-    into --scenario-out when given."""
+    """(trace, candidate specs, event) of the synthetic scenario; its files written into
+    --scenario-out when given."""
     from pathlib import Path
 
     from ..replay import scenarios
@@ -217,8 +224,7 @@ def _scenario(args):
     if args.scenario_out:
         path = scenarios.write_scenario(Path(args.scenario_out), args.scenario, records, meta)
         _err(f"scenario written to {path} (and its .meta.json, .candidates.yaml)")
-    return (scenarios.scenario_trace(args.scenario, records), scenarios.scenario_specs(meta),
-            scenarios.price_event(meta["event"]))
+    return scenarios.scenario_trace(args.scenario, records), scenarios.scenario_specs(meta), ev
 
 
 def _load_data(args, policy):

@@ -168,6 +168,11 @@ def served_from(attempts: Sequence[Call]) -> Served:
                   last.status_code if last is not None else None)
 
 
+def first_choices(served: Sequence[Served]) -> list[Optional[str]]:
+    """Each request's first choice (the candidate tried first; None when none was)."""
+    return [s.attempts[0] if s.attempts else s.served_by for s in served]
+
+
 def percentile(values: Sequence[float], q: float) -> Optional[float]:
     """Linear interpolation between closest ranks (numpy's default); None for no values."""
     xs = sorted(values)
@@ -394,6 +399,8 @@ class ReplayResult:
     strategy: str = ""
     # The router's first requests measured apart (cold start): runner.first_requests's dict.
     first: Optional[dict] = None
+    # Each request's first choice (a scenario's event response reads them); not in as_dict.
+    choices: list = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {
@@ -416,7 +423,7 @@ def replay(policy, alias: str, scenario: Scenario, *, seed: int = 0, progress: O
     if len(scenario) > FIRST_REQUESTS:
         first = first_requests(baselines(policy, alias, scenario.head(FIRST_REQUESTS), seed=seed), {name: served})
     return ReplayResult(alias, seed, len(scenario), figures(name, served, base.oracle_served), base,
-                        strategy=policy.aliases[alias].strategy, first=first)
+                        strategy=policy.aliases[alias].strategy, first=first, choices=first_choices(served))
 
 
 # -- overrides (--sweep) ---------------------------------------------------------------------------
@@ -453,6 +460,14 @@ def override_alias(policy, alias: str, param: str, value: float):
     else:
         new_alias = ap.model_copy(update={param: value})
     return policy.model_copy(update={"aliases": {**policy.aliases, alias: new_alias}})
+
+
+def with_strategy(policy, alias: str, strategy: str, **contextual):
+    """The policy with one alias's strategy replaced (and its contextual settings, if given)."""
+    ap = policy.aliases[alias]
+    ap = ap.model_copy(update={"strategy": strategy, **(
+        {"contextual": ap.contextual.model_copy(update=contextual)} if contextual else {})})
+    return policy.model_copy(update={"aliases": {**policy.aliases, alias: ap}})
 
 
 @dataclass

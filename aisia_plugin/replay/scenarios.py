@@ -336,6 +336,54 @@ def generate_prompt_aware(*, n: int = DEFAULT_REQUESTS, n_providers: int = DEFAU
     return records, meta
 
 
+# -- how a router answered an event --------------------------------------------------------------
+MOVE_WINDOW = 20
+LEAVE_SHARE = 0.2
+PRE_WINDOW = 200
+EVENT_RESPONSE = (
+    f"move-away: after the change at request s, smallest k with the changed candidate X under {LEAVE_SHARE:.0%} of the "
+    f"router's first choices in [s+k, s+k+{MOVE_WINDOW}); come-back: after the event ends at e, smallest k with X's "
+    f"share of [e+k, e+k+{MOVE_WINDOW}) >= half its share over the {PRE_WINDOW} requests before s; `n/a` when X had "
+    f"< {LEAVE_SHARE * 100:.0f} % before s")
+
+
+def _share(choices, cand, lo, hi):
+    seg = choices[max(0, lo):max(0, hi)]
+    return (sum(1 for c in seg if c == cand) / len(seg)) if seg else None
+
+
+def event_response(choices: list, event: Optional[dict]) -> dict:
+    """Given each request's first choice, the share of the changed candidate X before, during and
+    after the event, and the move-away and come-back delays (EVENT_RESPONSE); {} without event."""
+    if not event:
+        return {}
+    n = len(choices)
+    cand, s, e = event["candidate"], event["start"], event["end"]
+    pre = _share(choices, cand, s - PRE_WINDOW, s) or 0.0
+    res = {"pre_share": round(pre, 4), "during_share": round(_share(choices, cand, s, e) or 0.0, 4),
+           "after_share": round(_share(choices, cand, e, n) or 0.0, 4) if e < n else None,
+           "move_away": None, "come_back": None}
+    if pre < LEAVE_SHARE:
+        res["move_away"] = res["come_back"] = "n/a"
+        return res
+    res["move_away"] = next((k for k in range(0, e - s) if (sh := _share(choices, cand, s + k, s + k + MOVE_WINDOW))
+                             is not None and sh < LEAVE_SHARE), "never")
+    if e < n:
+        res["come_back"] = next((k for k in range(0, n - e - MOVE_WINDOW + 1)
+                                 if (sh := _share(choices, cand, e + k, e + k + MOVE_WINDOW)) is not None
+                                 and sh >= pre / 2), "never")
+    return res
+
+
+def format_event_response(event: dict, r: dict) -> str:
+    """One line: how the router's first choices answered the event (event_response's dict)."""
+    after = "" if r["after_share"] is None else f", {r['after_share']:.0%} after"
+    return (f"event {event['kind']} on {event['candidate']} [{event['start']}, {event['end']}): the router's first "
+            f"choices went to it {r['pre_share']:.0%} of the {PRE_WINDOW} requests before, {r['during_share']:.0%} "
+            f"during{after}; move-away {r['move_away']}, come-back {r['come_back']} requests "
+            f"(windows of {MOVE_WINDOW}: leaving is under {LEAVE_SHARE:.0%}, coming back half the share before)")
+
+
 def prompt_signals(text: str) -> tuple[bool, bool, bool]:
     """Which of the prompt_aware generator's difficulty signals the prompt shows (its demanding
     clause, its context sentences, its list of constraints): what a prompt feature could know."""
