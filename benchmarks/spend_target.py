@@ -4,20 +4,21 @@
                                                 [--traces stationary,routellm_gsm8k_x4] [--seed 0]
 
 Per trace and strategy (alias ``auto`` of the shipped policy, its strategy replaced), the router
-is replayed online (``aisia_plugin.replay.runner.run_router``, the real Engine) once per spend
-target and once per cost weight. Targets: 20 %, 40 %, 60 % and 80 % of the way from the spend of
-the cheapest fixed candidate to the router's spend at cost_weight 0 (USD per 1,000 requests:
-what a multiplier of 0 spends, the most a target can bind). Printed per target: the realised
-spend per 1,000 requests over the whole run, the windows of 1,000 consecutive requests starting
-at request 1,000 or later furthest above and below the target (relative deviation), the share
-of those requests after which the multiplier sat at a bound (0: the target did not bind; the
-maximum: it was below what the cost term can buy), the mean score, and the score the cost_weight
+is replayed online (``aisia_plugin.replay.runner.sweep``, the real Engine, as ``aisia replay
+--sweep`` does) once per spend target and once per cost weight. Targets: 20 %, 40 %, 60 % and 80 %
+of the way from the spend of the cheapest fixed candidate to the router's spend at cost_weight 0
+(USD per 1,000 requests: what a multiplier of 0 spends, the most a target can bind). Printed per
+target (``runner.spend_figures``): the realised spend per 1,000 requests over the whole run, the
+windows of 1,000 consecutive requests starting at request 1,000 or later furthest above and below
+the target (relative deviation), the share of those requests after which the multiplier sat at a
+bound (0: the target did not bind; the maximum: it was below what the cost term can buy), the
+mean score, and the score the cost_weight
 sweep's curve reaches at the same spend (linear between its two runs around that spend; "-"
 outside its range). Then each sweep's gain over mixing and, for two-candidate traces, CPT and
 APGR (``aisia_plugin.replay.quality``, as ``aisia replay --sweep`` reports them).
 
-Traces: the synthetic scenarios (``aisia_plugin.replay.scenarios``, 3,000 requests, generated into --out
-when missing; in price_change the router reads the new list price during the event, as run_all.py
+Traces: the synthetic scenarios (``aisia_plugin.replay.scenarios``, 3,000 requests, generated
+into --out when missing; in price_change the router reads the new list price during the event, as run_all.py
 replays it) and RouteLLM GSM8K (benchmarks/convert_data.py; 1,319 prompts, too few for a window
 after the first 1,000, so ``routellm_gsm8k_x4`` is the trace four times over, each pass shuffled
 with its own seed: 5,276 requests). Writes benchmarks/results/spend_target.{json,md}."""
@@ -38,12 +39,10 @@ from aisia_plugin.replay import scenarios
 from aisia_plugin.replay.candidates import load_candidates
 from aisia_plugin.replay.quality import format_measures
 from aisia_plugin.replay.report import sweep_measures
-from aisia_plugin.replay.runner import (SweepPoint, SweepResult, baselines, build_scenario, figures, override_alias, run_router,
-                                        sweep, with_strategy)
+from aisia_plugin.replay.runner import TARGET, build_scenario, sweep, with_strategy
 from aisia_plugin.replay.trace import load_trace
 
 ALIAS = "auto"
-WINDOW = 1000
 SHARES = (0.2, 0.4, 0.6, 0.8)
 COST_WEIGHTS = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 SYNTHETIC = scenarios.SCENARIOS + scenarios.PROMPT_SCENARIOS
@@ -70,28 +69,6 @@ def ensure_traces(out: Path) -> None:
             (out / "routellm_gsm8k.candidates.yaml").read_text(encoding="utf-8"), encoding="utf-8")
 
 
-def per_1k(costs) -> float:
-    return 1000.0 * sum(costs) / len(costs) if costs else 0.0
-
-
-def worst_windows(costs, target: float) -> dict:
-    """The windows of WINDOW requests starting at WINDOW or later whose spend is highest and
-    lowest (start, spend per 1k, relative deviation from the target); None without a window."""
-    n = len(costs)
-    if n < 2 * WINDOW:
-        return None
-    costs = [1000.0 / WINDOW * c for c in costs]  # a window's sum is then its spend per 1,000 requests
-    run = sum(costs[WINDOW:2 * WINDOW])
-    spends = [run]
-    for i in range(WINDOW + 1, n - WINDOW + 1):
-        run += costs[i + WINDOW - 1] - costs[i - 1]
-        spends.append(run)
-    hi = max(range(len(spends)), key=spends.__getitem__)
-    lo = min(range(len(spends)), key=spends.__getitem__)
-    return {side: {"start": WINDOW + k, "spend_per_1k": spends[k], "deviation": (spends[k] - target) / target}
-            for side, k in (("above", hi), ("below", lo))}
-
-
 def curve_score(points, spend: float):
     """The score of the cost_weight curve (points (spend, score) sorted by spend) at `spend`."""
     for (x0, y0), (x1, y1) in zip(points, points[1:]):
@@ -104,43 +81,23 @@ def measure(name: str, out: Path, strategy: str, seed: int) -> dict:
     policy = load_policy()
     trace = load_trace(str(out / f"{name}.jsonl"))
     specs = load_candidates(str(out / f"{name}.candidates.yaml"), trace_names=trace.candidates, policy=policy)
-    scenario = build_scenario(trace, specs, policy, seed=seed)
-    base = baselines(policy, ALIAS, scenario, seed=seed)
-    n = len(scenario)
-    fixed_spend = {c: 1000.0 * f.total_cost_usd / n for c, f in base.fixed.items()}
-    cheapest = min(fixed_spend.values())
-
+    scenario, n = build_scenario(trace, specs, policy, seed=seed), len(trace)
     meta = out / f"{name}.meta.json"
     repriced = scenarios.price_event(json.loads(meta.read_text(encoding="utf-8")).get("event") if meta.exists() else None)
     pol = with_strategy(policy, ALIAS, strategy)
-
     weight_sweep = sweep(pol, ALIAS, scenario, "cost_weight", COST_WEIGHTS, seed=seed, deployments_at=repriced)
     weights = weight_sweep.points
+    fixed_spend = {c: 1000.0 * f.total_cost_usd / n for c, f in weight_sweep.baselines.fixed.items()}
+    cheapest = min(fixed_spend.values())
     curve = sorted((1000.0 * p.figures.total_cost_usd / n, p.figures.mean_score) for p in weights)
     free = 1000.0 * weights[0].figures.total_cost_usd / n  # cost_weight 0: what a multiplier of 0 spends
     targets = [round(cheapest + s * (free - cheapest), 6) for s in SHARES]
-    paced, rows = [], []
-    for t in targets:
-        multipliers = []
-        served = run_router(override_alias(pol, ALIAS, "budget.target_usd_per_1k_requests", t), ALIAS, scenario, seed=seed,
-                            observe=lambda i, engine: multipliers.append(engine.store.pace(ALIAS).multiplier),
-                            deployments_at=repriced)
-        f = figures(f"target_usd_per_1k_requests={t:g}", served, base.oracle_served)
-        paced.append(SweepPoint(t, f))
-        costs = [s.cost_usd for s in served]
-        spend = per_1k(costs)
-        at = curve_score(curve, spend)
-        top = policy.aliases[ALIAS].budget.max_multiplier
-        later = multipliers[WINDOW:]
-        rows.append({"target_usd_per_1k": t, "spend_per_1k": spend, "whole_deviation": (spend - t) / t,
-                     "windows": worst_windows(costs, t),
-                     "at_zero": sum(1 for m in later if m <= 0.0) / len(later),
-                     "at_max": sum(1 for m in later if m >= top) / len(later),
-                     "final_multiplier": multipliers[-1],
-                     "mean_score": f.mean_score, "cost_weight_curve_score": at,
-                     "vs_cost_weight": None if at is None else f.mean_score - at,
-                     "calls": f.calls})
-    target_sweep = SweepResult(ALIAS, "budget.target_usd_per_1k_requests", seed, n, paced, base)
+    target_sweep = sweep(pol, ALIAS, scenario, TARGET, targets, seed=seed, deployments_at=repriced)
+    rows = []
+    for p in target_sweep.points:
+        f, at = p.figures, curve_score(curve, p.spend["spend_per_1k"])
+        rows.append({"target_usd_per_1k": p.value, **p.spend, "mean_score": f.mean_score, "cost_weight_curve_score": at,
+                     "vs_cost_weight": None if at is None else f.mean_score - at, "calls": f.calls})
     return {"trace": name, "strategy": strategy, "requests": n, "fixed_spend_per_1k": fixed_spend,
             "spend_at_cost_weight_0": free, "rows": rows,
             "cost_weight_curve": [{"cost_weight": p.value, "spend_per_1k": 1000.0 * p.figures.total_cost_usd / n,

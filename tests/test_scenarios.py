@@ -138,3 +138,19 @@ def test_train_holdout_measures_the_model_on_requests_it_was_not_fitted_on(tmp_p
     for bad in ("0", "1", "nan"):
         assert aisia(["train", "--data", str(path), "--holdout", bad]) == 2
         assert "--holdout must lie strictly between 0 and 1" in capsys.readouterr().err
+
+
+def test_a_spend_target_sweep_reports_how_each_run_held_its_target(capsys):
+    assert aisia(["replay", "--scenario", "stationary", "--requests", "2500", "--json",
+                  "--sweep", "budget.target_usd_per_1k_requests=0.1,0.3"]) == 0
+    points = json.loads(capsys.readouterr().out)["points"]
+    for p in points:
+        s = p["spend"]
+        assert abs(s["spend_per_1k"] * 2500 / 1000 - p["total_cost_usd"]) < 1e-9  # the run's own spend
+        assert s["whole_deviation"] == (s["spend_per_1k"] - p["value"]) / p["value"]
+        above, below = s["windows"]["above"], s["windows"]["below"]
+        assert 1000 <= above["start"] <= 1500 and below["spend_per_1k"] <= above["spend_per_1k"]
+        assert abs(above["deviation"]) < 0.1 and abs(below["deviation"]) < 0.1  # pacing holds it
+        assert 0.0 <= s["at_zero"] <= 1.0 and s["at_max"] == 0.0
+    assert aisia(["replay", "--scenario", "stationary", "--requests", "300", "--sweep", "cost_weight=0,1"]) == 0
+    assert "against the target" not in capsys.readouterr().out  # other sweeps follow no spend

@@ -232,3 +232,22 @@ def format_measures(m: dict, *, sweep: bool = False) -> list[str]:
                      f"CPT(95%) {pct(c['95'])}, APGR {two['apgr']:.3f} (random mixing: CPT(x) = x, APGR 0.5; "
                      f"curve: {'the swept runs' if sweep else 'the run'} with the all-weak and all-strong ends)")
     return lines
+
+
+def spend_windows(costs: Sequence[float], target: float, window: int) -> Optional[dict]:
+    """The windows of `window` consecutive requests starting at request `window` or later (the
+    first ones are the pacing's warm-up) whose spend is highest and lowest: their start, spend
+    per 1,000 requests and relative deviation from the target; None without such a window."""
+    n = len(costs)
+    if n < 2 * window:
+        return None
+    costs = [1000.0 / window * c for c in costs]  # a window's sum is then its spend per 1,000 requests
+    run = sum(costs[window:2 * window])
+    spends = [run]
+    for i in range(window + 1, n - window + 1):
+        run += costs[i + window - 1] - costs[i - 1]
+        spends.append(run)
+    hi = max(range(len(spends)), key=spends.__getitem__)
+    lo = min(range(len(spends)), key=spends.__getitem__)
+    return {side: {"start": window + k, "spend_per_1k": spends[k], "deviation": (spends[k] - target) / target}
+            for side, k in (("above", hi), ("below", lo))}

@@ -9,7 +9,7 @@ import time
 from typing import Optional, Sequence
 
 from .quality import format_measures, measures
-from .runner import Figures, ReplayResult, SweepResult
+from .runner import SPEND_WINDOW, Figures, ReplayResult, SweepResult
 
 # (key, header, format) of the figure columns in the text tables
 COLUMNS = [
@@ -171,7 +171,24 @@ def format_sweep(result: SweepResult) -> str:
     rows = [(f"{result.param}={p.value:g}", p.figures) for p in result.points]
     lines += _table(rows + baseline_rows(result.baselines))
     lines += [""] + format_measures(sweep_measures(result), sweep=True)
+    if any(p.spend for p in result.points):
+        lines += ["", f"spend per 1,000 requests against the target (windows of {SPEND_WINDOW} requests from request "
+                      f"{SPEND_WINDOW}; the multiplier's shares after the first {SPEND_WINDOW}):"]
+        lines += [f"  {p.value:g}: " + format_spend(p.spend) for p in result.points]
     return "\n".join(lines)
+
+
+def format_spend(s: dict) -> str:
+    """A run's spend_figures in one line."""
+    w = s["windows"]
+    parts = [f"spent {s['spend_per_1k']:.4f} ({s['whole_deviation']:+.1%}) over the run"]
+    if w:
+        parts += [f"{side} window {w[k]['spend_per_1k']:.4f} ({w[k]['deviation']:+.1%}) from request {w[k]['start']}"
+                  for side, k in (("highest", "above"), ("lowest", "below"))]
+    if s["at_zero"] is not None:
+        parts.append(f"multiplier at 0 after {s['at_zero']:.0%}, at its maximum after {s['at_max']:.0%}, "
+                     f"last {s['final_multiplier']:.3g}")
+    return "; ".join(parts)
 
 
 def sweep_dict(result: SweepResult, **extra) -> dict:

@@ -26,7 +26,7 @@ from ..decision import Deployment
 from ..deployments import selects
 from ..outcome import Outcome
 from .candidates import CandidateSpec
-from .quality import measures
+from .quality import measures, spend_windows
 from .trace import RecordedOutcome, Trace, prompt_chars
 
 Progress = Callable[[int, int], None]
@@ -470,10 +470,30 @@ def with_strategy(policy, alias: str, strategy: str, **contextual):
     return policy.model_copy(update={"aliases": {**policy.aliases, alias: ap}})
 
 
+TARGET = "budget.target_usd_per_1k_requests"
+SPEND_WINDOW = 1000  # requests per window of the spend target's figures
+
+
+def spend_figures(costs: Sequence[float], multipliers: Sequence[float], target: float, top: float) -> dict:
+    """How a run held a spend target: its spend per 1,000 requests and deviation over the whole
+    run, the windows of SPEND_WINDOW requests furthest above and below it (quality.spend_windows),
+    and the shares of the requests after the first SPEND_WINDOW after which the multiplier sat at
+    0 (the target did not bind) and at its maximum `top` (the target is below what the cost term
+    can buy); None where the run is too short."""
+    spend = 1000.0 * sum(costs) / len(costs) if costs else 0.0
+    later = multipliers[SPEND_WINDOW:]
+    return {"spend_per_1k": spend, "whole_deviation": (spend - target) / target,
+            "windows": spend_windows(costs, target, SPEND_WINDOW),
+            "at_zero": sum(1 for m in later if m <= 0.0) / len(later) if later else None,
+            "at_max": sum(1 for m in later if m >= top) / len(later) if later else None,
+            "final_multiplier": multipliers[-1] if multipliers else None}
+
+
 @dataclass
 class SweepPoint:
     value: float
     figures: Figures
+    spend: Optional[dict] = None  # spend_figures, in a sweep of TARGET
 
 
 @dataclass
@@ -491,7 +511,8 @@ class SweepResult:
             "param": self.param,
             "seed": self.seed,
             "requests": self.requests,
-            "points": [{"value": p.value, **p.figures.as_dict()} for p in self.points],
+            "points": [{"value": p.value, **p.figures.as_dict(), **({"spend": p.spend} if p.spend else {})}
+                       for p in self.points],
             "baselines": self.baselines.as_dict(),
         }
 
@@ -500,14 +521,19 @@ def sweep(policy, alias: str, scenario: Scenario, param: str, values: Sequence[f
           progress: Optional[Callable[[int, float], Optional[Progress]]] = None,
           deployments_at: Optional[Callable[[int, dict], dict]] = None) -> SweepResult:
     """Re-run the router with `param` set to each value; baselines once (they do not learn).
-    `progress(i, value)` may return a per-run progress callback; `deployments_at`: as run_router's."""
+    `progress(i, value)` may return a per-run progress callback; `deployments_at`: as run_router's.
+    A sweep of the spend target (TARGET) also follows each run's multiplier: its ``spend``."""
     policies = [override_alias(policy, alias, param, v) for v in values]  # every value checked first
     base = baselines(policy, alias, scenario, seed=seed)
     points = []
     for i, (v, pol) in enumerate(zip(values, policies)):
         cb = progress(i, v) if progress is not None else None
-        served = run_router(pol, alias, scenario, seed=seed, progress=cb, deployments_at=deployments_at)
-        points.append(SweepPoint(v, figures(f"{param}={v:g}", served, base.oracle_served)))
+        multipliers: list[float] = []
+        observe = (lambda _, engine: multipliers.append(engine.store.pace(alias).multiplier)) if param == TARGET else None
+        served = run_router(pol, alias, scenario, seed=seed, progress=cb, deployments_at=deployments_at, observe=observe)
+        spend = (spend_figures([s.cost_usd for s in served], multipliers, v, pol.aliases[alias].budget.max_multiplier)
+                 if param == TARGET else None)
+        points.append(SweepPoint(v, figures(f"{param}={v:g}", served, base.oracle_served), spend))
     return SweepResult(alias, param, seed, len(scenario), points, base)
 
 
