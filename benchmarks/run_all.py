@@ -308,7 +308,7 @@ def diagnosis_lines(r: dict) -> list[str]:
     if not d:
         return []
     cws = ", ".join(f"{p['cost_weight']:g}" for p in next(iter(d["predictors"].values()))["points"])
-    L = [f"What the contextual model can know (`aisia train --holdout 0.5`, and the rows after `label mean`): fitted with full information "
+    L = [f"What the contextual model can know (`aisia train --holdout 0.5` prints the rows up to `label mean`): fitted with full information "
          f"(`fit_full_information`, what `aisia train` does) on the first {d['train_requests']} requests, then a greedy "
          f"router, argmax(predicted reward + cost bonus), on the other {d['test_requests']}, swept over cost_weight "
          f"{cws}; beside it the same greedy router on other predictors fitted on the same half (`label mean` and the "
