@@ -47,7 +47,7 @@ FAILOVER_ATTEMPTS = 2
 # SWEPT, for `auto` as shipped and `auto` with the contextual strategy. Up to 3: on prompt_aware
 # the cheap candidates only win the easy prompts from the best one beyond cost_weight 1 (their
 # price gap is under 1 $/1M against cost_scale_per_1m 10), so a sweep stopping at 1 ends before
-# the curve reaches the cheap end (benchmarks/contextual_diagnosis.py).
+# the curve reaches the cheap end (the `diagnosis` of its results: `diagnose` below).
 SWEEP = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 3.0)
 SWEPT = ("routellm_gsm8k", "routerarena", "prompt_aware")
 # The sweeps are replayed with this many more router seeds (seed + 1...): the best point's spread.
