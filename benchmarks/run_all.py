@@ -13,8 +13,6 @@ move-away and come-back, failover for every router) are defined in benchmarks/RE
 from __future__ import annotations
 
 import json
-import os
-import platform
 import random
 import sys
 import time
@@ -707,20 +705,12 @@ def main(argv=None) -> int:
     if not args.only:  # the decision cost beside LiteLLM's (results/overhead.{json,md}, quoted in the report)
         decision_overhead.main(["--calls", "2000"] + (["--sizes", "16"] if args.quick else []))
 
-    import aisia_plugin
-
-    def count(p):
-        with open(p, encoding="utf-8") as fh:
-            return sum(1 for line in fh if line.strip())
-
-    conditions = {
-        "quick": args.quick, "cpu_count": os.cpu_count(), "python": platform.python_version(),
-        "platform": platform.platform(), "litellm": bench.version("litellm"), "aisia": aisia_plugin.__version__,
-        "seed": args.seed, "synthetic_seed": args.synthetic_seed, "data_seed": convert_data.DEFAULT_SEED,
-        "synthetic_requests": n_syn, "providers": args.providers, "data_dir": "../shared/data ($AISIA_SHARED_DATA)",
-        "gsm8k_requests": count(real["routellm_gsm8k"]), "arena_requests": count(real["routerarena"]),
-        "latency_model": convert_data.latency_model_text(), "wall_s": time.monotonic() - t0,
-    }
+    conditions = bench.conditions(
+        quick=args.quick, aisia=bench.version("aisia_plugin"), seed=args.seed, synthetic_seed=args.synthetic_seed,
+        data_seed=convert_data.DEFAULT_SEED, synthetic_requests=n_syn, providers=args.providers,
+        data_dir="../shared/data ($AISIA_SHARED_DATA)", gsm8k_requests=len(bench.read_jsonl(real["routellm_gsm8k"])),
+        arena_requests=len(bench.read_jsonl(real["routerarena"])), latency_model=convert_data.latency_model_text(),
+        wall_s=time.monotonic() - t0)
     (RESULTS_DIR / "conditions.json").write_text(json.dumps(conditions, indent=2) + "\n")
     if not args.only:
         write_report(results, conditions)
