@@ -570,8 +570,7 @@ class AisiaPlugin(CustomLogger):
         # No pre-call hook ran (a Router used without the proxy): the id is given here.
         rid = events.request_id(kwargs) or events.stamp_request_id(kwargs)
         call = rt.call_for(rid, model, create=True)
-        first = rt.call(rid)
-        first.latest = call
+        rt.call(rid).decided(call)
         if call.caller_fault is not None:  # the same failure on two deployments: theirs
             status, message = call.caller_fault
             raise Refused(status, message, "invalid_request_error", model, call.tried)
@@ -809,7 +808,7 @@ class AisiaPlugin(CustomLogger):
         if rt is None or not rt.calls:
             return None
         first = rt.call(events.request_id(data))
-        call = (first.latest or first) if first is not None else None
+        call = first.current if first is not None else None
         if call is None or not call.attempts:
             return None
         self._settle_request(first)  # an answer came: the failures before it were the deployments'
@@ -836,7 +835,7 @@ class AisiaPlugin(CustomLogger):
         first = rt.call(events.request_id(request_data or {}))
         if first is None:
             return None
-        call = first.latest or first
+        call = first.current
         rt.close_call(first)  # nothing else is expected for it
         self._settle_request(first)
         if call.caller_fault is not None:

@@ -81,11 +81,23 @@ class Call:
     pending: Optional[PendingFailure] = None
     caller_fault: Optional[tuple] = None  # (status, message): the same failure on two deployments
     branches: dict = field(default_factory=dict)  # alias -> Call, for alias-to-alias fallbacks
-    latest: Optional["Call"] = None  # the call (this one or a branch) that was decided last
+    latest: Optional["Call"] = None  # the branch that was decided last; None: this call (see decided)
     served: bool = False  # registered for feedback
     key: Optional[str] = None  # the hash of the API key that made it (caller_key): who may give feedback
     answered: bool = False  # the response headers were produced
     finished: bool = False  # the final outcome was learned
+
+    def decided(self, call: "Call") -> None:
+        """`call` (this one or one of its branches) was decided last. This call itself is kept
+        as None, not as a reference to itself: that would make every alias request a reference
+        cycle, its whole record (attempts, decisions, explain entries) freed only by the cyclic
+        collector's full collections, whose cost grows with what they find."""
+        self.latest = call if call is not self else None
+
+    @property
+    def current(self) -> "Call":
+        """The call (this one or a branch) that was decided last."""
+        return self.latest or self
 
     @property
     def tried(self) -> list:

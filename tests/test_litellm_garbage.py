@@ -1,0 +1,84 @@
+"""What an alias request leaves to Python's cyclic garbage collector: nothing of the plugin's.
+Its record (the call, its attempts, their decisions and explain entries) is freed by reference
+counting once its last hook has run and the explain log has dropped it. A reference cycle in it
+would keep all of that alive until a full collection; under concurrent traffic those records
+reach the oldest generation first, and each full collection walks the proxy's whole heap
+(benchmarks/results/proxy_profile.md, "Concurrency and the garbage collector").
+
+Driven as the proxy drives a Router (pre-call hook, ``Router.acompletion``, headers hook), with
+LiteLLM's mocked answer instead of an upstream."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+
+from router_harness import PluginRouters
+
+POLICY = """\
+version: 1
+proxy: {explain_history: 2}
+aliases:
+  gc/pair:
+    description: two deployments
+    strategy: ucb1
+    candidates: {models: [gc-a, gc-b]}
+"""
+HELLO = [{"role": "user", "content": "Write a Python function that merges two sorted lists"}]
+
+
+class _Key:
+    token = "hashed-key"
+    api_key = None
+
+
+def _deployment(name: str) -> dict:
+    return {"model_name": name, "litellm_params": {"model": f"openai/{name}", "api_base": "http://127.0.0.1:9/v1",
+                                                   "api_key": "sk-x"},
+            "model_info": {"id": name, "input_cost_per_token": 1e-7, "output_cost_per_token": 1e-7}}
+
+
+async def _request(router, plugin) -> None:
+    data = await plugin.async_pre_call_hook(_Key(), None, {"model": "gc/pair", "messages": HELLO}, "acompletion")
+    response = await router.acompletion(**data, mock_response="one two three")
+    await plugin.async_post_call_response_headers_hook(data, _Key(), response)
+
+
+async def _settled(plugin, learned: int) -> None:
+    """LiteLLM's logging worker has delivered every success event and the plugin has run what it
+    queued after its hooks."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 20
+    while loop.time() < deadline:
+        rt = plugin.runtime
+        if sum(r["count"] for r in rt.store.stats().values()) >= learned and not rt.calls and rt.after.pending == 0:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the requests' success events were not all learned")
+
+
+async def test_an_alias_request_leaves_nothing_of_the_plugins_to_the_cyclic_collector(tmp_path):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    routers = PluginRouters([policy])
+    try:
+        router, plugin = routers.make([_deployment("gc-a"), _deployment("gc-b")])
+        await _request(router, plugin)
+        await _settled(plugin, 1)
+        gc.collect()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds unreachable is kept in gc.garbage
+        try:
+            for _ in range(6):  # more than explain_history: the log has dropped the first ones
+                await _request(router, plugin)
+            await _settled(plugin, 7)
+            gc.collect()
+            left = sorted({type(o).__qualname__ for o in gc.garbage if type(o).__module__.startswith("aisia_plugin")})
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+        assert left == []
+        assert len(plugin.runtime.explain) == 2
+    finally:
+        routers.close()
