@@ -174,7 +174,7 @@ def main(argv=None) -> int:
         "conditions": bench.conditions(
             load_average_at_start=load_start, load_average_at_end=bench.load_average(),
             minutes=round((time.monotonic() - started) / 60, 1),
-            proxy="litellm --config (1 worker each), offline flags, no database, master key, simple-shuffle",
+            proxy="litellm --config (1 worker each), offline flags, no database, master key, simple-shuffle, its route table built by one request to an unknown path before any measured one (as in service)",
             upstream="aisia_plugin.demo.upstream, no added latency, its own process, HTTP/1.1 keep-alive",
             client="httpx on the same machine (sync for sequential, asyncio for concurrent)",
             request=f"one user message ({len(PROMPT)} chars), max_tokens 16, non-streaming",
