@@ -284,6 +284,13 @@ def replace_block(path: Path, begin: str, end: str, block: str) -> bool:
     return True
 
 
+
+def replace_blocks(path: Path, blocks: dict[str, list[str]]) -> bool:
+    """Each block's lines between its markers ``<!-- NAME -->`` and ``<!-- /NAME -->`` in ``path``,
+    the hand-written text around them left as it is; False when a block's markers are missing."""
+    return all([replace_block(path, f"<!-- {name} -->", f"<!-- /{name} -->",
+                              "\n".join([f"<!-- {name} -->", *lines, f"<!-- /{name} -->"])) for name, lines in blocks.items()])
+
 # -- robustness and domain scripts ----------------------------------------------------------------
 # RouterArena's prompts labelled by domain (domain_accuracy.py measures the detection on them,
 # domain_vocabulary.py mines words from them): the source dataset (the prefix of global_index)

@@ -44,7 +44,6 @@ GSM8K = "routellm_gsm8k_responses.csv"
 # The commit whose policies/domains.yaml is the vocabulary before issue 14's changes (the figures
 # the issue quotes): the "before" of the before/after tables, read with git show.
 BASELINE_REV = "ce978675ad89194a8cfc67f3cb40792e15eac412"
-README_START, README_END = "<!-- domain-accuracy -->", "<!-- /domain-accuracy -->"
 DOC = bench.REPO / "docs" / "domain-accuracy.md"
 
 
@@ -259,15 +258,14 @@ def held_out_figures(result) -> list[str]:
     return out
 
 
-def readme_block(result) -> str:
+def readme_block(result) -> list[str]:
     """The README's block between the domain-accuracy markers (the prose around it is hand-written)."""
     full = result["full_prompt"]
-    return "\n".join([
-        README_START, *domain_table(full),
-        "", "(image, voice, transcription, vision, embedding, classification and sentiment have no labelled prompt",
-        f"here and were predicted for none.) False-positive rate on the {full['unlabelled']} unlabelled prompts: "
-        f"{full['unlabelled_false_positive_rate']:.3f}.", "",
-        *before_after(result, "Topic domains before and after issue 14 (precision / recall):"), README_END])
+    return [*domain_table(full),
+            "", "(image, voice, transcription, vision, embedding, classification and sentiment have no labelled prompt",
+            f"here and were predicted for none.) False-positive rate on the {full['unlabelled']} unlabelled prompts: "
+            f"{full['unlabelled_false_positive_rate']:.3f}.", "",
+            *before_after(result, "Topic domains before and after issue 14 (precision / recall):")]
 
 
 def measure(domains, rows, names, data, no_speed) -> dict:
@@ -302,15 +300,13 @@ def main(argv=None):
         print(f"--- {ds} -> {detector.detect(p)} {detector.scores(p)}\n{strip_wrapper(p)[:300]!r}")
     if not args.no_write:
         bench.write_results("domain_accuracy", result)
-        for name, lines in blocks.items():
-            begin, end = f"<!-- domain-accuracy:{name} -->", f"<!-- /domain-accuracy:{name} -->"
-            bench.replace_block(DOC, begin, end, "\n".join([begin, *lines, end]))
+        bench.replace_blocks(DOC, {f"domain-accuracy:{name}": lines for name, lines in blocks.items()})
         prose = DOC.read_text(encoding="utf-8")
         for fact in stated(result):
             if fact not in prose:
                 print(f"{DOC.name}: the hand-written prose does not state this run's {fact!r}; update it", file=sys.stderr)
         if not args.no_readme:
-            bench.replace_block(bench.REPO / "README.md", README_START, README_END, readme_block(result))
+            bench.replace_blocks(bench.REPO / "README.md", {"domain-accuracy": readme_block(result)})
 
 
 if __name__ == "__main__":
