@@ -28,7 +28,7 @@ from aisia_plugin.decision import AliasSettings
 from aisia_plugin.policy import load_policy
 from aisia_plugin.replay import scenarios, training
 from aisia_plugin.replay.candidates import price_specs
-from aisia_plugin.replay.quality import measures
+from aisia_plugin.replay.quality import cpt_text, measures
 from aisia_plugin.replay.report import jsonable
 from aisia_plugin.replay.runner import (FIRST_REQUESTS, Call, Served, baselines, build_scenario, figures, first_choices,
                                         first_requests, override_alias, run_fixed, run_oracle, run_router, run_uniform,
@@ -38,7 +38,6 @@ from aisia_plugin.replay.trace import load_trace
 RESULTS_DIR = bench.RESULTS
 RESULTS_MD = bench.HERE / "RESULTS.md"
 README = REPO / "README.md"
-README_BEGIN, README_END = "<!-- results -->", "<!-- /results -->"
 LITELLM_STRATEGIES = ("simple-shuffle", "latency-based-routing", "cost-based-routing")
 FAILOVER_ATTEMPTS = 2
 # The cost_weight values swept (gain over mixing at the best point, CPT, APGR), on the traces of
@@ -254,10 +253,6 @@ def _fmt(v, spec="{:.4f}"):
     return "-" if v is None else v if isinstance(v, str) else spec.format(v)
 
 
-def _pct(v) -> str:
-    return "never" if v is None else f"{v:.1%}"
-
-
 def _point(p: dict) -> str:
     return f"{p['gain_over_mixing']:+.4f} ({p['mean_score']:.4f}, ${p['total_cost_usd']:.3f})"
 
@@ -296,7 +291,7 @@ def heldout_lines(r: dict) -> list[str]:
             f"with the contextual strategy (oracle's gain on them {h['oracle_gain']:+.4f}): gain over mixing per "
             "cost_weight.", ""] + bench.md_table(head, [
                 [label] + [_point(p) for p in m["runs"]] + [f"{m['best_gain_over_mixing']:+.4f} ({m['best']})"]
-                + ([_pct(m["two_models"]["cpt"]["95"]), f"{m['two_models']['apgr']:.3f}"] if two else [])
+                + ([cpt_text(m["two_models"]["cpt"]["95"]), f"{m['two_models']['apgr']:.3f}"] if two else [])
                 for label, m in h["runs"].items()]) + [""]
 
 
@@ -320,7 +315,7 @@ def diagnosis_lines(r: dict) -> list[str]:
     rows = [[label, f"{e['best_gain_over_mixing']:+.4f}", f"{e['best_cost_weight']:g}",
              f"{e['best_gain_over_mixing'] / og:.1%}" if og > 0 else "-", f"{e['mse']:.4f}"]
             + ([_fmt(e.get("difficulty_auc"), "{:.3f}")] if hard else [])
-            + ([_pct(e.get("cpt95")), f"{e['apgr']:.3f}" if "apgr" in e else "-"] if two else [])
+            + ([cpt_text(e.get("cpt95")), f"{e['apgr']:.3f}" if "apgr" in e else "-"] if two else [])
             for label, e in d["predictors"].items()]
     return L + bench.md_table(head, rows) + [""]
 
@@ -336,7 +331,7 @@ def sweep_lines(r: dict) -> list[str]:
         ["CPT(50%)", "CPT(80%)", "CPT(95%)", "APGR"] if two else [])
     rows = [[f"`{label}`"] + [_point(p) for p in m["runs"]]
             + [f"{m['best_gain_over_mixing']:+.4f} ({m['best']})", _fmt(m.get("oracle_share"), "{:.1%}")]
-            + ([*(_pct(m["two_models"]["cpt"][k]) for k in ("50", "80", "95")), f"{m['two_models']['apgr']:.3f}"]
+            + ([*(cpt_text(m["two_models"]["cpt"][k]) for k in ("50", "80", "95")), f"{m['two_models']['apgr']:.3f}"]
                if two else [])
             for label, m in sw.items()]
     L = [f"cost_weight sweep of `auto` ({len(points)} runs per strategy, the same trace): gain over mixing at each point "
@@ -536,7 +531,7 @@ def issue14_targets(results: list[dict]) -> list[str]:
             out.append(f"- {r['name']}, full information on the first half, greedy on the second (what the model can know; "
                        f"oracle {r['diagnosis']['oracle']['gain_over_mixing']:+.4f} there): the model "
                        f"{m['best_gain_over_mixing']:+.4f}" + "".join(f", {k} {P[k]['best_gain_over_mixing']:+.4f}" for k in refs)
-                       + (f"; CPT(95%) of the model {_pct(m.get('cpt95'))}" if "cpt95" in m else "") + " (table in its section).")
+                       + (f"; CPT(95%) of the model {cpt_text(m.get('cpt95'))}" if "cpt95" in m else "") + " (table in its section).")
     for r in results:
         h = r.get("heldout")
         if h:
@@ -628,34 +623,19 @@ def render(results: list[dict], conditions: dict) -> str:
     return "\n".join(L + overhead_section()) + "\n"
 
 
-def readme_block(results: list[dict], conditions: dict) -> list[str]:
-    """The README's quote of this run: the summary and the issue-14 targets, as RESULTS.md has them."""
-    return [README_BEGIN,
-            "## Routing quality and overhead (quoted from [benchmarks/RESULTS.md](benchmarks/RESULTS.md))", "",
-            "One command regenerates `benchmarks/RESULTS.md`, `benchmarks/results/*.json` and this section from the",
-            "real outcomes in `../shared/data` and seeded synthetic scenarios, replaying our policies next to",
-            "LiteLLM's own `simple-shuffle`, `latency-based-routing` and `cost-based-routing` (driven through",
-            "LiteLLM's code), the fixed candidates, the best mixture of them at the same cost, uniform random",
-            "and the per-request oracle:", "",
-            "```bash",
-            ".venv/bin/python benchmarks/run_all.py  # about 10 minutes on 2 cores, decision_overhead.py included; --quick for less",
-            "```", "",
-            f"Conditions: {conditions['cpu_count']} cores, Python {conditions['python']}, LiteLLM {conditions['litellm']}; "
-            "every router replayed on the same traces with the same seeds (details in RESULTS.md).", "",
-            *summary(results), "",
-            "Prompt-aware routing (issue 14): quality is reported with its cost. The primary figure is the",
-            "**gain over mixing**: the mean reward minus the best mixture of the fixed candidates at the same",
-            "cost (0 for a router that learns nothing; the oracle's gain is the ceiling).", "",
-            *issue14_targets(results), "",
-            "Decision overhead per alias and pool size, with LiteLLM's own selection in the same run: the",
-            "\"Decision overhead\" section of RESULTS.md (`benchmarks/results/overhead.md`).",
-            README_END]
+def readme_blocks(results: list[dict], conditions: dict) -> dict[str, list[str]]:
+    """The README's quotes of this run by marker name, as RESULTS.md has them: the conditions and the
+    summary, and the targets (the prose around them is hand-written in the README)."""
+    return {"results": [f"Conditions: {conditions['cpu_count']} cores, Python {conditions['python']}, LiteLLM "
+                        f"{conditions['litellm']}; every router replayed on the same traces with the same seeds "
+                        "(details in RESULTS.md).", "", *summary(results)],
+            "results:targets": issue14_targets(results)}
 
 
 def write_report(results: list[dict], conditions: dict, readme: Path = README) -> bool:
-    """RESULTS.md, and the README's block between the markers (False, and a message, when they are missing)."""
+    """RESULTS.md, and the README's blocks between their markers (False, and a message, when they are missing)."""
     RESULTS_MD.write_text(render(results, conditions), encoding="utf-8")
-    return bench.replace_block(readme, README_BEGIN, README_END, "\n".join(readme_block(results, conditions)))
+    return bench.replace_blocks(readme, readme_blocks(results, conditions))
 
 
 def main(argv=None) -> int:
@@ -686,7 +666,6 @@ def main(argv=None) -> int:
         cands = (convert_data.routellm_candidates() if name == "routellm_gsm8k"
                  else convert_data.routerarena_candidates(data_dir))
         jobs.append((name, path, cands, ["auto", "auto/cheap", "auto/smart"], None, "real"))
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     results = []
     for name, path, cands, aliases, event, kind in jobs:
         if args.only and name not in args.only:
@@ -697,7 +676,7 @@ def main(argv=None) -> int:
             res["heldout"] = heldout_prior(name, path, cands, policy, seed=args.seed)
         if name in SWEPT:  # what the model can know: full information on one half, greedy on the other
             res["diagnosis"] = diagnose(name, path, cands, policy, seed=args.seed)
-        (RESULTS_DIR / f"{name}.json").write_text(json.dumps(jsonable(res), indent=2) + "\n")
+        bench.write_results(name, jsonable(res))
         a = res["rows"]["aisia auto"]
         print(f"          auto {a['mean_score']:.4f} ({a['pct_of_oracle']:.1f} % of oracle), {res['wall_s']:.1f} s "
               f"{res['router_wall_s']}", flush=True)
@@ -711,7 +690,7 @@ def main(argv=None) -> int:
         data_dir="../shared/data ($AISIA_SHARED_DATA)", gsm8k_requests=len(bench.read_jsonl(real["routellm_gsm8k"])),
         arena_requests=len(bench.read_jsonl(real["routerarena"])), latency_model=convert_data.latency_model_text(),
         wall_s=time.monotonic() - t0)
-    (RESULTS_DIR / "conditions.json").write_text(json.dumps(conditions, indent=2) + "\n")
+    bench.write_results("conditions", conditions)
     if not args.only:
         write_report(results, conditions)
         print(f"wrote {RESULTS_MD.relative_to(REPO)} and the README's results in {conditions['wall_s']:.0f} s")

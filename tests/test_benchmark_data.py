@@ -94,7 +94,7 @@ def test_real_traces_are_shuffled_by_a_fixed_seed():
 
 
 def test_the_readme_quotes_the_committed_benchmark_results():
-    """The README's results block is what `run_all.py` renders from benchmarks/results/*.json: a
+    """The README's results blocks are what `run_all.py` renders from benchmarks/results/*.json: a
     figure edited by hand, or a run whose README was not regenerated, fails here."""
     import run_all
 
@@ -103,7 +103,8 @@ def test_the_readme_quotes_the_committed_benchmark_results():
     results = [json.loads((run_all.RESULTS_DIR / f"{n}.json").read_text())
                for n in names if (run_all.RESULTS_DIR / f"{n}.json").exists()]
     assert results, "no committed results"
-    expected = "\n".join(run_all.readme_block(results, conditions))
     text = run_all.README.read_text(encoding="utf-8")
-    start, end = text.index(run_all.README_BEGIN), text.index(run_all.README_END) + len(run_all.README_END)
-    assert text[start:end] == expected, "README results block is stale: run benchmarks/run_all.py --render-only"
+    for name, lines in run_all.readme_blocks(results, conditions).items():
+        begin, end = f"<!-- {name} -->", f"<!-- /{name} -->"
+        block = text[text.index(begin):text.index(end) + len(end)]
+        assert block == "\n".join([begin, *lines, end]), f"README {name} block is stale: run benchmarks/run_all.py --render-only"

@@ -150,6 +150,11 @@ def apgr(curve: Sequence[tuple[float, float]]) -> float:
     return area
 
 
+def cpt_text(v: Optional[float]) -> str:
+    """A CPT as a share of strong-model calls; "never" for a curve that never recovers the level."""
+    return "never" if v is None else f"{v:.1%}"
+
+
 # -- the measures of a replay ------------------------------------------------------------------
 def _point(f, name: str = "") -> Point:
     return Point(float(f.total_cost_usd), float(f.mean_score), name)
@@ -224,12 +229,8 @@ def format_measures(m: dict, *, sweep: bool = False) -> list[str]:
     two = m.get("two_models")
     if two:
         c = two["cpt"]
-
-        def pct(v):
-            return "never" if v is None else f"{v:.1%}"
-
-        lines.append(f"  {two['weak']} (weak) vs {two['strong']} (strong): CPT(50%) {pct(c['50'])}, CPT(80%) {pct(c['80'])}, "
-                     f"CPT(95%) {pct(c['95'])}, APGR {two['apgr']:.3f} (random mixing: CPT(x) = x, APGR 0.5; "
+        lines.append(f"  {two['weak']} (weak) vs {two['strong']} (strong): CPT(50%) {cpt_text(c['50'])}, CPT(80%) "
+                     f"{cpt_text(c['80'])}, CPT(95%) {cpt_text(c['95'])}, APGR {two['apgr']:.3f} (random mixing: CPT(x) = x, APGR 0.5; "
                      f"curve: {'the swept runs' if sweep else 'the run'} with the all-weak and all-strong ends)")
     return lines
 
