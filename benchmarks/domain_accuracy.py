@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import bench
@@ -60,10 +61,7 @@ def gsm8k_recall(detector, data: Path):
     if not (data / GSM8K).exists():
         return None
     preds = [detector.detect(row["prompt"]) for row in bench.read_csv(data / GSM8K)]
-    other: dict[str, int] = {}
-    for p in preds:
-        if p not in (None, "math"):
-            other[p] = other.get(p, 0) + 1
+    other = dict(Counter(p for p in preds if p not in (None, "math")))  # in order of first prediction
     return {"prompts": len(preds), "math_recall": round(preds.count("math") / len(preds), 4), "other_domains": other}
 
 
