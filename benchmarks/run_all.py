@@ -101,8 +101,8 @@ def run_litellm(strategy: str, scenario, names: list[str], prices: dict, *, seed
 
 
 # -- metrics ---------------------------------------------------------------------------------------
-def row_dict(name, served, oracle_served, oracle_mean, event, n, extra=None) -> dict:
-    f = figures(name, served, oracle_served)
+def row_dict(f, served, oracle_mean, event, n, extra=None) -> dict:
+    """A row of a trace's table: ``f``, the Figures of ``served``, with its error and oracle shares and its move."""
     d = f.as_dict()
     d["errors_pct"] = 100.0 * f.errors / n if n else 0.0
     d["pct_of_oracle"] = 100.0 * f.mean_score / oracle_mean if oracle_mean else None
@@ -131,27 +131,27 @@ def bench_trace(name: str, path: Path, cands: dict, policy, aliases: list[str], 
     def route(pol, alias, s):
         return run_router(pol, alias, scenario, seed=s, deployments_at=scenarios.price_event(price_event))
 
-    def add(label, name, served, extra, started, figures_name):
+    def add(label, name, served, extra, started):
         served_by[label] = served
-        rows[label] = row_dict(name, served, oracle_served, om, event, n, extra)
-        runs[label] = figures(figures_name, served, oracle_served)
+        runs[label] = figures(name, served, oracle_served)
+        rows[label] = row_dict(runs[label], served, om, event, n, extra)
         timings[label] = round(time.monotonic() - started, 2)
 
     for label, pol, alias in [(f"aisia {a}", policy, a) for a in aliases] + [(CONTEXTUAL, contextual, "auto")]:
         t = time.monotonic()
         served = route(pol, alias, seed)
-        add(label, alias, served, {"strategy": pol.aliases[alias].strategy}, t, label)
+        add(label, alias, served, {"strategy": pol.aliases[alias].strategy}, t)
     for strat in LITELLM_STRATEGIES:
         t = time.monotonic()
         served, notes = run_litellm(strat, scenario, names, prices, seed=seed, event=price_event)
-        add(f"litellm {strat}", strat, served, {"failover_notes": notes}, t, strat)
+        add(f"litellm {strat}", strat, served, {"failover_notes": notes}, t)
     # best fixed candidate (by mean score, cheapest on ties), uniform random, oracle
     best = max(base.fixed.items(), key=lambda kv: (kv[1].mean_score, -kv[1].total_cost_usd))[0]
     uni = run_uniform(scenario, names, attempts=policy.aliases["auto"].failover.attempts, seed=seed)
     for label, fig_name, served, f in ((f"best fixed ({best})", best, run_fixed(scenario, best)[0], base.fixed[best]),
                                        ("uniform random", "uniform random", uni, base.uniform),
                                        ("oracle", "oracle", run_oracle(scenario, names), base.oracle)):
-        rows[label] = row_dict(fig_name, served, oracle_served, om, event, n)
+        rows[label] = row_dict(figures(fig_name, served, oracle_served), served, om, event, n)
         runs[label] = f
     # Quality with its cost: each row's gain over mixing the fixed candidates at its cost.
     q = measures(base, list(runs.values()))
