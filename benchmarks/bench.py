@@ -21,7 +21,7 @@ import time
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Awaitable, Callable, Iterable
+from typing import Awaitable, Callable, Iterable, Sequence
 
 for _flag in ("LITELLM_LOCAL_MODEL_COST_MAP", "LITELLM_LOCAL_BLOG_POSTS", "LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS",
               "LITELLM_LOCAL_AUTOROUTER_PRESETS", "LITELLM_LOCAL_POLICY_TEMPLATES"):
@@ -256,9 +256,11 @@ def interleaved(cells: dict, calls: int, rounds: int = 6) -> dict:
 
 
 # -- results --------------------------------------------------------------------------------------
-def md_table(head: list[str], rows: Iterable[list], align: str = "---") -> list[str]:
-    """A Markdown table (cells formatted by the caller); ``align`` for the columns after the first."""
-    return ["| " + " | ".join(head) + " |", "|---|" + f"{align}|" * (len(head) - 1)] + [
+def md_table(head: list[str], rows: Iterable[list], align: str | Sequence[str] = "---") -> list[str]:
+    """A Markdown table (cells formatted by the caller); ``align`` for the columns after the first:
+    one for all (``"---:"``: right), or one per column."""
+    aligns = [align] * (len(head) - 1) if isinstance(align, str) else list(align)
+    return ["| " + " | ".join(head) + " |", "|---|" + "".join(f"{a}|" for a in aligns)] + [
         "| " + " | ".join(str(c) for c in row) + " |" for row in rows]
 
 

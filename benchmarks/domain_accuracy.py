@@ -248,7 +248,8 @@ def held_out_figures(result) -> list[str]:
     lo = result["leave_one_dataset_out"]
     out = [*bench.md_table(["held-out dataset", "label", "prompts", "correct, shipped", "correct, shipped + mined"],
                            [[ds, c["label"], c["prompts"], c["shipped_correct"], c["mined_correct"]]
-                            for ds, c in lo["per_dataset"].items() if c["label"] in TOPIC]),
+                            for ds, c in lo["per_dataset"].items() if c["label"] in TOPIC],
+                           ("---", "---:", "---:", "---:")),
            "", "Words mined in the folds of the topic datasets (the fold's held-out dataset left out of the mining):", ""]
     for ds, words in lo["mined_words"].items():
         listed = "; ".join(f"{d}: {', '.join(ws[:12])}{' ...' if len(ws) > 12 else ''}" for d, ws in words.items())
