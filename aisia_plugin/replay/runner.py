@@ -24,6 +24,7 @@ from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from ..decision import Deployment
 from ..deployments import selects
+from .. import pacing
 from ..outcome import Outcome
 from .candidates import CandidateSpec
 from .quality import measures, spend_windows
@@ -471,7 +472,8 @@ def with_strategy(policy, alias: str, strategy: str, **contextual):
 
 
 TARGET = "budget.target_usd_per_1k_requests"
-SPEND_WINDOW = 1000  # requests per window of the spend target's figures
+# Requests per window of the spend target's figures: the window the pacing record averages over.
+SPEND_WINDOW = int(pacing.SPEND_WINDOW)
 
 
 def spend_figures(costs: Sequence[float], multipliers: Sequence[float], target: float, top: float) -> dict:
@@ -529,7 +531,9 @@ def sweep(policy, alias: str, scenario: Scenario, param: str, values: Sequence[f
     for i, (v, pol) in enumerate(zip(values, policies)):
         cb = progress(i, v) if progress is not None else None
         multipliers: list[float] = []
-        observe = (lambda _, engine: multipliers.append(engine.store.pace(alias).multiplier)) if param == TARGET else None
+        rule = pacing.rule_of(pol.aliases[alias].budget)
+        observe = ((lambda _, engine: multipliers.append(pacing.multiplier_of(engine.store.pace(alias), rule)))
+                   if param == TARGET else None)
         served = run_router(pol, alias, scenario, seed=seed, progress=cb, deployments_at=deployments_at, observe=observe)
         spend = (spend_figures([s.cost_usd for s in served], multipliers, v, pol.aliases[alias].budget.max_multiplier)
                  if param == TARGET else None)
