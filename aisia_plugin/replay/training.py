@@ -3,10 +3,11 @@ ranks the deployments on requests it was not fitted on (`aisia train --holdout F
 
 Full information, no exploration: the model is fitted with ``fit_full_information`` on the first
 part of the trace, then a *greedy* router reads its predicted reward per deployment on each prompt
-of the held-out rest and takes argmax(predicted reward + cost_weight * (1 - price / cost_scale)),
-the strategy's own cost bonus, without its sampling. Swept over COST_WEIGHTS, each point is (total
-cost, mean score) on the held-out part, and its gain over mixing is measured against the held-out
-part's fixed candidates (``replay.quality``). Beside it, the same greedy router reading reference
+of the held-out rest and takes argmax(predicted reward + the strategy's cost bonus,
+``bandit.cost_bonus``), without its sampling (the price it reads: the mean of a deployment's input
+and output prices). Swept over COST_WEIGHTS, each point is (total cost, mean score) on the held-out
+part, and its gain over mixing is measured against the held-out part's fixed candidates
+(``replay.quality``). Beside it, the same greedy router reading reference
 predictors fitted on the same first part (empirical means, no model): each deployment's mean
 reward (what a context-free router can know), its mean per detected domain (what the per-domain
 bandit can know) and, when the trace labels its requests, per label (unknown to the router)."""
@@ -16,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from ..bandit import cost_bonus
 from .quality import Point, apgr, cpt, frontier_score, mixing_frontier, pgr, pgr_curve, weak_and_strong
 from .trace import TraceRecord
 
@@ -108,8 +110,8 @@ def _curve(preds, h: Holdout, frontier, fixed) -> dict:
     two = weak_and_strong({p.name: p for p in fixed})
     fx = {p.name: p for p in fixed}
     for cw in COST_WEIGHTS:
-        picks = [max(row, key=lambda c: p[c] + cw * max(0.0, 1.0 - h.prices[c] / h.cost_scale))
-                 for p, row in zip(preds, h.calls)]
+        bonus = {c: cost_bonus(price, cw, h.cost_scale) for c, price in h.prices.items()}
+        picks = [max(row, key=lambda c: p[c] + bonus[c]) for p, row in zip(preds, h.calls)]
         s = sum(row[c].score for c, row in zip(picks, h.calls)) / len(h.calls)
         c = sum(row[c].cost_usd for c, row in zip(picks, h.calls))
         pts.append({"cost_weight": cw, "mean_score": s, "total_cost_usd": c, "gain_over_mixing": s - frontier_score(frontier, c)})
