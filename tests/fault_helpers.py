@@ -25,7 +25,7 @@ def start_plugin_proxy(workdir, upstreams: dict, policy, env=None, models=None, 
     """A proxy with the plugin's callback line in front of `upstreams` ({name: RunningUpstream};
     or the deployments `models`), `AISIA_POLICY` naming `policy` (a path, or the text of a file
     written as team.yaml in `workdir`); `litellm_settings` and `general_settings` are added to
-    the config. The fuzz and soak benchmarks start theirs with it too."""
+    the config. The long fuzz and soak runs (tests/long/) start theirs with it too."""
     if isinstance(policy, str):
         path = workdir / "team.yaml"
         path.write_text(policy)

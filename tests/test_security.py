@@ -320,7 +320,7 @@ def test_feedback_is_validated_applied_once_rate_limited_and_moves_only_the_serv
 
 
 def test_a_reset_naming_an_id_redis_cannot_store_is_refused_and_writing_goes_on(proxy, client, redis):
-    """Found by benchmarks/fuzz.py: a lone surrogate in deployment_id was queued for Redis, where it
+    """Found by tests/long/fuzz.py: a lone surrogate in deployment_id was queued for Redis, where it
     cannot be encoded, and every later write waited behind it (and the answer was a 500)."""
     reset = lambda content: httpx.post(proxy.url + "/admin/bandit/reset", headers=proxy.headers,  # noqa: E731
                                        content=content, timeout=60)

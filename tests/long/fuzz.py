@@ -4,8 +4,8 @@ real proxy. atheris does not install here (no wheel in this machine's package in
 hypothesis; CI runs the short property tests (tests/test_hostile_requests.py, whose strategies
 this reuses).
 
-    .venv/bin/python benchmarks/fuzz.py                       # 20,000 examples per target, 2,000 HTTP
-    .venv/bin/python benchmarks/fuzz.py --examples 2000 --http-examples 300
+    .venv/bin/python tests/long/fuzz.py                       # 20,000 examples per target, 2,000 HTTP
+    .venv/bin/python tests/long/fuzz.py --examples 2000 --http-examples 300
 
 A target fails when an exception escapes, or when one example takes longer than --max-example-s
 (no unbounded time). The peak RSS of this process is reported (no unbounded memory). Results:
@@ -22,12 +22,14 @@ import time
 import traceback
 from pathlib import Path
 
-import bench
 import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(bench.TESTS))
+# The tests' fixtures beside this folder (the plugin's proxy, redis-server, ...) and benchmarks/bench.py
+# (LiteLLM kept offline, the machine's conditions, results files), imported first.
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[2] / "benchmarks")]
+import bench  # noqa: E402
 from fault_helpers import start_plugin_proxy  # noqa: E402
 from test_hostile_requests import ALIASES, POOL, messages, scalar, text, tools  # noqa: E402
 
@@ -156,7 +158,7 @@ def http(n: int, limit_s: float) -> list[dict]:
 
 def render(r: dict) -> str:
     lines = [f"# Fuzz run ({r['date']})", "",
-             f"`benchmarks/fuzz.py --examples {r['examples']} --http-examples {r['http_examples']}`: hypothesis "
+             f"`tests/long/fuzz.py --examples {r['examples']} --http-examples {r['http_examples']}`: hypothesis "
              f"(atheris: {r['atheris']}), {r['machine']['cpu_count']} CPUs shared with other jobs, Python "
              f"{r['machine']['python']}; an example fails above {r['max_example_s']} s.", "",
              *bench.md_table(["target", "examples", "slowest example (ms)", "seconds", "result"], [

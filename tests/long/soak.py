@@ -9,8 +9,8 @@ Redis. It stops by itself and checks:
 * memory: the resident set size of every process (proxy, its workers, redis-server) at the start
   of the timed run and at its end.
 
-    .venv/bin/python benchmarks/soak.py                 # 10 minutes at 10 requests/s
-    .venv/bin/python benchmarks/soak.py --minutes 2 --rate 5
+    .venv/bin/python tests/long/soak.py                 # 10 minutes at 10 requests/s
+    .venv/bin/python tests/long/soak.py --minutes 2 --rate 5
 
 The timeline (fractions of the run): from 20 % the cheapest upstream answers 500 for
 min(60 s, 10 %) of the run; at 45 % redis-server is killed (SIGKILL) and restarted from its AOF
@@ -28,10 +28,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import bench
 import httpx
 
-sys.path.insert(0, str(bench.TESTS))  # the redis-server fixture, the delaying TCP proxy, the plugin's proxy
+# The tests' fixtures beside this folder (the plugin's proxy, redis-server, ...) and benchmarks/bench.py
+# (LiteLLM kept offline, the machine's conditions, results files), imported first.
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[2] / "benchmarks")]
+import bench  # noqa: E402
 from fault_helpers import start_plugin_proxy  # noqa: E402
 from redis_server import RedisServer  # noqa: E402
 from tcp_delay import DelayProxy  # noqa: E402
@@ -283,7 +285,7 @@ def run(minutes: float, rate: float, slow_redis_ms: float, out_dir: Path, log=pr
 def render(r: dict) -> str:
     ok = all(r["checks"].values())
     lines = [f"# Soak run ({r['date']})", "",
-             f"`benchmarks/soak.py --minutes {r['minutes']:g} --rate {r['rate_per_s']:g}`: a LiteLLM proxy with two "
+             f"`tests/long/soak.py --minutes {r['minutes']:g} --rate {r['rate_per_s']:g}`: a LiteLLM proxy with two "
              f"workers, the plugin and the Redis store (AOF), {r['machine']['cpu_count']} CPUs shared with other jobs, "
              f"Python {r['machine']['python']}; loopback only.", "",
              f"- requests: {r['requests']} timed (+{r['warmup_requests']} warm-up), {r['streams']} of them streamed; "
