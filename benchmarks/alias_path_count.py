@@ -92,25 +92,7 @@ def instr(state: str) -> None:
         time.sleep(0.001)
 
 
-def _opcode_tracer(counts: dict):
-    """A trace function counting the bytecodes executed in the plugin's own functions (deterministic,
-    unlike any clock): per function, own bytecodes only."""
-    def local(frame, event, arg):
-        if event == "opcode":
-            key = frame.f_code.co_qualname + " " + frame.f_code.co_filename.split("aisia_plugin/")[-1]
-            counts[key] = counts.get(key, 0) + 1
-        return local
-
-    def tracer(frame, event, arg):
-        if "aisia_plugin" not in frame.f_code.co_filename:
-            return None
-        frame.f_trace_opcodes = True
-        return local
-    return tracer
-
-
-async def run(arm: str, requests: int, warmup: int, profile: bool, opcodes: int = 0, deployments: int = 1,
-              wide_aliases: int = 0):
+async def run(arm: str, requests: int, warmup: int, profile: bool, deployments: int = 1, wide_aliases: int = 0):
     router, plugin = build(deployments, wide_aliases, plugin_loaded=arm != "litellm")
     model = ALIAS if arm == "alias" else PLAIN
     for _ in range(warmup):
@@ -121,19 +103,10 @@ async def run(arm: str, requests: int, warmup: int, profile: bool, opcodes: int 
 
         prof = cProfile.Profile()
         prof.enable()
-    counts: dict = {}
-    if opcodes:
-        sys.settrace(_opcode_tracer(counts))
     instr("on")
     for _ in range(requests):
         await one(router, plugin, model)
     instr("off")
-    if opcodes:
-        sys.settrace(None)
-        total = sum(counts.values())
-        print(f"{total / requests:9.1f}  bytecodes per request in aisia_plugin")
-        for name, n in sorted(counts.items(), key=lambda kv: -kv[1])[:opcodes]:
-            print(f"{n / requests:9.1f}  {name}")
     if profile:
         prof.disable()
         table = {bench.function_name(k): v for k, v in bench.per_call(pstats.Stats(prof), requests).items()}
@@ -153,12 +126,11 @@ async def run(arm: str, requests: int, warmup: int, profile: bool, opcodes: int 
 def main(argv=None) -> int:
     a = bench.arguments(__doc__, argv, arm=("alias", "alias, plain or litellm (a Router without the plugin)"),
                         requests=100, warmup=30, cprofile=False,
-                        opcodes=(0, "print the N functions of the plugin that run most bytecodes"),
                         deployments=(1, "deployments in the Router (fillers added)"),
                         wide_aliases=(0, "more aliases, each over every deployment"))
     if a.arm not in ("alias", "plain", "litellm"):
         raise SystemExit(f"--arm {a.arm}: choose alias, plain or litellm")
-    asyncio.run(run(a.arm, a.requests, a.warmup, a.cprofile, a.opcodes, a.deployments, a.wide_aliases))
+    asyncio.run(run(a.arm, a.requests, a.warmup, a.cprofile, a.deployments, a.wide_aliases))
     return 0
 
 

@@ -17,7 +17,6 @@ Writes benchmarks/results/overhead.json and .md."""
 from __future__ import annotations
 
 import cProfile
-import io
 import itertools
 import pstats
 import random
@@ -55,15 +54,32 @@ RATIO_TARGET, RATIO_MODES = 0.5, ("real_prompts", "steady", "unseen")
 SYSTEM = [{"role": "system", "content": "You are a helpful assistant."}]
 
 
+def requests(texts: list[str], step: int = 1, limit: int | None = None) -> list[list[dict]]:
+    """Distinct real 2 KB requests: the texts (every ``step``-th, at most ``limit``) behind the
+    system line, each padded with the texts after it."""
+    return [SYSTEM + [{"role": "user", "content": t}]
+            for t in bench.padded(texts, 2048 - len(SYSTEM[0]["content"]), step, limit)]
+
+
 def real_prompts(limit: int = 400) -> list[list[dict]]:
-    """Distinct real 2 KB requests: RouterArena's prompts, spread over the file (it is grouped by
-    dataset), padded with the ones after them. Empty without the shared data."""
+    """RouterArena's prompts, spread over the file (it is grouped by dataset): [] without the data."""
     files = sorted(bench.shared_data_dir().glob("routerarena_*.jsonl"))
     prompts = [p for r in (bench.read_jsonl(files[0]) if files else ())
                if isinstance(p := r.get("prompt") or r.get("question") or "", str) and p.strip()]
-    need = 2048 - len(SYSTEM[0]["content"])
-    return [SYSTEM + [{"role": "user", "content": t}]
-            for t in bench.padded(prompts, need, max(1, len(prompts) // limit), limit)] if prompts else []
+    return requests(prompts, max(1, len(prompts) // limit), limit)
+
+
+def decide_ns(decide, alias: str, messages, deps, explain: bool = False, after=None) -> int:
+    """The nanoseconds of one ``decide(alias, messages, deps)`` (and ``Decision.as_dict()`` when
+    ``explain``); ``after(decision)`` runs untimed."""
+    t0 = time.perf_counter_ns()
+    d = decide(alias, messages, deps)
+    if explain:
+        d.as_dict()
+    t1 = time.perf_counter_ns()
+    if after:
+        after(d)
+    return t1 - t0
 
 
 def time_unseen(eng, aliases, deps, per_alias: int = 200) -> dict:
@@ -71,20 +87,15 @@ def time_unseen(eng, aliases, deps, per_alias: int = 200) -> dict:
     scanned (disjoint slices), once each: the cost a freshly started proxy pays on new text (RE2's
     lazy DFAs meet it for the first time)."""
     path = bench.shared_data_dir() / "routellm_gsm8k_responses.csv"
-    texts = [row["prompt"] for row in bench.read_csv(path) if row.get("prompt", "").strip()] if path.exists() else []
-    prompts = [SYSTEM + [{"role": "user", "content": t}] for t in bench.padded(texts, 2048 - len(SYSTEM[0]["content"]))]
-    out, pc = {}, time.perf_counter_ns
+    prompts = requests([row["prompt"] for row in bench.read_csv(path) if row.get("prompt", "").strip()]
+                       if path.exists() else [])
+    out = {}
     for k, alias in enumerate(aliases):
         chunk = prompts[k * per_alias:(k + 1) * per_alias]
         if len(chunk) < per_alias:
             break
-        ts = []
         with bench.gc_off():
-            for msgs in chunk:
-                t0 = pc()
-                eng.decide(alias, msgs, deps)
-                ts.append(pc() - t0)
-        out[alias] = bench.summarize(ts)
+            out[alias] = bench.summarize([decide_ns(eng.decide, alias, msgs, deps) for msgs in chunk])
     return out
 
 
@@ -132,27 +143,18 @@ def decide_steps(eng, clock, alias: str, messages, prompts, deps, specs) -> dict
     """One alias's timed steps: ``fixed`` (the dense prompt, state frozen), ``explained`` (plus
     ``Decision.as_dict()``), ``real_prompts`` (a different real prompt each call) and ``steady``
     (real prompts, each decision followed by a recorded outcome, untimed, as in a serving proxy)."""
-    pc, decide = time.perf_counter_ns, eng.decide
-
-    def timed(msgs, after=None, explain=False):
-        t0 = pc()
-        d = decide(alias, msgs, deps)
-        if explain:
-            d.as_dict()
-        t1 = pc()
-        if after:
-            after(d)
-        return t1 - t0
-
-    steps = {"fixed": lambda: timed(messages), "explained": lambda: timed(messages, explain=True)}
+    decide = eng.decide
+    steps = {"fixed": lambda: decide_ns(decide, alias, messages, deps),
+             "explained": lambda: decide_ns(decide, alias, messages, deps, explain=True)}
     if prompts:
         it = itertools.cycle(prompts)
-        steps["real_prompts"] = lambda: timed(next(it))
+        steps["real_prompts"] = lambda: decide_ns(decide, alias, next(it), deps)
     r, lat, it2 = random.Random(11), {sp["id"]: sp["latency_s"] for sp in specs}, itertools.cycle(prompts or [messages])
 
     def steady():
         clock.t += 0.05
-        return timed(next(it2), lambda d: eng.record(d, outcome(r, d.deployment_id, lat[d.deployment_id])))
+        return decide_ns(decide, alias, next(it2), deps,
+                         after=lambda d: eng.record(d, outcome(r, d.deployment_id, lat[d.deployment_id])))
 
     steps["steady"] = steady
     return steps
@@ -214,25 +216,23 @@ def pieces(eng, clock, deps, policy, usable, messages, specs, calls, notes) -> d
     return pc
 
 
-def hot_spots(eng, alias, messages, deps, n, decides) -> tuple[dict, str]:
+def hot_spots(eng, alias, messages, deps, n, decides) -> dict:
+    """cProfile over ``decides`` decisions: the 15 functions of most own time, per decision."""
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(decides):
         eng.decide(alias, messages, deps)
     prof.disable()
-    buf = io.StringIO()
-    ps = pstats.Stats(prof, stream=buf).strip_dirs().sort_stats("tottime")
-    ps.print_stats(20)
-    top = [{"function": f"{file}:{line}({func})", "calls_per_decide": round(nc / decides, 2),
-            "tottime_us_per_decide": round(tt / decides * 1e6, 2), "cumtime_us_per_decide": round(ct / decides * 1e6, 2)}
-           for (file, line, func), (cc, nc, tt, ct, _) in sorted(ps.stats.items(), key=lambda kv: -kv[1][2])[:15]]
-    return ({"alias": alias, "n": n, "decides": decides, "top_by_tottime": top},
-            f"cProfile of {decides} x engine.decide({alias!r}) at n={n}, sorted by tottime\n" + buf.getvalue())
+    per = bench.per_call(pstats.Stats(prof).strip_dirs(), decides)
+    top = [{"function": f"{file}:{line}({func})", "calls_per_decide": round(calls, 2),
+            "tottime_us_per_decide": round(own, 2), "cumtime_us_per_decide": round(cum, 2)}
+           for (file, line, func), (calls, own, cum) in sorted(per.items(), key=lambda kv: -kv[1][1])[:15]]
+    return {"alias": alias, "n": n, "decides": decides, "top_by_tottime": top}
 
 
-def bench_ours(policy, sizes, calls, messages, profile_n: int):
-    ours, piece_sets, notes, modes, profile, profile_text = {}, {}, [], {}, None, None
-    prompts = real_prompts()
+def bench_ours(report: dict, policy, sizes, calls, messages, profile_n: int) -> None:
+    """The report's ``ours``, ``ours_modes``, ``pieces`` and ``profile``, and their notes."""
+    ours, modes, notes, prompts = report["ours"], report["ours_modes"], report["notes"], real_prompts()
     if not prompts:
         notes.append("../shared/data not found: the real-prompt modes use the synthetic prompt")
     notes += [f"alias {a} not in the shipped policy: skipped" for a, _ in ALIASES if a not in policy.aliases]
@@ -257,19 +257,15 @@ def bench_ours(policy, sizes, calls, messages, profile_n: int):
         timed = bench.interleaved(cells, calls)
         ours[str(n)], modes[str(n)] = {}, {}
         for alias, strat in usable:
-            st = ours[str(n)][alias] = dict(timed[(alias, "fixed")], strategy=strat)
-            m = modes[str(n)][alias] = {"strategy": strat, **{
+            ours[str(n)][alias] = dict(timed[(alias, "fixed")], strategy=strat)
+            modes[str(n)][alias] = {"strategy": strat, **{
                 mode: timed[(alias, mode)] for mode in ("explained", "real_prompts", "steady") if (alias, mode) in timed}}
-            print(f"  ours n={n:<3} {alias:<15} " + "  ".join(f"{k} p50 {v['p50_us']:.1f}/p99 {v['p99_us']:.1f}"
-                                                           for k, v in [("fixed", st), *m.items()] if isinstance(v, dict)),
-                  flush=True)
         if n == TARGET_N:
             for alias, st in time_unseen(eng, [a for a, _ in usable], deps).items():
                 modes[str(n)][alias]["unseen"] = st
-        piece_sets[str(n)] = pieces(eng, clock, deps, policy, usable, messages, specs, calls, notes)
+        report["pieces"][str(n)] = pieces(eng, clock, deps, policy, usable, messages, specs, calls, notes)
         if n == TARGET_N and usable:
-            profile, profile_text = hot_spots(eng, usable[0][0], messages, deps, n, profile_n)
-    return ours, piece_sets, notes, profile, profile_text, modes
+            report["profile"] = hot_spots(eng, usable[0][0], messages, deps, n, profile_n)
 
 
 def router_only(b: LiteLLMBaseline, strat: str, messages, now: float, calls: int) -> dict:
@@ -290,8 +286,9 @@ def router_only(b: LiteLLMBaseline, strat: str, messages, now: float, calls: int
     return dict(raw, measured="await Router.async_get_available_deployment() inside one running loop")
 
 
-def bench_litellm(sizes, calls, messages):
-    out, notes = {}, []
+def bench_litellm(report: dict, sizes, calls, messages) -> None:
+    """The report's ``litellm``, and its notes."""
+    out, notes = report["litellm"], report["notes"]
     for n in sizes:
         specs, res = pool_specs(n), {}
         cands = [{k: s[k] for k in ("id", "input_cost_per_1m", "output_cost_per_1m")} for s in specs]
@@ -312,14 +309,12 @@ def bench_litellm(sizes, calls, messages):
                 st = res[strat] = dict(bench.time_calls(lambda: b.choose(messages, now), calls),
                                        measured="LiteLLMBaseline.choose()")
                 st["router_only"] = router_only(b, strat, messages, now, calls)
-                print(f"  litellm n={n:<3} {strat:<22} choose p50 {st['p50_us']:.1f} us", flush=True)
             except Exception as e:
                 notes.append(f"n={n} {strat}: {type(e).__name__}: {e}")
                 traceback.print_exc()
             finally:
                 b.close()
         out[str(n)] = res
-    return out, notes
 
 
 def fmt(st: dict | None) -> str:
@@ -403,7 +398,7 @@ def ratio_targets(report: dict) -> list[str]:
 
 def main(argv=None) -> int:
     args = bench.arguments(__doc__, argv, calls=3000, litellm_calls=(int, "default: --calls"), sizes="4,16,64",
-                           profile_decides=3000, skip_litellm=False, out=bench.RESULTS)
+                           profile_decides=3000, out=bench.RESULTS)
     sizes, lcalls, messages = [int(x) for x in args.sizes.split(",")], args.litellm_calls or args.calls, bench.dense_messages()
     policy = load_policy()
     extra = {a: policy.aliases["auto"].model_copy(update={"strategy": st})
@@ -411,10 +406,10 @@ def main(argv=None) -> int:
     policy = policy.model_copy(update={"aliases": {**policy.aliases, **extra}})
     t0, load_start, speed_start = time.monotonic(), bench.load_average(), bench.machine_speed_ms()
     print(f"decision overhead: {args.calls} calls, machine speed {speed_start} ms", flush=True)
-    ours, piece_sets, notes, profile, profile_text, modes = bench_ours(policy, sizes, args.calls, messages,
-                                                                      args.profile_decides)
-    lit, lnotes = ({}, ["--skip-litellm"]) if args.skip_litellm else bench_litellm(sizes, lcalls, messages)
-    conditions = bench.conditions(
+    report = {"conditions": {}, "ours": {}, "ours_modes": {}, "litellm": {}, "pieces": {}, "notes": [], "profile": None}
+    bench_ours(report, policy, sizes, args.calls, messages, args.profile_decides)
+    bench_litellm(report, sizes, lcalls, messages)
+    report["conditions"] = bench.conditions(
         calls=args.calls, litellm_calls=lcalls, warm_calls_untimed=WARM_CALLS,
         warm_real_prompts="real prompts and steady modes: every real prompt decided twice (untimed) first",
         warm_outcomes_recorded=WARM_OUTCOMES, prompt_bytes=sum(len(m["content"].encode()) for m in messages),
@@ -429,12 +424,10 @@ def main(argv=None) -> int:
         machine_speed_ms_start_end=[speed_start, bench.machine_speed_ms()],
         machine_speed_ms="best of 5 timings of a fixed pure-Python workload (1e6 additions in a loop): the same code "
                          "takes longer on a busier or slower machine; compare runs by it")
-    report = {"conditions": conditions, "ours": ours, "ours_modes": modes, "litellm": lit, "pieces": piece_sets,
-              "notes": notes + lnotes, "profile": profile}
     report["targets"] = ratio_targets(report) + targets(report)
     md = render(report)
     bench.write_results("overhead", report, md, out=args.out)
-    print("\n" + md + (profile_text or ""))
+    print("\n" + md)
     return 0
 
 
