@@ -272,26 +272,24 @@ def write_results(name: str, report: dict, md: str | None = None, out: Path = RE
         (out / f"{name}.md").write_text(md, encoding="utf-8")
 
 
-def replace_block(path: Path, begin: str, end: str, block: str) -> bool:
-    """Replace the text from the ``begin`` marker to the ``end`` marker (both included) with
-    ``block``; False, and a message, when the markers are missing."""
-    text = path.read_text(encoding="utf-8")
-    start, stop = text.find(begin), text.find(end)
-    if start < 0 or stop < start:
-        print(f"{path.name}: no {begin} ... {end} block; not updated", file=sys.stderr)
-        return False
-    new = text[:start] + block + text[stop + len(end):]
-    if new != text:
-        path.write_text(new, encoding="utf-8")
-    return True
-
-
-
 def replace_blocks(path: Path, blocks: dict[str, list[str]]) -> bool:
     """Each block's lines between its markers ``<!-- NAME -->`` and ``<!-- /NAME -->`` in ``path``,
-    the hand-written text around them left as it is; False when a block's markers are missing."""
-    return all([replace_block(path, f"<!-- {name} -->", f"<!-- /{name} -->",
-                              "\n".join([f"<!-- {name} -->", *lines, f"<!-- /{name} -->"])) for name, lines in blocks.items()])
+    the hand-written text around them left as it is; False, and a message, when a block's markers
+    are missing (that block is not updated)."""
+    text = old = path.read_text(encoding="utf-8")
+    found = True
+    for name, lines in blocks.items():
+        begin, end = f"<!-- {name} -->", f"<!-- /{name} -->"
+        start, stop = text.find(begin), text.find(end)
+        if start < 0 or stop < start:
+            print(f"{path.name}: no {begin} ... {end} block; not updated", file=sys.stderr)
+            found = False
+            continue
+        text = text[:start] + "\n".join([begin, *lines, end]) + text[stop + len(end):]
+    if text != old:
+        path.write_text(text, encoding="utf-8")
+    return found
+
 
 # -- robustness and domain scripts ----------------------------------------------------------------
 # RouterArena's prompts labelled by domain (domain_accuracy.py measures the detection on them,

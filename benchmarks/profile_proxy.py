@@ -150,7 +150,6 @@ TIMED = [f"{module}:{name}" for module, names in {
     "litellm.proxy.route_llm_request": ["route_request"],
 }.items() for name in names]
 GC = ["gc.gen0", "gc.gen1", "gc.gen2"]
-BEGIN, END = "<!-- profile_proxy.py: begin -->", "<!-- profile_proxy.py: end -->"
 
 
 def _drive(client: httpx.Client, proxy: Proxy, model: str, n: int) -> int:
@@ -247,13 +246,11 @@ def main(argv=None) -> int:
                 (OUT / f"{arm}.prof").write_bytes(path.read_bytes())
     text = "\n".join(f"## {mode}\n\n{body_}" for mode, body_ in sections.items())
     print(text)
-    if args.write:  # the generated part of the file; the analysis written above it is kept
-        block = (f"{BEGIN}\nGenerated {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} by `benchmarks/"
-                 f"profile_proxy.py --deployments {args.deployments}`; {bench.conditions()['platform']}, litellm "
-                 f"{bench.version('litellm')}.\n\n{text}{END}")
-        path = bench.RESULTS / "proxy_profile.md"
-        if not (path.exists() and bench.replace_block(path, BEGIN, END, block)):
-            path.write_text(f"# Where the proxy's time goes, per request\n\n{block}\n")
+    if args.write:  # the generated part of the file; the analysis written around it is kept
+        bench.replace_blocks(bench.RESULTS / "proxy_profile.md", {"profile_proxy": [
+            f"Generated {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} by `benchmarks/profile_proxy.py "
+            f"--deployments {args.deployments}`; {bench.conditions()['platform']}, litellm {bench.version('litellm')}.",
+            "", text.rstrip("\n")]})
     return 0
 
 
