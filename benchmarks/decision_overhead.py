@@ -34,13 +34,12 @@ from aisia_plugin.engine import Engine
 from aisia_plugin.features import extract_features
 from aisia_plugin.outcome import Outcome
 from aisia_plugin.policy import load_policy
+from aisia_plugin.replay.scenarios import SEED_PRICES
 
-# (provider, USD per 1M input tokens, base latency s): the seed's COST_PER_1M table, output at 3x.
-PROVIDERS = [
-    ("cerebras", 0.20, 0.35), ("groq", 0.30, 0.45), ("deepseek", 0.50, 2.2), ("openai", 5.00, 1.4),
-    ("anthropic", 8.00, 1.8), ("mistral", 2.00, 1.1), ("gemini", 1.25, 1.0), ("together", 0.80, 1.3),
-    ("fireworks", 0.90, 0.9), ("cohere", 1.00, 1.5), ("deepinfra", 0.60, 1.6), ("perplexity", 1.00, 1.7),
-]
+# (provider, USD per 1M input tokens, base latency s): the seed's price table (SEED_PRICES), output at 3x.
+PROVIDERS = [(prov, SEED_PRICES[prov], lat) for prov, lat in (
+    ("cerebras", 0.35), ("groq", 0.45), ("deepseek", 2.2), ("openai", 1.4), ("anthropic", 1.8), ("mistral", 1.1),
+    ("gemini", 1.0), ("together", 1.3), ("fireworks", 0.9), ("cohere", 1.5), ("deepinfra", 1.6), ("perplexity", 1.7))]
 ALIASES = [("auto", "ucb1"), ("auto/smart", "thompson"), ("auto/cheap", "cost"), ("auto/fast", "latency"),
            ("auto/lkgp", "lkgp"), ("auto/contextual", "contextual")]
 EXTRA_ALIASES = {"auto/contextual": "contextual"}  # the shipped `auto` with another strategy
@@ -161,13 +160,10 @@ def decide_steps(eng, clock, alias: str, messages, prompts, deps, specs) -> dict
 
 
 def capture_select_inputs(eng, strategy_name: str, alias: str, messages, deps):
-    """The exact (pool, context) the engine hands to the strategy for one decide()."""
+    """The strategy, and the exact (pool, context) the engine hands it for one decide()."""
     strat, captured = plugins.get_strategy(strategy_name), []
     real = strat.select
-    try:
-        strat.select = lambda pool, ctx: captured.append((pool, ctx)) or real(pool, ctx)  # shadows the method
-    except AttributeError:
-        return None, None
+    strat.select = lambda pool, ctx: captured.append((pool, ctx)) or real(pool, ctx)  # shadows the method
     try:
         eng.decide(alias, messages, deps)
     finally:
@@ -183,7 +179,7 @@ def unread_copy(pool):
     return Pool(pool.deployments, pool.breakers, pool.task_fit, pool._globals, pool._domains, *pool._arm_at)
 
 
-def pieces(eng, clock, deps, policy, usable, messages, specs, calls, notes) -> dict:
+def pieces(eng, clock, deps, policy, usable, messages, specs, calls) -> dict:
     """The decision's steps called separately with the same inputs, and record() for reference."""
     tc, pc = bench.time_calls, {}
     max_chars = policy.domains.max_scan_chars
@@ -202,11 +198,7 @@ def pieces(eng, clock, deps, policy, usable, messages, specs, calls, notes) -> d
     pc["arm views (bandit.arm_weights: decay + blend, over the pool)"] = tc(
         lambda: arm_weights(garms, darms, eng.store.tick(), eng.gamma, prior, eng._fresh), calls)
     for alias, strat in usable:
-        s_obj, args = capture_select_inputs(eng, strat, alias, messages, deps)
-        if s_obj is None:
-            notes.append(f"could not capture select() inputs for {strat}")
-            continue
-        pool, ctx = args
+        s_obj, (pool, ctx) = capture_select_inputs(eng, strat, alias, messages, deps)
         pc[f"select:{strat} (incl. the views it reads)"] = tc(lambda: s_obj.select(unread_copy(pool), ctx), calls)
     eng2, clock2, deps2 = build_engine(specs, policy)  # record() changes the state: a throwaway engine
     warm_engine(eng2, clock2, deps2, specs, messages, ["auto"])
@@ -263,7 +255,7 @@ def bench_ours(report: dict, policy, sizes, calls, messages, profile_n: int) -> 
         if n == TARGET_N:
             for alias, st in time_unseen(eng, [a for a, _ in usable], deps).items():
                 modes[str(n)][alias]["unseen"] = st
-        report["pieces"][str(n)] = pieces(eng, clock, deps, policy, usable, messages, specs, calls, notes)
+        report["pieces"][str(n)] = pieces(eng, clock, deps, policy, usable, messages, specs, calls)
         if n == TARGET_N and usable:
             report["profile"] = hot_spots(eng, usable[0][0], messages, deps, n, profile_n)
 
