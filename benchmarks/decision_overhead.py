@@ -53,7 +53,7 @@ RATIO_TARGET, RATIO_MODES = 0.5, ("real_prompts", "steady", "unseen")
 SYSTEM = [{"role": "system", "content": "You are a helpful assistant."}]
 
 
-def requests(texts: list[str], step: int = 1, limit: int | None = None) -> list[list[dict]]:
+def padded_requests(texts: list[str], step: int = 1, limit: int | None = None) -> list[list[dict]]:
     """Distinct real 2 KB requests: the texts (every ``step``-th, at most ``limit``) behind the
     system line, each padded with the texts after it."""
     return [SYSTEM + [{"role": "user", "content": t}]
@@ -65,7 +65,7 @@ def real_prompts(limit: int = 400) -> list[list[dict]]:
     files = sorted(bench.shared_data_dir().glob("routerarena_*.jsonl"))
     prompts = [p for r in (bench.read_jsonl(files[0]) if files else ())
                if isinstance(p := r.get("prompt") or r.get("question") or "", str) and p.strip()]
-    return requests(prompts, max(1, len(prompts) // limit), limit)
+    return padded_requests(prompts, max(1, len(prompts) // limit), limit)
 
 
 def decide_ns(decide, alias: str, messages, deps, explain: bool = False, after=None) -> int:
@@ -86,8 +86,8 @@ def time_unseen(eng, aliases, deps, per_alias: int = 200) -> dict:
     scanned (disjoint slices), once each: the cost a freshly started proxy pays on new text (RE2's
     lazy DFAs meet it for the first time)."""
     path = bench.shared_data_dir() / "routellm_gsm8k_responses.csv"
-    prompts = requests([row["prompt"] for row in bench.read_csv(path) if row.get("prompt", "").strip()]
-                       if path.exists() else [])
+    prompts = padded_requests([row["prompt"] for row in bench.read_csv(path) if row.get("prompt", "").strip()]
+                              if path.exists() else [])
     out = {}
     for k, alias in enumerate(aliases):
         chunk = prompts[k * per_alias:(k + 1) * per_alias]
