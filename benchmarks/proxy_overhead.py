@@ -133,27 +133,21 @@ def measure(n: int, args, base_url: str, work: Path) -> dict:
     ratios = {metric: {name: v[name] / v["litellm"] for name in ARMS if name != "litellm"}
               for metric, v in (("latency", seq["median_ms"]), ("cpu", conc["cpu_ms_per_request"]),
                                 ("cpu_sequential", seq["cpu_ms_per_request"]), ("throughput", conc["rps"]))}
+    noise = {m: abs(v["litellm_b"] - 1.0) for m, v in ratios.items()}
     return {"figures": {m: {k: round(x, 3) for k, x in v.items()} for m, v in figures.items()},
             "throughput_blocks_rps": {k: [round(x, 1) for x in v] for k, v in conc["rps_blocks"].items()},
             "ratios": {m: {k: round(x, 4) for k, x in v.items()} for m, v in ratios.items()},
-            "noise": {m: round(abs(v["litellm_b"] - 1.0), 4) for m, v in ratios.items()},
-            "verdicts": verdicts(ratios), "failures": {"sequential": seq["failures"], "concurrent": conc["failures"]}}
+            "noise": {m: round(x, 4) for m, x in noise.items()},
+            "verdicts": verdicts(ratios, noise), "failures": {"sequential": seq["failures"], "concurrent": conc["failures"]}}
 
 
-def verdicts(ratios: dict) -> dict:
+def verdicts(ratios: dict, noise: dict) -> dict:
     """Each target: met, or by how much it misses (a ratio's distance past its bound)."""
-    out = {}
-    noise = {m: abs(v["litellm_b"] - 1.0) for m, v in ratios.items()}
-    for metric, bound in TARGETS["alias"].items():
-        r = ratios[metric]["alias"]
-        miss = r - bound if metric != "throughput" else bound - r
-        out[f"alias {metric}"] = "MET" if miss <= 0 else f"missed by {miss:.3f}"
-    for metric in ("latency", "throughput"):
-        off = abs(ratios[metric]["plain"] - 1.0) - noise[metric]
-        out[f"plain {metric} within noise"] = "MET" if off <= 0 else f"missed by {off:.3f}"
-    miss = ratios["cpu"]["plain"] - TARGETS["plain"]["cpu"]
-    out["plain cpu"] = "MET" if miss <= 0 else f"missed by {miss:.3f}"
-    return out
+    miss = {f"alias {m}": ratios[m]["alias"] - bound if m != "throughput" else bound - ratios[m]["alias"]
+            for m, bound in TARGETS["alias"].items()}
+    miss.update({f"plain {m} within noise": abs(ratios[m]["plain"] - 1.0) - noise[m] for m in ("latency", "throughput")})
+    miss["plain cpu"] = ratios["cpu"]["plain"] - TARGETS["plain"]["cpu"]
+    return {k: "MET" if v <= 0 else f"missed by {v:.3f}" for k, v in miss.items()}
 
 
 def main(argv=None) -> int:
