@@ -165,16 +165,6 @@ def cpu_seconds(pid: int) -> float:
     return sum(stats[p][1] for p in process_tree(pid) if p in stats)
 
 
-def rss_mb(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return round(int(line.split()[1]) / 1024.0, 1)
-    except OSError:
-        pass
-    return None
-
-
 # -- timing ---------------------------------------------------------------------------------------
 @contextmanager
 def gc_off():
@@ -197,16 +187,6 @@ def summarize(ns: Iterable[int]) -> dict:
     return {"p50_us": round(percentile(us, 0.5), 2), "p90_us": round(percentile(us, 0.9), 2),
             "p99_us": round(percentile(us, 0.99), 2), "mean_us": round(statistics.fmean(us), 2),
             "max_us": round(us[-1], 2), "n": len(us)}
-
-
-def latency_ms(seconds: list[float]) -> dict:
-    """Second samples as millisecond percentiles (requests over HTTP)."""
-    if not seconds:
-        return {}
-    xs = sorted(seconds)
-    return {"n": len(xs), "p50_ms": round(1000 * percentile(xs, 0.5), 1), "p95_ms": round(1000 * percentile(xs, 0.95), 1),
-            "p99_ms": round(1000 * percentile(xs, 0.99), 1), "max_ms": round(1000 * xs[-1], 1),
-            "mean_ms": round(1000 * statistics.fmean(xs), 1)}
 
 
 def time_calls(fn: Callable[[], object], calls: int, warm: int = 200) -> dict:

@@ -21,6 +21,7 @@ Results: ``benchmarks/results/soak.json`` and ``soak.md``. Loopback only; nothin
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import tempfile
 import threading
@@ -68,6 +69,26 @@ PROMPTS = ["Write a Python function that merges two sorted lists", "Traduire en 
            "Summarise the causes of the first world war in three sentences"]
 
 
+def rss_mb(pid: int) -> float | None:
+    """A process's resident set size (None once it has gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024.0, 1)
+    except OSError:
+        pass
+    return None
+
+
+def latency_ms(seconds: list[float]) -> dict:
+    """Second samples as millisecond percentiles (requests over HTTP)."""
+    if not seconds:
+        return {}
+    xs = sorted(seconds)
+    pct = {f"p{q}_ms": round(1000 * bench.percentile(xs, q / 100), 1) for q in (50, 95, 99)}
+    return {"n": len(xs), **pct, "max_ms": round(1000 * xs[-1], 1), "mean_ms": round(1000 * statistics.fmean(xs), 1)}
+
+
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()[:80]
@@ -81,9 +102,9 @@ def memory_snapshot(proxy: Proxy, redis: RedisServer) -> list[dict]:
     for pid in bench.process_tree(proxy.pid):
         role = ("proxy parent" if pid == proxy.pid else "resource tracker" if "resource_tracker" in _cmdline(pid)
                 else "proxy worker")
-        out.append({"pid": pid, "role": role, "rss_mb": bench.rss_mb(pid)})
+        out.append({"pid": pid, "role": role, "rss_mb": rss_mb(pid)})
     if redis.proc is not None:  # None while it is killed
-        out.append({"pid": redis.proc.pid, "role": "redis-server", "rss_mb": bench.rss_mb(redis.proc.pid)})
+        out.append({"pid": redis.proc.pid, "role": "redis-server", "rss_mb": rss_mb(redis.proc.pid)})
     return out
 
 
@@ -272,7 +293,7 @@ def run(minutes: float, rate: float, slow_redis_ms: float, out_dir: Path, log=pr
         "breakers_at_end": {n: (stats.get(n) or {}).get("breaker") for n in names},
         "workers_at_start": sorted(workers), "workers_at_end": sorted(workers_end),
         "worker_restarts": logs.count("died"),
-        "latency_by_phase": {ph: bench.latency_ms([r["latency_s"] for r in results if r["phase"] == ph])
+        "latency_by_phase": {ph: latency_ms([r["latency_s"] for r in results if r["phase"] == ph])
                              for ph in ("steady", "upstream_down", "redis_restart", "redis_slow")},
         "events": events, "memory": {"start": mem_start, "end": mem_end, "worker_samples": samples}, "checks": checks,
         "log_warnings": sum(1 for line in logs.splitlines() if "WARNING" in line or "ERROR" in line),
