@@ -9,10 +9,12 @@ callbacks are taken off LiteLLM's *global* callback lists (``Router.discard``,
 ``_unregister_router_selectors``) and called directly: baselines, or a plugin in the same process,
 never receive each other's events.
 
+The strategies are the three the benchmarks compare (``STRATEGIES``): LiteLLM's others need
+what a sequential replay has not (least-busy: requests in flight; usage-based: rpm/tpm limits).
+
 ``choose()``: ``Router.get_available_deployment`` (cooldown filter, then the strategy);
 cost-based-routing has no synchronous selector and runs ``async_get_available_deployment`` (the
-proxy's path) on the private loop. Then what the proxy does before sending: least-busy's
-``log_pre_api_call``, usage-based-routing-v2's ``pre_call_check``.
+proxy's path) on the private loop.
 
 ``record()``: the callbacks an async proxy request dispatches, in order, with ``kwargs`` shaped like
 ``Logging.model_call_details`` and datetimes from the simulated clock. Success:
@@ -27,10 +29,10 @@ exception class LiteLLM maps the provider's ``status_code`` to (429 ``RateLimitE
 LiteLLM's own rules decide the cooldown.
 
 Simulated clock: time ``t`` is the epoch ``CLOCK_EPOCH + t``: the Router's ``InMemoryCache``s take it
-through their ``clock=`` hook; ``cooldown_cache.py``'s ``time`` module and the ``get_utc_datetime``
-of ``router.py`` and ``lowest_tpm_rpm_v2.py`` are replaced, once per process, by shims reading the
-simulated clock of the baseline inside a call and the real one otherwise; with ``seed`` set, the
-strategy modules' ``random`` draws from a private ``random.Random(seed)`` inside its calls.
+through their ``clock=`` hook; ``cooldown_cache.py``'s ``time`` module and ``router.py``'s
+``get_utc_datetime`` are replaced, once per process, by shims reading the simulated clock of the
+baseline inside a call and the real one otherwise; with ``seed`` set, the strategy modules'
+``random`` draws from a private ``random.Random(seed)`` inside its calls.
 
 Limits: ``lowest_latency.py``/``lowest_cost.py`` bucket rpm/tpm by the real ``datetime.now()``, read
 only for limits these deployments do not set. No streaming, Redis, health checks, retries or
@@ -38,8 +40,8 @@ fallbacks. A price of exactly 0 is falsy for LiteLLM (its default of 5.0 per tok
 candidate ranks last, as in a proxy). When every candidate cools down, ``choose`` raises
 ``NoDeploymentAvailable`` (the proxy's 429). The async path filters through the process-wide
 ``litellm.callbacks``: keep a plugin under test out of them in a replay process. The shims are
-process-global: calls are serialised by a lock; ``choose``/``record`` may run inside an event loop
-(the private loop then moves to a helper thread)."""
+process-global: calls are serialised by a lock. ``choose``/``record`` run the private loop to
+completion, so they are called outside any running event loop (as the replays do)."""
 
 from __future__ import annotations
 
@@ -58,7 +60,6 @@ import httpx
 import litellm
 import litellm.router as _router_module
 import litellm.router_strategy.lowest_latency as _lowest_latency_module
-import litellm.router_strategy.lowest_tpm_rpm_v2 as _lowest_tpm_v2_module
 import litellm.router_strategy.simple_shuffle as _simple_shuffle_module
 import litellm.router_utils.cooldown_cache as _cooldown_cache_module
 from litellm import Router
@@ -68,13 +69,12 @@ from litellm.router_utils.router_callbacks.track_deployment_metrics import (
 )
 from litellm.types.router import RouterRateLimitError
 
-STRATEGIES = ("simple-shuffle", "latency-based-routing", "cost-based-routing", "least-busy", "usage-based-routing-v2")
+STRATEGIES = ("simple-shuffle", "latency-based-routing", "cost-based-routing")
 _ASYNC_ONLY = frozenset({"cost-based-routing"})  # LiteLLM has no synchronous selector for these
-_TOKEN_COUNTING = frozenset({"latency-based-routing", "cost-based-routing", "usage-based-routing-v2"})
+_TOKEN_COUNTING = frozenset({"latency-based-routing", "cost-based-routing"})
 API_BASE = "http://127.0.0.1:9/v1"
 MODEL_GROUP = "aisia-litellm-baseline"
 CLOCK_EPOCH = 1_700_000_000.0
-_get_running_loop = asyncio.events._get_running_loop  # the running loop or None, never raising
 
 
 class NoDeploymentAvailable(RuntimeError):
@@ -99,7 +99,7 @@ class _TimeShim:  # the ``time`` module inside litellm.router_utils.cooldown_cac
         return getattr(_time_module, name)
 
 
-class _UtcNowShim:  # ``get_utc_datetime`` in the modules that bucket by minute
+class _UtcNowShim:  # ``get_utc_datetime`` in router.py, which buckets by minute
     def __init__(self, real):
         self._real = real
 
@@ -115,10 +115,9 @@ class _RandomShim:  # the ``random`` module inside LiteLLM's strategy modules
 def _install_shims() -> None:
     if not isinstance(_cooldown_cache_module.time, _TimeShim):
         _cooldown_cache_module.time = _TimeShim()
-    for module in (_lowest_tpm_v2_module, _router_module):
-        if not isinstance(module.get_utc_datetime, _UtcNowShim):
-            module.get_utc_datetime = _UtcNowShim(module.get_utc_datetime)
-    for module in (_simple_shuffle_module, _lowest_latency_module, _lowest_tpm_v2_module):
+    if not isinstance(_router_module.get_utc_datetime, _UtcNowShim):
+        _router_module.get_utc_datetime = _UtcNowShim(_router_module.get_utc_datetime)
+    for module in (_simple_shuffle_module, _lowest_latency_module):
         if not isinstance(module.random, _RandomShim):
             module.random = _RandomShim()
 
@@ -167,25 +166,21 @@ class LiteLLMBaseline:
 
     def __init__(self, strategy: str, candidates: list[dict], seed: int | None = None, *,
                  cooldown_time: float | None = None, allowed_fails: int | None = None,
-                 selection_path: str = "auto", exact_success_callback: bool = False) -> None:
+                 exact_success_callback: bool = False) -> None:
         """``candidates``: ``[{"id": "gpt-4o", "input_cost_per_1m": 2.5, "output_cost_per_1m": 10.0}, ...]``,
         with optional ``rpm``/``tpm``/``weight`` passed to LiteLLM. ``seed`` seeds LiteLLM's random
         draws (None: the global ``random``). ``cooldown_time``, ``allowed_fails``: passed to
-        ``Router``. ``selection_path``: ``"auto"`` (sync where LiteLLM has a sync selector),
-        ``"sync"`` or ``"async"``."""
+        ``Router``."""
         ids = [str(c["id"]) for c in candidates]
-        if strategy not in STRATEGIES or selection_path not in ("auto", "sync", "async"):
-            raise ValueError(f"unknown strategy {strategy!r} (one of {STRATEGIES}) or selection_path {selection_path!r}")
-        if selection_path == "sync" and strategy in _ASYNC_ONLY:
-            raise ValueError(f"LiteLLM has no synchronous selector for {strategy!r}")
+        if strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {strategy!r} (one of {STRATEGIES})")
         if not ids or len(set(ids)) != len(ids) or MODEL_GROUP in ids:
             raise ValueError(f"candidate ids must be present, unique and not {MODEL_GROUP!r}")
         _install_shims()
         self.strategy, self.candidate_ids = strategy, tuple(ids)
-        self._async_selection = selection_path == "async" or (selection_path == "auto" and strategy in _ASYNC_ONLY)
+        self._async_selection = strategy in _ASYNC_ONLY
         self._now, self._call_ids, self._closed = 0.0, itertools.count(1), False
         self._rng = _random_module.Random(seed) if seed is not None else None
-        self._thread: threading.Thread | None = None
         self._response: Any = None
         self._prices: dict[str, tuple[float, float]] = {}
         model_list = []
@@ -204,7 +199,7 @@ class LiteLLMBaseline:
         async def build():
             with _quiet_litellm():
                 built = Router(model_list=model_list, **kwargs)
-            # tasks LiteLLM started for itself (usage-based-routing-v2's periodic Redis sync)
+            # tasks LiteLLM started for itself, which a call's drain must not wait for
             return built, frozenset(t for t in asyncio.all_tasks() if t is not asyncio.current_task())
 
         try:
@@ -212,8 +207,7 @@ class LiteLLMBaseline:
                 self.router, self._background_tasks = self._run(build())
         except BaseException:
             self._closed = True
-            if self._thread is None:
-                self._loop.close()
+            self._loop.close()
             raise
         router = self.router
         attr = Router._DEFAULT_SELECTOR_ATTR_BY_STRATEGY.get(strategy)
@@ -260,34 +254,8 @@ class LiteLLMBaseline:
                 _active_clock, _active_rng = prev
 
     def _run(self, coro) -> Any:
-        """Run a coroutine on the private loop (directly, or on its helper thread)."""
-        if self._thread is None and _get_running_loop() is None:
-            return self._loop.run_until_complete(coro)
-        self._start_loop_thread()
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
-
-    def _run_sync(self, fn: Callable[[], Any]) -> Any:
-        if self._thread is None and _get_running_loop() is None:
-            return fn()
-
-        async def call():
-            return fn()
-
-        return self._run(call())
-
-    def _start_loop_thread(self) -> None:
-        if self._thread is not None:
-            return
-        ready = threading.Event()
-
-        def runner():
-            asyncio.set_event_loop(self._loop)
-            self._loop.call_soon(ready.set)
-            self._loop.run_forever()
-
-        self._thread = threading.Thread(target=runner, name="litellm-baseline-loop", daemon=True)
-        self._thread.start()
-        ready.wait()
+        """Run a coroutine on the private loop."""
+        return self._loop.run_until_complete(coro)
 
     async def _drain(self) -> None:
         """Let the tasks LiteLLM scheduled during this call (cooldown event, service hooks) finish."""
@@ -314,18 +282,11 @@ class LiteLLMBaseline:
 
                     deployment = self._run(pick())
                 else:
-                    deployment = self._run_sync(lambda: self.router.get_available_deployment(
-                        model=MODEL_GROUP, messages=messages, request_kwargs={}))
+                    deployment = self.router.get_available_deployment(model=MODEL_GROUP, messages=messages,
+                                                                      request_kwargs={})
             except RouterRateLimitError as e:
                 raise NoDeploymentAvailable(str(e), cooldown_ids=getattr(e, "cooldown_list", ())) from e
-            cid, selector = str(deployment["model_info"]["id"]), self.selector
-            # what the proxy does with the pick before sending the request
-            if self.strategy == "least-busy":
-                kw = {"litellm_params": self._litellm_params(cid), "call_type": "acompletion"}
-                self._run_sync(lambda: selector.log_pre_api_call(model=cid, messages=messages, kwargs=kw))
-            elif self.strategy == "usage-based-routing-v2":
-                self._run_sync(lambda: selector.pre_call_check(deployment))
-        return cid
+        return str(deployment["model_info"]["id"])
 
     def set_price(self, cid: str, input_cost_per_1m: float, output_cost_per_1m: float) -> None:
         """A price update of one deployment in LiteLLM's Router (what a config reload would set)."""
@@ -420,17 +381,14 @@ class LiteLLMBaseline:
     def cooled_down(self, now: float | None = None) -> list[str]:
         """Candidate ids LiteLLM considers cooling down at ``now`` (default: last seen time)."""
         with self._activate(now):
-            return self._run_sync(lambda: [str(x) for x in get_cooldown_deployments(self.router, None)])
+            return [str(x) for x in get_cooldown_deployments(self.router, None)]
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        cancel = getattr(self.selector, "cancel_sync_task", None)
 
         async def shutdown():
-            if cancel is not None:
-                cancel()
             for task in asyncio.all_tasks():
                 if task is not asyncio.current_task():
                     task.cancel()
@@ -439,11 +397,7 @@ class LiteLLMBaseline:
         try:
             self._run(shutdown())
         finally:
-            if self._thread is not None:
-                self._loop.call_soon_threadsafe(self._loop.stop)
-                self._thread.join(timeout=5)
-            if not self._loop.is_running():
-                self._loop.close()
+            self._loop.close()
 
     def __enter__(self) -> "LiteLLMBaseline":
         return self
