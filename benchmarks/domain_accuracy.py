@@ -11,11 +11,18 @@ p99 of the per-prompt medians of several warm passes, and of a first pass on a f
 and on the keyword-dense 2 KB prompt (bench.dense_messages).
 
 Leave one dataset out (issue 14): each dataset held out in turn, words mined from the others
-(aisia_plugin/domain_eval.py's miner) are added to the policy's vocabulary and the held-out prompts detected
-with it; the shipped (hand-written) vocabulary beside it, and both for the vocabulary before
-issue 14 (``--baseline``: policies/domains.yaml at a git revision) in the same run.
+(aisia_plugin/domain_eval.py's miner, its thresholds as options) are added to the policy's vocabulary
+and the held-out prompts detected with it; the shipped (hand-written) vocabulary beside it, and both
+for the vocabulary before issue 14 (``--baseline``: policies/domains.yaml at a git revision) in the
+same run.
+
+``--propose``: only the words the miner finds per topic domain (TOPIC) in the prompts of every
+dataset but ``--hold-out``'s, printed (``--json FILE``: written) for a person to review before any
+goes into policies/domains.yaml. Each prompt is read without the benchmark's instruction wrapper
+(``bench.strip_wrapper``), as in the folds, so that no template word is proposed.
 
     python benchmarks/domain_accuracy.py [--data DIR] [--no-write] [--no-readme] [--no-speed] [--baseline REV] [--errors N]
+    python benchmarks/domain_accuracy.py --propose [--hold-out DATASET ...] [--top N] [--json FILE]
 
 Writes benchmarks/results/domain_accuracy.json, the figure blocks of docs/domain-accuracy.md (between
 its <!-- domain-accuracy:NAME --> markers; the prose around them is hand-written) and README.md's
@@ -23,17 +30,18 @@ block between <!-- domain-accuracy --> and <!-- /domain-accuracy -->."""
 
 from __future__ import annotations
 
+import json
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 
 import bench
 from bench import ARENA, ARENA_ACCEPT as ACCEPT, arena_label as label_of, strip_wrapper
-from domain_vocabulary import TOPIC_DOMAINS as TOPIC
 
 from aisia_plugin import domain_eval
 from aisia_plugin.domain_eval import MINER, documents, known_words, mine, mined_patterns
@@ -46,6 +54,7 @@ GSM8K = "routellm_gsm8k_responses.csv"
 # the issue quotes): the "before" of the before/after tables, read with git show.
 BASELINE_REV = "ce978675ad89194a8cfc67f3cb40792e15eac412"
 DOC = bench.REPO / "docs" / "domain-accuracy.md"
+TOPIC = ("math", "medical", "science", "legal", "finance")  # the domains whose words are mined
 
 
 def evaluate(detector: DomainDetector, rows, names, view):
@@ -72,13 +81,12 @@ def with_patterns(domains, extra: dict[str, str]):
     return domains.model_copy(update={"definitions": defs})
 
 
-def leave_one_dataset_out(domains, rows, names, params=None, data: Path | None = None):
+def leave_one_dataset_out(domains, rows, names, params: dict, data: Path | None = None):
     """Each dataset held out in turn, detected with the vocabulary plus the words mined from the
     others: every prompt predicted once, by a vocabulary derived without its dataset. The shipped
     vocabulary alone (hand-written, so every prompt is held out) beside it, per domain and per
     held-out dataset, the words mined per fold, and the GSM8K recall of the words mined without
     RouterArena's GSM8K."""
-    params = {**MINER, **(params or {})}
     docs = documents(bench.arena_labelled(rows, strip_wrapper))
     base = DomainDetector(domains)
     known = known_words(base, docs)
@@ -267,12 +275,27 @@ def readme_block(result) -> list[str]:
             *before_after(result, "Topic domains before and after issue 14 (precision / recall):")]
 
 
-def measure(domains, rows, names, data, no_speed) -> dict:
+def propose(domains, rows, hold_out: list[str], params: dict, out: Path | None) -> None:
+    """``--propose``: the words mined per topic domain outside ``hold_out``, printed (and written to ``out``)."""
+    docs = documents(bench.arena_labelled(rows, strip_wrapper))
+    proposal = mine(docs, TOPIC, exclude=hold_out, known=known_words(DomainDetector(domains), docs), **params)
+    print(f"mined from {sum(d[0] not in set(hold_out) for d in docs)} prompts (held out: {hold_out or 'none'}); {params}")
+    for dom, words in proposal.items():
+        print(f"\n{dom}: {len(words)} words")
+        for w in words:
+            print(f"  {w.word:22} z={w.z:6.2f} support={w.support:3} others={w.others:3} "
+                  f"datasets={w.datasets} precision={w.precision:.2f}")
+    if out:
+        out.write_text(json.dumps({d: [asdict(w) for w in ws] for d, ws in proposal.items()}, indent=2) + "\n",
+                       encoding="utf-8")
+
+
+def measure(domains, rows, names, data, no_speed, params) -> dict:
     detector = DomainDetector(domains)
     return {"full_prompt": evaluate(detector, rows, names, lambda p: p),
             "without_wrapper": evaluate(detector, rows, names, strip_wrapper),
             "gsm8k": gsm8k_recall(detector, data),
-            "leave_one_dataset_out": leave_one_dataset_out(domains, rows, names, data=data),
+            "leave_one_dataset_out": leave_one_dataset_out(domains, rows, names, params, data),
             "speed": None if no_speed else speed(domains, rows)}
 
 
@@ -282,15 +305,21 @@ def main(argv=None):
                            baseline=(BASELINE_REV, "git revision whose policies/domains.yaml is the 'before' vocabulary "
                                                    "('' for none)"),
                            no_speed=(False, "skip the timings (a quick accuracy run)"),
-                           no_readme=(False, "do not regenerate README.md's domain-accuracy block"))
+                           no_readme=(False, "do not regenerate README.md's domain-accuracy block"),
+                           propose=(False, "only print the words mined from the prompts, for review"),
+                           hold_out=([], "with --propose: datasets left out of the mining"),
+                           json=(Path, "with --propose: write the proposal to this file"), **MINER)
     policy = load_policy()
     names, rows = list(policy.domains.definitions), bench.arena_prompts(args.data)
+    params = {k: getattr(args, k) for k in MINER}
+    if args.propose:
+        return propose(policy.domains, rows, args.hold_out, params, args.json)
     result = {"data": ARENA, "prompts": len(rows),
               "policy": {"min_matches": policy.domains.min_matches, "max_scan_chars": policy.domains.max_scan_chars},
-              **measure(policy.domains, rows, names, args.data, args.no_speed), "baseline": None}
+              **measure(policy.domains, rows, names, args.data, args.no_speed, params), "baseline": None}
     before = baseline_domains(args.baseline) if args.baseline else None
     if before is not None:
-        result["baseline"] = {"revision": args.baseline, **measure(before, rows, names, args.data, args.no_speed)}
+        result["baseline"] = {"revision": args.baseline, **measure(before, rows, names, args.data, args.no_speed, params)}
     blocks = doc_blocks(result)
     print("\n\n".join("\n".join(lines) for lines in blocks.values()))
     detector = DomainDetector(policy.domains)
