@@ -18,7 +18,7 @@ outside its range). Then each sweep's gain over mixing and, for two-candidate tr
 APGR (``aisia_plugin.replay.quality``, as ``aisia replay --sweep`` reports them).
 
 Traces: the synthetic scenarios (``aisia_plugin.replay.scenarios``, 3,000 requests, generated
-into --out when missing; in price_change the router reads the new list price during the event, as run_all.py
+into --out; in price_change the router reads the new list price during the event, as run_all.py
 replays it) and RouteLLM GSM8K (benchmarks/convert_data.py; 1,319 prompts, too few for a window
 after the first 1,000, so ``routellm_gsm8k_x4`` is the trace four times over, each pass shuffled
 with its own seed: 5,276 requests). Writes benchmarks/results/spend_target.{json,md}."""
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -49,24 +50,20 @@ SYNTHETIC = scenarios.SCENARIOS + scenarios.PROMPT_SCENARIOS
 GSM8K_PASSES = 4
 
 
-def ensure_traces(out: Path) -> None:
-    """Generate whatever trace is missing from `out` (seeded: the same files every time)."""
+def write_traces(out: Path) -> None:
+    """Every trace, written afresh into `out` (seeded: the same files every time; the shorter traces
+    `run_all.py --quick` leaves there have no window after the first 1,000 requests)."""
     for name in SYNTHETIC:
-        if not (out / f"{name}.jsonl").exists():
-            scenarios.write_scenario(out, name, *scenarios.generate_scenario(name))
-    if not (out / "routellm_gsm8k.jsonl").exists():
-        convert_data.convert_all(out)
+        scenarios.write_scenario(out, name, *scenarios.generate_scenario(name))
+    convert_data.convert_all(out)
+    lines, rows = (out / "routellm_gsm8k.jsonl").read_text(encoding="utf-8").splitlines(), []
+    for k in range(GSM8K_PASSES):
+        order = list(lines)
+        random.Random(f"spend-target-gsm8k:{k}").shuffle(order)
+        rows += [json.dumps({**(rec := json.loads(line)), "id": f"{rec['id']}#{k}"}, ensure_ascii=False) for line in order]
     looped = out / f"routellm_gsm8k_x{GSM8K_PASSES}"
-    if not looped.with_suffix(".jsonl").exists():
-        lines, rows = (out / "routellm_gsm8k.jsonl").read_text(encoding="utf-8").splitlines(), []
-        for k in range(GSM8K_PASSES):
-            order = list(lines)
-            random.Random(f"spend-target-gsm8k:{k}").shuffle(order)
-            rows += [json.dumps({**(rec := json.loads(line)), "id": f"{rec['id']}#{k}"}, ensure_ascii=False)
-                     for line in order]
-        looped.with_suffix(".jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
-        looped.with_suffix(".candidates.yaml").write_text(
-            (out / "routellm_gsm8k.candidates.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    looped.with_suffix(".jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    shutil.copyfile(out / "routellm_gsm8k.candidates.yaml", looped.with_suffix(".candidates.yaml"))
 
 
 def curve_score(points, spend: float):
@@ -142,13 +139,11 @@ def markdown(results: list[dict], meta: dict) -> str:
 
 
 def main(argv=None) -> int:
-    args = bench.arguments(__doc__, argv, out=(str(bench.OUT), "where the traces are (generated when missing)"),
+    args = bench.arguments(__doc__, argv, out=(str(bench.OUT), "where the traces are written"),
                            strategy=([], "default: ucb1 and contextual"),
-                           traces=",".join(SYNTHETIC + (f"routellm_gsm8k_x{GSM8K_PASSES}",)), seed=0,
-                           results=str(bench.RESULTS))
+                           traces=",".join(SYNTHETIC + (f"routellm_gsm8k_x{GSM8K_PASSES}",)), seed=0)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    ensure_traces(out)
+    write_traces(out)
     results = []
     for name in args.traces.split(","):
         for strategy in args.strategy or ["ucb1", "contextual"]:
@@ -158,9 +153,8 @@ def main(argv=None) -> int:
                          for side in ("above", "below")), default=None)
             print(f"{name} {strategy}: worst window deviation {worst:.1%} ({time.time() - t0:.0f} s)", flush=True)
     meta = {"date": time.strftime("%Y-%m-%d"), "seed": args.seed}
-    bench.write_results("spend_target", {"meta": meta, "results": results}, markdown(results, meta) + "\n",
-                        out=Path(args.results), indent=1)
-    print(f"wrote {Path(args.results) / 'spend_target.md'}")
+    bench.write_results("spend_target", {"meta": meta, "results": results}, markdown(results, meta) + "\n", indent=1)
+    print(f"wrote {bench.RESULTS / 'spend_target.md'}")
     return 0
 
 
