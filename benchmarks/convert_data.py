@@ -65,24 +65,19 @@ def latency_model_text() -> str:
     return ("latency_ms = median * (0.3 + 0.7 * output_tokens / ref) * exp(sigma * N(0,1)), seeded; " + "; ".join(parts))
 
 
-def _truthy(v: str) -> bool:
-    s = str(v).strip().lower()
-    if s not in ("true", "1", "1.0", "yes", "false", "0", "0.0", "no", ""):
-        raise ValueError(f"not a boolean: {v!r}")
-    return s in ("true", "1", "1.0", "yes")
-
-
 # -- RouteLLM GSM8K ------------------------------------------------------------------------------
-def convert_routellm(data_dir: Path, *, limit: Optional[int] = None, seed: int = DEFAULT_SEED) -> list[dict]:
+def convert_routellm(data_dir: Path, seed: int = DEFAULT_SEED) -> list[dict]:
     rngs = {c: random.Random(f"{seed}:routellm_gsm8k:{c}") for c in ROUTELLM_CANDIDATES}
     out = []
-    for i, row in enumerate(bench.read_csv(data_dir / ROUTELLM_FILE)[:limit]):
+    for i, row in enumerate(bench.read_csv(data_dir / ROUTELLM_FILE)):
         prompt = row["prompt"]
         tin = estimate_tokens(prompt)
         outcomes = {}
         for cand, (col, pin, pout) in ROUTELLM_CANDIDATES.items():
             tout = estimate_tokens(row.get(f"{col}_response", ""))
-            outcomes[cand] = {"score": 1.0 if _truthy(row[col]) else 0.0, "cost_usd": round((tin * pin + tout * pout) / 1e6, 10),
+            # the correctness columns hold True or False (anything else: a KeyError, not a silent 0)
+            outcomes[cand] = {"score": {"True": 1.0, "False": 0.0}[row[col]],
+                              "cost_usd": round((tin * pin + tout * pout) / 1e6, 10),
                               "latency_ms": sample_latency(cand, tout, rngs[cand]), "input_tokens": tin,
                               "output_tokens": tout}
         out.append({"id": f"gsm8k-{i}", "messages": [{"role": "user", "content": prompt}], "label": "math",
@@ -91,25 +86,13 @@ def convert_routellm(data_dir: Path, *, limit: Optional[int] = None, seed: int =
 
 
 # -- RouterArena ---------------------------------------------------------------------------------
-def dataset_label(global_index: str) -> str:
-    return global_index.rsplit("_", 1)[0] if "_" in global_index else global_index
-
-
-def load_routerarena_prices(data_dir: Path) -> dict[str, tuple[float, float]]:
-    table = json.loads((data_dir / ROUTERARENA_COST_FILE).read_text(encoding="utf-8"))
-    return {m: tuple(float((table.get(m) or {}).get(f"{k}_token_price_per_million", 0.0)) for k in ("input", "output"))
-            for m in ROUTERARENA_MODELS}
-
-
-def convert_routerarena(data_dir: Path, *, limit: Optional[int] = None, seed: int = DEFAULT_SEED) -> list[dict]:
-    prices = load_routerarena_prices(data_dir)
+def convert_routerarena(data_dir: Path, seed: int = DEFAULT_SEED) -> list[dict]:
+    cands = routerarena_candidates(data_dir)
     per_model = {m: {str(r["global_index"]): r for r in bench.read_jsonl(data_dir / f"routerarena_{m}.jsonl")}
                  for m in ROUTERARENA_MODELS}
     rngs = {m: random.Random(f"{seed}:routerarena:{m}") for m in ROUTERARENA_MODELS}
     out = []
     for gi in per_model[ROUTERARENA_MODELS[0]]:
-        if limit is not None and len(out) >= limit:
-            break
         if not all(gi in per_model[m] for m in ROUTERARENA_MODELS):
             continue  # only prompts answered by both models
         first = per_model[ROUTERARENA_MODELS[0]][gi]
@@ -120,7 +103,7 @@ def convert_routerarena(data_dir: Path, *, limit: Optional[int] = None, seed: in
             tin, tout = int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
             cost = ev.get("inference_cost")
             if cost is None:
-                cost = (tin * prices[m][0] + tout * prices[m][1]) / 1e6
+                cost = (tin * cands[m]["input_cost_per_1m"] + tout * cands[m]["output_cost_per_1m"]) / 1e6
             o = {"cost_usd": float(cost), "latency_ms": sample_latency(m, tout, rngs[m]),
                  "input_tokens": tin, "output_tokens": tout}
             if r.get("success") is False:
@@ -128,8 +111,8 @@ def convert_routerarena(data_dir: Path, *, limit: Optional[int] = None, seed: in
             else:
                 o["score"] = min(1.0, max(0.0, float(ev.get("score") or 0.0)))
             outcomes[m] = o
-        out.append({"id": gi, "messages": [{"role": "user", "content": first["question"]}], "label": dataset_label(gi),
-                    "outcomes": outcomes})
+        out.append({"id": gi, "messages": [{"role": "user", "content": first["question"]}],
+                    "label": gi.rsplit("_", 1)[0], "outcomes": outcomes})  # the label: the source dataset
     return out
 
 
@@ -139,8 +122,9 @@ def routellm_candidates() -> dict[str, dict]:
 
 
 def routerarena_candidates(data_dir: Path) -> dict[str, dict]:
-    prices = load_routerarena_prices(data_dir)
-    return {m: {"provider": ROUTERARENA_PROVIDERS[m], "input_cost_per_1m": prices[m][0], "output_cost_per_1m": prices[m][1]}
+    table = json.loads((data_dir / ROUTERARENA_COST_FILE).read_text(encoding="utf-8"))
+    return {m: {"provider": ROUTERARENA_PROVIDERS[m], **{f"{k}_cost_per_1m": float(
+        (table.get(m) or {}).get(f"{k}_token_price_per_million", 0.0)) for k in ("input", "output")}}
             for m in ROUTERARENA_MODELS}
 
 
@@ -153,7 +137,8 @@ def shuffled(records: list[dict], name: str, seed: int = DEFAULT_SEED) -> list[d
 
 
 def convert_all(out_dir: Path = DEFAULT_OUT, *, limit: Optional[int] = None, seed: int = DEFAULT_SEED,
-                data_dir: Optional[Path] = None) -> dict[str, Path]:
+                data_dir: Optional[Path] = None) -> dict[str, tuple[Path, dict]]:
+    """Each data set converted into ``out_dir``: name -> (its trace, its candidates)."""
     data_dir = data_dir or shared_data_dir()
     written = {}
     jobs = [
@@ -164,7 +149,7 @@ def convert_all(out_dir: Path = DEFAULT_OUT, *, limit: Optional[int] = None, see
          "score = evaluation_result.score; cost = evaluation_result.inference_cost; tokens from token_usage"),
     ]
     for name, fn, cands, source, notes in jobs:
-        records = shuffled(fn(data_dir, limit=None, seed=seed), name, seed)[:limit]
+        records = shuffled(fn(data_dir, seed), name, seed)[:limit]
         path = out_dir / f"{name}.jsonl"
         write_records(path, records)
         write_candidates(out_dir / f"{name}.candidates.yaml", cands, source="benchmarks/convert_data.py")
@@ -172,14 +157,14 @@ def convert_all(out_dir: Path = DEFAULT_OUT, *, limit: Optional[int] = None, see
                 "candidates": cands, "prices_usd_per_1m": {c: [v["input_cost_per_1m"], v["output_cost_per_1m"]] for c, v in cands.items()},
                 "latency_model": latency_model_text(), "notes": notes}
         (out_dir / f"{name}.meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-        written[name] = path
+        written[name] = path, cands
     return written
 
 
 def main(argv=None) -> int:
     args = bench.arguments(__doc__, argv, out=str(DEFAULT_OUT), seed=DEFAULT_SEED,
                            limit=(int, "convert only the first N prompts of each data set"))
-    for name, path in convert_all(Path(args.out), limit=args.limit, seed=args.seed).items():
+    for name, (path, _) in convert_all(Path(args.out), limit=args.limit, seed=args.seed).items():
         print(f"{name}: {path}")
     return 0
 

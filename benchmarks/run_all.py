@@ -22,24 +22,22 @@ import bench
 import convert_data
 import decision_overhead
 from bench import OUT, REPO
-from litellm_baselines import LiteLLMBaseline, NoDeploymentAvailable
+from litellm_baselines import STRATEGIES as LITELLM_STRATEGIES, LiteLLMBaseline, NoDeploymentAvailable
 
 from aisia_plugin.decision import AliasSettings
 from aisia_plugin.policy import load_policy
 from aisia_plugin.replay import scenarios, training
 from aisia_plugin.replay.candidates import price_specs
 from aisia_plugin.replay.quality import cpt_text, measures
-from aisia_plugin.replay.report import jsonable
+from aisia_plugin.replay.report import jsonable, sweep_measures
 from aisia_plugin.replay.runner import (FIRST_REQUESTS, Call, Served, baselines, build_scenario, figures, first_choices,
-                                        first_requests, override_alias, run_fixed, run_oracle, run_router, run_uniform,
-                                        served_from, with_strategy)
+                                        first_requests, run_fixed, run_router, run_uniform, served_from, sweep,
+                                        with_strategy)
 from aisia_plugin.replay.trace import load_trace
 
 RESULTS_DIR = bench.RESULTS
 RESULTS_MD = bench.HERE / "RESULTS.md"
 README = REPO / "README.md"
-LITELLM_STRATEGIES = ("simple-shuffle", "latency-based-routing", "cost-based-routing")
-FAILOVER_ATTEMPTS = 2
 # The cost_weight values swept (gain over mixing at the best point, CPT, APGR), on the traces of
 # SWEPT, for `auto` as shipped and `auto` with the contextual strategy. Up to 3: on prompt_aware
 # the cheap candidates only win the easy prompts from the best one beyond cost_weight 1 (their
@@ -52,31 +50,30 @@ EXTRA_SEEDS = 4
 CONTEXTUAL = "aisia auto (contextual)"
 
 
-def cost_weight_sweep(policy, scenario, base, seed: int) -> dict:
-    """`auto` replayed at every SWEEP cost_weight: the quality measures of the curve."""
-    return measures(base, [figures(f"cost_weight={v:g}", run_router(override_alias(policy, "auto", "cost_weight", v),
-                                                                     "auto", scenario, seed=seed), base.oracle_served)
-                           for v in SWEEP])
+def cost_weight_sweep(policy, scenario, seed: int) -> dict:
+    """`auto` replayed at every SWEEP cost_weight (``runner.sweep``): the quality measures of the curve."""
+    return sweep_measures(sweep(policy, "auto", scenario, "cost_weight", SWEEP, seed=seed))
 
 
 # -- routers ---------------------------------------------------------------------------------------
-def run_litellm(strategy: str, scenario, names: list[str], prices: dict, *, seed: int = 0,
+def run_litellm(strategy: str, scenario, names: list[str], cands: dict, failover: int, *, seed: int = 0,
                 event=None) -> tuple[list[Served], dict]:
-    """A LiteLLM strategy over the trace, with up to FAILOVER_ATTEMPTS more attempts: re-asked after
-    recording the failure; if it repeats a tried candidate, a seeded random untried one."""
-    cands = [{"id": n, "input_cost_per_1m": prices[n][0], "output_cost_per_1m": prices[n][1]} for n in names]
+    """A LiteLLM strategy over the trace (``cands``: name -> prices), with up to ``failover`` more
+    attempts (our alias's failover): re-asked after recording the failure; if it repeats a tried
+    candidate, a seeded random untried one."""
     rng = random.Random(f"litellm-failover:{seed}:{strategy}")
     stats = {"random_failover_picks": 0, "no_deployment": 0}
     out: list[Served] = []
-    with LiteLLMBaseline(strategy, cands, seed=seed) as bl:
+    with LiteLLMBaseline(strategy, [{"id": n, **cands[n]} for n in names], seed=seed) as bl:
         for i, (rec, row) in enumerate(zip(scenario.trace.records, scenario.calls)):
             now = i * scenario.seconds_per_request
             if event is not None and i == event["start"]:  # a config reload in a live proxy
-                base = prices[event["candidate"]]
-                bl.set_price(event["candidate"], base[0] * event["factor"], base[1] * event["factor"])
+                c = cands[event["candidate"]]
+                bl.set_price(event["candidate"], c["input_cost_per_1m"] * event["factor"],
+                             c["output_cost_per_1m"] * event["factor"])
             tried: list[str] = []
             attempts: list[Call] = []
-            for _ in range(1 + FAILOVER_ATTEMPTS):
+            for _ in range(1 + failover):
                 try:
                     cid = bl.choose(rec.messages, now)
                 except NoDeploymentAvailable:
@@ -111,15 +108,14 @@ def row_dict(f, served, oracle_mean, event, n, extra=None) -> dict:
 
 
 # -- one trace -------------------------------------------------------------------------------------
-def bench_trace(name: str, path: Path, cands: dict, policy, aliases: list[str], *, seed: int, event=None,
+def bench_trace(name: str, path: Path, scenario, cands: dict, policy, aliases: list[str], *, seed: int, event=None,
                 kind: str = "synthetic") -> dict:
     t0 = time.monotonic()
-    scenario = build_scenario(load_trace(str(path)), price_specs(cands), policy, seed=seed)
     n = len(scenario)
     base = baselines(policy, "auto", scenario, seed=seed)
     names, oracle_served, om = base.candidates, base.oracle_served, base.oracle.mean_score
-    prices = {c: (v["input_cost_per_1m"], v["output_cost_per_1m"]) for c, v in cands.items()}
     price_event = event if event and event.get("kind") == "price" else None
+    attempts = policy.aliases["auto"].failover.attempts  # every router's failover, LiteLLM's and uniform's too
     rows: dict[str, dict] = {}
     timings: dict[str, float] = {}
     runs: dict[str, object] = {}  # row name -> Figures, for the quality measures
@@ -143,15 +139,14 @@ def bench_trace(name: str, path: Path, cands: dict, policy, aliases: list[str], 
         add(label, alias, served, {"strategy": pol.aliases[alias].strategy}, t)
     for strat in LITELLM_STRATEGIES:
         t = time.monotonic()
-        served, notes = run_litellm(strat, scenario, names, prices, seed=seed, event=price_event)
+        served, notes = run_litellm(strat, scenario, names, cands, attempts, seed=seed, event=price_event)
         add(f"litellm {strat}", strat, served, {"failover_notes": notes}, t)
     # best fixed candidate (by mean score, cheapest on ties), uniform random, oracle
     best = max(base.fixed.items(), key=lambda kv: (kv[1].mean_score, -kv[1].total_cost_usd))[0]
-    uni = run_uniform(scenario, names, attempts=policy.aliases["auto"].failover.attempts, seed=seed)
-    for label, fig_name, served, f in ((f"best fixed ({best})", best, run_fixed(scenario, best)[0], base.fixed[best]),
-                                       ("uniform random", "uniform random", uni, base.uniform),
-                                       ("oracle", "oracle", run_oracle(scenario, names), base.oracle)):
-        rows[label] = row_dict(figures(fig_name, served, oracle_served), served, om, event, n)
+    uni = run_uniform(scenario, names, attempts=attempts, seed=seed)
+    for label, served, f in ((f"best fixed ({best})", run_fixed(scenario, best)[0], base.fixed[best]),
+                             ("uniform random", uni, base.uniform), ("oracle", oracle_served, base.oracle)):
+        rows[label] = row_dict(f, served, om, event, n)
         runs[label] = f
     # Quality with its cost: each row's gain over mixing the fixed candidates at its cost.
     q = measures(base, list(runs.values()))
@@ -166,7 +161,7 @@ def bench_trace(name: str, path: Path, cands: dict, policy, aliases: list[str], 
     if name in SWEPT:
         for label, pol in ours:
             t = time.monotonic()
-            per_seed = [cost_weight_sweep(pol, scenario, base, s) for s in seeds]
+            per_seed = [cost_weight_sweep(pol, scenario, s) for s in seeds]
             # The same sweep with other router seeds (Thompson draws, exploration): how much of a
             # best point is the seed's.
             sweeps[label] = dict(per_seed[0], best_gain_by_seed={
@@ -198,24 +193,20 @@ def heldout_prior(name: str, path: Path, cands: dict, policy, *, seed: int) -> d
               "--seed", str(seed)]) != 0:
         raise RuntimeError(f"aisia train failed on {train}")
     scenario = build_scenario(load_trace(str(test)), price_specs(cands), policy, seed=seed)
-    base = baselines(policy, "auto", scenario, seed=seed)
+    runs = {label: cost_weight_sweep(with_strategy(policy, "auto", "contextual", prior_model=prior), scenario, seed)
+            for label, prior in (("online only", None), ("from the trained model", str(model)))}
     return {"train_requests": half, "test_requests": len(scenario),
-            "oracle_gain": measures(base, [])["oracle"]["gain_over_mixing"],
-            "runs": {label: cost_weight_sweep(with_strategy(policy, "auto", "contextual", prior_model=prior), scenario,
-                                              base, seed)
-                     for label, prior in (("online only", None), ("from the trained model", str(model)))}}
+            "oracle_gain": runs["online only"]["oracle"]["gain_over_mixing"], "runs": runs}
 
 
-def diagnose(name: str, path: Path, cands: dict, policy, *, seed: int) -> dict:
+def diagnose(name: str, path: Path, scenario, policy) -> dict:
     """What the contextual model can know: `aisia train --holdout 0.5`'s figures
     (``replay.training``) and, on prompt_aware, what no router sees: the generator's hidden
     difficulty (per label and difficulty, the ceiling of any prompt feature short of the
     per-request luck) and the exact expected score given its signals; there each predictor's
     (strong - weak) reward gap as a detector of the difficulty (the area under the ROC curve)."""
     t0 = time.monotonic()
-    trace = load_trace(str(path))
-    scenario = build_scenario(trace, price_specs(cands), policy, seed=seed)
-    h = training.split(policy, training.training_rows(policy, "auto", trace, scenario), scenario, 0.5)
+    h = training.split(policy, training.training_rows(policy, "auto", scenario.trace, scenario), scenario, 0.5)
     c = policy.aliases["auto"].contextual
     preds = training.reference_predictors(h, training.fit(h.train, c), c.prior_variance)
     meta = json.loads(path.with_suffix(".meta.json").read_text(encoding="utf-8"))
@@ -280,19 +271,26 @@ def table(res: dict) -> list[str]:
     return bench.md_table(head, rows)
 
 
+def sweep_table(first: str, sweeps: dict, label=str, cpts=("95",), oracle_share: bool = False) -> list[str]:
+    """cost_weight sweeps (``cost_weight_sweep``'s measures by label) as a table: each point's gain
+    over mixing, the best (and its share of the oracle's), and for two models CPT and APGR."""
+    two = any("two_models" in m for m in sweeps.values())
+    head = [first] + [p["name"] for p in next(iter(sweeps.values()))["runs"]] + ["best gain"] + (
+        ["of the oracle's gain"] if oracle_share else []) + ([f"CPT({k}%)" for k in cpts] + ["APGR"] if two else [])
+    return bench.md_table(head, [
+        [label(k)] + [_point(p) for p in m["runs"]] + [f"{m['best_gain_over_mixing']:+.4f} ({m['best']})"]
+        + ([_fmt(m.get("oracle_share"), "{:.1%}")] if oracle_share else [])
+        + ([*(cpt_text(m["two_models"]["cpt"][c]) for c in cpts), f"{m['two_models']['apgr']:.3f}"] if two else [])
+        for k, m in sweeps.items()])
+
+
 def heldout_lines(r: dict) -> list[str]:
     h = r.get("heldout")
     if not h:
         return []
-    two = any("two_models" in m for m in h["runs"].values())
-    head = ["contextual"] + [p["name"] for p in next(iter(h["runs"].values()))["runs"]] + ["best gain"] + (
-        ["CPT(95%)", "APGR"] if two else [])
     return [f"`aisia train` on the first {h['train_requests']} requests, then the other {h['test_requests']} replayed "
             f"with the contextual strategy (oracle's gain on them {h['oracle_gain']:+.4f}): gain over mixing per "
-            "cost_weight.", ""] + bench.md_table(head, [
-                [label] + [_point(p) for p in m["runs"]] + [f"{m['best_gain_over_mixing']:+.4f} ({m['best']})"]
-                + ([cpt_text(m["two_models"]["cpt"]["95"]), f"{m['two_models']['apgr']:.3f}"] if two else [])
-                for label, m in h["runs"].items()]) + [""]
+            "cost_weight.", ""] + sweep_table("contextual", h["runs"]) + [""]
 
 
 def diagnosis_lines(r: dict) -> list[str]:
@@ -326,16 +324,9 @@ def sweep_lines(r: dict) -> list[str]:
     if not sw:
         return []
     two = r.get("two_models")
-    points = [p["name"] for p in next(iter(sw.values()))["runs"]]  # as the run swept them
-    head = ["router"] + points + ["best gain", "of the oracle's gain"] + (
-        ["CPT(50%)", "CPT(80%)", "CPT(95%)", "APGR"] if two else [])
-    rows = [[f"`{label}`"] + [_point(p) for p in m["runs"]]
-            + [f"{m['best_gain_over_mixing']:+.4f} ({m['best']})", _fmt(m.get("oracle_share"), "{:.1%}")]
-            + ([*(cpt_text(m["two_models"]["cpt"][k]) for k in ("50", "80", "95")), f"{m['two_models']['apgr']:.3f}"]
-               if two else [])
-            for label, m in sw.items()]
-    L = [f"cost_weight sweep of `auto` ({len(points)} runs per strategy, the same trace): gain over mixing at each point "
-         f"(mean reward, total cost); the oracle's gain is {r['oracle_gain']:+.4f}.", ""] + bench.md_table(head, rows)
+    L = [f"cost_weight sweep of `auto` ({len(next(iter(sw.values()))['runs'])} runs per strategy, the same trace): gain "
+         f"over mixing at each point (mean reward, total cost); the oracle's gain is {r['oracle_gain']:+.4f}.", ""
+         ] + sweep_table("router", sw, "`{}`".format, ("50", "80", "95"), oracle_share=True)
     if two:
         L += ["", f"Two models: weak `{two['weak']}`, strong `{two['strong']}`; PGR = (score - weak) / (strong - weak); "
                   "CPT(x) = the smallest share of strong-model calls at which the sweep's curve (with the all-weak and "
@@ -654,28 +645,26 @@ def main(argv=None) -> int:
         return 0
     t0 = time.monotonic()
     n_syn = 1000 if args.quick else scenarios.DEFAULT_REQUESTS
-    data_dir = bench.shared_data_dir()
-    real = convert_data.convert_all(OUT, limit=300 if args.quick else None, data_dir=data_dir)
+    real = convert_data.convert_all(OUT, limit=300 if args.quick else None)
     policy = load_policy(None)
     jobs = []  # synthetic first in the report
     for name in scenarios.SCENARIOS + scenarios.PROMPT_SCENARIOS:
         records, meta = scenarios.generate_scenario(name, n=n_syn, n_providers=args.providers, seed=args.synthetic_seed)
         path = scenarios.write_scenario(OUT, name, records, meta)
         jobs.append((name, path, scenarios.candidates_of(meta), ["auto"], meta["event"], "synthetic"))
-    for name, path in real.items():
-        cands = (convert_data.routellm_candidates() if name == "routellm_gsm8k"
-                 else convert_data.routerarena_candidates(data_dir))
+    for name, (path, cands) in real.items():
         jobs.append((name, path, cands, ["auto", "auto/cheap", "auto/smart"], None, "real"))
     results = []
     for name, path, cands, aliases, event, kind in jobs:
         if args.only and name not in args.only:
             continue
         print(f"[{time.monotonic() - t0:6.1f}s] {name}: replaying {path.name} ...", flush=True)
-        res = bench_trace(name, path, cands, policy, aliases, seed=args.seed, event=event, kind=kind)
+        scenario = build_scenario(load_trace(str(path)), price_specs(cands), policy, seed=args.seed)
+        res = bench_trace(name, path, scenario, cands, policy, aliases, seed=args.seed, event=event, kind=kind)
         if kind == "real":
             res["heldout"] = heldout_prior(name, path, cands, policy, seed=args.seed)
         if name in SWEPT:  # what the model can know: full information on one half, greedy on the other
-            res["diagnosis"] = diagnose(name, path, cands, policy, seed=args.seed)
+            res["diagnosis"] = diagnose(name, path, scenario, policy)
         bench.write_results(name, jsonable(res))
         a = res["rows"]["aisia auto"]
         print(f"          auto {a['mean_score']:.4f} ({a['pct_of_oracle']:.1f} % of oracle), {res['wall_s']:.1f} s "
@@ -687,8 +676,8 @@ def main(argv=None) -> int:
     conditions = bench.conditions(
         quick=args.quick, aisia=bench.version("aisia_plugin"), seed=args.seed, synthetic_seed=args.synthetic_seed,
         data_seed=convert_data.DEFAULT_SEED, synthetic_requests=n_syn, providers=args.providers,
-        data_dir="../shared/data ($AISIA_SHARED_DATA)", gsm8k_requests=len(bench.read_jsonl(real["routellm_gsm8k"])),
-        arena_requests=len(bench.read_jsonl(real["routerarena"])), latency_model=convert_data.latency_model_text(),
+        data_dir="../shared/data ($AISIA_SHARED_DATA)", gsm8k_requests=len(bench.read_jsonl(real["routellm_gsm8k"][0])),
+        arena_requests=len(bench.read_jsonl(real["routerarena"][0])), latency_model=convert_data.latency_model_text(),
         wall_s=time.monotonic() - t0)
     bench.write_results("conditions", conditions)
     if not args.only:
