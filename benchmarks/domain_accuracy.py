@@ -166,19 +166,13 @@ def speed(domains, rows, passes: int = 9):
                       "keywords": sum(detector.counts(text)), "domain": detector.detect(text)}}
 
 
-def domain_table(full, bare=None) -> list[str]:
-    """Per-domain figures on full prompts and, given ``bare``, without the wrapper; without it, only
-    the domains with a labelled or a predicted prompt."""
-    extra = {"precision (no wrapper)": (bare, "precision"), "recall (no wrapper)": (bare, "recall")} if bare else {}
-    return domain_eval.table(full, every=bool(bare), extra=extra)
-
-
 def doc_blocks(result) -> dict[str, list[str]]:
     """The figure blocks of docs/domain-accuracy.md by marker name; the prose around them (conditions,
     label mapping, reading of the numbers, the held-out method) is written by hand there."""
     full, bare, g, sp = result["full_prompt"], result["without_wrapper"], result["gsm8k"], result["speed"]
     figures = [
-        *domain_table(full, bare), "",
+        *domain_eval.table(full, every=True, extra={"precision (no wrapper)": (bare, "precision"),
+                                                    "recall (no wrapper)": (bare, "recall")}), "",
         f"- Overall accuracy (label or accepted domain): {full['accuracy']:.3f} (without wrapper: {bare['accuracy']:.3f}).",
         f"- False-positive rate on the {full['unlabelled']} unlabelled prompts (a domain where none is expected): "
         f"{full['unlabelled_false_positive_rate']:.3f} (without wrapper: {bare['unlabelled_false_positive_rate']:.3f}).",
@@ -268,7 +262,7 @@ def held_out_figures(result) -> list[str]:
 def readme_block(result) -> list[str]:
     """The README's block between the domain-accuracy markers (the prose around it is hand-written)."""
     full = result["full_prompt"]
-    return [*domain_table(full),
+    return [*domain_eval.table(full),  # the domains with a labelled or a predicted prompt
             "", "(image, voice, transcription, vision, embedding, classification and sentiment have no labelled prompt",
             f"here and were predicted for none.) False-positive rate on the {full['unlabelled']} unlabelled prompts: "
             f"{full['unlabelled_false_positive_rate']:.3f}.", "",

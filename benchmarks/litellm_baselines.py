@@ -71,7 +71,6 @@ from litellm.types.router import RouterRateLimitError
 
 STRATEGIES = ("simple-shuffle", "latency-based-routing", "cost-based-routing")
 _ASYNC_ONLY = frozenset({"cost-based-routing"})  # LiteLLM has no synchronous selector for these
-_TOKEN_COUNTING = frozenset({"latency-based-routing", "cost-based-routing"})
 API_BASE = "http://127.0.0.1:9/v1"
 MODEL_GROUP = "aisia-litellm-baseline"
 CLOCK_EPOCH = 1_700_000_000.0
@@ -221,7 +220,7 @@ class LiteLLMBaseline:
             cache._clock = self._sim_epoch_seconds
         # Deployment dicts as the Router stores them (what LiteLLM's callbacks would see).
         self._deployments = {str(d["model_info"]["id"]): d for d in router.get_model_list(model_name=MODEL_GROUP) or []}
-        if strategy in _TOKEN_COUNTING:
+        if self.selector is not None:  # latency- and cost-based: they count tokens and read each response's usage
             # LiteLLM's token_counter loads its tokenizer on first use (~0.7 s): here, not in a timed choose().
             try:
                 litellm.token_counter(messages=[{"role": "user", "content": "warm up"}])
@@ -230,7 +229,6 @@ class LiteLLMBaseline:
         has_limits = any(c.get(k) is not None for c in candidates for k in ("rpm", "tpm"))
         self._full_success_callback = bool(exact_success_callback or has_limits
                                            or getattr(router, "enable_pre_call_checks", False))
-        self._selector_reads_response = strategy in ("latency-based-routing", "cost-based-routing")
         if set(ids) - set(self._deployments):
             raise RuntimeError(f"LiteLLM did not register deployments {sorted(set(ids) - set(self._deployments))}")
 
@@ -344,7 +342,7 @@ class LiteLLMBaseline:
                   "completion_start_time": end_dt, "custom_llm_provider": "openai", "messages": None}
         router, selector, full = self.router, self.selector, self._full_success_callback
         response = None
-        if success and (self._selector_reads_response or full):
+        if success and (selector is not None or full):
             # One ModelResponse per baseline, its usage rewritten per record (building a new one
             # costs ~50 us); LiteLLM's handlers only read ``usage`` and keep no reference.
             if self._response is None:
