@@ -91,20 +91,17 @@ def leave_one_dataset_out(domains, rows, names, params: dict, data: Path | None 
     base = DomainDetector(domains)
     known = known_words(base, docs)
     shipped = [base.detect(q) for _, q in rows]
-    mined, words = list(shipped), {}
+    mined, words, per_dataset = list(shipped), {}, {}
     datasets = sorted({ds for ds, _ in rows})
     for held in datasets:
         proposal = mine(docs, TOPIC, exclude={held}, known=known, **params)
         det = DomainDetector(with_patterns(domains, mined_patterns(proposal)))
-        for i, (ds, q) in enumerate(rows):
-            if ds == held:
-                mined[i] = det.detect(q)
-        if label_of(held) in TOPIC:
-            words[held] = {d: [w.word for w in ws] for d, ws in proposal.items() if ws}
-    per_dataset = {}
-    for held in datasets:
         idx = [i for i, (ds, _) in enumerate(rows) if ds == held]
+        for i in idx:
+            mined[i] = det.detect(rows[i][1])
         label = label_of(held)
+        if label in TOPIC:
+            words[held] = {d: [w.word for w in ws] for d, ws in proposal.items() if ws}
         ok = lambda p: p == label or p in ACCEPT.get(held, set())  # noqa: E731
         per_dataset[held] = {"label": label, "prompts": len(idx), "shipped_correct": sum(ok(shipped[i]) for i in idx),
                              "mined_correct": sum(ok(mined[i]) for i in idx)}

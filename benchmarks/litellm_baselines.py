@@ -203,7 +203,7 @@ class LiteLLMBaseline:
 
         try:
             with self._activate():
-                self.router, self._background_tasks = self._run(build())
+                self.router, self._background_tasks = self._loop.run_until_complete(build())
         except BaseException:
             self._closed = True
             self._loop.close()
@@ -251,10 +251,6 @@ class LiteLLMBaseline:
             finally:
                 _active_clock, _active_rng = prev
 
-    def _run(self, coro) -> Any:
-        """Run a coroutine on the private loop."""
-        return self._loop.run_until_complete(coro)
-
     async def _drain(self) -> None:
         """Let the tasks LiteLLM scheduled during this call (cooldown event, service hooks) finish."""
         for _ in range(3):
@@ -278,7 +274,7 @@ class LiteLLMBaseline:
                         finally:
                             await self._drain()
 
-                    deployment = self._run(pick())
+                    deployment = self._loop.run_until_complete(pick())
                 else:
                     deployment = self.router.get_available_deployment(model=MODEL_GROUP, messages=messages,
                                                                       request_kwargs={})
@@ -373,7 +369,7 @@ class LiteLLMBaseline:
                 await self._drain()
 
         with self._activate(now):
-            self._run(dispatch())
+            self._loop.run_until_complete(dispatch())
 
     # -- introspection / lifecycle --------------------------------------------------------------
     def cooled_down(self, now: float | None = None) -> list[str]:
@@ -393,7 +389,7 @@ class LiteLLMBaseline:
             await asyncio.sleep(0)
 
         try:
-            self._run(shutdown())
+            self._loop.run_until_complete(shutdown())
         finally:
             self._loop.close()
 
