@@ -271,55 +271,6 @@ def replace_blocks(path: Path, blocks: dict[str, list[str]]) -> bool:
     return found
 
 
-# -- robustness and domain scripts ----------------------------------------------------------------
-# RouterArena's prompts labelled by domain (domain_accuracy.py measures the detection on them,
-# domain_vocabulary.py mines words from them): the source dataset (the prefix of global_index)
-# names the domain (ARENA_LABELS); an ambiguous dataset has none but accepts some (ARENA_ACCEPT).
-ARENA = "routerarena_claude-3-haiku-20240307.jsonl"
-ARENA_LABELS = {
-    "GSM8K": "math", "AIME": "math", "MATH": "math", "MathQA": "math", "AsDiv": "math",
-    "MMLUPro_math": "math", "OpenTDB_Science: Mathematics": "math",
-    "LiveCodeBench": "coding",
-    "MedMCQA": "medical", "PubMedQA": "medical", "MMLUPro_health": "medical",
-    "FinQA": "finance",
-    "MMLUPro_law": "legal",
-    "MMLUPro_physics": "science", "MMLUPro_chemistry": "science", "MMLUPro_biology": "science",
-    "OpenTDB_Science & Nature": "science", "QANTA_Science": "science",
-    "MMLU_formal_logic": "reasoning",
-}
-ARENA_ACCEPT = {
-    # Business questions are mostly accounting, interest and insurance arithmetic; economics is
-    # macro/micro theory: a finance specialist is a fair choice for either, not a required one.
-    "MMLUPro_business": {"finance"},
-    "MMLUPro_economics": {"finance"},
-    # Computer-science trivia is not a request to write code: None is the label, coding accepted.
-    "MMLUPro_computer science": {"coding"},
-    "OpenTDB_Science: Computers": {"coding"},
-    # Engineering problems are applied physics with calculations.
-    "MMLUPro_engineering": {"science", "math"},
-}
-
-
-def arena_label(dataset: str):
-    return "translation" if dataset.startswith("WMT19-") else ARENA_LABELS.get(dataset)
-
-
-def arena_prompts(data: Path) -> list[tuple[str, str]]:
-    """(dataset, question) per RouterArena prompt."""
-    return [(r["global_index"].rsplit("_", 1)[0], r["question"]) for r in read_jsonl(data / ARENA)]
-
-
-def strip_wrapper(prompt: str) -> str:
-    """The prompt without the benchmark's instruction lines (first line, 'Provide/Keep' lines)."""
-    return "\n".join(l for l in prompt.split("\n")[1:] if not l.lstrip().startswith(("Provide ", "Keep ", "Output ")))
-
-
-def arena_labelled(rows, view=lambda prompt: prompt) -> list[tuple]:
-    """(dataset, label, accepted domains, view(prompt)) per (dataset, prompt) of ``rows``: the
-    labelled prompts of aisia_plugin.domain_eval."""
-    return [(ds, arena_label(ds), ARENA_ACCEPT.get(ds, set()), view(q)) for ds, q in rows]
-
-
 # -- proxy and timing scripts ---------------------------------------------------------------------
 def per_call(stats, n: int) -> dict:
     """A profile's functions (a ``pstats.Stats``) -> (calls, own us, inclusive us) per one of the

@@ -16,16 +16,14 @@ Writes benchmarks/results/overhead.json and .md."""
 
 from __future__ import annotations
 
-import cProfile
 import itertools
-import pstats
 import random
 import sys
 import time
 import traceback
 
 import bench
-from litellm_baselines import MODEL_GROUP, LiteLLMBaseline
+from litellm_baselines import MODEL_GROUP, STRATEGIES as LITELLM_STRATEGIES, LiteLLMBaseline
 
 from aisia_plugin import plugins
 from aisia_plugin.bandit import arm_weights
@@ -43,7 +41,6 @@ PROVIDERS = [(prov, SEED_PRICES[prov], lat) for prov, lat in (
 ALIASES = [("auto", "ucb1"), ("auto/smart", "thompson"), ("auto/cheap", "cost"), ("auto/fast", "latency"),
            ("auto/lkgp", "lkgp"), ("auto/contextual", "contextual")]
 EXTRA_ALIASES = {"auto/contextual": "contextual"}  # the shipped `auto` with another strategy
-LITELLM_STRATEGIES = ["simple-shuffle", "latency-based-routing", "cost-based-routing"]
 WARM_OUTCOMES = 200
 WARM_CALLS = 200  # untimed calls before each timing loop
 TARGET_N = 16
@@ -208,22 +205,8 @@ def pieces(eng, clock, deps, policy, usable, messages, specs, calls) -> dict:
     return pc
 
 
-def hot_spots(eng, alias, messages, deps, n, decides) -> dict:
-    """cProfile over ``decides`` decisions: the 15 functions of most own time, per decision."""
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(decides):
-        eng.decide(alias, messages, deps)
-    prof.disable()
-    per = bench.per_call(pstats.Stats(prof).strip_dirs(), decides)
-    top = [{"function": f"{file}:{line}({func})", "calls_per_decide": round(calls, 2),
-            "tottime_us_per_decide": round(own, 2), "cumtime_us_per_decide": round(cum, 2)}
-           for (file, line, func), (calls, own, cum) in sorted(per.items(), key=lambda kv: -kv[1][1])[:15]]
-    return {"alias": alias, "n": n, "decides": decides, "top_by_tottime": top}
-
-
-def bench_ours(report: dict, policy, sizes, calls, messages, profile_n: int) -> None:
-    """The report's ``ours``, ``ours_modes``, ``pieces`` and ``profile``, and their notes."""
+def bench_ours(report: dict, policy, sizes, calls, messages) -> None:
+    """The report's ``ours``, ``ours_modes`` and ``pieces``, and their notes."""
     ours, modes, notes, prompts = report["ours"], report["ours_modes"], report["notes"], real_prompts()
     if not prompts:
         notes.append("../shared/data not found: the real-prompt modes use the synthetic prompt")
@@ -256,8 +239,6 @@ def bench_ours(report: dict, policy, sizes, calls, messages, profile_n: int) -> 
             for alias, st in time_unseen(eng, [a for a, _ in usable], deps).items():
                 modes[str(n)][alias]["unseen"] = st
         report["pieces"][str(n)] = pieces(eng, clock, deps, policy, usable, messages, specs, calls)
-        if n == TARGET_N and usable:
-            report["profile"] = hot_spots(eng, usable[0][0], messages, deps, n, profile_n)
 
 
 def router_only(b: LiteLLMBaseline, strat: str, messages, now: float, calls: int) -> dict:
@@ -345,13 +326,6 @@ def render(report: dict) -> str:
               "", "## Conditions", "", *(f"- {k}: {v}" for k, v in c.items())]
     if report.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {x}" for x in report["notes"]]
-    if report.get("profile"):
-        p = report["profile"]
-        lines += ["", f"## Hot spots (cProfile, {p['decides']} x decide({p['alias']!r}), n={p['n']}, by own time)", "",
-                  *bench.md_table(["function", "calls/decide", "own us/decide", "cum us/decide"], [
-                      [f"`{r['function']}`", r["calls_per_decide"], r["tottime_us_per_decide"], r["cumtime_us_per_decide"]]
-                      for r in p["top_by_tottime"]]),
-                  "", "cProfile inflates per-call overhead of small Python functions; use it for ranking, not absolutes."]
     return "\n".join(lines) + "\n"
 
 
@@ -390,7 +364,7 @@ def ratio_targets(report: dict) -> list[str]:
 
 def main(argv=None) -> int:
     args = bench.arguments(__doc__, argv, calls=3000, litellm_calls=(int, "default: --calls"), sizes="4,16,64",
-                           profile_decides=3000, out=bench.RESULTS)
+                           out=bench.RESULTS)
     sizes, lcalls, messages = [int(x) for x in args.sizes.split(",")], args.litellm_calls or args.calls, bench.dense_messages()
     policy = load_policy()
     extra = {a: policy.aliases["auto"].model_copy(update={"strategy": st})
@@ -398,8 +372,8 @@ def main(argv=None) -> int:
     policy = policy.model_copy(update={"aliases": {**policy.aliases, **extra}})
     t0, load_start, speed_start = time.monotonic(), bench.load_average(), bench.machine_speed_ms()
     print(f"decision overhead: {args.calls} calls, machine speed {speed_start} ms", flush=True)
-    report = {"conditions": {}, "ours": {}, "ours_modes": {}, "litellm": {}, "pieces": {}, "notes": [], "profile": None}
-    bench_ours(report, policy, sizes, args.calls, messages, args.profile_decides)
+    report = {"conditions": {}, "ours": {}, "ours_modes": {}, "litellm": {}, "pieces": {}, "notes": []}
+    bench_ours(report, policy, sizes, args.calls, messages)
     bench_litellm(report, sizes, lcalls, messages)
     report["conditions"] = bench.conditions(
         calls=args.calls, litellm_calls=lcalls, warm_calls_untimed=WARM_CALLS,

@@ -1,8 +1,8 @@
 """Domain-detection accuracy of the shipped policy on real prompts.
 
-Data (read in place): RouterArena's 809 prompts, labelled by their dataset (bench.ARENA_LABELS,
-and bench.ARENA_ACCEPT for the ambiguous datasets, where a prediction of an accepted domain or None is
-correct and which are in no recall support), and RouteLLM's 1,319 GSM8K prompts (all maths: a
+Data (read in place): RouterArena's 809 prompts, labelled by their dataset (routerarena_domains.yaml:
+its labels, and the domains accepted for the ambiguous datasets, where a prediction of an accepted
+domain or None is correct and which are in no recall support), and RouteLLM's 1,319 GSM8K prompts (all maths: a
 recall check). Two views: the full prompt, and the prompt without the benchmark's instruction
 wrapper (how much the detection owes to template words).
 
@@ -19,9 +19,9 @@ same run.
 ``--propose``: only the words the miner finds per topic domain (TOPIC) in the prompts of every
 dataset but ``--hold-out``'s, printed (``--json FILE``: written) for a person to review before any
 goes into policies/domains.yaml. Each prompt is read without the benchmark's instruction wrapper
-(``bench.strip_wrapper``), as in the folds, so that no template word is proposed.
+(``strip_wrapper``), as in the folds, so that no template word is proposed.
 
-    python benchmarks/domain_accuracy.py [--data DIR] [--no-write] [--no-readme] [--no-speed] [--baseline REV] [--errors N]
+    python benchmarks/domain_accuracy.py [--data DIR] [--no-write] [--no-readme] [--no-speed] [--baseline REV]
     python benchmarks/domain_accuracy.py --propose [--hold-out DATASET ...] [--top N] [--json FILE]
 
 Writes benchmarks/results/domain_accuracy.json, the figure blocks of docs/domain-accuracy.md (between
@@ -41,7 +41,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import bench
-from bench import ARENA, ARENA_ACCEPT as ACCEPT, arena_label as label_of, strip_wrapper
+import yaml
 
 from aisia_plugin import domain_eval
 from aisia_plugin.domain_eval import MINER, documents, known_words, mine, mined_patterns
@@ -55,6 +55,31 @@ GSM8K = "routellm_gsm8k_responses.csv"
 BASELINE_REV = "ce978675ad89194a8cfc67f3cb40792e15eac412"
 DOC = bench.REPO / "docs" / "domain-accuracy.md"
 TOPIC = ("math", "medical", "science", "legal", "finance")  # the domains whose words are mined
+ARENA_DOMAINS = yaml.safe_load((bench.HERE / "routerarena_domains.yaml").read_text(encoding="utf-8"))
+ARENA = ARENA_DOMAINS["file"]
+ACCEPT = {ds: set(domains) for ds, domains in ARENA_DOMAINS["accepts"].items()}
+
+
+def label_of(dataset: str):
+    """The domain of a RouterArena source dataset (None: unlabelled)."""
+    by_prefix = [d for prefix, d in ARENA_DOMAINS["prefixes"].items() if dataset.startswith(prefix)]
+    return by_prefix[0] if by_prefix else ARENA_DOMAINS["labels"].get(dataset)
+
+
+def arena_prompts(data: Path) -> list[tuple[str, str]]:
+    """(dataset, question) per RouterArena prompt."""
+    return [(r["global_index"].rsplit("_", 1)[0], r["question"]) for r in bench.read_jsonl(data / ARENA)]
+
+
+def strip_wrapper(prompt: str) -> str:
+    """The prompt without the benchmark's instruction lines (first line, 'Provide/Keep' lines)."""
+    return "\n".join(l for l in prompt.split("\n")[1:] if not l.lstrip().startswith(("Provide ", "Keep ", "Output ")))
+
+
+def arena_labelled(rows, view=lambda prompt: prompt) -> list[tuple]:
+    """(dataset, label, accepted domains, view(prompt)) per (dataset, prompt) of ``rows``: the
+    labelled prompts of aisia_plugin.domain_eval."""
+    return [(ds, label_of(ds), ACCEPT.get(ds, set()), view(q)) for ds, q in rows]
 
 
 def evaluate(detector: DomainDetector, rows, names, view):
@@ -63,7 +88,7 @@ def evaluate(detector: DomainDetector, rows, names, view):
 
 def score(predictions, rows, names):
     """Per-domain figures of ``predictions`` (one per (dataset, prompt) of ``rows``)."""
-    return domain_eval.score(predictions, [r[:3] for r in bench.arena_labelled(rows)], names)
+    return domain_eval.score(predictions, [r[:3] for r in arena_labelled(rows)], names)
 
 
 def gsm8k_recall(detector, data: Path):
@@ -87,7 +112,7 @@ def leave_one_dataset_out(domains, rows, names, params: dict, data: Path | None 
     vocabulary alone (hand-written, so every prompt is held out) beside it, per domain and per
     held-out dataset, the words mined per fold, and the GSM8K recall of the words mined without
     RouterArena's GSM8K."""
-    docs = documents(bench.arena_labelled(rows, strip_wrapper))
+    docs = documents(arena_labelled(rows, strip_wrapper))
     base = DomainDetector(domains)
     known = known_words(base, docs)
     shipped = [base.detect(q) for _, q in rows]
@@ -268,7 +293,7 @@ def readme_block(result) -> list[str]:
 
 def propose(domains, rows, hold_out: list[str], params: dict, out: Path | None) -> None:
     """``--propose``: the words mined per topic domain outside ``hold_out``, printed (and written to ``out``)."""
-    docs = documents(bench.arena_labelled(rows, strip_wrapper))
+    docs = documents(arena_labelled(rows, strip_wrapper))
     proposal = mine(docs, TOPIC, exclude=hold_out, known=known_words(DomainDetector(domains), docs), **params)
     print(f"mined from {sum(d[0] not in set(hold_out) for d in docs)} prompts (held out: {hold_out or 'none'}); {params}")
     for dom, words in proposal.items():
@@ -292,7 +317,6 @@ def measure(domains, rows, names, data, no_speed, params) -> dict:
 
 def main(argv=None):
     args = bench.arguments(__doc__, argv, data=bench.shared_data_dir(), no_write=False,
-                           errors=(0, "print this many misclassified prompts"),
                            baseline=(BASELINE_REV, "git revision whose policies/domains.yaml is the 'before' vocabulary "
                                                    "('' for none)"),
                            no_speed=(False, "skip the timings (a quick accuracy run)"),
@@ -301,7 +325,7 @@ def main(argv=None):
                            hold_out=([], "with --propose: datasets left out of the mining"),
                            json=(Path, "with --propose: write the proposal to this file"), **MINER)
     policy = load_policy()
-    names, rows = list(policy.domains.definitions), bench.arena_prompts(args.data)
+    names, rows = list(policy.domains.definitions), arena_prompts(args.data)
     params = {k: getattr(args, k) for k in MINER}
     if args.propose:
         return propose(policy.domains, rows, args.hold_out, params, args.json)
@@ -313,10 +337,6 @@ def main(argv=None):
         result["baseline"] = {"revision": args.baseline, **measure(before, rows, names, args.data, args.no_speed, params)}
     blocks = doc_blocks(result)
     print("\n\n".join("\n".join(lines) for lines in blocks.values()))
-    detector = DomainDetector(policy.domains)
-    wrong = [(ds, p) for ds, p in rows if args.errors and detector.detect(p) not in (label_of(ds), *ACCEPT.get(ds, ()))]
-    for ds, p in wrong[:args.errors]:
-        print(f"--- {ds} -> {detector.detect(p)} {detector.scores(p)}\n{strip_wrapper(p)[:300]!r}")
     if not args.no_write:
         bench.write_results("domain_accuracy", result)
         bench.replace_blocks(DOC, {f"domain-accuracy:{name}": lines for name, lines in blocks.items()})

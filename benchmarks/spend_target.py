@@ -7,15 +7,9 @@ Per trace and strategy (alias ``auto`` of the shipped policy, its strategy repla
 is replayed online (``aisia_plugin.replay.runner.sweep``, the real Engine, as ``aisia replay
 --sweep`` does) once per spend target and once per cost weight. Targets: 20 %, 40 %, 60 % and 80 %
 of the way from the spend of the cheapest fixed candidate to the router's spend at cost_weight 0
-(USD per 1,000 requests: what a multiplier of 0 spends, the most a target can bind). Printed per
-target (``runner.spend_figures``): the realised spend per 1,000 requests over the whole run, the
-windows of 1,000 consecutive requests starting at request 1,000 or later furthest above and below
-the target (relative deviation), the share of those requests after which the multiplier sat at a
-bound (0: the target did not bind; the maximum: it was below what the cost term can buy), the
-mean score, and the score the cost_weight
-sweep's curve reaches at the same spend (linear between its two runs around that spend; "-"
-outside its range). Then each sweep's gain over mixing and, for two-candidate traces, CPT and
-APGR (``aisia_plugin.replay.quality``, as ``aisia replay --sweep`` reports them).
+(USD per 1,000 requests: what a multiplier of 0 spends, the most a target can bind). The figures
+per target (``runner.spend_figures``) are defined at the top of the Markdown it writes; the cost
+weight sweep's curve is read linearly between its two runs around a spend ("-" outside its range).
 
 Traces: the synthetic scenarios (``aisia_plugin.replay.scenarios``, 3,000 requests, generated
 into --out; in price_change the router reads the new list price during the event, as run_all.py
