@@ -30,6 +30,9 @@ REFUSAL_REASONS = ("budget", "no_candidates", "unknown_alias")
 ALIAS_REFUSAL_REASONS = ("budget", "no_candidates")
 STORE_EVENTS = ("fallback", "reconnect", "batch_flushed", "outcomes_merged", "queue_full", "reseeded", "log_error")
 RELOAD_RESULTS = ("ok", "invalid", "unreadable")
+# At most this many label sets of the per-request metrics are kept resolved (each cache cleared
+# when full): a policy's aliases, domains, strategies and deployments make far fewer.
+_MAX_CHILDREN = 4096
 # Decision cost from 5 us to 10 ms (the decision itself costs tens of microseconds).
 DECISION_BUCKETS = (5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2)
 
@@ -102,11 +105,12 @@ class RouterMetrics:
         self._reasons = _Names(REFUSAL_REASONS)
         self._events = _Names(STORE_EVENTS)
         self._reload = _Names(RELOAD_RESULTS)
-        self._create_known_children()
-        # The children of the per-request metrics by their (already bounded) label values.
+        # The children of the per-request metrics: timers by their (bounded) alias label; routed
+        # decisions and outcomes by the names as given (see decision).
         self._timers: dict = {}
         self._routed: dict = {}
         self._outcomes: dict = {}
+        self._create_known_children()
 
     def configure(self, *, aliases: Iterable[str], domains: Iterable[str], deployments: Iterable[str],
                   strategies: Iterable[str]) -> None:
@@ -115,6 +119,8 @@ class RouterMetrics:
                                                                         self._strategy)):
             return  # the gauges' refresh calls it every few seconds: nothing to create when unchanged
         self._alias, self._domain, self._deployment, self._strategy = names
+        self._routed.clear()  # keyed by the names as given: their labels may have changed
+        self._outcomes.clear()
         self._create_known_children()
 
     def _create_known_children(self) -> None:
@@ -133,39 +139,49 @@ class RouterMetrics:
 
     # -- events --------------------------------------------------------------------------------
     def decision(self, decision, elapsed_s: float, *, failover: bool = False) -> None:
-        alias = self._alias(decision.alias)
-        domain = self._domain(decision.domain or NO_DOMAIN)
+        if decision.refused or decision.deployment_id is None:
+            alias = self._alias(decision.alias)
+            self._timer(alias).observe(elapsed_s)
+            self.decisions.labels(alias, self._domain(decision.domain or NO_DOMAIN), NO_DOMAIN, "refused").inc()
+            self.refusals.labels(alias, self._reasons(decision.refused or "no_candidates")).inc()
+            return
+        raw = (decision.alias, decision.domain, decision.deployment_id, decision.strategy)
+        children = self._routed.get(raw)
+        if children is None:
+            # labels() validates and looks the child up under a lock on every call: a routed
+            # decision's timer and two counters are kept per decision's names, as read through
+            # the vocabularies (configure drops them when those change; bounded all the same).
+            alias = self._alias(decision.alias)
+            domain = self._domain(decision.domain or NO_DOMAIN)
+            dep, strategy = self._deployment(decision.deployment_id), self._strategy(decision.strategy)
+            if len(self._routed) >= _MAX_CHILDREN:
+                self._routed.clear()
+            children = self._routed[raw] = (self._timer(alias), self.decisions.labels(alias, domain, dep, "routed"),
+                                            self.choices.labels(dep, strategy), alias)
+        children[0].observe(elapsed_s)
+        children[1].inc()
+        children[2].inc()
+        if failover:
+            self.failovers.labels(children[3]).inc()
+
+    def _timer(self, alias: str):
         timer = self._timers.get(alias)
         if timer is None:
             timer = self._timers[alias] = self.decision_seconds.labels(alias)
-        timer.observe(elapsed_s)
-        if decision.refused or decision.deployment_id is None:
-            self.decisions.labels(alias, domain, NO_DOMAIN, "refused").inc()
-            self.refusals.labels(alias, self._reasons(decision.refused or "no_candidates")).inc()
-            return
-        dep = self._deployment(decision.deployment_id)
-        strategy = self._strategy(decision.strategy)
-        key = (alias, domain, dep, strategy)
-        children = self._routed.get(key)
-        if children is None:
-            # labels() validates and looks the child up under a lock on every call: a routed
-            # decision's two counters are kept per label set (bounded by the vocabularies).
-            children = self._routed[key] = (self.decisions.labels(alias, domain, dep, "routed"),
-                                            self.choices.labels(dep, strategy))
-        children[0].inc()
-        children[1].inc()
-        if failover:
-            self.failovers.labels(alias).inc()
+        return timer
 
     def refused(self, alias: str, reason: str) -> None:
         """A request refused before any decision (an alias the policy does not define)."""
         self.refusals.labels(self._alias(alias), self._reasons(reason)).inc()
 
     def outcome(self, alias: str, deployment_id: str, result: str) -> None:
-        key = (self._alias(alias), self._deployment(deployment_id), self._results(result))
-        child = self._outcomes.get(key)
+        raw = (alias, deployment_id, result)
+        child = self._outcomes.get(raw)
         if child is None:
-            child = self._outcomes[key] = self.outcomes.labels(*key)
+            if len(self._outcomes) >= _MAX_CHILDREN:
+                self._outcomes.clear()
+            child = self._outcomes[raw] = self.outcomes.labels(self._alias(alias), self._deployment(deployment_id),
+                                                               self._results(result))
         child.inc()
 
     def learned(self, stats: dict) -> None:

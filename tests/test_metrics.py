@@ -154,3 +154,46 @@ def test_event_counters_exist_at_zero_from_the_start_for_their_known_label_sets(
         assert f'aisia_policy_reloads_total{{result="{result}"}} 0.0' in text
     for event in ("fallback", "reconnect", "batch_flushed", "outcomes_merged", "queue_full", "reseeded"):
         assert f'aisia_state_store_events_total{{event="{event}"}} 0.0' in text
+
+
+def test_per_request_children_follow_a_vocabulary_change():
+    """The routed decisions' and outcomes' children are kept by the names as given: a reload that
+    makes a name known (or unknown) counts the next events under its new label, as labelling each
+    event afresh would."""
+    reg, m = _metrics()
+    new = Decision("c-3", "x", "ucb1", "best", 2, 0.9, alias="auto", domain="math")
+    m.decision(new, 2e-5)
+    m.outcome("auto", "c-3", "success")
+    m.configure(aliases=["auto", "auto/coding"], domains=["coding", "math"], deployments=["a-1", "b-2", "c-3"],
+                strategies=["ucb1", "cost"])
+    m.decision(new, 2e-5, failover=True)
+    m.outcome("auto", "c-3", "success")
+    m.configure(aliases=["auto/coding"], domains=["coding"], deployments=["a-1"], strategies=["cost"])
+    m.decision(new, 2e-5)
+    m.outcome("auto", "c-3", "provider_failure")
+    decided = {(s.labels["alias"], s.labels["domain"], s.labels["deployment"]): s.value
+               for s in reg.collect() if s.name == "aisia_decisions" for s in s.samples
+               if s.name == "aisia_decisions_total"}
+    assert decided == {("auto", "math", "other"): 1, ("auto", "math", "c-3"): 1, ("other", "other", "other"): 1}
+    assert _value(reg, "ai_bandit_choice_total", provider="c-3", strategy="ucb1") == 1
+    assert _value(reg, "ai_bandit_choice_total", provider="other", strategy="ucb1") == 1
+    assert _value(reg, "ai_bandit_choice_total", provider="other", strategy="other") == 1
+    assert _value(reg, "aisia_failovers_total", alias="auto") == 1
+    assert _value(reg, "aisia_decision_seconds_count", alias="auto") == 2
+    assert _value(reg, "aisia_decision_seconds_count", alias="other") == 1
+    assert _value(reg, "aisia_outcomes_total", alias="auto", deployment="other", result="success") == 1
+    assert _value(reg, "aisia_outcomes_total", alias="auto", deployment="c-3", result="success") == 1
+    assert _value(reg, "aisia_outcomes_total", alias="other", deployment="other", result="provider_failure") == 1
+
+
+def test_per_request_children_are_bounded(monkeypatch):
+    import aisia_plugin.metrics as metrics
+
+    monkeypatch.setattr(metrics, "_MAX_CHILDREN", 3)
+    reg, m = _metrics()
+    for i in range(10):
+        m.decision(Decision(f"dep-{i}", "x", "ucb1", "best", 2, 0.9, alias="auto", domain=None), 1e-5)
+        m.outcome("auto", f"dep-{i}", "success")
+        assert len(m._routed) <= 3 and len(m._outcomes) <= 3
+    assert _value(reg, "ai_bandit_choice_total", provider="other", strategy="ucb1") == 10
+    assert _value(reg, "aisia_outcomes_total", alias="auto", deployment="other", result="success") == 10
