@@ -79,6 +79,14 @@ def _proxy_server():
     return ps
 
 
+def _proxy_router():
+    """The proxy's Router as the request hooks read it: None outside a proxy. Never an import:
+    importing LiteLLM's proxy_server registers its own proxy callbacks (its budget limiter) into
+    ``litellm.callbacks``, which a Router used alone would then run on every request."""
+    ps = _PROXY_SERVER or sys.modules.get(_PROXY_SERVER_MODULE)
+    return getattr(ps, "llm_router", None) if ps is not None else None
+
+
 def _recognized(router, model: str) -> bool:
     """Whether the Router serves `model` itself: a model name, id, alias or group, or through a
     wildcard deployment (``model_name: "auto/*"`` or ``"*"``) or a default deployment."""
@@ -483,7 +491,7 @@ class AisiaPlugin(CustomLogger):
         if ap is None:
             if not (_alias_like(model) or model in self._fault_names):
                 return data
-            router = _proxy_server().llm_router
+            router = _proxy_router()
             if _recognized(router, model) and model not in self._our_groups:
                 return data  # the user's own model (or one LiteLLM matches) of that name
             if self.fault is not None:
@@ -492,7 +500,7 @@ class AisiaPlugin(CustomLogger):
             raise _error(400, f"unknown alias {model!r}; the aliases this proxy serves are: "
                          f"{', '.join(self.available_aliases()) or '(none)'}", "aisia_unknown_alias",
                          param="model", available=self.available_aliases())
-        router = _proxy_server().llm_router
+        router = _proxy_router()
         if router is not None and self._mark(router) != self._router_mark:
             self.reconcile(router)  # the Router was rebuilt or changed since the groups were installed
         if self.fault is not None:
@@ -574,7 +582,8 @@ class AisiaPlugin(CustomLogger):
         if call.caller_fault is not None:  # the same failure on two deployments: theirs
             status, message = call.caller_fault
             raise Refused(status, message, "invalid_request_error", model, call.tried)
-        attempt = len(call.tried)
+        tried = call.tried  # (a fresh list; read once: the explain entry keeps it)
+        attempt = len(tried)
         if attempt > ap.failover.attempts:
             raise self._exhausted(call)
         refused = call.refused_choices() if compat.FILTER_KEEPS_IDS_ONLY else []
@@ -583,7 +592,7 @@ class AisiaPlugin(CustomLogger):
         deps = rt.deployments(healthy_deployments)
         store, engine = rt.store, rt.engine
         await store.prepare([d.id for d in deps], model)
-        exclude = list(call.tried) + [i for i in refused if i not in call.tried]
+        exclude = tried + [i for i in refused if i not in tried]
         limited = await checks.over_usage_limits(self._installed_router, healthy_deployments, messages)
         if limited:
             if all(d.id in limited or d.id in exclude for d in deps):
@@ -600,7 +609,7 @@ class AisiaPlugin(CustomLogger):
                 raise Refused(404, f"alias {model!r} is no longer defined by the policy", "aisia_unknown_alias", model)
             if decision.refused is not None:
                 self.observer.decided(call, decision, attempt, time.perf_counter() - started)
-                entry = rt.explain_entry(call, decision, attempt)
+                entry = rt.explain_entry(call, decision, attempt, tried)
                 entry["outcome"] = {"refused": decision.refused}
                 if decision.refused == "no_candidates" and call.tried:
                     raise self._exhausted(call)
@@ -613,7 +622,7 @@ class AisiaPlugin(CustomLogger):
             break
         self.observer.decided(call, decision, attempt, time.perf_counter() - started, messages)
         ranked = decision.ranking()
-        call.attempts.append(Attempt(decision, tuple(ranked), rt.explain_entry(call, decision, attempt)))
+        call.attempts.append(Attempt(decision, tuple(ranked), rt.explain_entry(call, decision, attempt, tried)))
         if compat.FILTER_KEEPS_IDS_ONLY:
             # Only the ids count (see compat): the choice alone, as LiteLLM configured it.
             return [d for d in healthy_deployments if str((d.get("model_info") or {}).get("id")) == ranked[0]][:1] \
@@ -633,8 +642,9 @@ class AisiaPlugin(CustomLogger):
         rt = self.runtime
         if rt is None or not rt.calls:
             return None, None
-        rid = events.request_id(data)
-        call = rt.call_for(rid, events.request_metadata(data).get("model_group")) if rid else None
+        meta = events.request_metadata(data)  # read once for both: the request's id and its group
+        rid = meta.get(events.REQUEST_ID_KEY)
+        call = rt.call_for(str(rid), meta.get("model_group")) if rid else None
         dep = (data.get("model_info") or {}).get("id") if call is not None else None
         return call, (str(dep) if dep is not None else None)
 
@@ -677,8 +687,9 @@ class AisiaPlugin(CustomLogger):
         if attempt is None:
             return
         self._settle_request(call)  # a failure before this success was the deployment's
-        self._learn_attempt(call, attempt, outcome, events.is_stream(kwargs),
-                            events.time_to_first_token(kwargs, start_time))
+        stream = events.is_stream(kwargs)  # (a time to first token is learned for a stream only)
+        self._learn_attempt(call, attempt, outcome, stream,
+                            events.time_to_first_token(kwargs, start_time) if stream else None)
 
     async def async_log_failure_event(self, kwargs, response_obj, start_time, end_time):
         """LiteLLM's one failure event per request: an attempt no per-attempt hook reported (a
@@ -702,8 +713,8 @@ class AisiaPlugin(CustomLogger):
         rt = self.runtime
         if rt is None or not rt.calls:
             return None
-        rid = events.request_id(kwargs)
-        return rt.call_for(rid, events.model_group(kwargs)) if rid else None
+        rid = events.request_metadata(kwargs).get(events.REQUEST_ID_KEY)
+        return rt.call_for(str(rid), events.model_group(kwargs)) if rid else None
 
     def _failed(self, call, attempt, outcome, stream: bool = False) -> None:
         """A failed attempt: the caller's when it is a client error, or when an earlier attempt
@@ -754,6 +765,10 @@ class AisiaPlugin(CustomLogger):
         """An attempt of the request was answered: every failure pending before it, in the alias
         asked for and in any alias it fell back to, was that deployment's."""
         first = self.runtime.call(call.request_id) or call
+        if not first.branches:  # (most requests: no alias-to-alias fallback)
+            if first.pending is not None:
+                self._settle(first)
+            return
         for c in (first, *first.branches.values()):
             self._settle(c)
 

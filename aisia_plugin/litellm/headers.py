@@ -51,8 +51,25 @@ def reason_header(call: Call, attempt: Attempt, verbose: bool) -> str:
     return one_line(f"{d.strategy} picked {served} {clause}")
 
 
+# The policy's names as header values, (alias, strategy, domain) -> each one_line'd: a policy has
+# few of them, and every request of an alias sends the same three. Bounded all the same (a reload
+# may bring new names; the old ones are dropped with the rest when it is full).
+_NAMES: dict = {}
+_MAX_NAMES = 1024
+
+
+def _names(alias: str, strategy: str, domain) -> tuple:
+    key = (alias, strategy, domain)
+    hit = _NAMES.get(key)
+    if hit is None:
+        if len(_NAMES) >= _MAX_NAMES:
+            _NAMES.clear()
+        hit = _NAMES[key] = (one_line(alias), one_line(strategy), one_line(domain or "none"))
+    return hit
+
+
 def response_headers(call: Call, attempt: Attempt, verbose: bool) -> dict:
     d = attempt.decision
-    return {"x-aisia-alias": one_line(call.alias), "x-aisia-strategy": one_line(d.strategy),
-            "x-aisia-domain": one_line(d.domain or "none"),
+    alias, strategy, domain = _names(call.alias, d.strategy, d.domain)
+    return {"x-aisia-alias": alias, "x-aisia-strategy": strategy, "x-aisia-domain": domain,
             "x-aisia-reason": reason_header(call, attempt, verbose), "x-aisia-request-id": call.request_id}

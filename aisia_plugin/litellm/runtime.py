@@ -213,10 +213,24 @@ def session_key(value: str) -> str:
     return hashlib.sha256(value.encode("utf-8", "replace")).hexdigest()[:20]
 
 
+# LiteLLM's hash of a key (``token``) -> ours: every request of a key hashes the same value.
+# Only the token is kept, never a raw ``api_key``; bounded (cleared when full).
+_CALLERS: dict = {}
+_MAX_CALLERS = 4096
+
+
 def caller_key(user_api_key_auth) -> Optional[str]:
     """The API key behind a request or a feedback, as stored beside a served request: hashed
     (LiteLLM's own hash of it, ``token``, hashed again), never the key."""
-    value = getattr(user_api_key_auth, "token", None) or getattr(user_api_key_auth, "api_key", None)
+    token = getattr(user_api_key_auth, "token", None)
+    if token and type(token) is str:
+        hit = _CALLERS.get(token)
+        if hit is None:
+            if len(_CALLERS) >= _MAX_CALLERS:
+                _CALLERS.clear()
+            hit = _CALLERS[token] = session_key(token)
+        return hit
+    value = token or getattr(user_api_key_auth, "api_key", None)
     return session_key(str(value)) if value else None
 
 
@@ -344,11 +358,13 @@ class Runtime:
             table.popitem(last=False)
 
     # -- explanations ----------------------------------------------------------------------------
-    def explain_entry(self, call: Call, decision: Decision, attempt: int) -> dict:
+    def explain_entry(self, call: Call, decision: Decision, attempt: int, excluded: Optional[list] = None) -> dict:
         """The explain log's record of one attempt; the decision's rows are rendered when the log
-        is read (``render``), not on the request path."""
+        is read (``render``), not on the request path. `excluded`: ``call.tried`` as the caller
+        read it (a list of its own, kept as is)."""
         entry = {"request_id": call.request_id, "time": time.time(), "attempt": attempt,
-                 "excluded": list(call.tried), "decision": decision, "outcome": None, "served_by": None}
+                 "excluded": list(call.tried) if excluded is None else excluded, "decision": decision,
+                 "outcome": None, "served_by": None}
         self.explain.append(entry)
         return entry
 
