@@ -202,3 +202,18 @@ def test_a_router_used_alone_does_not_import_the_proxy_server(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "no proxy_server ['AisiaPlugin']"
+
+
+def test_number_equals_its_plain_reading():
+    import math
+    from decimal import Decimal
+    from fractions import Fraction
+
+    class Cost(float):
+        pass
+
+    for value in (0, 1, -3, 2**70, 0.0, -0.0, 1.5, float("inf"), float("nan"), True, False, None, "1.5", b"1",
+                  Decimal("1.5"), Fraction(1, 3), Cost(0.25), [1], {}, 1j):
+        fast, plain = events._number(value), events._plain_number(value)
+        assert type(fast) is type(plain)
+        assert fast == plain or (fast is not None and math.isnan(fast) and math.isnan(plain))

@@ -651,6 +651,9 @@ class AisiaPlugin(CustomLogger):
     async def async_pre_call_deployment_hook(self, kwargs, call_type):
         """LiteLLM has chosen the deployment of an attempt (after its own checks): which one it
         is, and when it was sent."""
+        rt = self.runtime
+        if rt is None or not rt.calls:  # no alias request in flight: nothing to look up, no call made
+            return None
         call, dep = self._attempt_call(kwargs)
         attempt = call.unsent() if call is not None else None
         if attempt is not None and dep in attempt.ranked:
@@ -673,12 +676,18 @@ class AisiaPlugin(CustomLogger):
     async def async_post_call_success_deployment_hook(self, request_data, response, call_type):
         """An attempt was answered: the failure before it, if any, was that deployment's (the
         answer itself is learned from its logging event, which has its cost and tokens)."""
+        rt = self.runtime
+        if rt is None or not rt.calls:
+            return None
         call, _ = self._attempt_call(request_data)
         if call is not None:
             self._settle_request(call)
         return None
 
     async def async_log_success_event(self, kwargs, response_obj, start_time, end_time):
+        rt = self.runtime
+        if rt is None or not rt.calls:
+            return
         call = self._call_of_event(kwargs)
         if call is None:
             return

@@ -58,6 +58,18 @@ def time_to_first_token(kwargs: Mapping, start_time: Any) -> Optional[float]:
 
 
 def _number(v: Any) -> Optional[float]:
+    """`v` as a float when it is a number (not a bool), else None. A plain float or int (what
+    LiteLLM logs: 3 per success event) is told by its type alone; ``_plain_number`` is the
+    plain reading."""
+    t = type(v)
+    if t is float:
+        return v
+    if t is int:
+        return float(v)
+    return _plain_number(v)
+
+
+def _plain_number(v: Any) -> Optional[float]:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 

@@ -314,7 +314,7 @@ class Runtime:
         call = self.calls.get(request_id)
         if call is None or call.alias != alias:
             call = self.calls[request_id] = Call(alias, request_id, session, now)
-        self._trim(self.calls, MAX_CALLS, CALL_TTL_S, now, lambda c: c.created)
+        self._trim(now)
         return call
 
     def call(self, request_id: Optional[str]) -> Optional[Call]:
@@ -349,13 +349,14 @@ class Runtime:
                                                  "domain": decision.domain, "session": call.session, "key": call.key},
                                SERVED_TTL_S)
 
-    @staticmethod
-    def _trim(table: OrderedDict, limit: int, ttl: float, now: float, born) -> None:
-        while table:
-            first = next(iter(table.values()))
-            if len(table) <= limit and now - born(first) <= ttl:
+    def _trim(self, now: float) -> None:
+        """Drop the oldest calls past MAX_CALLS or older than CALL_TTL_S (abandoned requests)."""
+        calls = self.calls
+        while calls:
+            first = next(iter(calls.values()))
+            if len(calls) <= MAX_CALLS and now - first.created <= CALL_TTL_S:
                 break
-            table.popitem(last=False)
+            calls.popitem(last=False)
 
     # -- explanations ----------------------------------------------------------------------------
     def explain_entry(self, call: Call, decision: Decision, attempt: int, excluded: Optional[list] = None) -> dict:
