@@ -112,15 +112,19 @@ def test_windowed_word_spans_and_hashes_equal_their_references():
             assert _word_hashes(b, starts, ends).tolist() == _word_hashes_reference(b, starts, ends).tolist()
 
 
-def test_request_vector_equals_its_reference():
-    """The fast vector (ASCII window, one reduceat, kept named slots and values) is the
-    reference's, array for array, for every kind of text and named features."""
+def test_request_vector_equals_its_reference(monkeypatch):
+    """The fast vector (ASCII window, words split, their hashes kept by word, kept named slots
+    and values) is the reference's, array for array, for every kind of text and named features:
+    with every word new, with every word met before, and with the table emptied when full."""
+    from aisia_plugin import contextual
     from aisia_plugin.contextual import request_vector_reference
 
     r = random.Random(6)
     texts = _texts() + [t.encode("ascii", "ignore").decode() for t in _texts()] + ["Line one.\nLine two\n\n" * 40, "x" * 9000 + " tail", ("word " * 200).upper(), "\n" * 100]
+    contextual._WORD_HASH.clear()
+    monkeypatch.setattr(contextual, "_WORD_HASH_MAX", 2000)
     ascii_seen = 0
-    for text in texts:
+    for text in texts + texts[:50]:
         f = feats(text, has_code=r.random() < 0.3, length_bucket=r.choice(("short", "long")),
                   task_type=r.choice(("default", "coding")))
         domain, task = r.choice((None, "coding", "math")), r.choice((None, "analysis"))
@@ -183,6 +187,77 @@ def test_a_decision_brings_stale_columns_to_its_tick():
     m.predict(deps, x, zeros, zeros, 60.0 + 5000.0, 0.99, 0.05)
     mean, var = m.residual([4], x)
     assert float(var[0]) == pytest.approx(0.05, rel=1e-4) and abs(float(mean[0])) < 1e-6
+
+
+STEADY_POLICY = """
+    version: 1
+    defaults: false
+    bandit: {forgetting: {enabled: true, half_life_requests: 30}}
+    aliases:
+      auto: {strategy: contextual}
+      auto/explore: {strategy: contextual, exploration: 0.2}
+"""
+
+
+def _steady_run(tmp_path, select, n_deps: int, steps: int = 240):
+    """Decisions as a serving proxy makes them (each followed by its outcome, forgetting fast
+    enough that columns go stale) through a strategy whose select is `select`: every decision's
+    choice, scores, rows, reason and learning context, then the learned state and the random
+    source's."""
+    from aisia_plugin.strategies.contextual import ContextualStrategy
+
+    path = tmp_path / f"steady{n_deps}.yaml"
+    path.write_text(textwrap.dedent(STEADY_POLICY))
+    policy = load_policy([path])
+    t = [0.0]
+    engine = Engine(policy, clock=lambda: t[0], rng=random.Random(2))
+    deps = [Deployment(f"d{k}", "pool", f"openai/m{k}", "openai", input_cost_per_1m=0.2 + k, output_cost_per_1m=1.0 + k)
+            for k in range(n_deps)]
+    r, texts, seen = random.Random(8), _texts(), []
+    real = ContextualStrategy.select
+    ContextualStrategy.select = select
+    try:
+        for j in range(steps):
+            t[0] += 0.5
+            text = texts[j % 40] if j % 3 else r.choice(texts)
+            alias = "auto/explore" if j % 4 == 0 else "auto"
+            d = engine.decide(alias, [{"role": "user", "content": text}], deps[:n_deps - (j % 5 == 0)])
+            seen.append((d.deployment_id, d.final_score, d.reason, [row.as_dict() for row in d.scores],
+                         d.context.base, d.context.vector.idx.tolist(), d.ranking()))
+            engine.record(d, Outcome(d.deployment_id, r.random() > 0.05, latency_s=r.uniform(0.2, 2.0),
+                                     quality=r.random()))
+    finally:
+        ContextualStrategy.select = real
+    m = engine.contextual
+    return seen, engine.rng.getstate(), m.hd.tobytes(), m.mv.tobytes(), m.tick.tolist(), m.scale.tolist()
+
+
+@pytest.mark.parametrize("n_deps", [5, 16])
+def test_the_decision_equals_its_reference_draw_for_draw(tmp_path, n_deps):
+    """ContextualStrategy.select (one pass over the pool, gauss_draws) makes the decisions of its
+    readable reference, select_reference (predict, one rng.gauss per candidate), with the same
+    rows and reasons, and leaves the same learned state and random source, over decisions with
+    outcomes between them, stale columns, exploration, a pool that changes, and pool sizes odd
+    (a Gaussian pair's second draw carried to the next decision) and even."""
+    from aisia_plugin.strategies.contextual import ContextualStrategy
+
+    fast = _steady_run(tmp_path, ContextualStrategy.select, n_deps)
+    assert fast == _steady_run(tmp_path, ContextualStrategy.select_reference, n_deps)
+    assert len({dep for dep, *_ in fast[0]}) > 2  # the decisions vary
+
+
+def test_gauss_draws_equal_its_reference():
+    from aisia_plugin.strategies.contextual import gauss_draws, gauss_draws_reference
+
+    class Other(random.Random):  # overrides random(): drawn through its gauss, as the reference does
+        def random(self):
+            return super().random() * 0.5
+
+    for kind in (random.Random, Other):
+        a, b = kind(3), kind(3)
+        for n in (0, 1, 2, 3, 16, 5, 0, 7, 1, 4):
+            assert gauss_draws(a, n) == gauss_draws_reference(b, n)
+            assert a.getstate() == b.getstate() and a.gauss_next == b.gauss_next
 
 
 # -- the update ----------------------------------------------------------------------------------

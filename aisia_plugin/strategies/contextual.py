@@ -10,6 +10,7 @@ engine can teach the chosen deployment's model its outcome (``Decision.context``
 from __future__ import annotations
 
 import math
+import random
 
 from ..contextual import LearnContext, cold_prior, request_vector
 from ..decision import Decision, Pool, RoutingContext, pool_decision
@@ -81,18 +82,52 @@ class ContextualStrategy:
         pool = Pool.of(pool).not_open()
         prior_var, noise_var, spread = settings_of(context)
         x = self.vector(context)
+        ids = pool.ids
         known = models.ids
-        if not all(i in known for i in pool.ids):  # a deployment met for the first time: its prior
-            start_cold(models, pool, context, prior_var)
-        tick, gamma = pool.tick, pool.gamma
-        mean, var, base = models.predict(pool.ids, x, pool.pulls, pool.rewards, tick, gamma, prior_var)
-        sqrt = math.sqrt
-        sd = [sqrt(v) if v > 0.0 else 0.0 for v in var]
-        mean_l = mean
+        for i in ids:
+            if i not in known:  # a deployment met for the first time: its prior
+                start_cold(models, pool, context, prior_var)
+                break
+        # ``select_reference`` in one pass over the pool: the model's parts of ``predict`` (the
+        # same sums), the bonuses, the draws (``gauss_draws``) and the scores, with the same float
+        # operations in the same order.
+        cols = models.columns(ids, prior_var)
+        base, base_var = models.base(cols, pool.pulls, pool.rewards)
+        models.refresh_stale(cols, pool.tick, pool.gamma)
+        rmean, rvar = models.residual_lists(cols, x)
         bonus = bandit_bonuses(pool, context)
-        gauss = context.rng.gauss
-        draws = [m + spread * s * gauss(0.0, 1.0) for m, s in zip(mean_l, sd)]
+        zs = gauss_draws(context.rng, len(ids))
+        sqrt = math.sqrt
+        mean_l, sd, draws, scores = [], [], [], []
+        for b, m, bv, v, z, bo in zip(base, rmean, base_var, rvar, zs, bonus):
+            m = b + m
+            v = bv + v
+            s = sqrt(v) if v > 0.0 else 0.0
+            d = m + spread * s * z
+            mean_l.append(m)
+            sd.append(s)
+            draws.append(d)
+            scores.append(d + bo)
+        return self._decision(pool, context, models, x, mean_l, sd, base, draws, bonus, scores, prior_var, noise_var)
+
+    def select_reference(self, pool, context: RoutingContext) -> Decision:
+        """``select`` written plainly: ``predict``, then per candidate its draw and score (the
+        readable reference of ``select``, which must make the same decision, draw for draw)."""
+        models = context.contextual
+        pool = Pool.of(pool).not_open()
+        prior_var, noise_var, spread = settings_of(context)
+        x = self.vector(context)
+        if not all(i in models.ids for i in pool.ids):
+            start_cold(models, pool, context, prior_var)
+        mean, var, base = models.predict(pool.ids, x, pool.pulls, pool.rewards, pool.tick, pool.gamma, prior_var)
+        sd = [math.sqrt(v) if v > 0.0 else 0.0 for v in var]
+        bonus = bandit_bonuses(pool, context)
+        draws = [m + spread * s * context.rng.gauss(0.0, 1.0) for m, s in zip(mean, sd)]
         scores = [d + b for d, b in zip(draws, bonus)]
+        return self._decision(pool, context, models, x, mean, sd, base, draws, bonus, scores, prior_var, noise_var)
+
+    def _decision(self, pool, context, models, x, mean_l, sd, base, draws, bonus, scores, prior_var,
+                  noise_var) -> Decision:
         best = scores.index(max(scores))
         picked = explore(pool, context)
         i = best if picked is None else picked
@@ -122,6 +157,45 @@ class ContextualStrategy:
         decision = pool_decision(self.name, pool, scores, i, reason, terms=terms)
         decision.context = LearnContext(x, base[i], prior_var, noise_var)
         return decision
+
+
+_GAUSS, _RANDOM = random.Random.gauss, random.Random.random
+_TWOPI = 2.0 * math.pi  # random.TWOPI
+
+
+def gauss_draws(rng, n: int) -> list[float]:
+    """`n` draws of ``rng.gauss(0.0, 1.0)``, in order: the same values, and `rng` left in the
+    same state (its Box-Muller pair's cached second value, ``gauss_next``), as `n` calls
+    (``gauss_draws_reference``), without a method call per draw. CPython's ``Random.gauss`` is
+    written out here, so a source of another type, or one overriding ``gauss`` or ``random``, is
+    called instead."""
+    kind = type(rng)
+    if kind.gauss is not _GAUSS or kind.random is not _RANDOM:
+        return gauss_draws_reference(rng, n)
+    rand, log, sqrt, cos, sin = rng.random, math.log, math.sqrt, math.cos, math.sin
+    out: list[float] = []
+    add = out.append
+    z = rng.gauss_next
+    rng.gauss_next = None
+    if z is not None and n:
+        add(0.0 + z * 1.0)  # gauss's mu + z * sigma
+        z = None
+    while len(out) < n:
+        x2pi = rand() * _TWOPI
+        g2rad = sqrt(-2.0 * log(1.0 - rand()))
+        add(0.0 + (cos(x2pi) * g2rad) * 1.0)
+        z = sin(x2pi) * g2rad
+        if len(out) < n:
+            add(0.0 + z * 1.0)
+            z = None
+    if z is not None:
+        rng.gauss_next = z
+    return out
+
+
+def gauss_draws_reference(rng, n: int) -> list[float]:
+    """`n` draws of ``rng.gauss(0.0, 1.0)`` (the readable reference of ``gauss_draws``)."""
+    return [rng.gauss(0.0, 1.0) for _ in range(n)]
 
 
 def moved_by(models, ids, features, domain, task_type, x, top: int = 3) -> dict:
