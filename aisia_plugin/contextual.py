@@ -265,6 +265,8 @@ def request_vector_reference(features, domain: Optional[str] = None, task_type: 
 _NAMED_SLOTS: dict[tuple, np.ndarray] = {}
 # The vector's values and their float32 (values; squares), read-only, by (words, named features).
 _VALUES: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+# _INV times _GOLD (modulo 2**64): a word's sum made position-independent and mixed in one product.
+_INV_GOLD = _INV * _GOLD
 
 
 def _named_slots(features, domain: Optional[str], task_type: Optional[str], words: int, lines: int) -> np.ndarray:
@@ -301,20 +303,12 @@ def _values(nw: int, nd: int) -> tuple[np.ndarray, np.ndarray]:
     return got
 
 
-# bytes.translate table: every separator made a blank, every other byte kept, so that
-# bytes.split() (which splits at ASCII blanks, all of them separators) finds the words.
-_BLANKED = bytes(32 if c in _SEPARATORS else c for c in range(256))
-# A word's 64-bit hash by its bytes, for the words met most: bounded (emptied when full).
-_WORD_HASH: dict[bytes, int] = {}
-_WORD_HASH_MAX = 1 << 15
-
-
-def _first_words(text: str) -> tuple[list[bytes], int]:
-    """(the words ``_word_spans`` finds in ``_raw(text)``, as bytes, at most MAX_WORDS; the lines
-    of ``_raw``), from a window of its first bytes doubled until it holds a blank after the
-    MAX_WORDS-th word (so that word ended inside) or the whole text, as there. An ASCII text is
-    encoded and lower-cased only as far as the window (its characters are its bytes, one for
-    one, and bytes.lower changes the same letters as str.lower does on ASCII; newlines stay)."""
+def _first_words(text: str) -> tuple[bytes, int, np.ndarray]:
+    """(bytes of ``_raw`` holding its first MAX_WORDS words, the lines of ``_raw``, the words'
+    starts and ends interleaved as ``_word_spans`` finds them), from a window of its first
+    bytes doubled as there. An ASCII text is encoded and lower-cased only as far as the window
+    (its characters are its bytes, one for one, and bytes.lower changes the same letters as
+    str.lower does on ASCII, with a table rather than Unicode's case mapping; newlines stay)."""
     if text.isascii():
         n = len(text) if len(text) < MAX_BYTES else MAX_BYTES
         lines = text.count("\n", 0, n) + 1
@@ -325,37 +319,31 @@ def _first_words(text: str) -> tuple[list[bytes], int]:
     w = n if n < SPAN_WINDOW else SPAN_WINDOW
     while True:
         raw = text[:w].encode("ascii").lower() if whole is None else whole[:w]
-        # With maxsplit, a piece after the MAX_WORDS-th word means a blank followed it here.
-        words = raw.translate(_BLANKED).split(None, MAX_WORDS)
-        if w == n or len(words) > MAX_WORDS:
-            return words[:MAX_WORDS], lines
+        flags = np.frombuffer(b"\0" + raw.translate(_WORD_BYTE) + b"\0", dtype=np.bool_)
+        edges = np.flatnonzero(flags[1:] != flags[:-1])
+        if w == n or len(edges) > 2 * MAX_WORDS:
+            return raw, lines, edges[:2 * MAX_WORDS]
         w = n if 2 * w > n else 2 * w
 
 
 def request_vector(features, domain: Optional[str] = None, task_type: Optional[str] = None) -> RequestVector:
     """The vector of one request (see the module docstring): ``request_vector_reference``'s
-    arrays in fewer numpy calls (each costs about a microsecond): the words split in a window
-    (``_first_words``), each word's hash read from a bounded table of the words met before
-    (the new ones hashed together by ``_word_hashes``), the named slots and the values kept by what makes them."""
-    words, lines = _first_words(_text_of(features))
-    nw = len(words)
+    arrays in fewer numpy calls (each costs about a microsecond): the words found in a window
+    (``_first_words``), their sums by one reduceat over the spans' edges as found, position and
+    mixing in one product, the named slots and the values kept by what makes them."""
+    raw, lines, edges = _first_words(_text_of(features))
+    nw = len(edges) >> 1
     if not nw:
         return request_vector_reference(features, domain, task_type)
-    table = _WORD_HASH
-    if len(table) > _WORD_HASH_MAX:  # (at most MAX_WORDS more than the bound)
-        table.clear()
-    hashes = list(map(table.get, words))
-    if None in hashes:  # the words not in the table, hashed together (``_word_hashes``), kept
-        new = list(dict.fromkeys(w for w, h in zip(words, hashes) if h is None))
-        b, starts, ends = _word_spans(b" ".join(new))  # blanks alone between them: the same words
-        table.update(zip(new, _word_hashes(b, starts, ends).tolist()))
-        hashes = list(map(table.__getitem__, words))
     dense = _named_slots(features, domain, task_type, nw, lines)
     nd = len(dense)
     nb = nw - 1
+    starts = edges[0::2]
+    n = int(edges[-1])  # the last word's end: the segments alternate word, separators, word...
+    sums = np.add.reduceat(np.frombuffer(raw, dtype=np.uint8, count=n) * _POW[:n], edges[:-1])
     idx = np.empty(nw + nb + nd, dtype=np.uint64)  # words, bigrams, named: filled in place
     hw = idx[:nw]
-    hw[:] = hashes
+    np.multiply(sums[0::2], _INV_GOLD.take(starts), out=hw)  # as _word_hashes (wraps modulo 2**64)
     bg = idx[nw:nw + nb]
     np.multiply(hw[:-1], _BIGRAM, out=bg)  # an ordered pair: "a b" and "b a" differ
     bg += hw[1:]

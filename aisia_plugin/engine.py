@@ -9,6 +9,7 @@ plain data; the Redis adapter implements the same methods)."""
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from typing import Callable, Iterable, Mapping, Optional, Sequence
@@ -161,7 +162,7 @@ class Engine:
         # Context window: a deployment that cannot hold the prompt (estimated) is not a candidate;
         # when none can, the largest window competes alone (LiteLLM then answers with its own
         # context-window error, or its context_window_fallbacks take over).
-        if deps and need:
+        if deps and need and need > group.smallest_window:  # (else every window holds it)
             fit = [k for k, d in enumerate(deps) if _holds(d, need)]
             if len(fit) != len(deps):
                 if not fit:
@@ -389,7 +390,7 @@ class _DomainPool:
     """The competitors of an alias for one domain: only the specialists of the domain when some
     candidates declare it (seed section 6), else every candidate."""
 
-    __slots__ = ("deployments", "ids", "excluded", "specialised", "_fits")
+    __slots__ = ("deployments", "ids", "excluded", "specialised", "smallest_window", "_fits")
 
     def __init__(self, pool: list, excluded: list, domain: Optional[str]):
         excluded = list(excluded)
@@ -405,6 +406,10 @@ class _DomainPool:
         # change what the next decision starts from.
         self.deployments = tuple(pool)
         self.ids = tuple(d.id for d in pool)
+        # The smallest context window among them (inf: none known): a prompt within it fits
+        # every one of them (``_holds``), with no test per deployment.
+        self.smallest_window = min((d.max_input_tokens for d in pool if d.max_input_tokens is not None),
+                                   default=math.inf)
         self.excluded = excluded
         self._fits: dict = {}
 
