@@ -567,14 +567,17 @@ class ContextualModels:
         return cols
 
     # -- predicting ---------------------------------------------------------------------------------
+    def priors(self, cols: Sequence[int]) -> tuple[list[float], list[float]]:
+        """Each column's prior model mean and its weight (pseudo-observations), as lists."""
+        return self.prior_mean.take(cols).tolist(), self.prior_count.take(cols).tolist()
+
     def base(self, cols: Sequence[int], pulls: Sequence[float], rewards: Sequence[float]) -> tuple[list[float], list[float]]:
         """Each column's base mean and its variance, from the arms' (pulls, total reward) with the
         prior model's mean as pseudo-observations (a loop: the pool is small)."""
-        pm, pc = self.prior_mean.take(cols).tolist(), self.prior_count.take(cols).tolist()
+        pm, pc = self.priors(cols)
         means, variances = [], []
         for p, k, n, r in zip(pm, pc, pulls, rewards):
-            m = (r + p * k) / (n + k)  # a float: clamp01 written out (NaN -> 0)
-            m = 0.0 if not m > 0.0 else 1.0 if m > 1.0 else m
+            m = clamp01((r + p * k) / (n + k))
             means.append(m)
             variances.append(m * (1.0 - m) / (n + k + 1.0))
         return means, variances

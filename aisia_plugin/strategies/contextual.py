@@ -16,6 +16,7 @@ from ..contextual import LearnContext, cold_prior, request_vector
 from ..decision import Decision, Pool, RoutingContext, pool_decision
 from ..policy.models import ColdStart
 from ..schema_defaults import defaults_of
+from ..bandit import bonus_columns
 from .bandit import ThompsonStrategy, bandit_bonuses
 from .rules import explore
 
@@ -88,25 +89,32 @@ class ContextualStrategy:
             if i not in known:  # a deployment met for the first time: its prior
                 start_cold(models, pool, context, prior_var)
                 break
-        # ``select_reference`` in one pass over the pool: the model's parts of ``predict`` (the
-        # same sums), the bonuses, the draws (``gauss_draws``) and the scores, with the same float
-        # operations in the same order.
+        # ``select_reference`` in one pass over the pool: the base of ``ContextualModels.base``,
+        # the residual of ``predict``, the bonuses of ``bandit_bonuses`` (``bonus_columns``), the
+        # draws (``gauss_draws``) and the scores, with the same float operations in the same order.
         cols = models.columns(ids, prior_var)
-        base, base_var = models.base(cols, pool.pulls, pool.rewards)
+        prior_mean, prior_count = models.priors(cols)
         models.refresh_stale(cols, pool.tick, pool.gamma)
         rmean, rvar = models.residual_lists(cols, x)
-        bonus = bandit_bonuses(pool, context)
+        cbs, lbs = bonus_columns(pool.costs, pool.latencies, context.cost_weight, context.latency_weight,
+                                 context.cost_scale_per_1m, context.latency_scale_s)
         zs = gauss_draws(context.rng, len(ids))
         sqrt = math.sqrt
-        mean_l, sd, draws, scores = [], [], [], []
-        for b, m, bv, v, z, bo in zip(base, rmean, base_var, rvar, zs, bonus):
+        base, mean_l, sd, draws, bonus, scores = [], [], [], [], [], []
+        for p, k, n, r, m, v, z, cb, lb in zip(prior_mean, prior_count, pool.pulls, pool.rewards, rmean, rvar, zs,
+                                               cbs, lbs):
+            b = (r + p * k) / (n + k)
+            b = 0.0 if not b > 0.0 else 1.0 if b > 1.0 else b
             m = b + m
-            v = bv + v
+            v = b * (1.0 - b) / (n + k + 1.0) + v
             s = sqrt(v) if v > 0.0 else 0.0
             d = m + spread * s * z
+            bo = cb + lb
+            base.append(b)
             mean_l.append(m)
             sd.append(s)
             draws.append(d)
+            bonus.append(bo)
             scores.append(d + bo)
         return self._decision(pool, context, models, x, mean_l, sd, base, draws, bonus, scores, prior_var, noise_var)
 
@@ -174,19 +182,18 @@ def gauss_draws(rng, n: int) -> list[float]:
         return gauss_draws_reference(rng, n)
     rand, log, sqrt, cos, sin = rng.random, math.log, math.sqrt, math.cos, math.sin
     out: list[float] = []
-    add = out.append
     z = rng.gauss_next
     rng.gauss_next = None
     if z is not None and n:
-        add(0.0 + z * 1.0)  # gauss's mu + z * sigma
+        out.append(0.0 + z * 1.0)  # gauss's mu + z * sigma
         z = None
     while len(out) < n:
         x2pi = rand() * _TWOPI
         g2rad = sqrt(-2.0 * log(1.0 - rand()))
-        add(0.0 + (cos(x2pi) * g2rad) * 1.0)
+        out.append(0.0 + (cos(x2pi) * g2rad) * 1.0)
         z = sin(x2pi) * g2rad
         if len(out) < n:
-            add(0.0 + z * 1.0)
+            out.append(0.0 + z * 1.0)
             z = None
     if z is not None:
         rng.gauss_next = z
