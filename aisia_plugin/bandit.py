@@ -133,24 +133,24 @@ def arm_weights(globals_, domains, tick: float, gamma: float, prior_strength: fl
     A missing global record is `fresh`; a missing domain record is EMPTY. Latency is a property of
     the deployment: a view's latency is always the global record's.
 
-    Written as one loop over the pool, because it runs per request over every candidate."""
+    Written as one loop over the pool, because it runs per request over every candidate (its
+    appends as list.append calls, which CPython specialises, not through bound methods)."""
     forget = gamma < 1.0
     weights, first, second, latencies = [], [], [], []
-    add, add_first, add_second, add_latency = weights.append, first.append, second.append, latencies.append
     if prior_strength is None:
         for g in globals_:
             if g is None:  # never observed: the fresh record, as is (nothing to forget)
                 g, f = fresh, 1.0
             else:
                 f = gamma ** (tick - g.tick) if forget and tick > g.tick else 1.0
-            add((g, f, EMPTY, 0.0))
+            weights.append((g, f, EMPTY, 0.0))
             if posterior:
-                add_first(1.0 + (g.alpha - 1.0) * f)
-                add_second(1.0 + (g.beta - 1.0) * f)
+                first.append(1.0 + (g.alpha - 1.0) * f)
+                second.append(1.0 + (g.beta - 1.0) * f)
             else:
-                add_first(g.pulls * f)
-                add_second(g.total_reward * f)
-            add_latency(g.avg_latency)
+                first.append(g.pulls * f)
+                second.append(g.total_reward * f)
+            latencies.append(g.avg_latency)
         return weights, first, second, latencies
     for g, d in zip(globals_, domains):
         if g is None:
@@ -164,14 +164,14 @@ def arm_weights(globals_, domains, tick: float, gamma: float, prior_strength: fl
             d, fd = EMPTY, 0.0
         else:
             fd = gamma ** (tick - d.tick) if forget and tick > d.tick else 1.0
-        add((d, fd, g, share))
+        weights.append((d, fd, g, share))
         if posterior:
-            add_first(1.0 + (d.alpha - 1.0) * fd + (g.alpha - 1.0) * share)
-            add_second(1.0 + (d.beta - 1.0) * fd + (g.beta - 1.0) * share)
+            first.append(1.0 + (d.alpha - 1.0) * fd + (g.alpha - 1.0) * share)
+            second.append(1.0 + (d.beta - 1.0) * fd + (g.beta - 1.0) * share)
         else:
-            add_first(d.pulls * fd + g.pulls * share)
-            add_second(d.total_reward * fd + g.total_reward * share)
-        add_latency(g.avg_latency)
+            first.append(d.pulls * fd + g.pulls * share)
+            second.append(d.total_reward * fd + g.total_reward * share)
+        latencies.append(g.avg_latency)
     return weights, first, second, latencies
 
 
