@@ -32,11 +32,9 @@ Forgetting is the bandit's (same gamma per tick of the store): the information g
 toward the prior, precision P = P0 + (P - P0) * gamma**elapsed and the precision-weighted mean
 h = P * m likewise toward 0; both are stored scaled by one factor per deployment, so decaying a
 deployment is O(1). It is applied when the deployment next learns; a decision reads each slot's
-mean and variance as of that update: it gathers its prompt's slots of every column, computes their
-means and variances from them and the columns' scales (``residual_lists``: the float32 operations
-of ``mv``, the whole array's, its readable reference) and sums them in one float32 product
-(``residual``; ``residual_reference`` is the same in float64, two dot products). Learning writes
-only the slots an outcome changed: no array of means is kept to be rewritten. Between two updates of a deployment, its forgetting shows through its
+mean and variance as of that update (materialised then, once per outcome), so it costs one gather
+of its prompt's slots and one float32 product (``residual``; ``residual_reference`` is the same in
+float64, two dot products). Between two updates of a deployment, its forgetting shows through its
 base (the arm the bandit forgets). The words are found in a window of the prompt's first bytes
 (``_word_spans``) and hashed by one reduceat (``_word_hashes``); their ``_reference`` twins are the
 plain versions, equal to them (tests/test_contextual.py).
@@ -80,6 +78,7 @@ STALE_BELOW = 0.9
 # 1e20 times its true one (far inside float32), and a rescale (one column times its scale) comes
 # every 66 half-lives.
 _RESCALE_BELOW = 1e-20
+_NO_SLOTS = np.zeros(0, dtype=np.int64)
 
 # Bytes that separate words: ASCII blanks and punctuation (UTF-8 multi-byte letters never are).
 _SEPARATORS = b" \t\n\r\f\v.,;:!?()[]{}<>\"'`*#=/\\|+~^&%$@"
@@ -451,12 +450,18 @@ class ContextualModels:
         self.ids: dict[str, int] = {}
         # float32: a decision's cost is reading these slots; the precision is far beyond a reward's.
         self.hd = np.zeros((DIM, 2, 0), dtype=np.float32)
+        # What a decision reads: each slot's mean and variance, as of its column's last update.
+        self.mv = np.zeros((DIM, 2, 0), dtype=np.float32)
         self._stale_ticks: dict[float, float] = {}  # gamma -> the elapsed ticks of STALE_BELOW
         # At most the oldest column's tick (a column's tick only grows; a new column's is 0 and
         # lowers it): when even it is within STALE_BELOW of a decision's tick, no column is stale
         # and ``refresh_stale`` returns at once.
         self._oldest = -math.inf
-        self._hd2 = (None, None)  # (hd, hd as (DIM, 2 x columns)): the rows a decision gathers
+        self._mv2 = (None, None)  # (mv, mv as (DIM, 2 x columns)): the rows a decision gathers
+        # Per column, the slots that may hold something (a bool per slot), or None (not known):
+        # a slot that never learned reads (0, 1/p0) at any scale, so bringing a column's means and
+        # variances up to date after an outcome or a refresh rewrites only these.
+        self._live: list[Optional[np.ndarray]] = []
         self._columns: dict[tuple, list[int]] = {}  # ``columns`` by the ids asked for
         for name in self._VECTORS:
             setattr(self, name, np.zeros(0))
@@ -495,6 +500,7 @@ class ContextualModels:
             return k
         k = len(self.ids)
         self.hd = np.concatenate((self.hd, np.zeros((DIM, 2, 1), dtype=np.float32)), axis=2)
+        self.mv = np.concatenate((self.mv, np.zeros((DIM, 2, 1), dtype=np.float32)), axis=2)
         for name, v in zip(self._VECTORS, (1.0 / prior_variance, 1.0, 0.0, 0.0, 0.5, BASE_PSEUDO_COUNT)):
             setattr(self, name, np.append(getattr(self, name), v))
         if self._pending is not None:
@@ -502,6 +508,8 @@ class ContextualModels:
             self._pending_count.append(0.0)
         self.ids[dep] = k
         self._oldest = -math.inf
+        self._live.append(None)
+        self.materialise(k)
         return k
 
     def start(self, dep: str, prior_variance: float, mean: float, count: float) -> int:
@@ -516,27 +524,32 @@ class ContextualModels:
                 self.prior_mean[k], self.prior_count[k] = clamp01(mean), max(0.0, count)
             return k
 
-    def slot_values(self, k: int, slots=slice(None)) -> tuple[np.ndarray, np.ndarray]:
-        """Column k's means and variances (float32) at `slots` (every slot by default), from its
-        natural parameters and scale: the precision (dp * scale, float32) plus the prior's p0
-        (float64, stored float32), the variance 1 / precision, the mean h * scale / precision.
-        A slot that never learned reads (0, 1/p0). The readable form of what ``residual_lists``
-        computes for a prompt's slots of every column at once."""
+    def materialise(self, k: int, touched: Optional[np.ndarray] = None) -> None:
+        """Column k's slot means and variances from its natural parameters (after a change).
+        `touched`: the slots an outcome changed (an empty array: none, the scale alone), when
+        every other slot is as it was at the last call: then only the slots that ever held
+        something are rewritten (the same values: a slot that never learned reads (0, 1/p0) at
+        any scale), as long as they are under a quarter of the column. Without it, every slot."""
+        live = self._live[k] if touched is not None else None
+        if live is None:
+            self._materialise_slots(k, slice(None))
+            if touched is not None:  # from now on, known
+                hk = self.hd[:, :, k]
+                self._live[k] = (hk[:, 0] != 0.0) | (hk[:, 1] != 0.0)
+            else:
+                self._live[k] = None
+            return
+        live[touched] = True
+        slots = np.flatnonzero(live)
+        self._materialise_slots(k, slots if len(slots) < DIM // 4 else slice(None))
+
+    def _materialise_slots(self, k: int, slots) -> None:
         s = float(self.scale[k])
         hk = self.hd[slots, :, k]
         prec = hk[:, 1] * s
         prec += self.p0[k]
-        return hk[:, 0] * s / prec, 1.0 / prec
-
-    @property
-    def mv(self) -> np.ndarray:
-        """Every slot's (mean, variance) per column, (DIM x 2 x deployments) float32, as a
-        decision reads them (``slot_values``): the reference ``residual_lists`` equals, built
-        whole (off the request path)."""
-        out = np.empty_like(self.hd)
-        for k in range(self.hd.shape[2]):
-            out[:, 0, k], out[:, 1, k] = self.slot_values(k)
-        return out
+        self.mv[slots, 1, k] = 1.0 / prec
+        self.mv[slots, 0, k] = hk[:, 0] * s / prec
 
     def columns(self, ids: Sequence[str], prior_variance: float) -> list[int]:
         """The columns of `ids` (created when new), kept by the ids (a deployment's column never
@@ -588,25 +601,15 @@ class ContextualModels:
         return np.array(mean, dtype=np.float32), np.array(var, dtype=np.float32)
 
     def residual_lists(self, cols: Sequence[int], x: RequestVector) -> tuple[list[float], list[float]]:
-        """``residual``'s values as lists (what ``predict`` reads): one gather of the prompt's
-        slots of every column, their means and variances computed as ``slot_values`` does (the
-        same float32 and float64 operations, over every column at once: the same values as ``mv``
-        holds at those rows, bit for bit), one product, one conversion."""
-        hd, hd2 = self._hd2
-        if hd is not self.hd:
-            hd = self.hd
-            hd2 = hd.reshape(DIM, 2 * hd.shape[2])  # per slot: every column's h, then every dp
-            self._hd2 = (hd, hd2)
-        n = hd.shape[2]
-        g = hd2.take(x.idx, axis=0)  # (slots, 2n), overwritten with the means and variances
-        s = self.scale.astype(np.float32)  # float(scale) as a float32 product rounds it
-        prec = g[:, n:] * s
-        prec = (prec + self.p0).astype(np.float32)  # the prior's p0 added in float64, kept float32
-        h = g[:, :n]
-        h *= s
-        h /= prec
-        np.divide(1.0, prec, out=g[:, n:])
-        means, variances = (x.w32 @ g).tolist()  # (2, 2n)
+        """``residual``'s values as lists (what ``predict`` reads): one gather, one product, one
+        conversion."""
+        mv, mv2 = self._mv2
+        if mv is not self.mv:
+            mv = self.mv
+            mv2 = mv.reshape(DIM, 2 * mv.shape[2])
+            self._mv2 = (mv, mv2)
+        n = mv.shape[2]
+        means, variances = (x.w32 @ mv2.take(x.idx, axis=0)).tolist()  # (2, 2n)
         if len(cols) == n and cols == self._order(n):  # every column, in order
             return means[:n], variances[n:]
         return [means[c] for c in cols], [variances[n + c] for c in cols]
@@ -642,8 +645,7 @@ class ContextualModels:
         date exceeds STALE_BELOW (its decay factor gamma**elapsed under it): a deployment not
         chosen for a while forgets at decision time too (its weights back toward the prior, its
         uncertainty growing back), as its arm does, read within that bound (the other decisions
-        read the column as of its last update or refresh). Bringing a column to a tick changes
-        its scale alone: O(1), its slots are read through it."""
+        read the column materialised at its last update or refresh)."""
         if gamma >= 1.0 or not cols:
             return
         limit = self._stale_ticks.get(gamma)
@@ -661,6 +663,7 @@ class ContextualModels:
                     k = cols[j]
                     if self.tick[k] < tick - limit:  # not refreshed meanwhile
                         self._bring_to(k, tick, gamma)
+                        self.materialise(k, _NO_SLOTS)
         if len(ticks) == len(self.ids):  # (not while another thread appends a column)
             self._oldest = float(ticks.min()) if len(ticks) else math.inf
 
@@ -679,7 +682,7 @@ class ContextualModels:
         k = self.ids.get(dep)
         if k is None:
             return np.zeros(len(x.idx))
-        return x.val * self.slot_values(k, x.idx)[0]
+        return x.val * self.mv[x.idx, 0, k]
 
     # -- learning -----------------------------------------------------------------------------------
     def _bring_to(self, k: int, tick: float, gamma: float) -> float:
@@ -739,6 +742,7 @@ class ContextualModels:
                 pend = self._pending[k] = np.zeros((DIM, 2))
             pend[idx] += self.hd[idx, :, k] - before
             self._pending_count[k] += 1.0
+        self.materialise(k, idx)
 
     # -- another model's rows -----------------------------------------------------------------------
     def seed(self, prior: "ContextualModels") -> None:
@@ -752,6 +756,7 @@ class ContextualModels:
             self.scale[k] = 1.0
             self.prior_mean[k] = prior.prior_mean[j]
             self.prior_count[k] = prior.prior_count[j]
+            self.materialise(k)
             if self._pending is not None:
                 self.reseeded.add(dep)
 
@@ -825,11 +830,14 @@ class ContextualModels:
             self.hd[:, :, k] = v
             self.scale[k], self.tick[k], self.count[k] = scale, tick, n
             self.p0[k], self.prior_mean[k], self.prior_count[k] = col.p0, col.prior_mean, col.prior_count
+            self.materialise(k)
 
     def copy(self) -> "ContextualModels":
         m = ContextualModels()
         m.ids = dict(self.ids)
         m.hd = self.hd.copy()
+        m.mv = self.mv.copy()
+        m._live = [None] * len(self.ids)
         for name in self._VECTORS:
             setattr(m, name, getattr(self, name).copy())
         return m
@@ -865,6 +873,7 @@ class ContextualModels:
             for i, h, dp in d.get("slots", []):
                 m.h[int(i), k] = float(h)
                 m.dp[int(i), k] = float(dp)
+            m.materialise(k)
         return m
 
 
