@@ -186,15 +186,18 @@ def gauss_draws(rng, n: int) -> list[float]:
     rng.gauss_next = None
     if z is not None and n:
         out.append(0.0 + z * 1.0)  # gauss's mu + z * sigma
+        n -= 1
         z = None
-    while len(out) < n:
+    for _ in range(n >> 1):  # whole pairs: both values drawn
+        x2pi = rand() * _TWOPI
+        g2rad = sqrt(-2.0 * log(1.0 - rand()))
+        out.append(0.0 + (cos(x2pi) * g2rad) * 1.0)
+        out.append(0.0 + (sin(x2pi) * g2rad) * 1.0)
+    if n & 1:  # a pair's first value; its second is kept for the next call, as gauss keeps it
         x2pi = rand() * _TWOPI
         g2rad = sqrt(-2.0 * log(1.0 - rand()))
         out.append(0.0 + (cos(x2pi) * g2rad) * 1.0)
         z = sin(x2pi) * g2rad
-        if len(out) < n:
-            out.append(0.0 + z * 1.0)
-            z = None
     if z is not None:
         rng.gauss_next = z
     return out
