@@ -195,7 +195,7 @@ def diagnose(name: str, path: Path, scenario, policy) -> dict:
     t0 = time.monotonic()
     h = training.split(policy, training.training_rows(policy, "auto", scenario.trace, scenario), scenario, 0.5)
     c = policy.aliases["auto"].contextual
-    preds = training.reference_predictors(h, training.fit(h.train, c), c.prior_variance)
+    preds = training.reference_predictors(h, training.fit(h.train, c), c)
     meta = json.loads(path.with_suffix(".meta.json").read_text(encoding="utf-8"))
     hard = set(meta.get("hard", ()))
     if "hard" in meta:
@@ -289,7 +289,8 @@ def diagnosis_lines(r: dict) -> list[str]:
     L = [f"What the contextual model can know (`aisia train --holdout 0.5` prints the rows up to `label mean`): fitted with full information "
          f"(`fit_full_information`, what `aisia train` does) on the first {d['train_requests']} requests, then a greedy "
          f"router, argmax(predicted reward + cost bonus), on the other {d['test_requests']}, swept over cost_weight "
-         f"{cws}; beside it the same greedy router on other predictors fitted on the same half (`label mean` and the "
+         f"{cws}; beside it the same greedy router on other predictors fitted on the same half (the rows from `ridge` to "
+         "`logistic, no hashing`: other models of the same features, `training.model_variants`; `label mean` and the "
          "rows after it read what no router sees: the trace's label, the generator's hidden difficulty or its "
          f"signals). Oracle's gain on the held-out half {d['oracle']['gain_over_mixing']:+.4f}.", ""]
     two = any("apgr" in e for e in d["predictors"].values())

@@ -13,8 +13,10 @@ target), the features the engine's (the alias's domain and task hints apply), th
 
 ``--holdout FRACTION``: the model is fitted on the first part of the trace only, and the last
 FRACTION held out to measure it: a greedy router reading its predictions there, swept over the
-cost weight, against the same router reading each deployment's mean reward, its mean per domain
-and per label, and the oracle (``aisia_plugin/replay/training.py``). Does the model rank the
+cost weight, against the same router reading other models of the same rows (the same features
+solved exactly, without hashing, logistic, shared across deployments...: ``model_variants``),
+each deployment's mean reward, its mean per domain and per label, and the oracle
+(``aisia_plugin/replay/training.py``). Does the model rank the
 deployments per prompt better than a context-free or per-domain router could?
 
 Exit status: 0 written; 1 invalid policy, trace or candidates file; 2 usage or I/O errors."""
@@ -87,7 +89,7 @@ def run(args) -> int:
         rows = held.train
     model = fit(rows, ap.contextual, passes=args.passes)
     if held is not None:
-        figs = evaluate(held, reference_predictors(held, model, ap.contextual.prior_variance))
+        figs = evaluate(held, reference_predictors(held, model, ap.contextual))
         print("\n".join(format_holdout(figs, len(held.train), len(held.test))))
         if args.out is None:
             return 0

@@ -7,7 +7,8 @@ of the held-out rest and takes argmax(predicted reward + the strategy's cost bon
 ``bandit.cost_bonus``), without its sampling (the price it reads: the mean of a deployment's input
 and output prices). Swept over COST_WEIGHTS, each point is (total cost, mean score) on the held-out
 part, and its gain over mixing is measured against the held-out part's fixed candidates
-(``replay.quality``). Beside it, the same greedy router reading reference
+(``replay.quality``). Beside it, the same greedy router reading other models of the same rows
+(``model_variants``: issue 20's ideas, each one change from the model) and reference
 predictors fitted on the same first part (empirical means, no model): each deployment's mean
 reward (what a context-free router can know), its mean per detected domain (what the per-domain
 bandit can know) and, when the trace labels its requests, per label (unknown to the router)."""
@@ -15,7 +16,9 @@ bandit can know) and, when the trace labels its requests, per label (unknown to 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Callable, NamedTuple
+
+import numpy as np
 
 from ..bandit import cost_bonus
 from .quality import Point, apgr, cpt, frontier_score, mixing_frontier, pgr, pgr_curve, weak_and_strong
@@ -30,12 +33,13 @@ class TrainingRow(NamedTuple):
     domain: str
     features: object
     record: TraceRecord  # its index, id and label
+    labels: list  # what each entry of `vector` is (contextual.feature_labels): a word, a bigram, a named feature
 
 
 def training_rows(policy, alias: str, trace, scenario) -> list[TrainingRow]:
     """Per request of the trace, with the engine's features and reward for ``alias``: what the
     model is fitted on."""
-    from ..contextual import request_vector
+    from ..contextual import feature_labels, request_vector
     from ..engine import Engine
     from ..outcome import reward
 
@@ -44,8 +48,9 @@ def training_rows(policy, alias: str, trace, scenario) -> list[TrainingRow]:
         feats, present = engine.scanner.scan(rec.messages, None, None)
         domain = ap.domain_hint or engine.detector.detect(feats.text, present)
         rewards = {name: reward(call.outcome(), policy.reward, ap.sla.target_p95_ms) for name, call in calls.items()}
-        rows.append(TrainingRow(request_vector(feats, domain, ap.task_hint or feats.task_type), rewards, domain, feats,
-                                rec))
+        task = ap.task_hint or feats.task_type
+        rows.append(TrainingRow(request_vector(feats, domain, task), rewards, domain, feats, rec,
+                                feature_labels(feats, domain, task)))
     return rows
 
 
@@ -87,14 +92,212 @@ def split(policy, rows: list[TrainingRow], scenario, fraction: float) -> Holdout
                    policy.bandit.cost_scale_per_1m)
 
 
-def reference_predictors(h: Holdout, model, prior_variance: float) -> dict[str, list[dict]]:
+# -- other models of the same rows, beside the contextual one (issue 20's ideas) -------------------
+# Each is fitted on the rows of a Holdout's first part with the full information the contextual
+# model's offline fit gets, and its priors are the alias's contextual settings (prior_variance:
+# a weight's prior variance on a norm-1 vector; noise_variance: an outcome's), so that a row of
+# the diagnosis differs from the model's in one idea only. They solve their problem exactly
+# (conjugate gradients, Newton), where the online model is one pass of a diagonal approximation.
+
+@dataclass
+class Design:
+    """Requests as the rows of a sparse matrix X: entry i is X[row[i], col[i]] = val[i]."""
+    row: np.ndarray
+    col: np.ndarray
+    val: np.ndarray
+    n: int  # rows
+    d: int  # columns
+
+    def dot(self, w: np.ndarray) -> np.ndarray:
+        """X @ w for w of shape (d, k): (n, k)."""
+        return np.stack([np.bincount(self.row, self.val * w[self.col, j], minlength=self.n)
+                         for j in range(w.shape[1])], axis=1)
+
+    def tdot(self, r: np.ndarray) -> np.ndarray:
+        """X.T @ r for r of shape (n, k): (d, k)."""
+        return np.stack([np.bincount(self.col, self.val * r[self.row, j], minlength=self.d)
+                         for j in range(r.shape[1])], axis=1)
+
+
+def designs(train: list, test: list, keys: Callable, min_rows: int = 1) -> tuple[Design, Design]:
+    """The rows fitted on and the held-out rows as two Designs over one set of columns: one per
+    key (``keys(row)``: one per entry of the row's vector, whose values it takes; a key repeated
+    in a row sums) met in at least `min_rows` of the rows fitted on. A held-out entry whose key
+    has no column is dropped (a weight never fitted is 0, its prior mean)."""
+    seen: dict = {}
+    for r in train:
+        for k in dict.fromkeys(keys(r)):  # first-seen order: the same columns in every process
+            seen[k] = seen.get(k, 0) + 1
+    cols = {k: i for i, k in enumerate(k for k, n in seen.items() if n >= min_rows)}
+
+    def build(rows):
+        R, C, V = [], [], []
+        for i, r in enumerate(rows):
+            for k, v in zip(keys(r), r.vector.val.tolist()):
+                c = cols.get(k)
+                if c is not None:
+                    R.append(i)
+                    C.append(c)
+                    V.append(v)
+        return Design(np.array(R, dtype=np.int64), np.array(C, dtype=np.int64), np.array(V, dtype=float),
+                      len(rows), len(cols))
+
+    return build(train), build(test)
+
+
+def hashed_slots(r: TrainingRow) -> list:
+    """The keys of the contextual model's own vector: its hashed slots (collisions and all)."""
+    return r.vector.idx.tolist()
+
+
+def exact_labels(r: TrainingRow) -> list:
+    """The keys of the vector's entries by what they are (a word, a bigram, a named feature): the
+    same features without hashing collisions."""
+    return r.labels
+
+
+def conjugate_gradient(apply: Callable, b: np.ndarray, iterations: int = 1000, tol: float = 1e-10) -> np.ndarray:
+    """The solution x of apply(x) = b, `apply` a symmetric positive-definite linear map (of an
+    array of b's shape), by conjugate gradients from 0, until the residual's norm is `tol` times
+    b's (or `iterations`)."""
+    x = np.zeros_like(b)
+    r = b.copy()
+    p = r.copy()
+    rr = float(np.vdot(r, r))
+    stop = tol * tol * max(rr, 1e-300)
+    for _ in range(iterations):
+        if rr <= stop:
+            break
+        ap = apply(p)
+        a = rr / float(np.vdot(p, ap))
+        x += a * p
+        r -= a * ap
+        new = float(np.vdot(r, r))
+        p = r + (new / rr) * p
+        rr = new
+    return x
+
+
+def ridge(X: Design, y: np.ndarray, prior_variance, noise_variance) -> np.ndarray:
+    """The posterior mean (d, k) of the weights of y (n, k) = X w + noise, w ~ N(0,
+    prior_variance) and noise ~ N(0, noise_variance) independent per entry (either a scalar or one
+    value per column of y): the exact solution of the linear model the contextual one
+    approximates one diagonal step at a time."""
+    pv, nv = np.broadcast_to(prior_variance, y.shape[1:]), np.broadcast_to(noise_variance, y.shape[1:])
+    return conjugate_gradient(lambda w: X.tdot(X.dot(w)) / nv + w / pv, X.tdot(y) / nv)
+
+
+def shared_ridge(X: Design, y: np.ndarray, prior_variance: float, noise_variance: float) -> np.ndarray:
+    """Per column k of y, the weights u + v_k (d, k) of y_k = X (u + v_k) + noise: a weight vector
+    u shared by every deployment and one v_k of each, each N(0, prior_variance / 2) (so a
+    deployment's weights have the prior variance of the per-deployment model), the posterior
+    mean. Every outcome teaches u, hence every deployment."""
+    k = y.shape[1]
+
+    def apply(t):
+        r = X.dot(t[:, :1] + t[:, 1:])
+        g = X.tdot(r)
+        return np.concatenate((g.sum(axis=1, keepdims=True), g), axis=1) / noise_variance + t / (prior_variance / 2.0)
+
+    g = X.tdot(y)
+    t = conjugate_gradient(apply, np.concatenate((g.sum(axis=1, keepdims=True), g), axis=1) / noise_variance)
+    return t[:, :1] + t[:, 1:1 + k]
+
+
+def reduced_rank(X: Design, w: np.ndarray, rank: int = 1) -> np.ndarray:
+    """The weights `w` (d, k) of a linear model of k deployments reduced to `rank` directions
+    across the deployments: the top `rank` right singular vectors of its fitted values X w (the
+    reduced-rank regression of Izenman 1975, on a ridge fit). Rank 1: one latent score of the
+    prompt (its difficulty) and a sensitivity to it per deployment."""
+    v = np.linalg.svd(X.dot(w), full_matrices=False)[2][:rank].T
+    return w @ v @ v.T
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def logistic(X: Design, y: np.ndarray, offset: np.ndarray, prior_variance: np.ndarray,
+             newton_steps: int = 25) -> np.ndarray:
+    """The most probable weights (d, k) of P(y_k = 1) = sigmoid(offset_k + X w_k), w_k ~ N(0,
+    prior_variance_k) (a fractional y counts as that share of a success: the cross-entropy), by
+    Newton's method (each step's system by conjugate gradients) from 0."""
+    w = np.zeros((X.d, y.shape[1]))
+    for _ in range(newton_steps):
+        p = _sigmoid(offset + X.dot(w))
+        s = p * (1.0 - p)
+        grad = X.tdot(p - y) + w / prior_variance
+        step = conjugate_gradient(lambda v: X.tdot(s * X.dot(v)) + v / prior_variance, grad)
+        w -= step
+        if float(np.abs(step).max(initial=0.0)) < 1e-6:
+            break
+    return w
+
+
+def _logit(p):
+    p = np.clip(p, 1e-3, 1.0 - 1e-3)
+    return np.log(p / (1.0 - p))
+
+
+def model_variants(h: Holdout, settings) -> dict[str, list[dict]]:
+    """Per other model of the rows fitted on, its predicted reward per candidate on each held-out
+    request (see the comment above ``Design``). Each predicts a deployment's reward as its mean
+    on the rows fitted on plus a learned function of the prompt:
+    - "ridge": the contextual model's own problem (its vector, prior and noise), solved exactly;
+    - "ridge, no hashing": keyed by what each feature is (no collisions between words);
+    - "ridge, words in >= 2 prompts": a feature met in one prompt only dropped (selection);
+    - "shared + per-deployment": one weight vector for every deployment plus one each;
+    - "ridge, rank 1": the ridge fit reduced to one direction across the
+      deployments (a latent score of the prompt, each deployment's sensitivity to it);
+    - "difference to the cheapest": each deployment's reward minus the cheapest one's, learned
+      (on two models, strong - weak), with the prior of a difference of two weights
+      (2 x prior_variance) and the noise of the difference measured on the rows fitted on;
+    - "logistic": a Bernoulli likelihood on the log-odds scale, offset by the deployment's mean,
+      its prior variance the linear one carried through the sigmoid's slope at that mean
+      (prior_variance / (m (1 - m))**2: the same spread of predicted rewards near the mean);
+    - "logistic, no hashing": both."""
+    ids = h.candidates
+    y = np.array([[r.rewards[c] for c in ids] for r in h.train])
+    mean = y.mean(axis=0)
+    pv, nv = settings.prior_variance, settings.noise_variance
+    Xh, Th = designs(h.train, h.test, hashed_slots)
+    Xl, Tl = designs(h.train, h.test, exact_labels)
+    Xs, Ts = designs(h.train, h.test, exact_labels, min_rows=2)
+
+    def rows(pred):
+        return [dict(zip(ids, p)) for p in pred.tolist()]
+
+    out = {"ridge": rows(mean + Th.dot(ridge(Xh, y - mean, pv, nv))),
+           "ridge, no hashing": rows(mean + Tl.dot(ridge(Xl, y - mean, pv, nv))),
+           "ridge, words in >= 2 prompts": rows(mean + Ts.dot(ridge(Xs, y - mean, pv, nv))),
+           "shared + per-deployment": rows(mean + Th.dot(shared_ridge(Xh, y - mean, pv, nv)))}
+    out["ridge, rank 1"] = rows(mean + Th.dot(reduced_rank(Xh, ridge(Xh, y - mean, pv, nv))))
+    ref = min(range(len(ids)), key=lambda j: h.prices[ids[j]])
+    others = [j for j in range(len(ids)) if j != ref]
+    d = y[:, others] - y[:, [ref]]
+    dm = d.mean(axis=0)
+    gap = dm + Th.dot(ridge(Xh, d - dm, 2.0 * pv, np.maximum(d.var(axis=0), 1e-6)))
+    pred = np.full((Th.n, len(ids)), mean[ref])
+    pred[:, others] += gap
+    out["difference to the cheapest"] = rows(pred)
+    m = np.clip(mean, 0.01, 0.99)
+    off = _logit(mean)
+    lpv = pv / (m * (1.0 - m)) ** 2
+    out["logistic"] = rows(_sigmoid(off + Th.dot(logistic(Xh, np.clip(y, 0.0, 1.0), off, lpv))))
+    out["logistic, no hashing"] = rows(_sigmoid(off + Tl.dot(logistic(Xl, np.clip(y, 0.0, 1.0), off, lpv))))
+    return out
+
+
+def reference_predictors(h: Holdout, model, settings) -> dict[str, list[dict]]:
     """Per predictor, its predicted reward per candidate on each held-out request: the model,
-    then the means of the rows fitted on (per label only when the trace has labels)."""
+    the other models of ``model_variants`` (with the alias's contextual `settings`), then the
+    means of the rows fitted on (per label only when the trace has labels)."""
     ids = h.candidates
     zero = [0.0] * len(ids)
     dep, dom = h.means(lambda r: None), h.means(lambda r: r.domain)
     out = {"model (fit_full_information)": [dict(zip(ids, model.predict(ids, r.vector, zero, zero, 0.0, 1.0,
-                                                                        prior_variance)[0])) for r in h.test],
+                                                                        settings.prior_variance)[0])) for r in h.test],
+           **model_variants(h, settings),
            "deployment mean": [{c: dep[(None, c)] for c in ids} for _ in h.test],
            "domain mean": [{c: dom.get((r.domain, c), dep[(None, c)]) for c in ids} for r in h.test]}
     if any(r.record.label is not None for r in h.train):
