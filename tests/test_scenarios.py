@@ -130,7 +130,8 @@ def test_train_holdout_measures_the_model_on_requests_it_was_not_fitted_on(tmp_p
     rows = {line[:30].strip(): line[30:].split() for line in out[2:]}
     assert list(rows) == ["model (fit_full_information)", "ridge", "ridge, no hashing", "ridge, words in >= 2 prompts",
                           "shared + per-deployment", "ridge, rank 1", "difference to the cheapest", "logistic",
-                          "logistic, no hashing", "deployment mean", "domain mean", "label mean"]
+                          "logistic, no hashing", "logistic, online diagonal", "deployment mean", "domain mean",
+                          "label mean"]
     # a context-free greedy router picks one fixed candidate per cost weight: no gain over mixing
     assert float(rows["deployment mean"][0]) <= 0.0
     assert len(list(tmp_path.iterdir())) == 3  # no model written without --out

@@ -7,7 +7,7 @@ import pytest
 from aisia_plugin.contextual import RequestVector
 from aisia_plugin.replay import training
 from aisia_plugin.replay.training import (Holdout, TrainingRow, conjugate_gradient, designs, exact_labels, hashed_slots,
-                                          logistic, model_variants, reduced_rank, ridge, shared_ridge)
+                                          logistic, model_variants, online_logistic, reduced_rank, ridge, shared_ridge)
 
 
 class Settings:  # the contextual settings' defaults (schemas/aisia-policy.schema.json)
@@ -80,6 +80,17 @@ def test_logistic_stops_where_its_posterior_is_flat_and_rank_reduction_keeps_wha
     assert np.linalg.matrix_rank(reduced_rank(X, full, rank=1), tol=1e-10) == 1
 
 
+def test_online_logistic_after_one_outcome_is_the_posterior_mode_and_learns_in_order():
+    # one outcome: the Laplace step's mean is the exact mode of the posterior (logistic's MAP)
+    one = [row(["math", "proof"], {})]
+    X, _ = designs(one, [], exact_labels)
+    y, off, pv = np.array([[1.0, 0.0, 0.3]]), np.array([0.5, 0.5, -1.0]), np.array([2.0, 2.0, 0.5])
+    assert online_logistic(X, y, off, pv) == pytest.approx(logistic(X, y, off, pv), abs=1e-9)
+    # outcomes seen in order: each moves the mean of the slots it reads toward its outcome
+    rows = [row(["math"], {}), row(["math"], {}), row(["chat"], {})]
+    X, _ = designs(rows, [], exact_labels)
+    w = online_logistic(X, np.array([[1.0], [1.0], [0.0]]), np.array([0.0]), np.array([1.0]))
+    assert w[0, 0] > 0 > w[2, 0]  # the columns: math, bias, chat
 def test_every_model_learns_a_word_that_says_which_deployment_wins():
     # "math" prompts: the strong (dear) deployment is right and the weak one wrong; the others:
     # both right. On prompts it was not fitted on (other words around the same signal), every
@@ -95,7 +106,7 @@ def test_every_model_learns_a_word_that_says_which_deployment_wins():
     h = Holdout([r for r, _ in made[:60]], [r for r, _ in made[60:]], [], ["weak", "strong"],
                 {"weak": 0.1, "strong": 5.0}, 1.0)
     preds = model_variants(h, Settings())
-    assert len(preds) == 8
+    assert len(preds) == 9
     for label, p in preds.items():
         gap = [q["strong"] - q["weak"] for q in p]
         math = [g for g, (_, m) in zip(gap, made[60:]) if m]

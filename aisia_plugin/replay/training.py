@@ -101,7 +101,8 @@ def split(policy, rows: list[TrainingRow], scenario, fraction: float) -> Holdout
 
 @dataclass
 class Design:
-    """Requests as the rows of a sparse matrix X: entry i is X[row[i], col[i]] = val[i]."""
+    """Requests as the rows of a sparse matrix X: entry i is X[row[i], col[i]] = val[i], in the
+    order of the rows, one entry per (row, column)."""
     row: np.ndarray
     col: np.ndarray
     val: np.ndarray
@@ -133,12 +134,14 @@ def designs(train: list, test: list, keys: Callable, min_rows: int = 1) -> tuple
     def build(rows):
         R, C, V = [], [], []
         for i, r in enumerate(rows):
+            entries: dict = {}
             for k, v in zip(keys(r), r.vector.val.tolist()):
                 c = cols.get(k)
                 if c is not None:
-                    R.append(i)
-                    C.append(c)
-                    V.append(v)
+                    entries[c] = entries.get(c, 0.0) + v
+            R += [i] * len(entries)
+            C += entries.keys()
+            V += entries.values()
         return Design(np.array(R, dtype=np.int64), np.array(C, dtype=np.int64), np.array(V, dtype=float),
                       len(rows), len(cols))
 
@@ -234,6 +237,34 @@ def logistic(X: Design, y: np.ndarray, offset: np.ndarray, prior_variance: np.nd
     return w
 
 
+def online_logistic(X: Design, y: np.ndarray, offset: np.ndarray, prior_variance: np.ndarray) -> np.ndarray:
+    """The weights' means (d, k) after learning the rows of X in order, once, with the diagonal
+    Laplace approximation of online logistic regression (Chapelle & Li 2011, algorithm 3): what
+    the contextual model does with a linear likelihood, with a Bernoulli one. Per outcome, the
+    log-odds z solving z = z0 + s2 (y - sigmoid(z)) (z0, s2: the prior's mean and variance of
+    the log-odds), then each slot's mean moved by (y - sigmoid(z)) x / precision and its
+    precision raised by sigmoid'(z) x**2: per slot a mean and a precision, as online."""
+    mean = np.zeros((X.d, y.shape[1]))
+    prec = np.tile(1.0 / np.asarray(prior_variance, dtype=float), (X.d, 1))
+    ends = np.searchsorted(X.row, np.arange(X.n + 1))
+    for i in range(X.n):
+        idx, x = X.col[ends[i]:ends[i + 1]], X.val[ends[i]:ends[i + 1]]
+        for k in range(y.shape[1]):
+            z0 = offset[k] + float(x @ mean[idx, k])
+            s2 = float((x * x) @ (1.0 / prec[idx, k]))
+            z = z0
+            for _ in range(50):  # Newton on z - z0 - s2 (y - sigmoid(z)) = 0 (increasing in z)
+                p = _sigmoid(z)
+                step = (z - z0 - s2 * (y[i, k] - p)) / (1.0 + s2 * p * (1.0 - p))
+                z -= step
+                if abs(step) < 1e-12:
+                    break
+            p = _sigmoid(z)
+            mean[idx, k] += (y[i, k] - p) * x / prec[idx, k]
+            prec[idx, k] += p * (1.0 - p) * x * x
+    return mean
+
+
 def _logit(p):
     p = np.clip(p, 1e-3, 1.0 - 1e-3)
     return np.log(p / (1.0 - p))
@@ -255,7 +286,9 @@ def model_variants(h: Holdout, settings) -> dict[str, list[dict]]:
     - "logistic": a Bernoulli likelihood on the log-odds scale, offset by the deployment's mean,
       its prior variance the linear one carried through the sigmoid's slope at that mean
       (prior_variance / (m (1 - m))**2: the same spread of predicted rewards near the mean);
-    - "logistic, no hashing": both."""
+    - "logistic, no hashing": both;
+    - "logistic, online diagonal": the logistic likelihood learned as the contextual model learns
+      (one pass, a mean and a precision per slot): what making it online would keep."""
     ids = h.candidates
     y = np.array([[r.rewards[c] for c in ids] for r in h.train])
     mean = y.mean(axis=0)
@@ -285,6 +318,7 @@ def model_variants(h: Holdout, settings) -> dict[str, list[dict]]:
     lpv = pv / (m * (1.0 - m)) ** 2
     out["logistic"] = rows(_sigmoid(off + Th.dot(logistic(Xh, np.clip(y, 0.0, 1.0), off, lpv))))
     out["logistic, no hashing"] = rows(_sigmoid(off + Tl.dot(logistic(Xl, np.clip(y, 0.0, 1.0), off, lpv))))
+    out["logistic, online diagonal"] = rows(_sigmoid(off + Th.dot(online_logistic(Xh, np.clip(y, 0.0, 1.0), off, lpv))))
     return out
 
 
