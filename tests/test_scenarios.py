@@ -135,6 +135,8 @@ def test_train_holdout_measures_the_model_on_requests_it_was_not_fitted_on(tmp_p
     # a context-free greedy router picks one fixed candidate per cost weight: no gain over mixing
     assert float(rows["deployment mean"][0]) <= 0.0
     assert len(list(tmp_path.iterdir())) == 3  # no model written without --out
+    assert aisia(["train", "--data", str(path), "--deployments", cands, "--holdout", "0.25", "--exact"]) == 0
+    assert capsys.readouterr().out.splitlines()[2].startswith("model (fit_exact)")
     model = tmp_path / "m.json"
     assert aisia(["train", "--data", str(path), "--holdout", "0.25", "--out", str(model)]) == 0
     assert json.loads(model.read_text())["trained"]["requests"] == 300

@@ -6,7 +6,7 @@ import pytest
 
 from aisia_plugin.contextual import RequestVector
 from aisia_plugin.replay import training
-from aisia_plugin.replay.training import (Holdout, TrainingRow, conjugate_gradient, designs, exact_labels, hashed_slots,
+from aisia_plugin.replay.training import (Holdout, TrainingRow, conjugate_gradient, designs, exact_labels, fit_exact, hashed_slots,
                                           logistic, model_variants, online_logistic, reduced_rank, ridge, shared_ridge)
 
 
@@ -112,3 +112,22 @@ def test_every_model_learns_a_word_that_says_which_deployment_wins():
         math = [g for g, (_, m) in zip(gap, made[60:]) if m]
         other = [g for g, (_, m) in zip(gap, made[60:]) if not m]
         assert math and other and min(math) > max(other), label
+
+
+def test_fit_exact_writes_the_ridge_solution_in_the_online_model_and_its_file_format():
+    from aisia_plugin.contextual import ContextualModels
+
+    rng = np.random.default_rng(3)
+    rows = [row(list(rng.choice(VOCAB, 3)), {"a": float(rng.random() < 0.7), "b": float(rng.random() < 0.4)})
+            for _ in range(50)]
+    rows.append(row(["poem"], {"a": 1.0}))  # "b" has no outcome here: fitted on the rows that have one
+    m = fit_exact(rows, Settings())
+    assert ContextualModels.load(m.dump()).dump() == m.dump()
+    base = training.fit(rows, Settings()).dump()["deployments"]
+    for dep in ("a", "b"):
+        have = rows if dep == "a" else rows[:-1]
+        Xd, _ = designs(have, [], hashed_slots)
+        y = np.array([[r.rewards[dep] - base[dep]["base_mean"]] for r in have])
+        want = Xd.dot(ridge(Xd, y, 0.05, 0.1))[:, 0] + base[dep]["base_mean"]
+        got = [m.predict([dep], r.vector, [0.0], [0.0], 0.0, 1.0, 0.05)[0][0] for r in have]
+        assert got == pytest.approx(want, abs=1e-5), dep  # float32 slots

@@ -11,6 +11,9 @@ reward of an outcome is the one the engine computes online (the policy's reward,
 target), the features the engine's (the alias's domain and task hints apply), the settings
 (prior and noise variance) the alias's ``contextual`` section.
 
+``--exact``: the slots' means solved exactly (the ridge posterior of the same linear model, by
+conjugate gradients) rather than by one pass of the online update; the file is the same.
+
 ``--holdout FRACTION``: the model is fitted on the first part of the trace only, and the last
 FRACTION held out to measure it: a greedy router reading its predictions there, swept over the
 cost weight, against the same router reading other models of the same rows (the same features
@@ -35,6 +38,9 @@ def add_arguments(p):
     p.add_argument("--alias", default="auto", help="the alias whose features, reward and settings apply (default: auto)")
     p.add_argument("--deployments", metavar="FILE.yaml", help="replay candidates file (prices, latency models)")
     p.add_argument("--passes", type=int, default=1, help="passes over the trace (default 1)")
+    p.add_argument("--exact", action="store_true",
+                   help="solve the model's slots exactly (ridge by conjugate gradients, replay.training.fit_exact) "
+                        "instead of one pass of the online update per outcome")
     p.add_argument("--seed", type=int, default=0, help="seed of the candidates' latency models")
     p.add_argument("--holdout", type=float, metavar="FRACTION",
                    help="fit on the first part only and print how the model's greedy choice does on the last "
@@ -51,7 +57,7 @@ def run(args) -> int:
     from ..replay.candidates import CandidatesError, load_candidates
     from ..replay.runner import build_scenario
     from ..replay.trace import TraceError, load_trace
-    from ..replay.training import evaluate, fit, format_holdout, reference_predictors, split, training_rows
+    from ..replay.training import evaluate, fit, fit_exact, format_holdout, reference_predictors, split, training_rows
 
     if not 1 <= args.passes <= 100:
         _err("aisia train: --passes must be from 1 to 100")
@@ -87,13 +93,14 @@ def run(args) -> int:
             _err(f"aisia train: --holdout {args.holdout:g} leaves no request on one side of {len(rows)}")
             return 2
         rows = held.train
-    model = fit(rows, ap.contextual, passes=args.passes)
+    model = fit_exact(rows, ap.contextual) if args.exact else fit(rows, ap.contextual, passes=args.passes)
     if held is not None:
-        figs = evaluate(held, reference_predictors(held, model, ap.contextual))
+        figs = evaluate(held, reference_predictors(held, model, ap.contextual,
+                                                   "model (fit_exact)" if args.exact else "model (fit_full_information)"))
         print("\n".join(format_holdout(figs, len(held.train), len(held.test))))
         if args.out is None:
             return 0
-    trained = {"data": str(args.data), "alias": args.alias, "requests": len(rows), "passes": args.passes,
+    trained = {"data": str(args.data), "alias": args.alias, "requests": len(rows), "passes": args.passes, "exact": args.exact,
                "deployments": sorted(model.ids)}
     try:
         save_model_file(model, args.out, trained=trained)

@@ -190,6 +190,26 @@ def ridge(X: Design, y: np.ndarray, prior_variance, noise_variance) -> np.ndarra
     return conjugate_gradient(lambda w: X.tdot(X.dot(w)) / nv + w / pv, X.tdot(y) / nv)
 
 
+def fit_exact(rows, settings):
+    """``fit``'s model (its bases, its file format) with each deployment's slots solved exactly:
+    the means of the ridge posterior of its rewards less its base over the rows that have one
+    (``ridge``), each slot's precision the prior's plus its diagonal of X'X / noise_variance (the
+    diagonal the online model keeps). What `aisia train --exact` writes."""
+    from ..contextual import ContextualModels
+
+    data = fit(rows, settings).dump()
+    for dep, d in data["deployments"].items():
+        have = [r for r in rows if dep in r.rewards]
+        X, _ = designs(have, [], hashed_slots)
+        slots = list(dict.fromkeys(k for r in have for k in hashed_slots(r)))  # the columns' keys, as designs numbers them
+        y = np.array([[r.rewards[dep] - d["base_mean"]] for r in have])
+        w = ridge(X, y, settings.prior_variance, settings.noise_variance)[:, 0]
+        seen = np.bincount(X.col, X.val * X.val, minlength=X.d) / settings.noise_variance
+        prec = 1.0 / d["prior_variance"] + seen
+        d["slots"] = [[int(i), float(p * m), float(q)] for i, p, m, q in zip(slots, prec, w, seen)]
+    return ContextualModels.load(data)
+
+
 def shared_ridge(X: Design, y: np.ndarray, prior_variance: float, noise_variance: float) -> np.ndarray:
     """Per column k of y, the weights u + v_k (d, k) of y_k = X (u + v_k) + noise: a weight vector
     u shared by every deployment and one v_k of each, each N(0, prior_variance / 2) (so a
@@ -290,6 +310,8 @@ def model_variants(h: Holdout, settings) -> dict[str, list[dict]]:
     - "logistic, online diagonal": the logistic likelihood learned as the contextual model learns
       (one pass, a mean and a precision per slot): what making it online would keep."""
     ids = h.candidates
+    train = [r for r in h.train if all(c in r.rewards for c in ids)]  # the rows with every outcome
+    h = Holdout(train, h.test, h.calls, ids, h.prices, h.cost_scale)
     y = np.array([[r.rewards[c] for c in ids] for r in h.train])
     mean = y.mean(axis=0)
     pv, nv = settings.prior_variance, settings.noise_variance
@@ -322,14 +344,14 @@ def model_variants(h: Holdout, settings) -> dict[str, list[dict]]:
     return out
 
 
-def reference_predictors(h: Holdout, model, settings) -> dict[str, list[dict]]:
+def reference_predictors(h: Holdout, model, settings, label: str = "model (fit_full_information)") -> dict[str, list[dict]]:
     """Per predictor, its predicted reward per candidate on each held-out request: the model,
     the other models of ``model_variants`` (with the alias's contextual `settings`), then the
     means of the rows fitted on (per label only when the trace has labels)."""
     ids = h.candidates
     zero = [0.0] * len(ids)
     dep, dom = h.means(lambda r: None), h.means(lambda r: r.domain)
-    out = {"model (fit_full_information)": [dict(zip(ids, model.predict(ids, r.vector, zero, zero, 0.0, 1.0,
+    out = {label: [dict(zip(ids, model.predict(ids, r.vector, zero, zero, 0.0, 1.0,
                                                                         settings.prior_variance)[0])) for r in h.test],
            **model_variants(h, settings),
            "deployment mean": [{c: dep[(None, c)] for c in ids} for _ in h.test],
