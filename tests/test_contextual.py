@@ -195,50 +195,48 @@ STEADY_POLICY = """
 """
 
 
-def _steady_run(tmp_path, select, n_deps: int, steps: int = 240):
-    """Decisions as a serving proxy makes them (each followed by its outcome, forgetting fast
-    enough that columns go stale) through a strategy whose select is `select`: every decision's
-    choice, scores, rows, reason and learning context, then the learned state and the random
-    source's."""
-    from aisia_plugin.strategies.contextual import ContextualStrategy
+class _GaussCalled(random.Random):
+    """A random source whose gauss is its own method (the same draws): gauss_draws calls it once
+    per draw, as the plain reading of a decision's draws does (gauss_draws_reference)."""
 
+    def gauss(self, mu=0.0, sigma=1.0):
+        return super().gauss(mu, sigma)
+
+
+def _steady_run(tmp_path, rng: random.Random, n_deps: int, steps: int = 240):
+    """Decisions as a serving proxy makes them (each followed by its outcome, forgetting fast
+    enough that columns go stale) with the random source `rng`: every decision's choice, scores,
+    rows, reason and learning context, then the learned state and the random source's."""
     path = tmp_path / f"steady{n_deps}.yaml"
     path.write_text(textwrap.dedent(STEADY_POLICY))
     policy = load_policy([path])
     t = [0.0]
-    engine = Engine(policy, clock=lambda: t[0], rng=random.Random(2))
+    engine = Engine(policy, clock=lambda: t[0], rng=rng)
     deps = [Deployment(f"d{k}", "pool", f"openai/m{k}", "openai", input_cost_per_1m=0.2 + k, output_cost_per_1m=1.0 + k)
             for k in range(n_deps)]
     r, texts, seen = random.Random(8), _texts(), []
-    real = ContextualStrategy.select
-    ContextualStrategy.select = select
-    try:
-        for j in range(steps):
-            t[0] += 0.5
-            text = texts[j % 40] if j % 3 else r.choice(texts)
-            alias = "auto/explore" if j % 4 == 0 else "auto"
-            d = engine.decide(alias, [{"role": "user", "content": text}], deps[:n_deps - (j % 5 == 0)])
-            seen.append((d.deployment_id, d.final_score, d.reason, [row.as_dict() for row in d.scores],
-                         d.context.base, d.context.vector.idx.tolist(), d.ranking()))
-            engine.record(d, Outcome(d.deployment_id, r.random() > 0.05, latency_s=r.uniform(0.2, 2.0),
-                                     quality=r.random()))
-    finally:
-        ContextualStrategy.select = real
+    for j in range(steps):
+        t[0] += 0.5
+        text = texts[j % 40] if j % 3 else r.choice(texts)
+        alias = "auto/explore" if j % 4 == 0 else "auto"
+        d = engine.decide(alias, [{"role": "user", "content": text}], deps[:n_deps - (j % 5 == 0)])
+        seen.append((d.deployment_id, d.final_score, d.reason, [row.as_dict() for row in d.scores],
+                     d.context.base, d.context.vector.idx.tolist(), d.ranking()))
+        engine.record(d, Outcome(d.deployment_id, r.random() > 0.05, latency_s=r.uniform(0.2, 2.0),
+                                 quality=r.random()))
     m = engine.contextual
     return seen, engine.rng.getstate(), m.hd.tobytes(), m.mv.tobytes(), m.tick.tolist(), m.scale.tolist()
 
 
 @pytest.mark.parametrize("n_deps", [5, 16])
-def test_the_decision_equals_its_reference_draw_for_draw(tmp_path, n_deps):
-    """ContextualStrategy.select (one pass over the pool, gauss_draws) makes the decisions of its
-    readable reference, select_reference (predict, one rng.gauss per candidate), with the same
-    rows and reasons, and leaves the same learned state and random source, over decisions with
-    outcomes between them, stale columns, exploration, a pool that changes, and pool sizes odd
-    (a Gaussian pair's second draw carried to the next decision) and even."""
-    from aisia_plugin.strategies.contextual import ContextualStrategy
-
-    fast = _steady_run(tmp_path, ContextualStrategy.select, n_deps)
-    assert fast == _steady_run(tmp_path, ContextualStrategy.select_reference, n_deps)
+def test_the_decision_draws_as_one_gauss_call_per_candidate(tmp_path, n_deps):
+    """ContextualStrategy.select's draws written out (gauss_draws) make the decisions that one
+    rng.gauss call per candidate makes, with the same rows and reasons, and leave the same learned
+    state and random source, over decisions with outcomes between them, stale columns,
+    exploration, a pool that changes, and pool sizes odd (a Gaussian pair's second draw carried
+    to the next decision) and even."""
+    fast = _steady_run(tmp_path, random.Random(2), n_deps)
+    assert fast == _steady_run(tmp_path, _GaussCalled(2), n_deps)
     assert len({dep for dep, *_ in fast[0]}) > 2  # the decisions vary
 
 

@@ -16,7 +16,6 @@ from ..contextual import LearnContext, cold_prior, request_vector
 from ..decision import Decision, Pool, RoutingContext, pool_decision
 from ..policy.models import ColdStart
 from ..schema_defaults import defaults_of
-from ..bandit import bonus_columns
 from .bandit import ThompsonStrategy, bandit_bonuses
 from .rules import explore
 
@@ -83,59 +82,16 @@ class ContextualStrategy:
         pool = Pool.of(pool).not_open()
         prior_var, noise_var, spread = settings_of(context)
         x = self.vector(context)
-        ids = pool.ids
-        known = models.ids
-        for i in ids:
-            if i not in known:  # a deployment met for the first time: its prior
-                start_cold(models, pool, context, prior_var)
-                break
-        # ``select_reference`` in one pass over the pool: the base of ``ContextualModels.base``,
-        # the residual of ``predict``, the bonuses of ``bandit_bonuses`` (``bonus_columns``), the
-        # draws (``gauss_draws``) and the scores, with the same float operations in the same order.
-        cols = models.columns(ids, prior_var)
-        prior_mean, prior_count = models.priors(cols)
-        models.refresh_stale(cols, pool.tick, pool.gamma)
-        rmean, rvar = models.residual_lists(cols, x)
-        cbs, lbs = bonus_columns(pool.costs, pool.latencies, context.cost_weight, context.latency_weight,
-                                 context.cost_scale_per_1m, context.latency_scale_s)
-        zs = gauss_draws(context.rng, len(ids))
-        sqrt = math.sqrt
-        base, mean_l, sd, draws, bonus, scores = [], [], [], [], [], []
-        for p, k, n, r, m, v, z, cb, lb in zip(prior_mean, prior_count, pool.pulls, pool.rewards, rmean, rvar, zs,
-                                               cbs, lbs):
-            b = (r + p * k) / (n + k)
-            b = 0.0 if not b > 0.0 else 1.0 if b > 1.0 else b
-            m = b + m
-            v = b * (1.0 - b) / (n + k + 1.0) + v
-            s = sqrt(v) if v > 0.0 else 0.0
-            d = m + spread * s * z
-            bo = cb + lb
-            base.append(b)
-            mean_l.append(m)
-            sd.append(s)
-            draws.append(d)
-            bonus.append(bo)
-            scores.append(d + bo)
-        return self._decision(pool, context, models, x, mean_l, sd, base, draws, bonus, scores, prior_var, noise_var)
-
-    def select_reference(self, pool, context: RoutingContext) -> Decision:
-        """``select`` written plainly: ``predict``, then per candidate its draw and score (the
-        readable reference of ``select``, which must make the same decision, draw for draw)."""
-        models = context.contextual
-        pool = Pool.of(pool).not_open()
-        prior_var, noise_var, spread = settings_of(context)
-        x = self.vector(context)
-        if not all(i in models.ids for i in pool.ids):
+        if not all(i in models.ids for i in pool.ids):  # a deployment met for the first time: its prior
             start_cold(models, pool, context, prior_var)
-        mean, var, base = models.predict(pool.ids, x, pool.pulls, pool.rewards, pool.tick, pool.gamma, prior_var)
-        sd = [math.sqrt(v) if v > 0.0 else 0.0 for v in var]
+        mean_l, var, base = models.predict(pool.ids, x, pool.pulls, pool.rewards, pool.tick, pool.gamma, prior_var)
+        sqrt = math.sqrt
+        sd = [sqrt(v) if v > 0.0 else 0.0 for v in var]
         bonus = bandit_bonuses(pool, context)
-        draws = [m + spread * s * context.rng.gauss(0.0, 1.0) for m, s in zip(mean, sd)]
+        # One draw per candidate, as rng.gauss(0, 1) would give them (gauss_draws: its reference
+        # and equivalence test beside it), without a method call per draw.
+        draws = [m + spread * s * z for m, s, z in zip(mean_l, sd, gauss_draws(context.rng, len(sd)))]
         scores = [d + b for d, b in zip(draws, bonus)]
-        return self._decision(pool, context, models, x, mean, sd, base, draws, bonus, scores, prior_var, noise_var)
-
-    def _decision(self, pool, context, models, x, mean_l, sd, base, draws, bonus, scores, prior_var,
-                  noise_var) -> Decision:
         best = scores.index(max(scores))
         picked = explore(pool, context)
         i = best if picked is None else picked
