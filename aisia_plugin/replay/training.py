@@ -108,6 +108,7 @@ class Design:
     val: np.ndarray
     n: int  # rows
     d: int  # columns
+    keys: list  # each column's key (``designs``), in column order
 
     def dot(self, w: np.ndarray) -> np.ndarray:
         """X @ w for w of shape (d, k): (n, k)."""
@@ -143,7 +144,7 @@ def designs(train: list, test: list, keys: Callable, min_rows: int = 1) -> tuple
             C += entries.keys()
             V += entries.values()
         return Design(np.array(R, dtype=np.int64), np.array(C, dtype=np.int64), np.array(V, dtype=float),
-                      len(rows), len(cols))
+                      len(rows), len(cols), list(cols))
 
     return build(train), build(test)
 
@@ -201,12 +202,11 @@ def fit_exact(rows, settings):
     for dep, d in data["deployments"].items():
         have = [r for r in rows if dep in r.rewards]
         X, _ = designs(have, [], hashed_slots)
-        slots = list(dict.fromkeys(k for r in have for k in hashed_slots(r)))  # the columns' keys, as designs numbers them
         y = np.array([[r.rewards[dep] - d["base_mean"]] for r in have])
         w = ridge(X, y, settings.prior_variance, settings.noise_variance)[:, 0]
         seen = np.bincount(X.col, X.val * X.val, minlength=X.d) / settings.noise_variance
         prec = 1.0 / d["prior_variance"] + seen
-        d["slots"] = [[int(i), float(p * m), float(q)] for i, p, m, q in zip(slots, prec, w, seen)]
+        d["slots"] = [[int(i), float(p * m), float(q)] for i, p, m, q in zip(X.keys, prec, w, seen)]
     return ContextualModels.load(data)
 
 
@@ -322,11 +322,12 @@ def model_variants(h: Holdout, settings) -> dict[str, list[dict]]:
     def rows(pred):
         return [dict(zip(ids, p)) for p in pred.tolist()]
 
-    out = {"ridge": rows(mean + Th.dot(ridge(Xh, y - mean, pv, nv))),
+    w = ridge(Xh, y - mean, pv, nv)
+    out = {"ridge": rows(mean + Th.dot(w)),
            "ridge, no hashing": rows(mean + Tl.dot(ridge(Xl, y - mean, pv, nv))),
            "ridge, words in >= 2 prompts": rows(mean + Ts.dot(ridge(Xs, y - mean, pv, nv))),
-           "shared + per-deployment": rows(mean + Th.dot(shared_ridge(Xh, y - mean, pv, nv)))}
-    out["ridge, rank 1"] = rows(mean + Th.dot(reduced_rank(Xh, ridge(Xh, y - mean, pv, nv))))
+           "shared + per-deployment": rows(mean + Th.dot(shared_ridge(Xh, y - mean, pv, nv))),
+           "ridge, rank 1": rows(mean + Th.dot(reduced_rank(Xh, w)))}
     ref = min(range(len(ids)), key=lambda j: h.prices[ids[j]])
     others = [j for j in range(len(ids)) if j != ref]
     d = y[:, others] - y[:, [ref]]
@@ -351,8 +352,8 @@ def reference_predictors(h: Holdout, model, settings, label: str = "model (fit_f
     ids = h.candidates
     zero = [0.0] * len(ids)
     dep, dom = h.means(lambda r: None), h.means(lambda r: r.domain)
-    out = {label: [dict(zip(ids, model.predict(ids, r.vector, zero, zero, 0.0, 1.0,
-                                                                        settings.prior_variance)[0])) for r in h.test],
+    out = {label: [dict(zip(ids, model.predict(ids, r.vector, zero, zero, 0.0, 1.0, settings.prior_variance)[0]))
+                   for r in h.test],
            **model_variants(h, settings),
            "deployment mean": [{c: dep[(None, c)] for c in ids} for _ in h.test],
            "domain mean": [{c: dom.get((r.domain, c), dep[(None, c)]) for c in ids} for r in h.test]}
