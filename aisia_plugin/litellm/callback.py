@@ -643,8 +643,8 @@ class AisiaPlugin(CustomLogger):
         if rt is None or not rt.calls:
             return None, None
         meta = events.request_metadata(data)  # read once for both: the request's id and its group
-        rid = meta.get(events.REQUEST_ID_KEY)
-        call = rt.call_for(str(rid), meta.get("model_group")) if rid else None
+        rid = events.request_id_in(meta)
+        call = rt.call_for(rid, meta.get("model_group")) if rid else None
         dep = (data.get("model_info") or {}).get("id") if call is not None else None
         return call, (str(dep) if dep is not None else None)
 
@@ -722,8 +722,8 @@ class AisiaPlugin(CustomLogger):
         rt = self.runtime
         if rt is None or not rt.calls:
             return None
-        rid = events.request_metadata(kwargs).get(events.REQUEST_ID_KEY)
-        return rt.call_for(str(rid), events.model_group(kwargs)) if rid else None
+        rid = events.request_id(kwargs)
+        return rt.call_for(rid, events.model_group(kwargs)) if rid else None
 
     def _failed(self, call, attempt, outcome, stream: bool = False) -> None:
         """A failed attempt: the caller's when it is a client error, or when an earlier attempt

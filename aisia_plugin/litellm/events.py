@@ -179,7 +179,12 @@ def _request_metadata(data: Mapping) -> Mapping:
 def request_id(data: Mapping) -> Optional[str]:
     """The plugin's id of the request, set by its pre-call hook (or by the filter, for a Router
     used without the proxy). Never LiteLLM's call id: a client chooses that one."""
-    rid = request_metadata(data).get(REQUEST_ID_KEY)
+    return request_id_in(request_metadata(data))
+
+
+def request_id_in(meta: Mapping) -> Optional[str]:
+    """``request_id`` of a request whose metadata (``request_metadata``) is already read."""
+    rid = meta.get(REQUEST_ID_KEY)
     return str(rid) if rid else None
 
 
