@@ -284,3 +284,16 @@ def test_validate_deployments_checks_the_config_and_the_selectors(tmp_path, caps
                    "  - {model_name: llama, litellm_params: {model: ollama/llama3}}\n", encoding="utf-8")
     assert main(["validate", "--deployments", str(cfg)]) == 0
     assert main(["validate", "--deployments", str(tmp_path / "missing.yaml")]) == 2
+
+
+def test_explain_on_an_invalid_candidates_file_exits_1_and_on_a_missing_one_2(tmp_path, capsys):
+    """Exit status as documented: 1 an invalid deployments file (a replay candidates file too,
+    its problem located), 2 one that cannot be read."""
+    cands = tmp_path / "candidates.yaml"
+    cands.write_text("candidates:\n  a: {input_cost_per_1m: -1}\n", encoding="utf-8")
+    assert main(["explain", "--deployments", str(cands), "hello"]) == 1
+    err = capsys.readouterr().err
+    assert str(cands) in err and "Traceback" not in err
+    missing = tmp_path / "nope.yaml"
+    assert main(["explain", "--deployments", str(missing), "hello"]) == 2
+    assert capsys.readouterr().err.startswith(f"aisia explain: cannot read the deployments file {missing}: ")

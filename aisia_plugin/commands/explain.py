@@ -10,6 +10,8 @@ import json
 import math
 import sys
 
+from . import read_input
+
 
 def add_arguments(p):
     p.add_argument("prompt", help="the user prompt (use - to read it from standard input)")
@@ -98,15 +100,13 @@ def run(args) -> int:
         return 2
     prompt = _read_stdin() if args.prompt == "-" else args.prompt
     from ..deployments import DeploymentError
+    from ..replay.candidates import CandidatesError
 
-    try:
-        deployments = _load_deployments(args.deployments, policy)
-    except DeploymentError as exc:
-        print(str(exc), file=sys.stderr)
-        return 1
-    except (OSError, ValueError) as exc:
-        print(f"aisia explain: {exc}", file=sys.stderr)
-        return 2
+    # An invalid LiteLLM config or candidates file: 1, its located problems; unreadable: 2.
+    deployments = read_input("explain", lambda path: _load_deployments(path, policy), (DeploymentError, CandidatesError),
+                             args.deployments, "the deployments file")
+    if isinstance(deployments, int):
+        return deployments
     try:
         # A value read otherwise than stored (clamped, or replaced by its default) is named.
         store = MemoryState.load_file(args.state, [d.id for d in deployments],
