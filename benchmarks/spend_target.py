@@ -101,7 +101,8 @@ def markdown(results: list[dict], meta: dict) -> str:
            f"`benchmarks/spend_target.py`, {meta['date']}, seed {meta['seed']}, alias `auto` of the shipped policy "
            f"(its strategy replaced), budget.pacing_rate and budget.max_multiplier at their defaults. Spend in USD "
            f"per 1,000 requests; highest / lowest window: the 1,000 consecutive requests, starting at request 1,000 "
-           f"or later, that spent most / least (deviation from the target); at 0 / at max: the share of the "
+           f"or later, that spent most / least (deviation from the target; at 0: the share of that window's requests "
+           f"after which the multiplier sat at 0, where the target did not bind); at 0 / at max: the share of the "
            f"requests after the first 1,000 after which the multiplier sat at 0 (the target did not bind) / at "
            f"budget.max_multiplier (the target is below what the cost term can buy). `vs cost_weight`: the mean "
            f"score minus the score of the cost_weight sweep's curve ({', '.join(f'{w:g}' for w in COST_WEIGHTS)}) "
@@ -115,7 +116,8 @@ def markdown(results: list[dict], meta: dict) -> str:
             w = row["windows"]
             cw = row["cost_weight_curve_score"]
             cells.append([f"{row['target_usd_per_1k']:.4f}", f"{row['spend_per_1k']:.4f} ({row['whole_deviation']:+.1%})",
-                          *((f"{w[side]['spend_per_1k']:.4f} ({w[side]['deviation']:+.1%})" for side in ("above", "below"))
+                          *((f"{w[side]['spend_per_1k']:.4f} ({w[side]['deviation']:+.1%}; at 0 {w[side]['at_zero']:.0%})"
+                             for side in ("above", "below"))
                             if w else ("-", "-")),
                           f"{row['at_zero']:.0%} / {row['at_max']:.0%}", f"{row['mean_score']:.4f}",
                           "-" if cw is None else f"{cw:.4f}",

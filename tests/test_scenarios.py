@@ -159,3 +159,17 @@ def test_a_spend_target_sweep_reports_how_each_run_held_its_target(capsys):
         assert 0.0 <= s["at_zero"] <= 1.0 and s["at_max"] == 0.0
     assert aisia(["replay", "--scenario", "stationary", "--requests", "300", "--sweep", "cost_weight=0,1"]) == 0
     assert "against the target" not in capsys.readouterr().out  # other sweeps follow no spend
+
+
+def test_spend_figures_say_where_the_target_did_not_bind_inside_each_window():
+    from aisia_plugin.replay.runner import spend_figures
+
+    # 3,000 requests at a target of $1 per 1,000: the first 1,000 on target, then 1,000 at $2 per
+    # 1,000 (the multiplier above 0), then 1,000 costing nothing with the multiplier at 0.
+    costs = [0.001] * 1000 + [0.002] * 1000 + [0.0] * 1000
+    multipliers = [1.0] * 2000 + [0.0] * 1000
+    s = spend_figures(costs, multipliers, 1.0, 100.0)
+    above, below = s["windows"]["above"], s["windows"]["below"]
+    assert (above["start"], round(above["spend_per_1k"], 9), above["at_zero"]) == (1000, 2.0, 0.0)
+    assert (below["start"], round(below["spend_per_1k"], 9), below["at_zero"]) == (2000, 0.0, 1.0)
+    assert s["at_zero"] == 0.5  # of the 2,000 requests after the first 1,000

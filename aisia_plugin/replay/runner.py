@@ -478,14 +478,19 @@ SPEND_WINDOW = int(pacing.SPEND_WINDOW)
 
 def spend_figures(costs: Sequence[float], multipliers: Sequence[float], target: float, top: float) -> dict:
     """How a run held a spend target: its spend per 1,000 requests and deviation over the whole
-    run, the windows of SPEND_WINDOW requests furthest above and below it (quality.spend_windows),
-    and the shares of the requests after the first SPEND_WINDOW after which the multiplier sat at
+    run, the windows of SPEND_WINDOW requests furthest above and below it (quality.spend_windows,
+    each with the share of its requests after which the multiplier sat at 0), and the shares of
+    the requests after the first SPEND_WINDOW after which the multiplier sat at
     0 (the target did not bind) and at its maximum `top` (the target is below what the cost term
     can buy); None where the run is too short."""
     spend = 1000.0 * sum(costs) / len(costs) if costs else 0.0
     later = multipliers[SPEND_WINDOW:]
+    windows = spend_windows(costs, target, SPEND_WINDOW)
+    for w in (windows or {}).values():  # where the target bound during the window itself
+        inside = multipliers[w["start"]:w["start"] + SPEND_WINDOW]
+        w["at_zero"] = sum(1 for m in inside if m <= 0.0) / len(inside) if inside else None
     return {"spend_per_1k": spend, "whole_deviation": (spend - target) / target,
-            "windows": spend_windows(costs, target, SPEND_WINDOW),
+            "windows": windows,
             "at_zero": sum(1 for m in later if m <= 0.0) / len(later) if later else None,
             "at_max": sum(1 for m in later if m >= top) / len(later) if later else None,
             "final_multiplier": multipliers[-1] if multipliers else None}
