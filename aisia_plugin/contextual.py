@@ -366,14 +366,14 @@ def feature_labels(features, domain: Optional[str] = None, task_type: Optional[s
 
 
 # -- a deployment's prior, known without traffic ---------------------------------------------------
-def cold_prior(deployments: Sequence, fits: Sequence[float], settings, fit_default: Optional[float] = None) -> list[float]:
+def cold_prior(deployments: Sequence, fits: Sequence[Optional[float]], settings) -> list[float]:
     """The prior mean reward of each of a pool's `deployments` (its ``decision.Deployment``) the
     model has not met, from what is known without traffic (`settings`: the alias's
-    ``contextual.cold_start``): the task-fitness table's score of its model family for this
-    request's task (`fits`, the pool's ``task_fit``) when the table knows the family (a score
-    other than the table's `fit_default`) and ``from_task_fitness`` is on, else its tier's
-    ``by_tier`` value, else ``mean``; plus ``price_slope`` per doubling of its price over the
-    pool's median price; within [0, 1]."""
+    ``contextual.cold_start``): its model family's score in the task-fitness table (`fits`:
+    ``TaskFitnessTable.family_fitness`` for this request's task, None where the table does not
+    know the family) when ``from_task_fitness`` is on, else its tier's ``by_tier`` value, else
+    ``mean``; plus ``price_slope`` per doubling of its price over the pool's median price;
+    within [0, 1]."""
     slope = settings.price_slope
     median = 0.0
     if slope:
@@ -382,7 +382,7 @@ def cold_prior(deployments: Sequence, fits: Sequence[float], settings, fit_defau
         median = (prices[(n - 1) // 2] + prices[n // 2]) / 2.0 if n else 0.0
     out = []
     for d, fit in zip(deployments, fits):
-        if settings.from_task_fitness and fit_default is not None and fit != fit_default:
+        if settings.from_task_fitness and fit is not None:
             m = float(fit)
         else:
             m = settings.by_tier.get(d.tier, settings.mean) if d.tier is not None else settings.mean

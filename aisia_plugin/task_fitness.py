@@ -82,6 +82,22 @@ class TaskFitnessTable:
             out.append(hit)
         return out
 
+    def family_fitness(self, model: str, task: str) -> Optional[float]:
+        """What the table knows of `model`'s family for `task`: its row's score for the task, else
+        the row's "default" key, else the mean of the row's scores (a task the row does not score,
+        such as a prompt of no particular task); None when no pattern matches `model` (the
+        table does not know its family). Off the request path (a deployment's cold prior)."""
+        pattern = self.pattern_for(model or "")
+        if pattern is None:
+            return None
+        row = self._rows[pattern]
+        task = (task or "default").lower()
+        if task in row:
+            return clamp01(row[task])
+        if "default" in row:
+            return clamp01(row["default"])
+        return clamp01(sum(row.values()) / len(row)) if row else self.default
+
     def _compute(self, model: str, task: str) -> float:
         pattern = self.pattern_for(model)
         if pattern is not None:

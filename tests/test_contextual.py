@@ -25,8 +25,10 @@ from aisia_plugin.engine import Engine
 from aisia_plugin.features import RequestFeatures
 from aisia_plugin.outcome import Outcome
 from aisia_plugin.policy import load_policy
+from aisia_plugin.policy.models import TaskFitness
 from aisia_plugin.state.memory import MemoryState
 from aisia_plugin.strategies.contextual import explain_prompt
+from aisia_plugin.task_fitness import TaskFitnessTable
 
 
 def feats(text, **kw):
@@ -550,16 +552,48 @@ def test_cold_prior_by_family_tier_price_and_default():
     free = Deployment("free", "free", "ollama/q", "ollama", input_cost_per_1m=0.0, output_cost_per_1m=0.0)
     deps = [fam, tier, plain, free]
     # defaults: no price slope; the family's fitness (0.9 here), else the tier's, else the mean
-    assert cold_prior(deps, [0.9, 0.5, 0.5, 0.5], cold, 0.5) == [0.9, 0.85, 0.5, 0.5]
+    assert cold_prior(deps, [0.9, None, None, None], cold) == [0.9, 0.85, 0.5, 0.5]
     c = cold.model_copy(update={"mean": 0.4, "by_tier": {"ultra": 0.9}, "price_slope": 0.1})
     # prices 4, 1, 1, 0: median 1; fam 2 doublings over it (+0.2), free: no price, no slope;
     # a tier by_tier does not name falls back to the mean
-    got = cold_prior(deps, [0.7, 0.5, 0.5, 0.5], c, 0.5)
+    got = cold_prior(deps, [0.7, None, None, None], c)
     assert got == pytest.approx([0.9, 0.9, 0.4, 0.4])
-    assert cold_prior([fam, plain], [0.95, 0.5], c, 0.5)[0] == 1.0  # median 2.5: 0.95 + 0.068, clamped
-    assert cold_prior([fam], [0.5], c, None) == pytest.approx([0.4])  # no table: no family fitness
+    assert cold_prior([fam, plain], [0.95, None], c)[0] == 1.0  # median 2.5: 0.95 + 0.068, clamped
+    assert cold_prior([fam], [None], c) == pytest.approx([0.4])  # the table does not know it: no family fitness
     # the family's fitness left out: fam falls back to its tier (free: the mean, by_tier has none)
-    assert cold_prior(deps, [0.9, 0.5, 0.5, 0.5], cold.model_copy(update={"from_task_fitness": False}), 0.5) == [0.55, 0.85, 0.5, 0.5]
+    assert cold_prior(deps, [0.9, None, None, None], cold.model_copy(update={"from_task_fitness": False})) == [0.55, 0.85, 0.5, 0.5]
+
+
+def test_the_family_fitness_of_a_task_the_row_does_not_score_is_the_rows_mean():
+    # The shipped table: a family it knows starts from its score for the task, else (a prompt
+    # of no particular task, "default") from the mean of its row, never from the table's default
+    # as an unknown model would (before, the synthetic pool's llama and mixtral deployments
+    # started as unknown ones on such prompts); a family it does not know: None.
+    table = TaskFitnessTable(load_policy([]).task_fitness)
+    llama = table._rows[table.pattern_for("fireworks-llama-405b")]
+    assert table.family_fitness("fireworks-llama-405b", "coding") == llama["coding"] == 0.72
+    assert table.family_fitness("fireworks-llama-405b", "default") == pytest.approx(sum(llama.values()) / len(llama))
+    assert table.family_fitness("fireworks-llama-405b", None) == table.family_fitness("x/llama-3", "default")
+    assert table.fitness("fireworks-llama-405b", "default") == table.default  # what the pool's task_fit says
+    assert table.family_fitness("deepseek-v3", "default") is None
+    assert table.family_fitness("", "coding") is None
+    row = TaskFitnessTable(TaskFitness(default=0.5, models={"m*": {"coding": 0.9, "default": 0.6}}, boosts=[]))
+    assert row.family_fitness("m1", "review") == 0.6  # the row's own default key first
+
+
+def test_a_known_family_starts_from_its_rows_mean_on_a_prompt_of_no_particular_task():
+    from aisia_plugin.replay.runner import with_strategy
+
+    policy = with_strategy(load_policy([]), "auto", "contextual")
+    engine = Engine(policy, clock=lambda: 0.0, rng=random.Random(1))
+    deps = [Deployment("fw", "fw", "fireworks-llama-405b", "fireworks", input_cost_per_1m=0.9, output_cost_per_1m=0.9),
+            Deployment("ds", "ds", "deepseek-v3", "deepseek", input_cost_per_1m=0.5, output_cost_per_1m=0.5)]
+    d = engine.decide("auto", [{"role": "user", "content": "Give me three ideas for a team-building day."}], deps)
+    assert d.task_type == "default"
+    m = engine.contextual
+    llama = TaskFitnessTable(policy.task_fitness).family_fitness("fireworks-llama-405b", "default")
+    assert float(m.prior_mean[m.ids["fw"]]) == pytest.approx(llama) and llama > 0.7  # not the table's 0.5
+    assert float(m.prior_mean[m.ids["ds"]]) == 0.5  # a family the table does not know: the cold mean
 
 
 def test_a_deployment_met_for_the_first_time_starts_from_its_cold_prior(tmp_path):

@@ -16,6 +16,7 @@ from ..contextual import LearnContext, cold_prior, request_vector
 from ..decision import Decision, Pool, RoutingContext, pool_decision
 from ..policy.models import ColdStart
 from ..schema_defaults import defaults_of
+from ..task_fitness import TaskFitnessTable
 from .bandit import ThompsonStrategy, bandit_bonuses
 from .rules import explore
 
@@ -39,13 +40,27 @@ def settings_of(context: RoutingContext) -> tuple[float, float, float]:
     return c.prior_variance, c.noise_variance, c.exploration
 
 
+_TABLE: list = [None, None]  # (the policy's task_fitness, its TaskFitnessTable): the last one read
+
+
+def family_fits(pool: Pool, context: RoutingContext) -> list:
+    """Each pool member's model family score for the request's task in the policy's task-fitness
+    table (``TaskFitnessTable.family_fitness``; None: the family is unknown, or no policy)."""
+    if context.policy is None:
+        return [None] * len(pool)
+    cfg = context.policy.task_fitness
+    if _TABLE[0] is not cfg:
+        _TABLE[:] = [cfg, TaskFitnessTable(cfg)]
+    table = _TABLE[1]
+    return [table.family_fitness(d.model or "", context.task_type) for d in pool.deployments]
+
+
 def start_cold(models, pool: Pool, context: RoutingContext, prior_variance: float) -> None:
     """Start the columns of the pool's deployments the model has not met from their prior
     (``contextual.cold_prior``, with the alias's ``contextual.cold_start``)."""
     c = _settings(context)
     cold = c.cold_start if c is not None else _COLD
-    fit_default = context.policy.task_fitness.default if context.policy is not None else None
-    means = cold_prior(pool.deployments, pool.task_fit, cold, fit_default)
+    means = cold_prior(pool.deployments, family_fits(pool, context), cold)
     for dep, m in zip(pool.ids, means):
         models.start(dep, prior_variance, m, cold.count)
 
