@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import uuid
 from collections.abc import Mapping
 
@@ -64,6 +65,13 @@ def test_stamped_request_ids_are_fresh_uuid4s():
     ids = [events.stamp_request_id({}) for _ in range(200)]
     assert len(set(ids)) == 200
     assert all(uuid.UUID(hex=i).version == 4 and uuid.UUID(hex=i).hex == i for i in ids)
+
+
+def test_uuid4_hex_equals_its_plain_reading():
+    rng = random.Random(21)
+    raws = [bytes(16), b"\xff" * 16, *(rng.randbytes(16) for _ in range(2000))]
+    for raw in raws:
+        assert events.uuid4_hex(raw) == events._uuid4_hex(raw)
 
 
 def test_message_problem_reads_dicts_and_other_mappings_alike():

@@ -5,6 +5,7 @@ One success or failure event arrives per attempt (a retry is a new attempt of th
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from datetime import datetime
@@ -188,10 +189,26 @@ def request_id_in(meta: Mapping) -> Optional[str]:
     return str(rid) if rid else None
 
 
+# uuid.UUID(bytes=..., version=4)'s bits as two masks: the variant (RFC 4122) and the version.
+_UUID4_KEEP = ~((0xC000 << 48) | (0xF000 << 64))
+_UUID4_SET = (0x8000 << 48) | (4 << 76)
+
+
+def uuid4_hex(raw: bytes) -> str:
+    """``uuid.UUID(bytes=raw, version=4).hex`` (the id of every alias request, of 16 random
+    bytes) without building the UUID object; ``_uuid4_hex`` is the plain reading."""
+    return "%032x" % (int.from_bytes(raw, "big") & _UUID4_KEEP | _UUID4_SET)
+
+
+def _uuid4_hex(raw: bytes) -> str:
+    return uuid.UUID(bytes=raw, version=4).hex
+
+
 def stamp_request_id(data: dict) -> str:
     """Give a request the plugin's own id, in the metadata LiteLLM hands every attempt of it
-    (``litellm_metadata`` where the route uses it, else ``metadata``, made when missing)."""
-    rid = uuid.uuid4().hex
+    (``litellm_metadata`` where the route uses it, else ``metadata``, made when missing): a
+    random UUID4's hex, as ``uuid.uuid4().hex`` (os.urandom) makes it."""
+    rid = uuid4_hex(os.urandom(16))
     meta = data.get("litellm_metadata")
     if not isinstance(meta, dict):
         meta = data.get("metadata")
