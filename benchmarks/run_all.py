@@ -25,8 +25,8 @@ from aisia_plugin.replay.candidates import price_specs
 from aisia_plugin.replay.quality import cpt_text, measures
 from aisia_plugin.replay.report import jsonable, sweep_measures
 from aisia_plugin.replay.runner import (FIRST_REQUESTS, Call, Served, baselines, build_scenario, figures, first_choices,
-                                        first_requests, run_fixed, run_router, run_uniform, served_from, sweep,
-                                        with_strategy)
+                                        first_requests, run_fixed, run_label_hindsight, run_router, run_uniform,
+                                        served_from, sweep, with_strategy)
 from aisia_plugin.replay.trace import load_trace
 
 RESULTS_DIR = bench.RESULTS
@@ -42,6 +42,7 @@ SWEPT = ("routellm_gsm8k", "routerarena", "prompt_aware")
 # The sweeps are replayed with this many more router seeds (seed + 1...): the best point's spread.
 EXTRA_SEEDS = 4
 CONTEXTUAL = "aisia auto (contextual)"
+HINDSIGHT = "best per domain (hindsight)"
 
 
 def cost_weight_sweep(policy, scenario, seed: int) -> dict:
@@ -137,6 +138,10 @@ def bench_trace(name: str, path: Path, scenario, cands: dict, policy, aliases: l
                              ("uniform random", uni, base.uniform), ("oracle", oracle_served, base.oracle)):
         rows[label] = row_dict(f, served, om, event, n)
         runs[label] = f
+    by_label = run_label_hindsight(scenario, names)  # what knowing each domain's best is worth
+    if by_label is not None:
+        runs[HINDSIGHT] = figures(HINDSIGHT, by_label, oracle_served)
+        rows[HINDSIGHT] = row_dict(runs[HINDSIGHT], by_label, om, event, n)
     # Quality with its cost: each row's gain over mixing the fixed candidates at its cost.
     q = measures(base, list(runs.values()))
     for label, m in zip(runs, q["runs"]):
@@ -416,6 +421,13 @@ def beside(r: dict, spec: str = "{gain_over_mixing:+.4f}") -> str:
     return "LiteLLM (seed 0): " + ", ".join(f"{s} " + spec.format(**r["rows"][f"litellm {s}"]) for s in LITELLM_STRATEGIES)
 
 
+def ceiling(r: dict) -> str:
+    """The hindsight row's gain: the most a router telling requests apart by their domain reaches."""
+    h = r["rows"].get(HINDSIGHT)
+    return "" if h is None else (f"; the best candidate of each domain known in hindsight (the ceiling of a router "
+                                 f"that reads the domain): {h['gain_over_mixing']:+.4f} at ${h['total_cost_usd']:.4f}")
+
+
 def issue20_targets(by: dict) -> list[str]:
     """Issue 20's targets of part 2 (the mean over router seeds must meet each; the spread beside)
     and part 3 (the spend target, quoted from benchmarks/spend_target.py's last results)."""
@@ -428,7 +440,7 @@ def issue20_targets(by: dict) -> list[str]:
                    + "; ".join(f"`{k}`: " + verdict(all(sum(r["rows"][k]["by_seed"]["gain_over_mixing"]) >= 0 for r in synth))
                                for k in ours) + ".")
         out += [f"  - {r['name']}: " + "; ".join(f"{k} {mean_target(r['rows'][k]['by_seed']['gain_over_mixing'], 0.0)}"
-                                                 for k in ours) + f"; {beside(r)}." for r in synth]
+                                                 for k in ours) + f"; {beside(r)}" + ceiling(r) + "." for r in synth]
         st = synth[0] if synth[0]["name"] == "stationary" else None
         if st:
             bf = st["rows"][f"best fixed ({st['best_fixed']})"]

@@ -211,3 +211,23 @@ def test_first_requests_are_measured_apart_on_their_own_frontier(tiny, monkeypat
     # a trace no longer than FIRST_REQUESTS has no separate figures
     monkeypatch.setattr(runner, "FIRST_REQUESTS", 4)
     assert replay(policy, "auto", scenario).first is None
+
+
+def test_the_best_candidate_per_label_in_hindsight_by_hand():
+    from aisia_plugin.replay.runner import Call, Scenario, run_label_hindsight
+    from aisia_plugin.replay.trace import Trace, TraceRecord
+
+    # Label "a": x scores 1, 1 and y 0, 1 (x best); label "b": x 0, y 1 (y best). z ties x on "a"
+    # at a higher cost, and fails on "b". A request without x's outcome is an error for its pick.
+    table = [("a", {"x": (1.0, 0.1), "y": (0.0, 0.5), "z": (1.0, 0.3)}),
+             ("b", {"x": (0.0, 0.1), "y": (1.0, 0.5), "z": (None, 0.0)}),
+             ("a", {"x": (1.0, 0.1), "y": (1.0, 0.5), "z": (1.0, 0.3)}),
+             ("a", {"y": (1.0, 0.5), "z": (1.0, 0.3)})]
+    records = [TraceRecord(i, i + 1, f"r{i}", [], {}, label) for i, (label, _) in enumerate(table)]
+    calls = [{n: Call(n, s is not None, s or 0.0, c, 100.0) for n, (s, c) in row.items()} for _, row in table]
+    served = run_label_hindsight(Scenario(Trace("t", records), {}, calls), ["x", "y", "z"])
+    # "a": x 2/3 (its missing request counts as nothing), z 3/3: z; "b": y.
+    assert [s.served_by for s in served] == ["z", "y", "z", "z"]
+    tied = run_label_hindsight(Scenario(Trace("t", records[:1]), {}, calls[:1]), ["z", "x"])  # x: as good, cheaper
+    assert [s.served_by for s in tied] == ["x"]
+    assert run_label_hindsight(Scenario(Trace("t", [TraceRecord(0, 1, "r", [], {})]), {}, [{}]), ["x"]) is None

@@ -341,6 +341,31 @@ def run_oracle(scenario: Scenario, names: Iterable[str]) -> list[Served]:
     return out
 
 
+def run_label_hindsight(scenario: Scenario, names: Iterable[str]) -> Optional[list[Served]]:
+    """Per request, the candidate of the best mean score over every request of its label (the
+    trace's ``label``: a synthetic scenario's domain; cheapest mean cost among ties), known in
+    hindsight: the most a router that tells requests apart only by their label can reach, knowing
+    each candidate's true mean there. None when the trace has no labels."""
+    labels = [r.label for r in scenario.trace.records]
+    if not any(labels):
+        return None
+    names = list(names)
+    totals: dict[tuple, list[float]] = {}  # (label, name) -> [score sum, cost sum, requests]
+    for label, row in zip(labels, scenario.calls):
+        for n in names:
+            call = row.get(n)
+            t = totals.setdefault((label, n), [0.0, 0.0, 0])
+            if call is not None:
+                t[0] += call.score if call.success else 0.0
+                t[1] += call.cost_usd
+            t[2] += 1
+    pick = {label: max(names, key=lambda n: (totals[label, n][0] / totals[label, n][2],
+                                             -totals[label, n][1] / totals[label, n][2]))
+            for label in set(labels)}
+    return [served_from([row[pick[label]]]) if pick[label] in row else Served(0.0, 0.0, None, True, None, [], None)
+            for label, row in zip(labels, scenario.calls)]
+
+
 # -- whole replays -------------------------------------------------------------------------------
 @dataclass
 class Baselines:
