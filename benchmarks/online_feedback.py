@@ -57,6 +57,8 @@ def row(label: str, per_seed: list[dict]) -> str:
     if "two_models" in per_seed[0]:
         cpt = [m["two_models"]["cpt"]["95"] for m in per_seed]
         cells.append(f"{100 * sum(1.0 if c is None else c for c in cpt) / len(cpt):.1f}%")
+    else:  # more than two candidates: no strong-weak curve
+        cells.append("-")
     return "| " + " | ".join(cells) + " |"
 
 
