@@ -470,3 +470,33 @@ def test_candidates_the_trace_does_not_have_or_unknown_domains_are_errors(tmp_pa
                    "did you mean 'coding'?\n")
     cands.write_text("candidates:\n  deepseek-coder:\n    specialities: {coding: null}\n", encoding="utf-8")
     assert main(["replay", "--data", str(fix / "small.jsonl"), "--deployments", str(cands), "--json"]) == 0
+
+
+def test_full_feedback_teaches_every_candidate_each_outcome_once(policy, tmp_path, monkeypatch):
+    """The diagnosis `run_router(full_feedback=True)`: per request, the contextual model learns
+    the chosen candidate's outcome (the engine) and every other candidate's (``teach_others``),
+    each once, with its own recorded score and its own base; without it, the chosen one alone."""
+    from aisia_plugin.contextual import ContextualModels
+    from aisia_plugin.replay.runner import run_router, with_strategy
+
+    rows = [row(i, {"a-1": {"score": 1}, "b-1": {"score": 0}}, f"prompt number {i}") for i in range(6)]
+    sc = build_scenario(load_trace(write_trace(tmp_path, rows)), {}, policy)
+    ctx_policy = with_strategy(policy, "auto/noretry", "contextual")
+    learned = []
+    orig = ContextualModels.learn
+
+    def spy(self, dep, ctx, reward, tick, gamma):
+        learned.append((dep, reward, ctx.base))
+        return orig(self, dep, ctx, reward, tick, gamma)
+
+    monkeypatch.setattr(ContextualModels, "learn", spy)
+    run_router(ctx_policy, "auto/noretry", sc, seed=3)
+    assert len(learned) == 6  # the chosen candidate only
+    learned.clear()
+    run_router(ctx_policy, "auto/noretry", sc, seed=3, full_feedback=True)
+    assert len(learned) == 12
+    for i in range(6):
+        pair = learned[2 * i:2 * i + 2]
+        assert sorted(d for d, _, _ in pair) == ["a-1", "b-1"]
+        assert all(r == (1.0 if d == "a-1" else 0.0) for d, r, _ in pair)
+        assert all(0.0 <= b <= 1.0 for _, _, b in pair)

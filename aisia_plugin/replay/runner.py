@@ -241,11 +241,32 @@ def figures(name: str, served: Sequence[Served], oracle: Optional[Sequence[Serve
     )
 
 
+def teach_others(engine, alias: str, decision, row: dict) -> None:
+    """Teach the engine's contextual model the outcome every candidate of `row` the `decision`
+    did not choose would have had for its request, each against its own base as the decision
+    read it (its ``terms``): what the model learns online with full information instead of the
+    bandit's partial feedback, the same model, order and decisions' exploration otherwise."""
+    from ..contextual import LearnContext
+    from ..outcome import reward
+
+    ctx, ap = decision.context, engine.policy.aliases[alias]
+    tick = engine.store.tick()
+    for cand in decision.scores:
+        call = row.get(cand.id)
+        if cand.id == decision.deployment_id or call is None or "base" not in cand.terms:
+            continue
+        value = reward(call.outcome(), engine.policy.reward, ap.sla.target_p95_ms)
+        engine.contextual.learn(cand.id, LearnContext(ctx.vector, cand.terms["base"], ctx.prior_variance,
+                                                      ctx.noise_variance), value, tick, engine.gamma)
+
+
 # -- the runs --------------------------------------------------------------------------------------
 def run_router(policy, alias: str, scenario: Scenario, *, seed: int = 0, progress: Optional[Progress] = None,
                deployments_at: Optional[Callable[[int, dict], dict]] = None,
-               observe: Optional[Callable[[int, object], None]] = None) -> list[Served]:
-    """The Engine, online, in file order; only chosen candidates' outcomes are revealed.
+               observe: Optional[Callable[[int, object], None]] = None, full_feedback: bool = False) -> list[Served]:
+    """The Engine, online, in file order; only chosen candidates' outcomes are revealed (with
+    `full_feedback`, a diagnosis and never a router: the contextual model also learns every other
+    candidate's outcome of each request, ``teach_others``).
 
     `deployments_at(index, deployments)` may return the deployments as they are at request
     `index` (a price change or config reload mid-trace: a live proxy reads them per request).
@@ -280,6 +301,8 @@ def run_router(policy, alias: str, scenario: Scenario, *, seed: int = 0, progres
                 break
             call = row[decision.deployment_id]
             engine.record(decision, call.outcome())
+            if full_feedback and decision.context is not None:
+                teach_others(engine, alias, decision, row)
             tried.append(call.candidate)
             attempts.append(call)
             if call.success:
