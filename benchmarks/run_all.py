@@ -45,9 +45,9 @@ CONTEXTUAL = "aisia auto (contextual)"
 HINDSIGHT = "best per domain (hindsight)"
 
 
-def cost_weight_sweep(policy, scenario, seed: int) -> dict:
+def cost_weight_sweep(policy, scenario, seed: int, full_feedback: bool = False) -> dict:
     """`auto` replayed at every SWEEP cost_weight (``runner.sweep``): the quality measures of the curve."""
-    return sweep_measures(sweep(policy, "auto", scenario, "cost_weight", SWEEP, seed=seed))
+    return sweep_measures(sweep(policy, "auto", scenario, "cost_weight", SWEEP, seed=seed, full_feedback=full_feedback))
 
 
 # -- routers ---------------------------------------------------------------------------------------
@@ -160,6 +160,11 @@ def bench_trace(name: str, path: Path, scenario, cands: dict, policy, aliases: l
             sweeps[label] = dict(per_seed[0], best_gain_by_seed={
                 "seeds": seeds, "best": [m["best_gain_over_mixing"] for m in per_seed],
                 **({"cpt95": [m["two_models"]["cpt"]["95"] for m in per_seed]} if "two_models" in per_seed[0] else {})})
+        # A diagnosis, not a router: the same contextual sweeps with every candidate taught its outcome of
+        # each request (runner.run_router's full_feedback): the most that letting one outcome teach every
+        # deployment could recover online; what stays below the held-out fit is the learning curve's.
+        sweeps[CONTEXTUAL]["best_gain_by_seed"]["full_feedback"] = [cost_weight_sweep(
+            contextual, scenario, s, full_feedback=True)["best_gain_over_mixing"] for s in seeds]
     return {"name": name, "kind": kind, "trace": str(path.relative_to(REPO)), "requests": n, "seed": seed,
             "candidates": names, "event": event, "best_fixed": best, "rows": rows,
             "fixed_all": {k: v.as_dict() for k, v in base.fixed.items()},
@@ -406,6 +411,10 @@ def overhead_modes(rep: dict, alias: str, n: int = 16) -> dict:
     return {k: v for k, v in modes.items() if isinstance(v, dict) and "p50_us" in v}
 
 
+def mean_spread(xs: list) -> str:
+    return f"{sum(xs) / len(xs):+.4f} ({min(xs):+.4f}..{max(xs):+.4f})"
+
+
 def mean_target(xs: list, target: float, spec: str = "{:+.4f}", most: bool = False, strict: bool = False) -> str:
     """The mean of a figure over router seeds, its spread, and MET or by how much it misses
     (at least `target`, above it when `strict`, or at most it when `most`)."""
@@ -537,6 +546,14 @@ def issue14_targets(results: list[dict]) -> list[str]:
             out.append(f"- {r['name']}, second half after `aisia train` on the first: best gain over mixing of the "
                        "contextual strategy " + ", ".join(f"{k} {m['best_gain_over_mixing']:+.4f}" for k, m in h["runs"].items())
                        + f" (oracle {h['oracle_gain']:+.4f}; table in its section).")
+    for r in results:
+        b = ((r.get("sweeps") or {}).get(CONTEXTUAL) or {}).get("best_gain_by_seed") or {}
+        if b.get("full_feedback"):
+            out.append(f"- {r['name']}, what the partial feedback costs online (a diagnosis): the contextual sweep's best gain "
+                       f"over mixing {mean_spread(b['best'])} as a router learns, {mean_spread(b['full_feedback'])} with "
+                       "every candidate taught its outcome of each request (router seeds "
+                       f"{b['seeds'][0]}-{b['seeds'][-1]}): the most a model letting one outcome teach every deployment "
+                       "could recover; the rest of the gap to the full-information fit above is the learning curve's.")
     rep = overhead_report()
     ctx, ucb = overhead_modes(rep, "auto/contextual"), overhead_modes(rep, "auto")
     if "real_prompts" in ctx:

@@ -574,9 +574,10 @@ class SweepResult:
 
 def sweep(policy, alias: str, scenario: Scenario, param: str, values: Sequence[float], *, seed: int = 0,
           progress: Optional[Callable[[int, float], Optional[Progress]]] = None,
-          deployments_at: Optional[Callable[[int, dict], dict]] = None) -> SweepResult:
+          deployments_at: Optional[Callable[[int, dict], dict]] = None, full_feedback: bool = False) -> SweepResult:
     """Re-run the router with `param` set to each value; baselines once (they do not learn).
-    `progress(i, value)` may return a per-run progress callback; `deployments_at`: as run_router's.
+    `progress(i, value)` may return a per-run progress callback; `deployments_at`, `full_feedback`:
+    as run_router's.
     A sweep of the spend target (TARGET) also follows each run's multiplier: its ``spend``."""
     policies = [override_alias(policy, alias, param, v) for v in values]  # every value checked first
     base = baselines(policy, alias, scenario, seed=seed)
@@ -587,7 +588,8 @@ def sweep(policy, alias: str, scenario: Scenario, param: str, values: Sequence[f
         rule = pacing.rule_of(pol.aliases[alias].budget)
         observe = ((lambda _, engine: multipliers.append(pacing.multiplier_of(engine.store.pace(alias), rule)))
                    if param == TARGET else None)
-        served = run_router(pol, alias, scenario, seed=seed, progress=cb, deployments_at=deployments_at, observe=observe)
+        served = run_router(pol, alias, scenario, seed=seed, progress=cb, deployments_at=deployments_at, observe=observe,
+                            full_feedback=full_feedback)
         spend = (spend_figures([s.cost_usd for s in served], multipliers, v, pol.aliases[alias].budget.max_multiplier)
                  if param == TARGET else None)
         points.append(SweepPoint(v, figures(f"{param}={v:g}", served, base.oracle_served), spend))
