@@ -431,10 +431,12 @@ def beside(r: dict, spec: str = "{gain_over_mixing:+.4f}") -> str:
 
 
 def ceiling(r: dict) -> str:
-    """The hindsight row's gain: the most a router telling requests apart by their domain reaches."""
+    """On stationary (no event: each candidate's quality per domain holds all along, and its prompts'
+    words say nothing but their domain), the hindsight row's gain is the most any router reaches."""
     h = r["rows"].get(HINDSIGHT)
-    return "" if h is None else (f"; the best candidate of each domain known in hindsight (the ceiling of a router "
-                                 f"that reads the domain): {h['gain_over_mixing']:+.4f} at ${h['total_cost_usd']:.4f}")
+    return "" if h is None or r["name"] != "stationary" else (
+        f"; the best candidate of each domain known in hindsight, the ceiling of any router on this trace (its "
+        f"prompts' words say nothing beyond their domain): {h['gain_over_mixing']:+.4f} at ${h['total_cost_usd']:.4f}")
 
 
 def issue20_targets(by: dict) -> list[str]:
