@@ -41,7 +41,8 @@ def arguments(doc: str, argv=None, **options) -> argparse.Namespace:
     """A script's command line, described by its docstring's first line: ``name=default`` or
     ``name=(default, help)`` per option ``--name-with-dashes``; a bool default is a flag, a list
     default an option that may be repeated, a type (``float``) an option of that type without a
-    default (None), anything else an option of the default's type."""
+    default (None), anything else an option of the default's type (a list default: the values given
+    are added to it)."""
     ap = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
     for name, spec in options.items():
         default, help_ = spec if isinstance(spec, tuple) else (spec, None)
@@ -49,16 +50,12 @@ def arguments(doc: str, argv=None, **options) -> argparse.Namespace:
         if isinstance(default, bool):
             ap.add_argument(flag, action="store_true", help=help_)
         elif isinstance(default, list):
-            ap.add_argument(flag, action="append", help=help_)
+            ap.add_argument(flag, action="append", default=list(default), help=help_)
         elif isinstance(default, type):
             ap.add_argument(flag, type=default, help=help_)
         else:
             ap.add_argument(flag, type=str if default is None else type(default), default=default, help=help_)
-    args = ap.parse_args(argv)
-    for name, spec in options.items():
-        if getattr(args, name) is None and isinstance(spec[0] if isinstance(spec, tuple) else spec, list):
-            setattr(args, name, list(spec[0] if isinstance(spec, tuple) else spec))
-    return args
+    return ap.parse_args(argv)
 
 
 # -- the shared real data (../shared/data, or $AISIA_SHARED_DATA), never copied -------------------

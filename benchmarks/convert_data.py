@@ -26,7 +26,6 @@ from bench import shared_data_dir
 from aisia_plugin.replay.candidates import write_candidates
 from aisia_plugin.replay.trace import write_records
 
-DEFAULT_OUT = bench.OUT
 DEFAULT_SEED = 20240601
 
 ROUTELLM_FILE = "routellm_gsm8k_responses.csv"
@@ -136,7 +135,7 @@ def shuffled(records: list[dict], name: str, seed: int = DEFAULT_SEED) -> list[d
     return out
 
 
-def convert_all(out_dir: Path = DEFAULT_OUT, *, limit: Optional[int] = None, seed: int = DEFAULT_SEED,
+def convert_all(out_dir: Path = bench.OUT, *, limit: Optional[int] = None, seed: int = DEFAULT_SEED,
                 data_dir: Optional[Path] = None) -> dict[str, tuple[Path, dict]]:
     """Each data set converted into ``out_dir``: name -> (its trace, its candidates)."""
     data_dir = data_dir or shared_data_dir()
@@ -162,7 +161,7 @@ def convert_all(out_dir: Path = DEFAULT_OUT, *, limit: Optional[int] = None, see
 
 
 def main(argv=None) -> int:
-    args = bench.arguments(__doc__, argv, out=str(DEFAULT_OUT), seed=DEFAULT_SEED,
+    args = bench.arguments(__doc__, argv, out=str(bench.OUT), seed=DEFAULT_SEED,
                            limit=(int, "convert only the first N prompts of each data set"))
     for name, (path, _) in convert_all(Path(args.out), limit=args.limit, seed=args.seed).items():
         print(f"{name}: {path}")

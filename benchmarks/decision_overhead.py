@@ -40,7 +40,6 @@ PROVIDERS = [(prov, SEED_PRICES[prov], lat) for prov, lat in (
     ("gemini", 1.0), ("together", 1.3), ("fireworks", 0.9), ("cohere", 1.5), ("deepinfra", 1.6), ("perplexity", 1.7))]
 ALIASES = [("auto", "ucb1"), ("auto/smart", "thompson"), ("auto/cheap", "cost"), ("auto/fast", "latency"),
            ("auto/lkgp", "lkgp"), ("auto/contextual", "contextual")]
-EXTRA_ALIASES = {"auto/contextual": "contextual"}  # the shipped `auto` with another strategy
 WARM_OUTCOMES = 200
 WARM_CALLS = 200  # untimed calls before each timing loop
 TARGET_N = 16
@@ -363,20 +362,18 @@ def ratio_targets(report: dict) -> list[str]:
 
 
 def main(argv=None) -> int:
-    args = bench.arguments(__doc__, argv, calls=3000, litellm_calls=(int, "default: --calls"), sizes="4,16,64",
-                           out=bench.RESULTS)
-    sizes, lcalls, messages = [int(x) for x in args.sizes.split(",")], args.litellm_calls or args.calls, bench.dense_messages()
-    policy = load_policy()
-    extra = {a: policy.aliases["auto"].model_copy(update={"strategy": st})
-             for a, st in EXTRA_ALIASES.items() if a not in policy.aliases}
-    policy = policy.model_copy(update={"aliases": {**policy.aliases, **extra}})
+    args = bench.arguments(__doc__, argv, calls=3000, sizes="4,16,64")
+    sizes, messages = [int(x) for x in args.sizes.split(",")], bench.dense_messages()
+    policy = load_policy()  # plus `auto/contextual`: the shipped `auto` with the contextual strategy
+    contextual = policy.aliases["auto"].model_copy(update={"strategy": "contextual"})
+    policy = policy.model_copy(update={"aliases": {**policy.aliases, "auto/contextual": contextual}})
     t0, load_start, speed_start = time.monotonic(), bench.load_average(), bench.machine_speed_ms()
     print(f"decision overhead: {args.calls} calls, machine speed {speed_start} ms", flush=True)
     report = {"conditions": {}, "ours": {}, "ours_modes": {}, "litellm": {}, "pieces": {}, "notes": []}
     bench_ours(report, policy, sizes, args.calls, messages)
-    bench_litellm(report, sizes, lcalls, messages)
+    bench_litellm(report, sizes, args.calls, messages)
     report["conditions"] = bench.conditions(
-        calls=args.calls, litellm_calls=lcalls, warm_calls_untimed=WARM_CALLS,
+        calls=args.calls, litellm_calls=args.calls, warm_calls_untimed=WARM_CALLS,
         warm_real_prompts="real prompts and steady modes: every real prompt decided twice (untimed) first",
         warm_outcomes_recorded=WARM_OUTCOMES, prompt_bytes=sum(len(m["content"].encode()) for m in messages),
         messages=len(messages), pool_sizes=sizes, timer="time.perf_counter_ns per call",
@@ -392,7 +389,7 @@ def main(argv=None) -> int:
                          "takes longer on a busier or slower machine; compare runs by it")
     report["targets"] = ratio_targets(report) + targets(report)
     md = render(report)
-    bench.write_results("overhead", report, md, out=args.out)
+    bench.write_results("overhead", report, md)
     print("\n" + md)
     return 0
 

@@ -82,10 +82,6 @@ def arena_labelled(rows, view=lambda prompt: prompt) -> list[tuple]:
     return [(ds, label_of(ds), ACCEPT.get(ds, set()), view(q)) for ds, q in rows]
 
 
-def evaluate(detector: DomainDetector, rows, names, view):
-    return score([detector.detect(view(prompt)) for _, prompt in rows], rows, names)
-
-
 def score(predictions, rows, names):
     """Per-domain figures of ``predictions`` (one per (dataset, prompt) of ``rows``)."""
     return domain_eval.score(predictions, [r[:3] for r in arena_labelled(rows)], names)
@@ -171,11 +167,8 @@ def speed(domains, rows, passes: int = 9):
     first = sorted(one(p) for p in two_kb)
     for p in two_kb:
         detector.detect(p)
-    per = [[] for _ in two_kb]
-    for _ in range(passes):
-        for i, p in enumerate(two_kb):
-            per[i].append(one(p))
-    warm = sorted(statistics.median(v) for v in per)
+    runs = [[one(p) for p in two_kb] for _ in range(passes)]
+    warm = sorted(statistics.median(per_prompt) for per_prompt in zip(*runs))
     text = "\n".join(m["content"] for m in bench.dense_messages(2048))
     for _ in range(50):
         detector.detect(text)
@@ -308,8 +301,8 @@ def propose(domains, rows, hold_out: list[str], params: dict, out: Path | None) 
 
 def measure(domains, rows, names, data, no_speed, params) -> dict:
     detector = DomainDetector(domains)
-    return {"full_prompt": evaluate(detector, rows, names, lambda p: p),
-            "without_wrapper": evaluate(detector, rows, names, strip_wrapper),
+    return {"full_prompt": score([detector.detect(q) for _, q in rows], rows, names),
+            "without_wrapper": score([detector.detect(strip_wrapper(q)) for _, q in rows], rows, names),
             "gsm8k": gsm8k_recall(detector, data),
             "leave_one_dataset_out": leave_one_dataset_out(domains, rows, names, params, data),
             "speed": None if no_speed else speed(domains, rows)}

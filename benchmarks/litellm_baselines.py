@@ -47,11 +47,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import logging
 import random as _random_module
 import threading
 import time as _time_module
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -68,6 +67,8 @@ from litellm.router_utils.router_callbacks.track_deployment_metrics import (
     increment_deployment_successes_for_current_minute,
 )
 from litellm.types.router import RouterRateLimitError
+
+from aisia_plugin.litellm.costs import quiet_litellm
 
 STRATEGIES = ("simple-shuffle", "latency-based-routing", "cost-based-routing")
 _ASYNC_ONLY = frozenset({"cost-based-routing"})  # LiteLLM has no synchronous selector for these
@@ -98,12 +99,11 @@ class _TimeShim:  # the ``time`` module inside litellm.router_utils.cooldown_cac
         return getattr(_time_module, name)
 
 
-class _UtcNowShim:  # ``get_utc_datetime`` in router.py, which buckets by minute
-    def __init__(self, real):
-        self._real = real
+_real_utc_now = _router_module.get_utc_datetime
 
-    def __call__(self) -> datetime:
-        return self._real() if _active_clock is None else datetime.fromtimestamp(_active_clock(), tz=timezone.utc)
+
+def _utc_now() -> datetime:  # ``get_utc_datetime`` in router.py, which buckets by minute
+    return _real_utc_now() if _active_clock is None else datetime.fromtimestamp(_active_clock(), tz=timezone.utc)
 
 
 class _RandomShim:  # the ``random`` module inside LiteLLM's strategy modules
@@ -113,25 +113,8 @@ class _RandomShim:  # the ``random`` module inside LiteLLM's strategy modules
 
 def _install_shims() -> None:
     if not isinstance(_cooldown_cache_module.time, _TimeShim):
-        _cooldown_cache_module.time = _TimeShim()
-    if not isinstance(_router_module.get_utc_datetime, _UtcNowShim):
-        _router_module.get_utc_datetime = _UtcNowShim(_router_module.get_utc_datetime)
-    for module in (_simple_shuffle_module, _lowest_latency_module):
-        if not isinstance(module.random, _RandomShim):
-            module.random = _RandomShim()
-
-
-@contextmanager
-def _quiet_litellm():
-    loggers = [logging.getLogger(name) for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
+        _cooldown_cache_module.time, _router_module.get_utc_datetime = _TimeShim(), _utc_now
+        _simple_shuffle_module.random = _lowest_latency_module.random = _RandomShim()
 
 
 _EXCEPTIONS_BY_STATUS = {
@@ -190,13 +173,12 @@ class LiteLLMBaseline:
             params = {"model": f"openai/{cid}", "api_base": API_BASE, "api_key": "sk-fake", **prices,
                       **{k: c[k] for k in ("rpm", "tpm", "weight") if c.get(k) is not None}}
             model_list.append({"model_name": MODEL_GROUP, "litellm_params": params, "model_info": {"id": cid, **prices}})
-        kwargs = {"routing_strategy": strategy, "routing_strategy_args": {}, "num_retries": 0,
-                  **({"cooldown_time": cooldown_time} if cooldown_time is not None else {}),
-                  **({"allowed_fails": allowed_fails} if allowed_fails is not None else {})}
+        kwargs = {"routing_strategy": strategy, "routing_strategy_args": {}, "num_retries": 0, **{
+            k: v for k, v in (("cooldown_time", cooldown_time), ("allowed_fails", allowed_fails)) if v is not None}}
         self._loop = asyncio.new_event_loop()
 
         async def build():
-            with _quiet_litellm():
+            with quiet_litellm("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
                 built = Router(model_list=model_list, **kwargs)
             # tasks LiteLLM started for itself, which a call's drain must not wait for
             return built, frozenset(t for t in asyncio.all_tasks() if t is not asyncio.current_task())
@@ -222,10 +204,8 @@ class LiteLLMBaseline:
         self._deployments = {str(d["model_info"]["id"]): d for d in router.get_model_list(model_name=MODEL_GROUP) or []}
         if self.selector is not None:  # latency- and cost-based: they count tokens and read each response's usage
             # LiteLLM's token_counter loads its tokenizer on first use (~0.7 s): here, not in a timed choose().
-            try:
+            with suppress(Exception):  # the strategies themselves fall back to 0 tokens
                 litellm.token_counter(messages=[{"role": "user", "content": "warm up"}])
-            except Exception:  # noqa: BLE001 - the strategies themselves fall back to 0 tokens
-                pass
         has_limits = any(c.get(k) is not None for c in candidates for k in ("rpm", "tpm"))
         self._full_success_callback = bool(exact_success_callback or has_limits
                                            or getattr(router, "enable_pre_call_checks", False))
@@ -293,14 +273,6 @@ class LiteLLMBaseline:
         self._prices[cid] = (pin, pout)
 
     # -- feedback -------------------------------------------------------------------------------
-    def _litellm_params(self, cid: str) -> dict:
-        dep = self._deployments[cid]
-        info = dict(dep["model_info"])
-        metadata = {"model_group": MODEL_GROUP, "deployment": dep["litellm_params"]["model"], "model_info": info,
-                    "api_base": API_BASE}
-        return {"metadata": metadata, "model_info": info, "api_base": API_BASE, "custom_llm_provider": "openai",
-                "acompletion": True}
-
     def record(self, candidate_id: str, *, now: float, latency_s: float, success: bool, input_tokens: int = 0,
                output_tokens: int = 0, cost_usd: float | None = None, status_code: int | None = None,
                retry_after_s: float | None = None) -> None:
@@ -312,9 +284,7 @@ class LiteLLMBaseline:
             raise KeyError(f"unknown candidate {candidate_id!r}")
         latency_s, now = max(0.0, float(latency_s)), float(now)
         tin, tout = max(0, int(input_tokens)), max(0, int(output_tokens))
-        if cost_usd is None:
-            cost_usd = tin * self._prices[cid][0] + tout * self._prices[cid][1]
-        cost_usd = float(cost_usd)
+        cost_usd = float(tin * self._prices[cid][0] + tout * self._prices[cid][1] if cost_usd is None else cost_usd)
         model = self._deployments[cid]["litellm_params"]["model"]
         # naive local datetimes, like the ``datetime.datetime.now()`` LiteLLM's client wrapper uses
         start_t = now - latency_s
@@ -332,7 +302,10 @@ class LiteLLMBaseline:
             "error_information": None if success else {"error_code": str(getattr(exception, "status_code", "")),
                                                        "error_class": type(exception).__name__},
         }
-        kwargs = {"model": cid, "litellm_params": self._litellm_params(cid), "standard_logging_object": slo,
+        info = dict(self._deployments[cid]["model_info"])
+        params = {"metadata": {"model_group": MODEL_GROUP, "deployment": model, "model_info": info, "api_base": API_BASE},
+                  "model_info": info, "api_base": API_BASE, "custom_llm_provider": "openai", "acompletion": True}
+        kwargs = {"model": cid, "litellm_params": params, "standard_logging_object": slo,
                   "call_type": "acompletion", "stream": False, "litellm_call_id": call_id, "response_cost": cost_usd,
                   "start_time": start_dt, "end_time": end_dt, "api_call_start_time": start_dt,
                   "completion_start_time": end_dt, "custom_llm_provider": "openai", "messages": None}
@@ -383,9 +356,8 @@ class LiteLLMBaseline:
         self._closed = True
 
         async def shutdown():
-            for task in asyncio.all_tasks():
-                if task is not asyncio.current_task():
-                    task.cancel()
+            for task in asyncio.all_tasks() - {asyncio.current_task()}:
+                task.cancel()
             await asyncio.sleep(0)
 
         try:

@@ -45,13 +45,12 @@ import cProfile, functools, gc, importlib, inspect, json, os, signal, sys, time
 
 MODE = os.environ.get("AISIA_PROFILE_MODE", "cprofile")
 TIMED = {timed!r}
-_state = {{"profiler": None, "n": 0, "patched": False, "times": {{}}}}
+_state = {{"profiler": None, "n": 0, "patched": False, "times": {{}}, "gc_started": 0.0}}
 
 
 def _timed(name, fn):
     times = _state["times"]
     if inspect.iscoroutinefunction(fn):
-        @functools.wraps(fn)
         async def wrapper(*a, **k):
             t0 = time.perf_counter()
             try:
@@ -59,25 +58,21 @@ def _timed(name, fn):
             finally:
                 times.setdefault(name, []).append(time.perf_counter() - t0)
     else:
-        @functools.wraps(fn)
         def wrapper(*a, **k):
             t0 = time.perf_counter()
             try:
                 return fn(*a, **k)
             finally:
                 times.setdefault(name, []).append(time.perf_counter() - t0)
-    return wrapper
-
-
-_gc_started = [0.0]
+    return functools.wraps(fn)(wrapper)
 
 
 def _gc_clock(phase, info):
     # The collector's own time per generation (timing mode), as the pseudo-function "gc.genN".
     if phase == "start":
-        _gc_started[0] = time.perf_counter()
+        _state["gc_started"] = time.perf_counter()
     else:
-        _state["times"].setdefault("gc.gen%d" % info["generation"], []).append(time.perf_counter() - _gc_started[0])
+        _state["times"].setdefault("gc.gen%d" % info["generation"], []).append(time.perf_counter() - _state["gc_started"])
 
 
 def _patch():

@@ -126,11 +126,9 @@ def markdown(results: list[dict], meta: dict) -> str:
                                "mean score", "cost_weight curve at that spend", "vs cost_weight"], cells, "---:")
         curve = ", ".join(f"{c['cost_weight']:g}: ${c['spend_per_1k']:.4f} / {c['mean_score']:.4f}"
                           for c in r["cost_weight_curve"])
-        out += ["", f"cost_weight sweep (weight: spend per 1k / mean score): {curve}", "", "Target sweep:", "```"]
-        out += format_measures(r["target_measures"], sweep=True)
-        out += ["```", "", "cost_weight sweep:", "```"]
-        out += format_measures(r["cost_weight_measures"], sweep=True)
-        out += ["```", ""]
+        out += ["", f"cost_weight sweep (weight: spend per 1k / mean score): {curve}", ""]
+        for title, key in (("Target sweep", "target_measures"), ("cost_weight sweep", "cost_weight_measures")):
+            out += [f"{title}:", "```", *format_measures(r[key], sweep=True), "```", ""]
     return "\n".join(out)
 
 

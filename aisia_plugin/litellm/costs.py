@@ -18,6 +18,7 @@ import copy
 import logging
 import os
 import sys
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Mapping, Optional
 
@@ -134,21 +135,28 @@ def _custom_pricing(params: Mapping, info: Mapping) -> bool:
     return bool(use_custom_pricing_for_model({**params, "metadata": {"model_info": dict(info)}}))
 
 
+@contextmanager
+def quiet_litellm(*names: str):
+    """LiteLLM's loggers ``names`` (default: ``LiteLLM`` and ``LiteLLM Router``) at ERROR inside the block."""
+    loggers = [logging.getLogger(name) for name in names or ("LiteLLM", "LiteLLM Router")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
 def router_deployments(model_list: list) -> list:
     """The deployments of a config's model list as the proxy's Router holds them, their prices
     registered in ``litellm.model_cost`` as the proxy's Router registers them at start. Raises
     what the Router raises for a model list it refuses (the proxy would not start either)."""
     # LiteLLM logs its notes on the prices it registers (a custom price of a model its map does
     # not list...) when the proxy starts; a command line tool building the same Router is quiet.
-    loggers = [logging.getLogger(name) for name in ("LiteLLM", "LiteLLM Router")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
+    with quiet_litellm():
         router = litellm.Router(model_list=copy.deepcopy(model_list))
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
     return list(router.model_list)
 
 
