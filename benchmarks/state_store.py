@@ -222,13 +222,9 @@ def main(argv=None) -> int:
     args = bench.arguments(__doc__, argv, calls=3000, outcomes=50000)
     version = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.split()[2]
     conditions = bench.conditions(redis=version, calls=args.calls, outcomes_per_process=args.outcomes)
-    with tempfile.TemporaryDirectory() as tmp:
-        srv = RedisServer(tmp).start()
-        try:
-            decision = asyncio.run(decision_costs(srv.url, args.calls))
-            rec = recording(srv.url, args.outcomes, srv.client())
-        finally:
-            srv.stop()
+    with tempfile.TemporaryDirectory() as tmp, RedisServer(tmp) as srv:
+        decision = asyncio.run(decision_costs(srv.url, args.calls))
+        rec = recording(srv.url, args.outcomes, srv.client())
     mem, cached = decision["memory"]["p50_us"], decision["redis cached"]["p50_us"]
     met = lambda key: all(min(r[key]) >= 10_000 and r["lost"] == 0 for r in rec.values())  # noqa: E731
     targets = {
