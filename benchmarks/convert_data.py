@@ -94,7 +94,6 @@ def convert_routerarena(data_dir: Path, seed: int = DEFAULT_SEED) -> list[dict]:
     for gi in per_model[ROUTERARENA_MODELS[0]]:
         if not all(gi in per_model[m] for m in ROUTERARENA_MODELS):
             continue  # only prompts answered by both models
-        first = per_model[ROUTERARENA_MODELS[0]][gi]
         outcomes = {}
         for m in ROUTERARENA_MODELS:
             r = per_model[m][gi]
@@ -110,7 +109,7 @@ def convert_routerarena(data_dir: Path, seed: int = DEFAULT_SEED) -> list[dict]:
             else:
                 o["score"] = min(1.0, max(0.0, float(ev.get("score") or 0.0)))
             outcomes[m] = o
-        out.append({"id": gi, "messages": [{"role": "user", "content": first["question"]}],
+        out.append({"id": gi, "messages": [{"role": "user", "content": per_model[ROUTERARENA_MODELS[0]][gi]["question"]}],
                     "label": gi.rsplit("_", 1)[0], "outcomes": outcomes})  # the label: the source dataset
     return out
 

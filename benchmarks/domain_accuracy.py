@@ -248,11 +248,9 @@ def before_after(result, heading: str = "## Before and after (issue 14)") -> lis
                     + [f"{r['math_recall']:.3f}" for r in (g_b, g_a, mg_b, mg_a)])
     sp_b, sp_a = base.get("speed"), result.get("speed")
     if sp_a and sp_b:
-        rows.append(["`detect` per 2 KB prompt, median / p99 (us)", f"{sp_b['median_us']} / {sp_b['p99_us']}",
-                     f"{sp_a['median_us']} / {sp_a['p99_us']}", "", ""])
-        rows.append(["first pass of a fresh detector, median / p99 (us)",
-                     f"{sp_b['first_pass_median_us']} / {sp_b['first_pass_p99_us']}",
-                     f"{sp_a['first_pass_median_us']} / {sp_a['first_pass_p99_us']}", "", ""])
+        rows += [[title, *(f"{sp[pass_ + 'median_us']} / {sp[pass_ + 'p99_us']}" for sp in (sp_b, sp_a)), "", ""]
+                 for title, pass_ in (("`detect` per 2 KB prompt, median / p99 (us)", ""),
+                                      ("first pass of a fresh detector, median / p99 (us)", "first_pass_"))]
     return [heading, "",
             f"Before: `policies/domains.yaml` at `{base['revision'][:10]}` (read with `git show`); after: the shipped "
             "one. Both run in the same process on the same prompts. Precision / recall on the 809 RouterArena prompts; "
