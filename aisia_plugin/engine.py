@@ -21,7 +21,7 @@ from .decision import NO_SIGNALS, AliasSettings, CandidateScore, Decision, Deplo
 from .deployments import selects
 from .features import RequestFeatures
 from .interfaces import StateStore
-from .learning import LearningRules, OutcomeRecord
+from .learning import LearningRules, outcome_record
 from .outcome import Outcome, reward
 from .pacing import multiplier_of, rule_of
 from .schema_defaults import defaults_of
@@ -307,10 +307,10 @@ class Engine:
             target = ap.sla.target_p95_ms if ap is not None else _SLA_TARGET_P95_MS
             value = reward(outcome, self.policy.reward, target)
         per_domain = domain if (domain and self.policy.bandit.per_domain.enabled) else None
-        tick = self.store.record_outcome(OutcomeRecord(
+        tick = self.store.record_outcome(outcome_record(
             outcome.deployment_id, self.clock(), kind, value if value is not None else 0.0, outcome.latency_s,
-            pin_key(alias, session) if alias else None, per_domain, outcome.retry_after_s,
-            pace_alias=alias if alias in self.pace_rules else None, cost_usd=outcome.cost_usd), self.rules)
+            pin_key(alias, session) if alias else None, per_domain, outcome.retry_after_s, None,
+            alias if alias in self.pace_rules else None, outcome.cost_usd), self.rules)
         learn = getattr(decision_or_alias, "context", None)
         if learn is not None and value is not None:  # the contextual strategy's: teach the chosen model
             self.contextual.learn(outcome.deployment_id, learn, value, tick, self.gamma)

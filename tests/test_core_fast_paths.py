@@ -8,8 +8,15 @@ import dataclasses
 import random
 import textwrap
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from helpers import deployment
 from aisia_plugin import plugins
+from aisia_plugin.bandit import ArmStats
+from aisia_plugin.breaker import CircuitBreaker, FailureKind
+from aisia_plugin.learning import Applied, LearningRules, OutcomeRecord, apply_outcome, outcome_record
 from aisia_plugin.decision import RoutingContext
 from aisia_plugin.engine import Engine
 from aisia_plugin.outcome import Outcome
@@ -61,3 +68,32 @@ def test_the_engines_context_built_by_position_is_the_keyword_one(tmp_path, monk
     assert [f.name for f in dataclasses.fields(RoutingContext)][:12] == [
         "alias", "strategy", "features", "domain", "task_type", "now", "rng", "settings", "last_known_good",
         "total_pulls", "policy", "contextual"]  # the order the engine passes them in
+
+
+_MAYBE_TEXT = st.none() | st.text(max_size=8)
+_MAYBE_NUMBER = st.none() | st.floats(allow_nan=False)
+
+
+@given(st.tuples(st.text(max_size=8), st.floats(allow_nan=False), st.none() | st.sampled_from(list(FailureKind)),
+                 st.floats(0, 1), _MAYBE_NUMBER, _MAYBE_TEXT, _MAYBE_TEXT, _MAYBE_NUMBER, _MAYBE_TEXT, _MAYBE_TEXT,
+                 _MAYBE_NUMBER))
+@settings(max_examples=300, deadline=None)
+def test_outcome_record_through_its_slots_is_the_constructors(values):
+    fast, plain = outcome_record(*values), OutcomeRecord(*values)
+    assert type(fast) is OutcomeRecord and fast == plain and hash(fast) == hash(plain) and repr(fast) == repr(plain)
+    assert [getattr(fast, f.name) for f in dataclasses.fields(OutcomeRecord)] == list(values)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.reward = 0.0
+
+
+def test_applied_through_its_slots_is_the_constructors(tmp_path):
+    rules = LearningRules(CircuitBreaker(_engine(tmp_path).policy.circuit_breaker), gamma=0.99)
+    g, d = ArmStats(pulls=3.0, total_reward=2.0, count=3, tick=4.0), ArmStats(pulls=1.0, total_reward=1.0, count=1)
+    for kind in (None, FailureKind.PROVIDER, FailureKind.CLIENT):
+        for domain in (None, "coding"):
+            rec = OutcomeRecord("a", 10.0, kind, 0.7, 0.4, "auto", domain)
+            out = apply_outcome(rec, rules, None, 5.0, g, d if domain else None)
+            plain = Applied(*(getattr(out, f.name) for f in dataclasses.fields(Applied)))
+            assert type(out) is Applied and out == plain and repr(out) == repr(plain)
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                out.tick = 0.0
