@@ -34,8 +34,11 @@ class UCB1Strategy:
         if total is None:
             total = sum(pulls)
         rewards, latencies, costs = pool.rewards, pool.latencies, pool.costs
-        knobs = dict(c=context.exploration_c, cost_weight=context.cost_weight, latency_weight=context.latency_weight,
-                     cost_scale=context.cost_scale_per_1m, latency_scale=context.latency_scale_s)
+        # The alias's settings read from them, not through the context's four properties of the
+        # same names (a call each); the cost weight through its one home, the context's property.
+        s = context.settings
+        knobs = dict(c=s.exploration_c, cost_weight=context.cost_weight, latency_weight=s.latency_weight,
+                     cost_scale=s.cost_scale_per_1m, latency_scale=s.latency_scale_s)
         scores = ucb1_scores(pulls, rewards, latencies, costs, total, **knobs)
         # index(max) is the first of equal scores: ties go to pool order, deterministically.
         top = max(scores)
