@@ -19,8 +19,9 @@ from aisia_plugin.breaker import CircuitBreaker, FailureKind
 from aisia_plugin.learning import Applied, LearningRules, OutcomeRecord, apply_outcome, outcome_record
 from aisia_plugin.decision import RoutingContext
 from aisia_plugin.engine import Engine
-from aisia_plugin.outcome import Outcome
+from aisia_plugin.outcome import Outcome, _reward, reward
 from aisia_plugin.policy import load_policy
+from aisia_plugin.policy.models import Reward
 
 POLICY = """
 version: 1
@@ -97,3 +98,15 @@ def test_applied_through_its_slots_is_the_constructors(tmp_path):
             assert type(out) is Applied and out == plain and repr(out) == repr(plain)
             with pytest.raises(dataclasses.FrozenInstanceError):
                 out.tick = 0.0
+
+
+_WEIGHT = st.sampled_from([0.0, 0.1, 0.25, 0.5, 1.0, 3.0]) | st.floats(0, 10)
+
+
+@given(st.booleans(), st.none() | st.floats(-1, 2), st.none() | st.floats(-1, 100), st.none() | st.floats(-1, 2),
+       _WEIGHT, _WEIGHT, _WEIGHT, st.floats(0, 1), st.floats(1, 1e5))
+@settings(max_examples=2000, deadline=None)
+def test_reward_equals_its_plain_reading(success, quality, latency_s, feedback, qw, lw, fw, failure, target):
+    cfg = Reward(quality_weight=qw, latency_weight=lw, feedback_weight=fw, failure_reward=failure)
+    o = Outcome("a", success, latency_s=latency_s, quality=quality, feedback=feedback)
+    assert reward(o, cfg, target) == _reward(o, cfg, target)
