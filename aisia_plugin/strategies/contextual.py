@@ -40,18 +40,13 @@ def settings_of(context: RoutingContext) -> tuple[float, float, float]:
     return c.prior_variance, c.noise_variance, c.exploration
 
 
-_TABLE: list = [None, None]  # (the policy's task_fitness, its TaskFitnessTable): the last one read
-
-
 def family_fits(pool: Pool, context: RoutingContext) -> list:
     """Each pool member's model family score for the request's task in the policy's task-fitness
-    table (``TaskFitnessTable.family_fitness``; None: the family is unknown, or no policy)."""
+    table (``TaskFitnessTable.family_fitness``; None: the family is unknown, or no policy). Read
+    only when a deployment is met for the first time: the table is built for it (about 14 us)."""
     if context.policy is None:
         return [None] * len(pool)
-    cfg = context.policy.task_fitness
-    if _TABLE[0] is not cfg:
-        _TABLE[:] = [cfg, TaskFitnessTable(cfg)]
-    table = _TABLE[1]
+    table = TaskFitnessTable(context.policy.task_fitness)
     return [table.family_fitness(d.model or "", context.task_type) for d in pool.deployments]
 
 
