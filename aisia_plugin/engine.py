@@ -21,7 +21,7 @@ from .decision import NO_SIGNALS, AliasSettings, CandidateScore, Decision, Deplo
 from .deployments import selects
 from .features import RequestFeatures
 from .interfaces import StateStore
-from .learning import LearningRules, outcome_record
+from .learning import LearningRules, learns_from, outcome_record
 from .outcome import Outcome, reward
 from .pacing import multiplier_of, rule_of
 from .schema_defaults import defaults_of
@@ -288,6 +288,19 @@ class Engine:
         return decision
 
     # -- learning --------------------------------------------------------------------------------
+    def judge(self, ap, outcome: Outcome) -> tuple[Optional[FailureKind], Optional[float]]:
+        """An outcome's failure kind (None: a success) and its reward for the alias settings `ap`
+        (None: no alias); the reward is None when the outcome says nothing about the deployment's
+        quality (``learning.learns_from``: a failure the provider did not cause)."""
+        kind = None
+        if not outcome.success:
+            kind = classify_failure(self.policy.circuit_breaker, status_code=outcome.status_code,
+                                    error_type=outcome.error_type, message=outcome.message)
+        if not learns_from(kind):
+            return kind, None
+        target = ap.sla.target_p95_ms if ap is not None else _SLA_TARGET_P95_MS
+        return kind, reward(outcome, self.policy.reward, target)
+
     def record(self, decision_or_alias, outcome: Outcome, *, domain: Optional[str] = None,
                session: Optional[str] = None) -> float | None:
         """Learn from one outcome: classify it, compute its reward, and hand the store one record
@@ -298,14 +311,7 @@ class Engine:
         else:
             alias = decision_or_alias
         ap = self.policy.aliases.get(alias)
-        kind = None
-        if not outcome.success:
-            kind = classify_failure(self.policy.circuit_breaker, status_code=outcome.status_code,
-                                    error_type=outcome.error_type, message=outcome.message)
-        value = None
-        if kind is None or kind is FailureKind.PROVIDER:
-            target = ap.sla.target_p95_ms if ap is not None else _SLA_TARGET_P95_MS
-            value = reward(outcome, self.policy.reward, target)
+        kind, value = self.judge(ap, outcome)
         per_domain = domain if (domain and self.policy.bandit.per_domain.enabled) else None
         tick = self.store.record_outcome(outcome_record(
             outcome.deployment_id, self.clock(), kind, value if value is not None else 0.0, outcome.latency_s,

@@ -15,6 +15,12 @@ from .breaker import BreakerState, CircuitBreaker, FailureKind
 from .pacing import PaceRule, PaceState, pace
 
 
+def learns_from(kind: Optional[FailureKind]) -> bool:
+    """Whether an outcome of this failure kind (None: a success) teaches the deployment's arms:
+    a success or a failure the provider caused; a client error or a rate limit does not."""
+    return kind is None or kind is FailureKind.PROVIDER
+
+
 @dataclass(frozen=True, slots=True)
 class OutcomeRecord:
     """One classified outcome, as a store records it.
@@ -44,8 +50,7 @@ class OutcomeRecord:
 
     @property
     def learn(self) -> bool:
-        return self.kind is None or self.kind is FailureKind.PROVIDER
-
+        return learns_from(self.kind)
 
 
 # The two records built per outcome, field by field through their slots' own setters: the same
@@ -77,6 +82,7 @@ def outcome_record(deployment_id: str, now: float, kind: Optional[FailureKind], 
     _r_cost_usd(rec, cost_usd)
     return rec
 
+
 @dataclass(frozen=True, slots=True)
 class LearningRules:
     """The policy's parameters of an update, handed to the store with each record (so that a
@@ -104,7 +110,6 @@ class Applied:
     pace: Optional[PaceState] = None  # the paced alias's record (None: not paced)
 
 
-
 (_a_breaker, _a_tick, _a_global_arm, _a_domain_arm, _a_last_known_good, _a_pace) = (
     getattr(Applied, f.name).__set__ for f in fields(Applied))
 
@@ -120,6 +125,7 @@ def _applied(breaker: BreakerState, tick: float, global_arm: Optional[ArmStats],
     _a_last_known_good(out, last_known_good)
     _a_pace(out, pace)
     return out
+
 
 def apply_outcome(rec: OutcomeRecord, rules: LearningRules, breaker: Optional[BreakerState], tick: float,
                   global_arm: Optional[ArmStats], domain_arm: Optional[ArmStats],

@@ -500,3 +500,28 @@ def test_full_feedback_teaches_every_candidate_each_outcome_once(policy, tmp_pat
         assert sorted(d for d, _, _ in pair) == ["a-1", "b-1"]
         assert all(r == (1.0 if d == "a-1" else 0.0) for d, r, _ in pair)
         assert all(0.0 <= b <= 1.0 for _, _, b in pair)
+
+
+def test_full_feedback_teaches_no_failure_the_provider_did_not_cause(policy, tmp_path, monkeypatch):
+    """A candidate's rate limit (429) teaches its model nothing in the diagnosis either, as the
+    engine learns nothing from it (Engine.judge); its server error (500) does."""
+    from aisia_plugin.contextual import ContextualModels
+    from aisia_plugin.replay.runner import run_router, with_strategy
+
+    rows = [row(i, {"a-1": {"score": 1}, "b-1": {"error": "busy", "status_code": 429 if i % 2 else 500}},
+                f"prompt number {i}") for i in range(8)]
+    sc = build_scenario(load_trace(write_trace(tmp_path, rows)), {}, policy)
+    learned = []
+    orig = ContextualModels.learn
+
+    def spy(self, dep, ctx, reward, tick, gamma):
+        learned.append((dep, reward))
+        return orig(self, dep, ctx, reward, tick, gamma)
+
+    monkeypatch.setattr(ContextualModels, "learn", spy)
+    served = run_router(with_strategy(policy, "auto/noretry", "contextual"), "auto/noretry", sc, seed=3,
+                        full_feedback=True)
+    assert len(served) == 8
+    # b-1 learns its four 500s (chosen or taught), never a 429; a-1 all eight outcomes.
+    assert [r for d, r in learned if d == "b-1"] == [0.0] * 4
+    assert len([d for d, _ in learned if d == "a-1"]) == 8

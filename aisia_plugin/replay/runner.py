@@ -245,9 +245,10 @@ def teach_others(engine, alias: str, decision, row: dict) -> None:
     """Teach the engine's contextual model the outcome every candidate of `row` the `decision`
     did not choose would have had for its request, each against its own base as the decision
     read it (its ``terms``): what the model learns online with full information instead of the
-    bandit's partial feedback, the same model, order and decisions' exploration otherwise."""
+    bandit's partial feedback, the same model, order and decisions' exploration otherwise. An
+    outcome the engine would not learn from (``Engine.judge``: a failure the provider did not
+    cause) teaches nothing here either."""
     from ..contextual import LearnContext
-    from ..outcome import reward
 
     ctx, ap = decision.context, engine.policy.aliases[alias]
     tick = engine.store.tick()
@@ -255,7 +256,9 @@ def teach_others(engine, alias: str, decision, row: dict) -> None:
         call = row.get(cand.id)
         if cand.id == decision.deployment_id or call is None or "base" not in cand.terms:
             continue
-        value = reward(call.outcome(), engine.policy.reward, ap.sla.target_p95_ms)
+        value = engine.judge(ap, call.outcome())[1]
+        if value is None:
+            continue
         engine.contextual.learn(cand.id, LearnContext(ctx.vector, cand.terms["base"], ctx.prior_variance,
                                                       ctx.noise_variance), value, tick, engine.gamma)
 
