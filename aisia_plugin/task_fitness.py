@@ -92,11 +92,9 @@ class TaskFitnessTable:
             return None
         row = self._rows[pattern]
         task = (task or "default").lower()
-        if task in row:
-            return clamp01(row[task])
-        if "default" in row:
-            return clamp01(row["default"])
-        return clamp01(sum(row.values()) / len(row)) if row else self.default
+        if task in row or "default" in row or not row:
+            return clamp01(self._compute(model, task))  # the row's reading, as fitness() reads it
+        return clamp01(sum(row.values()) / len(row))
 
     def _compute(self, model: str, task: str) -> float:
         pattern = self.pattern_for(model)
