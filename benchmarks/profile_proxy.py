@@ -1,8 +1,8 @@
 """Where the proxy's per-request time goes, with and without the plugin, per hook and step.
 
 One LiteLLM proxy without any callback and one with the plugin (the config and instant upstream of
-benchmarks/proxy_rig.py), each under a small wrapper that starts a profiler on SIGUSR1 and
-writes it out on SIGUSR2. Arms: `litellm` (a plain model on the proxy without callback), `plain`
+benchmarks/proxy_rig.py), each under proxy_rig's metering wrapper (`metered`: a full collection
+and the meter started on SIGUSR1, written out on SIGUSR2). Arms: `litellm` (a plain model on the proxy without callback), `plain`
 (the same name on the plugin's proxy, profiled before it serves any alias) and `alias`.
 
 * timing mode: no profiler; the plugin's hooks and LiteLLM's functions named in TIMED are
@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import pstats
-import signal
 import statistics
 import sys
 import tempfile
@@ -30,98 +29,11 @@ from pathlib import Path
 
 import bench
 import httpx
-from proxy_rig import ALIAS, PLAIN, ask, check, proxies, upstream
+from proxy_rig import ALIAS, PLAIN, ask, check, meter_start, meter_stop, metered, proxies, upstream
 
-import aisia_plugin.demo.proxy as proxy_mod
 from aisia_plugin.demo.proxy import Proxy
 
 OUT = bench.OUT / "profile"
-WRAPPER = """#!{python}
-# The litellm command under a switchable profiler: SIGUSR1 starts it, SIGUSR2 writes it out.
-# AISIA_PROFILE_MODE=cprofile: cProfile over the main thread (the event loop).
-# AISIA_PROFILE_MODE=timing: no profiler; the functions named in TIMED are wrapped with a clock,
-# and each call's wall time is written (JSON) instead.
-import cProfile, functools, gc, importlib, inspect, json, os, signal, sys, time
-
-MODE = os.environ.get("AISIA_PROFILE_MODE", "cprofile")
-TIMED = {timed!r}
-_state = {{"profiler": None, "n": 0, "patched": False, "times": {{}}, "gc_started": 0.0}}
-
-
-def _timed(name, fn):
-    times = _state["times"]
-    if inspect.iscoroutinefunction(fn):
-        async def wrapper(*a, **k):
-            t0 = time.perf_counter()
-            try:
-                return await fn(*a, **k)
-            finally:
-                times.setdefault(name, []).append(time.perf_counter() - t0)
-    else:
-        def wrapper(*a, **k):
-            t0 = time.perf_counter()
-            try:
-                return fn(*a, **k)
-            finally:
-                times.setdefault(name, []).append(time.perf_counter() - t0)
-    return functools.wraps(fn)(wrapper)
-
-
-def _gc_clock(phase, info):
-    # The collector's own time per generation (timing mode), as the pseudo-function "gc.genN".
-    if phase == "start":
-        _state["gc_started"] = time.perf_counter()
-    else:
-        _state["times"].setdefault("gc.gen%d" % info["generation"], []).append(time.perf_counter() - _state["gc_started"])
-
-
-def _patch():
-    for name in TIMED:
-        mod, rest = name.split(":")
-        owner_name, attr = rest.rsplit(".", 1) if "." in rest else (None, rest)
-        owner = importlib.import_module(mod)
-        if owner_name:
-            owner = getattr(owner, owner_name)
-        fn = owner.__dict__[attr] if owner_name else getattr(owner, attr)
-        if isinstance(fn, property):
-            setattr(owner, attr, property(_timed(name, fn.fget), fn.fset))
-        else:
-            setattr(owner, attr, _timed(name, fn))
-
-
-def _start(*_):
-    if MODE == "timing":
-        if not _state["patched"]:
-            _patch()
-            gc.callbacks.append(_gc_clock)
-            _state["patched"] = True
-        _state["times"].clear()
-        return
-    _state["profiler"] = cProfile.Profile()
-    _state["profiler"].enable()
-
-
-def _stop(*_):
-    _state["n"] += 1
-    base = os.path.join(os.getcwd(), "profile-%d" % _state["n"])
-    if MODE == "timing":
-        with open(base + ".json", "w") as f:
-            json.dump(_state["times"], f)
-    else:
-        p, _state["profiler"] = _state["profiler"], None
-        if p is not None:
-            p.disable()
-            p.dump_stats(base + ".prof")
-    open(base + ".done", "w").close()
-
-
-signal.signal(signal.SIGUSR1, _start)
-signal.signal(signal.SIGUSR2, _stop)
-from litellm import run_server
-
-sys.argv[0] = "litellm"
-sys.exit(run_server())
-"""
 # What the timing mode clocks: the plugin's hooks, and LiteLLM's work that a routing group adds.
 TIMED = [f"{module}:{name}" for module, names in {
     "aisia_plugin.litellm.callback": [
@@ -153,21 +65,12 @@ def _drive(client: httpx.Client, proxy: Proxy, model: str, n: int) -> int:
 
 
 def _profile(proxy: Proxy, client: httpx.Client, model: str, n: int, suffix: str) -> Path:
-    os.kill(proxy.pid, signal.SIGUSR1)
-    time.sleep(0.3)
+    meter_start(proxy)
     failed = _drive(client, proxy, model, n)
     time.sleep(1.0)  # the last responses' logging tasks
-    k = len(list(proxy.workdir.glob("profile-*.done"))) + 1
-    os.kill(proxy.pid, signal.SIGUSR2)
-    done = proxy.workdir / f"profile-{k}.done"
-    deadline = time.monotonic() + 60
-    while not done.exists():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"the proxy wrote no profile:\n{proxy.log_tail()}")
-        time.sleep(0.1)
     if failed:
         print(f"{model}: {failed} of {n} requests failed", file=sys.stderr)
-    return proxy.workdir / f"profile-{k}{suffix}"
+    return meter_stop(proxy, suffix)
 
 
 def report(profiles: dict, n: int, top: int) -> str:
@@ -203,7 +106,7 @@ def timing_report(timings: dict, n: int) -> str:
              f"{1e6 * sum(t) / n:.1f}"] for name in TIMED + GC for arm, times in arms.items() if (t := times.get(name))]
     return "\n".join([f"Wall time per call, no profiler, {n} sequential requests per arm (load average "
                       f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} at the end); async hooks from the call to "
-                      "their return, awaits included.", ""]
+                      "their return, awaits included; `gc.genN`: the collector's CPU per collection.", ""]
                      + bench.md_table(["function", "arm", "calls/req", "median us", "us/req"], rows, "---:")) + "\n"
 
 
@@ -214,10 +117,7 @@ def main(argv=None) -> int:
                                   "profiles and their differences"),
                            write=(False, "write benchmarks/results/proxy_profile.md"))
     work = Path(tempfile.mkdtemp(prefix="aisia-profile-"))
-    wrapper = work / "litellm-profiled"
-    wrapper.write_text(WRAPPER.format(python=sys.executable, timed=TIMED))
-    wrapper.chmod(0o755)
-    proxy_mod.litellm_executable = lambda: wrapper  # Proxy.start runs the wrapper instead of litellm
+    metered(work, TIMED)  # Proxy.start runs the metering wrapper instead of litellm
     sections = {}
     with upstream() as base_url:
         for mode in args.modes.split(","):

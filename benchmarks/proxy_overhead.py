@@ -18,6 +18,9 @@ Sequential: one client, one request per arm per round, the arms' order a seeded 
 Concurrent: 32 clients in closed loop, blocks of a few seconds, the arms taking turns in shuffled
 orders too; throughput (median of blocks) and the proxy's CPU time per request (/proc/<pid>/stat:
 on a shared machine the wall-clock figures move with the load, the CPU time much less).
+Every proxy runs under proxy_rig's meter (``metered``): before each phase a full collection (so
+that what start-up left for the first one is charged to no arm, as it is not in a proxy that has
+served a while), and the garbage collector's own CPU and full collections counted per arm.
 
     .venv/bin/python benchmarks/proxy_overhead.py            # ~9 minutes
     .venv/bin/python benchmarks/proxy_overhead.py --quick    # a smoke run
@@ -37,7 +40,7 @@ from pathlib import Path
 
 import bench
 import httpx
-from proxy_rig import ALIAS, PLAIN, PROMPT, ask, check, proxies, upstream
+from proxy_rig import ALIAS, PLAIN, PROMPT, ask, check, collector, meter_start, meter_stop, metered, proxies, upstream
 
 # name -> (plugin loaded, model asked for); the first is the reference of every ratio.
 ARMS = {"litellm": (False, PLAIN), "litellm_b": (False, PLAIN), "plain": (True, PLAIN), "alias": (True, ALIAS)}
@@ -67,6 +70,7 @@ def sequential(arms: dict, rounds: int, warmup: int) -> dict:
         for name, (proxy, model) in arms.items():
             for _ in range(warmup):
                 ask(clients[name], proxy, model)
+            meter_start(proxy)
         cpu0 = {name: bench.cpu_seconds(proxy.pid) for name, (proxy, _) in arms.items()}
         for order in turns(arms, rounds):
             for name in order:
@@ -76,7 +80,8 @@ def sequential(arms: dict, rounds: int, warmup: int) -> dict:
                 times[name].append((time.perf_counter() - t0) * 1000.0)
                 failures[name] += r.status_code != 200
         cpu = {name: 1000.0 * (bench.cpu_seconds(p.pid) - cpu0[name]) / rounds for name, (p, _) in arms.items()}
-    return {"median_ms": {k: statistics.median(v) for k, v in times.items()},
+    return {"collector": {name: collector(meter_stop(p), rounds) for name, (p, _) in arms.items()},
+            "median_ms": {k: statistics.median(v) for k, v in times.items()},
             "p90_ms": {k: statistics.quantiles(v, n=10)[-1] for k, v in times.items()},
             "cpu_ms_per_request": cpu, "failures": failures}
 
@@ -101,6 +106,8 @@ async def _block(proxy, model: str, concurrency: int, seconds: float) -> tuple[i
 
 def concurrent(arms: dict, concurrency: int, blocks: int, seconds: float) -> dict:
     rps, cpu, requests, failures = ({name: [] for name in arms}, *(dict.fromkeys(arms, 0) for _ in range(3)))
+    for proxy, _ in arms.values():
+        meter_start(proxy)
     for order in turns(arms, blocks):
         for name in order:
             proxy, model = arms[name]
@@ -112,13 +119,15 @@ def concurrent(arms: dict, concurrency: int, blocks: int, seconds: float) -> dic
             rps[name].append(done / elapsed)
             failures[name] += failed
     return {"rps": {k: statistics.median(v) for k, v in rps.items()}, "rps_blocks": rps, "failures": failures,
+            "collector": {k: collector(meter_stop(p), requests[k]) for k, (p, _) in arms.items()},
             "cpu_ms_per_request": {k: 1000.0 * cpu[k] / max(1, requests[k]) for k in arms}}
 
 
 def measure(n: int, args, base_url: str, work: Path) -> dict:
     """Every arm at `n` deployments: four proxies started together, measured, stopped."""
     progress(f"{n} deployments: starting {len(ARMS)} proxies ...")
-    with proxies(base_url, n, work / str(n), {name: plugin for name, (plugin, _) in ARMS.items()}) as running:
+    with proxies(base_url, n, work / str(n), {name: plugin for name, (plugin, _) in ARMS.items()},
+                 AISIA_PROFILE_MODE="gc") as running:
         arms = {name: (running[name], model) for name, (_, model) in ARMS.items()}
         with httpx.Client(timeout=30) as c:
             seen = {name: check(c, *arm) for name, arm in arms.items()}
@@ -138,6 +147,7 @@ def measure(n: int, args, base_url: str, work: Path) -> dict:
             "throughput_blocks_rps": {k: [round(x, 1) for x in v] for k, v in conc["rps_blocks"].items()},
             "ratios": {m: {k: round(x, 4) for k, x in v.items()} for m, v in ratios.items()},
             "noise": {m: round(x, 4) for m, x in noise.items()},
+            "collector": {"sequential": seq["collector"], "concurrent": conc["collector"]},
             "verdicts": verdicts(ratios, noise), "failures": {"sequential": seq["failures"], "concurrent": conc["failures"]}}
 
 
@@ -161,6 +171,7 @@ def main(argv=None) -> int:
     sizes = [int(x) for x in args.deployments.split(",")]
     load_start, started = bench.load_average(), time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="aisia-bench-"))
+    metered(work)  # every proxy under the collector's meter (proxy_rig.WRAPPER)
     with upstream() as base_url:
         runs = {str(n): measure(n, args, base_url, work) for n in sizes}
     result = {
@@ -200,7 +211,10 @@ def render(r: dict) -> str:
            "Arms: **litellm** and **litellm_b** = two identical proxies without any callback (their ratio is "
            "this run's noise floor); **plain** = the plugin loaded, only plain-model traffic; **alias** = the "
            "plugin loaded, only `auto/bench` traffic. Ratios are to **litellm**; CPU is the proxy process's own "
-           "(/proc), per request. Where the time goes, and the LiteLLM costs behind what remains: proxy_profile.md.", ""]
+           "(/proc), per request. Each phase starts after a full collection in every proxy (what start-up left for "
+           "the first one is charged to no arm); the collector's own CPU is counted per arm "
+           "(`proxy_rig.metered`: gc.callbacks, the collecting thread's CPU). Where the time goes, and the LiteLLM "
+           "costs behind what remains: proxy_profile.md.", ""]
     for n, run in r["runs"].items():
         f, q, noise = run["figures"], run["ratios"], run["noise"]
         out += [f"## {n} deployment{'s' if n != '1' else ''} in the config", ""]
@@ -211,6 +225,10 @@ def render(r: dict) -> str:
             [f"proxy CPU per request at {c['concurrency']} clients (ms)",
              *(f"{f['cpu_ms_per_request'][a]:.2f}" for a in ARMS), ""],
             ["proxy CPU per request, sequential (ms)", *(f"{f['cpu_ms_per_request_sequential'][a]:.2f}" for a in ARMS), ""],
+            ["of which the garbage collector, sequential / at 32 clients (ms)",
+             *(" / ".join(f"{sum(gc[a]['ms_per_request']):.3f}" for gc in run["collector"].values()) for a in ARMS), ""],
+            ["full collections, sequential / at 32 clients",
+             *(" / ".join(str(gc[a]["collections"][2]) for gc in run["collector"].values()) for a in ARMS), ""],
             *([f"{m} ratio", "1", *(f"{q[m][a]:.3f}" for a in list(ARMS)[1:]), f"±{noise[m]:.3f}"]
               for m in ("latency", "cpu", "cpu_sequential", "throughput"))], "---:")
         out += ["", "Targets: " + "; ".join(f"{k}: **{v}**" for k, v in run["verdicts"].items()) + ".",

@@ -5,8 +5,11 @@ process, real LiteLLM proxies started together, and the one request they all sen
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,6 +17,7 @@ from pathlib import Path
 import bench
 import httpx
 
+import aisia_plugin.demo.proxy as proxy_mod
 from aisia_plugin.demo.proxy import Proxy, deployment
 
 PLAIN, ALIAS = "bench-plain", "auto/bench"
@@ -27,6 +31,141 @@ aliases:
     candidates:
       models: [bench-plain]
 """
+
+WRAPPER = """#!{python}
+# The litellm command with a meter switched by signals (benchmarks/proxy_rig.py `metered`).
+# SIGUSR1: a full collection, then the meter starts; SIGUSR2: it stops and is written out
+# (profile-N.*, then profile-N.done). What it measures, by $AISIA_PROFILE_MODE:
+#   gc: the garbage collector's CPU per collection and generation (the collecting thread's), JSON;
+#   timing: that too, and the wall time of each call of the functions named in TIMED, JSON;
+#   cprofile: cProfile over the main thread (the event loop).
+import cProfile, functools, gc, importlib, inspect, json, os, signal, sys, time
+
+MODE = os.environ.get("AISIA_PROFILE_MODE", "gc")
+TIMED = {timed!r}
+_state = {{"profiler": None, "n": 0, "started": 0, "patched": False, "times": {{}}, "gc_started": 0.0}}
+
+
+def _timed(name, fn):
+    times = _state["times"]
+    if inspect.iscoroutinefunction(fn):
+        async def wrapper(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return await fn(*a, **k)
+            finally:
+                times.setdefault(name, []).append(time.perf_counter() - t0)
+    else:
+        def wrapper(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                times.setdefault(name, []).append(time.perf_counter() - t0)
+    return functools.wraps(fn)(wrapper)
+
+
+def _gc_clock(phase, info):
+    # The collector's CPU per collection (the pseudo-function "gc.genN"): it runs in the thread
+    # that allocated, and does no I/O, so that thread's CPU time is what it costs.
+    if phase == "start":
+        _state["gc_started"] = time.thread_time()
+    else:
+        _state["times"].setdefault("gc.gen%d" % info["generation"], []).append(time.thread_time() - _state["gc_started"])
+
+
+def _patch():
+    for name in TIMED:
+        mod, rest = name.split(":")
+        owner_name, attr = rest.rsplit(".", 1) if "." in rest else (None, rest)
+        owner = importlib.import_module(mod)
+        if owner_name:
+            owner = getattr(owner, owner_name)
+        fn = owner.__dict__[attr] if owner_name else getattr(owner, attr)
+        if isinstance(fn, property):
+            setattr(owner, attr, property(_timed(name, fn.fget), fn.fset))
+        else:
+            setattr(owner, attr, _timed(name, fn))
+
+
+def _start(*_):
+    gc.collect()  # what start-up left for the first full collection is charged to no measurement
+    if MODE != "cprofile":
+        if not _state["patched"]:
+            if MODE == "timing":
+                _patch()
+            gc.callbacks.append(_gc_clock)
+            _state["patched"] = True
+        _state["times"].clear()
+    else:
+        _state["profiler"] = cProfile.Profile()
+        _state["profiler"].enable()
+    _state["started"] += 1
+    open(os.path.join(os.getcwd(), "start-%d.done" % _state["started"]), "w").close()
+
+
+def _stop(*_):
+    _state["n"] += 1
+    base = os.path.join(os.getcwd(), "profile-%d" % _state["n"])
+    if MODE != "cprofile":
+        with open(base + ".json", "w") as f:
+            json.dump(_state["times"], f)
+    else:
+        p, _state["profiler"] = _state["profiler"], None
+        if p is not None:
+            p.disable()
+            p.dump_stats(base + ".prof")
+    open(base + ".done", "w").close()
+
+
+signal.signal(signal.SIGUSR1, _start)
+signal.signal(signal.SIGUSR2, _stop)
+from litellm import run_server
+
+sys.argv[0] = "litellm"
+sys.exit(run_server())
+"""
+
+
+def metered(work: Path, timed=()) -> None:
+    """From now on Proxy.start runs the litellm command under WRAPPER (its mode from the proxy's
+    $AISIA_PROFILE_MODE, default gc), with the functions `timed` clocked in timing mode."""
+    wrapper = work / "litellm-metered"
+    work.mkdir(parents=True, exist_ok=True)
+    wrapper.write_text(WRAPPER.format(python=sys.executable, timed=list(timed)))
+    wrapper.chmod(0o755)
+    proxy_mod.litellm_executable = lambda: wrapper
+
+
+def _signalled(proxy: Proxy, sig, marker: str) -> int:
+    """Send `sig` and wait for the k-th `marker` file the wrapper writes in answer: k."""
+    k = len(list(proxy.workdir.glob(f"{marker}-*.done"))) + 1
+    os.kill(proxy.pid, sig)
+    done, deadline = proxy.workdir / f"{marker}-{k}.done", time.monotonic() + 60
+    while not done.exists():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the proxy did not answer the meter's signal:\n{proxy.log_tail()}")
+        time.sleep(0.05)
+    return k
+
+
+def meter_start(proxy: Proxy) -> None:
+    """A full collection in a ``metered`` proxy, then its meter starts from nothing."""
+    _signalled(proxy, signal.SIGUSR1, "start")
+
+
+def meter_stop(proxy: Proxy, suffix: str = ".json") -> Path:
+    """Stop a ``metered`` proxy's meter: the file it wrote (JSON: name -> seconds per call)."""
+    return proxy.workdir / f"profile-{_signalled(proxy, signal.SIGUSR2, 'profile')}{suffix}"
+
+
+def collector(path: Path, requests: int) -> dict:
+    """A gc meter's file over `requests` requests: the collections and the collector's CPU per
+    request (ms), per generation."""
+    times = json.loads(path.read_text())
+    gens = [times.get(f"gc.gen{g}", []) for g in range(3)]
+    return {"collections": [len(t) for t in gens],
+            "ms_per_request": [round(1000.0 * sum(t) / max(1, requests), 4) for t in gens]}
 
 
 @contextmanager
