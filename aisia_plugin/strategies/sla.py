@@ -20,7 +20,7 @@ an SLA in the context: target 2000 ms, max error rate 0.05, no cost cap, soft co
 from __future__ import annotations
 
 from ..breaker import OPEN
-from ..decision import Candidate, Decision, Pool, RoutingContext
+from ..decision import Candidate, Decision, Explainer, Pool, RoutingContext
 from ..schema_defaults import defaults_of
 from .rules import clamp01, finish, finite, sort_key
 
@@ -104,8 +104,26 @@ class SlaStrategy:
                       f"(score {tb['score']:.4f}, violation {tb['violation']:.3f}; limits {limits})")
         if best.breaker == OPEN:
             reason += "; every candidate is OPEN"
-        scores = {cid: v["score"] for cid, v in t.items()}
-        def terms():
-            return {cid: {k: round(v, 6) for k, v in d.items() if k != "score"} for cid, d in t.items()}
+        # Every pool member is scored (t is in pool order): its score, then its other terms.
+        rows = tuple([tuple(v.values()) for v in t.values()])
+        return finish(self.name, pool, eligible, _SLA, (rows, reason), b, context,
+                      scores=tuple([v["score"] for v in t.values()]))
 
-        return finish(self.name, pool, eligible, scores, b, reason, context, terms=terms)
+
+_TERMS = ("latency", "error", "health", "cost", "stability", "score", "violation")  # sla_terms' order
+
+
+class _SlaExplained(Explainer):
+    """facts: (ids, scores, excluded, drew, each member's sla_terms values in _TERMS order, reason)."""
+
+    __slots__ = ()
+
+    def why(self, facts) -> str:
+        return facts[5]
+
+    def terms(self, facts):
+        return {cid: {k: round(v, 6) for k, v in zip(_TERMS, row) if k != "score"}
+                for cid, row in zip(facts[0], facts[4])}
+
+
+_SLA = _SlaExplained()
