@@ -109,7 +109,7 @@ async def run(arm: str, strategy: str, requests: int, warmup: int, kinds: bool, 
         for k, n in Counter(kind(o) for o in new).most_common(25):
             print(f"  {n:6d}  {k}")
     del new
-    if plugin is not None:
+    if plugin is not None and plugin.runtime.explain:
         await freed_per_entry(plugin.runtime, kinds)
 
 

@@ -251,13 +251,16 @@ class RulesStrategy:
         margin = f", {scores[best.id] - runner:.3f} ahead of the next" if runner is not None else ""
         all_open = " (every candidate is OPEN)" if best.breaker == OPEN else ""
         reason = f"rules picked {best.id}: score {scores[best.id]:.3f} (largest parts: {parts or 'none'}){margin}{all_open}"
-        own = (atoms(ids), tuple([tuple(f.values()) for f in factors.values()]), reason)
+        # The factors in one flat tuple (FACTORS per candidate): a tuple of tuples would stay
+        # tracked one collection longer per level (see decision.Explainer).
+        own = (atoms(ids), tuple([v for f in factors.values() for v in f.values()]), reason)
         return finish(self.name, pool, eligible, _RULES, own, b, context,
                       scores=tuple(values) if len(eligible) == len(pool) else tuple([scores.get(i) for i in pool.ids]))
 
 
 class _RulesExplained(Explainer):
-    """facts: (ids, scores, excluded, drew, competing ids, their factors in FACTORS order, reason)."""
+    """facts: (ids, scores, excluded, drew, competing ids, their factors in FACTORS order one
+    candidate after the other, reason)."""
 
     __slots__ = ()
 
@@ -265,7 +268,9 @@ class _RulesExplained(Explainer):
         return facts[6]
 
     def terms(self, facts):
-        return {cid: {k: round(v, 6) for k, v in zip(FACTORS, row)} for cid, row in zip(facts[4], facts[5])}
+        values, n = facts[5], len(FACTORS)
+        return {cid: {k: round(v, 6) for k, v in zip(FACTORS, values[j * n:(j + 1) * n])}
+                for j, cid in enumerate(facts[4])}
 
 
 _RULES = _RulesExplained()

@@ -104,9 +104,10 @@ class SlaStrategy:
                       f"(score {tb['score']:.4f}, violation {tb['violation']:.3f}; limits {limits})")
         if best.breaker == OPEN:
             reason += "; every candidate is OPEN"
-        # Every pool member is scored (t is in pool order): its score, then its other terms.
-        rows = tuple([tuple(v.values()) for v in t.values()])
-        return finish(self.name, pool, eligible, _SLA, (rows, reason), b, context,
+        # Every pool member is scored (t is in pool order); its terms in one flat tuple (a tuple
+        # of tuples would stay tracked one collection longer: see decision.Explainer).
+        values = tuple([x for v in t.values() for x in v.values()])
+        return finish(self.name, pool, eligible, _SLA, (values, reason), b, context,
                       scores=tuple([v["score"] for v in t.values()]))
 
 
@@ -114,7 +115,8 @@ _TERMS = ("latency", "error", "health", "cost", "stability", "score", "violation
 
 
 class _SlaExplained(Explainer):
-    """facts: (ids, scores, excluded, drew, each member's sla_terms values in _TERMS order, reason)."""
+    """facts: (ids, scores, excluded, drew, the members' sla_terms values in _TERMS order one
+    member after the other, reason)."""
 
     __slots__ = ()
 
@@ -122,8 +124,9 @@ class _SlaExplained(Explainer):
         return facts[5]
 
     def terms(self, facts):
-        return {cid: {k: round(v, 6) for k, v in zip(_TERMS, row) if k != "score"}
-                for cid, row in zip(facts[0], facts[4])}
+        values, n = facts[4], len(_TERMS)
+        return {cid: {k: round(v, 6) for k, v in zip(_TERMS, values[j * n:(j + 1) * n]) if k != "score"}
+                for j, cid in enumerate(facts[0])}
 
 
 _SLA = _SlaExplained()
