@@ -467,7 +467,7 @@ class Explainer:
         return explored_reason(self.why(facts), facts[3])
 
     def rows(self, facts) -> list["CandidateScore"]:
-        """Every pool member's row (``ranked_decision``'s, from the facts)."""
+        """Every pool member's row: its score, why it did not compete (None: it did), its terms."""
         ids, excluded = facts[0], facts[2]
         out = dict(excluded) if excluded else {}
         tm = self.terms(facts) or {}
@@ -505,7 +505,7 @@ class Decision:
 
     __slots__ = ("deployment_id", "model", "strategy", "_reason", "candidates_considered", "final_score",
                  "probability", "alias", "domain", "task_type", "refused", "status_code",
-                 "probe", "_scores", "_build_scores", "_more_scores", "context", "_score_map", "_explainer", "_facts")
+                 "probe", "_scores", "_build_scores", "_more_scores", "context", "_explainer", "_facts")
 
     def __init__(self, deployment_id: Optional[str], model: Optional[str], strategy: str, reason,
                  candidates_considered: int, final_score: Optional[float], scores: Optional[list] = None,
@@ -537,9 +537,6 @@ class Decision:
         # What a learning strategy needs back with the outcome (the contextual strategy: the
         # request's feature vector); None for the others.
         self.context = None
-        # The competing candidates' scores by id (a mapping, or a function of no argument giving
-        # one), for ``ranking`` without building the explanation rows; None: read the rows.
-        self._score_map = None
 
     @property
     def reason(self) -> str:
@@ -568,13 +565,10 @@ class Decision:
     def ranking(self) -> list:
         """The candidates that competed, best first: the chosen one, then the others by score
         (those without a numeric score last, in pool order); excluded candidates are not in it."""
-        src = self._score_map
-        if self._explainer is not None:
+        if self._explainer is not None:  # (without building the explanation rows)
             pairs = self._explainer.ranked(self._facts)
-        elif src is None:
-            pairs = [(row.id, row.score) for row in self.scores if row.excluded is None]
         else:
-            pairs = list((src() if callable(src) else src).items())
+            pairs = [(row.id, row.score) for row in self.scores if row.excluded is None]
         chosen = self.deployment_id
         scored, unscored = [], []
         for k, (i, s) in enumerate(pairs):
@@ -634,55 +628,3 @@ def not_open(pool: list[Candidate]) -> list[Candidate]:
     Candidates; ``Pool.not_open`` is the same rule over a Pool)."""
     healthy = [c for c in pool if c.breaker != OPEN]
     return healthy or list(pool)
-
-
-def ranked_decision(strategy: str, pool: Pool, scores, chosen: Deployment, reason, *,
-                    probability: Optional[float] = None, terms=None, excluded: Optional[Mapping[str, str]] = None,
-                    final_score: Optional[float] = None) -> Decision:
-    """A Decision listing every pool member's score (helper for strategies; `pool` a Pool or a
-    list of Candidates, `chosen` a Deployment or a Candidate).
-
-    `scores` and `terms` are mappings by candidate id, or functions of no argument returning
-    them, called only when the decision's rows are first read (then `final_score`, the chosen
-    candidate's score, must be given); `excluded` maps a candidate id to why that pool member
-    did not compete."""
-    pool = Pool.of(pool)
-    if isinstance(chosen, Candidate):
-        chosen = chosen.deployment
-    if callable(scores):
-        score_of = None
-    else:
-        score_of = scores
-        final_score = scores.get(chosen.id)
-
-    def rows():
-        sc = score_of if score_of is not None else scores()
-        tm = (terms() if callable(terms) else terms) or {}
-        out = [CandidateScore(i, sc.get(i), None, tm.get(i, {})) for i in pool.ids]
-        if excluded:
-            for row in out:
-                why = excluded.get(row.id)
-                if why is not None:
-                    row.excluded = why
-        return out
-
-    decision = Decision(chosen.id, chosen.model, strategy, reason, len(pool), final_score,
-                        probability=probability, build_scores=rows)
-    if excluded:
-        decision._score_map = lambda: {i: s for i, s in (score_of if score_of is not None else scores()).items()
-                                       if i not in excluded}
-    else:
-        decision._score_map = scores
-    return decision
-
-
-def pool_decision(strategy: str, pool: Pool, scores: list, chosen: int, reason, *,
-                  probability: Optional[float] = None, terms=None) -> Decision:
-    """:func:`ranked_decision` with the scores as a list in pool order and the chosen candidate
-    as an index; ``terms``, when given, is a function of the candidate's index returning its
-    named terms. The rows are built when the decision's ``scores`` are first read."""
-    pool = Pool.of(pool)
-    ids = pool.ids
-    return ranked_decision(strategy, pool, lambda: dict(zip(ids, scores)), pool.deployments[chosen], reason,
-                           probability=probability, final_score=scores[chosen],
-                           terms=None if terms is None else (lambda: {i: terms(k) for k, i in enumerate(ids)}))

@@ -31,7 +31,7 @@ import math
 from typing import Optional
 
 from ..breaker import OPEN
-from ..decision import Candidate, Decision, Explainer, Pool, RoutingContext, atoms, explained_decision, explored_reason
+from ..decision import Candidate, Decision, Explainer, Pool, RoutingContext, atoms, explained_decision
 from ..numbers import clamp01, finite  # noqa: F401 (the strategies import them from here)
 from ..policy.models import FACTORS
 
@@ -94,15 +94,6 @@ def exploration(eligible, best: int, context: RoutingContext):
     ids = eligible.ids
     drew = (finite(context.exploration), ids[picked], ids[best], len(eligible), picked == best)
     return picked, drew, selection_probability(len(eligible), picked == best, context)
-
-
-def explored(eligible, best: int, reason, context: RoutingContext):
-    """``(chosen, reason, probability)``: ``exploration`` for a strategy whose `reason` is a
-    string or a function formatting it on first read (a plugin's); so is the amended one."""
-    chosen, drew, probability = exploration(eligible, best, context)
-    if drew is None:
-        return chosen, reason, probability
-    return chosen, lambda: explored_reason(reason if isinstance(reason, str) else reason(), drew), probability
 
 
 def selection_probability(n_eligible: int, chosen_is_best: bool, context) -> float:
