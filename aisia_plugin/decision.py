@@ -435,12 +435,13 @@ def explored_reason(why: str, drew) -> str:
 
 class Explainer:
     """How a built-in strategy's decision explains itself, from its *facts*: a plain tuple of
-    atoms (str, numbers, bools, None, and tuples of them) the strategy fills when it decides.
+    atoms (str, numbers, bools, None, and tuples of them) the strategy fills when it decides
+    (more only where no proxy reads it: the contextual strategy's under ``aisia explain``).
     A decision stays in the proxy's explain log for hundreds of requests; closures over the
     pool's lists (the earlier form) kept ~40 objects per decision that the cyclic collector
     tracks, promoted to its oldest generation and walked by every full collection. CPython stops
-    tracking a tuple of atoms at its first collection, so the facts cost the collector nothing
-    once young; an Explainer is one module-level object per strategy, shared by its decisions.
+    tracking a tuple of atoms at the first collection that finds its items untracked (a level of
+    nesting may take one more), so the facts cost the collector nothing once young; an Explainer is one module-level object per strategy, shared by its decisions.
     The reason and the rows are rendered from the facts when first read, never on the request
     path (``Decision.reason``, ``Decision.scores``).
 

@@ -104,14 +104,16 @@ def selection_probability(n_eligible: int, chosen_is_best: bool, context) -> flo
 
 
 def finish(strategy: str, pool: Pool, eligible: Pool, explainer: Explainer, own: tuple, best: int,
-           context: RoutingContext, *, scores=None, final_score=None) -> Decision:
+           context: RoutingContext, *, scores=None, final_score=None, why: Optional[str] = None) -> Decision:
     """The Decision of a ranking strategy whose winner is ``eligible``'s member `best`:
     epsilon-greedy exploration over `eligible`, every pool member listed, and the candidates that
     did not compete (OPEN breakers) marked excluded. Explained by `explainer` from the facts
     ``(pool ids, scores, excluded, drew, *own)`` (``decision.Explainer``).
 
     `scores`: the pool's scores in pool order (None where a member has none), or None when the
-    explainer computes them; then `final_score(j)` gives eligible member j's score."""
+    explainer computes them; then `final_score(j)` gives eligible member j's score. `why`: the
+    ranking's reason when the strategy has formatted it already (it is the decision's reason
+    when exploration drew nothing)."""
     chosen, drew, probability = exploration(eligible, best, context)
     ids = atoms(pool.ids)
     excluded = ()
@@ -124,7 +126,8 @@ def finish(strategy: str, pool: Pool, eligible: Pool, explainer: Explainer, own:
     else:
         final = scores[ids.index(eligible.ids[chosen])] if excluded else scores[chosen]
     return explained_decision(strategy, eligible.deployments[chosen], final, explainer,
-                              (ids, scores, excluded, drew, *own), probability=probability)
+                              (ids, scores, excluded, drew, *own), why if drew is None else None,
+                              probability=probability)
 
 
 class OwnScores(Explainer):
@@ -242,26 +245,25 @@ class RulesStrategy:
         margin = f", {scores[best.id] - runner:.3f} ahead of the next" if runner is not None else ""
         all_open = " (every candidate is OPEN)" if best.breaker == OPEN else ""
         reason = f"rules picked {best.id}: score {scores[best.id]:.3f} (largest parts: {parts or 'none'}){margin}{all_open}"
-        # The factors in one flat tuple (FACTORS per candidate): a tuple of tuples would stay
-        # tracked one collection longer per level (see decision.Explainer).
-        own = (atoms(ids), tuple([v for f in factors.values() for v in f.values()]), reason)
-        return finish(self.name, pool, eligible, _RULES, own, b, context,
+        # The candidates' factor dicts as they are, last (numbers: dicts CPython does not track;
+        # the facts tuple holding them stays tracked, one object per decision, which costs less
+        # than copying 16 factors per candidate into a flat tuple on the request path).
+        own = (atoms(ids), reason, *factors.values())
+        return finish(self.name, pool, eligible, _RULES, own, b, context, why=reason,
                       scores=tuple(values) if len(eligible) == len(pool) else tuple([scores.get(i) for i in pool.ids]))
 
 
 class _RulesExplained(Explainer):
-    """facts: (ids, scores, excluded, drew, competing ids, their factors in FACTORS order one
-    candidate after the other, reason)."""
+    """facts: (ids, scores, excluded, drew, competing ids, reason, then each one's factors:
+    factor_table's dicts)."""
 
     __slots__ = ()
 
     def why(self, facts) -> str:
-        return facts[6]
+        return facts[5]
 
     def terms(self, facts):
-        values, n = facts[5], len(FACTORS)
-        return {cid: {k: round(v, 6) for k, v in zip(FACTORS, values[j * n:(j + 1) * n])}
-                for j, cid in enumerate(facts[4])}
+        return {cid: {k: round(v, 6) for k, v in f.items()} for cid, f in zip(facts[4], facts[6:])}
 
 
 _RULES = _RulesExplained()

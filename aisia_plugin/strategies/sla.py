@@ -104,29 +104,23 @@ class SlaStrategy:
                       f"(score {tb['score']:.4f}, violation {tb['violation']:.3f}; limits {limits})")
         if best.breaker == OPEN:
             reason += "; every candidate is OPEN"
-        # Every pool member is scored (t is in pool order); its terms in one flat tuple (a tuple
-        # of tuples would stay tracked one collection longer: see decision.Explainer).
-        values = tuple([x for v in t.values() for x in v.values()])
-        return finish(self.name, pool, eligible, _SLA, (values, reason), b, context,
+        # Every pool member is scored (t is in pool order); its terms kept as sla_terms' dicts,
+        # last (numbers: untracked; the facts tuple holding them stays tracked, one object per
+        # decision, which costs less than copying them into a flat tuple on the request path).
+        return finish(self.name, pool, eligible, _SLA, (reason, *t.values()), b, context, why=reason,
                       scores=tuple([v["score"] for v in t.values()]))
 
 
-_TERMS = ("latency", "error", "health", "cost", "stability", "score", "violation")  # sla_terms' order
-
-
 class _SlaExplained(Explainer):
-    """facts: (ids, scores, excluded, drew, the members' sla_terms values in _TERMS order one
-    member after the other, reason)."""
+    """facts: (ids, scores, excluded, drew, reason, then each member's sla_terms dict)."""
 
     __slots__ = ()
 
     def why(self, facts) -> str:
-        return facts[5]
+        return facts[4]
 
     def terms(self, facts):
-        values, n = facts[4], len(_TERMS)
-        return {cid: {k: round(v, 6) for k, v in zip(_TERMS, values[j * n:(j + 1) * n]) if k != "score"}
-                for j, cid in enumerate(facts[0])}
+        return {cid: {k: round(v, 6) for k, v in d.items() if k != "score"} for cid, d in zip(facts[0], facts[5:])}
 
 
 _SLA = _SlaExplained()
