@@ -10,7 +10,7 @@ import random
 from collections.abc import Mapping as _MappingABC
 from collections.abc import Sequence as _SequenceABC
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from .bandit import EMPTY, arm_view, arm_weights, beta_params, pulls_and_rewards
 from .breaker import CLOSED, HALF_OPEN, OPEN
@@ -419,26 +419,100 @@ class CandidateScore:
         return d
 
 
+def explored_reason(why: str, drew) -> str:
+    """A ranking's reason once epsilon-greedy exploration had its say: `drew` is None (the
+    ranking's winner stands: `why` as is) or ``(epsilon, drawn id, the ranking's id, candidates,
+    whether they are the same)`` (the one home of this wording: ``strategies.rules.exploration``)."""
+    if drew is None:
+        return why
+    eps, picked, best, n, same = drew
+    if same:
+        return (f"exploration (epsilon {eps:g}) drew {picked} at random from {n} candidates, "
+                f"which is also the ranking's choice; {why}")
+    return (f"exploration (epsilon {eps:g}) chose {picked} at random from {n} candidates "
+            f"instead of the ranking's {best}; ranking: {why}")
+
+
+class Explainer:
+    """How a built-in strategy's decision explains itself, from its *facts*: a plain tuple of
+    atoms (str, numbers, bools, None, and tuples of them) the strategy fills when it decides
+    (more only where no proxy reads it: the contextual strategy's under ``aisia explain``).
+    A decision stays in the proxy's explain log for hundreds of requests; closures over the
+    pool's lists (the earlier form) kept ~40 objects per decision that the cyclic collector
+    tracks, promoted to its oldest generation and walked by every full collection. CPython stops
+    tracking a tuple of atoms at the first collection that finds its items untracked (a level of
+    nesting may take one more), so the facts cost the collector nothing once young; an Explainer is one module-level object per strategy, shared by its decisions.
+    The reason and the rows are rendered from the facts when first read, never on the request
+    path (``Decision.reason``, ``Decision.scores``).
+
+    Every explainer's facts begin ``(ids, scores, excluded, drew, ...)``: the pool's ids (the rows'
+    order), the scores in pool order (None where a candidate has none; the whole slot None when
+    ``scores`` computes them), ``(id, why)`` pairs of the pool members that did not compete, and
+    the exploration's draw (``explored_reason``); each strategy's own facts follow."""
+
+    __slots__ = ()
+
+    def scores(self, facts) -> Sequence:
+        """The scores in pool order."""
+        return facts[1]
+
+    def terms(self, facts) -> Optional[Mapping[str, dict]]:
+        """The named parts of each candidate's score, by id (None: none)."""
+        return None
+
+    def why(self, facts) -> str:
+        """The ranking's reason, before exploration."""
+        raise NotImplementedError
+
+    def reason(self, facts) -> str:
+        return explored_reason(self.why(facts), facts[3])
+
+    def rows(self, facts) -> list["CandidateScore"]:
+        """Every pool member's row: its score, why it did not compete (None: it did), its terms."""
+        ids, excluded = facts[0], facts[2]
+        out = dict(excluded) if excluded else {}
+        tm = self.terms(facts) or {}
+        return [CandidateScore(i, s, out.get(i), tm.get(i, {})) for i, s in zip(ids, self.scores(facts))]
+
+    def ranked(self, facts) -> list[tuple]:
+        """(id, score) of the candidates that competed, in pool order."""
+        pairs = zip(facts[0], self.scores(facts))
+        if not facts[2]:
+            return list(pairs)
+        out = {i for i, _ in facts[2]}
+        return [(i, s) for i, s in pairs if i not in out]
+
+
+# The rows of facts with scores and no terms, for a reason given as a string.
+PLAIN = Explainer()
+
+
+def atoms(column) -> tuple:
+    """A pool's column as facts keep it: a tuple (the column itself when it is one)."""
+    return column if type(column) is tuple else tuple(column)
+
+
 class Decision:
     """The outcome of routing one request, explaining itself.
 
     ``scores`` (every candidate's score or the reason it was excluded, with the named parts of
-    the score) may be built on first read: a strategy passes ``build_scores``, a function of no
-    argument returning the rows, so that a request whose explanation nobody reads does not pay
-    for one object per candidate. Reading ``scores`` (or ``as_dict()``) always gives the full
-    list, the same on every read. ``reason`` likewise may be given as a function of no argument
-    returning the one-line reason, formatted on first read. The other fields are plain
-    attributes."""
+    the score) may be built on first read: a built-in strategy passes an ``Explainer`` and its
+    facts, another strategy may pass ``build_scores``, a function of no argument returning the
+    rows, so that a request whose explanation nobody reads does not pay for one object per
+    candidate. Reading ``scores`` (or ``as_dict()``) always gives the full list, the same on
+    every read. ``reason`` likewise may be left to the explainer (None) or given as a function of
+    no argument returning the one-line reason, formatted on first read. The other fields are
+    plain attributes."""
 
     __slots__ = ("deployment_id", "model", "strategy", "_reason", "candidates_considered", "final_score",
                  "probability", "alias", "domain", "task_type", "refused", "status_code",
-                 "probe", "_scores", "_build_scores", "_more_scores", "context", "_score_map")
+                 "probe", "_scores", "_build_scores", "_more_scores", "context", "_explainer", "_facts")
 
     def __init__(self, deployment_id: Optional[str], model: Optional[str], strategy: str, reason,
                  candidates_considered: int, final_score: Optional[float], scores: Optional[list] = None,
                  probability: Optional[float] = None, alias: str = "", domain: Optional[str] = None,
                  task_type: str = "default", refused: Optional[str] = None, status_code: int = 200, *,
-                 build_scores=None):
+                 build_scores=None, explainer: Optional[Explainer] = None, facts: tuple = ()):
         self.deployment_id = deployment_id
         self.model = model
         self.strategy = strategy
@@ -455,21 +529,21 @@ class Decision:
         # reserves it when deciding with reserve=True; a caller deciding with reserve=False, as
         # the proxy does with a shared store, reserves it itself).
         self.probe = False
-        self._scores = list(scores) if scores is not None else (None if build_scores is not None else [])
+        self._scores = list(scores) if scores is not None else \
+            (None if build_scores is not None or explainer is not None else [])
         self._build_scores = build_scores
+        self._explainer = explainer
+        self._facts = facts
         self._more_scores: Optional[list] = None
         # What a learning strategy needs back with the outcome (the contextual strategy: the
         # request's feature vector); None for the others.
         self.context = None
-        # The competing candidates' scores by id (a mapping, or a function of no argument giving
-        # one), for ``ranking`` without building the explanation rows; None: read the rows.
-        self._score_map = None
 
     @property
     def reason(self) -> str:
         r = self._reason
         if not isinstance(r, str):
-            r = self._reason = r()
+            r = self._reason = self._explainer.reason(self._facts) if r is None else r()
         return r
 
     @reason.setter
@@ -479,7 +553,7 @@ class Decision:
     @property
     def scores(self) -> list[CandidateScore]:
         if self._scores is None:
-            rows = list(self._build_scores())
+            rows = self._explainer.rows(self._facts) if self._build_scores is None else list(self._build_scores())
             if self._more_scores:
                 rows.extend(self._more_scores)
             self._scores, self._build_scores, self._more_scores = rows, None, None
@@ -492,11 +566,10 @@ class Decision:
     def ranking(self) -> list:
         """The candidates that competed, best first: the chosen one, then the others by score
         (those without a numeric score last, in pool order); excluded candidates are not in it."""
-        src = self._score_map
-        if src is None:
-            pairs = [(row.id, row.score) for row in self.scores if row.excluded is None]
+        if self._explainer is not None:  # (without building the explanation rows)
+            pairs = self._explainer.ranked(self._facts)
         else:
-            pairs = list((src() if callable(src) else src).items())
+            pairs = [(row.id, row.score) for row in self.scores if row.excluded is None]
         chosen = self.deployment_id
         scored, unscored = [], []
         for k, (i, s) in enumerate(pairs):
@@ -543,60 +616,16 @@ class Decision:
         }
 
 
+def explained_decision(strategy: str, chosen: Deployment, final_score: Optional[float], explainer: Explainer,
+                       facts: tuple, reason: Optional[str] = None, *, probability: Optional[float] = None) -> Decision:
+    """A built-in strategy's Decision, explained by `explainer` from `facts` (``Explainer``);
+    `reason`: the reason when it is already a string (None: the explainer's)."""
+    return Decision(chosen.id, chosen.model, strategy, reason, len(facts[0]), final_score, probability=probability,
+                    explainer=explainer, facts=facts)
+
+
 def not_open(pool: list[Candidate]) -> list[Candidate]:
     """The candidates whose breaker is not OPEN; the whole pool when every one is OPEN (a list of
     Candidates; ``Pool.not_open`` is the same rule over a Pool)."""
     healthy = [c for c in pool if c.breaker != OPEN]
     return healthy or list(pool)
-
-
-def ranked_decision(strategy: str, pool: Pool, scores, chosen: Deployment, reason, *,
-                    probability: Optional[float] = None, terms=None, excluded: Optional[Mapping[str, str]] = None,
-                    final_score: Optional[float] = None) -> Decision:
-    """A Decision listing every pool member's score (helper for strategies; `pool` a Pool or a
-    list of Candidates, `chosen` a Deployment or a Candidate).
-
-    `scores` and `terms` are mappings by candidate id, or functions of no argument returning
-    them, called only when the decision's rows are first read (then `final_score`, the chosen
-    candidate's score, must be given); `excluded` maps a candidate id to why that pool member
-    did not compete."""
-    pool = Pool.of(pool)
-    if isinstance(chosen, Candidate):
-        chosen = chosen.deployment
-    if callable(scores):
-        score_of = None
-    else:
-        score_of = scores
-        final_score = scores.get(chosen.id)
-
-    def rows():
-        sc = score_of if score_of is not None else scores()
-        tm = (terms() if callable(terms) else terms) or {}
-        out = [CandidateScore(i, sc.get(i), None, tm.get(i, {})) for i in pool.ids]
-        if excluded:
-            for row in out:
-                why = excluded.get(row.id)
-                if why is not None:
-                    row.excluded = why
-        return out
-
-    decision = Decision(chosen.id, chosen.model, strategy, reason, len(pool), final_score,
-                        probability=probability, build_scores=rows)
-    if excluded:
-        decision._score_map = lambda: {i: s for i, s in (score_of if score_of is not None else scores()).items()
-                                       if i not in excluded}
-    else:
-        decision._score_map = scores
-    return decision
-
-
-def pool_decision(strategy: str, pool: Pool, scores: list, chosen: int, reason, *,
-                  probability: Optional[float] = None, terms=None) -> Decision:
-    """:func:`ranked_decision` with the scores as a list in pool order and the chosen candidate
-    as an index; ``terms``, when given, is a function of the candidate's index returning its
-    named terms. The rows are built when the decision's ``scores`` are first read."""
-    pool = Pool.of(pool)
-    ids = pool.ids
-    return ranked_decision(strategy, pool, lambda: dict(zip(ids, scores)), pool.deployments[chosen], reason,
-                           probability=probability, final_score=scores[chosen],
-                           terms=None if terms is None else (lambda: {i: terms(k) for k, i in enumerate(ids)}))

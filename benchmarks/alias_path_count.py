@@ -63,9 +63,10 @@ def _deployment(name: str, id_: str) -> dict:
                       id=id_, input_cost_per_token=1e-7, output_cost_per_token=1e-7)
 
 
-def build(deployments: int = 1, wide_aliases: int = 0, plugin_loaded: bool = True):
+def build(deployments: int = 1, wide_aliases: int = 0, plugin_loaded: bool = True, strategy: str = "ucb1"):
     """The Router (the plain model and `deployments - 1` fillers) and the plugin (None without it);
-    the policy: the benchmark's alias and `wide_aliases` aliases over every deployment."""
+    the policy: the benchmark's alias (its strategy `strategy`) and `wide_aliases` aliases over every
+    deployment."""
     model_list = [_deployment(PLAIN, "bench-1")] + [_deployment(f"bench-filler-{i}", f"filler-{i}")
                                                      for i in range(1, deployments)]
     router = litellm.Router(model_list=model_list, routing_strategy="simple-shuffle")
@@ -74,7 +75,7 @@ def build(deployments: int = 1, wide_aliases: int = 0, plugin_loaded: bool = Tru
     work = Path(tempfile.mkdtemp(prefix="aisia-count-"))
     wide = "".join(f"  auto/wide-{i}:\n    description: Every deployment.\n    strategy: ucb1\n"
                    for i in range(wide_aliases))
-    (work / "policy.yaml").write_text(POLICY + wide)
+    (work / "policy.yaml").write_text(POLICY.replace("strategy: ucb1", f"strategy: {strategy}", 1) + wide)
     plugin = AisiaPlugin(load_policy_with_locations([work / "policy.yaml"]))
     plugin.boot()
     plugin.ensure_groups(router)

@@ -3,7 +3,10 @@ Its record (the call, its attempts, their decisions and explain entries) is free
 counting once its last hook has run and the explain log has dropped it. A reference cycle in it
 would keep all of that alive until a full collection; under concurrent traffic those records
 reach the oldest generation first, and each full collection walks the proxy's whole heap
-(benchmarks/results/proxy_profile.md, "Concurrency and the garbage collector").
+(benchmarks/results/proxy_profile.md, "Concurrency and the garbage collector"). What stays
+alive longer (the explain log's entries, the served requests awaiting feedback) keeps almost
+nothing the collector tracks: each such object is promoted to the oldest generation and walked by
+every full collection until it goes.
 
 Driven as the proxy drives a Router (pre-call hook, ``Router.acompletion``, headers hook), with
 LiteLLM's mocked answer instead of an upstream."""
@@ -12,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+
+import pytest
 
 from router_harness import PluginRouters
 
@@ -80,5 +85,65 @@ async def test_an_alias_request_leaves_nothing_of_the_plugins_to_the_cyclic_coll
             gc.enable()
         assert left == []
         assert len(plugin.runtime.explain) == 2
+    finally:
+        routers.close()
+
+
+def _tracked() -> set:
+    # Twice: a collection stops tracking a tuple whose items it has already found untracked (it
+    # walks its list in order), so a tuple of tuples of atoms may take two.
+    gc.collect()
+    gc.collect()
+    return {id(o) for o in gc.get_objects()}
+
+
+# The tracked objects an explain entry keeps, per strategy: itself and its decision; rules and
+# sla-aware also their facts tuple (it holds their per-candidate dicts of numbers).
+KEPT = {"ucb1": 2, "thompson": 2, "contextual": 2, "cost": 2, "latency": 2, "lkgp": 3, "rules": 3, "sla-aware": 3}
+
+
+@pytest.mark.parametrize("strategy", sorted(KEPT))
+async def test_an_explain_entry_keeps_two_or_three_objects_the_cyclic_collector_tracks(tmp_path, strategy):
+    """An entry stays in the explain log for `explain_history` requests (200 by default), long
+    enough to reach the collector's oldest generation, which every full collection walks. It keeps
+    two or three tracked objects (KEPT): a successful outcome is a dict of numbers, the deployments
+    tried a tuple of strings, the decision's explanation a tuple of atoms rendered when read
+    (decision.Explainer), its learning context released once learned. Kept as closures over the
+    pool's columns, it was 30 to 59 (ucb1 48, contextual 59)."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY.replace("explain_history: 2", "explain_history: 20").replace("ucb1", strategy))
+    routers = PluginRouters([policy])
+    try:
+        router, plugin = routers.make([_deployment("gc-a"), _deployment("gc-b")])
+        for k in range(24):  # both tried (UCB1), then learned: the log full of scored decisions
+            await _request(router, plugin)
+        await _settled(plugin, 24)
+        log = plugin.runtime.explain
+        assert len(log) == 20 and all(e["outcome"] and e["outcome"]["success"] for e in log)
+        before = _tracked()
+        log.clear()
+        freed = before - _tracked()
+        assert len(freed) <= KEPT[strategy] * 20 + 2  # (+2: the count's own objects: a list, a function)
+    finally:
+        routers.close()
+
+
+async def test_a_served_request_awaiting_feedback_is_nothing_the_cyclic_collector_tracks(tmp_path):
+    """A served request's record waits 24 hours for feedback (up to 50000 of them): a dict of
+    strings, kept without a tracked object of its own."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    routers = PluginRouters([policy])
+    try:
+        router, plugin = routers.make([_deployment("gc-a"), _deployment("gc-b")])
+        for _ in range(10):
+            await _request(router, plugin)
+        await _settled(plugin, 10)
+        served = plugin.runtime.store.served
+        assert len(served) == 10
+        before = _tracked()
+        for rid in list(served._table):
+            served.drop(rid)
+        assert len(before - _tracked()) == 0
     finally:
         routers.close()

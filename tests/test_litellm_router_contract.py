@@ -136,7 +136,7 @@ async def test_a_failed_deployment_is_not_retried_the_next_ranked_serves_each_le
     # Two attempts, the second deciding without the deployment that failed.
     attempts = list(plugin.runtime.explain)
     assert [e["attempt"] for e in attempts] == [0, 1]
-    assert attempts[1]["excluded"] == ["ca"]
+    assert plugin.runtime.render_explain(1)[0]["excluded_after_failure"] == ["ca"]  # (newest first)
 
 
 async def test_every_candidate_failing_within_the_budget_is_one_clear_error(make_router, upstreams):

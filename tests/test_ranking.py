@@ -1,7 +1,7 @@
 """``Decision.ranking``: the order the proxy hands LiteLLM its candidates in (the choice first),
-read from the strategy's score map without building the explanation rows, equals its readable
-reading from the rows, for every shipped alias and every strategy, on learned state with open
-breakers and exclusions."""
+read from the decision's facts without building the explanation rows (``Explainer.ranked``),
+equals its readable reading from the rows, for every shipped alias and every strategy, on
+learned state with open breakers and exclusions."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def reference_ranking(decision: Decision) -> list:
 
 
 @pytest.mark.parametrize("alias", sorted(a for a in POLICY.aliases if a != "auto/offline"))
-def test_ranking_from_the_score_map_equals_the_rows_reading(alias):
+def test_ranking_from_the_facts_equals_the_rows_reading(alias):
     rng = random.Random(3)
     engine = Engine(POLICY, clock=lambda: 1000.0, rng=random.Random(0))
     for _ in range(300):  # learned state: qualities, latencies, some failures (breakers open)

@@ -813,6 +813,10 @@ class AisiaPlugin(CustomLogger):
     def _learn(self, engine, call, attempt, outcome, stream: bool, ttft, kind, at: float) -> None:
         try:
             reward = engine.record(attempt.decision, outcome, session=call.session)
+            # Learned once: what learning needed of the decision (the contextual strategy's request
+            # vector, its arrays) is spent; the explain log keeps the decision for hundreds of
+            # requests, and nothing it renders reads it.
+            attempt.decision.context = None
             result = {"success": outcome.success, "latency_s": outcome.latency_s, "reward": reward,
                       "cost_usd": outcome.cost_usd}
             if stream:

@@ -361,10 +361,12 @@ class Runtime:
     # -- explanations ----------------------------------------------------------------------------
     def explain_entry(self, call: Call, decision: Decision, attempt: int, excluded: Optional[list] = None) -> dict:
         """The explain log's record of one attempt; the decision's rows are rendered when the log
-        is read (``render``), not on the request path. `excluded`: ``call.tried`` as the caller
-        read it (a list of its own, kept as is)."""
+        is read (``render_explain``), not on the request path. `excluded`: ``call.tried`` as the
+        caller read it. The entry lives for the log's length (hundreds of requests): it keeps
+        nothing the cyclic collector tracks but itself and the decision (whose explanation is
+        atoms: decision.Explainer), the deployments tried as a tuple of strings."""
         entry = {"request_id": call.request_id, "time": time.time(), "attempt": attempt,
-                 "excluded": list(call.tried) if excluded is None else excluded, "decision": decision,
+                 "excluded": tuple(call.tried if excluded is None else excluded), "decision": decision,
                  "outcome": None, "served_by": None}
         self.explain.append(entry)
         return entry
@@ -378,7 +380,7 @@ class Runtime:
                 "request_id": entry["request_id"], "time": entry["time"], "attempt": entry["attempt"],
                 "alias": d.alias, "strategy": d.strategy, "domain": d.domain, "task_type": d.task_type,
                 "deployment_id": d.deployment_id, "model": d.model, "reason": d.reason, "probe": d.probe,
-                "refused": d.refused, "excluded_after_failure": entry["excluded"],
+                "refused": d.refused, "excluded_after_failure": list(entry["excluded"]),
                 "served_by": entry.get("served_by"),
                 "candidates": [s.as_dict() for s in d.scores], "outcome": entry["outcome"],
             })

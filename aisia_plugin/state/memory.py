@@ -33,17 +33,25 @@ class ServedRequests:
 
     def __init__(self, limit: int = 50000):
         self.limit = limit
-        self._table: "OrderedDict[str, tuple[float, dict]]" = OrderedDict()
+        # The records, oldest first, and beside them their expiry: not a (expiry, record) pair
+        # per request, which the cyclic collector would track for the record's 24 hours (a tuple
+        # holding a dict stays tracked), each one walked by every full collection; a record of
+        # strings is a dict CPython does not track.
+        self._table: "OrderedDict[str, dict]" = OrderedDict()
+        self._expires: dict[str, float] = {}
 
     def put(self, request_id: str, record: dict, ttl_s: float) -> None:
         now = time.monotonic()
-        self._table[request_id] = (now + ttl_s, record)
-        self._table.move_to_end(request_id)
-        while self._table:
-            expires, _ = next(iter(self._table.values()))
-            if len(self._table) <= self.limit and expires > now:
+        table, expires = self._table, self._expires
+        table[request_id] = record
+        table.move_to_end(request_id)
+        expires[request_id] = now + ttl_s
+        while table:
+            first = next(iter(table))
+            if len(table) <= self.limit and expires[first] > now:
                 break
-            self._table.popitem(last=False)
+            table.popitem(last=False)
+            del expires[first]
 
     def take(self, request_id: str, key: Optional[str] = None, *, peek: bool = False) -> Optional[dict]:
         """The record, removed (left with `peek`); None when unknown, expired, or made with
@@ -51,17 +59,18 @@ class ServedRequests:
         hit = self._table.get(request_id)
         if hit is None:
             return None
-        if hit[0] <= time.monotonic():
-            del self._table[request_id]
+        if self._expires[request_id] <= time.monotonic():
+            self.drop(request_id)
             return None
-        if key is not None and hit[1].get("key") != key:
+        if key is not None and hit.get("key") != key:
             return None
         if not peek:
-            del self._table[request_id]
-        return hit[1]
+            self.drop(request_id)
+        return hit
 
     def drop(self, request_id: str) -> None:
-        self._table.pop(request_id, None)
+        if self._table.pop(request_id, None) is not None:
+            del self._expires[request_id]
 
     def __len__(self) -> int:
         return len(self._table)

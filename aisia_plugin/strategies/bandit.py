@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 
 from ..bandit import ArmStats, beta_draws, bonus_columns, ucb1_scores, ucb1_terms
-from ..decision import Decision, Pool, RoutingContext, pool_decision, ranked_decision
-from .rules import clamp01, explored, finite
+from ..decision import PLAIN, Decision, Explainer, Pool, RoutingContext, atoms, explained_decision
+from .rules import clamp01, exploration, finite
 
 
 class UCB1Strategy:
@@ -26,10 +26,9 @@ class UCB1Strategy:
         if min(pulls) <= 0:
             first = next(i for i, n in enumerate(pulls) if n <= 0)
             untried = pool.deployments[first]
-            return ranked_decision(
-                self.name, pool, {i: (math.inf if n <= 0 else None) for i, n in zip(pool.ids, pulls)}, untried,
-                f"{untried.id} has never been tried: explored first", probability=1.0,
-            )
+            return explained_decision(self.name, untried, math.inf, PLAIN,
+                                      (atoms(pool.ids), tuple([math.inf if n <= 0 else None for n in pulls]), (), None),
+                                      f"{untried.id} has never been tried: explored first", probability=1.0)
         total = context.total_pulls
         if total is None:
             total = sum(pulls)
@@ -37,28 +36,49 @@ class UCB1Strategy:
         # The alias's settings read from them, not through the context's four properties of the
         # same names (a call each); the cost weight through its one home, the context's property.
         s = context.settings
-        knobs = dict(c=s.exploration_c, cost_weight=context.cost_weight, latency_weight=s.latency_weight,
-                     cost_scale=s.cost_scale_per_1m, latency_scale=s.latency_scale_s)
-        scores = ucb1_scores(pulls, rewards, latencies, costs, total, **knobs)
+        c, cw, lw, cs, ls = (s.exploration_c, context.cost_weight, s.latency_weight, s.cost_scale_per_1m,
+                             s.latency_scale_s)
+        scores = ucb1_scores(pulls, rewards, latencies, costs, total, c=c, cost_weight=cw, latency_weight=lw,
+                             cost_scale=cs, latency_scale=ls)
         # index(max) is the first of equal scores: ties go to pool order, deterministically.
         top = max(scores)
         best = scores.index(top)
 
-        def terms(i: int) -> dict:
-            arm = ArmStats(pulls=pulls[i], total_reward=rewards[i], avg_latency=latencies[i])
-            # n and N as the formula used them: discounted by age when forgetting is on.
-            return {**ucb1_terms(arm, total, cost_per_1m=costs[i], **knobs), "n": pulls[i], "N": total}
+        chosen, drew, probability = exploration(pool, best, context)
+        facts = (atoms(pool.ids), tuple(scores), (), drew, tuple(pulls), tuple(rewards), tuple(latencies), tuple(costs),
+                 total, c, cw, lw, cs, ls, best)
+        return explained_decision(self.name, pool.deployments[chosen], scores[chosen], _UCB1, facts,
+                                  probability=probability)
 
-        def reason() -> str:  # formatted when first read
-            t = terms(best)
-            runner = max(scores[:best] + scores[best + 1:], default=None)
-            margin = f", {top - runner:.3f} ahead of the next" if runner is not None else ""
-            return (f"UCB1 picked {pool.deployments[best].id}: score {top:.3f} = reward {t['mean_reward']:.3f}"
-                    f" + exploration {t['exploration']:.3f} + cost {t['cost_bonus']:.3f}"
-                    f" + latency {t['latency_bonus']:.3f}{margin}")
 
-        chosen, reason, probability = explored(pool, best, reason, context)
-        return pool_decision(self.name, pool, scores, chosen, reason, probability=probability, terms=terms)
+class _UCB1Explained(Explainer):
+    """facts: (ids, scores, (), drew, pulls, rewards, latencies, costs, N, c, cost_weight,
+    latency_weight, cost_scale, latency_scale, the ranking's winner)."""
+
+    __slots__ = ()
+
+    def _terms(self, facts, i: int) -> dict:
+        pulls, rewards, latencies, costs, total, c, cw, lw, cs, ls = facts[4:14]
+        arm = ArmStats(pulls=pulls[i], total_reward=rewards[i], avg_latency=latencies[i])
+        # n and N as the formula used them: discounted by age when forgetting is on.
+        return {**ucb1_terms(arm, total, c=c, cost_per_1m=costs[i], cost_weight=cw, latency_weight=lw,
+                             cost_scale=cs, latency_scale=ls), "n": pulls[i], "N": total}
+
+    def terms(self, facts):
+        return {i: self._terms(facts, k) for k, i in enumerate(facts[0])}
+
+    def why(self, facts) -> str:
+        ids, scores, best = facts[0], facts[1], facts[14]
+        top = scores[best]
+        t = self._terms(facts, best)
+        runner = max(scores[:best] + scores[best + 1:], default=None)
+        margin = f", {top - runner:.3f} ahead of the next" if runner is not None else ""
+        return (f"UCB1 picked {ids[best]}: score {top:.3f} = reward {t['mean_reward']:.3f}"
+                f" + exploration {t['exploration']:.3f} + cost {t['cost_bonus']:.3f}"
+                f" + latency {t['latency_bonus']:.3f}{margin}")
+
+
+_UCB1 = _UCB1Explained()
 
 
 def bandit_bonuses(pool: Pool, context: RoutingContext) -> list[float]:
@@ -66,6 +86,24 @@ def bandit_bonuses(pool: Pool, context: RoutingContext) -> list[float]:
     cbs, lbs = bonus_columns(pool.costs, pool.latencies, context.cost_weight, context.latency_weight,
                              context.cost_scale_per_1m, context.latency_scale_s)
     return [cb + lb for cb, lb in zip(cbs, lbs)]
+
+
+class _ThompsonExplained(Explainer):
+    """facts: (ids, scores, (), drew, draws, alphas, betas, bonuses, the ranking's winner)."""
+
+    __slots__ = ()
+
+    def why(self, facts) -> str:
+        ids, draws, alphas, betas, bonus, best = facts[0], *facts[4:]
+        return (f"Thompson picked {ids[best]}: sample {draws[best]:.3f} from "
+                f"Beta({alphas[best]:.1f}, {betas[best]:.1f}) + bonus {bonus[best]:.3f}")
+
+    def terms(self, facts):
+        return {i: {"sample": round(d, 6), "alpha": round(a, 4), "beta": round(b, 4), "bonus": round(x, 6)}
+                for i, d, a, b, x in zip(facts[0], *facts[4:8])}
+
+
+_THOMPSON = _ThompsonExplained()
 
 
 class ThompsonStrategy:
@@ -89,22 +127,14 @@ class ThompsonStrategy:
         scores = [d + b for d, b in zip(draws, bonus)]
         best = scores.index(max(scores))
 
-        def reason() -> str:  # formatted when first read
-            return (f"Thompson picked {pool.deployments[best].id}: sample {draws[best]:.3f} from "
-                    f"Beta({alphas[best]:.1f}, {betas[best]:.1f}) + bonus {bonus[best]:.3f}")
-
-        i, reason, _ = explored(pool, best, reason, context)
+        i, drew, _ = exploration(pool, best, context)
         probability = None
         if getattr(context.features, "estimate_probability", False):
             # (1 - epsilon) P(the posterior draws choose it) + epsilon / n
             eps = clamp01(finite(getattr(context, "exploration", 0.0)))
             probability = (1.0 - eps) * self._probability(alphas, betas, bonus, i, rng) + eps / len(pool)
-
-        def terms(j: int) -> dict:
-            return {"sample": round(draws[j], 6), "alpha": round(alphas[j], 4), "beta": round(betas[j], 4),
-                    "bonus": round(bonus[j], 6)}
-
-        return pool_decision(self.name, pool, scores, i, reason, probability=probability, terms=terms)
+        facts = (atoms(pool.ids), tuple(scores), (), drew, tuple(draws), atoms(alphas), atoms(betas), tuple(bonus), best)
+        return explained_decision(self.name, pool.deployments[i], scores[i], _THOMPSON, facts, probability=probability)
 
     def _probability(self, alphas, betas, bonus, best: int, rng) -> float:
         # Monte-Carlo estimate of P(best wins), for offline evaluation; off the request path.

@@ -13,7 +13,7 @@ import math
 import random
 
 from ..contextual import LearnContext, cold_prior, request_vector
-from ..decision import Decision, Pool, RoutingContext, pool_decision
+from ..decision import Decision, Explainer, Pool, RoutingContext, atoms, explained_decision
 from ..policy.models import ColdStart
 from ..schema_defaults import defaults_of
 from ..task_fitness import TaskFitnessTable
@@ -107,32 +107,49 @@ class ContextualStrategy:
         i = best if picked is None else picked
         ids = pool.ids
 
-        def reason() -> str:  # formatted when first read
-            why = (f"contextual picked {ids[best]}: predicted reward {mean_l[best]:.3f} +/- {sd[best]:.3f} for this "
-                   f"prompt (its mean {base[best]:.3f}), sample {draws[best]:.3f} + bonus {bonus[best]:.3f}")
-            if i == best:
-                return why
-            return f"exploration (epsilon {context.exploration:g}) chose {ids[i]} at random instead; {why}"
-
         # Asked for an explanation (aisia explain, offline evaluation): each row also names the
-        # features that moved its prediction most; never computed on the request path.
-        explain = getattr(context.features, "estimate_probability", False)
-        moved: dict = {}
-
-        def terms(j: int) -> dict:
-            row = {"predicted": round(mean_l[j], 6), "uncertainty": round(sd[j], 6), "base": round(base[j], 6),
-                   "sample": round(draws[j], 6), "bonus": round(bonus[j], 6)}
-            if explain:
-                if not moved:
-                    moved.update(moved_by(models, ids, context.features, context.domain, context.task_type, x))
-                row["moved_by"] = ", ".join(f"{lab} {c:+.3f}" for lab, c in moved.get(ids[j], ())) or "-"
-            return row
-
-        decision = pool_decision(self.name, pool, scores, i, reason, terms=terms)
+        # features that moved its prediction most; never computed on the request path (there the
+        # facts are atoms only, see decision.Explainer).
+        moved = None
+        if getattr(context.features, "estimate_probability", False):
+            moved = (models, context.features, context.domain, context.task_type, x)
+        facts = (atoms(ids), tuple(scores), (), None, tuple(mean_l), tuple(sd), tuple(base), tuple(draws), tuple(bonus),
+                 best, i, context.exploration if i != best else None, moved)
+        decision = explained_decision(self.name, pool.deployments[i], scores[i], _EXPLAINED, facts)
         decision.context = LearnContext(x, base[i], prior_var, noise_var)
         return decision
 
 
+class _ContextualExplained(Explainer):
+    """facts: (ids, scores, (), None, predicted rewards, their uncertainties, the learned means,
+    draws, bonuses, the ranking's winner, the chosen, the epsilon that drew it instead (None:
+    the winner stands), and for `aisia explain` (models, features, domain, task type, vector)
+    else None)."""
+
+    __slots__ = ()
+
+    def reason(self, facts) -> str:
+        ids, mean_l, sd, base, draws, bonus, best, i, eps = facts[0], *facts[4:12]
+        why = (f"contextual picked {ids[best]}: predicted reward {mean_l[best]:.3f} +/- {sd[best]:.3f} for this "
+               f"prompt (its mean {base[best]:.3f}), sample {draws[best]:.3f} + bonus {bonus[best]:.3f}")
+        if i == best:
+            return why
+        return f"exploration (epsilon {eps:g}) chose {ids[i]} at random instead; {why}"
+
+    def terms(self, facts):
+        ids, mean_l, sd, base, draws, bonus = facts[0], *facts[4:9]
+        moved = facts[12] and moved_by(facts[12][0], ids, *facts[12][1:])
+        out = {}
+        for j, dep in enumerate(ids):
+            row = {"predicted": round(mean_l[j], 6), "uncertainty": round(sd[j], 6), "base": round(base[j], 6),
+                   "sample": round(draws[j], 6), "bonus": round(bonus[j], 6)}
+            if moved is not None:
+                row["moved_by"] = ", ".join(f"{lab} {c:+.3f}" for lab, c in moved.get(dep, ())) or "-"
+            out[dep] = row
+        return out
+
+
+_EXPLAINED = _ContextualExplained()
 _GAUSS, _RANDOM = random.Random.gauss, random.Random.random
 _TWOPI = 2.0 * math.pi  # random.TWOPI
 

@@ -7,8 +7,8 @@ the raw cost is in its terms. Every candidate OPEN: the whole pool competes."""
 from __future__ import annotations
 
 from ..breaker import OPEN
-from ..decision import Decision, Pool, RoutingContext
-from .rules import finish, lower_is_better, relative_score
+from ..decision import Decision, Pool, RoutingContext, atoms
+from .rules import OwnScores, finish, lower_is_better, relative_score
 
 
 class CostStrategy:
@@ -22,15 +22,30 @@ class CostStrategy:
         keys = lower_is_better(eligible.costs)
         low = min(keys)
         i = keys.index(low)  # the first of equals: pool order
-        ids = eligible.ids
+        all_open = eligible.breakers[i] == OPEN
+        return finish(self.name, pool, eligible, _COST, (atoms(eligible.ids), atoms(keys), low, i, all_open), i,
+                      context, final_score=lambda j: relative_score(low, keys[j]))
 
-        def reason() -> str:  # formatted when first read
-            nxt = min(keys[:i] + keys[i + 1:], default=None)
-            vs = f" (next cheapest ${nxt:.4g})" if nxt is not None else ""
-            all_open = "; every candidate is OPEN" if eligible.breakers[i] == OPEN else ""
-            return f"cost picked {ids[i]}: cheapest at ${low:.4g} per 1M tokens{vs}{all_open}"
 
-        return finish(self.name, pool, eligible,
-                      lambda: {c: relative_score(low, k) for c, k in zip(ids, keys)},
-                      i, reason, context, terms=lambda: {c: {"cost_per_1m": k} for c, k in zip(ids, keys)},
-                      score_of=lambda j: relative_score(low, keys[j]))
+class _CostExplained(OwnScores):
+    """facts: (ids, None, excluded, drew, competing ids, their costs per 1M, the lowest, the
+    winner's index among them, whether every candidate is OPEN)."""
+
+    __slots__ = ()
+
+    def own_scores(self, facts):
+        low = facts[6]
+        return [relative_score(low, k) for k in facts[5]]
+
+    def why(self, facts) -> str:
+        ids, keys, low, i, all_open = facts[4:]
+        nxt = min(keys[:i] + keys[i + 1:], default=None)
+        vs = f" (next cheapest ${nxt:.4g})" if nxt is not None else ""
+        every = "; every candidate is OPEN" if all_open else ""
+        return f"cost picked {ids[i]}: cheapest at ${low:.4g} per 1M tokens{vs}{every}"
+
+    def terms(self, facts):
+        return {c: {"cost_per_1m": k} for c, k in zip(facts[4], facts[5])}
+
+
+_COST = _CostExplained()

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 
 from ..breaker import OPEN
-from ..decision import Candidate, Decision, Pool, RoutingContext
-from .rules import finish, finite, relative_score, sort_key
+from ..decision import Candidate, Decision, Pool, RoutingContext, atoms
+from .rules import OwnScores, finish, finite, relative_score, sort_key
 
 ERROR_PENALTY_MS = 1000.0
 
@@ -45,18 +45,33 @@ class LatencyStrategy:
         keys = effective_latencies_ms(eligible)
         low = min(keys)
         i = keys.index(low)  # first of equals: pool order
-        ids, p95s, errs = eligible.ids, eligible.p95_ms, eligible.error_rates
+        all_open = eligible.breakers[i] == OPEN
+        own = (atoms(eligible.ids), atoms(keys), atoms(eligible.p95_ms), atoms(eligible.error_rates), low, i, all_open)
+        return finish(self.name, pool, eligible, _LATENCY, own, i, context,
+                      final_score=lambda j: relative_score(low, keys[j]))
 
-        def reason() -> str:  # formatted when first read
-            nxt = min(keys[:i] + keys[i + 1:], default=None)
-            vs = f" (next {nxt:.0f} ms)" if nxt is not None else ""
-            all_open = "; every candidate is OPEN" if eligible.breakers[i] == OPEN else ""
-            return (f"latency picked {ids[i]}: p95 {sort_key(p95s[i]):.0f} ms + error rate "
-                    f"{finite(errs[i]):.3f} x 1000 = {low:.0f} ms, the lowest{vs}{all_open}")
 
-        def terms():
-            return {c: {"p95_latency_ms": round(sort_key(p), 3), "error_rate": round(finite(e), 6),
-                        "effective_ms": round(k, 3)} for c, p, e, k in zip(ids, p95s, errs, keys)}
+class _LatencyExplained(OwnScores):
+    """facts: (ids, None, excluded, drew, competing ids, their effective latencies, p95s and
+    error rates, the lowest, the winner's index among them, whether every candidate is OPEN)."""
 
-        return finish(self.name, pool, eligible, lambda: {c: relative_score(low, k) for c, k in zip(ids, keys)},
-                      i, reason, context, terms=terms, score_of=lambda j: relative_score(low, keys[j]))
+    __slots__ = ()
+
+    def own_scores(self, facts):
+        low = facts[8]
+        return [relative_score(low, k) for k in facts[5]]
+
+    def why(self, facts) -> str:
+        ids, keys, p95s, errs, low, i, all_open = facts[4:]
+        nxt = min(keys[:i] + keys[i + 1:], default=None)
+        vs = f" (next {nxt:.0f} ms)" if nxt is not None else ""
+        every = "; every candidate is OPEN" if all_open else ""
+        return (f"latency picked {ids[i]}: p95 {sort_key(p95s[i]):.0f} ms + error rate "
+                f"{finite(errs[i]):.3f} x 1000 = {low:.0f} ms, the lowest{vs}{every}")
+
+    def terms(self, facts):
+        return {c: {"p95_latency_ms": round(sort_key(p), 3), "error_rate": round(finite(e), 6),
+                    "effective_ms": round(k, 3)} for c, k, p, e in zip(*facts[4:8])}
+
+
+_LATENCY = _LatencyExplained()

@@ -10,7 +10,7 @@ is sticky: epsilon-greedy exploration applies only to the rules fallback."""
 from __future__ import annotations
 
 from ..breaker import CLOSED, OPEN
-from ..decision import Decision, Pool, RoutingContext, ranked_decision
+from ..decision import Decision, Explainer, Pool, RoutingContext, atoms, explained_decision
 
 
 class LkgpStrategy:
@@ -51,12 +51,29 @@ class LkgpStrategy:
         if not usable:
             return self._rules(pool, context, f"the LKGP {what} {lkg!r} is OPEN, not pinning to it")
         k = usable[0]
-        chosen = ids[k]
-        def reason() -> str:  # formatted when first read
-            state = "" if breakers[k] == CLOSED else f" (breaker {breakers[k]})"
-            via = "" if by_id else f" via provider {lkg!r}"
-            return f"last known good {chosen}{via} is not OPEN{state}: pinned to it"
+        ids = atoms(ids)
+        return explained_decision(self.name, pool.deployments[k], 1.0, _PINNED, (ids, None, (), None, ids[k], breakers[k],
+                                  None if by_id else lkg), probability=1.0)
 
-        return ranked_decision(self.name, pool, lambda: {i: (1.0 if i == chosen else 0.0) for i in ids},
-                               pool.deployments[k], reason, probability=1.0, final_score=1.0,
-                               terms=lambda: {i: {"last_known_good": i == chosen} for i in ids})
+
+class _PinnedExplained(Explainer):
+    """facts: (ids, None, (), None, the pinned id, its breaker, the provider matched (None: the id))."""
+
+    __slots__ = ()
+
+    def scores(self, facts):
+        chosen = facts[4]
+        return [1.0 if i == chosen else 0.0 for i in facts[0]]
+
+    def why(self, facts) -> str:
+        chosen, breaker, provider = facts[4:]
+        state = "" if breaker == CLOSED else f" (breaker {breaker})"
+        via = "" if provider is None else f" via provider {provider!r}"
+        return f"last known good {chosen}{via} is not OPEN{state}: pinned to it"
+
+    def terms(self, facts):
+        chosen = facts[4]
+        return {i: {"last_known_good": i == chosen} for i in facts[0]}
+
+
+_PINNED = _PinnedExplained()

@@ -31,7 +31,7 @@ import math
 from typing import Optional
 
 from ..breaker import OPEN
-from ..decision import Candidate, Decision, Pool, RoutingContext, ranked_decision
+from ..decision import Candidate, Decision, Explainer, Pool, RoutingContext, atoms, explained_decision
 from ..numbers import clamp01, finite  # noqa: F401 (the strategies import them from here)
 from ..policy.models import FACTORS
 
@@ -82,25 +82,18 @@ def explore(eligible, context: RoutingContext) -> Optional[int]:
     return None
 
 
-def explored(eligible, best: int, reason, context: RoutingContext):
-    """``(chosen, reason, probability)`` once epsilon-greedy exploration (``explore``) had its
-    say over the ranking's winner `best`: every strategy that honours an alias's ``exploration``
+def exploration(eligible, best: int, context: RoutingContext):
+    """``(chosen, drew, probability)`` once epsilon-greedy exploration (``explore``) had its say
+    over the ranking's winner `best`: every strategy that honours an alias's ``exploration``
     goes through here, bandits included (there it is a floor under their own exploration).
-    `reason` may be a function formatting it on first read; so is the amended one."""
+    `drew` is None when the winner stands, else what the reason says of the draw
+    (``decision.explored_reason``): atoms, for a decision's facts."""
     picked = explore(eligible, context)
     if picked is None:
-        return best, reason, selection_probability(len(eligible), True, context)
-    ranking, eps, ids = reason, finite(context.exploration), eligible.ids
-
-    def amended() -> str:
-        why = ranking if isinstance(ranking, str) else ranking()
-        if picked == best:
-            return (f"exploration (epsilon {eps:g}) drew {ids[picked]} at random from {len(eligible)} candidates, "
-                    f"which is also the ranking's choice; {why}")
-        return (f"exploration (epsilon {eps:g}) chose {ids[picked]} at random from {len(eligible)} candidates "
-                f"instead of the ranking's {ids[best]}; ranking: {why}")
-
-    return picked, amended, selection_probability(len(eligible), picked == best, context)
+        return best, None, selection_probability(len(eligible), True, context)
+    ids = eligible.ids
+    drew = (finite(context.exploration), ids[picked], ids[best], len(eligible), picked == best)
+    return picked, drew, selection_probability(len(eligible), picked == best, context)
 
 
 def selection_probability(n_eligible: int, chosen_is_best: bool, context) -> float:
@@ -110,28 +103,45 @@ def selection_probability(n_eligible: int, chosen_is_best: bool, context) -> flo
     return (1.0 - eps) + share if chosen_is_best else share
 
 
-def finish(strategy: str, pool: Pool, eligible: Pool, scores, best: int, reason, context: RoutingContext, *,
-           terms=None, allow_explore: bool = True, score_of=None) -> Decision:
+def finish(strategy: str, pool: Pool, eligible: Pool, explainer: Explainer, own: tuple, best: int,
+           context: RoutingContext, *, scores=None, final_score=None, why: Optional[str] = None) -> Decision:
     """The Decision of a ranking strategy whose winner is ``eligible``'s member `best`:
     epsilon-greedy exploration over `eligible`, every pool member listed, and the candidates that
-    did not compete (OPEN breakers) marked excluded.
+    did not compete (OPEN breakers) marked excluded. Explained by `explainer` from the facts
+    ``(pool ids, scores, excluded, drew, *own)`` (``decision.Explainer``).
 
-    `scores` and `terms` are mappings by candidate id, or functions building them on demand
-    (see ``decision.ranked_decision``); then `score_of(i)` gives eligible member i's score. The
-    `reason` may be a function formatting it on first read (``Decision.reason``)."""
-    ids = eligible.ids
-    if allow_explore:
-        chosen, reason, probability = explored(eligible, best, reason, context)
-    else:
-        chosen, probability = best, 1.0
-    excluded = None
+    `scores`: the pool's scores in pool order (None where a member has none), or None when the
+    explainer computes them; then `final_score(j)` gives eligible member j's score. `why`: the
+    ranking's reason when the strategy has formatted it already (it is the decision's reason
+    when exploration drew nothing)."""
+    chosen, drew, probability = exploration(eligible, best, context)
+    ids = atoms(pool.ids)
+    excluded = ()
     if len(eligible) != len(pool):
-        competing = set(ids)
-        excluded = {i: f"breaker {b}: competes only when every candidate is OPEN"
-                    for i, b in zip(pool.ids, pool.breakers) if i not in competing}
-    final = score_of(chosen) if callable(scores) else None
-    return ranked_decision(strategy, pool, scores, eligible.deployments[chosen], reason, probability=probability,
-                           terms=terms, excluded=excluded, final_score=final)
+        competing = set(eligible.ids)
+        excluded = tuple((i, f"breaker {b}: competes only when every candidate is OPEN")
+                         for i, b in zip(ids, pool.breakers) if i not in competing)
+    if scores is None:
+        final = final_score(chosen)
+    else:
+        final = scores[ids.index(eligible.ids[chosen])] if excluded else scores[chosen]
+    return explained_decision(strategy, eligible.deployments[chosen], final, explainer,
+                              (ids, scores, excluded, drew, *own), why if drew is None else None,
+                              probability=probability)
+
+
+class OwnScores(Explainer):
+    """An explainer whose scores come from its own facts (``scores`` over the competing ids
+    ``facts[4]``), the members that did not compete without one."""
+
+    __slots__ = ()
+
+    def scores(self, facts):
+        by_id = dict(zip(facts[4], self.own_scores(facts)))
+        return [by_id.get(i) for i in facts[0]]
+
+    def own_scores(self, facts) -> list:
+        raise NotImplementedError
 
 
 # -- factors ---------------------------------------------------------------------------------------
@@ -235,7 +245,25 @@ class RulesStrategy:
         margin = f", {scores[best.id] - runner:.3f} ahead of the next" if runner is not None else ""
         all_open = " (every candidate is OPEN)" if best.breaker == OPEN else ""
         reason = f"rules picked {best.id}: score {scores[best.id]:.3f} (largest parts: {parts or 'none'}){margin}{all_open}"
-        def terms():
-            return {cid: {k: round(v, 6) for k, v in f.items()} for cid, f in factors.items()}
+        # The candidates' factor dicts as they are, last (numbers: dicts CPython does not track;
+        # the facts tuple holding them stays tracked, one object per decision, which costs less
+        # than copying 16 factors per candidate into a flat tuple on the request path).
+        own = (atoms(ids), reason, *factors.values())
+        return finish(self.name, pool, eligible, _RULES, own, b, context, why=reason,
+                      scores=tuple(values) if len(eligible) == len(pool) else tuple([scores.get(i) for i in pool.ids]))
 
-        return finish(self.name, pool, eligible, scores, b, reason, context, terms=terms)
+
+class _RulesExplained(Explainer):
+    """facts: (ids, scores, excluded, drew, competing ids, reason, then each one's factors:
+    factor_table's dicts)."""
+
+    __slots__ = ()
+
+    def why(self, facts) -> str:
+        return facts[5]
+
+    def terms(self, facts):
+        return {cid: {k: round(v, 6) for k, v in f.items()} for cid, f in zip(facts[4], facts[6:])}
+
+
+_RULES = _RulesExplained()
