@@ -448,8 +448,11 @@ class ContextualModels:
         # happens under this lock; a decision reads without it (it may see an update half-done).
         self._lock = threading.RLock()
         self.ids: dict[str, int] = {}
-        # float32: a decision's cost is reading these slots; the precision is far beyond a reward's.
-        self.hd = np.zeros((DIM, 2, 0), dtype=np.float32)
+        # float32: the precision is far beyond a reward's. Stored a column after another (read as
+        # ``hd``, slot x (h, dp) x column): bringing a column's means and variances up to date
+        # after an outcome reads its 128 KB, where a row-major array spread them over every row
+        # (1 MB of cache lines read, evicting the next decision's working set).
+        self._hdc = np.zeros((0, DIM, 2), dtype=np.float32)
         # What a decision reads: each slot's mean and variance, as of its column's last update.
         self.mv = np.zeros((DIM, 2, 0), dtype=np.float32)
         self._stale_ticks: dict[float, float] = {}  # gamma -> the elapsed ticks of STALE_BELOW
@@ -472,6 +475,11 @@ class ContextualModels:
         self._pending_count: list[float] = []
         self.reseeded: set[str] = set()
         self.gamma = 1.0  # the gamma of the last outcome learned (what a shared store folds with)
+
+    @property
+    def hd(self) -> np.ndarray:
+        """(DIM, 2, columns): each slot's stored (h, dp) per column (a view: assignable)."""
+        return self._hdc.transpose(1, 2, 0)
 
     @property
     def h(self) -> np.ndarray:
@@ -499,7 +507,7 @@ class ContextualModels:
         if k is not None:  # another thread made it meanwhile
             return k
         k = len(self.ids)
-        self.hd = np.concatenate((self.hd, np.zeros((DIM, 2, 1), dtype=np.float32)), axis=2)
+        self._hdc = np.concatenate((self._hdc, np.zeros((1, DIM, 2), dtype=np.float32)))
         self.mv = np.concatenate((self.mv, np.zeros((DIM, 2, 1), dtype=np.float32)), axis=2)
         for name, v in zip(self._VECTORS, (1.0 / prior_variance, 1.0, 0.0, 0.0, 0.5, BASE_PSEUDO_COUNT)):
             setattr(self, name, np.append(getattr(self, name), v))
@@ -835,7 +843,7 @@ class ContextualModels:
     def copy(self) -> "ContextualModels":
         m = ContextualModels()
         m.ids = dict(self.ids)
-        m.hd = self.hd.copy()
+        m._hdc = self._hdc.copy()
         m.mv = self.mv.copy()
         m._live = [None] * len(self.ids)
         for name in self._VECTORS:

@@ -12,7 +12,9 @@
   same outcomes, and ``router_only``: the Router call alone, without the baseline's harness.
 
 Each call timed alone (perf_counter_ns) after an untimed warm-up, gc off during the loops.
-Writes benchmarks/results/overhead.json and .md."""
+Writes benchmarks/results/overhead.json and .md. ``--count MODE`` (real_prompts, steady...) times
+nothing: it runs ``--calls`` decisions of ``--count-alias`` at n=16 for an instruction count
+(``count_decisions``)."""
 
 from __future__ import annotations
 
@@ -361,12 +363,39 @@ def ratio_targets(report: dict) -> list[str]:
     return out
 
 
+def count_decisions(policy, alias: str, mode: str, calls: int) -> int:
+    """`calls` decisions of `alias` in `mode` (a ``decide_steps`` step) at n=16, the engine built,
+    warmed and stepped as ``bench_ours`` does, each decide() inside sys.call_tracing, so that
+    ``valgrind --tool=callgrind --collect-atstart=no --toggle-collect=sys_call_tracing`` counts
+    the decisions alone (a steady step's recorded outcome outside): instructions / `calls`."""
+    specs, messages, prompts = pool_specs(TARGET_N), bench.dense_messages(), real_prompts()
+    eng, clock, deps = build_engine(specs, policy)
+    usable = [a for a, _ in ALIASES if a in policy.aliases]
+    for a in usable:
+        eng.decide(a, messages, deps)
+    warm_engine(eng, clock, deps, specs, messages, usable)
+    clock.t += 1.0
+    decide, counting = eng.decide, [False]
+    eng.decide = lambda *a: sys.call_tracing(decide, a) if counting[0] else decide(*a)
+    step = decide_steps(eng, clock, alias, messages, prompts, deps, specs)[mode]
+    for _ in range(max(WARM_CALLS, 2 * len(prompts))):  # as the timed modes' warm-up
+        step()
+    counting[0] = True
+    with bench.gc_off():
+        for _ in range(calls):
+            step()
+    print(f"{calls} decisions of {alias} ({mode}, n={TARGET_N}) counted", flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
-    args = bench.arguments(__doc__, argv, calls=3000, sizes="4,16,64")
+    args = bench.arguments(__doc__, argv, calls=3000, sizes="4,16,64", count="", count_alias="auto/contextual")
     sizes, messages = [int(x) for x in args.sizes.split(",")], bench.dense_messages()
     policy = load_policy()  # plus `auto/contextual`: the shipped `auto` with the contextual strategy
     contextual = policy.aliases["auto"].model_copy(update={"strategy": "contextual"})
     policy = policy.model_copy(update={"aliases": {**policy.aliases, "auto/contextual": contextual}})
+    if args.count:
+        return count_decisions(policy, args.count_alias, args.count, args.calls)
     t0, load_start, speed_start = time.monotonic(), bench.load_average(), bench.machine_speed_ms()
     print(f"decision overhead: {args.calls} calls, machine speed {speed_start} ms", flush=True)
     report = {"conditions": {}, "ours": {}, "ours_modes": {}, "litellm": {}, "pieces": {}, "notes": []}

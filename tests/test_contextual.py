@@ -620,3 +620,16 @@ def test_a_deployment_met_for_the_first_time_starts_from_its_cold_prior(tmp_path
     assert float(m.prior_mean[m.ids["fam"]]) == pytest.approx(0.9)
     # a prior model file's deployment keeps the file's prior (seed before any decision)
     assert m.start("fam", 0.05, 0.1, 1.0) == m.ids["fam"] and float(m.prior_mean[m.ids["fam"]]) == pytest.approx(0.9)
+
+
+def test_a_columns_values_are_stored_together():
+    """Rewriting a column's means and variances after an outcome reads its stored values as one
+    block (the view ``hd`` keeps the slot x 2 x column shape every reader uses)."""
+    m = ContextualModels()
+    for dep in ("a", "b", "c"):
+        m.learn(dep, LearnContext(request_vector(feats("some words here"), None, "default"), 0.5, 0.05, 0.1), 0.9,
+                1.0, 0.99)
+    k = m.ids["b"]
+    assert m._hdc[k].flags.c_contiguous and m.hd[:, :, k].flags.c_contiguous
+    assert m.hd.shape == m.mv.shape == (DIM, 2, 3)
+    assert np.array_equal(m.hd[:, :, k], m._hdc[k]) and (m.dp[:, k] > 0).any()
