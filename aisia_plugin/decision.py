@@ -422,7 +422,8 @@ class CandidateScore:
 def explored_reason(why: str, drew) -> str:
     """A ranking's reason once epsilon-greedy exploration had its say: `drew` is None (the
     ranking's winner stands: `why` as is) or ``(epsilon, drawn id, the ranking's id, candidates,
-    whether they are the same)`` (the one home of this wording: ``strategies.rules.exploration``)."""
+    whether they are the same)``, as ``strategies.rules.exploration`` records the draw. The one
+    home of this wording (the contextual strategy keeps its own shorter one, unchanged)."""
     if drew is None:
         return why
     eps, picked, best, n, same = drew
