@@ -206,6 +206,13 @@ def pieces(eng, clock, deps, policy, usable, messages, specs, calls) -> dict:
     return pc
 
 
+def warm_calls(mode: str, prompts) -> int:
+    """Untimed calls of a mode before it is timed or counted: the real prompts, every one twice,
+    so that RE2's lazy DFAs have met the texts (a fresh process's first pass is reported apart:
+    README, domain detection)."""
+    return {"real_prompts": 2 * len(prompts), "steady": max(WARM_CALLS, 2 * len(prompts))}.get(mode, WARM_CALLS)
+
+
 def bench_ours(report: dict, policy, sizes, calls, messages) -> None:
     """The report's ``ours``, ``ours_modes`` and ``pieces``, and their notes."""
     ours, modes, notes, prompts = report["ours"], report["ours_modes"], report["notes"], real_prompts()
@@ -224,11 +231,7 @@ def bench_ours(report: dict, policy, sizes, calls, messages) -> None:
                 notes.append(f"n={n} {alias} ({strat}): decide() failed: {type(e).__name__}: {e}")
         warm_engine(eng, clock, deps, specs, messages, [a for a, _ in usable] or ["auto"])
         clock.t += 1.0
-        # Untimed first: the real prompts, every one twice, so that RE2's lazy DFAs have met the
-        # texts (a fresh process's first pass is reported apart: README, domain detection).
-        warm = {"fixed": WARM_CALLS, "explained": WARM_CALLS, "real_prompts": 2 * len(prompts),
-                "steady": max(WARM_CALLS, 2 * len(prompts))}
-        cells = {(alias, mode): (step, warm[mode]) for alias, _ in usable
+        cells = {(alias, mode): (step, warm_calls(mode, prompts)) for alias, _ in usable
                  for mode, step in decide_steps(eng, clock, alias, messages, prompts, deps, specs).items()}
         timed = bench.interleaved(cells, calls)
         ours[str(n)], modes[str(n)] = {}, {}
@@ -378,7 +381,7 @@ def count_decisions(policy, alias: str, mode: str, calls: int) -> int:
     decide, counting = eng.decide, [False]
     eng.decide = lambda *a: sys.call_tracing(decide, a) if counting[0] else decide(*a)
     step = decide_steps(eng, clock, alias, messages, prompts, deps, specs)[mode]
-    for _ in range(max(WARM_CALLS, 2 * len(prompts))):  # as the timed modes' warm-up
+    for _ in range(warm_calls(mode, prompts)):  # as the timed modes' warm-up
         step()
     counting[0] = True
     with bench.gc_off():
