@@ -28,7 +28,9 @@ work, which the totals of the instrumentation method above include.
 ``--deployments N`` adds N - 1 filler deployments (proxy_overhead.py's model-list sizes) and
 ``--wide-aliases K`` K more aliases whose candidates are all of them (each a routing group of every
 model name, as the default policy's aliases are); ``--arm litellm`` is the plain request on a Router
-without the plugin (no callback, no groups). With ``--cprofile``, the first line is the totals:
+without the plugin (no callback, no groups). What production's ``auto`` costs, an alias over every
+deployment: ``--arm wide`` asks the first such alias (one is added), ``--arm group`` is LiteLLM's own
+choice among the same N deployments (a Router without the plugin, all N under the plain model's name). With ``--cprofile``, the first line is the totals:
 whether a plain request's work grows with the model list or with the aliases' groups.
 
     .venv/bin/python benchmarks/alias_path_count.py --arm plain --cprofile --deployments 200 --wide-aliases 7"""
@@ -63,12 +65,14 @@ def _deployment(name: str, id_: str) -> dict:
                       id=id_, input_cost_per_token=1e-7, output_cost_per_token=1e-7)
 
 
-def build(deployments: int = 1, wide_aliases: int = 0, plugin_loaded: bool = True, strategy: str = "ucb1"):
-    """The Router (the plain model and `deployments - 1` fillers) and the plugin (None without it);
-    the policy: the benchmark's alias (its strategy `strategy`) and `wide_aliases` aliases over every
+def build(deployments: int = 1, wide_aliases: int = 0, plugin_loaded: bool = True, strategy: str = "ucb1",
+          one_group: bool = False):
+    """The Router (the plain model and `deployments - 1` fillers, each its own model name, or with
+    `one_group` all of them under the plain model's name) and the plugin (None without it); the
+    policy: the benchmark's alias (its strategy `strategy`) and `wide_aliases` aliases over every
     deployment."""
-    model_list = [_deployment(PLAIN, "bench-1")] + [_deployment(f"bench-filler-{i}", f"filler-{i}")
-                                                     for i in range(1, deployments)]
+    model_list = [_deployment(PLAIN, "bench-1")] + [_deployment(PLAIN if one_group else f"bench-filler-{i}",
+                                                                f"filler-{i}") for i in range(1, deployments)]
     router = litellm.Router(model_list=model_list, routing_strategy="simple-shuffle")
     if not plugin_loaded:
         return router, None
@@ -200,8 +204,11 @@ def instr(state: str) -> None:
 
 async def run(arm: str, requests: int, warmup: int, profile: bool, deployments: int = 1, wide_aliases: int = 0,
               collect=()):
-    router, plugin = build(deployments, wide_aliases, plugin_loaded=arm != "litellm")
-    model = ALIAS if arm == "alias" else PLAIN
+    if arm == "wide":
+        wide_aliases = max(wide_aliases, 1)
+    router, plugin = build(deployments, wide_aliases, plugin_loaded=arm not in ("litellm", "group"),
+                           one_group=arm == "group")
+    model = {"alias": ALIAS, "wide": "auto/wide-0"}.get(arm, PLAIN)
     for _ in range(warmup):
         await one(router, plugin, model)
     if collect:
@@ -260,13 +267,14 @@ async def collect_each(router, plugin, model: str, requests: int, targets) -> No
 
 
 def main(argv=None) -> int:
-    a = bench.arguments(__doc__, argv, arm=("alias", "alias, plain or litellm (a Router without the plugin)"),
+    a = bench.arguments(__doc__, argv, arm=("alias", "alias, plain, litellm (a Router without the plugin), wide (an alias over every "
+                                                 "deployment) or group (LiteLLM alone, one group of them all)"),
                         requests=100, warmup=30, cprofile=False,
                         deployments=(1, "deployments in the Router (fillers added)"),
                         wide_aliases=(0, "more aliases, each over every deployment"),
                         collect=([], "module:Qualname: collect inside it only, one pass each (callgrind)"))
-    if a.arm not in ("alias", "plain", "litellm"):
-        raise SystemExit(f"--arm {a.arm}: choose alias, plain or litellm")
+    if a.arm not in ("alias", "plain", "litellm", "wide", "group"):
+        raise SystemExit(f"--arm {a.arm}: choose alias, plain, litellm, wide or group")
     asyncio.run(run(a.arm, a.requests, a.warmup, a.cprofile, a.deployments, a.wide_aliases, a.collect))
     return 0
 
