@@ -115,6 +115,22 @@ def test_an_invalid_edit_is_logged_once_and_the_last_good_policy_keeps_serving(p
     assert served(client) == before
 
 
+def test_a_recent_or_new_policy_file_is_never_called_unchanged(tmp_path):
+    team = tmp_path / "team.yaml"
+    team.write_text(POLICY.format(models="r-a, r-b"))  # modified now: within the recent-mtime window
+    files = PolicyFiles([tmp_path])
+    assert not files.unchanged()  # never fingerprinted
+    files.fingerprint()
+    assert not files.unchanged()  # recent: an edit keeping size and stamps would not show
+    old = time.time() - 3600
+    os.utime(team, (old, old))
+    files.fingerprint()
+    assert files.unchanged()
+    (tmp_path / "more.yaml").write_text("version: 1\n")
+    os.utime(tmp_path / "more.yaml", (old, old))
+    assert not files.unchanged()  # a new file in the policy folder
+
+
 def test_a_poll_stats_the_policy_files_and_hashes_only_a_changed_one(tmp_path):
     team, extra = tmp_path / "team.yaml", tmp_path / "extra.yaml"
     team.write_text(POLICY.format(models="r-a, r-b"))
@@ -126,12 +142,16 @@ def test_a_poll_stats_the_policy_files_and_hashes_only_a_changed_one(tmp_path):
     first = files.fingerprint()
     assert files.hashed == 2
     assert files.fingerprint() == first and files.hashed == 2  # nothing changed: stat only, no read
+    assert files.unchanged()  # what the watcher asks in the event loop before fingerprinting
     # Same size, mtime put back: the inode's ctime still moves, and the content is hashed again.
     team.write_text(POLICY.format(models="r-b, r-a"))
     os.utime(team, (old, old))
+    assert not files.unchanged()
     changed = files.fingerprint()
     assert files.hashed == 3 and changed != first
     assert dict(changed)[str(extra)] == dict(first)[str(extra)]
     assert files.fingerprint() == changed and files.hashed == 3
+    assert files.unchanged() and files.hashed == 3
     extra.unlink()
+    assert not files.unchanged()
     assert dict(files.fingerprint()).get(str(extra)) in (None, "missing")
