@@ -14,7 +14,15 @@ and the meter started on SIGUSR1, written out on SIGUSR2). Arms: `litellm` (a pl
     .venv/bin/python benchmarks/profile_proxy.py --write       # benchmarks/results/proxy_profile.md
 
 The .prof files go to benchmarks/out/profile/; cProfile's figures are for ranking (each call
-costs more under it), the timing mode's for the hooks' own cost."""
+costs more under it), the timing mode's for the hooks' own cost.
+
+* count mode: instructions per request of the whole proxy process (every thread), deterministic,
+  so the machine's load does not move them: each proxy runs under callgrind, instrumented only
+  around the measured requests (``callgrind_control``), net of its idle rate measured right after.
+  Two more arms there, what production's ``auto`` costs: `wide` (the shipped ``auto``, every
+  deployment its candidate) and `group` (LiteLLM alone, every deployment under one model name).
+
+    .venv/bin/python benchmarks/profile_proxy.py --modes count --deployments 1,16,200 --requests 60"""
 
 from __future__ import annotations
 
@@ -22,6 +30,7 @@ import json
 import os
 import pstats
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,8 +38,10 @@ from pathlib import Path
 
 import bench
 import httpx
-from proxy_rig import ALIAS, PLAIN, ask, check, meter_start, meter_stop, metered, proxies, upstream
+from proxy_rig import (ALIAS, PLAIN, POLICY, ask, bench_config, check, meter_start, meter_stop, metered, proxies,
+                       upstream)
 
+import aisia_plugin.demo.proxy as proxy_mod
 from aisia_plugin.demo.proxy import Proxy
 
 OUT = bench.OUT / "profile"
@@ -110,19 +121,104 @@ def timing_report(timings: dict, n: int) -> str:
                      + bench.md_table(["function", "arm", "calls/req", "median us", "us/req"], rows, "---:")) + "\n"
 
 
+IDLE_S = 15.0  # how long each proxy's idle rate is counted, after its requests
+
+
+def _control(proxy: Proxy, *args: str) -> None:
+    subprocess.run(["callgrind_control", *args, str(proxy.pid)], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+
+
+def _instructions(proxy: Proxy, *command: str) -> int:
+    """Run callgrind_control `command` on the proxy, then dump its counters (which zeroes them):
+    the instructions since the last zeroing, every thread."""
+    if command:
+        _control(proxy, *command)
+    _control(proxy, "-d")
+    newest = max(proxy.workdir.glob(f"callgrind.out.{proxy.pid}.*"), key=lambda f: int(f.suffix[1:]))
+    return next(int(line.split()[1]) for line in newest.read_text(errors="replace").splitlines()
+                if line.startswith("totals:"))
+
+
+def count(proxy: Proxy, client: httpx.Client, model: str, n: int) -> dict:
+    """Instructions per request of `n` sequential requests, net of the proxy's idle rate."""
+    _control(proxy, "-i", "on")
+    _drive(client, proxy, model, 20)  # the instrumented code's first runs
+    _instructions(proxy)
+    started = time.monotonic()
+    failed = _drive(client, proxy, model, n)
+    time.sleep(1.0)  # the last responses' logging tasks
+    busy, elapsed = _instructions(proxy), time.monotonic() - started
+    time.sleep(IDLE_S)
+    idle = _instructions(proxy, "-i", "off") / IDLE_S
+    return {"per_request": (busy - idle * elapsed) / n, "idle_per_s": idle, "failed": failed}
+
+
+def count_mode(base_url: str, sizes, n: int, warmup: int, work: Path) -> str:
+    """The count mode's table: instructions per request per arm and model-list size."""
+    wrapper = work / "litellm-callgrind"
+    wrapper.write_text(f"#!/bin/sh\nexec valgrind --tool=callgrind --instr-atstart=no "
+                       f"--callgrind-out-file=callgrind.out.%p {sys.executable} {proxy_mod.litellm_executable()} \"$@\"\n")
+    wrapper.chmod(0o755)
+    proxy_mod.litellm_executable = lambda: wrapper
+    (policy := work / "bench-policy.yaml").write_text(POLICY)
+    rows, results = [], {}
+    for size in sizes:
+        arms = {"litellm": [(False, False), PLAIN], "plain": [(True, False), PLAIN], "alias": [(True, False), ALIAS],
+                "wide": [(True, False), "auto"], "group": [(False, True), PLAIN]}
+        got = results[size] = {}
+        for plugin, one_group in dict.fromkeys(tuple(a[0]) for a in arms.values()):
+            if one_group and size == 1:
+                continue  # one deployment: the group is the litellm arm's
+            proxy = Proxy(bench_config(base_url, size, plugin, one_group), work / f"{size}-{plugin}-{one_group}",
+                          env={"AISIA_POLICY": str(policy)} if plugin else None, timeout_s=900)
+            print(f"count: {size} deployments, starting a proxy under callgrind ...", file=sys.stderr, flush=True)
+            try:
+                proxy.start()
+                httpx.get(proxy.url + "/bench-no-such-route", headers=proxy.headers, timeout=60)
+                with httpx.Client(timeout=300) as client:
+                    for arm, (key, model) in arms.items():
+                        if key == (plugin, one_group):
+                            check(client, proxy, model)
+                            _drive(client, proxy, model, warmup)
+                            got[arm] = count(proxy, client, model, n)
+                            print(f"count: {size} deployments, {arm}: {got[arm]['per_request'] / 1e6:.3f} M "
+                                  "instructions per request", file=sys.stderr, flush=True)
+            finally:
+                proxy.stop(timeout_s=60)
+        got.setdefault("group", got["litellm"])
+        base, group = got["litellm"]["per_request"], got["group"]["per_request"]
+        rows.append([str(size)] + [f"{got[a]['per_request'] / 1e6:.3f}" for a in arms]
+                    + [f"{got['plain']['per_request'] / base:.4f}", f"{got['alias']['per_request'] / base:.4f}",
+                       f"{got['wide']['per_request'] / group:.4f}"])
+    text = "\n".join([
+        f"Instructions per request of the whole proxy process (M; callgrind, every thread), {n} sequential "
+        f"requests per arm after {warmup} warm-up requests and 20 instrumented ones, net of the proxy's idle rate "
+        f"over {IDLE_S:g} s after them. `wide`: the shipped `auto`, over every deployment; `group`: LiteLLM "
+        "without the plugin, every deployment under one model name (at 1 deployment: the litellm arm).", ""]
+        + bench.md_table(["deployments", "litellm", "plain", "alias", "wide", "group", "plain / litellm",
+                          "alias / litellm", "wide / group"], rows, "---:")) + "\n"
+    bench.write_results("proxy_count", {"requests": n, "warmup": warmup, "idle_s": IDLE_S, "results": results,
+                                        **bench.conditions()}, "# Whole-proxy instructions per request\n\n" + text)
+    return text
+
+
 def main(argv=None) -> int:
     args = bench.arguments(__doc__, argv, requests=(1000, "profiled sequential requests per arm"), warmup=200,
-                           top=25, deployments=(1, "deployments in the config"),
+                           top=25, deployments=("1", "deployments in the config (count mode: comma-separated)"),
                            modes=("timing,cprofile", "timing: wall time per call of TIMED, no profiler; cprofile: "
-                                  "profiles and their differences"),
+                                  "profiles and their differences; count: instructions per request (callgrind)"),
                            write=(False, "write benchmarks/results/proxy_profile.md"))
     work = Path(tempfile.mkdtemp(prefix="aisia-profile-"))
-    metered(work, TIMED)  # Proxy.start runs the metering wrapper instead of litellm
     sections = {}
+    sizes = [int(x) for x in str(args.deployments).split(",")]
     with upstream() as base_url:
-        for mode in args.modes.split(","):
+        if "count" in args.modes.split(","):
+            sections["count"] = count_mode(base_url, sizes, args.requests, args.warmup, work)
+        metered(work, TIMED)  # Proxy.start runs the metering wrapper instead of litellm
+        for mode in (m for m in args.modes.split(",") if m != "count"):
             print(f"{mode}: starting the proxies under the profiling wrapper ...", file=sys.stderr, flush=True)
-            with proxies(base_url, args.deployments, work / mode, {"litellm": False, "plugin": True},
+            with proxies(base_url, sizes[0], work / mode, {"litellm": False, "plugin": True},
                          AISIA_PROFILE_MODE=mode) as running, httpx.Client(timeout=30) as client:
                 out = {}
                 # The plugin's proxy gets its plain traffic first, then the alias.
@@ -144,7 +240,8 @@ def main(argv=None) -> int:
     if args.write:  # the generated part of the file; the analysis written around it is kept
         bench.replace_blocks(bench.RESULTS / "proxy_profile.md", {"profile_proxy": [
             f"Generated {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} by `benchmarks/profile_proxy.py "
-            f"--deployments {args.deployments}`; {bench.conditions()['platform']}, litellm {bench.version('litellm')}.",
+            f"--deployments {args.deployments} --modes {args.modes}`; {bench.conditions()['platform']}, "
+            f"litellm {bench.version('litellm')}.",
             "", text.rstrip("\n")]})
     return 0
 

@@ -183,11 +183,13 @@ def upstream():
         proc.terminate(), proc.wait(timeout=10)
 
 
-def bench_config(base_url: str, deployments: int = 1, plugin: bool = True) -> dict:
+def bench_config(base_url: str, deployments: int = 1, plugin: bool = True, one_group: bool = False) -> dict:
     """The proxies' config: the plain model (id bench-1) and `deployments - 1` fillers on the same
-    upstream; with `plugin`, the plugin as its callback (the policy comes from $AISIA_POLICY)."""
+    upstream (with `one_group`, under the plain model's name too); with `plugin`, the plugin as its
+    callback (the policy comes from $AISIA_POLICY)."""
     models = [deployment(PLAIN, base_url, id="bench-1")]
-    models += [deployment(f"bench-filler-{i}", base_url) for i in range(1, deployments)]
+    models += [deployment(PLAIN if one_group else f"bench-filler-{i}", base_url, id=f"bench-filler-{i}")
+               for i in range(1, deployments)]
     config = {"model_list": models, "router_settings": {"routing_strategy": "simple-shuffle"}}
     return {**config, "litellm_settings": {"callbacks": ["aisia_plugin.litellm.plugin"]}} if plugin else config
 
