@@ -18,7 +18,7 @@ costs more under it), the timing mode's for the hooks' own cost.
 
 * count mode: instructions per request of the whole proxy process (every thread), deterministic,
   so the machine's load does not move them: each proxy runs under callgrind, instrumented only
-  around the measured requests (``callgrind_control``), net of its idle rate measured right after.
+  around the measured requests (``callgrind_control``), net of its idle rate.
   Two more arms there, what production's ``auto`` costs: `wide` (the shipped ``auto``, every
   deployment its candidate) and `group` (LiteLLM alone, every deployment under one model name).
 
@@ -121,7 +121,7 @@ def timing_report(timings: dict, n: int) -> str:
                      + bench.md_table(["function", "arm", "calls/req", "median us", "us/req"], rows, "---:")) + "\n"
 
 
-IDLE_S = 15.0  # how long each proxy's idle rate is counted, after its requests
+WINDOW_S = 5.0  # the count mode's windows: the idle rate's, and the requests' tail's
 
 
 def _control(proxy: Proxy, *args: str) -> None:
@@ -140,18 +140,32 @@ def _instructions(proxy: Proxy, *command: str) -> int:
                 if line.startswith("totals:"))
 
 
+def _idle_rate(proxy: Proxy) -> float:
+    """Instructions per second of the proxy left alone, once what earlier requests left running
+    (LiteLLM's logging worker, the plugin's after-response steps: slow under callgrind) is done:
+    5 s windows until three in a row agree within 25 %, the least of them."""
+    rates: list[float] = []
+    while len(rates) < 3 or max(rates[-3:]) > 1.25 * min(rates[-3:]):
+        time.sleep(WINDOW_S)
+        rates.append(_instructions(proxy) / WINDOW_S)
+    return min(rates[-3:])
+
+
 def count(proxy: Proxy, client: httpx.Client, model: str, n: int) -> dict:
-    """Instructions per request of `n` sequential requests, net of the proxy's idle rate."""
+    """Instructions per request of `n` sequential requests, counted from the first until the
+    proxy is back to its idle rate, net of that rate."""
     _control(proxy, "-i", "on")
     _drive(client, proxy, model, 20)  # the instrumented code's first runs
-    _instructions(proxy)
-    started = time.monotonic()
+    idle = _idle_rate(proxy)
+    started, busy = time.monotonic(), 0
     failed = _drive(client, proxy, model, n)
-    time.sleep(1.0)  # the last responses' logging tasks
-    busy, elapsed = _instructions(proxy), time.monotonic() - started
-    time.sleep(IDLE_S)
-    idle = _instructions(proxy, "-i", "off") / IDLE_S
-    return {"per_request": (busy - idle * elapsed) / n, "idle_per_s": idle, "failed": failed}
+    while True:
+        time.sleep(WINDOW_S)
+        busy += (last := _instructions(proxy))
+        if last <= 1.5 * idle * WINDOW_S:
+            break
+    _control(proxy, "-i", "off")
+    return {"per_request": (busy - idle * (time.monotonic() - started)) / n, "idle_per_s": idle, "failed": failed}
 
 
 def count_mode(base_url: str, sizes, n: int, warmup: int, work: Path) -> str:
@@ -193,12 +207,12 @@ def count_mode(base_url: str, sizes, n: int, warmup: int, work: Path) -> str:
                        f"{got['wide']['per_request'] / group:.4f}"])
     text = "\n".join([
         f"Instructions per request of the whole proxy process (M; callgrind, every thread), {n} sequential "
-        f"requests per arm after {warmup} warm-up requests and 20 instrumented ones, net of the proxy's idle rate "
-        f"over {IDLE_S:g} s after them. `wide`: the shipped `auto`, over every deployment; `group`: LiteLLM "
+        f"requests per arm after {warmup} warm-up requests and 20 instrumented ones, counted until the proxy was "
+        f"back to its idle rate (measured just before them, {WINDOW_S:g} s windows), net of that rate. `wide`: the shipped `auto`, over every deployment; `group`: LiteLLM "
         "without the plugin, every deployment under one model name (at 1 deployment: the litellm arm).", ""]
         + bench.md_table(["deployments", "litellm", "plain", "alias", "wide", "group", "plain / litellm",
                           "alias / litellm", "wide / group"], rows, "---:")) + "\n"
-    bench.write_results("proxy_count", {"requests": n, "warmup": warmup, "idle_s": IDLE_S, "results": results,
+    bench.write_results("proxy_count", {"requests": n, "warmup": warmup, "window_s": WINDOW_S, "results": results,
                                         **bench.conditions()}, "# Whole-proxy instructions per request\n\n" + text)
     return text
 
