@@ -162,6 +162,11 @@ def cpu_seconds(pid: int) -> float:
     return sum(stats[p][1] for p in process_tree(pid) if p in stats)
 
 
+def progress(text: str) -> None:
+    """A progress line on stderr, with the time and the load (other jobs share the machine)."""
+    print(f"[{time.strftime('%H:%M:%S')} load {load_average()[0]:.2f}] {text}", file=sys.stderr, flush=True)
+
+
 # -- timing ---------------------------------------------------------------------------------------
 @contextmanager
 def gc_off():

@@ -1,26 +1,24 @@
 """Where the proxy's per-request time goes, with and without the plugin, per hook and step.
 
 One LiteLLM proxy without any callback and one with the plugin (the config and instant upstream of
-benchmarks/proxy_rig.py), each under proxy_rig's metering wrapper (`metered`: a full collection
-and the meter started on SIGUSR1, written out on SIGUSR2). Arms: `litellm` (a plain model on the proxy without callback), `plain`
-(the same name on the plugin's proxy, profiled before it serves any alias) and `alias`.
+proxy_rig.py), each under proxy_rig's metering wrapper (`metered`: a full collection and the meter
+started on SIGUSR1, written out on SIGUSR2). Arms: `litellm` (a plain model on the proxy without
+callback), `plain` (the same name on the plugin's proxy, before it serves any alias) and `alias`.
 
-* timing mode: no profiler; the plugin's hooks and LiteLLM's functions named in TIMED are
-  wrapped with a clock (wall time per call, per arm), and the collector's time per generation.
-* cprofile mode: cProfile over the event loop's thread (LiteLLM's thread-pool work is not in it);
-  each arm against `litellm`: the functions whose own and inclusive time grew most, and the call
-  counts per request that differ (which LiteLLM path a hook switches on).
+* timing mode: no profiler; the plugin's hooks and LiteLLM's functions named in TIMED wrapped with
+  a clock (wall time per call, per arm), and the collector's time per generation: the hooks' cost.
+* cprofile mode: cProfile over the event loop's thread (not LiteLLM's thread-pool work), for
+  ranking (each call costs more under it); each arm against `litellm`: the functions whose own and
+  inclusive time grew most, and the call counts per request that differ (which LiteLLM path a hook
+  switches on). The .prof files go to benchmarks/out/profile/.
 
     .venv/bin/python benchmarks/profile_proxy.py --write       # benchmarks/results/proxy_profile.md
 
-The .prof files go to benchmarks/out/profile/; cProfile's figures are for ranking (each call
-costs more under it), the timing mode's for the hooks' own cost.
-
-* count mode: instructions per request of the whole proxy process (every thread), deterministic,
-  so the machine's load does not move them: each proxy runs under callgrind, instrumented only
-  around the measured requests (``callgrind_control``), net of its idle rate.
-  Two more arms there, what production's ``auto`` costs: `wide` (the shipped ``auto``, every
-  deployment its candidate) and `group` (LiteLLM alone, every deployment under one model name).
+* count mode: instructions per request of the whole proxy process (every thread), which the
+  machine's load does not move: each proxy under callgrind, instrumented only around the measured
+  requests (``callgrind_control``), net of its idle rate. Two more arms, what production's ``auto``
+  costs: `wide` (the shipped ``auto``, every deployment its candidate) and `group` (LiteLLM alone,
+  every deployment under one model name).
 
     .venv/bin/python benchmarks/profile_proxy.py --modes count --deployments 1,16,200 --requests 60"""
 
@@ -38,8 +36,7 @@ from pathlib import Path
 
 import bench
 import httpx
-from proxy_rig import (ALIAS, PLAIN, POLICY, ask, bench_config, check, meter_start, meter_stop, metered, proxies,
-                       upstream)
+from proxy_rig import ALIAS, PLAIN, ask, check, meter_start, meter_stop, metered, proxies, upstream
 
 import aisia_plugin.demo.proxy as proxy_mod
 from aisia_plugin.demo.proxy import Proxy
@@ -80,7 +77,7 @@ def _profile(proxy: Proxy, client: httpx.Client, model: str, n: int, suffix: str
     failed = _drive(client, proxy, model, n)
     time.sleep(1.0)  # the last responses' logging tasks
     if failed:
-        print(f"{model}: {failed} of {n} requests failed", file=sys.stderr)
+        bench.progress(f"{model}: {failed} of {n} requests failed")
     return meter_stop(proxy, suffix)
 
 
@@ -175,7 +172,6 @@ def count_mode(base_url: str, sizes, n: int, warmup: int, work: Path) -> str:
                        f"--callgrind-out-file=callgrind.out.%p {sys.executable} {proxy_mod.litellm_executable()} \"$@\"\n")
     wrapper.chmod(0o755)
     proxy_mod.litellm_executable = lambda: wrapper
-    (policy := work / "bench-policy.yaml").write_text(POLICY)
     rows, results = [], {}
     for size in sizes:
         arms = {"litellm": [(False, False), PLAIN], "plain": [(True, False), PLAIN], "alias": [(True, False), ALIAS],
@@ -184,22 +180,16 @@ def count_mode(base_url: str, sizes, n: int, warmup: int, work: Path) -> str:
         for plugin, one_group in dict.fromkeys(tuple(a[0]) for a in arms.values()):
             if one_group and size == 1:
                 continue  # one deployment: the group is the litellm arm's
-            proxy = Proxy(bench_config(base_url, size, plugin, one_group), work / f"{size}-{plugin}-{one_group}",
-                          env={"AISIA_POLICY": str(policy)} if plugin else None, timeout_s=900)
-            print(f"count: {size} deployments, starting a proxy under callgrind ...", file=sys.stderr, flush=True)
-            try:
-                proxy.start()
-                httpx.get(proxy.url + "/bench-no-such-route", headers=proxy.headers, timeout=60)
-                with httpx.Client(timeout=300) as client:
-                    for arm, (key, model) in arms.items():
-                        if key == (plugin, one_group):
-                            check(client, proxy, model)
-                            _drive(client, proxy, model, warmup)
-                            got[arm] = count(proxy, client, model, n)
-                            print(f"count: {size} deployments, {arm}: {got[arm]['per_request'] / 1e6:.3f} M "
-                                  "instructions per request", file=sys.stderr, flush=True)
-            finally:
-                proxy.stop(timeout_s=60)
+            bench.progress(f"count: {size} deployments, starting a proxy under callgrind ...")
+            with proxies(base_url, size, work / f"{size}-{plugin}-{one_group}", {"proxy": plugin}, one_group,
+                         900) as running, httpx.Client(timeout=300) as client:
+                for arm, (key, model) in arms.items():
+                    if key == (plugin, one_group):
+                        check(client, running["proxy"], model)
+                        _drive(client, running["proxy"], model, warmup)
+                        got[arm] = count(running["proxy"], client, model, n)
+                        bench.progress(f"count: {size} deployments, {arm}: {got[arm]['per_request'] / 1e6:.3f} M "
+                                       "instructions per request")
         got.setdefault("group", got["litellm"])
         base, group = got["litellm"]["per_request"], got["group"]["per_request"]
         rows.append([str(size)] + [f"{got[a]['per_request'] / 1e6:.3f}" for a in arms]
@@ -231,7 +221,7 @@ def main(argv=None) -> int:
             sections["count"] = count_mode(base_url, sizes, args.requests, args.warmup, work)
         metered(work, TIMED)  # Proxy.start runs the metering wrapper instead of litellm
         for mode in (m for m in args.modes.split(",") if m != "count"):
-            print(f"{mode}: starting the proxies under the profiling wrapper ...", file=sys.stderr, flush=True)
+            bench.progress(f"{mode}: starting the proxies under the profiling wrapper ...")
             with proxies(base_url, sizes[0], work / mode, {"litellm": False, "plugin": True},
                          AISIA_PROFILE_MODE=mode) as running, httpx.Client(timeout=30) as client:
                 out = {}
@@ -240,7 +230,7 @@ def main(argv=None) -> int:
                                           ("alias", running["plugin"], ALIAS)):
                     check(client, proxy, model)
                     _drive(client, proxy, model, args.warmup)
-                    print(f"{mode}: {arm}, {args.requests} requests ...", file=sys.stderr, flush=True)
+                    bench.progress(f"{mode}: {arm}, {args.requests} requests ...")
                     out[arm] = _profile(proxy, client, model, args.requests, ".json" if mode == "timing" else ".prof")
             if mode == "timing":
                 sections[mode] = timing_report(out, args.requests)

@@ -1,10 +1,9 @@
 """What the plugin adds to a LiteLLM proxy's request path: every arm in one run, over HTTP.
 
-The ratios to plain LiteLLM, beside the run's own noise floor.
-
-Per model-list size (``--deployments 1,16,200``: the benchmark's deployment plus fillers on the
-same upstream), four proxies of the same config, each its own process, one worker, fed by one
-instant simulated upstream (its own process):
+The ratios to plain LiteLLM, beside the run's own noise floor. Per model-list size
+(``--deployments 1,16,200``: the benchmark's deployment plus fillers on the same upstream), four
+proxies of the same config, each its own process, one worker, fed by one instant simulated
+upstream (its own process):
 
 * **litellm** and **litellm_b**: no callback at all. Two identical proxies: how far apart they
   come out is the noise floor of this run (printed beside every ratio).
@@ -13,14 +12,13 @@ instant simulated upstream (its own process):
 * **alias**: the plugin loaded, receiving only ``auto/bench``, whose one candidate is that same
   deployment (the plugin's whole path: decision, filter, learning, headers).
 
-Sequential: one client, one request per arm per round, the arms' order a seeded shuffle per round
-(no arm keeps a position); the median latency per arm and the proxy's CPU time per request.
-Concurrent: 32 clients in closed loop, blocks of a few seconds, the arms taking turns in shuffled
-orders too; throughput (median of blocks) and the proxy's CPU time per request (/proc/<pid>/stat:
-on a shared machine the wall-clock figures move with the load, the CPU time much less).
-Every proxy runs under proxy_rig's meter (``metered``): before each phase a full collection (so
-that what start-up left for the first one is charged to no arm, as it is not in a proxy that has
-served a while), and the garbage collector's own CPU and full collections counted per arm.
+Sequential: one client, one request per arm per round, the arms' order a seeded shuffle per round;
+the median latency per arm and the proxy's CPU time per request. Concurrent: 32 clients in closed
+loop, blocks of a few seconds, the arms taking turns in shuffled orders too; throughput (median of
+blocks) and the proxy's CPU time per request (/proc/<pid>/stat: on a shared machine the wall-clock
+figures move with the load, the CPU time much less). Every proxy runs under proxy_rig's meter
+(``metered``): a full collection before each phase (what start-up left for the first one is
+charged to no arm), and the collector's own CPU and full collections counted per arm.
 
     .venv/bin/python benchmarks/proxy_overhead.py            # ~9 minutes
     .venv/bin/python benchmarks/proxy_overhead.py --quick    # a smoke run
@@ -46,10 +44,6 @@ from proxy_rig import ALIAS, PLAIN, PROMPT, ask, check, collector, meter_start, 
 ARMS = {"litellm": (False, PLAIN), "litellm_b": (False, PLAIN), "plain": (True, PLAIN), "alias": (True, ALIAS)}
 # Targets (issue 21): ratio to plain LiteLLM; the plain arm's latency and throughput: within the noise.
 TARGETS = {"alias": {"latency": 1.02, "cpu": 1.02, "throughput": 0.98}, "plain": {"cpu": 1.005}}
-
-
-def progress(text: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')} load {bench.load_average()[0]:.2f}] {text}", file=sys.stderr, flush=True)
 
 
 def turns(arms: dict, count: int, seed: int = 0):
@@ -125,7 +119,7 @@ def concurrent(arms: dict, concurrency: int, blocks: int, seconds: float) -> dic
 
 def measure(n: int, args, base_url: str, work: Path) -> dict:
     """Every arm at `n` deployments: four proxies started together, measured, stopped."""
-    progress(f"{n} deployments: starting {len(ARMS)} proxies ...")
+    bench.progress(f"{n} deployments: starting {len(ARMS)} proxies ...")
     with proxies(base_url, n, work / str(n), {name: plugin for name, (plugin, _) in ARMS.items()},
                  AISIA_PROFILE_MODE="gc") as running:
         arms = {name: (running[name], model) for name, (_, model) in ARMS.items()}
@@ -133,9 +127,9 @@ def measure(n: int, args, base_url: str, work: Path) -> dict:
             seen = {name: check(c, *arm) for name, arm in arms.items()}
         if seen["alias"].get("x-litellm-model-id") != "bench-1" or any(k.startswith("x-aisia") for k in seen["plain"]):
             raise SystemExit(f"the alias did not go through the plugin to bench-1, or a plain request did: {seen}")
-        progress(f"{n} deployments: sequential, {args.rounds} rounds ...")
+        bench.progress(f"{n} deployments: sequential, {args.rounds} rounds ...")
         seq = sequential(arms, args.rounds, args.warmup)
-        progress(f"{n} deployments: concurrent, {args.blocks} blocks x {args.block_seconds:g} s per arm ...")
+        bench.progress(f"{n} deployments: concurrent, {args.blocks} blocks x {args.block_seconds:g} s per arm ...")
         conc = concurrent(arms, args.concurrency, args.blocks, args.block_seconds)
     figures = {"latency_ms": seq["median_ms"], "latency_p90_ms": seq["p90_ms"], "throughput_rps": conc["rps"],
                "cpu_ms_per_request": conc["cpu_ms_per_request"], "cpu_ms_per_request_sequential": seq["cpu_ms_per_request"]}

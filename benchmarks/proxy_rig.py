@@ -195,9 +195,11 @@ def bench_config(base_url: str, deployments: int = 1, plugin: bool = True, one_g
 
 
 @contextmanager
-def proxies(base_url: str, deployments: int, work: Path, plugin: dict[str, bool], **env):
+def proxies(base_url: str, deployments: int, work: Path, plugin: dict[str, bool], one_group: bool = False,
+            timeout_s: float = 90, **env):
     """name -> a proxy of ``bench_config`` (the plugin its callback where ``plugin[name]``, the
-    policy POLICY), one worker each, started together, stopped on leaving; ``env`` for every one.
+    policy POLICY), one worker each, started together (within ``timeout_s``), stopped on leaving;
+    ``env`` for every one.
 
     Each has served one request to a path no route answers before it is yielded: FastAPI builds
     its included routers' route contexts (about 90k objects in litellm 1.108's proxy) the first
@@ -207,18 +209,18 @@ def proxies(base_url: str, deployments: int, work: Path, plugin: dict[str, bool]
     garbage collections would cost less (proxy_profile.md, "Concurrency")."""
     work.mkdir(parents=True, exist_ok=True)
     (policy := work / "bench-policy.yaml").write_text(POLICY)
-    running = {name: Proxy(bench_config(base_url, deployments, on), work / name,
+    running = {name: Proxy(bench_config(base_url, deployments, on, one_group), work / name, timeout_s=timeout_s,
                            env={"AISIA_POLICY": str(policy), **env} if on else env or None)
                for name, on in plugin.items()}
     try:
         with ThreadPoolExecutor(len(running)) as pool:
             list(pool.map(Proxy.start, running.values()))
         for proxy in running.values():
-            httpx.get(proxy.url + "/bench-no-such-route", headers=proxy.headers, timeout=30)
+            httpx.get(proxy.url + "/bench-no-such-route", headers=proxy.headers, timeout=timeout_s)
         yield running
     finally:
         for proxy in running.values():
-            proxy.stop()
+            proxy.stop(timeout_s=60)
 
 
 def body(model: str) -> dict:
