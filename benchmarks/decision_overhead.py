@@ -3,17 +3,16 @@
     .venv/bin/python benchmarks/decision_overhead.py [--calls 3000] [--sizes 4,16,64]
 
 * ours: ``Engine.decide(alias, messages, deployments)`` (features and domain in one RE2 pass,
-  candidates, breakers, budget, arm views, the strategy through the plugin registry, the Decision,
-  the observe hook) for the aliases below over pools of 4/16/64 deployments, a 2 KB prompt, state
-  warmed by ~200 outcomes. Four modes per alias (``decide_steps``): fixed, explained, real prompts,
-  steady; every (alias, mode) cell of a pool size timed in six interleaved turns (bench.interleaved).
-* pieces: the same steps called separately with the same inputs, and Engine.record().
+  candidates, breakers, budget, arm views, the strategy, the Decision, the observe hook) for the
+  aliases below over pools of 4/16/64 deployments, a 2 KB prompt, state warmed by ~200 outcomes;
+  four modes per alias (``decide_steps``), every (alias, mode) cell of a pool size timed in six
+  interleaved turns (bench.interleaved). pieces: the same steps called alone, and Engine.record().
 * litellm: ``LiteLLMBaseline.choose`` for its three strategies over the same pools, warmed with the
   same outcomes, and ``router_only``: the Router call alone, without the baseline's harness.
 
 Each call timed alone (perf_counter_ns) after an untimed warm-up, gc off during the loops.
 Writes benchmarks/results/overhead.json and .md. ``--count MODE`` (real_prompts, steady...) times
-nothing: it runs ``--calls`` decisions of ``--count-alias`` at n=16 for an instruction count
+nothing: ``--calls`` decisions of ``--count-alias`` at n=16 for an instruction count
 (``count_decisions``)."""
 
 from __future__ import annotations
@@ -213,6 +212,23 @@ def warm_calls(mode: str, prompts) -> int:
     return {"real_prompts": 2 * len(prompts), "steady": max(WARM_CALLS, 2 * len(prompts))}.get(mode, WARM_CALLS)
 
 
+def warmed_engine(policy, n: int, messages, notes: list):
+    """An engine over ``pool_specs(n)``, one decision of each alias (one that fails noted and left
+    out), then ``warm_engine``: (engine, clock, deployments, specs, the usable (alias, strategy))."""
+    specs = pool_specs(n)
+    eng, clock, deps = build_engine(specs, policy)
+    usable = []
+    for alias, strat in [(a, s) for a, s in ALIASES if a in policy.aliases]:
+        try:
+            eng.decide(alias, messages, deps)
+            usable.append((alias, strat))
+        except Exception as e:  # a strategy not registered, etc.
+            notes.append(f"n={n} {alias} ({strat}): decide() failed: {type(e).__name__}: {e}")
+    warm_engine(eng, clock, deps, specs, messages, [a for a, _ in usable] or ["auto"])
+    clock.t += 1.0
+    return eng, clock, deps, specs, usable
+
+
 def bench_ours(report: dict, policy, sizes, calls, messages) -> None:
     """The report's ``ours``, ``ours_modes`` and ``pieces``, and their notes."""
     ours, modes, notes, prompts = report["ours"], report["ours_modes"], report["notes"], real_prompts()
@@ -220,17 +236,7 @@ def bench_ours(report: dict, policy, sizes, calls, messages) -> None:
         notes.append("../shared/data not found: the real-prompt modes use the synthetic prompt")
     notes += [f"alias {a} not in the shipped policy: skipped" for a, _ in ALIASES if a not in policy.aliases]
     for n in sizes:
-        specs = pool_specs(n)
-        eng, clock, deps = build_engine(specs, policy)
-        usable = []
-        for alias, strat in [(a, s) for a, s in ALIASES if a in policy.aliases]:
-            try:
-                eng.decide(alias, messages, deps)
-                usable.append((alias, strat))
-            except Exception as e:  # a strategy not registered, etc.
-                notes.append(f"n={n} {alias} ({strat}): decide() failed: {type(e).__name__}: {e}")
-        warm_engine(eng, clock, deps, specs, messages, [a for a, _ in usable] or ["auto"])
-        clock.t += 1.0
+        eng, clock, deps, specs, usable = warmed_engine(policy, n, messages, notes)
         cells = {(alias, mode): (step, warm_calls(mode, prompts)) for alias, _ in usable
                  for mode, step in decide_steps(eng, clock, alias, messages, prompts, deps, specs).items()}
         timed = bench.interleaved(cells, calls)
@@ -271,26 +277,21 @@ def bench_litellm(report: dict, sizes, calls, messages) -> None:
         cands = [{k: s[k] for k in ("id", "input_cost_per_1m", "output_cost_per_1m")} for s in specs]
         for strat in LITELLM_STRATEGIES:
             try:
-                b = LiteLLMBaseline(strat, cands, seed=1)
-            except Exception as e:
-                notes.append(f"n={n} {strat}: LiteLLMBaseline failed: {type(e).__name__}: {e}")
-                continue
-            try:
-                r, lat, now = random.Random(7), {s["id"]: s["latency_s"] for s in specs}, 0.0
-                for k in range(WARM_OUTCOMES):
-                    now += 0.5
-                    cid = b.choose(messages, now) if k >= n else specs[k]["id"]  # each tried once first
-                    latency = lat[cid] * r.uniform(0.7, 1.5)
-                    b.record(cid, now=now + latency, latency_s=latency, success=True, input_tokens=512, output_tokens=200)
-                now += 5.0
-                st = res[strat] = dict(bench.time_calls(lambda: b.choose(messages, now), calls),
-                                       measured="LiteLLMBaseline.choose()")
-                st["router_only"] = router_only(b, strat, messages, now, calls)
-            except Exception as e:
+                with LiteLLMBaseline(strat, cands, seed=1) as b:
+                    r, lat, now = random.Random(7), {s["id"]: s["latency_s"] for s in specs}, 0.0
+                    for k in range(WARM_OUTCOMES):
+                        now += 0.5
+                        cid = b.choose(messages, now) if k >= n else specs[k]["id"]  # each tried once first
+                        latency = lat[cid] * r.uniform(0.7, 1.5)
+                        b.record(cid, now=now + latency, latency_s=latency, success=True, input_tokens=512,
+                                 output_tokens=200)
+                    now += 5.0
+                    st = res[strat] = dict(bench.time_calls(lambda: b.choose(messages, now), calls),
+                                           measured="LiteLLMBaseline.choose()")
+                    st["router_only"] = router_only(b, strat, messages, now, calls)
+            except Exception as e:  # noted in the report; the other strategies are still measured
                 notes.append(f"n={n} {strat}: {type(e).__name__}: {e}")
                 traceback.print_exc()
-            finally:
-                b.close()
         out[str(n)] = res
 
 
@@ -371,13 +372,8 @@ def count_decisions(policy, alias: str, mode: str, calls: int) -> int:
     warmed and stepped as ``bench_ours`` does, each decide() inside sys.call_tracing, so that
     ``valgrind --tool=callgrind --collect-atstart=no --toggle-collect=sys_call_tracing`` counts
     the decisions alone (a steady step's recorded outcome outside): instructions / `calls`."""
-    specs, messages, prompts = pool_specs(TARGET_N), bench.dense_messages(), real_prompts()
-    eng, clock, deps = build_engine(specs, policy)
-    usable = [a for a, _ in ALIASES if a in policy.aliases]
-    for a in usable:
-        eng.decide(a, messages, deps)
-    warm_engine(eng, clock, deps, specs, messages, usable)
-    clock.t += 1.0
+    messages, prompts = bench.dense_messages(), real_prompts()
+    eng, clock, deps, specs, _ = warmed_engine(policy, TARGET_N, messages, [])
     decide, counting = eng.decide, [False]
     eng.decide = lambda *a: sys.call_tracing(decide, a) if counting[0] else decide(*a)
     step = decide_steps(eng, clock, alias, messages, prompts, deps, specs)[mode]
