@@ -1,24 +1,23 @@
 """What alias requests leave to Python's garbage collector, counted deterministically (no wall
-clock): the objects the collector tracks that an explain-log entry keeps alive, and the objects that
-reach the oldest generation per request. A LiteLLM Router in this process with the plugin, each
-request driven as the proxy drives it (``alias_path_count.one``: pre-call hook, ``Router.acompletion``
-with a mocked answer, headers hook, LiteLLM's logging worker drained), the benchmark's
-one-candidate alias ``auto/bench`` (its strategy replaced with ``--strategy``).
+clock): the tracked objects an explain-log entry keeps alive, and the objects that reach the oldest
+generation per request. A LiteLLM Router in this process with the plugin, each request driven as the
+proxy drives it (``alias_path_count.one``: pre-call hook, ``Router.acompletion`` with a mocked
+answer, headers hook, LiteLLM's logging worker drained), the benchmark's one-candidate alias
+``auto/bench`` (its strategy replaced with ``--strategy``).
 
     .venv/bin/python benchmarks/alias_gc_count.py --requests 600 [--strategy thompson] [--kinds]
 
 A request here allocates less than in a proxy (no HTTP, no FastAPI): the young generation's
 threshold is lowered (``--threshold``, CPython's default 700) so that generation-1 collections run
-about every 100 requests, as they do in a proxy (~125).
-
-Three figures, after ``--warmup`` requests (more than the explain log holds: it is full):
+about every 100 requests, as they do in a proxy (~125). Three figures, after ``--warmup`` requests
+(more than the explain log holds: it is full):
 
 - **per explain entry**: the tracked objects freed when the explain log is emptied (collected
   before and after, so that tuples and dicts of atoms the collector untracks do not count), divided
   by the entries it held; ``--kinds`` lists them by kind;
-- **promoted to the oldest generation per request**: summed over the young collections that run
-  during ``--requests`` requests (a ``gc.callbacks`` hook reads ``len(gc.get_objects(2))`` before and
-  after each generation-1 collection: its survivors), with the collections of each generation;
+- **promoted to the oldest generation per request**: over ``--requests`` requests, the survivors
+  of each generation-1 collection (a ``gc.callbacks`` hook reads ``len(gc.get_objects(2))`` before
+  and after it), with the collections of each generation;
 - **new and alive in the oldest generation**: ``gc.collect()``, the ids in it, ``--requests`` more
   requests, then the objects of ``gc.get_objects(2)`` not among those ids (``--kinds``: by kind)."""
 

@@ -1,8 +1,8 @@
 """Domain-detection accuracy of the shipped policy on real prompts.
 
 Data (read in place): RouterArena's 809 prompts, labelled by their dataset (routerarena_domains.yaml:
-its labels, and the domains accepted for the ambiguous datasets, where a prediction of an accepted
-domain or None is correct and which are in no recall support), and RouteLLM's 1,319 GSM8K prompts (all maths: a
+its labels, and for the ambiguous datasets the domains accepted, where an accepted domain or None
+is correct and which are in no recall support), and RouteLLM's 1,319 GSM8K prompts (all maths: a
 recall check). Two views: the full prompt, and the prompt without the benchmark's instruction
 wrapper (how much the detection owes to template words).
 
@@ -11,15 +11,13 @@ p99 of the per-prompt medians of several warm passes, and of a first pass on a f
 and on the keyword-dense 2 KB prompt (bench.dense_messages).
 
 Leave one dataset out (issue 14): each dataset held out in turn, words mined from the others
-(aisia_plugin/domain_eval.py's miner, its thresholds as options) are added to the policy's vocabulary
-and the held-out prompts detected with it; the shipped (hand-written) vocabulary beside it, and both
-for the vocabulary before issue 14 (``--baseline``: policies/domains.yaml at a git revision) in the
-same run.
+(aisia_plugin/domain_eval.py's miner, its thresholds as options) are added to the vocabulary and
+the held-out prompts detected with it; the shipped (hand-written) vocabulary beside it, and both for
+the vocabulary before issue 14 (``--baseline``: policies/domains.yaml at a git revision).
 
 ``--propose``: only the words the miner finds per topic domain (TOPIC) in the prompts of every
-dataset but ``--hold-out``'s, printed (``--json FILE``: written) for a person to review before any
-goes into policies/domains.yaml. Each prompt is read without the benchmark's instruction wrapper
-(``strip_wrapper``), as in the folds, so that no template word is proposed.
+dataset but ``--hold-out``'s, without the instruction wrapper (``strip_wrapper``), printed
+(``--json FILE``: written) for a person to review before any goes into policies/domains.yaml.
 
     python benchmarks/domain_accuracy.py [--data DIR] [--no-write] [--no-readme] [--no-speed] [--baseline REV]
     python benchmarks/domain_accuracy.py --propose [--hold-out DATASET ...] [--top N] [--json FILE]

@@ -1,16 +1,13 @@
 """LiteLLM's own deployment selection, driven offline on a simulated clock.
 
 ``LiteLLMBaseline`` builds a real ``litellm.Router`` (1.108) over fake deployments, one per
-candidate (pointing at a closed port: no HTTP call is made), asks it which deployment to pick for
-each replayed request, and feeds each outcome back through the functions the proxy's logging calls
-after a real attempt. Nothing is reimplemented: selection, latency windows, cooldown decisions and
-expiry are LiteLLM's code. The Router is built inside this object's private event loop, and its
-callbacks are taken off LiteLLM's *global* callback lists (``Router.discard``,
-``_unregister_router_selectors``) and called directly: baselines, or a plugin in the same process,
-never receive each other's events.
-
-The strategies are the three the benchmarks compare (``STRATEGIES``): LiteLLM's others need
-what a sequential replay has not (least-busy: requests in flight; usage-based: rpm/tpm limits).
+candidate (a closed port: no HTTP call is made), asks it which deployment to pick for each replayed
+request and feeds each outcome back through the functions the proxy's logging calls after an
+attempt: selection, latency windows, cooldown decisions and expiry are LiteLLM's code. The Router is
+built in this object's private event loop, and its callbacks are taken off LiteLLM's *global*
+callback lists (``Router.discard``, ``_unregister_router_selectors``) and called directly: baselines,
+or a plugin in the same process, never receive each other's events. ``STRATEGIES``: the three the
+benchmarks compare (least-busy and usage-based need requests in flight or rpm/tpm limits).
 
 ``choose()``: ``Router.get_available_deployment`` (cooldown filter, then the strategy);
 cost-based-routing has no synchronous selector and runs ``async_get_available_deployment`` (the
@@ -18,30 +15,28 @@ proxy's path) on the private loop.
 
 ``record()``: the callbacks an async proxy request dispatches, in order, with ``kwargs`` shaped like
 ``Logging.model_call_details`` and datetimes from the simulated clock. Success:
-``Router.deployment_callback_on_success`` (the per-minute success counter of the cooldown rule),
-then the strategy's ``async_log_success_event``; without rpm/tpm limits or pre-call checks, the
-counter function it would call (``increment_deployment_successes_for_current_minute``) is called
-directly, skipping a read-only ~0.5 ms model-info lookup (``exact_success_callback=True`` calls it
-in full). Failure: ``deployment_callback_on_failure`` (cooldown decision),
-``async_deployment_callback_on_failure``, the strategy's ``async_log_failure_event``, with the
-exception class LiteLLM maps the provider's ``status_code`` to (429 ``RateLimitError``, 503
-``ServiceUnavailableError``, 408 ``Timeout``...; default 500; ``retry_after_s`` as a header), so
-LiteLLM's own rules decide the cooldown.
+``Router.deployment_callback_on_success``, then the strategy's ``async_log_success_event``; without
+rpm/tpm limits or pre-call checks the one counter that callback changes
+(``increment_deployment_successes_for_current_minute``) is called directly, skipping a read-only
+~0.5 ms model-info lookup (``exact_success_callback=True``: in full). Failure:
+``deployment_callback_on_failure``, ``async_deployment_callback_on_failure``, the strategy's
+``async_log_failure_event``, with the exception class LiteLLM maps the ``status_code`` to (429
+``RateLimitError``, 503 ``ServiceUnavailableError``, 408 ``Timeout``...; default 500;
+``retry_after_s`` as a header), so LiteLLM's own rules decide the cooldown.
 
-Simulated clock: time ``t`` is the epoch ``CLOCK_EPOCH + t``: the Router's ``InMemoryCache``s take it
-through their ``clock=`` hook; ``cooldown_cache.py``'s ``time`` module and ``router.py``'s
-``get_utc_datetime`` are replaced, once per process, by shims reading the simulated clock of the
-baseline inside a call and the real one otherwise; with ``seed`` set, the strategy modules'
-``random`` draws from a private ``random.Random(seed)`` inside its calls.
+Simulated clock: time ``t`` is the epoch ``CLOCK_EPOCH + t``, through the ``InMemoryCache``s'
+``clock=`` hook and, once per process, shims for ``cooldown_cache.py``'s ``time`` and ``router.py``'s
+``get_utc_datetime`` (the baseline's clock inside a call, the real one otherwise); with ``seed``,
+the strategy modules' ``random`` draws from a private ``random.Random(seed)`` inside its calls.
 
 Limits: ``lowest_latency.py``/``lowest_cost.py`` bucket rpm/tpm by the real ``datetime.now()``, read
 only for limits these deployments do not set. No streaming, Redis, health checks, retries or
 fallbacks. A price of exactly 0 is falsy for LiteLLM (its default of 5.0 per token applies: a free
 candidate ranks last, as in a proxy). When every candidate cools down, ``choose`` raises
 ``NoDeploymentAvailable`` (the proxy's 429). The async path filters through the process-wide
-``litellm.callbacks``: keep a plugin under test out of them in a replay process. The shims are
-process-global: calls are serialised by a lock. ``choose``/``record`` run the private loop to
-completion, so they are called outside any running event loop (as the replays do)."""
+``litellm.callbacks``: keep a plugin under test out of them. The shims are process-global: calls are
+serialised by a lock; ``choose``/``record`` run the private loop to completion, so they are called
+outside any running event loop (as the replays do)."""
 
 from __future__ import annotations
 

@@ -396,14 +396,6 @@ def summary(results: list[dict]) -> list[str]:
     return out
 
 
-def overhead_report() -> dict:
-    """benchmarks/decision_overhead.py's last results ({} when absent or unreadable)."""
-    try:
-        return json.loads((RESULTS_DIR / "overhead.json").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 def overhead_modes(rep: dict, alias: str, n: int = 16) -> dict:
     """The alias's overhead figures by mode at pool size n (``fixed`` and the other modes)."""
     modes = {**((rep.get("ours_modes", {}).get(str(n)) or {}).get(alias) or {}),
@@ -556,7 +548,10 @@ def issue14_targets(results: list[dict]) -> list[str]:
                        "every candidate taught its outcome of each request (router seeds "
                        f"{b['seeds'][0]}-{b['seeds'][-1]}): the most a model letting one outcome teach every deployment "
                        "could recover; the rest of the gap to the full-information fit above is the learning curve's.")
-    rep = overhead_report()
+    try:  # benchmarks/decision_overhead.py's last results
+        rep = json.loads((RESULTS_DIR / "overhead.json").read_text())
+    except (OSError, ValueError):
+        rep = {}
     ctx, ucb = overhead_modes(rep, "auto/contextual"), overhead_modes(rep, "auto")
     if "real_prompts" in ctx:
         def cells(m):
@@ -578,12 +573,6 @@ def issue14_targets(results: list[dict]) -> list[str]:
         out.append("- Decision cost with the contextual strategy: not in `benchmarks/results/overhead.json` (run "
                    "`benchmarks/decision_overhead.py`).")
     return out
-
-
-def overhead_section() -> list[str]:
-    """The decision overhead's one home is results/overhead.md (its ratio targets are quoted above)."""
-    return ["## Decision overhead", "", "Per alias and pool size, ours beside LiteLLM's own selection in the same run: "
-            "[results/overhead.md](results/overhead.md) (`benchmarks/decision_overhead.py`, run by this script)."]
 
 
 def render(results: list[dict], conditions: dict) -> str:
@@ -629,7 +618,10 @@ def render(results: list[dict], conditions: dict) -> str:
         L += table(r) + ["", f"Candidates: {', '.join(f'`{x}`' for x in r['candidates'])}. "
                              f"Replay wall time {r['wall_s']:.1f} s.", ""]
         L += sweep_lines(r) + heldout_lines(r) + diagnosis_lines(r)
-    return "\n".join(L + overhead_section()) + "\n"
+    # The decision overhead's one home is results/overhead.md (its ratio targets are quoted above).
+    return "\n".join(L + ["## Decision overhead", "", "Per alias and pool size, ours beside LiteLLM's own selection in "
+                          "the same run: [results/overhead.md](results/overhead.md) (`benchmarks/decision_overhead.py`, "
+                          "run by this script)."]) + "\n"
 
 
 def readme_blocks(results: list[dict], conditions: dict) -> dict[str, list[str]]:

@@ -1,27 +1,23 @@
 """State store benchmark: what a decision costs with the memory store and with the Redis store, and
-how many outcomes per second one process records through Redis. A benchmark, not a test: it
-asserts nothing, it prints and writes figures.
+how many outcomes per second one process records through Redis (figures only, nothing asserted).
 
     .venv/bin/python benchmarks/state_store.py [--calls 3000] [--outcomes 50000]
 
-It starts its own redis-server on a free loopback port (tests/redis_server.py) and times, side by
-side in one run, after an untimed warm-up, with gc disabled during each loop:
+It starts its own redis-server on a free loopback port (tests/redis_server.py) and times, the cells
+taking turns in one run, after an untimed warm-up, gc disabled during each loop (16 deployments, a
+2 KB prompt, alias ``auto``, state warmed by 300 outcomes):
 
-* ``memory``: ``Engine.decide`` on a MemoryState (16 deployments, a 2 KB prompt, alias ``auto``,
-  state warmed by 300 outcomes);
-* ``redis cached``: ``await store.prepare(ids)`` then ``Engine.decide`` on a RedisStore whose local
-  copy is fresh (no I/O);
+* ``memory``: ``Engine.decide`` on a MemoryState; ``redis cached``: ``await store.prepare(ids)``
+  then ``Engine.decide`` on a RedisStore whose local copy is fresh (no I/O);
 * ``redis cold, unchanged``: the same with ``state.cache_ttl_ms: 0``, so every decision refreshes:
   one EVALSHA round trip, answered by the version check alone (nothing written meanwhile);
-* ``redis cold, changed``: the same, with another store writing one outcome before each decision
-  (untimed), so each refresh reads every record back (the worst case of the one round trip);
-* ``loopback round trip``: ``await client.ping()`` on the same redis-py asyncio client, the
-  yardstick for "cold = memory + one round trip"; ``refresh script round trip``: the refresh's
-  EVALSHA alone (the version check), without the store's waiting machinery;
-* recording: ``store.record_outcome`` for N outcomes in one process (the background task writes
-  them in batches), timed from the first record until Redis has applied the last (``aclose``),
-  once with one process and once with two processes at once; then the records in Redis are counted
-  (zero lost means count == N per process).
+  ``redis cold, changed``: another store writes one outcome before each decision (untimed), so
+  each refresh reads every record back (the worst case of the one round trip);
+* ``loopback round trip``: ``await client.ping()`` on the same client, the yardstick for "cold =
+  memory + one round trip"; ``refresh script round trip``: the refresh's EVALSHA alone;
+* recording: ``store.record_outcome`` for N outcomes (the background task writes them in batches),
+  timed from the first record until Redis has applied the last (``aclose``), with one process and
+  with two at once; then the records in Redis are counted (zero lost: count == N per process).
 
 Targets (issue 9): cached within 2x of memory; cold = memory + one loopback round trip; at least
 10,000 outcomes/s per process; zero lost."""
