@@ -1,0 +1,76 @@
+"""An alias over a whole model list (the shipped ``auto``) does per-candidate work on every
+attempt: the fast paths that do it with less work, against their plain readings, on deployments
+of every shape (issue 21)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # importing litellm must not reach the network
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from aisia_plugin.litellm import callback  # noqa: E402
+
+
+class _Decision:
+    def __init__(self, model):
+        self.model = model
+
+
+class _Params(dict):
+    """A dict subclass: not the shape the fast path serves."""
+
+
+_IDS = st.sampled_from(["a", "b", "c", "d", 7, None, ""])
+_MODELS = st.sampled_from(["openai/a", "openai/b", "", None])
+
+
+@st.composite
+def _raw(draw):
+    """A deployment as LiteLLM hands it to the filter, or in a shape it never does."""
+    raw = {"model_name": draw(st.sampled_from(["m1", "m2"]))}
+    info = draw(st.sampled_from(["dict", "dict", "dict", "none", "missing", "empty"]))
+    if info == "dict":
+        raw["model_info"] = {"id": draw(_IDS), "base_model": "x", "input_cost_per_token": 1e-6}
+    elif info == "none":
+        raw["model_info"] = None
+    elif info == "empty":
+        raw["model_info"] = {}
+    shape = draw(st.sampled_from(["dict", "dict", "dict", "none", "missing", "sub"]))
+    if shape != "missing":
+        params = {"model": draw(_MODELS), "api_key": "k", "output_cost_per_token": 2e-6}
+        if draw(st.booleans()):
+            params["order"] = 9
+        raw["litellm_params"] = None if shape == "none" else _Params(params) if shape == "sub" else params
+    if draw(st.booleans()):  # litellm_params after model_info, or not there at all
+        raw = dict(reversed(list(raw.items())))
+    return _Params(raw) if draw(st.integers(0, 5)) == 0 else raw
+
+
+@given(st.lists(_raw(), max_size=6), st.lists(st.sampled_from(["a", "b", "c", "d", "7", "None", "x"]), max_size=6),
+       _MODELS)
+@settings(max_examples=3000, deadline=None)
+def test_ranked_deployments_equal_their_plain_reading(healthy, ranked, model):
+    decision = _Decision(model)
+    fast = callback._ranked_deployments(healthy, ranked, decision)
+    plain = callback._ranked_deployments_plainly(healthy, ranked, decision)
+    assert fast == plain
+    assert [list(d) for d in fast] == [list(d) for d in plain]  # the keys in the same order
+    assert [list(d.get("litellm_params") or ()) for d in fast] == [list(d.get("litellm_params") or ()) for d in plain]
+    assert [type(d) for d in fast] == [type(d) for d in plain]
+    if fast is not healthy:  # fresh copies, never the Router's own dicts
+        own = {id(h) for h in healthy} | {id(h.get("litellm_params")) for h in healthy}
+        assert not any(id(d) in own or id(d["litellm_params"]) in own for d in fast)
+
+
+def test_ranked_deployments_of_the_usual_shape():
+    healthy = [{"model_name": "m", "litellm_params": {"model": f"openai/{i}"}, "model_info": {"id": i}}
+               for i in "abc"]
+    out = callback._ranked_deployments(healthy, ["b", "a", "c"], _Decision("openai/special"))
+    assert [(d["model_info"]["id"], d["litellm_params"]["order"], d["litellm_params"]["model"]) for d in out] == [
+        ("b", 1, "openai/special"), ("a", 2, "openai/a"), ("c", 3, "openai/c")]
+    assert all("order" not in h["litellm_params"] for h in healthy)  # the Router's dicts untouched
+
+
