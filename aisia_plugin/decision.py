@@ -572,7 +572,7 @@ class Decision:
         ex = self._explainer
         if ex is None:
             pairs = [(row.id, row.score) for row in self.scores if row.excluded is None]
-        elif self._facts[2] or type(ex).ranked is not Explainer.ranked:
+        elif self._facts[2] or len(self._facts[0]) < 2 or type(ex).ranked is not Explainer.ranked:
             pairs = ex.ranked(self._facts)  # (without building the explanation rows)
         else:  # Explainer.ranked's pairs, nobody excluded: the ids and scores in pool order
             ids, scores = self._facts[0], ex.scores(self._facts)
