@@ -131,14 +131,14 @@ class Pool(_SequenceABC):
 
     __slots__ = ("deployments", "breakers", "task_fit", "quota", "signals", "_globals", "_domains", "_arm_at",
                  "_candidates", "_ids", "_weights", "_pulls", "_rewards", "_latencies", "_p95", "_sd", "_err",
-                 "_beta")
+                 "_beta", "_costs")
 
     def __init__(self, deployments: list, breakers: list, task_fit: list, globals_: list, domains: list,
                  tick: float, gamma: float, prior_strength: Optional[float], fresh, *, quota: Optional[list] = None,
-                 signals: Optional[list] = None, ids: Optional[list] = None):
+                 signals: Optional[list] = None, ids: Optional[list] = None, costs: Optional[Sequence] = None):
         """An engine's pool: each candidate's global and domain records as stored (None where
-        there is none), to be seen at `tick` with forgetting `gamma` and the domain prior (`ids`:
-        the deployments' ids, when the caller has them at hand)."""
+        there is none), to be seen at `tick` with forgetting `gamma` and the domain prior (`ids`,
+        `costs`: the deployments' ids and costs per 1M tokens, when the caller has them at hand)."""
         n = len(deployments)
         self.deployments = deployments
         self.breakers = breakers
@@ -149,6 +149,7 @@ class Pool(_SequenceABC):
         self._domains = domains
         self._arm_at = (tick, gamma, prior_strength, fresh)
         self._ids = ids
+        self._costs = costs
         self._candidates = self._weights = self._pulls = self._rewards = self._latencies = None
         self._p95 = self._sd = self._err = self._beta = None
 
@@ -166,7 +167,7 @@ class Pool(_SequenceABC):
         p.signals = [c.signals for c in cands]
         p._globals = p._domains = p._arm_at = None
         p._candidates = cands
-        p._ids = None
+        p._ids = p._costs = None
         p._weights = [(c.stats, 1.0, EMPTY, 0.0) for c in cands]
         p._pulls = [c.stats.pulls for c in cands]
         p._rewards = [c.stats.total_reward for c in cands]
@@ -234,8 +235,9 @@ class Pool(_SequenceABC):
         return ids
 
     @property
-    def costs(self) -> list[float]:
-        return [d.cost_per_1m for d in self.deployments]
+    def costs(self) -> Sequence[float]:
+        costs = self._costs
+        return costs if costs is not None else [d.cost_per_1m for d in self.deployments]
 
     def _views(self, posterior: bool = False) -> None:
         # One pass computes the weights, the latencies and the two sums the first reader wants

@@ -107,3 +107,43 @@ def test_ranking_of_float_scores_equals_its_plain_reading(scores, data):
     assert d.ranking() == ranking_of(list(zip(ids, scores)), chosen)
     if all(map(math.isfinite, scores)):  # the sort's own path
         assert _best_first(ids, tuple(scores), chosen) == d.ranking()
+
+
+def test_the_pools_costs_kept_with_the_alias_pool_are_its_deployments_costs(tmp_path, monkeypatch):
+    """The engine hands a pool the costs its memoised candidates keep, and a pool cut down
+    (a deployment already tried, over budget, or too small for the prompt) computes its own:
+    either way the deployments' costs per 1M tokens, in pool order."""
+    import random
+
+    from helpers import deployment
+
+    from aisia_plugin import plugins
+    from aisia_plugin.engine import Engine
+    from aisia_plugin.policy import load_policy
+
+    (tmp_path / "p.yaml").write_text("version: 1\naliases:\n  auto: {strategy: ucb1}\n"
+                                     "  auto/cheap: {strategy: ucb1, budget: {max_cost_per_request_usd: 0.00001}}\n")
+    eng = Engine(load_policy([tmp_path / "p.yaml"]), clock=lambda: 1000.0, rng=random.Random(1))
+    deps = [deployment("a-1", 0.5), deployment("b-2", 40.0), deployment("c-3", 3.0, max_input_tokens=5)]
+    seen = []
+    real = plugins.get_strategy
+
+    class Spy:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def select(self, pool, ctx):
+            seen.append((pool, list(pool.costs)))
+            return self.inner.select(pool, ctx)
+
+    monkeypatch.setattr(plugins, "get_strategy", lambda name: Spy(real(name)))
+    msg = [{"role": "user", "content": "hi"}]
+    long_msg = [{"role": "user", "content": "a long prompt " * 40}]
+    for alias, messages, exclude in (("auto", msg, ()), ("auto", msg, ("b-2",)), ("auto/cheap", msg, ()),
+                                     ("auto", long_msg, ()), ("auto", msg, ())):
+        eng.decide(alias, messages, deps, exclude=exclude)
+    assert len(seen) == 5
+    for pool, costs in seen:
+        assert costs == [d.cost_per_1m for d in pool.deployments]
+    assert [len(pool) for pool, _ in seen] == [3, 2, 1, 2, 3]
+    assert type(seen[0][0].costs) is tuple and seen[0][0].costs is seen[4][0].costs  # kept with the alias's pool
