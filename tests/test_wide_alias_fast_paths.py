@@ -115,9 +115,8 @@ def test_the_pools_costs_kept_with_the_alias_pool_are_its_deployments_costs(tmp_
     either way the deployments' costs per 1M tokens, in pool order."""
     import random
 
-    from helpers import deployment
+    from helpers import deployment, spy_on_strategies
 
-    from aisia_plugin import plugins
     from aisia_plugin.engine import Engine
     from aisia_plugin.policy import load_policy
 
@@ -126,17 +125,7 @@ def test_the_pools_costs_kept_with_the_alias_pool_are_its_deployments_costs(tmp_
     eng = Engine(load_policy([tmp_path / "p.yaml"]), clock=lambda: 1000.0, rng=random.Random(1))
     deps = [deployment("a-1", 0.5), deployment("b-2", 40.0), deployment("c-3", 3.0, max_input_tokens=5)]
     seen = []
-    real = plugins.get_strategy
-
-    class Spy:
-        def __init__(self, inner):
-            self.inner = inner
-
-        def select(self, pool, ctx):
-            seen.append((pool, list(pool.costs)))
-            return self.inner.select(pool, ctx)
-
-    monkeypatch.setattr(plugins, "get_strategy", lambda name: Spy(real(name)))
+    spy_on_strategies(monkeypatch, seen, lambda pool, ctx: (pool, list(pool.costs)))
     msg = [{"role": "user", "content": "hi"}]
     long_msg = [{"role": "user", "content": "a long prompt " * 40}]
     for alias, messages, exclude in (("auto", msg, ()), ("auto", msg, ("b-2",)), ("auto/cheap", msg, ()),
