@@ -216,7 +216,7 @@ def test_every_deployment_down_gives_one_clear_503_without_a_retry_storm_then_re
     assert first is not None, "the alias never recovered"
     served, headers = first
     rows = explain_rows(proxy, headers["x-aisia-request-id"])
-    assert rows[-1]["probe"] is True and rows[-1]["outcome"]["success"] is True
+    assert rows[-1]["probe"] is True and rows[-1]["outcome"]["success"] is True, (rows, stats(proxy))
     assert stats(proxy)[served]["breaker"] == "CLOSED"
     assert chat(client, "f/alldown")[0] == served
 
