@@ -119,6 +119,7 @@ def timing_report(timings: dict, n: int) -> str:
 
 
 WINDOW_S = 5.0  # the count mode's windows: the idle rate's, and the requests' tail's
+MAX_WINDOWS = 60  # a proxy that never settles is reported, not waited for
 
 
 def _control(proxy: Proxy, *args: str) -> None:
@@ -143,6 +144,8 @@ def _idle_rate(proxy: Proxy) -> float:
     5 s windows until three in a row agree within 25 %, the least of them."""
     rates: list[float] = []
     while len(rates) < 3 or max(rates[-3:]) > 1.25 * min(rates[-3:]):
+        if len(rates) >= MAX_WINDOWS:
+            raise SystemExit(f"count: the proxy's idle rate did not settle in {MAX_WINDOWS} windows: {rates}")
         time.sleep(WINDOW_S)
         rates.append(_instructions(proxy) / WINDOW_S)
     return min(rates[-3:])
@@ -156,11 +159,13 @@ def count(proxy: Proxy, client: httpx.Client, model: str, n: int) -> dict:
     idle = _idle_rate(proxy)
     started, busy = time.monotonic(), 0
     failed = _drive(client, proxy, model, n)
-    while True:
+    for _ in range(MAX_WINDOWS):
         time.sleep(WINDOW_S)
         busy += (last := _instructions(proxy))
         if last <= 1.5 * idle * WINDOW_S:
             break
+    else:
+        raise SystemExit(f"count: the proxy did not come back to its idle rate within {MAX_WINDOWS} windows")
     _control(proxy, "-i", "off")
     return {"per_request": (busy - idle * (time.monotonic() - started)) / n, "idle_per_s": idle, "failed": failed}
 
