@@ -131,14 +131,14 @@ class Pool(_SequenceABC):
 
     __slots__ = ("deployments", "breakers", "task_fit", "quota", "signals", "_globals", "_domains", "_arm_at",
                  "_candidates", "_ids", "_weights", "_pulls", "_rewards", "_latencies", "_p95", "_sd", "_err",
-                 "_beta")
+                 "_beta", "_costs")
 
     def __init__(self, deployments: list, breakers: list, task_fit: list, globals_: list, domains: list,
                  tick: float, gamma: float, prior_strength: Optional[float], fresh, *, quota: Optional[list] = None,
-                 signals: Optional[list] = None, ids: Optional[list] = None):
+                 signals: Optional[list] = None, ids: Optional[list] = None, costs: Optional[Sequence] = None):
         """An engine's pool: each candidate's global and domain records as stored (None where
-        there is none), to be seen at `tick` with forgetting `gamma` and the domain prior (`ids`:
-        the deployments' ids, when the caller has them at hand)."""
+        there is none), to be seen at `tick` with forgetting `gamma` and the domain prior (`ids`,
+        `costs`: the deployments' ids and costs per 1M tokens, when the caller has them at hand)."""
         n = len(deployments)
         self.deployments = deployments
         self.breakers = breakers
@@ -149,6 +149,7 @@ class Pool(_SequenceABC):
         self._domains = domains
         self._arm_at = (tick, gamma, prior_strength, fresh)
         self._ids = ids
+        self._costs = costs
         self._candidates = self._weights = self._pulls = self._rewards = self._latencies = None
         self._p95 = self._sd = self._err = self._beta = None
 
@@ -166,7 +167,7 @@ class Pool(_SequenceABC):
         p.signals = [c.signals for c in cands]
         p._globals = p._domains = p._arm_at = None
         p._candidates = cands
-        p._ids = None
+        p._ids = p._costs = None
         p._weights = [(c.stats, 1.0, EMPTY, 0.0) for c in cands]
         p._pulls = [c.stats.pulls for c in cands]
         p._rewards = [c.stats.total_reward for c in cands]
@@ -234,8 +235,9 @@ class Pool(_SequenceABC):
         return ids
 
     @property
-    def costs(self) -> list[float]:
-        return [d.cost_per_1m for d in self.deployments]
+    def costs(self) -> Sequence[float]:
+        costs = self._costs
+        return costs if costs is not None else [d.cost_per_1m for d in self.deployments]
 
     def _views(self, posterior: bool = False) -> None:
         # One pass computes the weights, the latencies and the two sums the first reader wants
@@ -566,22 +568,21 @@ class Decision:
 
     def ranking(self) -> list:
         """The candidates that competed, best first: the chosen one, then the others by score
-        (those without a numeric score last, in pool order); excluded candidates are not in it."""
-        if self._explainer is not None:  # (without building the explanation rows)
-            pairs = self._explainer.ranked(self._facts)
-        else:
+        (those without a numeric score last, in pool order); excluded candidates are not in it.
+        A built-in strategy's decision whose scores are all floats (the usual case) is sorted by
+        ``_best_first``; ``ranking_of`` is the plain reading."""
+        ex = self._explainer
+        if ex is None:
             pairs = [(row.id, row.score) for row in self.scores if row.excluded is None]
-        chosen = self.deployment_id
-        scored, unscored = [], []
-        for k, (i, s) in enumerate(pairs):
-            if i == chosen:
-                continue
-            if isinstance(s, (int, float)) and s == s:
-                scored.append((-s, k, i))
-            else:
-                unscored.append(i)
-        scored.sort()
-        return [chosen] + [i for _, _, i in scored] + unscored
+        elif self._facts[2] or len(self._facts[0]) < 2 or type(ex).ranked is not Explainer.ranked:
+            pairs = ex.ranked(self._facts)  # (without building the explanation rows)
+        else:  # Explainer.ranked's pairs, nobody excluded: the ids and scores in pool order
+            ids, scores = self._facts[0], ex.scores(self._facts)
+            fast = _best_first(ids, scores, self.deployment_id)
+            if fast is not None:
+                return fast
+            pairs = list(zip(ids, scores))
+        return ranking_of(pairs, self.deployment_id)
 
     def add_scores(self, rows) -> None:
         """Append rows (the engine's exclusions) after the strategy's, without building them."""
@@ -615,6 +616,45 @@ class Decision:
             "status_code": self.status_code,
             "candidates": [s.as_dict() for s in self.scores],
         }
+
+
+def ranking_of(pairs, chosen: Optional[str]) -> list:
+    """``Decision.ranking`` from the competing ``(id, score)`` pairs in pool order: `chosen`
+    first, then the others by score, best first, ties in pool order, those without a numeric
+    score (None, NaN) last in pool order."""
+    scored, unscored = [], []
+    for k, (i, s) in enumerate(pairs):
+        if i == chosen:
+            continue
+        if isinstance(s, (int, float)) and s == s:
+            scored.append((-s, k, i))
+        else:
+            unscored.append(i)
+    scored.sort()
+    return [chosen] + [i for _, _, i in scored] + unscored
+
+
+_FLOAT, _STR = {float}, {str}
+
+
+def _best_first(ids, scores, chosen: Optional[str]) -> Optional[list]:
+    """``ranking_of(zip(ids, scores), chosen)`` sorted in one call on the scores themselves
+    (a ranking per attempt over an alias's whole candidate list), when that is the same list:
+    two ids or more, strings, each once, `chosen` among them, every score a float and none NaN
+    (a sum of floats is NaN when one of them is). None otherwise. ``sorted`` keeps equal scores in pool
+    order, with ``reverse`` too."""
+    n = len(ids)
+    if n < 2 or len(scores) != n or set(map(type, scores)) != _FLOAT or set(map(type, ids)) != _STR:
+        return None
+    total = sum(scores)
+    if total != total or ids.count(chosen) != 1:
+        return None
+    score_of = dict(zip(ids, scores))
+    if len(score_of) != n:
+        return None
+    out = sorted(ids, key=score_of.__getitem__, reverse=True)
+    out.remove(chosen)
+    return [chosen, *out]
 
 
 def explained_decision(strategy: str, chosen: Deployment, final_score: Optional[float], explainer: Explainer,

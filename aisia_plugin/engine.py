@@ -209,7 +209,8 @@ class Engine:
             supplied = [signals.get(i) or NO_SIGNALS for i in ids]
             quota = [sig.get("quota", 1.0) for sig in supplied]
         pool = Pool(deps, states if states is not None else [CLOSED] * len(deps), fits, global_arms, domain_arms,
-                    tick, self.gamma, prior, self._fresh, quota=quota, signals=supplied, ids=ids)
+                    tick, self.gamma, prior, self._fresh, quota=quota, signals=supplied, ids=ids,
+                    costs=group.costs if deps is group.deployments else None)
         # By position, in RoutingContext's field order (alias, strategy, features, domain, task_type, now,
         # rng, settings, last_known_good, total_pulls, policy, contextual): eleven keywords cost
         # about 5k instructions more per request (test_engine_context_by_position holds the order).
@@ -398,7 +399,7 @@ class _DomainPool:
     """The competitors of an alias for one domain: only the specialists of the domain when some
     candidates declare it (seed section 6), else every candidate."""
 
-    __slots__ = ("deployments", "ids", "excluded", "specialised", "smallest_window", "_fits")
+    __slots__ = ("deployments", "ids", "excluded", "specialised", "smallest_window", "_fits", "_costs")
 
     def __init__(self, pool: list, excluded: list, domain: Optional[str]):
         excluded = list(excluded)
@@ -420,6 +421,15 @@ class _DomainPool:
                                    default=math.inf)
         self.excluded = excluded
         self._fits: dict = {}
+        self._costs: Optional[tuple] = None
+
+    @property
+    def costs(self) -> tuple:
+        """The pool's column of costs per 1M tokens (``Pool.costs``), kept with the pool."""
+        costs = self._costs
+        if costs is None:
+            costs = self._costs = tuple(d.cost_per_1m for d in self.deployments)
+        return costs
 
     def fits(self, table: TaskFitnessTable, task: str) -> tuple:
         hit = self._fits.get(task)

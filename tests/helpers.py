@@ -47,3 +47,21 @@ def deployment(id: str, cost: float = 1.0, *, provider: str | None = None, model
     provider = provider or id.split("-")[0]
     return Deployment(id=id, model_name=model_name or id, model=model or f"{provider}/{id}", provider=provider,
                       input_cost_per_1m=cost, output_cost_per_1m=cost, **kw)
+
+
+def spy_on_strategies(monkeypatch, seen: list, record=lambda pool, ctx: ctx) -> None:
+    """Every strategy the engine asks for, wrapped: each select appends ``record(pool, ctx)``
+    to `seen`, then decides as the strategy does."""
+    from aisia_plugin import plugins
+
+    real = plugins.get_strategy
+
+    class Spy:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def select(self, pool, ctx):
+            seen.append(record(pool, ctx))
+            return self.inner.select(pool, ctx)
+
+    monkeypatch.setattr(plugins, "get_strategy", lambda name: Spy(real(name)))

@@ -12,8 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import deployment
-from aisia_plugin import plugins
+from helpers import deployment, spy_on_strategies
 from aisia_plugin.bandit import ArmStats
 from aisia_plugin.breaker import CircuitBreaker, FailureKind
 from aisia_plugin.learning import Applied, LearningRules, OutcomeRecord, apply_outcome, outcome_record
@@ -44,17 +43,7 @@ def test_the_engines_context_built_by_position_is_the_keyword_one(tmp_path, monk
     deps = [deployment("a"), deployment("b")]
     eng.record("auto", Outcome("a", True, latency_s=0.5))
     seen = []
-    real = plugins.get_strategy
-
-    class Spy:
-        def __init__(self, inner):
-            self.inner = inner
-
-        def select(self, pool, ctx):
-            seen.append(ctx)
-            return self.inner.select(pool, ctx)
-
-    monkeypatch.setattr(plugins, "get_strategy", lambda name: Spy(real(name)))
+    spy_on_strategies(monkeypatch, seen)
     d = eng.decide("auto", MSG, deps)
     (ctx,) = seen
     feats = eng.features(MSG)

@@ -262,23 +262,37 @@ class Runtime:
             self.explain = deque(self.explain, maxlen=self.policy.proxy.explain_history)
 
     # -- deployments ---------------------------------------------------------------------------
-    def deployment(self, raw: Mapping) -> Deployment:
-        """The core's view of one LiteLLM deployment dict, built once per deployment. The dicts
+    def deployments(self, raws) -> list[Deployment]:
+        """The core's view of each LiteLLM deployment dict, in order, each built once. The dicts
         the Router hands the filter are fresh per request (a routing group copies
         ``litellm_params`` to set its ``order``), but ``model_info`` stays the Router's object:
         the cache is keyed on it, checked against the model called (an edited deployment gets
         a new ``model_info``). The same Deployment objects request after request also let the
-        engine memoise the alias's pool."""
-        info = raw.get("model_info") or {}
-        params = raw.get("litellm_params") or {}
-        key = str(info.get("id") or raw.get("model_name") or "")
-        hit = self._deployments.get(key)
-        if hit is not None and hit[0] is info and hit[1] == params.get("model"):
-            return hit[2]
+        engine memoise the alias's pool. The filter hands an alias attempt the alias's whole
+        candidate list: the cache's test is made here, in the loop (a hit, the usual case, costs
+        no call)."""
+        table, out = self._deployments, []
+        add = out.append
+        for raw in raws:
+            info = raw.get("model_info") or {}
+            params = raw.get("litellm_params") or {}
+            key = str(info.get("id") or raw.get("model_name") or "")
+            hit = table.get(key)
+            if hit is not None and hit[0] is info and hit[1] == params.get("model"):
+                add(hit[2])
+            else:
+                add(self._built(raw, key, info, params.get("model")))
+        return out
+
+    def deployment(self, raw: Mapping) -> Deployment:
+        """The core's view of one LiteLLM deployment dict (``deployments``)."""
+        return self.deployments((raw,))[0]
+
+    def _built(self, raw: Mapping, key: str, info, model) -> Deployment:
         if len(self._deployments) > 4096:
             self._deployments.clear()
         dep = with_context_window(build_deployment(raw, self.policy, litellm_price), raw)
-        self._deployments[key] = (info, params.get("model"), dep)
+        self._deployments[key] = (info, model, dep)
         self._names[dep.id] = (dep.id, dep.model_name, dep.model)
         if dep.priced_by_litellm is False and dep.price_basis in ("table", "default") \
                 and (dep.id, dep.model) not in self._unpriced_said:
@@ -304,9 +318,6 @@ class Runtime:
     def deployment_names(self, deployment_id: Optional[str]) -> tuple:
         """The names a deployment's errors may quote (id, model group, model)."""
         return self._names.get(deployment_id or "", (deployment_id,))
-
-    def deployments(self, raws) -> list[Deployment]:
-        return [self.deployment(r) for r in raws]
 
     # -- calls ---------------------------------------------------------------------------------
     def open_call(self, request_id: str, alias: str, session: Optional[str]) -> Call:

@@ -1,0 +1,138 @@
+"""An alias over a whole model list (the shipped ``auto``) does per-candidate work on every
+attempt: the fast paths that do it with less work, against their plain readings, on deployments
+of every shape (issue 21)."""
+
+from __future__ import annotations
+
+import math
+import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # importing litellm must not reach the network
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from aisia_plugin.decision import PLAIN, Decision, _best_first, ranking_of  # noqa: E402
+from aisia_plugin.litellm import callback  # noqa: E402
+
+
+class _Decision:
+    def __init__(self, model):
+        self.model = model
+
+
+class _Params(dict):
+    """A dict subclass: not the shape the fast path serves."""
+
+
+_IDS = st.sampled_from(["a", "b", "c", "d", 7, None, ""])
+_MODELS = st.sampled_from(["openai/a", "openai/b", "", None])
+
+
+@st.composite
+def _raw(draw):
+    """A deployment as LiteLLM hands it to the filter, or in a shape it never does."""
+    raw = {"model_name": draw(st.sampled_from(["m1", "m2"]))}
+    info = draw(st.sampled_from(["dict", "dict", "dict", "none", "missing", "empty"]))
+    if info == "dict":
+        raw["model_info"] = {"id": draw(_IDS), "base_model": "x", "input_cost_per_token": 1e-6}
+    elif info == "none":
+        raw["model_info"] = None
+    elif info == "empty":
+        raw["model_info"] = {}
+    shape = draw(st.sampled_from(["dict", "dict", "dict", "none", "missing", "sub"]))
+    if shape != "missing":
+        params = {"model": draw(_MODELS), "api_key": "k", "output_cost_per_token": 2e-6}
+        if draw(st.booleans()):
+            params["order"] = 9
+        raw["litellm_params"] = None if shape == "none" else _Params(params) if shape == "sub" else params
+    if draw(st.booleans()):  # litellm_params after model_info, or not there at all
+        raw = dict(reversed(list(raw.items())))
+    return _Params(raw) if draw(st.integers(0, 5)) == 0 else raw
+
+
+@given(st.lists(_raw(), max_size=6), st.lists(st.sampled_from(["a", "b", "c", "d", "7", "None", "x"]), max_size=6),
+       _MODELS)
+@settings(max_examples=3000, deadline=None)
+def test_ranked_deployments_equal_their_plain_reading(healthy, ranked, model):
+    decision = _Decision(model)
+    fast = callback._ranked_deployments(healthy, ranked, decision)
+    plain = callback._ranked_deployments_plainly(healthy, ranked, decision)
+    assert fast == plain
+    assert [list(d) for d in fast] == [list(d) for d in plain]  # the keys in the same order
+    assert [list(d.get("litellm_params") or ()) for d in fast] == [list(d.get("litellm_params") or ()) for d in plain]
+    assert [type(d) for d in fast] == [type(d) for d in plain]
+    if fast is not healthy:  # fresh copies, never the Router's own dicts
+        own = {id(h) for h in healthy} | {id(h.get("litellm_params")) for h in healthy}
+        assert not any(id(d) in own or id(d["litellm_params"]) in own for d in fast)
+
+
+def test_ranked_deployments_of_the_usual_shape():
+    healthy = [{"model_name": "m", "litellm_params": {"model": f"openai/{i}"}, "model_info": {"id": i}}
+               for i in "abc"]
+    out = callback._ranked_deployments(healthy, ["b", "a", "c"], _Decision("openai/special"))
+    assert [(d["model_info"]["id"], d["litellm_params"]["order"], d["litellm_params"]["model"]) for d in out] == [
+        ("b", 1, "openai/special"), ("a", 2, "openai/a"), ("c", 3, "openai/c")]
+    assert all("order" not in h["litellm_params"] for h in healthy)  # the Router's dicts untouched
+
+
+
+_SCORES = st.one_of(st.floats(), st.sampled_from([0.0, -0.0, 1.0, math.inf, -math.inf, math.nan]), st.none(),
+                    st.integers(-3, 3), st.booleans())
+
+
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c", "d", "e", "f"]), _SCORES), max_size=8),
+       st.sampled_from(["a", "b", "z", None]), st.booleans())
+@settings(max_examples=4000, deadline=None)
+def test_ranking_equals_its_plain_reading(pairs, chosen, as_list):
+    """Every decision of a built-in strategy: any scores (floats with ties, signed zeros,
+    infinities, NaN, None, ints), ids given twice or not at all."""
+    ids, scores = tuple(i for i, _ in pairs), tuple(s for _, s in pairs)
+    if as_list:
+        ids, scores = list(ids), list(scores)
+    if chosen == "a" and ids:
+        chosen = ids[len(ids) // 2]
+    d = Decision(chosen, None, "ucb1", "r", len(ids), None, explainer=PLAIN, facts=(ids, scores, (), None))
+    assert d.ranking() == ranking_of(list(zip(ids, scores)), chosen)
+
+
+@given(st.lists(st.sampled_from([0.5, 1.0, -0.0, 0.0, math.inf, -math.inf, math.nan]) | st.floats(-1e6, 1e6),
+                min_size=2, max_size=12), st.data())
+@settings(max_examples=3000, deadline=None)
+def test_ranking_of_float_scores_equals_its_plain_reading(scores, data):
+    """The usual shape (distinct ids, float scores), ties and NaN included."""
+    ids = tuple(f"d{k}" for k in range(len(scores)))
+    chosen = data.draw(st.sampled_from(ids))
+    d = Decision(chosen, None, "ucb1", "r", len(ids), None, explainer=PLAIN, facts=(ids, tuple(scores), (), None))
+    assert d.ranking() == ranking_of(list(zip(ids, scores)), chosen)
+    if all(map(math.isfinite, scores)):  # the sort's own path
+        assert _best_first(ids, tuple(scores), chosen) == d.ranking()
+
+
+def test_the_pools_costs_kept_with_the_alias_pool_are_its_deployments_costs(tmp_path, monkeypatch):
+    """The engine hands a pool the costs its memoised candidates keep, and a pool cut down
+    (a deployment already tried, over budget, or too small for the prompt) computes its own:
+    either way the deployments' costs per 1M tokens, in pool order."""
+    import random
+
+    from helpers import deployment, spy_on_strategies
+
+    from aisia_plugin.engine import Engine
+    from aisia_plugin.policy import load_policy
+
+    (tmp_path / "p.yaml").write_text("version: 1\naliases:\n  auto: {strategy: ucb1}\n"
+                                     "  auto/cheap: {strategy: ucb1, budget: {max_cost_per_request_usd: 0.00001}}\n")
+    eng = Engine(load_policy([tmp_path / "p.yaml"]), clock=lambda: 1000.0, rng=random.Random(1))
+    deps = [deployment("a-1", 0.5), deployment("b-2", 40.0), deployment("c-3", 3.0, max_input_tokens=5)]
+    seen = []
+    spy_on_strategies(monkeypatch, seen, lambda pool, ctx: (pool, list(pool.costs)))
+    msg = [{"role": "user", "content": "hi"}]
+    long_msg = [{"role": "user", "content": "a long prompt " * 40}]
+    for alias, messages, exclude in (("auto", msg, ()), ("auto", msg, ("b-2",)), ("auto/cheap", msg, ()),
+                                     ("auto", long_msg, ()), ("auto", msg, ())):
+        eng.decide(alias, messages, deps, exclude=exclude)
+    assert len(seen) == 5
+    for pool, costs in seen:
+        assert costs == [d.cost_per_1m for d in pool.deployments]
+    assert [len(pool) for pool, _ in seen] == [3, 2, 1, 2, 3]
+    assert type(seen[0][0].costs) is tuple and seen[0][0].costs is seen[4][0].costs  # kept with the alias's pool
