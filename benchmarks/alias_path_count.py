@@ -1,46 +1,45 @@
-"""The alias path's cost per request in instructions, deterministic (no wall clock): a LiteLLM
-Router in this process with the plugin as its callback (the benchmark's one-candidate alias
-``auto/bench`` of proxy_rig.py), each request driven as the proxy drives it (pre-call hook,
-``Router.acompletion`` with a mocked answer, headers hook, then LiteLLM's logging worker drained).
+"""The alias path's cost per request in deterministic terms (no wall clock): a LiteLLM Router in
+this process with the plugin as its callback (proxy_rig.py's one-candidate alias ``auto/bench``, its
+strategy ``--strategy``), each request driven as the proxy drives it (pre-call hook,
+``Router.acompletion`` with a mocked answer, headers hook, LiteLLM's logging worker drained).
+``--arm``: alias, plain, litellm (no plugin), wide (an alias over every deployment, as the shipped
+``auto``), group (LiteLLM alone, every deployment under one name); ``--deployments N`` adds N - 1
+fillers, ``--wide-aliases K`` K aliases over all of them (whether a plain request's work grows with
+the model list or the aliases' groups).
 
     valgrind --tool=callgrind --callgrind-out-file=/dev/null .venv/bin/python \
         benchmarks/alias_path_count.py --arm alias --requests 200
 
-Run it twice with different ``--requests`` under callgrind and divide the difference of the
-totals by the difference of the counts: the per-request instructions of that arm (the start-up
-cancels out). ``--cprofile`` prints call counts per request instead.
+Twice with different ``--requests``: the difference of the totals over that of the counts is the
+per-request instructions (start-up cancels out); ``--instr-atstart=no`` with ``AISIA_CALLGRIND=1``
+instruments the measured requests only. ``--cprofile``: call counts per request, the totals first.
 
-``--collect module:Qualname`` (repeatable) measures what each named function costs, inclusive, per
-request: under ``valgrind --tool=callgrind --instr-atstart=no --collect-atstart=no``, the measured
-requests run once per function with collection switched on only inside it (from its outermost
-entry to its exit, awaits included: the plugin's hooks do not suspend on the memory store), and
-each pass is dumped under the function's name (``--callgrind-out-file=F`` gives F.1, F.2, ...;
-``-`` as a name collects the whole requests, ``wrapper`` an empty function: the switch's own cost,
-to subtract once per outermost call, which each pass prints). Callgrind's collection state is the
-thread's own: these figures are the event loop's thread (the hooks'), not LiteLLM's thread-pool
-work, which the totals of the instrumentation method above include.
+``--collect module:Qualname`` (repeatable): each function's inclusive instructions per request,
+under ``valgrind --tool=callgrind --instr-atstart=no --collect-atstart=no``: one pass of the
+requests per function, collected only inside it (outermost entry to exit, awaits included: the
+hooks do not suspend on the memory store), dumped under its name (``--callgrind-out-file=F``: F.1,
+F.2...; ``-`` the whole requests, ``wrapper`` an empty function: the switch's own cost, to subtract
+once per outermost call, printed per pass). Collection is per thread: the event loop's (the
+hooks'), not LiteLLM's thread-pool work, which the totals above include.
 
     valgrind --tool=callgrind --instr-atstart=no --collect-atstart=no --callgrind-out-file=cg.out \
         .venv/bin/python benchmarks/alias_path_count.py --requests 100 \
         --collect aisia_plugin.engine:Engine.decide --collect wrapper
     grep -H -e '^desc: Trigger' -e '^totals' cg.out.*
+    .venv/bin/python benchmarks/alias_path_count.py --arm plain --cprofile --deployments 200 --wide-aliases 7
 
-``--deployments N`` adds N - 1 filler deployments (proxy_overhead.py's model-list sizes) and
-``--wide-aliases K`` K more aliases whose candidates are all of them (each a routing group of every
-model name, as the default policy's aliases are); ``--arm litellm`` is the plain request on a Router
-without the plugin (no callback, no groups). What production's ``auto`` costs, an alias over every
-deployment: ``--arm wide`` asks the first such alias (one is added), ``--arm group`` is LiteLLM's own
-choice among the same N deployments (a Router without the plugin, all N under the plain model's name). With ``--cprofile``, the first line is the totals:
-whether a plain request's work grows with the model list or with the aliases' groups.
+``--gc`` (``gc_counts``): what the requests leave to Python's garbage collector, counted.
 
-    .venv/bin/python benchmarks/alias_path_count.py --arm plain --cprofile --deployments 200 --wide-aliases 7"""
+    .venv/bin/python benchmarks/alias_path_count.py --gc --requests 600 [--strategy thompson] [--kinds]"""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import bench  # first: LiteLLM kept offline, this folder importable
@@ -154,32 +153,33 @@ def collecting(cg: Callgrind, target: str, entries: list):
     depth = [0]
     toggle, code = cg.request, cg.TOGGLE_COLLECT
 
+    def enter():
+        depth[0] += 1
+        if depth[0] == 1:
+            entries[0] += 1
+            toggle(code)
+
+    def leave():
+        depth[0] -= 1
+        if not depth[0]:
+            toggle(code)
+
     if inspect.iscoroutinefunction(fn):
         @functools.wraps(fn)
         async def wrapper(*args, **kwargs):
-            depth[0] += 1
-            if depth[0] == 1:
-                entries[0] += 1
-                toggle(code)
+            enter()
             try:
                 return await fn(*args, **kwargs)
             finally:
-                depth[0] -= 1
-                if not depth[0]:
-                    toggle(code)
+                leave()
     else:
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            depth[0] += 1
-            if depth[0] == 1:
-                entries[0] += 1
-                toggle(code)
+            enter()
             try:
                 return fn(*args, **kwargs)
             finally:
-                depth[0] -= 1
-                if not depth[0]:
-                    toggle(code)
+                leave()
     wrapped = type(original)(wrapper) if isinstance(original, (staticmethod, classmethod)) else wrapper
     setattr(owner, name, wrapped)
     return lambda: setattr(owner, name, original)
@@ -202,18 +202,22 @@ def instr(state: str) -> None:
         time.sleep(0.001)
 
 
-async def run(arm: str, requests: int, warmup: int, profile: bool, deployments: int = 1, wide_aliases: int = 0,
-              collect=()):
-    if arm == "wide":
-        wide_aliases = max(wide_aliases, 1)
-    router, plugin = build(deployments, wide_aliases, plugin_loaded=arm not in ("litellm", "group"),
-                           one_group=arm == "group")
+async def run(a) -> None:
+    arm, requests, deployments = a.arm, a.requests, a.deployments
+    if a.gc:  # before the Router and the plugin are built, as their allocations run under it
+        gc.set_threshold(a.threshold, 10, 10)
+    router, plugin = build(deployments, max(a.wide_aliases, int(arm == "wide")), plugin_loaded=arm not in ("litellm", "group"),
+                           strategy=a.strategy, one_group=arm == "group")
     model = {"alias": ALIAS, "wide": "auto/wide-0"}.get(arm, PLAIN)
-    for _ in range(warmup):
+    for _ in range(a.warmup):
         await one(router, plugin, model)
-    if collect:
-        await collect_each(router, plugin, model, requests, collect)
+    if a.gc:
+        await gc_counts(a, router, plugin, model)
         return
+    if a.collect:
+        await collect_each(router, plugin, model, requests, a.collect)
+        return
+    profile = a.cprofile
     if profile:
         import cProfile
         import pstats
@@ -266,16 +270,108 @@ async def collect_each(router, plugin, model: str, requests: int, targets) -> No
     cg.request(cg.STOP)
 
 
+def kind(o) -> str:
+    """A short description of an object: its type, and for a container what it holds."""
+    t = type(o)
+    name = t.__qualname__
+    if t in (list, tuple, set, frozenset):
+        inner = sorted({type(x).__qualname__ for x in o})
+        shape = ",".join(type(x).__qualname__ for x in o) if t is tuple and len(o) <= 6 else "|".join(inner)
+        return f"{name}[{shape}] len {len(o) if len(o) < 3 else '3+'}"
+    if t is dict:
+        keys = list(o)[:8]
+        if all(type(k) is str for k in keys):
+            return f"dict{{{','.join(keys)}}}"
+        return f"dict of {len(o)}"
+    if callable(o) and hasattr(o, "__qualname__"):
+        return f"{name} {o.__qualname__}"
+    return name
+
+
+def collected() -> None:
+    # Twice: a collection stops tracking a tuple whose items it has already found untracked (it
+    # walks its list in order), so a tuple of tuples of atoms may take two.
+    gc.collect()
+    gc.collect()
+
+
+def freed_per_entry(runtime, kinds: bool) -> None:
+    collected()
+    before = {id(o): kind(o) if kinds else None for o in gc.get_objects()}
+    entries = len(runtime.explain)
+    runtime.explain.clear()
+    collected()
+    after = {id(o) for o in gc.get_objects()}
+    freed = [k for i, k in before.items() if i not in after]
+    print(f"per explain entry: {len(freed) / entries:.2f} tracked objects freed with it ({len(freed)} for {entries})")
+    if kinds:
+        for k, n in Counter(freed).most_common(30):
+            print(f"  {n / entries:7.2f}  {k}")
+
+
+async def gc_counts(a, router, plugin, model: str) -> None:
+    """--gc. A request here allocates less than in a proxy (no HTTP, no FastAPI): the young
+    generation's threshold is lowered (``--threshold``, CPython's 700) so that generation-1
+    collections run about every 100 requests, as in a proxy (~125). After the warm-up (longer than
+    the explain log: it is full), over ``--requests`` requests:
+
+    - promoted to the oldest generation per request: the survivors of each generation-1 collection
+      (a ``gc.callbacks`` hook reads ``len(gc.get_objects(2))`` before and after it), with the
+      collections of each generation;
+    - new and alive in the oldest generation: ``gc.collect()``, the ids in it, the requests, then
+      the objects of ``gc.get_objects(2)`` not among those ids (``--kinds``: by kind);
+    - per explain entry: the tracked objects freed when the explain log is emptied (collected
+      before and after, so that tuples and dicts of atoms the collector untracks do not count),
+      over the entries it held (``--kinds``: by kind)."""
+    # Promotions: the survivors of each generation-1 collection (they enter the oldest one).
+    counts, promoted, sized = [0, 0, 0], [0], [0]
+
+    def watch(phase, info):
+        gen = info["generation"]
+        if phase == "start":
+            counts[gen] += 1
+            if gen == 1:
+                sized[0] = len(gc.get_objects(2))
+        elif gen == 1:
+            promoted[0] += len(gc.get_objects(2)) - sized[0]
+
+    gc.collect()
+    old = {id(o) for o in gc.get_objects(2)}
+    gc.callbacks.append(watch)
+    try:
+        for _ in range(a.requests):
+            await one(router, plugin, model)
+    finally:
+        gc.callbacks.remove(watch)
+    new = [o for o in gc.get_objects(2) if id(o) not in old]
+    print(f"arm {a.arm}, strategy {a.strategy}, {a.requests} requests after {a.warmup}, threshold {a.threshold}: "
+          f"collections gen0/gen1/gen2 {counts[0]}/{counts[1]}/{counts[2]}; promoted to gen2 "
+          f"{promoted[0] / a.requests:.2f} per request; new and alive in gen2 {len(new)} "
+          f"({len(new) / a.requests:.2f} per request); tracked heap {len(gc.get_objects())}")
+    if a.kinds:
+        for k, n in Counter(kind(o) for o in new).most_common(25):
+            print(f"  {n:6d}  {k}")
+    del new
+    if plugin is not None and plugin.runtime.explain:
+        freed_per_entry(plugin.runtime, a.kinds)
+
+
 def main(argv=None) -> int:
     a = bench.arguments(__doc__, argv, arm=("alias", "alias, plain, litellm (a Router without the plugin), wide (an alias over every "
                                                  "deployment) or group (LiteLLM alone, one group of them all)"),
-                        requests=100, warmup=30, cprofile=False,
+                        requests=(int, "measured requests (default 100, with --gc 600)"),
+                        warmup=(int, "warm-up requests (default 30, with --gc 300)"), cprofile=False,
                         deployments=(1, "deployments in the Router (fillers added)"),
                         wide_aliases=(0, "more aliases, each over every deployment"),
-                        collect=([], "module:Qualname: collect inside it only, one pass each (callgrind)"))
+                        collect=([], "module:Qualname: collect inside it only, one pass each (callgrind)"),
+                        strategy=("ucb1", "the alias's strategy"),
+                        gc=(False, "count what the requests leave to the garbage collector"), kinds=(False, "with --gc: by kind"),
+                        threshold=(100, "with --gc: the young generation's threshold (gc.set_threshold)"))
     if a.arm not in ("alias", "plain", "litellm", "wide", "group"):
         raise SystemExit(f"--arm {a.arm}: choose alias, plain, litellm, wide or group")
-    asyncio.run(run(a.arm, a.requests, a.warmup, a.cprofile, a.deployments, a.wide_aliases, a.collect))
+    a.requests = (600 if a.gc else 100) if a.requests is None else a.requests
+    a.warmup = (300 if a.gc else 30) if a.warmup is None else a.warmup
+    asyncio.run(run(a))
     return 0
 
 
