@@ -13,15 +13,24 @@
 Each call timed alone (perf_counter_ns) after an untimed warm-up, gc off during the loops.
 Writes benchmarks/results/overhead.json and .md. ``--count MODE`` (real_prompts, steady...) times
 nothing: ``--calls`` decisions of ``--count-alias`` at n=16 for an instruction count
-(``count_decisions``)."""
+(``count_decisions``).
+
+``--hostile [--repeats 5]``: only linear time on hostile inputs, the cost of one decision as the
+request grows (prompt bytes, message count, tool-list size, NUL bytes, invalid Unicode, nesting), so
+that a megabyte prompt or tens of thousands of messages cost time in proportion to their size, up
+to the scan cap (domains.max_scan_chars), and never more. Each figure is the median of
+``--repeats`` decisions of a fresh request object (the engine warm); asserts nothing. Writes
+benchmarks/results/hostile_inputs.json and .md."""
 
 from __future__ import annotations
 
 import itertools
 import random
+import statistics
 import sys
 import time
 import traceback
+import types
 
 import bench
 from litellm_baselines import MODEL_GROUP, STRATEGIES as LITELLM_STRATEGIES, LiteLLMBaseline
@@ -101,16 +110,9 @@ def pool_specs(n: int) -> list[dict]:
             for i, (prov, price, lat) in ((i, PROVIDERS[i % len(PROVIDERS)]) for i in range(n))]
 
 
-class SimClock:  # the engine's clock, moved by hand
-    t = 1_000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def build_engine(specs: list[dict], policy):
-    clock = SimClock()
-    eng = Engine(policy, clock=clock, rng=random.Random(1))
+    clock = types.SimpleNamespace(t=1_000.0)  # the engine's clock, moved by hand
+    eng = Engine(policy, clock=lambda: clock.t, rng=random.Random(1))
     deps = [Deployment(id=s["id"], model_name="bench-pool", model=s["model"], provider=s["provider"],
                        input_cost_per_1m=s["input_cost_per_1m"], output_cost_per_1m=s["output_cost_per_1m"])
             for s in specs]
@@ -387,14 +389,65 @@ def count_decisions(policy, alias: str, mode: str, calls: int) -> int:
     return 0
 
 
+HOSTILE_POOL = [Deployment(id=f"d-{i}", model_name=f"m{i}", model=f"p{i}/model-{i}", provider=f"p{i}",
+                           input_cost_per_1m=0.5 + i, output_cost_per_1m=1.0 + i) for i in range(16)]
+
+
+def hostile_cases():
+    word = "write a python function that parses json and explain the algorithm step by step "
+    for size in (1_000, 16_000, 256_000, 1_000_000, 4_000_000):
+        yield "prompt bytes", size, [{"role": "user", "content": (word * (size // len(word) + 1))[:size]}], None
+    for n in (10, 1_000, 10_000, 100_000):
+        yield "messages", n, [{"role": "user" if i % 2 else "assistant", "content": f"turn {i} about code"}
+                              for i in range(n)], None
+    for n in (10, 1_000, 10_000, 50_000):
+        tools = [{"type": "function", "function": {"name": f"tool_{i}", "description": "does a thing", "parameters": {
+            "type": "object", "properties": {"x": {"type": "string"}}}}} for i in range(n)]
+        yield "tools", n, [{"role": "user", "content": "call a tool"}], tools
+    for size in (1_000, 1_000_000):
+        yield "NUL bytes", size, [{"role": "user", "content": "\x00" * size}], None
+        yield "invalid unicode", size, [{"role": "user", "content": "\udcff" * size}], None
+    for depth in (10, 1_000, 50_000):
+        nested: object = "deep"
+        for _ in range(depth):
+            nested = [nested]
+        yield "nesting depth", depth, [{"role": "user", "content": nested}], None
+
+
+def hostile(policy, repeats: int) -> int:
+    """--hostile (module docstring): results/hostile_inputs.{json,md}."""
+    engine = Engine(policy, rng=random.Random(0))
+    engine.decide("auto", [{"role": "user", "content": "warm up"}], HOSTILE_POOL)
+    rows = []
+    for kind, size, messages, tools in hostile_cases():
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            engine.decide("auto", messages, HOSTILE_POOL, tools=tools)
+            times.append(time.perf_counter() - t0)
+        med = statistics.median(times)
+        rows.append({"input": kind, "size": size, "median_ms": med * 1e3, "us_per_unit": med * 1e6 / size})
+        print(f"{kind:<16} {size:>10} {med * 1e3:>10.3f} ms {med * 1e6 / size:>12.4f} us per unit", flush=True)
+    conditions = bench.conditions(repeats=repeats, pool=len(HOSTILE_POOL), alias="auto",
+                                  max_scan_chars=policy.domains.max_scan_chars)
+    md = "\n".join(["# Decision cost on hostile inputs (`benchmarks/decision_overhead.py --hostile`)", "",
+                    f"Conditions: {conditions}", "", *bench.md_table(["input", "size", "median ms", "us per unit"], [
+                        [r["input"], r["size"], f"{r['median_ms']:.3f}", f"{r['us_per_unit']:.4f}"] for r in rows], "---:")])
+    bench.write_results("hostile_inputs", {"conditions": conditions, "rows": rows}, md + "\n", indent=1)
+    return 0
+
+
 def main(argv=None) -> int:
-    args = bench.arguments(__doc__, argv, calls=3000, sizes="4,16,64", count="", count_alias="auto/contextual")
+    args = bench.arguments(__doc__, argv, calls=3000, sizes="4,16,64", count="", count_alias="auto/contextual",
+                           hostile=(False, "only the decision's cost on hostile inputs"), repeats=5)
     sizes, messages = [int(x) for x in args.sizes.split(",")], bench.dense_messages()
     policy = load_policy()  # plus `auto/contextual`: the shipped `auto` with the contextual strategy
     contextual = policy.aliases["auto"].model_copy(update={"strategy": "contextual"})
     policy = policy.model_copy(update={"aliases": {**policy.aliases, "auto/contextual": contextual}})
     if args.count:
         return count_decisions(policy, args.count_alias, args.count, args.calls)
+    if args.hostile:
+        return hostile(policy, args.repeats)
     t0, load_start, speed_start = time.monotonic(), bench.load_average(), bench.machine_speed_ms()
     print(f"decision overhead: {args.calls} calls, machine speed {speed_start} ms", flush=True)
     report = {"conditions": {}, "ours": {}, "ours_modes": {}, "litellm": {}, "pieces": {}, "notes": []}
