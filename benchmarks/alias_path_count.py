@@ -11,8 +11,8 @@ the model list or the aliases' groups).
         benchmarks/alias_path_count.py --arm alias --requests 200
 
 Twice with different ``--requests``: the difference of the totals over that of the counts is the
-per-request instructions (start-up cancels out); ``--instr-atstart=no`` with ``AISIA_CALLGRIND=1``
-instruments the measured requests only. ``--cprofile``: call counts per request, the totals first.
+per-request instructions (start-up cancels out); with ``--instr-atstart=no`` only the measured
+requests are instrumented (a client request switches it). ``--cprofile``: call counts per request, the totals first.
 
 ``--collect module:Qualname`` (repeatable): each function's inclusive instructions per request,
 under ``valgrind --tool=callgrind --instr-atstart=no --collect-atstart=no``: one pass of the
@@ -189,19 +189,6 @@ def _nothing() -> None:
     """The ``wrapper`` target of --collect: an empty function called once per request."""
 
 
-def instr(state: str) -> None:
-    """Under ``valgrind --tool=callgrind --instr-atstart=no``: switch the instrumentation (the
-    measured requests only); a no-op otherwise."""
-    if not os.environ.get("AISIA_CALLGRIND"):
-        return
-    import subprocess
-    import time
-
-    proc = subprocess.Popen(["callgrind_control", "-i", state, str(os.getpid())], stdout=subprocess.DEVNULL)
-    while proc.poll() is None:  # keep running: callgrind serves the command between our instructions
-        time.sleep(0.001)
-
-
 async def run(a) -> None:
     arm, requests, deployments = a.arm, a.requests, a.deployments
     if a.gc:  # before the Router and the plugin are built, as their allocations run under it
@@ -224,10 +211,11 @@ async def run(a) -> None:
 
         prof = cProfile.Profile()
         prof.enable()
-    instr("on")
+    cg = Callgrind()  # instrumentation on around the measured requests (--instr-atstart=no)
+    cg.request(cg.START)
     for _ in range(requests):
         await one(router, plugin, model)
-    instr("off")
+    cg.request(cg.STOP)
     if profile:
         prof.disable()
         table = {bench.function_name(k): v for k, v in bench.per_call(pstats.Stats(prof), requests).items()}

@@ -64,11 +64,6 @@ def label_of(dataset: str):
     return by_prefix[0] if by_prefix else ARENA_DOMAINS["labels"].get(dataset)
 
 
-def arena_prompts(data: Path) -> list[tuple[str, str]]:
-    """(dataset, question) per RouterArena prompt."""
-    return [(r["global_index"].rsplit("_", 1)[0], r["question"]) for r in bench.read_jsonl(data / ARENA)]
-
-
 def strip_wrapper(prompt: str) -> str:
     """The prompt without the benchmark's instruction lines (first line, 'Provide/Keep' lines)."""
     return "\n".join(l for l in prompt.split("\n")[1:] if not l.lstrip().startswith(("Provide ", "Keep ", "Output ")))
@@ -314,7 +309,8 @@ def main(argv=None):
                            hold_out=([], "with --propose: datasets left out of the mining"),
                            json=(Path, "with --propose: write the proposal to this file"), **MINER)
     policy = load_policy()
-    names, rows = list(policy.domains.definitions), arena_prompts(args.data)
+    names = list(policy.domains.definitions)
+    rows = [(r["global_index"].rsplit("_", 1)[0], r["question"]) for r in bench.read_jsonl(args.data / ARENA)]  # (dataset, prompt)
     params = {k: getattr(args, k) for k in MINER}
     if args.propose:
         return propose(policy.domains, rows, args.hold_out, params, args.json)

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import bench
 import httpx
-from proxy_rig import ALIAS, PLAIN, ask, check, meter_start, meter_stop, metered, proxies, upstream
+from proxy_rig import ALIAS, PLAIN, check, drive, meter_start, meter_stop, metered, proxies, run_litellm_as, upstream
 
 import aisia_plugin.demo.proxy as proxy_mod
 from aisia_plugin.demo.proxy import Proxy
@@ -67,14 +67,9 @@ TIMED = [f"{module}:{name}" for module, names in {
 GC = ["gc.gen0", "gc.gen1", "gc.gen2"]
 
 
-def _drive(client: httpx.Client, proxy: Proxy, model: str, n: int) -> int:
-    """``n`` sequential requests: how many failed."""
-    return sum(ask(client, proxy, model).status_code != 200 for _ in range(n))
-
-
 def _profile(proxy: Proxy, client: httpx.Client, model: str, n: int, suffix: str) -> Path:
     meter_start(proxy)
-    failed = _drive(client, proxy, model, n)
+    failed = drive(client, proxy, model, n)
     time.sleep(1.0)  # the last responses' logging tasks
     if failed:
         bench.progress(f"{model}: {failed} of {n} requests failed")
@@ -155,10 +150,10 @@ def count(proxy: Proxy, client: httpx.Client, model: str, n: int) -> dict:
     """Instructions per request of `n` sequential requests, counted from the first until the
     proxy is back to its idle rate, net of that rate."""
     _control(proxy, "-i", "on")
-    _drive(client, proxy, model, 20)  # the instrumented code's first runs
+    drive(client, proxy, model, 20)  # the instrumented code's first runs
     idle = _idle_rate(proxy)
     started, busy = time.monotonic(), 0
-    failed = _drive(client, proxy, model, n)
+    failed = drive(client, proxy, model, n)
     for _ in range(MAX_WINDOWS):
         time.sleep(WINDOW_S)
         busy += (last := _instructions(proxy))
@@ -172,11 +167,8 @@ def count(proxy: Proxy, client: httpx.Client, model: str, n: int) -> dict:
 
 def count_mode(base_url: str, sizes, n: int, warmup: int, work: Path) -> str:
     """The count mode's table: instructions per request per arm and model-list size."""
-    wrapper = work / "litellm-callgrind"
-    wrapper.write_text(f"#!/bin/sh\nexec valgrind --tool=callgrind --instr-atstart=no "
-                       f"--callgrind-out-file=callgrind.out.%p {sys.executable} {proxy_mod.litellm_executable()} \"$@\"\n")
-    wrapper.chmod(0o755)
-    proxy_mod.litellm_executable = lambda: wrapper
+    run_litellm_as(work / "litellm-callgrind", f"#!/bin/sh\nexec valgrind --tool=callgrind --instr-atstart=no "
+                   f"--callgrind-out-file=callgrind.out.%p {sys.executable} {proxy_mod.litellm_executable()} \"$@\"\n")
     rows, results = [], {}
     for size in sizes:
         arms = {"litellm": [(False, False), PLAIN], "plain": [(True, False), PLAIN], "alias": [(True, False), ALIAS],
@@ -191,7 +183,7 @@ def count_mode(base_url: str, sizes, n: int, warmup: int, work: Path) -> str:
                 for arm, (key, model) in arms.items():
                     if key == (plugin, one_group):
                         check(client, running["proxy"], model)
-                        _drive(client, running["proxy"], model, warmup)
+                        drive(client, running["proxy"], model, warmup)
                         got[arm] = count(running["proxy"], client, model, n)
                         bench.progress(f"count: {size} deployments, {arm}: {got[arm]['per_request'] / 1e6:.3f} M "
                                        "instructions per request")
@@ -234,7 +226,7 @@ def main(argv=None) -> int:
                 for arm, proxy, model in (("litellm", running["litellm"], PLAIN), ("plain", running["plugin"], PLAIN),
                                           ("alias", running["plugin"], ALIAS)):
                     check(client, proxy, model)
-                    _drive(client, proxy, model, args.warmup)
+                    drive(client, proxy, model, args.warmup)
                     bench.progress(f"{mode}: {arm}, {args.requests} requests ...")
                     out[arm] = _profile(proxy, client, model, args.requests, ".json" if mode == "timing" else ".prof")
             if mode == "timing":

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import bench
 import httpx
-from proxy_rig import ALIAS, PLAIN, PROMPT, ask, check, collector, meter_start, meter_stop, metered, proxies, upstream
+from proxy_rig import ALIAS, PLAIN, PROMPT, ask, check, collector, drive, meter_start, meter_stop, metered, proxies, upstream
 
 # name -> (plugin loaded, model asked for); the first is the reference of every ratio.
 ARMS = {"litellm": (False, PLAIN), "litellm_b": (False, PLAIN), "plain": (True, PLAIN), "alias": (True, ALIAS)}
@@ -62,8 +62,7 @@ def sequential(arms: dict, rounds: int, warmup: int) -> dict:
     with ExitStack() as stack:
         clients = {name: stack.enter_context(httpx.Client(timeout=30)) for name in arms}
         for name, (proxy, model) in arms.items():
-            for _ in range(warmup):
-                ask(clients[name], proxy, model)
+            drive(clients[name], proxy, model, warmup)
             meter_start(proxy)
         cpu0 = {name: bench.cpu_seconds(proxy.pid) for name, (proxy, _) in arms.items()}
         for order in turns(arms, rounds):

@@ -127,14 +127,18 @@ sys.exit(run_server())
 """
 
 
+def run_litellm_as(wrapper: Path, text: str) -> None:
+    """From now on Proxy.start runs `wrapper`, an executable of `text`, instead of litellm."""
+    wrapper.parent.mkdir(parents=True, exist_ok=True)
+    wrapper.write_text(text)
+    wrapper.chmod(0o755)
+    proxy_mod.litellm_executable = lambda: wrapper
+
+
 def metered(work: Path, timed=()) -> None:
     """From now on Proxy.start runs the litellm command under WRAPPER (its mode from the proxy's
     $AISIA_PROFILE_MODE, default gc), with the functions `timed` clocked in timing mode."""
-    wrapper = work / "litellm-metered"
-    work.mkdir(parents=True, exist_ok=True)
-    wrapper.write_text(WRAPPER.format(python=sys.executable, timed=list(timed)))
-    wrapper.chmod(0o755)
-    proxy_mod.litellm_executable = lambda: wrapper
+    run_litellm_as(work / "litellm-metered", WRAPPER.format(python=sys.executable, timed=list(timed)))
 
 
 def _signalled(proxy: Proxy, sig, marker: str) -> int:
@@ -230,6 +234,11 @@ def body(model: str) -> dict:
 def ask(client, proxy: Proxy, model: str):
     """The benchmark's request for ``model`` to ``proxy`` (an httpx.AsyncClient's is awaited)."""
     return client.post(proxy.base_url + "/chat/completions", json=body(model), headers=proxy.headers)
+
+
+def drive(client: httpx.Client, proxy: Proxy, model: str, n: int) -> int:
+    """``n`` sequential requests: how many failed."""
+    return sum(ask(client, proxy, model).status_code != 200 for _ in range(n))
 
 
 def check(client: httpx.Client, proxy: Proxy, model: str) -> dict:

@@ -95,11 +95,9 @@ def run_litellm(strategy: str, scenario, names: list[str], cands: dict, failover
 # -- metrics ---------------------------------------------------------------------------------------
 def row_dict(f, served, oracle_mean, event, n, extra=None) -> dict:
     """A row of a trace's table: ``f``, the Figures of ``served``, with its error and oracle shares and its move."""
-    d = f.as_dict()
-    d["errors_pct"] = 100.0 * f.errors / n if n else 0.0
-    d["pct_of_oracle"] = 100.0 * f.mean_score / oracle_mean if oracle_mean else None
-    d.update({"move": scenarios.event_response(first_choices(served), event)}, **(extra or {}))
-    return d
+    return {**f.as_dict(), "errors_pct": 100.0 * f.errors / n if n else 0.0,
+            "pct_of_oracle": 100.0 * f.mean_score / oracle_mean if oracle_mean else None,
+            "move": scenarios.event_response(first_choices(served), event), **(extra or {})}
 
 
 # -- one trace -------------------------------------------------------------------------------------
@@ -229,20 +227,13 @@ def diagnose(name: str, path: Path, scenario, policy) -> dict:
 def auc(scores, labels):
     """The area under the ROC curve (Mann-Whitney: the share of (positive, negative) pairs ranked
     right, ties counting half); None without both classes."""
-    pos = [s for s, y in zip(scores, labels) if y]
-    neg = [s for s, y in zip(scores, labels) if not y]
-    if not pos or not neg:
-        return None
-    return sum((p > n) + 0.5 * (p == n) for p in pos for n in neg) / (len(pos) * len(neg))
+    pos, neg = ([s for s, y in zip(scores, labels) if bool(y) is side] for side in (True, False))
+    return sum((p > n) + 0.5 * (p == n) for p in pos for n in neg) / (len(pos) * len(neg)) if pos and neg else None
 
 
 # -- RESULTS.md ------------------------------------------------------------------------------------
 def _fmt(v, spec="{:.4f}"):
     return "-" if v is None else v if isinstance(v, str) else spec.format(v)
-
-
-def _point(p: dict) -> str:
-    return f"{p['gain_over_mixing']:+.4f} ({p['mean_score']:.4f}, ${p['total_cost_usd']:.3f})"
 
 
 def verdict(ok: bool) -> str:
@@ -275,7 +266,8 @@ def sweep_table(first: str, sweeps: dict, label=str, cpts=("95",), oracle_share:
     head = [first] + [p["name"] for p in next(iter(sweeps.values()))["runs"]] + ["best gain"] + (
         ["of the oracle's gain"] if oracle_share else []) + ([f"CPT({k}%)" for k in cpts] + ["APGR"] if two else [])
     return bench.md_table(head, [
-        [label(k)] + [_point(p) for p in m["runs"]] + [f"{m['best_gain_over_mixing']:+.4f} ({m['best']})"]
+        [label(k)] + [f"{p['gain_over_mixing']:+.4f} ({p['mean_score']:.4f}, ${p['total_cost_usd']:.3f})" for p in m["runs"]]
+        + [f"{m['best_gain_over_mixing']:+.4f} ({m['best']})"]
         + ([_fmt(m.get("oracle_share"), "{:.1%}")] if oracle_share else [])
         + ([*(cpt_text(m["two_models"]["cpt"][c]) for c in cpts), f"{m['two_models']['apgr']:.3f}"] if two else [])
         for k, m in sweeps.items()])
@@ -360,9 +352,9 @@ def summary(results: list[dict]) -> list[str]:
         dg = by["degrade"]
         m = dg["rows"]["aisia auto"]["move"]
         mv = m.get("move_away")
-        met = isinstance(mv, int) and mv <= 50
-        says = "MET" if met else ("NOT MEASURABLE (auto gave X under 20 % of its traffic before the change, "
-                                  "so there was no concentration to move away from)" if mv == "n/a" else "NOT MET")
+        says = verdict(isinstance(mv, int) and mv <= 50) if mv != "n/a" else (
+            "NOT MEASURABLE (auto gave X under 20 % of its traffic before the change, so there was no concentration "
+            "to move away from)")
         out.append(f"- **Traffic leaves the degraded provider within 50 requests: {says}** "
                    f"(auto: move-away {mv}, come-back {m.get('come_back')}; share of {dg['event']['candidate']} "
                    f"{m.get('pre_share', 0):.0%} before, {m.get('during_share', 0):.0%} during, "
