@@ -24,6 +24,7 @@ benchmarks/results/hostile_inputs.json and .md."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 import statistics
@@ -420,12 +421,8 @@ def hostile(policy, repeats: int) -> int:
     engine.decide("auto", [{"role": "user", "content": "warm up"}], HOSTILE_POOL)
     rows = []
     for kind, size, messages, tools in hostile_cases():
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            engine.decide("auto", messages, HOSTILE_POOL, tools=tools)
-            times.append(time.perf_counter() - t0)
-        med = statistics.median(times)
+        decide = functools.partial(engine.decide, tools=tools)
+        med = statistics.median(decide_ns(decide, "auto", messages, HOSTILE_POOL) / 1e9 for _ in range(repeats))
         rows.append({"input": kind, "size": size, "median_ms": med * 1e3, "us_per_unit": med * 1e6 / size})
         print(f"{kind:<16} {size:>10} {med * 1e3:>10.3f} ms {med * 1e6 / size:>12.4f} us per unit", flush=True)
     conditions = bench.conditions(repeats=repeats, pool=len(HOSTILE_POOL), alias="auto",

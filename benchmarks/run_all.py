@@ -119,9 +119,9 @@ def bench_trace(name: str, path: Path, scenario, cands: dict, policy, aliases: l
     def route(pol, alias, s):
         return run_router(pol, alias, scenario, seed=s, deployments_at=scenarios.price_event(price_event))
 
-    def add(label, name, served, extra):
+    def add(label, name, served, extra=None, f=None):  # f: the Figures when already known
         served_by[label] = served
-        runs[label] = figures(name, served, oracle_served)
+        runs[label] = f or figures(name, served, oracle_served)
         rows[label] = row_dict(runs[label], served, om, event, n, extra)
 
     for label, pol, alias in [(f"aisia {a}", policy, a) for a in aliases] + [(CONTEXTUAL, contextual, "auto")]:
@@ -134,12 +134,10 @@ def bench_trace(name: str, path: Path, scenario, cands: dict, policy, aliases: l
     uni = run_uniform(scenario, names, attempts=attempts, seed=seed)
     for label, served, f in ((f"best fixed ({best})", run_fixed(scenario, best)[0], base.fixed[best]),
                              ("uniform random", uni, base.uniform), ("oracle", oracle_served, base.oracle)):
-        rows[label] = row_dict(f, served, om, event, n)
-        runs[label] = f
+        add(label, None, served, f=f)
     by_label = run_label_hindsight(scenario, names)  # what knowing each domain's best is worth
     if by_label is not None:
-        runs[HINDSIGHT] = figures(HINDSIGHT, by_label, oracle_served)
-        rows[HINDSIGHT] = row_dict(runs[HINDSIGHT], by_label, om, event, n)
+        add(HINDSIGHT, HINDSIGHT, by_label)
     # Quality with its cost: each row's gain over mixing the fixed candidates at its cost.
     q = measures(base, list(runs.values()))
     for label, m in zip(runs, q["runs"]):
