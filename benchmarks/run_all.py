@@ -371,9 +371,7 @@ def summary(results: list[dict]) -> list[str]:
         fast = min((lit(r, s) for s in LITELLM_STRATEGIES), key=lambda x: x["p95_latency_ms"] or 1e18)
         out.append(f"- {r['name']}: cost auto ${a['total_cost_usd']:.4f} vs cheapest LiteLLM ${cheap['total_cost_usd']:.4f}; "
                    f"p95 auto {a['p95_latency_ms']:.0f} ms vs fastest LiteLLM {fast['p95_latency_ms']:.0f} ms.")
-    for r in results:
-        if r["kind"] != "real":
-            continue
+    for r in (r for r in results if r["kind"] == "real"):
         rows = r["rows"]
         ours = {k: v for k, v in rows.items() if k.startswith("aisia")}
         best_ours = max(ours.items(), key=lambda kv: kv[1]["mean_score"])
