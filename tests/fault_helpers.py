@@ -72,12 +72,15 @@ def stats(proxy) -> dict:
 
 
 def explain_rows(proxy, request_id: str, limit_s: float = 30.0) -> list[dict]:
-    """The explain log's rows of one request by attempt, once every attempt's outcome is learned
-    (LiteLLM logs outcomes in the background, after the response)."""
+    """The explain log's rows of one request by attempt, and in time within an attempt, once every
+    attempt's outcome is learned (LiteLLM logs outcomes in the background, after the response).
+    One attempt may have several rows: a pass of the filter that refused (every breaker open, say)
+    is retried by LiteLLM before any deployment is tried, under the same attempt number, and its
+    row comes before the row of the pass that served."""
     deadline = time.monotonic() + limit_s
     while True:
         rows = sorted((e for e in admin_get(proxy, "/aisia/explain", limit=1000)["decisions"]
-                       if e["request_id"] == request_id), key=lambda e: e["attempt"])
+                       if e["request_id"] == request_id), key=lambda e: (e["attempt"], e["time"]))
         if (rows and all(e["outcome"] for e in rows)) or time.monotonic() > deadline:
             return rows
         time.sleep(0.05)
