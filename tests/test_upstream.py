@@ -4,8 +4,11 @@ client and plain httpx over loopback HTTP."""
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import subprocess
 import sys
+import time
 
 import httpx
 import openai
@@ -251,3 +254,31 @@ def test_command_line_runs_the_demo_fleet():
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_a_client_that_hangs_up_is_counted_not_printed(alpha, capfd):
+    """A slow answer written into a connection its client has reset (as LiteLLM does when its
+    timeout fires) is a simulated fault's normal end: no traceback on stderr, one count."""
+    alpha.control(mode="slow", latency_ms=300)
+    body = json.dumps({"model": "m", "messages": PLAIN, "stream": True}).encode()
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {alpha.host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    conn = socket.create_connection((alpha.host, alpha.port), timeout=5)
+    conn.sendall(head + body)
+    _wait(lambda: alpha.stats()["calls"] == 1, "the upstream to admit the request")
+    # Closed with a reset (no lingering): the answer, written after the latency, meets a dead socket.
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.close()
+    _wait(lambda: alpha.stats()["clients_gone"] == 1, "the hang-up to be counted")
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Exception occurred" not in err, err
+    alpha.control(mode="ok")
+    assert client(alpha).chat.completions.create(model="m", messages=PLAIN).choices  # still serving
+
+
+def _wait(predicate, what: str, limit_s: float = 10.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up after {limit_s:g} s waiting for {what}")
+        time.sleep(0.02)

@@ -11,7 +11,8 @@ function of the upstream's strength in the prompt's domain, the prompt and a see
 
     POST /_aisia/control {"mode": "ok"|"error"|"timeout"|"slow"|"malformed"|"stream_break"|"rate_limit",
                           "status": 500, "latency_ms": 0, "retry_after": 1, "error_rate": 0.0}
-    GET  /_aisia/stats   {"calls": N, "by_mode": {...}, "succeeded": N, "failed": N, ...}
+    GET  /_aisia/stats   {"calls": N, "by_mode": {...}, "succeeded": N, "failed": N, ...,
+                          "clients_gone": N}  (clients that hung up before their answer was written)
     POST /_aisia/reset   (normal service, counters to zero, the random draws restarted)
 
 Python: `start_upstreams(specs)` runs them in background threads of the calling process;
@@ -197,6 +198,7 @@ class _State:
         self.streams = 0
         self.random_errors = 0
         self.by_domain: dict[str, int] = {}
+        self.clients_gone = 0  # requests whose client hung up before the answer was written
 
     def reset(self):
         with self.lock:
@@ -249,8 +251,12 @@ class _State:
         with self.lock:
             return {"name": self.spec.name, "model": self.spec.model_id, "calls": self.calls,
                     "by_mode": dict(self.by_mode), "succeeded": self.succeeded, "failed": self.failed,
-                    "random_errors": self.random_errors, "streams": self.streams,
+                    "random_errors": self.random_errors, "streams": self.streams, "clients_gone": self.clients_gone,
                     "by_domain": dict(self.by_domain), **self._settings_locked()}
+
+    def client_gone(self) -> None:
+        with self.lock:
+            self.clients_gone += 1
 
     def admit(self, stream: bool, domain: Optional[str]) -> tuple[str, dict]:
         """Count one chat request and decide how it is served: (effective mode, settings)."""
@@ -464,6 +470,20 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 256
+
+    def handle_error(self, request, client_address) -> None:
+        """A request that failed while being served. A client that hung up (its own timeout
+        fired during a slow or held answer, or it dropped a stream) is expected of a simulated
+        fault: counted (``clients_gone`` in the stats), not printed. Anything else is said in one
+        line on stderr rather than socketserver's traceback."""
+        exc = sys.exc_info()[1]
+        state = self.RequestHandlerClass.state
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            state.client_gone()
+            return
+        host, port = client_address[:2]
+        sys.stderr.write(f"upstream {state.spec.name}: a request from {host}:{port} failed: "
+                         f"{type(exc).__name__}: {exc}\n")
 
 
 class RunningUpstream:
