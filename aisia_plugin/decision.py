@@ -6,6 +6,7 @@ Decision."""
 from __future__ import annotations
 
 import math
+import operator
 import random
 from collections.abc import Mapping as _MappingABC
 from collections.abc import Sequence as _SequenceABC
@@ -568,20 +569,11 @@ class Decision:
 
     def ranking(self) -> list:
         """The candidates that competed, best first: the chosen one, then the others by score
-        (those without a numeric score last, in pool order); excluded candidates are not in it.
-        A built-in strategy's decision whose scores are all floats (the usual case) is sorted by
-        ``_best_first``; ``ranking_of`` is the plain reading."""
-        ex = self._explainer
-        if ex is None:
+        (those without a numeric score last, in pool order); excluded candidates are not in it."""
+        if self._explainer is not None:  # (without building the explanation rows)
+            pairs = self._explainer.ranked(self._facts)
+        else:
             pairs = [(row.id, row.score) for row in self.scores if row.excluded is None]
-        elif self._facts[2] or len(self._facts[0]) < 2 or type(ex).ranked is not Explainer.ranked:
-            pairs = ex.ranked(self._facts)  # (without building the explanation rows)
-        else:  # Explainer.ranked's pairs, nobody excluded: the ids and scores in pool order
-            ids, scores = self._facts[0], ex.scores(self._facts)
-            fast = _best_first(ids, scores, self.deployment_id)
-            if fast is not None:
-                return fast
-            pairs = list(zip(ids, scores))
         return ranking_of(pairs, self.deployment_id)
 
     def add_scores(self, rows) -> None:
@@ -621,7 +613,25 @@ class Decision:
 def ranking_of(pairs, chosen: Optional[str]) -> list:
     """``Decision.ranking`` from the competing ``(id, score)`` pairs in pool order: `chosen`
     first, then the others by score, best first, ties in pool order, those without a numeric
-    score (None, NaN) last in pool order."""
+    score (None, NaN) last in pool order. When every score is a float and none is NaN (a sum is
+    NaN when one of its terms is; a built-in strategy's usual case), the positions are sorted on the
+    scores themselves, one call (a ranking per attempt over an alias's whole candidate list);
+    ``_ranking_plainly`` is the plain reading, for any scores."""
+    scores = list(map(_score, pairs))
+    if set(map(type, scores)) <= _FLOATS:
+        total = sum(scores)
+        if total == total:
+            best_first = sorted(pairs, key=_score, reverse=True)  # stable: ties stay in pool order
+            return [chosen] + [i for i, _ in best_first if i != chosen]
+    return _ranking_plainly(pairs, chosen)
+
+
+_FLOATS = {float}
+_score = operator.itemgetter(1)
+
+
+def _ranking_plainly(pairs, chosen: Optional[str]) -> list:
+    """``ranking_of``'s plain reading."""
     scored, unscored = [], []
     for k, (i, s) in enumerate(pairs):
         if i == chosen:
@@ -632,29 +642,6 @@ def ranking_of(pairs, chosen: Optional[str]) -> list:
             unscored.append(i)
     scored.sort()
     return [chosen] + [i for _, _, i in scored] + unscored
-
-
-_FLOAT, _STR = {float}, {str}
-
-
-def _best_first(ids, scores, chosen: Optional[str]) -> Optional[list]:
-    """``ranking_of(zip(ids, scores), chosen)`` sorted in one call on the scores themselves
-    (a ranking per attempt over an alias's whole candidate list), when that is the same list:
-    two ids or more, strings, each once, `chosen` among them, every score a float and none NaN
-    (a sum of floats is NaN when one of them is). None otherwise. ``sorted`` keeps equal scores in pool
-    order, with ``reverse`` too."""
-    n = len(ids)
-    if n < 2 or len(scores) != n or set(map(type, scores)) != _FLOAT or set(map(type, ids)) != _STR:
-        return None
-    total = sum(scores)
-    if total != total or ids.count(chosen) != 1:
-        return None
-    score_of = dict(zip(ids, scores))
-    if len(score_of) != n:
-        return None
-    out = sorted(ids, key=score_of.__getitem__, reverse=True)
-    out.remove(chosen)
-    return [chosen, *out]
 
 
 def explained_decision(strategy: str, chosen: Deployment, final_score: Optional[float], explainer: Explainer,
