@@ -5,7 +5,7 @@ recorded outcome of the alias that states its cost c (USD). The multiplier lambd
 Lagrange multiplier of the constraint "mean spend per request <= T / 1000", learned by the dual
 (sub)gradient step budgeted bandits use, normalised by the target so that the rate has no unit:
 
-    lambda <- clamp(lambda + rate * (1000 c - T) / T, 0, max_multiplier)
+    lambda <- clamp(lambda + rate * (1000 c - T) / T, min_multiplier, max_multiplier)
 
 and every strategy that reads the cost weight reads ``cost_weight * lambda`` instead
 (``decision.RoutingContext.cost_weight``). Why it meets the target: summed over any W
@@ -13,8 +13,9 @@ consecutive outcomes during which lambda touches neither bound, the steps telesc
 
     (spend of the W outcomes) / (W T / 1000) - 1 = (lambda_end - lambda_start) / (rate W),
 
-so the realised spend of the window is within max_multiplier / (rate W) of the target (10 % at
-W = 1,000 with the schema's defaults, rate 1 and max_multiplier 100), whatever the router does.
+so the realised spend of the window is within (max_multiplier - min_multiplier) / (rate W) of the
+target (10 % at W = 1,000 with the schema's defaults, rate 1, max_multiplier 100 and
+min_multiplier 0), whatever the router does.
 The range is wide because the seed's cost bonus, (1 - price / cost_scale_per_1m) * cost_weight,
 separates cheap deployments by little (at the default $10 scale, $0.2 and $0.9 per 1M tokens
 differ by 0.07 of the weight): the multiplier must be able to make that difference outweigh a
@@ -22,7 +23,13 @@ quality gap. Where
 lambda sits at 0 the target is not binding (the best quality spends less); where it sits at
 max_multiplier the target is below what the cheapest choices the cost term can buy spend.
 
-Bounded: lambda never leaves [0, max_multiplier], so a price change (a call costing a thousand
+The floor min_multiplier says which constraint the target is. At 0 (the default) it is a cap,
+"mean spend <= T", whose multiplier is >= 0: an alias whose best predicted quality costs less
+spends less. Below 0 it is "mean spend = T" (a budget to be used): a negative lambda turns the
+cost bonus into a bonus for the dearer deployments, so spend rises to the target too, and the
+window bound above holds in both directions while lambda stays inside [min, max].
+
+Bounded: lambda never leaves [min_multiplier, max_multiplier], so a price change (a call costing a thousand
 times the target) at most moves it to the bound for a while, never to a value the cost term
 cannot come back from. A cost that is not a finite number >= 0 changes nothing.
 
@@ -53,6 +60,7 @@ class PaceRule:
     target_usd_per_1k: float
     rate: float = float(_BUDGET["pacing_rate"])
     max_multiplier: float = float(_BUDGET["max_multiplier"])
+    min_multiplier: float = float(_BUDGET["min_multiplier"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +84,8 @@ def clamp(x: float, lo: float, hi: float) -> float:
 def dual_step(multiplier: float, cost_usd: float, rule: PaceRule) -> float:
     """The multiplier after one outcome costing `cost_usd`."""
     target = rule.target_usd_per_1k
-    return clamp(multiplier + rule.rate * (1000.0 * cost_usd - target) / target, 0.0, rule.max_multiplier)
+    return clamp(multiplier + rule.rate * (1000.0 * cost_usd - target) / target, rule.min_multiplier,
+                 rule.max_multiplier)
 
 
 def pace(state: Optional[PaceState], rule: PaceRule, cost_usd, now: float) -> PaceState:
@@ -93,11 +102,11 @@ def pace(state: Optional[PaceState], rule: PaceRule, cost_usd, now: float) -> Pa
 
 def multiplier_of(state: Optional[PaceState], rule: Optional[PaceRule]) -> float:
     """The multiplier a decision applies to the alias's cost weight: 1 without a target, the
-    record's (clamped to the rule's bound, which a reload may have lowered) with one."""
+    record's (clamped to the rule's bounds, which a reload may have narrowed) with one."""
     if rule is None:
         return 1.0
     m = state.multiplier if state is not None else FRESH.multiplier
-    return clamp(m, 0.0, rule.max_multiplier)
+    return clamp(m, rule.min_multiplier, rule.max_multiplier)
 
 
 def rule_of(budget) -> Optional[PaceRule]:
@@ -105,4 +114,5 @@ def rule_of(budget) -> Optional[PaceRule]:
     target = getattr(budget, "target_usd_per_1k_requests", None)
     if target is None:
         return None
-    return PaceRule(float(target), float(budget.pacing_rate), float(budget.max_multiplier))
+    return PaceRule(float(target), float(budget.pacing_rate), float(budget.max_multiplier),
+                    float(budget.min_multiplier))

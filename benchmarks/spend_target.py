@@ -1,13 +1,15 @@
 """The spend target (budget.target_usd_per_1k_requests) on the replay traces, beside the cost_weight sweep.
 
     .venv/bin/python benchmarks/spend_target.py [--out benchmarks/out] [--strategy ucb1 --strategy contextual]
-                                                [--traces stationary,routellm_gsm8k_x4] [--seed 0]
+                                                [--traces stationary,routellm_gsm8k_x4] [--seed 0] [--floors 0,-10]
 
 Per trace and strategy (alias ``auto`` of the shipped policy, its strategy replaced), the router
 is replayed online (``aisia_plugin.replay.runner.sweep``, the real Engine, as ``aisia replay
 --sweep`` does) once per spend target and once per cost weight. Targets: 20 %, 40 %, 60 % and 80 %
 of the way from the spend of the cheapest fixed candidate to the router's spend at cost_weight 0
-(USD per 1,000 requests: what a multiplier of 0 spends, the most a target can bind). The figures
+(USD per 1,000 requests: what a multiplier of 0 spends, the most a target can bind). The target
+sweep runs once per floor (budget.min_multiplier): 0, the default (a cap), and -10 (the target
+tracked from below too). The figures
 per target (``runner.spend_figures``) are defined at the top of the Markdown it writes; the cost
 weight sweep's curve is read linearly between its two runs around a spend ("-" outside its range).
 
@@ -68,7 +70,14 @@ def curve_score(points, spend: float):
     return None
 
 
-def measure(name: str, out: Path, strategy: str, seed: int) -> dict:
+def with_floor(policy, floor: float):
+    """The policy with the alias's budget.min_multiplier at `floor`."""
+    alias = policy.aliases[ALIAS]
+    budget = alias.budget.model_copy(update={"min_multiplier": floor})
+    return policy.model_copy(update={"aliases": {**policy.aliases, ALIAS: alias.model_copy(update={"budget": budget})}})
+
+
+def measure(name: str, out: Path, strategy: str, seed: int, floors=(0.0,)) -> dict:
     policy = load_policy()
     trace = load_trace(str(out / f"{name}.jsonl"))
     specs = load_candidates(str(out / f"{name}.candidates.yaml"), trace_names=trace.candidates, policy=policy)
@@ -83,27 +92,34 @@ def measure(name: str, out: Path, strategy: str, seed: int) -> dict:
     curve = sorted((1000.0 * p.figures.total_cost_usd / n, p.figures.mean_score) for p in weights)
     free = 1000.0 * weights[0].figures.total_cost_usd / n  # cost_weight 0: what a multiplier of 0 spends
     targets = [round(cheapest + s * (free - cheapest), 6) for s in SHARES]
-    target_sweep = sweep(pol, ALIAS, scenario, TARGET, targets, seed=seed, deployments_at=repriced)
-    rows = []
-    for p in target_sweep.points:
-        f, at = p.figures, curve_score(curve, p.spend["spend_per_1k"])
-        rows.append({"target_usd_per_1k": p.value, **p.spend, "mean_score": f.mean_score, "cost_weight_curve_score": at,
-                     "vs_cost_weight": None if at is None else f.mean_score - at, "calls": f.calls})
+    rows, target_sweeps = [], []
+    for floor in floors:  # budget.min_multiplier: 0, the target as a cap; below, tracked from below too
+        floored = with_floor(pol, floor) if floor else pol
+        target_sweeps.append(target_sweep := sweep(floored, ALIAS, scenario, TARGET, targets, seed=seed,
+                                                   deployments_at=repriced))
+        for p in target_sweep.points:
+            f, at = p.figures, curve_score(curve, p.spend["spend_per_1k"])
+            rows.append({"target_usd_per_1k": p.value, **p.spend, "mean_score": f.mean_score,
+                         "cost_weight_curve_score": at, "vs_cost_weight": None if at is None else f.mean_score - at,
+                         "calls": f.calls})
     return {"trace": name, "strategy": strategy, "requests": n, "fixed_spend_per_1k": fixed_spend,
             "spend_at_cost_weight_0": free, "rows": rows,
             "cost_weight_curve": [{"cost_weight": p.value, "spend_per_1k": 1000.0 * p.figures.total_cost_usd / n,
                                    "mean_score": p.figures.mean_score} for p in weights],
-            "target_measures": sweep_measures(target_sweep), "cost_weight_measures": sweep_measures(weight_sweep)}
+            "target_measures": sweep_measures(target_sweeps[0]), "cost_weight_measures": sweep_measures(weight_sweep),
+            **({"floored_target_measures": {f"{f:g}": sweep_measures(t) for f, t in zip(floors[1:], target_sweeps[1:])}}
+               if len(floors) > 1 else {})}
 
 
 def markdown(results: list[dict], meta: dict) -> str:
     out = ["# Spend target: realised spend, quality, and the cost_weight sweep at the same spend", "",
            f"`benchmarks/spend_target.py`, {meta['date']}, seed {meta['seed']}, alias `auto` of the shipped policy "
-           f"(its strategy replaced), budget.pacing_rate and budget.max_multiplier at their defaults. Spend in USD "
+           f"(its strategy replaced), budget.pacing_rate and budget.max_multiplier at their defaults, budget.min_multiplier "
+           f"(floor) 0, the default (the target as a cap), then each floor below 0 asked for. Spend in USD "
            f"per 1,000 requests; highest / lowest window: the 1,000 consecutive requests, starting at request 1,000 "
-           f"or later, that spent most / least (deviation from the target; at 0: the share of that window's requests "
-           f"after which the multiplier sat at 0, where the target did not bind); at 0 / at max: the share of the "
-           f"requests after the first 1,000 after which the multiplier sat at 0 (the target did not bind) / at "
+           f"or later, that spent most / least (deviation from the target; at floor: the share of that window's requests "
+           f"after which the multiplier sat at its floor, at 0 where the target did not bind); at floor / at max: the "
+           f"share of the requests after the first 1,000 after which the multiplier sat at its floor / at "
            f"budget.max_multiplier (the target is below what the cost term can buy). `vs cost_weight`: the mean "
            f"score minus the score of the cost_weight sweep's curve ({', '.join(f'{w:g}' for w in COST_WEIGHTS)}) "
            f"at the same spend.", ""]
@@ -115,34 +131,36 @@ def markdown(results: list[dict], meta: dict) -> str:
         for row in r["rows"]:
             w = row["windows"]
             cw = row["cost_weight_curve_score"]
-            cells.append([f"{row['target_usd_per_1k']:.4f}", f"{row['spend_per_1k']:.4f} ({row['whole_deviation']:+.1%})",
-                          *((f"{w[side]['spend_per_1k']:.4f} ({w[side]['deviation']:+.1%}; at 0 {w[side]['at_zero']:.0%})"
+            cells.append([f"{row.get('floor', 0.0):g}", f"{row['target_usd_per_1k']:.4f}", f"{row['spend_per_1k']:.4f} ({row['whole_deviation']:+.1%})",
+                          *((f"{w[side]['spend_per_1k']:.4f} ({w[side]['deviation']:+.1%}; at floor {w[side]['at_zero']:.0%})"
                              for side in ("above", "below"))
                             if w else ("-", "-")),
                           f"{row['at_zero']:.0%} / {row['at_max']:.0%}", f"{row['mean_score']:.4f}",
                           "-" if cw is None else f"{cw:.4f}",
                           "-" if row["vs_cost_weight"] is None else f"{row['vs_cost_weight']:+.4f}"])
-        out += bench.md_table(["target", "spend, whole run", "highest window", "lowest window", "at 0 / at max",
+        out += bench.md_table(["floor", "target", "spend, whole run", "highest window", "lowest window", "at floor / at max",
                                "mean score", "cost_weight curve at that spend", "vs cost_weight"], cells, "---:")
         curve = ", ".join(f"{c['cost_weight']:g}: ${c['spend_per_1k']:.4f} / {c['mean_score']:.4f}"
                           for c in r["cost_weight_curve"])
         out += ["", f"cost_weight sweep (weight: spend per 1k / mean score): {curve}", ""]
-        for title, key in (("Target sweep", "target_measures"), ("cost_weight sweep", "cost_weight_measures")):
-            out += [f"{title}:", "```", *format_measures(r[key], sweep=True), "```", ""]
+        for title, measures in (("Target sweep", r["target_measures"]), ("cost_weight sweep", r["cost_weight_measures"]),
+                                *((f"Target sweep, floor {f}", m) for f, m in r.get("floored_target_measures", {}).items())):
+            out += [f"{title}:", "```", *format_measures(measures, sweep=True), "```", ""]
     return "\n".join(out)
 
 
 def main(argv=None) -> int:
     args = bench.arguments(__doc__, argv, out=(str(bench.OUT), "where the traces are written"),
                            strategy=([], "default: ucb1 and contextual"),
-                           traces=",".join(SYNTHETIC + (f"routellm_gsm8k_x{GSM8K_PASSES}",)), seed=0)
+                           traces=",".join(SYNTHETIC + (f"routellm_gsm8k_x{GSM8K_PASSES}",)), seed=0,
+                           floors=("0,-10", "budget.min_multiplier values, each a sweep of the targets"))
     out = Path(args.out)
     write_traces(out)
     results = []
     for name in args.traces.split(","):
         for strategy in args.strategy or ["ucb1", "contextual"]:
             t0 = time.time()
-            results.append(r := measure(name, out, strategy, args.seed))
+            results.append(r := measure(name, out, strategy, args.seed, [float(f) for f in args.floors.split(",")]))
             worst = max((abs(row["windows"][side]["deviation"]) for row in r["rows"] if row["windows"]
                          for side in ("above", "below")), default=None)
             print(f"{name} {strategy}: worst window deviation {worst:.1%} ({time.time() - t0:.0f} s)", flush=True)

@@ -39,6 +39,14 @@ def test_the_dual_step_moves_by_rate_times_the_relative_overspend_within_its_bou
     assert dual_step(3.0, 0.001, PaceRule(2.0, rate=0.5, max_multiplier=10.0)) == 2.75
 
 
+def test_below_a_floor_under_0_the_multiplier_goes_negative_and_stops_at_the_floor():
+    floored = PaceRule(2.0, rate=1.0, max_multiplier=100.0, min_multiplier=-3.0)
+    assert dual_step(1.0, 0.0, floored) == 0.0  # a free call underspends by 100 %: -1.0
+    assert dual_step(0.25, 0.0, floored) == -0.75
+    assert dual_step(-2.5, 0.0, floored) == -3.0  # the floor, never past it
+    assert dual_step(-3.0, 0.004, floored) == -2.0  # an overspending call brings it back up
+
+
 def test_pace_counts_the_call_and_keeps_the_realised_spend_per_1k():
     s1 = pace(None, RULE, 0.004, now=100.0)
     assert s1 == PaceState(multiplier=2.0, spend_per_1k=4.0, count=1.0, spend_usd=0.004, updated=100.0)
@@ -81,6 +89,9 @@ def test_the_multiplier_a_decision_applies():
     assert multiplier_of(None, RULE) == 1.0  # a target, nothing spent yet
     assert multiplier_of(PaceState(multiplier=7.0), RULE) == 7.0
     assert multiplier_of(PaceState(multiplier=70.0), PaceRule(2.0, 1.0, 50.0)) == 50.0  # a reload lowered the bound
+    assert multiplier_of(PaceState(multiplier=-4.0), RULE) == 0.0  # a floor of 0 (the default): a cap
+    assert multiplier_of(PaceState(multiplier=-4.0), PaceRule(2.0, 1.0, 50.0, -10.0)) == -4.0
+    assert multiplier_of(PaceState(multiplier=-40.0), PaceRule(2.0, 1.0, 50.0, -10.0)) == -10.0
 
 
 def test_the_context_reads_the_cost_weight_times_the_multiplier():
@@ -97,37 +108,49 @@ def test_the_rule_comes_from_the_alias_budget_and_its_schema_defaults(write_file
         aliases:
           auto: {strategy: ucb1, budget: {target_usd_per_1k_requests: 2.5}}
           auto/fast: {strategy: ucb1, budget: {target_usd_per_1k_requests: 1, pacing_rate: 0.5, max_multiplier: 20}}
+          auto/use: {strategy: ucb1, budget: {target_usd_per_1k_requests: 3, min_multiplier: -10}}
           auto/free: {strategy: ucb1}
         """)])
-    assert rule_of(pol.aliases["auto"].budget) == PaceRule(2.5, 1.0, 100.0)
+    assert rule_of(pol.aliases["auto"].budget) == PaceRule(2.5, 1.0, 100.0, 0.0)
     assert rule_of(pol.aliases["auto/fast"].budget) == PaceRule(1.0, 0.5, 20.0)
+    assert rule_of(pol.aliases["auto/use"].budget) == PaceRule(3.0, 1.0, 100.0, -10.0)
     assert rule_of(pol.aliases["auto/free"].budget) is None
-    assert set(Engine(pol).pace_rules) == {"auto", "auto/fast"}
+    assert set(Engine(pol).pace_rules) == {"auto", "auto/fast", "auto/use"}
 
 
-def test_a_target_of_zero_is_a_policy_error_naming_the_field(write_file, aisia):
-    path = write_file("""
+@pytest.mark.parametrize("budget, field", [
+    ("{target_usd_per_1k_requests: 0}", "target_usd_per_1k_requests"),
+    ("{target_usd_per_1k_requests: 2, min_multiplier: 1}", "min_multiplier"),  # a floor above 0
+    ("{target_usd_per_1k_requests: 2, min_multiplier: -1001}", "min_multiplier"),
+])
+def test_a_target_of_zero_or_a_floor_out_of_range_is_a_policy_error_naming_the_field(write_file, aisia, budget, field):
+    path = write_file(f"""
         version: 1
         aliases:
-          auto: {strategy: ucb1, budget: {target_usd_per_1k_requests: 0}}
+          auto: {{strategy: ucb1, budget: {budget}}}
         """)
     code, out, err = aisia("validate", path)
     assert code == 1
-    assert "target_usd_per_1k_requests" in out + err and "Traceback" not in out + err
+    assert field in out + err and "Traceback" not in out + err
 
 
-def test_a_target_on_a_strategy_without_a_cost_term_is_a_warning_naming_its_line(write_file, aisia):
-    path = write_file("""
+@pytest.mark.parametrize("strategy, budget, field, says", [
+    ("cost", "{target_usd_per_1k_requests: 1.5}", "target_usd_per_1k_requests", "does not read cost_weight"),
+    ("ucb1", "{min_multiplier: -5}", "min_multiplier", "has no effect without budget.target_usd_per_1k_requests"),
+])
+def test_a_budget_setting_that_does_nothing_is_a_warning_naming_its_line(write_file, aisia, strategy, budget, field,
+                                                                         says):
+    path = write_file(f"""
         version: 1
         aliases:
           auto/eco:
-            strategy: cost
-            budget: {target_usd_per_1k_requests: 1.5}
+            strategy: {strategy}
+            budget: {budget}
         """)
     code, out, err = aisia("validate", path)
-    assert code == 0
-    assert f"{path}:6:" in out + err and "aliases.auto/eco.budget.target_usd_per_1k_requests" in out + err
-    assert "does not read cost_weight" in out + err
+    assert code == 0 and "Traceback" not in out + err
+    assert f"{path}:6:" in out + err and f"aliases.auto/eco.budget.{field}" in out + err
+    assert says in out + err
 
 
 @pytest.mark.parametrize("weights, idle", [
@@ -194,18 +217,24 @@ HAND_CANDIDATES = """
     """
 
 
-@pytest.fixture
-def hand(tmp_path, write_file):
+def two_candidate_trace(tmp_path, write_file, name, cheap_score, dear_score):
+    """N requests each answered by `cheap-small` ($0.001) and `dear-large` ($0.005) with these
+    scores, under HAND_POLICY: (policy, scenario, policy file, trace file, candidates file)."""
     rows = [{"id": f"r{i}", "messages": [{"role": "user", "content": f"question {i % 7}"}],
-             "outcomes": {"cheap-small": {"score": 0.5, "cost_usd": 0.001, "latency_ms": 400},
-                          "dear-large": {"score": 1.0, "cost_usd": 0.005, "latency_ms": 400}}} for i in range(N)]
-    trace = tmp_path / "hand.jsonl"
+             "outcomes": {"cheap-small": {"score": cheap_score, "cost_usd": 0.001, "latency_ms": 400},
+                          "dear-large": {"score": dear_score, "cost_usd": 0.005, "latency_ms": 400}}} for i in range(N)]
+    trace = tmp_path / f"{name}.jsonl"
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cands = write_file(HAND_CANDIDATES, "hand.candidates.yaml")
+    cands = write_file(HAND_CANDIDATES, f"{name}.candidates.yaml")
     pol_path = write_file(HAND_POLICY)
     pol = load_policy([pol_path])
     scenario = build_scenario(load_trace(str(trace)), load_candidates(str(cands)), pol)
     return pol, scenario, pol_path, trace, cands
+
+
+@pytest.fixture
+def hand(tmp_path, write_file):
+    return two_candidate_trace(tmp_path, write_file, "hand", 0.5, 1.0)
 
 
 def windows(costs):
@@ -234,10 +263,9 @@ def test_without_a_target_the_same_trace_overspends(hand):
     assert min(spent) > 1.5 * TARGET  # UCB1 sends nearly everything to the better, dearer model
 
 
-def test_each_window_misses_the_target_by_exactly_the_multipliers_move(hand):
-    # The hand check, through the engine and the store: between two requests during which the
-    # multiplier stayed inside (0, 100), spend / target - 1 == move / (rate x calls).
-    pol, scenario, *_ = hand
+def paced_through_the_engine(pol, scenario):
+    """Every request of `scenario` decided and learned by an Engine over `pol`'s alias auto: the
+    pacing record after each (the first before any) and each call's cost."""
     engine = Engine(pol, rng=random.Random(0), clock=lambda: 0.0)
     deps = scenario.deployments(pol)
     pool = [deps[n] for n in scenario.candidates]
@@ -249,13 +277,24 @@ def test_each_window_misses_the_target_by_exactly_the_multipliers_move(hand):
         costs.append(call.cost_usd)
         lam.append(engine.store.pace("auto"))
     assert lam[-1].count == N and lam[-1].spend_usd == pytest.approx(sum(costs), abs=1e-12)
-    inside = [0.0 < p.multiplier < 100.0 for p in lam[1000:]]
-    assert all(inside)
+    return lam, costs
+
+
+def assert_each_window_misses_the_target_by_the_multipliers_move(lam, costs):
     for start in (1000, 1500, 2000):
         w = costs[start:start + 1000]
         move = lam[start + 1000].multiplier - lam[start].multiplier
         assert sum(w) / TARGET - 1.0 == pytest.approx(move / 1000.0, abs=1e-9)
         assert abs(move) < 100.0
+
+
+def test_each_window_misses_the_target_by_exactly_the_multipliers_move(hand):
+    # The hand check, through the engine and the store: between two requests during which the
+    # multiplier stayed inside (0, 100), spend / target - 1 == move / (rate x calls).
+    pol, scenario, *_ = hand
+    lam, costs = paced_through_the_engine(pol, scenario)
+    assert all(0.0 < p.multiplier < 100.0 for p in lam[1000:])
+    assert_each_window_misses_the_target_by_the_multipliers_move(lam, costs)
 
 
 def test_a_sweep_over_the_target_spends_more_for_each_higher_target(hand, aisia):
@@ -275,6 +314,45 @@ def test_a_sweep_over_the_target_spends_more_for_each_higher_target(hand, aisia)
     data = json.loads(out)
     assert [p["value"] for p in data["points"]] == [1.5, 3.0]
     assert "gain_over_mixing" in data["quality"]["runs"][0] and "cpt" in data["quality"]["two_models"]
+
+
+@pytest.fixture
+def mirror(tmp_path, write_file):
+    """The hand trace's mirror image: the cheaper candidate is the better one."""
+    return two_candidate_trace(tmp_path, write_file, "mirror", 1.0, 0.5)[:2]
+
+
+def floored(pol, floor):
+    return pol.model_copy(update={"aliases": {name: a.model_copy(update={"budget": a.budget.model_copy(
+        update={"min_multiplier": floor})}) for name, a in pol.aliases.items()}})
+
+
+# The mirror image of the hand trace: `cheap-small` scores 1.0 for $1 per 1k, `dear-large` 0.5 for
+# $5 per 1k (the same prices per 1M tokens). The best quality spends $1 per 1k, half the $2
+# target. With the floor at 0 (a cap) the multiplier sits at 0 and every window spends about half
+# the target. With budget.min_multiplier -10 it goes below 0, where the cost term gives the dear
+# one 0.08 x |multiplier| more than the cheap one; that outweighs its 0.5 less reward (plus
+# UCB1's exploration gap) below about -6.25, so it rests where three cheap calls follow each dear
+# one ($2 per 1k), inside (-10, 100), and a window misses the target by its move / 1,000.
+@pytest.mark.parametrize("alias", ["auto", "auto/ctx"])
+def test_with_a_floor_below_0_every_window_also_spends_up_to_within_10_percent_of_the_target(mirror, alias):
+    pol, scenario = mirror
+    capped = windows([s.cost_usd for s in run_router(pol, alias, scenario)])
+    assert max(capped) < 0.6 * TARGET  # a cap: the better, cheaper model, whatever the target
+    served = run_router(floored(pol, -10.0), alias, scenario)
+    spent = windows([s.cost_usd for s in served])
+    worst = max(abs(w - TARGET) / TARGET for w in spent)
+    assert worst <= 0.10, worst
+    dear = sum(1 for s in served[1000:] if s.served_by == "dear-large") / (N - 1000)
+    assert 0.2 < dear < 0.3
+
+
+def test_with_a_floor_below_0_each_window_misses_the_target_by_exactly_the_multipliers_move(mirror):
+    pol, scenario = mirror
+    lam, costs = paced_through_the_engine(floored(pol, -10.0), scenario)
+    later = [p.multiplier for p in lam[1000:]]
+    assert all(-10.0 < m < 100.0 for m in later) and max(later) < 0.0  # negative throughout, at neither bound
+    assert_each_window_misses_the_target_by_the_multipliers_move(lam, costs)
 
 
 def test_a_target_of_zero_cannot_be_swept(hand):

@@ -102,7 +102,8 @@ def test_stats_show_each_spend_target_with_its_realised_spend_and_multiplier(tmp
     pol_file = tmp_path / "p.yaml"
     pol_file.write_text('state:\n  backend: redis\n  key_prefix: "pace:"\n'
                         'aliases:\n  auto: {budget: {target_usd_per_1k_requests: 2}}\n'
-                        '  auto/cheap: {budget: {target_usd_per_1k_requests: 0.5, max_multiplier: 20}}\n')
+                        '  auto/cheap: {budget: {target_usd_per_1k_requests: 0.5, max_multiplier: 20}}\n'
+                        '  auto/use: {budget: {target_usd_per_1k_requests: 3, min_multiplier: -10}}\n')
     monkeypatch.setenv("AISIA_POLICY", str(pol_file))
     monkeypatch.setenv("AISIA_REDIS_URL", redis_module.url)
     policy = load_policy()
@@ -129,3 +130,4 @@ def test_stats_show_each_spend_target_with_its_realised_spend_and_multiplier(tmp
     rows = {line.split()[0]: line.split() for line in lines[2:]}
     assert rows["auto"][1:] == ["2", "2.5000", "1.500", "/", "100", "2", "0.005000"]
     assert rows["auto/cheap"][1:] == ["0.5", "-", "1.000", "/", "20", "0", "0"]  # a target, nothing spent yet
+    assert rows["auto/use"][1:] == ["3", "-", "1.000", "/", "-10..100", "0", "0"]  # a floor below 0 is shown

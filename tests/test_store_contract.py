@@ -335,7 +335,7 @@ async def test_the_spend_pacing_records_are_the_pure_update_and_every_view_share
     """Each paced alias's record (pacing.pace: the multiplier, the realised spend, the count) is
     what the pure update gives over the outcomes in order, also through a restart of Redis, and
     every view reads it and adds to it (the multiplier is shared across replicas)."""
-    rules = replace(rules_of(h.policy), pacing={"auto": PaceRule(2.0), "auto/coding": PaceRule(0.5, 0.5, 10.0)})
+    rules = replace(rules_of(h.policy), pacing={"auto": PaceRule(2.0), "auto/coding": PaceRule(0.5, 0.5, 10.0, -5.0)})
     rng = random.Random(11)
     costs = (None, 0.0, 0.0005, 0.002, 0.004, 1.0)  # 1.0: a price shock ($1,000 per 1k requests)
     recs = [replace(rec, pace_alias=rec.alias, cost_usd=rng.choice(costs)) for rec in outcomes(11, 150)]
@@ -350,7 +350,7 @@ async def test_the_spend_pacing_records_are_the_pure_update_and_every_view_share
             for field, v in rec.items():
                 assert got[alias][field] == pytest.approx(v, rel=1e-12, abs=1e-12), (alias, field)
         assert view.pace("auto") == PaceState(**got["auto"])
-    assert 0.0 <= other.pace("auto").multiplier <= 100.0 and 0.0 <= other.pace("auto/coding").multiplier <= 10.0
+    assert 0.0 <= other.pace("auto").multiplier <= 100.0 and -5.0 <= other.pace("auto/coding").multiplier <= 10.0
     # Another replica's calls move the same multiplier.
     before = other.pace("auto")
     for i in range(5):
@@ -360,3 +360,17 @@ async def test_the_spend_pacing_records_are_the_pure_update_and_every_view_share
     after = h.store.pace("auto")
     assert after.count == before.count + 5
     assert after.multiplier == pytest.approx(min(100.0, before.multiplier + 5.0), abs=1e-9)
+    # A floor below 0 (budget.min_multiplier): free calls take the multiplier down to it and no
+    # further (each moves it by 0.5 x (0 - 0.5) / 0.5 = -0.5), a call at $1 per 1k back up by 0.5;
+    # every view reads the negative multiplier as stored.
+    for i in range(40):
+        other.record_outcome(OutcomeRecord("a", 6000.0 + i, None, 1.0, alias="auto/coding", pace_alias="auto/coding",
+                                           cost_usd=0.0), rules)
+    await h.sync()
+    assert h.store.pace("auto/coding").multiplier == -5.0
+    h.store.record_outcome(OutcomeRecord("a", 6100.0, None, 1.0, alias="auto/coding", pace_alias="auto/coding",
+                                         cost_usd=0.001), rules)
+    await h.sync()
+    for view in (h.store, other):
+        assert view.pace("auto/coding").multiplier == pytest.approx(-4.5, abs=1e-12)
+        assert MemoryState.load(view.dump()).pace("auto/coding").multiplier == pytest.approx(-4.5, abs=1e-12)

@@ -81,9 +81,11 @@ def pacing_table(policy, paces: dict) -> str:
     rows = []
     for name in names:
         rule, rec = rules.get(name), paces.get(name)
+        bounds = "" if rule is None else f" / {rule.max_multiplier:g}" if not rule.min_multiplier \
+            else f" / {rule.min_multiplier:g}..{rule.max_multiplier:g}"  # a floor below 0 shown too
         rows.append([name, f"{rule.target_usd_per_1k:g}" if rule else "(none)",
                      f"{rec['spend_per_1k']:.4f}" if rec else "-",
-                     (f"{rec['multiplier']:.3f}" if rec else "1.000") + (f" / {rule.max_multiplier:g}" if rule else ""),
+                     (f"{rec['multiplier']:.3f}" if rec else "1.000") + bounds,
                      f"{rec['count']:.0f}" if rec else "0", f"{rec['spend_usd']:.6f}" if rec else "0"])
     return aligned(["spend target", "target $/1k", "spend $/1k", "multiplier / max", "calls", "spent $"], rows)
 

@@ -51,6 +51,7 @@ class Budget(BaseModel):
     target_usd_per_1k_requests: Optional[float]
     pacing_rate: float
     max_multiplier: float
+    min_multiplier: float
 
 
 @_def("Failover")

@@ -158,6 +158,8 @@ def _check_weights(weights: dict, path: tuple, report) -> None:
         report(path, "weights are all zero: at least one factor must weigh more than 0")
 
 
+# The budget settings only a spend target reads (pacing.PaceRule).
+PACING = ("pacing_rate", "max_multiplier", "min_multiplier")
 # Alias settings only some strategies read; a strategy lists those it reads as `settings`.
 TUNING = ("exploration", "exploration_c", "cost_weight", "latency_weight", "mode_pack", "tier_hint", "lkgp_enabled")
 
@@ -184,6 +186,14 @@ def inert_settings(data: dict, locs: Locations, settings_of) -> list[PolicyIssue
                                        "remove it, or choose a strategy that uses it", "warning"))
         budget = alias.get("budget")
         if not (isinstance(budget, dict) and budget.get("target_usd_per_1k_requests") is not None):
+            for key in PACING if isinstance(budget, dict) else ():  # how a target moves, without a target
+                if budget.get(key) is not None:
+                    path = ("aliases", name, "budget", key)
+                    pos = position_of(locs, path, key=True)
+                    out.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0,
+                                           pos.column if pos else 0, dotted(path),
+                                           "has no effect without budget.target_usd_per_1k_requests (it says how the "
+                                           "spend target's multiplier moves); set a target, or remove it", "warning"))
             continue
         if "cost_weight" not in reads:
             why = (f"strategy '{strategy}' does not read cost_weight; choose ucb1, thompson or "

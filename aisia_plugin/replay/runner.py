@@ -527,22 +527,24 @@ TARGET = "budget.target_usd_per_1k_requests"
 SPEND_WINDOW = int(pacing.SPEND_WINDOW)
 
 
-def spend_figures(costs: Sequence[float], multipliers: Sequence[float], target: float, top: float) -> dict:
+def spend_figures(costs: Sequence[float], multipliers: Sequence[float], target: float, top: float,
+                  floor: float = 0.0) -> dict:
     """How a run held a spend target: its spend per 1,000 requests and deviation over the whole
     run, the windows of SPEND_WINDOW requests furthest above and below it (quality.spend_windows,
-    each with the share of its requests after which the multiplier sat at 0), and the shares of
-    the requests after the first SPEND_WINDOW after which the multiplier sat at
-    0 (the target did not bind) and at its maximum `top` (the target is below what the cost term
-    can buy); None where the run is too short."""
+    each with the share of its requests after which the multiplier sat at its floor), and the
+    shares of the requests after the first SPEND_WINDOW after which the multiplier sat at its
+    `floor` (budget.min_multiplier; at 0, the target did not bind; below, the dearest choices the
+    cost term can buy spend less than the target), kept as ``at_zero``, and at its maximum `top`
+    (the target is below what the cost term can buy); None where the run is too short."""
     spend = 1000.0 * sum(costs) / len(costs) if costs else 0.0
     later = multipliers[SPEND_WINDOW:]
     windows = spend_windows(costs, target, SPEND_WINDOW)
     for w in (windows or {}).values():  # where the target bound during the window itself
         inside = multipliers[w["start"]:w["start"] + SPEND_WINDOW]
-        w["at_zero"] = sum(1 for m in inside if m <= 0.0) / len(inside) if inside else None
+        w["at_zero"] = sum(1 for m in inside if m <= floor) / len(inside) if inside else None
     return {"spend_per_1k": spend, "whole_deviation": (spend - target) / target,
-            "windows": windows,
-            "at_zero": sum(1 for m in later if m <= 0.0) / len(later) if later else None,
+            "windows": windows, "floor": floor,
+            "at_zero": sum(1 for m in later if m <= floor) / len(later) if later else None,
             "at_max": sum(1 for m in later if m >= top) / len(later) if later else None,
             "final_multiplier": multipliers[-1] if multipliers else None}
 
@@ -593,7 +595,8 @@ def sweep(policy, alias: str, scenario: Scenario, param: str, values: Sequence[f
                    if param == TARGET else None)
         served = run_router(pol, alias, scenario, seed=seed, progress=cb, deployments_at=deployments_at, observe=observe,
                             full_feedback=full_feedback)
-        spend = (spend_figures([s.cost_usd for s in served], multipliers, v, pol.aliases[alias].budget.max_multiplier)
+        budget = pol.aliases[alias].budget
+        spend = (spend_figures([s.cost_usd for s in served], multipliers, v, budget.max_multiplier, budget.min_multiplier)
                  if param == TARGET else None)
         points.append(SweepPoint(v, figures(f"{param}={v:g}", served, base.oracle_served), spend))
     return SweepResult(alias, param, seed, len(scenario), points, base)

@@ -178,8 +178,8 @@ def read_breaker(raw: Any, notes: list | None = None) -> BreakerState:
     )
 
 
-# The largest multiplier a policy may allow (the schema's budget.max_multiplier maximum) and the
-# largest spend a record may hold (USD).
+# The largest multiplier a policy may allow (the schema's budget.max_multiplier maximum; its
+# negative, budget.min_multiplier's minimum) and the largest spend a record may hold (USD).
 MAX_MULTIPLIER = 1000.0
 MAX_SPEND_USD = 1e15
 
@@ -195,11 +195,13 @@ def read_pace(raw: Any, notes: list | None = None) -> PaceState:
     got = {}
     for name in PACE_FIELDS:
         r = d.get(name)
-        v = number(r, 0.0, bounds[name])
+        # The multiplier may be negative (budget.min_multiplier); a decision clamps it to the rule's.
+        lo = -MAX_MULTIPLIER if name == "multiplier" else 0.0
+        v = number(r, lo, bounds[name])
         if v is None:
             v = getattr(base, name)
             if r is not None:
-                _note(notes, name, _text(r), f"is not a number in [0, {bounds[name]:g}]", v)
+                _note(notes, name, _text(r), f"is not a number in [{lo:g}, {bounds[name]:g}]", v)
         got[name] = v
     return PaceState(**got)
 

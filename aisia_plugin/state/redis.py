@@ -818,10 +818,11 @@ class RedisStore:
 
     @staticmethod
     def _pace_args(rules: Optional[LearningRules]) -> str:
-        """The batch's spend targets as the script reads them: {alias: [target, rate, max]}."""
+        """The batch's spend targets as the script reads them: {alias: [target, rate, max, min]}."""
         if rules is None or not rules.pacing:
             return "{}"
-        return json.dumps({a: [r.target_usd_per_1k, r.rate, r.max_multiplier] for a, r in rules.pacing.items()},
+        return json.dumps({a: [r.target_usd_per_1k, r.rate, r.max_multiplier, r.min_multiplier]
+                           for a, r in rules.pacing.items()},
                           allow_nan=False)
 
     async def _send(self, batch: _Batch) -> str:

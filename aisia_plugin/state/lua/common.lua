@@ -180,7 +180,7 @@ local function arm_update(learn, s, reward, latency, failed, tick)
 end
 
 -- pacing.pace (aisia_plugin/pacing.py), the same operations in the same order; rule = {target,
--- rate, max}; a cost that is not a number >= 0 changes nothing.
+-- rate, max, min}; a cost that is not a number >= 0 changes nothing.
 local PACE = {'multiplier', 'spend_per_1k', 'count', 'spend_usd', 'updated'}
 local PACE_DEFAULT = {multiplier = 1, spend_per_1k = 0, count = 0, spend_usd = 0, updated = 0}
 local PACE_WINDOW = 1000
@@ -197,6 +197,6 @@ local function pace_update(rule, s, cost, now)
   local count = s.count + 1
   local spend = s.spend_per_1k + (1000 * cost - s.spend_per_1k) / math.min(count, PACE_WINDOW)
   local m = s.multiplier + rule.rate * (1000 * cost - rule.target) / rule.target
-  if m < 0 then m = 0 elseif m > rule.max then m = rule.max end
+  if m < rule.min then m = rule.min elseif m > rule.max then m = rule.max end
   return {multiplier = m, spend_per_1k = spend, count = count, spend_usd = s.spend_usd + cost, updated = now}
 end

@@ -27,7 +27,7 @@ for i, f in ipairs(ARM) do fresh[f] = tonumber(ARGV[15 + i]) end
 local ops = cjson.decode(ARGV[25])
 local pace_rules = {}
 for alias, r in pairs(cjson.decode(ARGV[26] or '{}')) do
-  pace_rules[alias] = {target = r[1], rate = r[2], max = r[3]}
+  pace_rules[alias] = {target = r[1], rate = r[2], max = r[3], min = r[4]}
 end
 local function opt(v)
   if v == cjson.null then return nil end
