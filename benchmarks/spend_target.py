@@ -36,7 +36,7 @@ from aisia_plugin.replay import scenarios
 from aisia_plugin.replay.candidates import load_candidates
 from aisia_plugin.replay.quality import format_measures
 from aisia_plugin.replay.report import sweep_measures
-from aisia_plugin.replay.runner import TARGET, build_scenario, sweep, with_strategy
+from aisia_plugin.replay.runner import TARGET, build_scenario, override_alias, sweep, with_strategy
 from aisia_plugin.replay.trace import load_trace
 
 ALIAS = "auto"
@@ -70,13 +70,6 @@ def curve_score(points, spend: float):
     return None
 
 
-def with_floor(policy, floor: float):
-    """The policy with the alias's budget.min_multiplier at `floor`."""
-    alias = policy.aliases[ALIAS]
-    budget = alias.budget.model_copy(update={"min_multiplier": floor})
-    return policy.model_copy(update={"aliases": {**policy.aliases, ALIAS: alias.model_copy(update={"budget": budget})}})
-
-
 def measure(name: str, out: Path, strategy: str, seed: int, floors=(0.0,)) -> dict:
     policy = load_policy()
     trace = load_trace(str(out / f"{name}.jsonl"))
@@ -94,7 +87,7 @@ def measure(name: str, out: Path, strategy: str, seed: int, floors=(0.0,)) -> di
     targets = [round(cheapest + s * (free - cheapest), 6) for s in SHARES]
     rows, target_sweeps = [], []
     for floor in floors:  # budget.min_multiplier: 0, the target as a cap; below, tracked from below too
-        floored = with_floor(pol, floor) if floor else pol
+        floored = override_alias(pol, ALIAS, "budget.min_multiplier", floor) if floor else pol
         target_sweeps.append(target_sweep := sweep(floored, ALIAS, scenario, TARGET, targets, seed=seed,
                                                    deployments_at=repriced))
         for p in target_sweep.points:

@@ -323,8 +323,9 @@ def mirror(tmp_path, write_file):
 
 
 def floored(pol, floor):
-    return pol.model_copy(update={"aliases": {name: a.model_copy(update={"budget": a.budget.model_copy(
-        update={"min_multiplier": floor})}) for name, a in pol.aliases.items()}})
+    for alias in pol.aliases:
+        pol = override_alias(pol, alias, "budget.min_multiplier", floor)
+    return pol
 
 
 # The mirror image of the hand trace: `cheap-small` scores 1.0 for $1 per 1k, `dear-large` 0.5 for
@@ -359,6 +360,27 @@ def test_a_target_of_zero_cannot_be_swept(hand):
     pol, *_ = hand
     with pytest.raises(ReplayError, match="must be above 0"):
         override_alias(pol, "auto", "budget.target_usd_per_1k_requests", 0.0)
+
+
+@pytest.mark.parametrize("floor", [0.5, -1001.0, math.nan])
+def test_a_floor_above_0_or_below_minus_1000_cannot_be_swept(hand, floor):
+    pol, *_ = hand
+    with pytest.raises(ReplayError, match="must lie between -1000 and 0"):
+        override_alias(pol, "auto", "budget.min_multiplier", floor)
+
+
+def test_the_floor_can_be_swept_from_the_command_line(mirror, tmp_path, write_file, aisia):
+    _, scenario = mirror
+    trace = tmp_path / "mirror.jsonl"
+    code, out, err = aisia("replay", "--policy", write_file(HAND_POLICY), "--alias", "auto", "--data", trace,
+                           "--deployments", tmp_path / "mirror.candidates.yaml",
+                           "--sweep", "budget.min_multiplier=0,-10", "--json")
+    assert code == 0, err
+    points = json.loads(out)["points"]
+    spends = [1000.0 * p["total_cost_usd"] / N for p in points]
+    assert spends[0] < 0.6 * TARGET and abs(spends[1] - TARGET) / TARGET < 0.1  # a cap, then a budget used
+    assert [p["spend"]["floor"] for p in points] == [0.0, -10.0]
+    assert points[1]["spend"]["windows"]["below"]["deviation"] > -0.1 and points[0]["spend"]["at_zero"] > 0.5
 
 
 def test_a_replayed_failure_is_not_paced_as_the_proxy_does_not_pace_it(tmp_path, write_file):

@@ -26,6 +26,7 @@ from ..decision import Deployment
 from ..deployments import selects
 from .. import pacing
 from ..outcome import Outcome
+from ..state.records import MAX_MULTIPLIER
 from .candidates import CandidateSpec
 from .quality import measures, spend_windows
 from .trace import RecordedOutcome, Trace, prompt_chars
@@ -481,10 +482,11 @@ def replay(policy, alias: str, scenario: Scenario, *, seed: int = 0, progress: O
 # -- overrides (--sweep) ---------------------------------------------------------------------------
 SWEEPABLE = ("cost_weight", "latency_weight", "exploration_c", "exploration",
              "failover.attempts", "sla.target_p95_ms", "budget.max_cost_per_request_usd",
-             "budget.target_usd_per_1k_requests")
+             "budget.target_usd_per_1k_requests", "budget.min_multiplier")
 _INT_FIELDS = {"failover.attempts"}
 _POSITIVE_FIELDS = {"budget.target_usd_per_1k_requests"}  # must be above 0
 _UNIT_FIELDS = {"exploration"}  # must lie in [0, 1]
+_FLOOR_FIELDS = {"budget.min_multiplier"}  # must lie in [-MAX_MULTIPLIER, 0]
 
 
 def override_alias(policy, alias: str, param: str, value: float):
@@ -492,7 +494,10 @@ def override_alias(policy, alias: str, param: str, value: float):
     (and the nested model holding a dotted parameter) are copied with model_copy(update=...)."""
     if param not in SWEEPABLE:
         raise ReplayError(f"cannot sweep {param!r}; sweepable: {', '.join(SWEEPABLE)}")
-    if not math.isfinite(value) or value < 0:
+    if param in _FLOOR_FIELDS:
+        if not -MAX_MULTIPLIER <= value <= 0:  # NaN fails too
+            raise ReplayError(f"{param}={value:g}: must lie between {-MAX_MULTIPLIER:g} and 0")
+    elif not math.isfinite(value) or value < 0:
         raise ReplayError(f"{param}={value:g}: must be a finite number >= 0")
     if param in _POSITIVE_FIELDS and value <= 0:
         raise ReplayError(f"{param}={value:g}: must be above 0")
@@ -523,6 +528,7 @@ def with_strategy(policy, alias: str, strategy: str, **contextual):
 
 
 TARGET = "budget.target_usd_per_1k_requests"
+FLOOR = "budget.min_multiplier"
 # Requests per window of the spend target's figures: the window the pacing record averages over.
 SPEND_WINDOW = int(pacing.SPEND_WINDOW)
 
@@ -583,7 +589,8 @@ def sweep(policy, alias: str, scenario: Scenario, param: str, values: Sequence[f
     """Re-run the router with `param` set to each value; baselines once (they do not learn).
     `progress(i, value)` may return a per-run progress callback; `deployments_at`, `full_feedback`:
     as run_router's.
-    A sweep of the spend target (TARGET) also follows each run's multiplier: its ``spend``."""
+    A sweep of the spend target (TARGET), or of its multiplier's floor (FLOOR) under a target, also
+    follows each run's multiplier: its ``spend``."""
     policies = [override_alias(policy, alias, param, v) for v in values]  # every value checked first
     base = baselines(policy, alias, scenario, seed=seed)
     points = []
@@ -591,13 +598,13 @@ def sweep(policy, alias: str, scenario: Scenario, param: str, values: Sequence[f
         cb = progress(i, v) if progress is not None else None
         multipliers: list[float] = []
         rule = pacing.rule_of(pol.aliases[alias].budget)
+        paced = rule is not None and param in (TARGET, FLOOR)  # the spend against the target, per point
         observe = ((lambda _, engine: multipliers.append(pacing.multiplier_of(engine.store.pace(alias), rule)))
-                   if param == TARGET else None)
+                   if paced else None)
         served = run_router(pol, alias, scenario, seed=seed, progress=cb, deployments_at=deployments_at, observe=observe,
                             full_feedback=full_feedback)
-        budget = pol.aliases[alias].budget
-        spend = (spend_figures([s.cost_usd for s in served], multipliers, v, budget.max_multiplier, budget.min_multiplier)
-                 if param == TARGET else None)
+        spend = (spend_figures([s.cost_usd for s in served], multipliers, rule.target_usd_per_1k, rule.max_multiplier,
+                               rule.min_multiplier) if paced else None)
         points.append(SweepPoint(v, figures(f"{param}={v:g}", served, base.oracle_served), spend))
     return SweepResult(alias, param, seed, len(scenario), points, base)
 
