@@ -494,7 +494,7 @@ def spend_target_lines() -> list[str]:
                    f"({len(held) - len(miss)} of {len(held)} runs hold; worst window "
                    f"{max((x['deviation'] for _, _, x in held), key=abs):+.1%}"
                    + "".join(f"; {label}: worst window {x['deviation']:+.1%}, the multiplier at {floor:g} after "
-                             f"{x['at_zero']:.0%} of that window's requests ({w['at_zero']:.0%} of all after the "
+                             f"{x['at_floor']:.0%} of that window's requests ({w['at_floor']:.0%} of all after the "
                              f"first 1,000)" for label, w, x in miss) + ").")
     capped = runs.get(0.0, [])
     over = [label for label, w, _ in capped if w["windows"]["above"]["deviation"] > 0.10]

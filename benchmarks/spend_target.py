@@ -125,10 +125,10 @@ def markdown(results: list[dict], meta: dict) -> str:
             w = row["windows"]
             cw = row["cost_weight_curve_score"]
             cells.append([f"{row.get('floor', 0.0):g}", f"{row['target_usd_per_1k']:.4f}", f"{row['spend_per_1k']:.4f} ({row['whole_deviation']:+.1%})",
-                          *((f"{w[side]['spend_per_1k']:.4f} ({w[side]['deviation']:+.1%}; at floor {w[side]['at_zero']:.0%})"
+                          *((f"{w[side]['spend_per_1k']:.4f} ({w[side]['deviation']:+.1%}; at floor {w[side]['at_floor']:.0%})"
                              for side in ("above", "below"))
                             if w else ("-", "-")),
-                          f"{row['at_zero']:.0%} / {row['at_max']:.0%}", f"{row['mean_score']:.4f}",
+                          f"{row['at_floor']:.0%} / {row['at_max']:.0%}", f"{row['mean_score']:.4f}",
                           "-" if cw is None else f"{cw:.4f}",
                           "-" if row["vs_cost_weight"] is None else f"{row['vs_cost_weight']:+.4f}"])
         out += bench.md_table(["floor", "target", "spend, whole run", "highest window", "lowest window", "at floor / at max",

@@ -380,7 +380,7 @@ def test_the_floor_can_be_swept_from_the_command_line(mirror, tmp_path, write_fi
     spends = [1000.0 * p["total_cost_usd"] / N for p in points]
     assert spends[0] < 0.6 * TARGET and abs(spends[1] - TARGET) / TARGET < 0.1  # a cap, then a budget used
     assert [p["spend"]["floor"] for p in points] == [0.0, -10.0]
-    assert points[1]["spend"]["windows"]["below"]["deviation"] > -0.1 and points[0]["spend"]["at_zero"] > 0.5
+    assert points[1]["spend"]["windows"]["below"]["deviation"] > -0.1 and points[0]["spend"]["at_floor"] > 0.5
 
 
 def test_a_replayed_failure_is_not_paced_as_the_proxy_does_not_pace_it(tmp_path, write_file):

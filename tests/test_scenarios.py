@@ -156,7 +156,7 @@ def test_a_spend_target_sweep_reports_how_each_run_held_its_target(capsys):
         above, below = s["windows"]["above"], s["windows"]["below"]
         assert 1000 <= above["start"] <= 1500 and below["spend_per_1k"] <= above["spend_per_1k"]
         assert abs(above["deviation"]) < 0.1 and abs(below["deviation"]) < 0.1  # pacing holds it
-        assert 0.0 <= s["at_zero"] <= 1.0 and s["at_max"] == 0.0
+        assert 0.0 <= s["at_floor"] <= 1.0 and s["at_max"] == 0.0
     assert aisia(["replay", "--scenario", "stationary", "--requests", "300", "--sweep", "cost_weight=0,1"]) == 0
     assert "against the target" not in capsys.readouterr().out  # other sweeps follow no spend
 
@@ -170,6 +170,6 @@ def test_spend_figures_say_where_the_target_did_not_bind_inside_each_window():
     multipliers = [1.0] * 2000 + [0.0] * 1000
     s = spend_figures(costs, multipliers, 1.0, 100.0)
     above, below = s["windows"]["above"], s["windows"]["below"]
-    assert (above["start"], round(above["spend_per_1k"], 9), above["at_zero"]) == (1000, 2.0, 0.0)
-    assert (below["start"], round(below["spend_per_1k"], 9), below["at_zero"]) == (2000, 0.0, 1.0)
-    assert s["at_zero"] == 0.5  # of the 2,000 requests after the first 1,000
+    assert (above["start"], round(above["spend_per_1k"], 9), above["at_floor"]) == (1000, 2.0, 0.0)
+    assert (below["start"], round(below["spend_per_1k"], 9), below["at_floor"]) == (2000, 0.0, 1.0)
+    assert s["at_floor"] == 0.5  # of the 2,000 requests after the first 1,000

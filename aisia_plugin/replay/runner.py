@@ -540,17 +540,17 @@ def spend_figures(costs: Sequence[float], multipliers: Sequence[float], target: 
     each with the share of its requests after which the multiplier sat at its floor), and the
     shares of the requests after the first SPEND_WINDOW after which the multiplier sat at its
     `floor` (budget.min_multiplier; at 0, the target did not bind; below, the dearest choices the
-    cost term can buy spend less than the target), kept as ``at_zero``, and at its maximum `top`
+    cost term can buy spend less than the target), ``at_floor``, and at its maximum `top`
     (the target is below what the cost term can buy); None where the run is too short."""
     spend = 1000.0 * sum(costs) / len(costs) if costs else 0.0
     later = multipliers[SPEND_WINDOW:]
     windows = spend_windows(costs, target, SPEND_WINDOW)
     for w in (windows or {}).values():  # where the target bound during the window itself
         inside = multipliers[w["start"]:w["start"] + SPEND_WINDOW]
-        w["at_zero"] = sum(1 for m in inside if m <= floor) / len(inside) if inside else None
+        w["at_floor"] = sum(1 for m in inside if m <= floor) / len(inside) if inside else None
     return {"spend_per_1k": spend, "whole_deviation": (spend - target) / target,
             "windows": windows, "floor": floor,
-            "at_zero": sum(1 for m in later if m <= floor) / len(later) if later else None,
+            "at_floor": sum(1 for m in later if m <= floor) / len(later) if later else None,
             "at_max": sum(1 for m in later if m >= top) / len(later) if later else None,
             "final_multiplier": multipliers[-1] if multipliers else None}
 
