@@ -29,9 +29,9 @@ spends less. Below 0 it is "mean spend = T" (a budget to be used): a negative la
 cost bonus into a bonus for the dearer deployments, so spend rises to the target too, and the
 window bound above holds in both directions while lambda stays inside [min, max].
 
-Bounded: lambda never leaves [min_multiplier, max_multiplier], so a price change (a call costing a thousand
-times the target) at most moves it to the bound for a while, never to a value the cost term
-cannot come back from. A cost that is not a finite number >= 0 changes nothing.
+Bounded: lambda never leaves [min_multiplier, max_multiplier], so a price change (a call costing
+a thousand times the target) at most moves it to the bound for a while, never to a value the
+cost term cannot come back from. A cost that is not a finite number >= 0 changes nothing.
 
 The record also keeps the realised spend per 1,000 outcomes, a running mean over the last
 ``SPEND_WINDOW`` outcomes (exactly the mean of all of them before that many), the exact count,

@@ -160,6 +160,7 @@ def _check_weights(weights: dict, path: tuple, report) -> None:
 
 # The budget settings only a spend target reads (pacing.PaceRule).
 PACING = ("pacing_rate", "max_multiplier", "min_multiplier")
+
 # Alias settings only some strategies read; a strategy lists those it reads as `settings`.
 TUNING = ("exploration", "exploration_c", "cost_weight", "latency_weight", "mode_pack", "tier_hint", "lkgp_enabled")
 
