@@ -67,6 +67,9 @@ def files(tmp_path_factory, upstreams):
     # A spend target over the Groq model LiteLLM does not price (it logs its calls at 0).
     team["aliases"]["auto/paced-groq"] = {"strategy": "ucb1", "candidates": {"ids": ["groq-llama-3.1-70b"]},
                                           "budget": {"target_usd_per_1k_requests": 0.01}}
+    # A budget to use (a floor below 0) far above what the model costs: the multiplier goes negative.
+    team["aliases"]["auto/paced-floor"] = {"strategy": "ucb1", "candidates": {"ids": ["groq-llama-3.1-70b"]},
+                                           "budget": {"target_usd_per_1k_requests": 1000, "min_multiplier": -5}}
     policy = work / "team-policy.yaml"
     policy.write_text(yaml.safe_dump(team, sort_keys=False), encoding="utf-8")
     return {"config": config, "policy": policy, "work": work}
@@ -173,15 +176,35 @@ def test_a_spend_target_counts_a_deployment_litellm_does_not_price_at_the_router
         tokens.append((usage["prompt_tokens"], usage["completion_tokens"]))
     expected = 1000 * sum((i * 0.3 + o * 0.3) / 1e6 for i, o in tokens) / len(tokens)
     assert expected > 0
-    spend = None
-    for _ in range(40):  # learning follows the answer; the gauges follow the store
+    spend = _gauge(proxy, "aisia_spend_usd_per_1k_requests", "auto/paced-groq", bool)
+    assert spend == pytest.approx(expected, rel=1e-9), (spend, expected, tokens)
+
+
+def _gauge(proxy, name: str, alias: str, until):
+    """The plugin's gauge `name` for `alias` once `until(value)` holds (learning follows the
+    answer; the gauges follow the store), else its last value."""
+    value = None
+    for _ in range(40):
         text = httpx.get(proxy.url + "/aisia/metrics", headers=proxy.headers, timeout=30).text
-        found = re.search(r'^aisia_spend_usd_per_1k_requests\{alias="auto/paced-groq"\} (\S+)$', text, re.M)
-        spend = float(found.group(1)) if found else None
-        if spend:
+        found = re.search(r'^%s\{alias="%s"\} (\S+)$' % (name, re.escape(alias)), text, re.M)
+        value = float(found.group(1)) if found else None
+        if value is not None and until(value):
             break
         time.sleep(0.25)
-    assert spend == pytest.approx(expected, rel=1e-9), (spend, expected, tokens)
+    return value
+
+
+def test_a_spend_target_with_a_floor_below_0_takes_its_multiplier_negative_through_the_proxy(proxy):
+    """budget.min_multiplier loads in the proxy, and a target far above what the calls cost moves
+    the multiplier by about -1 per call (pacing_rate 1), from 1 through 0 down to the floor."""
+    for _ in range(3):
+        r = _chat(proxy, "auto/paced-floor")
+        assert r.status_code == 200, r.text
+    m = _gauge(proxy, "aisia_spend_multiplier", "auto/paced-floor", lambda v: v < -1.9)
+    assert m == pytest.approx(-2.0, abs=1e-3)  # 1 - 3 x (1 - 1000 x cost / 1000), the cost ~1e-5
+    for _ in range(4):
+        assert _chat(proxy, "auto/paced-floor").status_code == 200
+    assert _gauge(proxy, "aisia_spend_multiplier", "auto/paced-floor", lambda v: v <= -5.0) == -5.0  # the floor
 
 
 def test_auto_offline_keeps_the_self_hosted_model_only_and_says_why(proxy, files, aisia):
