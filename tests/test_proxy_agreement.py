@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 
 import httpx
@@ -22,6 +21,7 @@ import pytest
 import yaml
 
 from aisia_plugin.decision import Deployment
+from fault_helpers import wait_for
 from proxy_harness import ProxyError, start_proxy, start_upstreams, stop_upstreams
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "production-like"
@@ -176,22 +176,21 @@ def test_a_spend_target_counts_a_deployment_litellm_does_not_price_at_the_router
         tokens.append((usage["prompt_tokens"], usage["completion_tokens"]))
     expected = 1000 * sum((i * 0.3 + o * 0.3) / 1e6 for i, o in tokens) / len(tokens)
     assert expected > 0
-    spend = _gauge(proxy, "aisia_spend_usd_per_1k_requests", "auto/paced-groq", bool)
+    spend = _gauge_once(proxy, "aisia_spend_usd_per_1k_requests", "auto/paced-groq", bool, "the spend to be counted")
     assert spend == pytest.approx(expected, rel=1e-9), (spend, expected, tokens)
 
 
-def _gauge(proxy, name: str, alias: str, until):
-    """The plugin's gauge `name` for `alias` once `until(value)` holds (learning follows the
-    answer; the gauges follow the store), else its last value."""
-    value = None
-    for _ in range(40):
-        text = httpx.get(proxy.url + "/aisia/metrics", headers=proxy.headers, timeout=30).text
-        found = re.search(r'^%s\{alias="%s"\} (\S+)$' % (name, re.escape(alias)), text, re.M)
-        value = float(found.group(1)) if found else None
-        if value is not None and until(value):
-            break
-        time.sleep(0.25)
-    return value
+def _gauge(proxy, name: str, alias: str):
+    """The plugin's gauge `name` for `alias` (None while it has no sample)."""
+    text = httpx.get(proxy.url + "/aisia/metrics", headers=proxy.headers, timeout=30).text
+    found = re.search(r'^%s\{alias="%s"\} (\S+)$' % (name, re.escape(alias)), text, re.M)
+    return float(found.group(1)) if found else None
+
+
+def _gauge_once(proxy, name: str, alias: str, holds, what: str) -> float:
+    """The gauge once `holds(value)`: learning follows the answer, the gauges follow the store."""
+    return wait_for(lambda: (v := _gauge(proxy, name, alias)) is not None and holds(v) and (v,), what, limit_s=10,
+                    every_s=0.25, detail=lambda: _gauge(proxy, name, alias))[0]
 
 
 def test_a_spend_target_with_a_floor_below_0_takes_its_multiplier_negative_through_the_proxy(proxy):
@@ -200,11 +199,12 @@ def test_a_spend_target_with_a_floor_below_0_takes_its_multiplier_negative_throu
     for _ in range(3):
         r = _chat(proxy, "auto/paced-floor")
         assert r.status_code == 200, r.text
-    m = _gauge(proxy, "aisia_spend_multiplier", "auto/paced-floor", lambda v: v < -1.9)
+    m = _gauge_once(proxy, "aisia_spend_multiplier", "auto/paced-floor", lambda v: v < -1.5, "three calls paced")
     assert m == pytest.approx(-2.0, abs=1e-3)  # 1 - 3 x (1 - 1000 x cost / 1000), the cost ~1e-5
     for _ in range(4):
         assert _chat(proxy, "auto/paced-floor").status_code == 200
-    assert _gauge(proxy, "aisia_spend_multiplier", "auto/paced-floor", lambda v: v <= -5.0) == -5.0  # the floor
+    # the floor, not the -6 seven calls would reach without it
+    assert _gauge_once(proxy, "aisia_spend_multiplier", "auto/paced-floor", lambda v: v < -4.5, "seven calls") == -5.0
 
 
 def test_auto_offline_keeps_the_self_hosted_model_only_and_says_why(proxy, files, aisia):

@@ -8,12 +8,12 @@ import socket
 import struct
 import subprocess
 import sys
-import time
 
 import httpx
 import openai
 import pytest
 
+from fault_helpers import wait_for
 from proxy_harness import UpstreamSpec, parse_reply, start_upstreams, stop_upstreams
 
 from aisia_plugin.demo.upstream import parse_spec
@@ -265,20 +265,13 @@ def test_a_client_that_hangs_up_is_counted_not_printed(alpha, capfd):
             f"Content-Length: {len(body)}\r\n\r\n").encode()
     conn = socket.create_connection((alpha.host, alpha.port), timeout=5)
     conn.sendall(head + body)
-    _wait(lambda: alpha.stats()["calls"] == 1, "the upstream to admit the request")
+    wait_for(lambda: alpha.stats()["calls"] == 1, "the upstream to admit the request", limit_s=10, every_s=0.02)
     # Closed with a reset (no lingering): the answer, written after the latency, meets a dead socket.
     conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     conn.close()
-    _wait(lambda: alpha.stats()["clients_gone"] == 1, "the hang-up to be counted")
+    wait_for(lambda: alpha.stats()["clients_gone"] == 1, "the hang-up to be counted", limit_s=10, every_s=0.02)
     err = capfd.readouterr().err
     assert "Traceback" not in err and "Exception occurred" not in err, err
     alpha.control(mode="ok")
     assert client(alpha).chat.completions.create(model="m", messages=PLAIN).choices  # still serving
 
-
-def _wait(predicate, what: str, limit_s: float = 10.0) -> None:
-    deadline = time.monotonic() + limit_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"gave up after {limit_s:g} s waiting for {what}")
-        time.sleep(0.02)
