@@ -474,7 +474,7 @@ def spend_target_lines() -> list[str]:
     runs = {}
     for r in rep["results"]:
         for w in r["rows"]:
-            runs.setdefault(w.get("floor", 0.0), []).append(
+            runs.setdefault(w["floor"], []).append(
                 (f"{r['trace']} ({r['strategy']}) target ${w['target_usd_per_1k']:.4f}", w,
                  max((x for x in w["windows"].values() if x), key=lambda x: abs(x["deviation"]))))
     covered = {}

@@ -87,7 +87,7 @@ def measure(name: str, out: Path, strategy: str, seed: int, floors=(0.0,)) -> di
     targets = [round(cheapest + s * (free - cheapest), 6) for s in SHARES]
     rows, target_sweeps = [], []
     for floor in floors:  # budget.min_multiplier: 0, the target as a cap; below, tracked from below too
-        floored = override_alias(pol, ALIAS, "budget.min_multiplier", floor) if floor else pol
+        floored = override_alias(pol, ALIAS, "budget.min_multiplier", floor)
         target_sweeps.append(target_sweep := sweep(floored, ALIAS, scenario, TARGET, targets, seed=seed,
                                                    deployments_at=repriced))
         for p in target_sweep.points:
@@ -99,9 +99,8 @@ def measure(name: str, out: Path, strategy: str, seed: int, floors=(0.0,)) -> di
             "spend_at_cost_weight_0": free, "rows": rows,
             "cost_weight_curve": [{"cost_weight": p.value, "spend_per_1k": 1000.0 * p.figures.total_cost_usd / n,
                                    "mean_score": p.figures.mean_score} for p in weights],
-            "target_measures": sweep_measures(target_sweeps[0]), "cost_weight_measures": sweep_measures(weight_sweep),
-            **({"floored_target_measures": {f"{f:g}": sweep_measures(t) for f, t in zip(floors[1:], target_sweeps[1:])}}
-               if len(floors) > 1 else {})}
+            "target_measures": {f"{f:g}": sweep_measures(t) for f, t in zip(floors, target_sweeps)},
+            "cost_weight_measures": sweep_measures(weight_sweep)}
 
 
 def markdown(results: list[dict], meta: dict) -> str:
@@ -124,7 +123,7 @@ def markdown(results: list[dict], meta: dict) -> str:
         for row in r["rows"]:
             w = row["windows"]
             cw = row["cost_weight_curve_score"]
-            cells.append([f"{row.get('floor', 0.0):g}", f"{row['target_usd_per_1k']:.4f}", f"{row['spend_per_1k']:.4f} ({row['whole_deviation']:+.1%})",
+            cells.append([f"{row['floor']:g}", f"{row['target_usd_per_1k']:.4f}", f"{row['spend_per_1k']:.4f} ({row['whole_deviation']:+.1%})",
                           *((f"{w[side]['spend_per_1k']:.4f} ({w[side]['deviation']:+.1%}; at floor {w[side]['at_floor']:.0%})"
                              for side in ("above", "below"))
                             if w else ("-", "-")),
@@ -136,8 +135,8 @@ def markdown(results: list[dict], meta: dict) -> str:
         curve = ", ".join(f"{c['cost_weight']:g}: ${c['spend_per_1k']:.4f} / {c['mean_score']:.4f}"
                           for c in r["cost_weight_curve"])
         out += ["", f"cost_weight sweep (weight: spend per 1k / mean score): {curve}", ""]
-        for title, measures in (("Target sweep", r["target_measures"]), ("cost_weight sweep", r["cost_weight_measures"]),
-                                *((f"Target sweep, floor {f}", m) for f, m in r.get("floored_target_measures", {}).items())):
+        for title, measures in (*((f"Target sweep, floor {f}", m) for f, m in r["target_measures"].items()),
+                                ("cost_weight sweep", r["cost_weight_measures"])):
             out += [f"{title}:", "```", *format_measures(measures, sweep=True), "```", ""]
     return "\n".join(out)
 

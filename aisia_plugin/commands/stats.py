@@ -81,8 +81,10 @@ def pacing_table(policy, paces: dict) -> str:
     rows = []
     for name in names:
         rule, rec = rules.get(name), paces.get(name)
-        bounds = "" if rule is None else f" / {rule.max_multiplier:g}" if not rule.min_multiplier \
-            else f" / {rule.min_multiplier:g}..{rule.max_multiplier:g}"  # a floor below 0 shown too
+        bounds = ""
+        if rule is not None:  # the maximum; a floor below 0 too
+            floor = f"{rule.min_multiplier:g}.." if rule.min_multiplier else ""
+            bounds = f" / {floor}{rule.max_multiplier:g}"
         rows.append([name, f"{rule.target_usd_per_1k:g}" if rule else "(none)",
                      f"{rec['spend_per_1k']:.4f}" if rec else "-",
                      (f"{rec['multiplier']:.3f}" if rec else "1.000") + bounds,

@@ -186,7 +186,7 @@ def format_spend(s: dict) -> str:
         parts += [f"{side} window {w[k]['spend_per_1k']:.4f} ({w[k]['deviation']:+.1%}) from request {w[k]['start']}"
                   for side, k in (("highest", "above"), ("lowest", "below"))]
     if s["at_floor"] is not None:
-        parts.append(f"multiplier at {s.get('floor', 0.0):g} after {s['at_floor']:.0%}, at its maximum after {s['at_max']:.0%}, "
+        parts.append(f"multiplier at {s['floor']:g} after {s['at_floor']:.0%}, at its maximum after {s['at_max']:.0%}, "
                      f"last {s['final_multiplier']:.3g}")
     return "; ".join(parts)
 

@@ -480,13 +480,14 @@ def replay(policy, alias: str, scenario: Scenario, *, seed: int = 0, progress: O
 
 
 # -- overrides (--sweep) ---------------------------------------------------------------------------
+TARGET = "budget.target_usd_per_1k_requests"
+FLOOR = "budget.min_multiplier"
 SWEEPABLE = ("cost_weight", "latency_weight", "exploration_c", "exploration",
              "failover.attempts", "sla.target_p95_ms", "budget.max_cost_per_request_usd",
-             "budget.target_usd_per_1k_requests", "budget.min_multiplier")
+             TARGET, FLOOR)
 _INT_FIELDS = {"failover.attempts"}
-_POSITIVE_FIELDS = {"budget.target_usd_per_1k_requests"}  # must be above 0
+_POSITIVE_FIELDS = {TARGET}  # must be above 0
 _UNIT_FIELDS = {"exploration"}  # must lie in [0, 1]
-_FLOOR_FIELDS = {"budget.min_multiplier"}  # must lie in [-MAX_MULTIPLIER, 0]
 
 
 def override_alias(policy, alias: str, param: str, value: float):
@@ -494,7 +495,7 @@ def override_alias(policy, alias: str, param: str, value: float):
     (and the nested model holding a dotted parameter) are copied with model_copy(update=...)."""
     if param not in SWEEPABLE:
         raise ReplayError(f"cannot sweep {param!r}; sweepable: {', '.join(SWEEPABLE)}")
-    if param in _FLOOR_FIELDS:
+    if param == FLOOR:  # must lie in [-MAX_MULTIPLIER, 0]
         if not -MAX_MULTIPLIER <= value <= 0:  # NaN fails too
             raise ReplayError(f"{param}={value:g}: must lie between {-MAX_MULTIPLIER:g} and 0")
     elif not math.isfinite(value) or value < 0:
@@ -527,8 +528,6 @@ def with_strategy(policy, alias: str, strategy: str, **contextual):
     return policy.model_copy(update={"aliases": {**policy.aliases, alias: ap}})
 
 
-TARGET = "budget.target_usd_per_1k_requests"
-FLOOR = "budget.min_multiplier"
 # Requests per window of the spend target's figures: the window the pacing record averages over.
 SPEND_WINDOW = int(pacing.SPEND_WINDOW)
 
