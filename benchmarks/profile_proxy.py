@@ -20,7 +20,13 @@ callback), `plain` (the same name on the plugin's proxy, before it serves any al
   costs: `wide` (the shipped ``auto``, every deployment its candidate) and `group` (LiteLLM alone,
   every deployment under one model name).
 
-    .venv/bin/python benchmarks/profile_proxy.py --modes count --deployments 1,16,200 --requests 60"""
+    .venv/bin/python benchmarks/profile_proxy.py --modes count --deployments 1,16,200 --requests 60
+
+* group mode: the same count for the alias against LiteLLM serving the alias's name as its own
+  routing group, of the shape the plugin installs, on a proxy without the plugin (`native`): what
+  the routing group costs LiteLLM by itself (results/proxy_group_count.md).
+
+    .venv/bin/python benchmarks/profile_proxy.py --modes group --deployments 1 --requests 100 --warmup 100"""
 
 from __future__ import annotations
 
@@ -165,59 +171,103 @@ def count(proxy: Proxy, client: httpx.Client, model: str, n: int) -> dict:
     return {"per_request": (busy - idle * (time.monotonic() - started)) / n, "idle_per_s": idle, "failed": failed}
 
 
-def count_mode(base_url: str, sizes, n: int, warmup: int, work: Path) -> str:
-    """The count mode's table: instructions per request per arm and model-list size."""
+# Per arm: (plugin loaded, every deployment under one name, LiteLLM's own routing group under the
+# alias's name), and the model asked for. Arms of one configuration share its proxy.
+COUNT_ARMS = {"litellm": ((False, False, False), PLAIN), "plain": ((True, False, False), PLAIN),
+              "alias": ((True, False, False), ALIAS), "wide": ((True, False, False), "auto"),
+              "group": ((False, True, False), PLAIN)}
+GROUP_ARMS = {"litellm": ((False, False, True), PLAIN), "native": ((False, False, True), ALIAS),
+              "alias": ((True, False, False), ALIAS)}
+
+
+def counted(base_url: str, sizes, n: int, warmup: int, work: Path, arms: dict) -> dict:
+    """size -> arm -> ``count`` of its proxy under callgrind (one proxy per configuration)."""
     run_litellm_as(work / "litellm-callgrind", f"#!/bin/sh\nexec valgrind --tool=callgrind --instr-atstart=no "
                    f"--callgrind-out-file=callgrind.out.%p {sys.executable} {proxy_mod.litellm_executable()} \"$@\"\n")
-    rows, results = [], {}
+    results = {}
     for size in sizes:
-        arms = {"litellm": [(False, False), PLAIN], "plain": [(True, False), PLAIN], "alias": [(True, False), ALIAS],
-                "wide": [(True, False), "auto"], "group": [(False, True), PLAIN]}
         got = results[size] = {}
-        for plugin, one_group in dict.fromkeys(tuple(a[0]) for a in arms.values()):
+        for config in dict.fromkeys(key for key, _ in arms.values()):
+            plugin, one_group, native_group = config
             if one_group and size == 1:
                 continue  # one deployment: the group is the litellm arm's
             bench.progress(f"count: {size} deployments, starting a proxy under callgrind ...")
-            with proxies(base_url, size, work / f"{size}-{plugin}-{one_group}", {"proxy": plugin}, one_group,
-                         900) as running, httpx.Client(timeout=300) as client:
+            with proxies(base_url, size, work / f"{size}-{plugin}-{one_group}-{native_group}", {"proxy": plugin},
+                         one_group, 900, native_group) as running, httpx.Client(timeout=300) as client:
                 for arm, (key, model) in arms.items():
-                    if key == (plugin, one_group):
+                    if key == config:
                         check(client, running["proxy"], model)
                         drive(client, running["proxy"], model, warmup)
                         got[arm] = count(running["proxy"], client, model, n)
                         bench.progress(f"count: {size} deployments, {arm}: {got[arm]['per_request'] / 1e6:.3f} M "
                                        "instructions per request")
-        got.setdefault("group", got["litellm"])
-        base, group = got["litellm"]["per_request"], got["group"]["per_request"]
-        rows.append([str(size)] + [f"{got[a]['per_request'] / 1e6:.3f}" for a in arms]
-                    + [f"{got['plain']['per_request'] / base:.4f}", f"{got['alias']['per_request'] / base:.4f}",
-                       f"{got['wide']['per_request'] / group:.4f}"])
-    text = "\n".join([
+    return results
+
+
+def _count_text(n: int, warmup: int, what: str, header: list, rows: list) -> str:
+    return "\n".join([
         f"Instructions per request of the whole proxy process (M; callgrind, every thread), {n} sequential "
         f"requests per arm after {warmup} warm-up requests and 20 instrumented ones, counted until the proxy was "
-        f"back to its idle rate (measured just before them, {WINDOW_S:g} s windows), net of that rate. `wide`: the shipped `auto`, over every deployment; `group`: LiteLLM "
-        "without the plugin, every deployment under one model name (at 1 deployment: the litellm arm).", ""]
-        + bench.md_table(["deployments", "litellm", "plain", "alias", "wide", "group", "plain / litellm",
-                          "alias / litellm", "wide / group"], rows, "---:")) + "\n"
-    bench.write_results("proxy_count", {"requests": n, "warmup": warmup, "window_s": WINDOW_S, "results": results,
-                                        **bench.conditions()}, "# Whole-proxy instructions per request\n\n" + text)
+        f"back to its idle rate (measured just before them, {WINDOW_S:g} s windows), net of that rate. {what}", ""]
+        + bench.md_table(header, rows, "---:")) + "\n"
+
+
+def _write_counts(name: str, title: str, n: int, warmup: int, results: dict, text: str) -> None:
+    bench.write_results(name, {"requests": n, "warmup": warmup, "window_s": WINDOW_S, "results": results,
+                               **bench.conditions()}, f"# {title}\n\n" + text)
+
+
+def count_mode(base_url: str, sizes, n: int, warmup: int, work: Path) -> str:
+    """The count mode's table: instructions per request per arm and model-list size."""
+    results, rows = counted(base_url, sizes, n, warmup, work, COUNT_ARMS), []
+    for size, got in results.items():
+        got.setdefault("group", got["litellm"])
+        base, group = got["litellm"]["per_request"], got["group"]["per_request"]
+        rows.append([str(size)] + [f"{got[a]['per_request'] / 1e6:.3f}" for a in COUNT_ARMS]
+                    + [f"{got['plain']['per_request'] / base:.4f}", f"{got['alias']['per_request'] / base:.4f}",
+                       f"{got['wide']['per_request'] / group:.4f}"])
+    text = _count_text(n, warmup, "`wide`: the shipped `auto`, over every deployment; `group`: LiteLLM without the "
+                       "plugin, every deployment under one model name (at 1 deployment: the litellm arm).",
+                       ["deployments", "litellm", "plain", "alias", "wide", "group", "plain / litellm",
+                        "alias / litellm", "wide / group"], rows)
+    _write_counts("proxy_count", "Whole-proxy instructions per request", n, warmup, results, text)
+    return text
+
+
+def group_mode(base_url: str, sizes, n: int, warmup: int, work: Path) -> str:
+    """The group mode's table: the alias against LiteLLM serving the same name as its own routing
+    group, without the plugin (what a routing group costs LiteLLM by itself)."""
+    results, rows = counted(base_url, sizes, n, warmup, work, GROUP_ARMS), []
+    for size, got in results.items():
+        base, native, alias = (got[a]["per_request"] for a in GROUP_ARMS)
+        rows.append([str(size)] + [f"{v / 1e6:.3f}" for v in (base, native, alias)]
+                    + [f"{native / base:.4f}", f"{alias / base:.4f}", f"{alias / native:.4f}"])
+    text = _count_text(n, warmup, "`litellm`: a plain name on a proxy without the plugin; `native`: the alias's name "
+                       "on that proxy, LiteLLM's own routing group of the shape the plugin installs (priority, the "
+                       "alias's one member); `alias`: the plugin's alias on a proxy with the plugin.",
+                       ["deployments", "litellm", "native", "alias", "native / litellm", "alias / litellm",
+                        "alias / native"], rows)
+    _write_counts("proxy_group_count", "The alias against LiteLLM's own routing group, in instructions", n, warmup,
+                  results, text)
     return text
 
 
 def main(argv=None) -> int:
     args = bench.arguments(__doc__, argv, requests=(1000, "profiled sequential requests per arm"), warmup=200,
-                           top=25, deployments=("1", "deployments in the config (count mode: comma-separated)"),
+                           top=25, deployments=("1", "deployments in the config (count and group modes: comma-separated)"),
                            modes=("timing,cprofile", "timing: wall time per call of TIMED, no profiler; cprofile: "
-                                  "profiles and their differences; count: instructions per request (callgrind)"),
+                                  "profiles and their differences; count: instructions per request (callgrind); "
+                                  "group: the alias against LiteLLM's own routing group, counted likewise"),
                            write=(False, "write benchmarks/results/proxy_profile.md"))
     work = Path(tempfile.mkdtemp(prefix="aisia-profile-"))
     sections = {}
     sizes = [int(x) for x in str(args.deployments).split(",")]
     with upstream() as base_url:
-        if "count" in args.modes.split(","):
-            sections["count"] = count_mode(base_url, sizes, args.requests, args.warmup, work)
+        for mode, run in (("count", count_mode), ("group", group_mode)):
+            if mode in args.modes.split(","):
+                sections[mode] = run(base_url, sizes, args.requests, args.warmup, work / mode)
         metered(work, TIMED)  # Proxy.start runs the metering wrapper instead of litellm
-        for mode in (m for m in args.modes.split(",") if m != "count"):
+        for mode in (m for m in args.modes.split(",") if m not in ("count", "group")):
             bench.progress(f"{mode}: starting the proxies under the profiling wrapper ...")
             with proxies(base_url, sizes[0], work / mode, {"litellm": False, "plugin": True},
                          AISIA_PROFILE_MODE=mode) as running, httpx.Client(timeout=30) as client:

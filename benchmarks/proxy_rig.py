@@ -19,6 +19,7 @@ import httpx
 
 import aisia_plugin.demo.proxy as proxy_mod
 from aisia_plugin.demo.proxy import Proxy, deployment
+from aisia_plugin.litellm.groups import group_entries
 
 PLAIN, ALIAS = "bench-plain", "auto/bench"
 PROMPT = "Write a Python function that merges two sorted lists"
@@ -187,20 +188,24 @@ def upstream():
         proc.terminate(), proc.wait(timeout=10)
 
 
-def bench_config(base_url: str, deployments: int = 1, plugin: bool = True, one_group: bool = False) -> dict:
+def bench_config(base_url: str, deployments: int = 1, plugin: bool = True, one_group: bool = False,
+                 native_group: bool = False) -> dict:
     """The proxies' config: the plain model (id bench-1) and `deployments - 1` fillers on the same
     upstream (with `one_group`, under the plain model's name too); with `plugin`, the plugin as its
-    callback (the policy comes from $AISIA_POLICY)."""
+    callback (the policy comes from $AISIA_POLICY); with `native_group`, LiteLLM's own routing group
+    under the alias's name, of the shape the plugin installs for it (groups.group_entries)."""
     models = [deployment(PLAIN, base_url, id="bench-1")]
     models += [deployment(PLAIN if one_group else f"bench-filler-{i}", base_url, id=f"bench-filler-{i}")
                for i in range(1, deployments)]
     config = {"model_list": models, "router_settings": {"routing_strategy": "simple-shuffle"}}
+    if native_group:
+        config["router_settings"]["routing_groups"] = group_entries({ALIAS: [PLAIN]})
     return {**config, "litellm_settings": {"callbacks": ["aisia_plugin.litellm.plugin"]}} if plugin else config
 
 
 @contextmanager
 def proxies(base_url: str, deployments: int, work: Path, plugin: dict[str, bool], one_group: bool = False,
-            timeout_s: float = 90, **env):
+            timeout_s: float = 90, native_group: bool = False, **env):
     """name -> a proxy of ``bench_config`` (the plugin its callback where ``plugin[name]``, the
     policy POLICY), one worker each, started together (within ``timeout_s``), stopped on leaving;
     ``env`` for every one.
@@ -213,7 +218,8 @@ def proxies(base_url: str, deployments: int, work: Path, plugin: dict[str, bool]
     garbage collections would cost less (proxy_profile.md, "Concurrency")."""
     work.mkdir(parents=True, exist_ok=True)
     (policy := work / "bench-policy.yaml").write_text(POLICY)
-    running = {name: Proxy(bench_config(base_url, deployments, on, one_group), work / name, timeout_s=timeout_s,
+    running = {name: Proxy(bench_config(base_url, deployments, on, one_group, native_group), work / name,
+                           timeout_s=timeout_s,
                            env={"AISIA_POLICY": str(policy), **env} if on else env or None)
                for name, on in plugin.items()}
     try:
