@@ -92,14 +92,6 @@ def run_litellm(strategy: str, scenario, names: list[str], cands: dict, failover
     return out, stats
 
 
-# -- metrics ---------------------------------------------------------------------------------------
-def row_dict(f, served, oracle_mean, event, n, extra=None) -> dict:
-    """A row of a trace's table: ``f``, the Figures of ``served``, with its error and oracle shares and its move."""
-    return {**f.as_dict(), "errors_pct": 100.0 * f.errors / n if n else 0.0,
-            "pct_of_oracle": 100.0 * f.mean_score / oracle_mean if oracle_mean else None,
-            "move": scenarios.event_response(first_choices(served), event), **(extra or {})}
-
-
 # -- one trace -------------------------------------------------------------------------------------
 def bench_trace(name: str, path: Path, scenario, cands: dict, policy, aliases: list[str], *, seed: int, event=None,
                 kind: str = "synthetic") -> dict:
@@ -120,9 +112,12 @@ def bench_trace(name: str, path: Path, scenario, cands: dict, policy, aliases: l
         return run_router(pol, alias, scenario, seed=s, deployments_at=scenarios.price_event(price_event))
 
     def add(label, name, served, extra=None, f=None):  # f: the Figures when already known
+        """A row of the trace's table: the Figures of ``served``, its error and oracle shares, its move."""
         served_by[label] = served
-        runs[label] = f or figures(name, served, oracle_served)
-        rows[label] = row_dict(runs[label], served, om, event, n, extra)
+        f = runs[label] = f or figures(name, served, oracle_served)
+        rows[label] = {**f.as_dict(), "errors_pct": 100.0 * f.errors / n if n else 0.0,
+                       "pct_of_oracle": 100.0 * f.mean_score / om if om else None,
+                       "move": scenarios.event_response(first_choices(served), event), **(extra or {})}
 
     for label, pol, alias in [(f"aisia {a}", policy, a) for a in aliases] + [(CONTEXTUAL, contextual, "auto")]:
         add(label, alias, route(pol, alias, seed), {"strategy": pol.aliases[alias].strategy})
@@ -391,18 +386,19 @@ def overhead_modes(rep: dict, alias: str, n: int = 16) -> dict:
     return {k: v for k, v in modes.items() if isinstance(v, dict) and "p50_us" in v}
 
 
-def mean_spread(xs: list) -> str:
-    return f"{sum(xs) / len(xs):+.4f} ({min(xs):+.4f}..{max(xs):+.4f})"
+def mean_spread(xs: list, spec: str = "{:+.4f}") -> str:
+    """The mean of a figure over router seeds, and its spread (min..max) when there are several."""
+    spread = f" ({spec.format(min(xs))}..{spec.format(max(xs))})" if len(xs) > 1 else ""
+    return spec.format(sum(xs) / len(xs)) + spread
 
 
 def mean_target(xs: list, target: float, spec: str = "{:+.4f}", most: bool = False, strict: bool = False) -> str:
-    """The mean of a figure over router seeds, its spread, and MET or by how much it misses
-    (at least `target`, above it when `strict`, or at most it when `most`)."""
+    """``mean_spread``, and MET or by how much it misses (at least `target`, above it when
+    `strict`, or at most it when `most`)."""
     m = sum(xs) / len(xs)
     ok = m <= target if most else (m > target if strict else m >= target)
-    spread = f" ({spec.format(min(xs))}..{spec.format(max(xs))})" if len(xs) > 1 else ""
-    return f"{spec.format(m)}{spread} {verdict(ok)}" + ("" if ok else f", {'over' if most else 'short'} by "
-                                                                      + spec.format(abs(m - target)).lstrip("+"))
+    return f"{mean_spread(xs, spec)} {verdict(ok)}" + ("" if ok else f", {'over' if most else 'short'} by "
+                                                        + spec.format(abs(m - target)).lstrip("+"))
 
 
 def beside(r: dict, spec: str = "{gain_over_mixing:+.4f}") -> str:
@@ -471,15 +467,13 @@ def spend_target_lines() -> list[str]:
         rep = json.loads((RESULTS_DIR / "spend_target.json").read_text())
     except (OSError, ValueError):
         return ["- Spend target: `benchmarks/results/spend_target.json` is absent (run `benchmarks/spend_target.py`)."]
-    runs = {}
+    runs, covered = {}, {}
     for r in rep["results"]:
+        covered.setdefault(r["strategy"], []).append(r["trace"])
         for w in r["rows"]:
             runs.setdefault(w["floor"], []).append(
                 (f"{r['trace']} ({r['strategy']}) target ${w['target_usd_per_1k']:.4f}", w,
                  max((x for x in w["windows"].values() if x), key=lambda x: abs(x["deviation"]))))
-    covered = {}
-    for r in rep["results"]:
-        covered.setdefault(r["strategy"], []).append(r["trace"])
     source = ("Traces: " + "; ".join(f"{k} on {', '.join(v)}" for k, v in covered.items())
               + f". From `benchmarks/results/spend_target.json` ({rep['meta']['date']}; table in "
               "`results/spend_target.md`), not replayed by run_all (`benchmarks/spend_target.py`).")
