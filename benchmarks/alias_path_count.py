@@ -1,11 +1,8 @@
 """The alias path's cost per request in deterministic terms (no wall clock): a LiteLLM Router in
 this process with the plugin as its callback (proxy_rig.py's one-candidate alias ``auto/bench``, its
 strategy ``--strategy``), each request driven as the proxy drives it (pre-call hook,
-``Router.acompletion`` with a mocked answer, headers hook, LiteLLM's logging worker drained).
-``--arm``: alias, plain, litellm (no plugin), wide (an alias over every deployment, as the shipped
-``auto``), group (LiteLLM alone, every deployment under one name); ``--deployments N`` adds N - 1
-fillers, ``--wide-aliases K`` K aliases over all of them (whether a plain request's work grows with
-the model list or the aliases' groups).
+``Router.acompletion`` with a mocked answer, headers hook, LiteLLM's logging worker drained); the
+arms and the model list: ``--help`` and benchmarks/README.md.
 
     valgrind --tool=callgrind --callgrind-out-file=/dev/null .venv/bin/python \
         benchmarks/alias_path_count.py --arm alias --requests 200
@@ -26,7 +23,6 @@ hooks'), not LiteLLM's thread-pool work, which the totals above include.
         .venv/bin/python benchmarks/alias_path_count.py --requests 100 \
         --collect aisia_plugin.engine:Engine.decide --collect wrapper
     grep -H -e '^desc: Trigger' -e '^totals' cg.out.*
-    .venv/bin/python benchmarks/alias_path_count.py --arm plain --cprofile --deployments 200 --wide-aliases 7
 
 ``--gc`` (``gc_counts``): what the requests leave to Python's garbage collector, counted.
 
@@ -35,7 +31,12 @@ hooks'), not LiteLLM's thread-pool work, which the totals above include.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import functools
 import gc
+import importlib
+import inspect
+import mmap
 import os
 import sys
 import tempfile
@@ -107,9 +108,6 @@ class Callgrind:
     TOGGLE_COLLECT, DUMP_STATS_AT, START, STOP = 0x43540002, 0x43540003, 0x43540004, 0x43540005  # callgrind.h
 
     def __init__(self):
-        import ctypes
-        import mmap
-
         code = bytes.fromhex(
             "4889f8"  # mov rax, rdi: the request's block of six words
             "31d2"  # xor edx, edx: the answer when not under valgrind
@@ -129,8 +127,6 @@ class Callgrind:
         return self._call(self._block_address)
 
     def dump(self, name: str) -> None:
-        import ctypes
-
         buf = ctypes.create_string_buffer(name.encode())
         self._names.append(buf)
         self.request(self.DUMP_STATS_AT, ctypes.addressof(buf))
@@ -139,10 +135,6 @@ class Callgrind:
 def collecting(cg: Callgrind, target: str, entries: list):
     """Wrap `target` (module:Qualname) so that callgrind collects only inside it, counting its
     outermost calls in ``entries[0]``; returns an undo."""
-    import functools
-    import importlib
-    import inspect
-
     module, _, qual = target.partition(":")
     owner = importlib.import_module(module)
     *path, name = qual.split(".")
@@ -204,8 +196,7 @@ async def run(a) -> None:
     if a.collect:
         await collect_each(router, plugin, model, requests, a.collect)
         return
-    profile = a.cprofile
-    if profile:
+    if a.cprofile:
         import cProfile
         import pstats
 
@@ -216,7 +207,7 @@ async def run(a) -> None:
     for _ in range(requests):
         await one(router, plugin, model)
     cg.request(cg.STOP)
-    if profile:
+    if a.cprofile:
         prof.disable()
         table = {bench.function_name(k): v for k, v in bench.per_call(pstats.Stats(prof), requests).items()}
         print(f"totals: arm {arm}, {deployments} deployments, {len(router.routing_groups)} routing groups, "
