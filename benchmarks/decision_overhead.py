@@ -174,8 +174,6 @@ def capture_select_inputs(eng, strategy_name: str, alias: str, messages, deps):
 def unread_copy(pool):
     """A Pool with the same inputs and none of its columns computed: a strategy timed on it pays for
     every column it reads, as in a decision (a Pool keeps what it computed)."""
-    if pool._arm_at is None:  # built from Candidates: nothing lazy to reset
-        return pool
     return Pool(pool.deployments, pool.breakers, pool.task_fit, pool._globals, pool._domains, *pool._arm_at)
 
 
@@ -277,10 +275,9 @@ def bench_litellm(report: dict, sizes, calls, messages) -> None:
     out, notes = report["litellm"], report["notes"]
     for n in sizes:
         specs, res = pool_specs(n), {}
-        cands = [{k: s[k] for k in ("id", "input_cost_per_1m", "output_cost_per_1m")} for s in specs]
         for strat in LITELLM_STRATEGIES:
             try:
-                with LiteLLMBaseline(strat, cands, seed=1) as b:
+                with LiteLLMBaseline(strat, specs, seed=1) as b:  # it reads the ids and prices
                     r, lat, now = random.Random(7), {s["id"]: s["latency_s"] for s in specs}, 0.0
                     for k in range(WARM_OUTCOMES):
                         now += 0.5

@@ -106,12 +106,6 @@ class _RandomShim:  # the ``random`` module inside LiteLLM's strategy modules
         return getattr(_active_rng if _active_rng is not None else _random_module, name)
 
 
-def _install_shims() -> None:
-    if not isinstance(_cooldown_cache_module.time, _TimeShim):
-        _cooldown_cache_module.time, _router_module.get_utc_datetime = _TimeShim(), _utc_now
-        _simple_shuffle_module.random = _lowest_latency_module.random = _RandomShim()
-
-
 _EXCEPTIONS_BY_STATUS = {
     400: litellm.BadRequestError, 401: litellm.AuthenticationError, 403: litellm.PermissionDeniedError,
     404: litellm.NotFoundError, 408: litellm.Timeout, 422: litellm.UnprocessableEntityError,
@@ -153,8 +147,10 @@ class LiteLLMBaseline:
             raise ValueError(f"unknown strategy {strategy!r} (one of {STRATEGIES})")
         if not ids or len(set(ids)) != len(ids) or MODEL_GROUP in ids:
             raise ValueError(f"candidate ids must be present, unique and not {MODEL_GROUP!r}")
-        _install_shims()
-        self.strategy, self.candidate_ids = strategy, tuple(ids)
+        if not isinstance(_cooldown_cache_module.time, _TimeShim):  # the shims, once per process
+            _cooldown_cache_module.time, _router_module.get_utc_datetime = _TimeShim(), _utc_now
+            _simple_shuffle_module.random = _lowest_latency_module.random = _RandomShim()
+        self.strategy = strategy
         self._async_selection = strategy in _ASYNC_ONLY
         self._now, self._call_ids, self._closed = 0.0, itertools.count(1), False
         self._rng = _random_module.Random(seed) if seed is not None else None
