@@ -11,9 +11,7 @@
   same outcomes, and ``router_only``: the Router call alone, without the baseline's harness.
 
 Each call timed alone (perf_counter_ns) after an untimed warm-up, gc off during the loops.
-Writes benchmarks/results/overhead.json and .md. ``--count MODE`` (real_prompts, steady...) times
-nothing: ``--calls`` decisions of ``--count-alias`` at n=16 for an instruction count
-(``count_decisions``).
+Writes benchmarks/results/overhead.json and .md.
 
 ``--hostile [--repeats 5]``: only linear time on hostile inputs, the cost of one decision as the
 request grows (prompt bytes, message count, tool-list size, NUL bytes, invalid Unicode, nesting), so
@@ -207,27 +205,10 @@ def pieces(eng, clock, deps, policy, usable, messages, specs, calls) -> dict:
 
 
 def warm_calls(mode: str, prompts) -> int:
-    """Untimed calls of a mode before it is timed or counted: the real prompts, every one twice,
+    """Untimed calls of a mode before it is timed: the real prompts, every one twice,
     so that RE2's lazy DFAs have met the texts (a fresh process's first pass is reported apart:
     README, domain detection)."""
     return {"real_prompts": 2 * len(prompts), "steady": max(WARM_CALLS, 2 * len(prompts))}.get(mode, WARM_CALLS)
-
-
-def warmed_engine(policy, n: int, messages, notes: list):
-    """An engine over ``pool_specs(n)``, one decision of each alias (one that fails noted and left
-    out), then ``warm_engine``: (engine, clock, deployments, specs, the usable (alias, strategy))."""
-    specs = pool_specs(n)
-    eng, clock, deps = build_engine(specs, policy)
-    usable = []
-    for alias, strat in [(a, s) for a, s in ALIASES if a in policy.aliases]:
-        try:
-            eng.decide(alias, messages, deps)
-            usable.append((alias, strat))
-        except Exception as e:  # a strategy not registered, etc.
-            notes.append(f"n={n} {alias} ({strat}): decide() failed: {type(e).__name__}: {e}")
-    warm_engine(eng, clock, deps, specs, messages, [a for a, _ in usable] or ["auto"])
-    clock.t += 1.0
-    return eng, clock, deps, specs, usable
 
 
 def bench_ours(report: dict, policy, sizes, calls, messages) -> None:
@@ -237,7 +218,18 @@ def bench_ours(report: dict, policy, sizes, calls, messages) -> None:
         notes.append("../shared/data not found: the real-prompt modes use the synthetic prompt")
     notes += [f"alias {a} not in the shipped policy: skipped" for a, _ in ALIASES if a not in policy.aliases]
     for n in sizes:
-        eng, clock, deps, specs, usable = warmed_engine(policy, n, messages, notes)
+        # An engine over pool_specs(n): one decision of each alias (one that fails noted and left
+        # out), then warm_engine.
+        specs, usable = pool_specs(n), []
+        eng, clock, deps = build_engine(specs, policy)
+        for alias, strat in [(a, s) for a, s in ALIASES if a in policy.aliases]:
+            try:
+                eng.decide(alias, messages, deps)
+                usable.append((alias, strat))
+            except Exception as e:  # a strategy not registered, etc.
+                notes.append(f"n={n} {alias} ({strat}): decide() failed: {type(e).__name__}: {e}")
+        warm_engine(eng, clock, deps, specs, messages, [a for a, _ in usable] or ["auto"])
+        clock.t += 1.0
         cells = {(alias, mode): (step, warm_calls(mode, prompts)) for alias, _ in usable
                  for mode, step in decide_steps(eng, clock, alias, messages, prompts, deps, specs).items()}
         timed = bench.interleaved(cells, calls)
@@ -367,26 +359,6 @@ def ratio_targets(report: dict) -> list[str]:
     return out
 
 
-def count_decisions(policy, alias: str, mode: str, calls: int) -> int:
-    """`calls` decisions of `alias` in `mode` (a ``decide_steps`` step) at n=16, the engine built,
-    warmed and stepped as ``bench_ours`` does, each decide() inside sys.call_tracing, so that
-    ``valgrind --tool=callgrind --collect-atstart=no --toggle-collect=sys_call_tracing`` counts
-    the decisions alone (a steady step's recorded outcome outside): instructions / `calls`."""
-    messages, prompts = bench.dense_messages(), real_prompts()
-    eng, clock, deps, specs, _ = warmed_engine(policy, TARGET_N, messages, [])
-    decide, counting = eng.decide, [False]
-    eng.decide = lambda *a: sys.call_tracing(decide, a) if counting[0] else decide(*a)
-    step = decide_steps(eng, clock, alias, messages, prompts, deps, specs)[mode]
-    for _ in range(warm_calls(mode, prompts)):  # as the timed modes' warm-up
-        step()
-    counting[0] = True
-    with bench.gc_off():
-        for _ in range(calls):
-            step()
-    print(f"{calls} decisions of {alias} ({mode}, n={TARGET_N}) counted", flush=True)
-    return 0
-
-
 HOSTILE_POOL = [Deployment(id=f"d-{i}", model_name=f"m{i}", model=f"p{i}/model-{i}", provider=f"p{i}",
                            input_cost_per_1m=0.5 + i, output_cost_per_1m=1.0 + i) for i in range(16)]
 
@@ -432,14 +404,12 @@ def hostile(policy, repeats: int) -> int:
 
 
 def main(argv=None) -> int:
-    args = bench.arguments(__doc__, argv, calls=3000, sizes="4,16,64", count="", count_alias="auto/contextual",
+    args = bench.arguments(__doc__, argv, calls=3000, sizes="4,16,64",
                            hostile=(False, "only the decision's cost on hostile inputs"), repeats=5)
     sizes, messages = [int(x) for x in args.sizes.split(",")], bench.dense_messages()
     policy = load_policy()  # plus `auto/contextual`: the shipped `auto` with the contextual strategy
     contextual = policy.aliases["auto"].model_copy(update={"strategy": "contextual"})
     policy = policy.model_copy(update={"aliases": {**policy.aliases, "auto/contextual": contextual}})
-    if args.count:
-        return count_decisions(policy, args.count_alias, args.count, args.calls)
     if args.hostile:
         return hostile(policy, args.repeats)
     t0, load_start, speed_start = time.monotonic(), bench.load_average(), bench.machine_speed_ms()
