@@ -1,19 +1,10 @@
 """Domain-detection accuracy of the shipped policy on real prompts.
 
-Data (read in place): RouterArena's 809 prompts, labelled by their dataset (routerarena_domains.yaml:
-its labels, and for the ambiguous datasets the domains accepted, where an accepted domain or None
-is correct and which are in no recall support), and RouteLLM's 1,319 GSM8K prompts (all maths: a
-recall check). Two views: the full prompt, and the prompt without the benchmark's instruction
-wrapper (how much the detection owes to template words).
-
-Speed: ``DomainDetector.detect`` per prompt over the RouterArena prompts padded to 2 KB (median and
-p99 of the per-prompt medians of several warm passes, and of a first pass on a fresh detector),
-and on the keyword-dense 2 KB prompt (bench.dense_messages).
-
-Leave one dataset out (issue 14): each dataset held out in turn, words mined from the others
-(aisia_plugin/domain_eval.py's miner, its thresholds as options) are added to the vocabulary and
-the held-out prompts detected with it; the shipped (hand-written) vocabulary beside it, and both for
-the vocabulary before issue 14 (``--baseline``: policies/domains.yaml at a git revision).
+RouterArena's prompts (read in place), labelled by their dataset (routerarena_domains.yaml), with
+and without the benchmark's instruction wrapper, and RouteLLM's GSM8K prompts (a math recall
+check); the speed of ``detect`` (``speed``); leave one dataset out (issue 14,
+``leave_one_dataset_out``); each beside the vocabulary before issue 14 (``--baseline``: the
+policies/domains.yaml of a git revision). The data, labels and method: docs/domain-accuracy.md.
 
 ``--propose``: only the words the miner finds per topic domain (TOPIC) in the prompts of every
 dataset but ``--hold-out``'s, without the instruction wrapper (``strip_wrapper``), printed

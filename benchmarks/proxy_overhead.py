@@ -3,14 +3,10 @@
 The ratios to plain LiteLLM, beside the run's own noise floor. Per model-list size
 (``--deployments 1,16,200``: the benchmark's deployment plus fillers on the same upstream), four
 proxies of the same config, each its own process, one worker, fed by one instant simulated
-upstream (its own process):
-
-* **litellm** and **litellm_b**: no callback at all. Two identical proxies: how far apart they
-  come out is the noise floor of this run (printed beside every ratio).
-* **plain**: the plugin loaded, receiving ONLY plain traffic (the model name ``bench-plain``):
-  what a platform team's plain requests pay for the plugin being there.
-* **alias**: the plugin loaded, receiving only ``auto/bench``, whose one candidate is that same
-  deployment (the plugin's whole path: decision, filter, learning, headers).
+upstream (its own process). The arms (``ARMS``, described in the Markdown it writes): **litellm**
+and **litellm_b** without callback, whose distance is the run's noise floor; **plain**, the plugin
+loaded but only plain traffic (what plain requests pay for the plugin being there); **alias**, only
+``auto/bench``, whose one candidate is that same deployment (the plugin's whole path).
 
 Sequential: one client, one request per arm per round, the arms' order a seeded shuffle per round;
 the median latency per arm and the proxy's CPU time per request. Concurrent: 32 clients in closed
