@@ -24,9 +24,12 @@ callback), `plain` (the same name on the plugin's proxy, before it serves any al
 
 * group mode: the same count for the alias against LiteLLM serving the alias's name as its own
   routing group, of the shape the plugin installs, on a proxy without the plugin (`native`): what
-  the routing group costs LiteLLM by itself (results/proxy_group_count.md).
+  the routing group costs LiteLLM by itself; then on that group with a callback that overrides
+  nothing (`bare`) and with callback_floor.py's, which overrides the plugin's hooks and does nothing
+  in them (`floor`): what LiteLLM charges any router built as such a callback
+  (results/proxy_group_count.md).
 
-    .venv/bin/python benchmarks/profile_proxy.py --modes group --deployments 1 --requests 100 --warmup 100"""
+    .venv/bin/python benchmarks/profile_proxy.py --modes group --deployments 1 --requests 150 --warmup 100"""
 
 from __future__ import annotations
 
@@ -42,10 +45,13 @@ from pathlib import Path
 
 import bench
 import httpx
-from proxy_rig import ALIAS, PLAIN, check, drive, meter_start, meter_stop, metered, proxies, run_litellm_as, upstream
+from callback_floor import CallbackFloor, overridden
+from proxy_rig import (ALIAS, BARE, FLOOR, PLAIN, check, drive, meter_start, meter_stop, metered, proxies,
+                       run_litellm_as, upstream)
 
 import aisia_plugin.demo.proxy as proxy_mod
 from aisia_plugin.demo.proxy import Proxy
+from aisia_plugin.litellm.callback import AisiaPlugin
 
 OUT = bench.OUT / "profile"
 # What the timing mode clocks: the plugin's hooks, and LiteLLM's work that a routing group adds.
@@ -177,7 +183,9 @@ COUNT_ARMS = {"litellm": ((False, False, False), PLAIN), "plain": ((True, False,
               "alias": ((True, False, False), ALIAS), "wide": ((True, False, False), "auto"),
               "group": ((False, True, False), PLAIN)}
 GROUP_ARMS = {"litellm": ((False, False, True), PLAIN), "native": ((False, False, True), ALIAS),
-              "alias": ((True, False, False), ALIAS)}
+              "bare_plain": ((BARE, False, True), PLAIN), "bare": ((BARE, False, True), ALIAS),
+              "floor_plain": ((FLOOR, False, True), PLAIN), "floor": ((FLOOR, False, True), ALIAS),
+              "plain": ((True, False, False), PLAIN), "alias": ((True, False, False), ALIAS)}
 
 
 def counted(base_url: str, sizes, n: int, warmup: int, work: Path, arms: dict) -> dict:
@@ -236,17 +244,27 @@ def count_mode(base_url: str, sizes, n: int, warmup: int, work: Path) -> str:
 
 def group_mode(base_url: str, sizes, n: int, warmup: int, work: Path) -> str:
     """The group mode's table: the alias against LiteLLM serving the same name as its own routing
-    group, without the plugin (what a routing group costs LiteLLM by itself)."""
+    group, without the plugin (what a routing group costs LiteLLM by itself), with a callback that
+    overrides nothing, and with callback_floor.py's (what LiteLLM charges any callback router)."""
+    if overridden(CallbackFloor) != overridden(AisiaPlugin):
+        raise SystemExit(f"callback_floor.py overrides {sorted(overridden(CallbackFloor))}, the plugin "
+                         f"{sorted(overridden(AisiaPlugin))}: the floor must override the same hooks")
     results, rows = counted(base_url, sizes, n, warmup, work, GROUP_ARMS), []
     for size, got in results.items():
-        base, native, alias = (got[a]["per_request"] for a in GROUP_ARMS)
-        rows.append([str(size)] + [f"{v / 1e6:.3f}" for v in (base, native, alias)]
-                    + [f"{native / base:.4f}", f"{alias / base:.4f}", f"{alias / native:.4f}"])
+        per = {a: got[a]["per_request"] for a in GROUP_ARMS}
+        base = per["litellm"]
+        rows.append([str(size)] + [f"{v / 1e6:.3f}" for v in per.values()]
+                    + [f"{per[a] / base:.4f}" for a in list(GROUP_ARMS)[1:]]
+                    + [f"{per['alias'] / per['floor']:.4f}"])
     text = _count_text(n, warmup, "`litellm`: a plain name on a proxy without the plugin; `native`: the alias's name "
                        "on that proxy, LiteLLM's own routing group of the shape the plugin installs (priority, the "
-                       "alias's one member); `alias`: the plugin's alias on a proxy with the plugin.",
-                       ["deployments", "litellm", "native", "alias", "native / litellm", "alias / litellm",
-                        "alias / native"], rows)
+                       "alias's one member); `bare_plain`, `bare`: the plain name and the alias on a proxy with that "
+                       "group and a callback that overrides nothing (what LiteLLM does for any callback); "
+                       "`floor_plain`, `floor`: the same with callback_floor.py's callback, which overrides the "
+                       "plugin's hooks and does nothing in them (what LiteLLM charges any router built as such a "
+                       "callback); `plain`, `alias`: the same on a proxy with the plugin.",
+                       ["deployments"] + list(GROUP_ARMS) + [f"{a} / litellm" for a in list(GROUP_ARMS)[1:]]
+                       + ["alias / floor"], rows)
     _write_counts("proxy_group_count", "The alias against LiteLLM's own routing group, in instructions", n, warmup,
                   results, text)
     return text

@@ -1,12 +1,14 @@
 """What the plugin adds to a LiteLLM proxy's request path: every arm in one run, over HTTP.
 
 The ratios to plain LiteLLM, beside the run's own noise floor. Per model-list size
-(``--deployments 1,16,200``: the benchmark's deployment plus fillers on the same upstream), four
+(``--deployments 1,16,200``: the benchmark's deployment plus fillers on the same upstream), five
 proxies of the same config, each its own process, one worker, fed by one instant simulated
 upstream (its own process). The arms (``ARMS``, described in the Markdown it writes): **litellm**
 and **litellm_b** without callback, whose distance is the run's noise floor; **plain**, the plugin
 loaded but only plain traffic (what plain requests pay for the plugin being there); **alias**, only
-``auto/bench``, whose one candidate is that same deployment (the plugin's whole path).
+``auto/bench``, whose one candidate is that same deployment (the plugin's whole path); **floor**,
+``auto/bench`` served by LiteLLM's own routing group through callback_floor.py's do-nothing callback
+(what any router built as a callback with the plugin's hooks and headers costs).
 
 Sequential: one client, one request per arm per round, the arms' order a seeded shuffle per round;
 the median latency per arm and the proxy's CPU time per request. Concurrent: 32 clients in closed
@@ -34,10 +36,11 @@ from pathlib import Path
 
 import bench
 import httpx
-from proxy_rig import ALIAS, PLAIN, PROMPT, ask, check, collector, drive, meter_start, meter_stop, metered, proxies, upstream
+from proxy_rig import ALIAS, FLOOR, PLAIN, PROMPT, ask, check, collector, drive, meter_start, meter_stop, metered, proxies, upstream
 
 # name -> (plugin loaded, model asked for); the first is the reference of every ratio.
-ARMS = {"litellm": (False, PLAIN), "litellm_b": (False, PLAIN), "plain": (True, PLAIN), "alias": (True, ALIAS)}
+ARMS = {"litellm": (False, PLAIN), "litellm_b": (False, PLAIN), "plain": (True, PLAIN), "alias": (True, ALIAS),
+        "floor": (FLOOR, ALIAS)}
 # Targets (issue 21): ratio to plain LiteLLM; the plain arm's latency and throughput: within the noise.
 TARGETS = {"alias": {"latency": 1.02, "cpu": 1.02, "throughput": 0.98}, "plain": {"cpu": 1.005}}
 
@@ -113,15 +116,16 @@ def concurrent(arms: dict, concurrency: int, blocks: int, seconds: float) -> dic
 
 
 def measure(n: int, args, base_url: str, work: Path) -> dict:
-    """Every arm at `n` deployments: four proxies started together, measured, stopped."""
+    """Every arm at `n` deployments: its proxies started together, measured, stopped."""
     bench.progress(f"{n} deployments: starting {len(ARMS)} proxies ...")
     with proxies(base_url, n, work / str(n), {name: plugin for name, (plugin, _) in ARMS.items()},
                  AISIA_PROFILE_MODE="gc") as running:
         arms = {name: (running[name], model) for name, (_, model) in ARMS.items()}
         with httpx.Client(timeout=30) as c:
             seen = {name: check(c, *arm) for name, arm in arms.items()}
-        if seen["alias"].get("x-litellm-model-id") != "bench-1" or any(k.startswith("x-aisia") for k in seen["plain"]):
-            raise SystemExit(f"the alias did not go through the plugin to bench-1, or a plain request did: {seen}")
+        if (any(seen[a].get("x-litellm-model-id") != "bench-1" or "x-aisia-alias" not in seen[a] for a in ("alias", "floor"))
+                or any(k.startswith("x-aisia") for k in seen["plain"])):
+            raise SystemExit(f"the alias did not go through its callback to bench-1, or a plain request did: {seen}")
         bench.progress(f"{n} deployments: sequential, {args.rounds} rounds ...")
         seq = sequential(arms, args.rounds, args.warmup)
         bench.progress(f"{n} deployments: concurrent, {args.blocks} blocks x {args.block_seconds:g} s per arm ...")
@@ -193,13 +197,15 @@ def render(r: dict) -> str:
            f"{load(c['load_average_at_start'])} at the start, {load(c['load_average_at_end'])} at the end); Python "
            f"{c['python']}, litellm {c['litellm']}, aisia_plugin {c['aisia_plugin']}. Proxy: {c['proxy']}. Upstream: "
            f"{c['upstream']}. Client: {c['client']}. Request: {c['request']}. Alias: {c['alias']}. Per model-list "
-           f"size, four proxies run side by side: {c['sequential_rounds']} sequential rounds (after "
+           f"size, {len(ARMS)} proxies run side by side: {c['sequential_rounds']} sequential rounds (after "
            f"{c['warmup_per_arm']} warm-up requests per arm), then {c['blocks_per_arm']} blocks of "
            f"{c['block_seconds']:g} s per arm at {c['concurrency']} concurrent clients, the arms' order "
            "shuffled (seeded) each round and block.", "",
            "Arms: **litellm** and **litellm_b** = two identical proxies without any callback (their ratio is "
            "this run's noise floor); **plain** = the plugin loaded, only plain-model traffic; **alias** = the "
-           "plugin loaded, only `auto/bench` traffic. Ratios are to **litellm**; CPU is the proxy process's own "
+           "plugin loaded, only `auto/bench` traffic; **floor** = `auto/bench` served by LiteLLM's own routing group "
+           "through callback_floor.py's callback, which overrides the plugin's hooks, does nothing in them and sends "
+           "the same five headers (the least a router built as such a callback costs). Ratios are to **litellm**; CPU is the proxy process's own "
            "(/proc), per request. Each phase starts after a full collection in every proxy (what start-up left for "
            "the first one is charged to no arm); the collector's own CPU is counted per arm "
            "(`proxy_rig.metered`: gc.callbacks, the collecting thread's CPU). Where the time goes, and the LiteLLM "

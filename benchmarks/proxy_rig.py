@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +23,8 @@ from aisia_plugin.demo.proxy import Proxy, deployment
 from aisia_plugin.litellm.groups import group_entries
 
 PLAIN, ALIAS = "bench-plain", "auto/bench"
+# A proxy's `plugin` setting that loads one of callback_floor.py's do-nothing callbacks instead of the plugin.
+FLOOR, BARE = "floor", "bare"
 PROMPT = "Write a Python function that merges two sorted lists"
 POLICY = """# The benchmark's alias: its only candidate is the plain model's deployment.
 version: 1
@@ -188,23 +191,25 @@ def upstream():
         proc.terminate(), proc.wait(timeout=10)
 
 
-def bench_config(base_url: str, deployments: int = 1, plugin: bool = True, one_group: bool = False,
+def bench_config(base_url: str, deployments: int = 1, plugin: bool | str = True, one_group: bool = False,
                  native_group: bool = False) -> dict:
     """The proxies' config: the plain model (id bench-1) and `deployments - 1` fillers on the same
     upstream (with `one_group`, under the plain model's name too); with `plugin`, the plugin as its
-    callback (the policy comes from $AISIA_POLICY); with `native_group`, LiteLLM's own routing group
-    under the alias's name, of the shape the plugin installs for it (groups.group_entries)."""
+    callback (the policy comes from $AISIA_POLICY), or with FLOOR or BARE callback_floor.py's; with
+    `native_group`, LiteLLM's own routing group under the alias's name, of the shape the plugin
+    installs for it (groups.group_entries)."""
     models = [deployment(PLAIN, base_url, id="bench-1")]
     models += [deployment(PLAIN if one_group else f"bench-filler-{i}", base_url, id=f"bench-filler-{i}")
                for i in range(1, deployments)]
     config = {"model_list": models, "router_settings": {"routing_strategy": "simple-shuffle"}}
-    if native_group:
+    if native_group or plugin in (FLOOR, BARE):  # (a do-nothing callback serves the alias through LiteLLM's group)
         config["router_settings"]["routing_groups"] = group_entries({ALIAS: [PLAIN]})
-    return {**config, "litellm_settings": {"callbacks": ["aisia_plugin.litellm.plugin"]}} if plugin else config
+    callback = f"callback_floor.{plugin}" if plugin in (FLOOR, BARE) else "aisia_plugin.litellm.plugin"
+    return {**config, "litellm_settings": {"callbacks": [callback]}} if plugin else config
 
 
 @contextmanager
-def proxies(base_url: str, deployments: int, work: Path, plugin: dict[str, bool], one_group: bool = False,
+def proxies(base_url: str, deployments: int, work: Path, plugin: dict[str, bool | str], one_group: bool = False,
             timeout_s: float = 90, native_group: bool = False, **env):
     """name -> a proxy of ``bench_config`` (the plugin its callback where ``plugin[name]``, the
     policy POLICY), one worker each, started together (within ``timeout_s``), stopped on leaving;
@@ -220,8 +225,13 @@ def proxies(base_url: str, deployments: int, work: Path, plugin: dict[str, bool]
     (policy := work / "bench-policy.yaml").write_text(POLICY)
     running = {name: Proxy(bench_config(base_url, deployments, on, one_group, native_group), work / name,
                            timeout_s=timeout_s,
-                           env={"AISIA_POLICY": str(policy), **env} if on else env or None)
+                           env={"AISIA_POLICY": str(policy), **env} if on is True else env or None)
                for name, on in plugin.items()}
+    for name, on in plugin.items():
+        if on in (FLOOR, BARE):
+            # LiteLLM loads a callback module found beside its config file (proxy/types_utils/utils.py
+            # get_instance_fn); a PYTHONPATH entry instead would lengthen every failed import's search.
+            shutil.copy(Path(__file__).with_name("callback_floor.py"), running[name].workdir)
     try:
         with ThreadPoolExecutor(len(running)) as pool:
             list(pool.map(Proxy.start, running.values()))

@@ -1,0 +1,35 @@
+"""benchmarks/callback_floor.py, the do-nothing callback profile_proxy.py's group mode measures the
+plugin against: it must switch on the same LiteLLM paths as the plugin, so it overrides the same
+hooks, and serve a request as LiteLLM would without it."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+from callback_floor import HEADERS, CallbackFloor, overridden  # noqa: E402
+
+from aisia_plugin.litellm.callback import AisiaPlugin  # noqa: E402
+
+
+def test_the_floor_overrides_exactly_the_plugins_hooks():
+    assert overridden(CallbackFloor) == overridden(AisiaPlugin)
+    assert "async_post_call_response_headers_hook" in overridden(CallbackFloor)
+
+
+def test_the_floor_changes_nothing_and_heads_only_alias_answers():
+    floor, rows = CallbackFloor(), [{"model_name": "m", "litellm_params": {"model": "openai/m"}}]
+    data = {"model": "auto/bench", "messages": []}
+
+    async def run():
+        return (await floor.async_pre_call_hook(None, None, data, "acompletion"),
+                await floor.async_filter_deployments("auto/bench", rows, []),
+                await floor.async_post_call_response_headers_hook(data, None, None),
+                await floor.async_post_call_response_headers_hook({"model": "m"}, None, None))
+
+    pre, kept, alias_headers, plain_headers = asyncio.run(run())
+    assert pre is data and kept is rows
+    assert alias_headers == HEADERS and plain_headers is None
