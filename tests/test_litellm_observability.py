@@ -13,7 +13,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -21,6 +20,7 @@ import openai
 import pytest
 
 from browser import Chromium
+from fault_helpers import wait_for
 from proxy_harness import deployment, parse_reply, start_proxy, upstreams_fixture
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "examples" / "grafana" / "aisia-dashboard.json"
@@ -108,16 +108,6 @@ def _sample(text: str, name: str, **labels) -> float:
     return total
 
 
-def _wait(predicate, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.25)
-    return predicate()
-
-
 def test_metrics_after_traffic(proxy, client, upstreams):
     served = _send(client, "obs/cheap", 5)
     assert served == ["ob-cheap"] * 5
@@ -131,8 +121,7 @@ def test_metrics_after_traffic(proxy, client, upstreams):
         t = _metrics(proxy)
         return t if _sample(t, "ai_circuit_breaker_state", provider="ob-cheap") == 2 else None
 
-    text = _wait(opened)
-    assert text, "the breaker of ob-cheap never showed OPEN (2) in ai_circuit_breaker_state"
+    text = wait_for(opened, "the breaker of ob-cheap to show OPEN (2) in ai_circuit_breaker_state")
     assert _sample(text, "ai_circuit_breaker_state", provider="ob-mid") == 0
     assert _sample(text, "ai_bandit_choice_total", provider="ob-cheap", strategy="cost") >= 5
     assert _sample(text, "aisia_decisions_total", alias="obs/cheap", result="routed") >= 9
@@ -327,8 +316,8 @@ def test_routing_page_charts_the_move_away_from_a_broken_deployment(proxy, clien
 def test_decision_log_and_replay_logged(proxy, client, work):
     path = work / "decisions.jsonl"
     _send(client, "obs/ucb", 4)
-    lines = _wait(lambda: [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else None)
-    assert lines
+    lines = wait_for(lambda: [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else None,
+                     "the decision log's lines")
     kinds = {x["type"] for x in lines}
     assert kinds == {"decision", "outcome"}
     assert MARKER not in path.read_text()

@@ -12,6 +12,7 @@ import openai
 import pytest
 
 from aisia_plugin.litellm.reload import PolicyFiles
+from fault_helpers import wait_for
 from proxy_harness import deployment, parse_reply, start_proxy, start_upstreams, stop_upstreams
 
 POLICY = """\
@@ -64,16 +65,6 @@ def policy_state(proxy) -> dict:
     r = httpx.get(proxy.url + "/aisia/policy", headers=proxy.headers, timeout=30)
     assert r.status_code == 200, r.text
     return r.json()
-
-
-def wait_for(predicate, what: str, limit_s: float = 30.0):
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    pytest.fail(f"gave up waiting for {what}")
 
 
 def test_a_valid_edit_changes_routing_without_a_restart(proxy, client, policy_file):
