@@ -1,13 +1,14 @@
-"""The least a router built as a LiteLLM callback with the plugin's interface can cost the proxy:
-a CustomLogger that overrides exactly the hooks AisiaPlugin overrides and does no work in them
-(the alias served by LiteLLM's own routing group, its first deployment kept, five fixed
-``x-aisia-*`` headers). profile_proxy.py's group mode loads it as ``callback_floor.floor`` in a
-proxy without the plugin: what that proxy costs over plain LiteLLM is what LiteLLM does because
-such a callback is there, the part of the alias's cost no callback can remove. ``bare``, a
-CustomLogger that overrides nothing, splits it: what LiteLLM does for any callback, and what it does
-for the hooks the plugin overrides. (It imports no
-part of the plugin, so that its proxy's heap holds none of it; profile_proxy.py checks that it
-overrides the plugin's hooks.)"""
+"""The least a router built as a LiteLLM callback with the plugin's interface can cost the proxy.
+
+``floor``: a CustomLogger that overrides exactly the hooks AisiaPlugin overrides and does no work
+in them (the alias served by LiteLLM's own routing group, the deployments LiteLLM offers kept,
+five fixed ``x-aisia-*`` headers). What its proxy costs over plain LiteLLM is what LiteLLM does
+because such a callback is there: the part of the alias's cost no callback can remove. ``bare``,
+a CustomLogger that overrides nothing, splits it into what LiteLLM does for any callback and what
+it does for the hooks the plugin overrides. profile_proxy.py's group mode counts both and
+proxy_overhead.py times the floor, each loading this file from beside its proxy's config
+(proxy_rig.py). It imports no part of the plugin, so that its proxy's heap holds none of it;
+the group mode and tests/test_callback_floor.py check that it overrides the plugin's hooks."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ def test_the_floor_overrides_exactly_the_plugins_hooks():
     assert "async_post_call_response_headers_hook" in overridden(CallbackFloor)
 
 
-def test_the_floor_changes_nothing_and_heads_only_alias_answers():
+def test_the_floor_changes_nothing_and_sends_headers_only_on_alias_answers():
     floor, rows = CallbackFloor(), [{"model_name": "m", "litellm_params": {"model": "openai/m"}}]
     data = {"model": "auto/bench", "messages": []}
 
