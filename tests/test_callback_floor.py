@@ -5,9 +5,11 @@ hooks, and serve a request as LiteLLM would without it."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # importing litellm must not reach the network
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 from callback_floor import HEADERS, CallbackFloor, overridden  # noqa: E402
