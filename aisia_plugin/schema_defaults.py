@@ -73,3 +73,10 @@ def _defaults_of(name: str) -> dict:
 def defaults_of(name: str) -> dict:
     """The filled defaults of the schema's definition `name` (a fresh copy, safe to change)."""
     return copy.deepcopy(_defaults_of(name))
+
+
+def range_of(name: str, field: str) -> tuple:
+    """The inclusive bounds (minimum, maximum) the schema's definition `name` sets on `field`
+    (None where it sets none): for code that must accept exactly what a policy may say."""
+    prop = resolve(load_schema()["$defs"][name]["properties"][field])
+    return prop.get("minimum"), prop.get("maximum")

@@ -26,7 +26,7 @@ from ..decision import Deployment
 from ..deployments import selects
 from .. import pacing
 from ..outcome import Outcome
-from ..state.records import MAX_MULTIPLIER
+from ..schema_defaults import range_of
 from .candidates import CandidateSpec
 from .quality import measures, spend_windows
 from .trace import RecordedOutcome, Trace, prompt_chars
@@ -495,9 +495,10 @@ def override_alias(policy, alias: str, param: str, value: float):
     (and the nested model holding a dotted parameter) are copied with model_copy(update=...)."""
     if param not in SWEEPABLE:
         raise ReplayError(f"cannot sweep {param!r}; sweepable: {', '.join(SWEEPABLE)}")
-    if param == FLOOR:  # must lie in [-MAX_MULTIPLIER, 0]
-        if not -MAX_MULTIPLIER <= value <= 0:  # NaN fails too
-            raise ReplayError(f"{param}={value:g}: must lie between {-MAX_MULTIPLIER:g} and 0")
+    if param == FLOOR:  # must lie in the schema's range, below 0
+        lo, hi = range_of("Budget", "min_multiplier")
+        if not lo <= value <= hi:  # NaN fails too
+            raise ReplayError(f"{param}={value:g}: must lie between {lo:g} and {hi:g}")
     elif not math.isfinite(value) or value < 0:
         raise ReplayError(f"{param}={value:g}: must be a finite number >= 0")
     if param in _POSITIVE_FIELDS and value <= 0:

@@ -26,6 +26,7 @@ from typing import Any, Mapping
 from ..bandit import ArmStats
 from ..breaker import CLOSED, PROMETHEUS_CODE, BreakerState
 from ..pacing import PACE_FIELDS, PaceState
+from ..schema_defaults import range_of
 
 MAX_COUNT = 1e15
 MAX_TIME = 1e11
@@ -178,9 +179,10 @@ def read_breaker(raw: Any, notes: list | None = None) -> BreakerState:
     )
 
 
-# The largest multiplier a policy may allow (the schema's budget.max_multiplier maximum; its
-# negative, budget.min_multiplier's minimum) and the largest spend a record may hold (USD).
-MAX_MULTIPLIER = 1000.0
+# The multipliers a policy may allow (the schema's budget.min_multiplier minimum and
+# budget.max_multiplier maximum) and the largest spend a record may hold (USD).
+MIN_MULTIPLIER = float(range_of("Budget", "min_multiplier")[0])
+MAX_MULTIPLIER = float(range_of("Budget", "max_multiplier")[1])
 MAX_SPEND_USD = 1e15
 
 
@@ -196,7 +198,7 @@ def read_pace(raw: Any, notes: list | None = None) -> PaceState:
     for name in PACE_FIELDS:
         r = d.get(name)
         # The multiplier may be negative (budget.min_multiplier); a decision clamps it to the rule's.
-        lo = -MAX_MULTIPLIER if name == "multiplier" else 0.0
+        lo = MIN_MULTIPLIER if name == "multiplier" else 0.0
         v = number(r, lo, bounds[name])
         if v is None:
             v = getattr(base, name)
