@@ -25,6 +25,7 @@ from aisia_plugin.litellm.groups import group_entries
 PLAIN, ALIAS = "bench-plain", "auto/bench"
 # A proxy's `plugin` setting that loads one of callback_floor.py's do-nothing callbacks instead of the plugin.
 FLOOR, BARE = "floor", "bare"
+DO_NOTHING = (FLOOR, BARE)
 PROMPT = "Write a Python function that merges two sorted lists"
 POLICY = """# The benchmark's alias: its only candidate is the plain model's deployment.
 version: 1
@@ -202,9 +203,9 @@ def bench_config(base_url: str, deployments: int = 1, plugin: bool | str = True,
     models += [deployment(PLAIN if one_group else f"bench-filler-{i}", base_url, id=f"bench-filler-{i}")
                for i in range(1, deployments)]
     config = {"model_list": models, "router_settings": {"routing_strategy": "simple-shuffle"}}
-    if native_group or plugin in (FLOOR, BARE):  # (a do-nothing callback serves the alias through LiteLLM's group)
+    if native_group or plugin in DO_NOTHING:  # (a do-nothing callback serves the alias through LiteLLM's group)
         config["router_settings"]["routing_groups"] = group_entries({ALIAS: [PLAIN]})
-    callback = f"callback_floor.{plugin}" if plugin in (FLOOR, BARE) else "aisia_plugin.litellm.plugin"
+    callback = f"callback_floor.{plugin}" if plugin in DO_NOTHING else "aisia_plugin.litellm.plugin"
     return {**config, "litellm_settings": {"callbacks": [callback]}} if plugin else config
 
 
@@ -228,7 +229,7 @@ def proxies(base_url: str, deployments: int, work: Path, plugin: dict[str, bool 
                            env={"AISIA_POLICY": str(policy), **env} if on is True else env or None)
                for name, on in plugin.items()}
     for name, on in plugin.items():
-        if on in (FLOOR, BARE):
+        if on in DO_NOTHING:
             # LiteLLM loads a callback module found beside its config file (proxy/types_utils/utils.py
             # get_instance_fn); a PYTHONPATH entry instead would lengthen every failed import's search.
             shutil.copy(Path(__file__).with_name("callback_floor.py"), running[name].workdir)
