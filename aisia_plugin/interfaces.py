@@ -63,3 +63,12 @@ class StateStore(Protocol):
 
     def dump(self) -> dict[str, Any]:
         """Everything learned, as plain JSON data (``MemoryState.load`` reads it back)."""
+
+    async def count_up(self, name: str, ttl_s: float) -> Optional[int]:
+        """One more of the counter `name`, shared by every process of the store and living `ttl_s`
+        from its first count; the count now. None when a shared store cannot be reached. (A
+        signed-out session's mark, session.py; a key's refused feedback, admin.py.)"""
+
+    async def counted(self, name: str) -> Optional[int]:
+        """The counter `name` now: 0 when never counted or expired; None when a shared store
+        cannot be reached."""

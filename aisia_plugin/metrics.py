@@ -45,6 +45,28 @@ EXPORTED = (
     "aisia_spend_usd_per_1k_requests", "aisia_spend_multiplier",
 )
 
+# What the router learned and chose per deployment (rewards, latencies, pulls, breaker states,
+# choices, outcomes, decisions by deployment): the proxy admin's only (GET /aisia/metrics shows
+# the other keys, and anyone when LiteLLM's metrics need no key, the rest).
+PER_DEPLOYMENT = (
+    "ai_circuit_breaker_state", "ai_bandit_choice_total", "aisia_decisions_total", "aisia_outcomes_total",
+    "aisia_learned_mean_reward", "aisia_learned_latency_seconds", "aisia_learned_pulls",
+)
+
+
+class WithoutFamilies:
+    """A registry's view without some metric families (named as exported: a counter's family is
+    its name without ``_total``), for ``prometheus_client.generate_latest``."""
+
+    def __init__(self, registry, names: Iterable[str]):
+        self.registry = registry
+        self.dropped = frozenset(n[: -len("_total")] if n.endswith("_total") else n for n in names)
+
+    def collect(self):
+        for family in self.registry.collect():
+            if family.name not in self.dropped:
+                yield family
+
 
 class _Names:
     """A bounded vocabulary: a value outside it reads as ``other``."""

@@ -80,3 +80,31 @@ def range_of(name: str, field: str) -> tuple:
     (None where it sets none): for code that must accept exactly what a policy may say."""
     prop = resolve(load_schema()["$defs"][name]["properties"][field])
     return prop.get("minimum"), prop.get("maximum")
+
+
+# The schema's mark on a setting (or on a definition: all of its settings) that the proxy reads
+# when it starts only: a hot reload reports a change of one and the proxy keeps the value it
+# started with (litellm/reload.py), `aisia validate` and the reference list them.
+START_ONLY_MARK = "x-aisia-read-at-start"
+RESTART_NOTE = ("read at start only: a change applies when the proxy restarts (a hot reload reports it and keeps "
+                "the value the proxy started with)")
+
+
+@lru_cache(maxsize=1)
+def start_only_settings() -> tuple[str, ...]:
+    """The dotted paths of the settings marked ``START_ONLY_MARK``, in the schema's order
+    (``("proxy.fail_closed", "state.backend", ...)``)."""
+    out: list[str] = []
+
+    def walk(sub: dict, path: tuple, marked: bool) -> None:
+        target = resolve(sub)
+        marked = marked or bool(sub.get(START_ONLY_MARK) or target.get(START_ONLY_MARK))
+        props = target.get("properties") if target.get("type") == "object" else None
+        if props and len(path) < 8:  # (settings sit a few levels down; the bound keeps a cycle finite)
+            for name, prop in props.items():
+                walk(prop, path + (name,), marked)
+        elif marked:
+            out.append(".".join(path))
+
+    walk(load_schema(), (), False)
+    return tuple(out)

@@ -2,7 +2,8 @@
 
 - An invalid policy: the proxy starts, its plain models answer 200, every alias (the shipped
   ``auto/*`` and the team file's own) answers 503 naming the error as file:line:column: field,
-  ``GET /aisia/health`` says so, and the log holds one line for it (no traceback).
+  ``GET /aisia/health`` says so (the error to the proxy admin's key only), and the log holds one
+  line for it (no traceback).
 - The Router changing at run time (tests/router_changes.py does what LiteLLM does on a config
   reload or a model added through its database): a rebuilt Router gets the aliases back; a
   model added under an alias's name is found once and remembered (one log line across many
@@ -81,6 +82,8 @@ def test_an_invalid_policy_leaves_plain_models_served_and_every_alias_503_naming
         message = str(error_of(r).get("message"))
         assert where in message and "aliases.team/x.strategy" in message, (alias, message)
     health = httpx.get(broken.url + "/aisia/health", timeout=30)
+    assert health.status_code == 503 and health.json() == {"status": "unhealthy"}  # no file named without a key
+    health = httpx.get(broken.url + "/aisia/health", headers=broken.headers, timeout=30)
     assert health.status_code == 503 and health.json()["status"] == "unhealthy"
     assert where in health.json()["error"] and "aliases.team/x.strategy" in health.json()["error"]
     # The plugin's other routes say the same, behind the admin key.
@@ -141,7 +144,7 @@ def test_a_model_added_under_an_alias_name_is_found_once_and_keeps_its_name(chan
         mine = chat(changing, "team/support")  # the user's model now
         assert mine.status_code == 200 and mine.headers["x-litellm-model-id"] == "users-support", mine.text[:300]
         assert "x-aisia-alias" not in mine.headers
-    health = httpx.get(changing.url + "/aisia/health", timeout=30)
+    health = httpx.get(changing.url + "/aisia/health", headers=changing.headers, timeout=30)
     assert health.status_code == 503 and "aliases.team/support" in health.json()["error"]
     # The plugin's own line (LiteLLM logs each refused request apart, with its 503).
     lines = [line for line in changing.logs().splitlines()

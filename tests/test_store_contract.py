@@ -374,3 +374,24 @@ async def test_the_spend_pacing_records_are_the_pure_update_and_every_view_share
     for view in (h.store, other):
         assert view.pace("auto/coding").multiplier == pytest.approx(-4.5, abs=1e-12)
         assert MemoryState.load(view.dump()).pace("auto/coding").multiplier == pytest.approx(-4.5, abs=1e-12)
+
+
+async def test_shared_counters_count_for_every_view_and_expire_with_their_ttl(h):
+    """The revocation list of the routing page's sessions and the per-key count of refused
+    feedback: a count made by one view is the count every view reads, and it ends with its TTL
+    (the first count's; later counts do not extend it)."""
+    other = await h.other()
+    assert await h.store.counted("revoked:s1") == 0
+    assert await h.store.count_up("revoked:s1", 1.0) == 1
+    await h.midpoint()
+    assert await other.counted("revoked:s1") == 1
+    assert [await other.count_up("refused:k", 60) for _ in range(3)] == [1, 2, 3]
+    assert await h.store.count_up("refused:k", 60) == 4
+    assert await h.store.counted("refused:other-key") == 0  # per name: another key's count is its own
+    for _ in range(60):  # bounded: the TTL is a second (Redis expires keys within about 0.1 s more)
+        if await other.counted("revoked:s1") == 0 and await h.store.counted("revoked:s1") == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert await other.counted("revoked:s1") == 0 and await h.store.counted("revoked:s1") == 0
+    assert await h.store.counted("refused:k") == 4
+    assert await h.store.count_up("revoked:s1", 1.0) == 1  # counted anew after it expired

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..policy.errors import PolicyError, PolicyIssue
 from ..policy.loader import default_policy_paths, expand_paths, load_policy_with_locations
+from ..schema_defaults import RESTART_NOTE, start_only_settings
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -77,11 +78,25 @@ class Report:
     were layered over, every issue, and the number of aliases of a valid policy."""
 
     def __init__(self, status: int, files: list[Path], issues: list[PolicyIssue], aliases: int = 0,
-                 default_files: list[Path] = (), warnings: list[PolicyIssue] = (), domains: dict | None = None):
+                 default_files: list[Path] = (), warnings: list[PolicyIssue] = (), domains: dict | None = None,
+                 read_at_start: list[PolicyIssue] = ()):
         self.status, self.files, self.issues, self.aliases = status, files, issues, aliases
         self.default_files = list(default_files)
         self.warnings = list(warnings)
         self.domains = domains  # the domain detection's figures on --domain-prompts
+        self.read_at_start = list(read_at_start)  # the settings the files set that apply at start only
+
+
+def read_at_start(loaded) -> list[PolicyIssue]:
+    """The settings the policy's files set that the proxy reads at start only (the schema marks
+    them: schema_defaults.start_only_settings), each where it is set."""
+    out = []
+    for path in start_only_settings():
+        entry = loaded.locations.get(tuple(path.split(".")))
+        if entry is not None:
+            pos = entry.get("key") or entry["value"]
+            out.append(PolicyIssue(pos.file, pos.line, pos.column, path, RESTART_NOTE, "restart"))
+    return out
 
 
 def read_labelled_prompts(path, known) -> tuple[list[tuple[str, str | None, set, str]], list[PolicyIssue]]:
@@ -165,7 +180,8 @@ def check(paths, deployments=None, strict: bool = False, domain_prompts=None, pr
         if found:
             return Report(EXIT_USAGE, files, found)
         domains = domain_report(loaded.policy, rows, propose_words, min_datasets)
-    return Report(EXIT_OK, files, [], len(loaded.policy.aliases), loaded.default_files, warnings, domains)
+    return Report(EXIT_OK, files, [], len(loaded.policy.aliases), loaded.default_files, warnings, domains,
+                  read_at_start(loaded))
 
 
 def deployment_issues(loaded, path) -> tuple[list[PolicyIssue], list[PolicyIssue]]:
@@ -268,6 +284,8 @@ def run(args) -> int:
             "aliases": report.aliases if status == EXIT_OK else None,
             "errors": [i.as_dict() for i in issues],
             "warnings": [i.as_dict() for i in report.warnings if i not in issues],
+            "read_at_start": [i.as_dict() for i in report.read_at_start],
+            "start_only_settings": list(start_only_settings()),
             **({"domain_detection": report.domains} if report.domains is not None else {}),
         }, out, indent=2, ensure_ascii=False)
         out.write("\n")
@@ -281,6 +299,9 @@ def run(args) -> int:
     if status == EXIT_OK:
         over = f" over the shipped defaults ({_plural(len(report.default_files), 'file')})" if report.default_files else ""
         out.write(f"ok: {_plural(len(files), 'file')}{over}, {_plural(report.aliases, 'alias', 'aliases')}\n")
+        if args.format == "text":
+            for i in report.read_at_start:
+                out.write(i.format() + "\n")
         if report.domains is not None and args.format == "text":
             out.write(_domain_text(report.domains))
     else:

@@ -8,6 +8,7 @@ may send it for the requests it made itself."""
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import os
 import time
@@ -19,10 +20,13 @@ from litellm.proxy._types import LitellmUserRoles, ProxyException
 from litellm.proxy.auth.user_api_key_auth import user_api_key_auth
 
 from ..deployments import describe
+from ..numbers import within
 from ..outcome import Outcome
 
 if TYPE_CHECKING:
     from .host import PluginHost
+
+log = logging.getLogger("aisia_plugin.litellm")
 
 # Every route under /aisia/; /admin/bandit/stats is also served under the AISIA seed's name, and
 # /admin/bandit/reset under the name it was first documented with.
@@ -64,13 +68,34 @@ async def litellm_identity(**kwargs):
     return await _authenticate(kwargs)
 
 
+def is_admin(identity) -> bool:
+    """Whether LiteLLM's auth resolved the request to the proxy_admin role (its master key among
+    them)."""
+    return getattr(identity, "user_role", None) in (LitellmUserRoles.PROXY_ADMIN, LitellmUserRoles.PROXY_ADMIN.value)
+
+
 async def require_admin(identity=Depends(litellm_identity)):
     """The proxy admin only: a key LiteLLM resolves to the proxy_admin role (its master key among
     them). Any other role (internal_user, proxy_admin_viewer, ...) is refused with 403."""
-    role = getattr(identity, "user_role", None)
-    if role not in (LitellmUserRoles.PROXY_ADMIN, LitellmUserRoles.PROXY_ADMIN.value):
+    if not is_admin(identity):
         raise _refuse(403, "the proxy admin's key is required")
     return identity
+
+
+async def _optional_identity(kwargs: dict):
+    """LiteLLM's resolution of the key the request brings, or None (no key, or one it refuses):
+    for a route anyone may read, that shows its proxy admin more."""
+    if not any(v for name, v in kwargs.items() if name != "request"):
+        return None
+    try:
+        return await user_api_key_auth(**kwargs)
+    except Exception:
+        return None
+
+
+@functools.wraps(user_api_key_auth)
+async def optional_identity(**kwargs):
+    return await _optional_identity(kwargs)
 
 
 async def feedback_caller(identity=Depends(litellm_identity)) -> Optional[str]:
@@ -95,9 +120,10 @@ def metrics_auth_required() -> bool:
 
 @functools.wraps(user_api_key_auth)
 async def metrics_identity(**kwargs):
-    """What LiteLLM's /metrics admits: any key its auth accepts, or anyone when the setting is off."""
+    """What LiteLLM's /metrics admits: any key its auth accepts, or anyone when the setting is off
+    (then the key, if any, is still resolved: the proxy admin reads every metric)."""
     if not metrics_auth_required():
-        return None
+        return await _optional_identity(kwargs)
     return await _authenticate(kwargs, "; to let a scraper read the metrics without a key, as LiteLLM's /metrics, "
                                        "set litellm_settings.require_auth_for_metrics_endpoint: false")
 
@@ -137,10 +163,8 @@ async def _json_object(request: Request) -> dict:
 
 
 class RejectionBudget:
-    """Refused feedback (unknown, replayed or expired ids, bad scores, bodies that are not JSON) is
-    rate-limited: once ``burst`` refusals are spent (refilled at ``per_s``) a flood gets 429.
-    Valid feedback is never limited: each served request takes one, once, so it cannot be
-    amplified."""
+    """This process's budget of refusals (the sign-in form's wrong keys, which name no key to
+    count them by): once ``burst`` refusals are spent (refilled at ``per_s``) a flood gets 429."""
 
     def __init__(self, burst: int = 50, per_s: float = 5.0):
         self.burst, self.per_s = float(burst), float(per_s)
@@ -156,8 +180,36 @@ class RejectionBudget:
         return True
 
 
+class RefusalLimit:
+    """Refused feedback (unknown, replayed or expired ids, bad scores, bodies that are not JSON)
+    is counted per key in the state store, so every worker and replica sharing it counts the
+    same: past ``per_window`` refusals within ``window_s`` of a key's first, that key's refusals
+    answer 429 until its window ends, and one line says so (once per key and window, never a
+    traceback). Another key's count is its own: one tenant's flood is no other's 429. Valid
+    feedback is never limited: each served request takes one, once, so it cannot be amplified.
+    While a shared store cannot be reached, each process counts on its own."""
+
+    def __init__(self, plugin: "PluginHost", per_window: int = 100, window_s: float = 60.0):
+        from ..state.memory import ExpiringCounts
+
+        self.plugin, self.per_window, self.window_s = plugin, per_window, window_s
+        self.local = ExpiringCounts(limit=10000)
+
+    async def spend(self, key: str, reason: str) -> bool:
+        """Count one refusal of `key` (a hash: runtime.caller_key); False once past the budget."""
+        name = "feedback-refused:" + key
+        count = await self.plugin.runtime.store.count_up(name, self.window_s)
+        if count is None:
+            count = self.local.count_up(name, self.window_s)
+        if count == self.per_window + 1:
+            log.warning("aisia: the key hashed %s had %d feedback requests refused within %g s (the latest: %s); its "
+                        "refused feedback answers 429 for the rest of the %g s", key, self.per_window, self.window_s,
+                        reason[:120], self.window_s)
+        return count <= self.per_window
+
+
 def mount(app, plugin: "PluginHost") -> None:
-    rejections = RejectionBudget()
+    refusals = RefusalLimit(plugin)
 
     async def bandit_stats(_=Depends(require_admin)):
         store = plugin.runtime.store
@@ -173,23 +225,26 @@ def mount(app, plugin: "PluginHost") -> None:
         plugin.runtime.store.reset(dep)
         return {"reset": dep}
 
-    async def feedback(request: Request, key: Optional[str] = Depends(feedback_caller)):
+    async def feedback(request: Request, key: Optional[str] = Depends(feedback_caller),
+                       identity=Depends(litellm_identity)):
         try:
             return await apply_feedback(request, key)
         except HTTPException as exc:
-            if exc.status_code < 500 and not rejections.spend():
-                raise HTTPException(status_code=429, headers={"Retry-After": str(math.ceil(1.0 / rejections.per_s))},
-                                    detail={"error": {"message": "too many refused feedback requests; retry later",
-                                                      "type": "aisia_rate_limited"}}) from None
+            from .runtime import caller_key
+
+            reason = str((exc.detail.get("error") or {}).get("message", "")) if isinstance(exc.detail, dict) else ""
+            if exc.status_code < 500 and not await refusals.spend(caller_key(identity) or "-", reason):
+                raise HTTPException(status_code=429, headers={"Retry-After": str(math.ceil(refusals.window_s))},
+                                    detail={"error": {"message": "too many refused feedback requests from this key; "
+                                                                 "retry later", "type": "aisia_rate_limited"}}) from None
             raise
 
     async def apply_feedback(request: Request, key: Optional[str]):
         body = await _json_object(request)
-        rid, score = body.get("request_id"), body.get("score")
+        rid, score = body.get("request_id"), within(body.get("score"), 0.0, 1.0)
         if not isinstance(rid, str) or not rid:
             raise _bad(422, "request_id must be the x-aisia-request-id of a served response")
-        if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score) \
-                or not 0.0 <= score <= 1.0:
+        if score is None:  # (not a number, NaN, infinite, an int too large for a float, out of range)
             raise _bad(422, "score must be a number in [0, 1]")
         rt = plugin.runtime
         # (An id no store could hold is no served request's: not sent to Redis.)
@@ -201,7 +256,7 @@ def mount(app, plugin: "PluginHost") -> None:
                             "feedback already given, or made with another key)")
         # The serving deployment learns one more outcome whose reward is the score.
         alias, dep = served.get("alias"), served.get("deployment_id")
-        reward = rt.engine.record(alias, Outcome(dep, True, quality=float(score), feedback=float(score)),
+        reward = rt.engine.record(alias, Outcome(dep, True, quality=score, feedback=score),
                                   domain=served.get("domain"), session=served.get("session"))
         return {"request_id": rid, "deployment_id": dep, "alias": alias, "reward": reward}
 
@@ -219,7 +274,8 @@ def mount(app, plugin: "PluginHost") -> None:
                 "aliases": plugin.available_aliases(),
                 "aliases_without_candidates": list(plugin.empty_aliases),
                 "group_installs": plugin.group_installs, "reloads": watcher.reloads if watcher else 0, "checks": watcher.checks if watcher else 0,
-                "rejected_edit": watcher.last_error if watcher else None}
+                "rejected_edit": watcher.last_error if watcher else None,
+                "restart_pending": watcher.restart_pending if watcher else []}
 
     mount_health(app, plugin)
     app.add_api_route("/aisia/policy", policy, methods=["GET"], include_in_schema=False)
@@ -259,16 +315,25 @@ def _claims(route, paths) -> bool:
 
 
 def mount_health(app, plugin: "PluginHost") -> None:
-    """``GET /aisia/health``, without a key like LiteLLM's ``/health/liveliness``: 200 while the
-    plugin serves its aliases, 503 naming the error while it stands aside (the proxy's plain
-    models are served either way: probe liveness on LiteLLM's routes, not this one)."""
+    """``GET /aisia/health``, without a key like LiteLLM's ``/health/liveliness``: 200
+    ``healthy`` while the plugin serves its aliases as its policy files say, 200 ``degraded``
+    while it serves them otherwise (an edit on disk rejected, the last good policy serving; a
+    setting read at start only changed: reload.PolicyWatcher.differences), 503 ``unhealthy``
+    while it stands aside (the proxy's plain models are served either way: probe liveness on
+    LiteLLM's routes, not this one). The status alone, except for the proxy admin's key, which
+    also reads why (the error names files and settings), the aliases and the worker."""
     from fastapi.responses import JSONResponse
 
-    async def health():
+    async def health(identity=Depends(optional_identity)):
         if plugin.fault is not None:
-            return JSONResponse({"status": "unhealthy", "aliases": "refused with 503", "error": plugin.fault,
-                                 "worker_pid": os.getpid()}, status_code=503)
-        return {"status": "healthy", "aliases": plugin.available_aliases(), "worker_pid": os.getpid()}
+            status, code, detail = "unhealthy", 503, {"aliases": "refused with 503", "error": plugin.fault}
+        else:
+            differs = plugin.watcher.differences() if plugin.watcher is not None else []
+            status, code = ("degraded" if differs else "healthy"), 200
+            detail = {"aliases": plugin.available_aliases(), **({"degraded": differs} if differs else {})}
+        if not is_admin(identity):  # the error names files and settings: the proxy admin's
+            return JSONResponse({"status": status}, status_code=code)
+        return JSONResponse({"status": status, **detail, "worker_pid": os.getpid()}, status_code=code)
 
     app.add_api_route(HEALTH_ROUTE, health, methods=["GET"], include_in_schema=False)
 

@@ -37,8 +37,12 @@ def router_metrics() -> RouterMetrics:
     return _METRICS
 
 
-def metrics_text() -> tuple[bytes, str]:
+def metrics_text(per_deployment: bool = True) -> tuple[bytes, str]:
+    """The metrics as Prometheus text; without `per_deployment`, without what the router learned
+    and chose per deployment (metrics.PER_DEPLOYMENT: the proxy admin's only)."""
     from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+
+    from ..metrics import PER_DEPLOYMENT, WithoutFamilies
 
     if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
         from prometheus_client import multiprocess
@@ -47,7 +51,8 @@ def metrics_text() -> tuple[bytes, str]:
         multiprocess.MultiProcessCollector(registry)
     else:
         registry = REGISTRY
-    return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(registry if per_deployment else WithoutFamilies(registry, PER_DEPLOYMENT)), \
+        CONTENT_TYPE_LATEST
 
 
 def _model_list() -> list:
@@ -196,13 +201,13 @@ class Observer:
 def mount(app, plugin) -> None:
     """The routing page and its data for the proxy admin (signed in with the session cookie, or
     an Authorization header: session.py), and the metrics, authenticated as LiteLLM's own
-    /metrics is (admin.metrics_identity)."""
+    /metrics is (admin.metrics_identity), the per-deployment ones for the proxy admin only."""
     from fastapi import Depends
     from fastapi.responses import HTMLResponse, JSONResponse, Response
 
     from ..ui import page_html
     from . import session
-    from .admin import jsonable, metrics_identity, require_admin
+    from .admin import is_admin, jsonable, metrics_identity, require_admin
 
     async def page(_=Depends(require_admin)):
         return HTMLResponse(page_html(), headers={"Cache-Control": "no-store"})
@@ -212,14 +217,17 @@ def mount(app, plugin) -> None:
         await plugin.runtime.store.prepare()
         return JSONResponse(jsonable(observer.snapshot()), headers={"Cache-Control": "no-store"})
 
-    async def metrics(_=Depends(metrics_identity)):
+    async def metrics(identity=Depends(metrics_identity)):
+        # Who may read them follows LiteLLM's /metrics (require_auth_for_metrics_endpoint); what
+        # was learned per deployment, the proxy admin only (the check of /admin/bandit/stats).
         plugin.observer.refresh_gauges()
-        body, content_type = metrics_text()
+        body, content_type = metrics_text(per_deployment=is_admin(identity))
         return Response(body, media_type=content_type)
 
+    signed_in = session.page_route(plugin)
     app.router.add_api_route("/aisia/ui", page, methods=["GET"], include_in_schema=False,
-                             route_class_override=session.SessionRoute)
+                             route_class_override=signed_in)
     app.router.add_api_route("/aisia/ui/data", data, methods=["GET"], include_in_schema=False,
-                             route_class_override=session.SessionRoute)
-    session.mount(app)
+                             route_class_override=signed_in)
+    session.mount(app, plugin)
     app.add_api_route("/aisia/metrics", metrics, methods=["GET"], include_in_schema=False)

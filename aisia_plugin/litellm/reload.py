@@ -1,6 +1,10 @@
 """Hot reload: the policy files are polled off the request path; a valid edit replaces the
 engine, an invalid one is logged once (located, as ``aisia validate`` prints it) and the last
-good policy keeps serving."""
+good policy keeps serving. A setting the proxy reads at start only (the schema marks them:
+``schema_defaults.start_only_settings``; the state store's, ``proxy.fail_closed``) is not
+applied by a reload: the reload says so ("state.backend changed: restart to apply"), in the log
+and in ``GET /aisia/policy``, and ``GET /aisia/health`` says ``degraded`` while the running
+policy differs from the files (``PolicyWatcher.differences``)."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from typing import TYPE_CHECKING, Optional
 
 from ..policy.errors import PolicyError
 from ..policy.loader import default_policy_paths, expand_paths, load_policy_with_locations
+from ..schema_defaults import start_only_settings
 from .groups import AliasCollision
 from .logs import policy_error_text
 
@@ -89,6 +94,25 @@ class PolicyFiles:
         return tuple(out)
 
 
+def setting_of(policy, path: str):
+    """The value of the dotted setting `path` ("state.backend") in a loaded policy."""
+    value = policy
+    for name in path.split("."):
+        value = getattr(value, name)
+    return value
+
+
+def restart_needed(started, edited) -> list[str]:
+    """The settings read at start only whose value in `edited` differs from the one the proxy
+    started with, each as "state.backend changed (memory -> redis): restart to apply"."""
+    out = []
+    for path in start_only_settings():
+        before, after = setting_of(started, path), setting_of(edited, path)
+        if before != after:
+            out.append(f"{path} changed ({before!r} -> {after!r}): restart to apply")
+    return out
+
+
 class PolicyWatcher:
     def __init__(self, plugin: "PluginHost", paths=None):
         self.plugin = plugin
@@ -96,6 +120,9 @@ class PolicyWatcher:
         self.files = PolicyFiles(self.paths)
         self._seen: Optional[tuple] = None
         self.last_error: Optional[str] = None
+        # The policy the proxy started with: the settings read at start only keep its values.
+        self.started = plugin.runtime.policy
+        self.restart_pending: list[str] = []  # restart_needed(started, the policy served now)
         self._task: Optional[asyncio.Task] = None
         self.reloads = 0
         self.checks = 0
@@ -143,10 +170,20 @@ class PolicyWatcher:
             return False
         self.last_error = None
         self.reloads += 1
+        self.restart_pending = restart_needed(self.started, loaded.policy)
         self.plugin.observer.reloaded("ok")
-        log.warning("aisia: policy reloaded from %s (%d aliases)", os.pathsep.join(map(str, self.paths)),
-                    len(loaded.policy.aliases))
+        log.warning("aisia: policy reloaded from %s (%d aliases)%s", os.pathsep.join(map(str, self.paths)),
+                    len(loaded.policy.aliases),
+                    "".join("; " + text for text in self.restart_pending))
         return True
+
+    def differences(self) -> list[str]:
+        """How the policy this worker serves differs from its files (empty: not at all): an edit
+        rejected (the last good policy serves), settings changed that apply at the next start."""
+        out = []
+        if self.last_error is not None:
+            out.append("the policy files are rejected, the last good policy serves: " + self.last_error)
+        return out + self.restart_pending
 
     def _reject(self, text: str) -> None:
         self.plugin.observer.reloaded("invalid")

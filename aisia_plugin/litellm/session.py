@@ -3,19 +3,28 @@ posts the key once, and the answer sets a session cookie. No key is ever read fr
 it would land in access logs, proxy logs and browser history.
 
 The cookie (``aisia_session``) is HttpOnly, SameSite=Strict, scoped to the page's path, Secure
-over HTTPS, and expires after ``SESSION_S``. Its value is the key and its expiry sealed with
-LiteLLM's own at-rest encryption (``encrypt_value_helper``: ``LITELLM_SALT_KEY``, else the
-master key), so the browser never holds the key in clear and every worker can open it. The
-page's routes present the opened key to LiteLLM's auth as the request's ``Authorization``
-header (a header the request brings wins), so the cookie grants exactly what the key grants now:
-a revoked key or a changed role ends the session at once."""
+over HTTPS, and expires after ``SESSION_S``. Its value is the key, its expiry and a random
+session id sealed with LiteLLM's own helper for its login tokens (``encrypt_bearer_token``:
+AES-256-GCM under ``LITELLM_SALT_KEY``, else the master key, with our prefix as the associated
+data, so that no token of another kind opens as ours), so the browser never holds the key in
+clear and every worker can open it. The page's routes present the opened key to LiteLLM's auth
+as the request's ``Authorization`` header (a header the request brings wins), so the cookie
+grants exactly what the key grants now: a revoked key or a changed role ends the session at once.
+
+Signing out revokes the session on the server, not only in the browser: its id is counted in the
+state store (``count_up``: shared by every worker and replica with ``state.backend: redis``)
+until the cookie would have expired, and every read of a cookie asks the store first. A store
+that cannot answer refuses the cookie (the page asks to sign in again; an Authorization header
+still works): a copied cookie must never outlive a sign-out because Redis was away."""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
+import secrets
 import time
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -31,24 +40,56 @@ COOKIE = "aisia_session"
 SESSION_S = 8 * 3600
 NO_STORE = {"Cache-Control": "no-store"}
 
+log = logging.getLogger("aisia_plugin.litellm")
+
+
+# The sealed value's prefix, also its AES-GCM associated data: LiteLLM's own login tokens
+# (``litellm_login_``) and ours cannot be read as one another.
+SEAL_PREFIX = "aisia_session_"
+
+
+class Session(NamedTuple):
+    key: str  # the API key signed in with
+    expires: int  # Unix time
+    id: str  # random: what a sign-out revokes
+
 
 def seal(key: str, now: float) -> str:
-    from litellm.proxy.common_utils.encrypt_decrypt_utils import encrypt_value_helper
+    from litellm.proxy.common_utils.encrypt_decrypt_utils import encrypt_bearer_token
 
-    return encrypt_value_helper(json.dumps({"key": key, "exp": math.floor(now + SESSION_S)}))
+    opened = {"key": key, "exp": math.floor(now + SESSION_S), "sid": secrets.token_urlsafe(16)}
+    return encrypt_bearer_token(json.dumps(opened), SEAL_PREFIX)
 
 
-def unseal(value: str, now: float) -> Optional[str]:
-    """The key sealed in a session cookie, or None (not ours, tampered with, sealed under another
-    salt or master key, or expired)."""
-    from litellm.proxy.common_utils.encrypt_decrypt_utils import decrypt_value_helper
+def unseal(value: str, now: float) -> Optional[Session]:
+    """The session sealed in a cookie, or None (not ours, tampered with, sealed under another
+    salt or master key, or expired). Revocation is the store's: ``revoked``."""
+    from litellm.proxy.common_utils.encrypt_decrypt_utils import decrypt_bearer_token
 
     try:
-        opened = json.loads(decrypt_value_helper(value, key=COOKIE, exception_type="debug") or "")
-        key, exp = opened["key"], opened["exp"]
+        opened = json.loads(decrypt_bearer_token(value, SEAL_PREFIX) or "")
+        key, exp, sid = opened["key"], opened["exp"], opened["sid"]
     except (ValueError, TypeError, KeyError):
         return None
-    return key if isinstance(key, str) and key and isinstance(exp, int) and now < exp else None
+    if not (isinstance(key, str) and key and isinstance(exp, int) and now < exp and isinstance(sid, str) and sid):
+        return None
+    return Session(key, exp, sid)
+
+
+def _revoked_name(session: Session) -> str:
+    return "session-revoked:" + session.id
+
+
+async def revoke(store, session: Session, now: float) -> bool:
+    """Put the session on the store's revocation list until its cookie would have expired; False
+    when the store cannot be reached (the caller says so)."""
+    return await store.count_up(_revoked_name(session), session.expires - now + 1.0) is not None
+
+
+async def revoked(store, session: Session) -> bool:
+    """Whether the session was signed out (or cannot be known not to be: the store is away)."""
+    count = await store.counted(_revoked_name(session))
+    return count is None or count > 0
 
 
 def _root(request: Request) -> str:
@@ -81,13 +122,20 @@ def _presenting(request: Request, key: str) -> Request:
 class SessionRoute(APIRoute):
     """The routing page and its data: a ``?key=`` is refused unread (a redirect to the sign-in
     form, which does not echo it); the session cookie, when the request brings no Authorization
-    header, becomes one; a browser whose key is refused is sent to the sign-in form."""
+    header and its session is not revoked, becomes one; a browser whose key is refused is sent to
+    the sign-in form. ``page_route(plugin)`` gives the class bound to the plugin whose store
+    holds the revocation list."""
+
+    plugin = None
 
     async def presented_key(self, request: Request) -> Optional[str]:
         if request.headers.get("authorization"):
             return None
         sealed = request.cookies.get(COOKIE)
-        return unseal(sealed, time.time()) if sealed else None
+        session = unseal(sealed, time.time()) if sealed else None
+        if session is None or await revoked(self.plugin.runtime.store, session):
+            return None
+        return session.key
 
     async def refused(self, request: Request, exc: HTTPException) -> Response:
         if request.method == "GET" and _wants_html(request):
@@ -137,8 +185,14 @@ def _cookie_attributes(request: Request) -> dict:
     return {"path": _root(request) + PAGE, "httponly": True, "samesite": "strict", "secure": https}
 
 
-def mount(app) -> None:
-    """GET and POST ``/aisia/ui/login`` (the form, then the cookie), POST ``/aisia/ui/logout``."""
+def page_route(plugin) -> type:
+    """``SessionRoute`` reading the revocation list of `plugin`'s store."""
+    return type("SessionRoute", (SessionRoute,), {"plugin": plugin})
+
+
+def mount(app, plugin) -> None:
+    """GET and POST ``/aisia/ui/login`` (the form, then the cookie), POST ``/aisia/ui/logout``
+    (the session revoked in `plugin`'s store, the cookie deleted)."""
 
     async def sign_in_form(refused: str = ""):
         note = "Keys in the page's address are not accepted: sign in here instead." if refused == "url" else ""
@@ -152,6 +206,15 @@ def mount(app) -> None:
         return response
 
     async def sign_out(request: Request):
+        now = time.time()
+        sealed = request.cookies.get(COOKIE)
+        session = unseal(sealed, now) if sealed else None
+        if session is not None and not await revoke(plugin.runtime.store, session, now):
+            # Still deleted from this browser; a copy elsewhere is refused only while the store
+            # is away (revoked()), and would be read again once it is back: said, not hidden.
+            log.warning("aisia: a routing-page sign-out could not reach the state store to revoke its session: "
+                        "copies of that cookie are refused while the store is unreachable, then read again "
+                        "until %s", time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(session.expires)))
         response = RedirectResponse(_root(request) + SIGN_IN, status_code=303, headers=NO_STORE)
         response.delete_cookie(COOKIE, **_cookie_attributes(request))
         return response

@@ -13,6 +13,7 @@ class PolicyIssue:
     path: str  # dotted path of the field, "" for the document itself
     message: str
     kind: str = "schema"  # yaml | schema | semantic | conflict | io | warning (a setting that does nothing)
+    # | restart (a note of `aisia validate`: a setting the proxy reads at start only)
 
     def format(self) -> str:
         where = self.path or "<document>"

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..schema_defaults import RESTART_NOTE, start_only_settings
 from .schema import load_schema
 from .semantic import TASK_TYPES
 from .yamlpos import MAX_DEPTH, MAX_NODES
@@ -177,6 +178,8 @@ def fields(schema: dict | None = None) -> list[Field]:
         else:
             default = "required" if required else "-"
         description = prop.get("description") or target.get("description", "")
+        if path in start_only_settings():
+            description += f" {RESTART_NOTE[0].upper()}{RESTART_NOTE[1:]}."
         out.append(Field(section, path, _type(prop, schema), default, _range(prop, schema), description))
         descend(section, path, target)
 

@@ -76,6 +76,37 @@ class ServedRequests:
         return len(self._table)
 
 
+class ExpiringCounts:
+    """Named counters, each living ``ttl_s`` from its first count: a signed-out session's mark
+    until its cookie would have expired, a key's refused requests in the current window. Bounded
+    in number: past ``limit`` the expired go, then the oldest."""
+
+    def __init__(self, limit: int = 100000):
+        self.limit = limit
+        self._counts: dict[str, list] = {}  # name -> [count, monotonic expiry], oldest first
+
+    def count_up(self, name: str, ttl_s: float) -> int:
+        now = time.monotonic()
+        hit = self._counts.get(name)
+        if hit is None or hit[1] <= now:
+            self._counts.pop(name, None)
+            if len(self._counts) >= self.limit:
+                self._trim(now)
+            hit = self._counts[name] = [0, now + ttl_s]
+        hit[0] += 1
+        return hit[0]
+
+    def counted(self, name: str) -> int:
+        hit = self._counts.get(name)
+        return hit[0] if hit is not None and hit[1] > time.monotonic() else 0
+
+    def _trim(self, now: float) -> None:
+        for name in [n for n, (_, expiry) in self._counts.items() if expiry <= now]:
+            del self._counts[name]
+        while len(self._counts) >= self.limit:
+            del self._counts[next(iter(self._counts))]
+
+
 class MemoryState:
     """The in-process store (implements ``interfaces.StateStore``). Writes take one lock, so an
     outcome's records change together under threads; asyncio tasks never interleave inside a
@@ -93,6 +124,7 @@ class MemoryState:
         # alias -> its spend target's pacing record (pacing.py)
         self.paces: dict[str, PaceState] = {}
         self.served = ServedRequests()
+        self.counts = ExpiringCounts()
         # The contextual strategy's per-deployment models (the engine updates them in place).
         self.contextual = ContextualModels()
 
@@ -212,6 +244,17 @@ class MemoryState:
         """The served request's record, taken once; None when unknown, expired, already taken,
         or made with another key than `key` (None: any)."""
         return self.served.take(request_id, key)
+
+    async def count_up(self, name: str, ttl_s: float) -> Optional[int]:
+        """One more of the counter `name`, which lives `ttl_s` from its first count; the count
+        now (a shared store counts for every process; None when it cannot be reached)."""
+        with self._lock:
+            return self.counts.count_up(name, ttl_s)
+
+    async def counted(self, name: str) -> Optional[int]:
+        """The counter `name` now: 0 when never counted or expired (None: a shared store that
+        cannot be reached)."""
+        return self.counts.counted(name)
 
     async def aclose(self) -> None:
         """Flush what is pending (a shared store's queued outcomes; here the snapshot, if any)."""

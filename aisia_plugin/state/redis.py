@@ -70,7 +70,7 @@ from .records import ARM_FIELDS, BREAKER_FIELDS, number, pairs, read_arm, read_b
 log = logging.getLogger("aisia.state")
 _timeout = getattr(asyncio, "timeout", None)  # Python 3.11+
 
-SCRIPTS = ("record", "refresh", "seed", "reserve", "contextual")
+SCRIPTS = ("record", "refresh", "seed", "reserve", "contextual", "count")
 # A slot's record in a contextual fold: slot, h, dp (lua/contextual.lua unpacks '<i4dd').
 _SLOT_RECORD = np.dtype([("i", "<i4"), ("h", "<f8"), ("d", "<f8")])
 _FOLD_RECORDS = 4096  # most slot records one contextual script call applies (Redis runs it for ~2 ms)
@@ -429,6 +429,40 @@ class RedisStore:
             return self._served.take(request_id, key)
         self._served.drop(request_id)
         return record
+
+    # -- shared counters (revoked sessions, refused requests per key) ---------------------------
+    def count_key(self, name: str) -> str:
+        return f"{self.tag}count:{name}"
+
+    async def count_up(self, name: str, ttl_s: float) -> Optional[int]:
+        """One more of the counter `name` for every process (its key lives `ttl_s` from its first
+        count: ``lua/count.lua``); the count now, or None while Redis cannot be reached (nothing
+        is kept to write later: the caller says so)."""
+        if self._client is None or (self._down and time.monotonic() < self._retry_at):
+            return None
+        try:
+            count = await self._eval("count", [self.count_key(name)], [str(max(1, math.ceil(ttl_s)))])
+        except Exception as exc:
+            self._outage(exc)
+            return None
+        self._recovered()
+        return int(count)
+
+    async def counted(self, name: str) -> Optional[int]:
+        """The counter `name` as every process counted it (0: never, or expired); None while
+        Redis cannot be reached."""
+        if self._client is None or (self._down and time.monotonic() < self._retry_at):
+            return None
+        try:
+            raw = await self._client.get(self.count_key(name))
+        except Exception as exc:
+            self._outage(exc)
+            return None
+        self._recovered()
+        try:
+            return int(raw) if raw is not None else 0
+        except ValueError:  # not a counter of ours: counted, so a revocation is never lost to it
+            return 1
 
     def clock(self) -> float:
         """The server's time, as this process best knows it (local clock + measured offset)."""
