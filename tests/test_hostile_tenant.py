@@ -28,7 +28,7 @@ import pytest
 
 from aisia_plugin.metrics import PER_DEPLOYMENT
 from fault_helpers import start_custom_auth_proxy, wait_for
-from proxy_harness import start_upstreams, stop_upstreams
+from proxy_harness import upstreams_fixture
 from redis_server import RedisServer
 
 MASTER = "sk-master-" + secrets.token_hex(8)
@@ -64,12 +64,8 @@ def redis(tmp_path_factory):
     srv.stop()
 
 
-@pytest.fixture(scope="module")
-def upstreams():
-    running = start_upstreams([{"name": n, "input_cost_per_1m": c, "output_cost_per_1m": c}
+upstreams = upstreams_fixture([{"name": n, "input_cost_per_1m": c, "output_cost_per_1m": c}
                                for n, c in (("h-a", 0.1), ("h-b", 1.0))])
-    yield {u.name: u for u in running}
-    stop_upstreams(running)
 
 
 @pytest.fixture(scope="module")
@@ -139,21 +135,30 @@ def ui_data(proxy, cookie: str) -> httpx.Response:
     return httpx.get(proxy.url + "/aisia/ui/data", cookies={"aisia_session": cookie}, timeout=60)
 
 
-def test_a_copied_cookie_is_refused_on_every_replica_after_its_sign_out(replicas, redis, monkeypatch):
-    one, two = replicas
-    signed = httpx.post(one.url + "/aisia/ui/login", data={"key": ADMIN_KEY}, timeout=60)
+def sign_in(proxy) -> str:
+    signed = httpx.post(proxy.url + "/aisia/ui/login", data={"key": ADMIN_KEY}, timeout=60)
     assert signed.status_code == 303, signed.text[:300]
-    copied = signed.cookies["aisia_session"]  # what a thief copies before the admin signs out
-    # Sealed by LiteLLM's helper for its own login tokens, under the plugin's prefix (its AES-GCM
-    # associated data) and the salt of both replicas (no LITELLM_SALT_KEY: the master key).
+    return signed.cookies["aisia_session"]
+
+
+def test_the_cookie_is_sealed_by_litellms_bearer_token_helper(replicas, monkeypatch):
+    """LiteLLM's helper for its own login tokens (encrypt_bearer_token), under the plugin's prefix
+    (its AES-GCM associated data) and the salt of both replicas (no LITELLM_SALT_KEY: the master
+    key): the key, its expiry and a session id; not readable as a LiteLLM login token."""
+    cookie = sign_in(replicas[0])
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # importing litellm stays offline
     monkeypatch.setenv("LITELLM_SALT_KEY", MASTER)
     from litellm.proxy.common_utils.encrypt_decrypt_utils import decrypt_bearer_token
 
-    opened = json.loads(decrypt_bearer_token(copied, "aisia_session_") or "null")
-    assert opened is not None and opened["key"] == ADMIN_KEY and opened["sid"], opened
-    assert decrypt_bearer_token(copied, "litellm_login_") is None  # not a LiteLLM login token
-    kept = httpx.post(two.url + "/aisia/ui/login", data={"key": ADMIN_KEY}, timeout=60).cookies["aisia_session"]
+    opened = json.loads(decrypt_bearer_token(cookie, "aisia_session_") or "null")
+    assert opened is not None and opened["key"] == ADMIN_KEY and opened["sid"] and opened["exp"], opened
+    assert decrypt_bearer_token(cookie, "litellm_login_") is None
+
+
+def test_a_copied_cookie_is_refused_on_every_replica_after_its_sign_out(replicas, redis):
+    one, two = replicas
+    copied = sign_in(one)  # what a thief copies before the admin signs out
+    kept = sign_in(two)
     assert [ui_data(p, c).status_code for p in (one, two) for c in (copied, kept)] == [200] * 4
 
     out = httpx.post(one.url + "/aisia/ui/logout", cookies={"aisia_session": copied}, timeout=60)

@@ -340,9 +340,10 @@ class AisiaPlugin(CustomLogger):
         """One line at start when several workers each keep their own memory store."""
         workers = proxy_workers()
         if workers > 1 and self.runtime.policy.state.backend == "memory":
-            log.warning("aisia: %d workers with state.backend: memory: each worker learns on its own and feedback "
+            log.warning("aisia: %d workers with state.backend: memory: each worker learns on its own, feedback "
                         "reaches only the worker that served the request (POST /aisia/feedback answers 404 on the "
-                        "others); set state.backend: redis to share them", workers)
+                        "others) and a routing-page sign-out revokes its session on one worker only; set "
+                        "state.backend: redis to share them", workers)
 
     def _fatal(self, message: str) -> None:
         """A start-up error when failing closed (``proxy.fail_closed`` or $AISIA_FAIL_CLOSED):
