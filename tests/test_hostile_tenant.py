@@ -339,3 +339,19 @@ def test_validate_names_the_settings_read_at_start_where_the_files_set_them(aisi
         set(report["start_only_settings"])
     # --strict does not count them: they are notes, not settings that do nothing.
     assert aisia("validate", "--strict", path)[0] == 0
+
+
+def test_a_cookie_is_refused_while_the_revocation_list_cannot_be_read(replicas, redis):
+    """Fail closed: a session whose revocation cannot be checked (Redis stopped) is refused; a
+    sign-out that cannot reach Redis says so in the log. Both read again once Redis is back."""
+    one = replicas[0]
+    cookie, other = sign_in(one), sign_in(one)
+    assert ui_data(one, cookie).status_code == 200
+    redis.pause()
+    try:
+        assert ui_data(one, cookie).status_code == 401
+        assert httpx.post(one.url + "/aisia/ui/logout", cookies={"aisia_session": other}, timeout=60).status_code == 303
+    finally:
+        redis.resume()
+    assert "a routing-page sign-out could not reach the state store to revoke its session" in one.logs()
+    wait_for(lambda: ui_data(one, cookie).status_code == 200, "the cookie read again once Redis is back")

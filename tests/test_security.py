@@ -46,8 +46,9 @@ aliases:
     candidates: {models: [fb-a, fb-b]}
 """
 # Every route the plugin adds (admin.ROUTES and the observability routes) but /aisia/metrics, which
-# any key LiteLLM accepts may read, as its own /metrics (its labels are configured names only; the
-# privacy test below reads it; tests/test_litellm_observability.py tests its auth).
+# any key LiteLLM accepts may read, as its own /metrics, without the per-deployment learning unless
+# it is the proxy admin's (its labels are configured names only; the privacy test below reads it;
+# tests/test_litellm_observability.py and tests/test_hostile_tenant.py test its auth).
 ROUTES = [("GET", "/aisia/bandit/stats"), ("POST", "/aisia/bandit/reset"),
           ("GET", "/admin/bandit/stats"), ("POST", "/admin/bandit/reset"), ("POST", "/aisia/feedback"),
           ("GET", "/aisia/explain"), ("GET", "/aisia/policy"), ("GET", "/aisia/ui"), ("GET", "/aisia/ui/data")]
