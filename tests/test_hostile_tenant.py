@@ -203,6 +203,15 @@ def test_every_hostile_score_is_a_clean_422_and_the_request_keeps_its_feedback(r
     assert ok.status_code == 200 and ok.json()["request_id"] == rid, ok.text[:300]
 
 
+def test_numbers_are_bounded_before_any_float_conversion():
+    from aisia_plugin.numbers import clamp01, finite, within
+
+    huge = int(HUGE)
+    assert [within(v, 0.0, 1.0) for v in (huge, -huge, float("nan"), float("inf"), True, "0.5", None, [0.5])] == [None] * 8
+    assert [within(v, 0.0, 1.0) for v in (0, 1, 0.25, -0.0)] == [0.0, 1.0, 0.25, 0.0]
+    assert (clamp01(huge), clamp01(-huge), finite(huge, 7.0)) == (1.0, 0.0, 7.0)  # no OverflowError
+
+
 def test_every_number_an_admin_route_reads_is_bounded(replicas):
     """/aisia/explain's limit (the plugin's one other number): hostile values never reach a 500."""
     one = replicas[0]
