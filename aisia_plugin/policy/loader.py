@@ -163,11 +163,13 @@ def peek_setting(path: tuple, paths=None):
 
 def _engine_issues(policy: Policy, locs: Locations) -> list[PolicyIssue]:
     """What the engine builds from the policy that the schema and the semantic checks cannot
-    foresee: the domains' combined RE2 programs (each pattern compiles alone; together they may
-    pass RE2's memory budget). Built here exactly as the engine builds them (scan.scanner_for,
+    foresee: the domains' and the signal lexicons' combined RE2 programs (each pattern compiles alone;
+    together they may pass RE2's memory budget). Built here exactly as the engine builds them (scan.scanner_for,
     whose result the engine reuses)."""
     from ..domains import DomainPatternsError
     from ..scan import scanner_for
+
+    from ..signals import SignalPatternError, SignalReader
 
     try:
         scanner_for(policy.domains)
@@ -176,7 +178,23 @@ def _engine_issues(policy: Policy, locs: Locations) -> list[PolicyIssue]:
         pos = position_of(locs, path, key=True)
         return [PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0, pos.column if pos else 0,
                             dotted(path), str(exc).split(": ", 1)[-1] if exc.domain else str(exc), "semantic")]
+    try:
+        SignalReader(policy.signals)
+    except SignalPatternError as exc:  # the lexicon's combined programs (each entry was checked alone)
+        e = exc.entry
+        path = ("signals", "lexicons", e.language, e.category, e.name) if e else ("signals", "lexicons")
+        pos = position_of(locs, path, key=True)
+        return [PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0, pos.column if pos else 0,
+                            dotted(path), str(exc), "semantic")]
     return []
+
+
+@lru_cache(maxsize=1)
+def default_signal_reader():
+    """The signals.SignalReader of the shipped default policy, built once."""
+    from ..signals import SignalReader
+
+    return SignalReader(load_policy().signals)
 
 
 @lru_cache(maxsize=1)
