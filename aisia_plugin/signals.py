@@ -15,11 +15,11 @@ Two sources:
 Precision comes first (a false correction blames a good answer), so the lexicon categories are
 read the way a follow-up addresses an answer (``SignalReader.read_followup``):
 
-1. Fenced code blocks, inline code and ``>`` quoted lines are removed: what a user pastes or
-   quotes is not what they say.
-2. A message over ``short_message_words`` words is read in its first ``lead_chars`` characters
-   only: "That's wrong, ..." opens a follow-up, while a long new task that merely contains
-   "wrong" (or ends with "thanks") judges no answer.
+1. Fenced code blocks, inline code, ``>`` quoted lines and text between double quotes ("...",
+   « ... », “ ... ”) are removed: what a user pastes, quotes or mentions is not what they say.
+2. A message over ``short_message_words`` words is read in its first sentence within
+   ``lead_chars`` characters only: "That's wrong, ..." opens a follow-up, while a long new task
+   that merely contains "wrong" (or ends with "thanks") judges no answer.
 3. The ``neutral`` phrases are blanked out ("no problem", "c'est pas faux", "what's wrong with
    my code"), then one RE2 Set says which entries of the other categories occur.
 4. A negative category (correction, dissatisfaction) wins over satisfaction ("thanks, but it
@@ -68,7 +68,7 @@ _MAX_MEM = 32 << 20  # RE2's budget per program (its lazy DFA cache)
 # Apostrophes and quotes as people type them (phones, word processors): read as the ASCII ones
 # the patterns write.
 _PUNCTUATION = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\u00b4": "'", "\u2032": "'",
-                              "\u201c": '"', "\u201d": '"', "\u00a0": " ", "\u202f": " "})
+                              "\u201c": '"', "\u201d": '"', "\u00ab": '"', "\u00bb": '"', "\u201e": '"', "\u00a0": " ", "\u202f": " "})
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ class LexiconEntry:
     language: str
     category: str
     name: str
-    pattern: str
+    pattern: str  # as compiled: the policy's, \b read as a Unicode word boundary
 
 
 class SignalPatternError(ValueError):
@@ -135,6 +135,30 @@ def _options():
     return opts
 
 
+# RE2's \b sees ASCII letters only (no boundary between "ó" and ","): in a lexicon, \b means a
+# boundary between a letter or digit of any script and anything else, written with what RE2 has.
+# It consumes the character beside the word, which is harmless here: a Set only says whether an
+# entry occurs, and a neutral phrase blanks one more space or punctuation mark.
+UNICODE_BOUNDARY = r"(?:^|$|[^\pL\pN_])"
+
+
+def unicode_boundaries(pattern: str) -> str:
+    """The pattern with each ``\b`` read as a Unicode word boundary (one pass; an escaped
+    backslash ``\\`` followed by b is left alone)."""
+    if "\\b" not in pattern:
+        return pattern
+    out, i, n = [], 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\" and i + 1 < n:
+            out.append(UNICODE_BOUNDARY if pattern[i + 1] == "b" else pattern[i:i + 2])
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
 def lexicon_entries(lexicons: Mapping[str, SignalLexicon]) -> list[LexiconEntry]:
     """The entries of every language and category, in policy order, without removed (None) ones."""
     out = []
@@ -142,7 +166,7 @@ def lexicon_entries(lexicons: Mapping[str, SignalLexicon]) -> list[LexiconEntry]
         for category in CATEGORIES:
             for name, pattern in (getattr(lexicon, category, None) or {}).items():
                 if pattern:
-                    out.append(LexiconEntry(language, category, name, pattern))
+                    out.append(LexiconEntry(language, category, name, unicode_boundaries(pattern)))
     return out
 
 
@@ -157,7 +181,7 @@ def matches_empty(pattern: str) -> bool:
     """Whether an RE2 pattern can match the empty string (it would fire on every message).
     False for a pattern RE2 refuses: that is reported as such."""
     try:
-        match = match_of(re2.compile(pattern, _options()))
+        match = match_of(re2.compile(unicode_boundaries(pattern), _options()))
     except re2.error:
         return False
     return any(match(ANCHOR_BOTH, text, pos, pos)[0][0] >= 0 for text, pos in _EMPTY_PROBES)
@@ -240,16 +264,27 @@ def _fence(line: str) -> Optional[str]:
     return None
 
 
-def _drop_inline_code(line: str) -> str:
-    if "`" not in line:
-        return line
-    parts = line.split("`")
-    # Odd-numbered parts are between backticks; an unpaired last backtick keeps its text.
+def _drop_between(text: str, mark: str) -> str:
+    """The text without its spans between two ``mark`` characters (inline code, a quotation);
+    an unpaired last mark keeps the text after it."""
+    if mark not in text:
+        return text
+    parts = text.split(mark)
+    # Odd-numbered parts are between marks.
     if len(parts) % 2 == 0:
-        parts, tail = parts[:-1], "`" + parts[-1]
+        parts, tail = parts[:-1], mark + parts[-1]
     else:
         tail = ""
     return " ".join(parts[0::2]) + tail
+
+
+def _first_sentence(text: str) -> str:
+    """The text up to its first sentence end (. ! ? or a line break followed by a space or the
+    end), or all of it."""
+    for i, c in enumerate(text):
+        if c == "\n" or (c in ".!?" and (i + 1 == len(text) or text[i + 1].isspace())):
+            return text[:i + 1]
+    return text
 
 
 def own_words(text: str) -> str:
@@ -269,7 +304,7 @@ def own_words(text: str) -> str:
             continue
         if line.lstrip().startswith(">"):
             continue
-        kept.append(_drop_inline_code(line))
+        kept.append(_drop_between(line, "`"))
     return "\n".join(kept)
 
 
@@ -360,9 +395,9 @@ class SignalReader:
 
     def followup_text(self, text: str) -> str:
         """The part of a user message the lexicons read (steps 1 and 2 of the module docstring)."""
-        text = normalised(own_words(text), self.max_scan_chars)
+        text = _drop_between(normalised(own_words(text), self.max_scan_chars), '"')
         if word_count(text) > self.short_message_words:
-            text = text[:self.lead_chars]
+            text = _first_sentence(text[:self.lead_chars])
         return text
 
     def read_followup(self, text) -> tuple[Signal, ...]:
