@@ -35,11 +35,11 @@ from __future__ import annotations
 import json
 import unicodedata
 from dataclasses import dataclass
-from typing import Mapping, Optional, Protocol, Sequence
+from typing import Mapping, Optional, Protocol
 
 import re2
 
-from .re2compat import ANCHOR_BOTH, UNANCHORED, Set, match_of
+from .re2compat import ANCHOR_BOTH, UNANCHORED, Set, match_of, search_options
 
 # The kinds, by source. Their weights are the policy's (signals.weights, SignalWeights in the schema).
 CORRECTION = "correction"
@@ -127,12 +127,7 @@ class SignalPatternError(ValueError):
 
 
 def _options():
-    opts = re2.Options()
-    opts.case_sensitive = False
-    opts.log_errors = False
-    opts.never_capture = True
-    opts.max_mem = _MAX_MEM
-    return opts
+    return search_options(_MAX_MEM)
 
 
 # RE2's \b sees ASCII letters only (no boundary between "ó" and ","): in a lexicon, \b means a
@@ -493,7 +488,3 @@ def content_text(content) -> str:
         return "\n".join(p.get("text", "") for p in content
                          if isinstance(p, dict) and isinstance(p.get("text"), str))
     return ""
-
-
-def is_negative(signals: Sequence[Signal]) -> bool:
-    return any(s.kind in NEGATIVE_FOLLOWUP for s in signals)

@@ -5,8 +5,9 @@ two thirds only). Also the cost of reading one follow-up (median over the set's 
 
     python benchmarks/signal_precision.py [--policy PATH ...] [--data FILE] [--no-write]
 
-Writes benchmarks/results/signal_precision.json (every count, and the items read wrong) and
-benchmarks/results/signal_precision.md (the tables docs/signals.md quotes)."""
+Writes benchmarks/results/signal_precision.json (every count, and the items read wrong),
+benchmarks/results/signal_precision.md, and the tables between the <!-- signal-precision -->
+markers of docs/signals.md and README.md."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from aisia_plugin.policy import load_policy
 from aisia_plugin.signal_eval import NEGATIVE, PRECISION_FLOOR, Report, evaluate, held_out, load_items
 from aisia_plugin.signals import SignalReader
 
-RESULTS = Path(__file__).resolve().parent / "results"
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
 LANGUAGES = ("en", "fr", "es", "de", "it", "pt", "any")
 
 
@@ -43,6 +45,29 @@ def table(report: Report) -> list[str]:
         label = f"**{kind}** (correction or dissatisfaction)" if kind == NEGATIVE else kind
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines
+
+
+def negative_table(reports: dict) -> list[str]:
+    """The precision floor's table: negative-signal precision / recall per language, whole set
+    and held-out third."""
+    langs = ("en", "fr", "es", "de", "it", "pt", "all")
+    lines = ["| correction or dissatisfaction | " + " | ".join(langs) + " |", "|---" * (len(langs) + 1) + "|"]
+    for name, title in (("all", "whole set"), ("held_out", "held-out third")):
+        lines.append(f"| {title} | " + " | ".join(_cell(reports[name].get(NEGATIVE, lang)) for lang in langs) + " |")
+    return lines
+
+
+def replace_block(path: Path, name: str, lines: list[str]) -> None:
+    """Put ``lines`` between the file's <!-- name --> and <!-- /name --> markers (the prose
+    around them is written by hand); a file without them is left alone."""
+    text = path.read_text(encoding="utf-8")
+    start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
+    if start not in text or end not in text:
+        print(f"{path}: no {start} block, left as is", file=sys.stderr)
+        return
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    path.write_text(head + start + "\n" + "\n".join(lines) + "\n" + end + tail, encoding="utf-8")
 
 
 def follow_up_cost_us(reader: SignalReader, items: list[dict], repeats: int = 20) -> float:
@@ -77,7 +102,8 @@ def main(argv=None) -> int:
           "<!-- Written by benchmarks/signal_precision.py; do not edit by hand. -->", "",
           f"Labelled set: {len(items)} items ({len(held)} held out: CRC-32 of the text modulo 3 is 0; the "
           "lexicon was tuned on the others only). Each cell: precision / recall (positives in the set); "
-          "empty where the kind is not scored for that language.", ""]
+          "'-' where nothing was predicted (precision) or nothing is positive (recall); empty where the kind is "
+          "not scored for that language.", ""]
     for name, report in reports.items():
         title = "Whole set" if name == "all" else "Held-out third"
         md += [f"## {title}", ""] + table(report) + [""]
@@ -96,6 +122,10 @@ def main(argv=None) -> int:
         (RESULTS / "signal_precision.json").write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n",
                                                        encoding="utf-8")
         (RESULTS / "signal_precision.md").write_text(text, encoding="utf-8")
+        summary = negative_table(reports)
+        replace_block(REPO / "README.md", "signal-precision", summary)
+        replace_block(REPO / "docs" / "signals.md", "signal-precision", summary + [""] + table(reports["all"])
+                      + ["", "Held-out third:", ""] + table(reports["held_out"]))
     return 0
 
 
