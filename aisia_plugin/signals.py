@@ -303,12 +303,18 @@ def own_words(text: str) -> str:
     return "\n".join(kept)
 
 
-def normalised(text: str, max_chars: int) -> str:
-    """The text as patterns read it: its start and end within ``max_chars``, NFC (an accent typed
-    as a combining mark is the letter the patterns name), typographic apostrophes as '."""
+def bounded(text: str, max_chars: int) -> str:
+    """The text's start and end within ``max_chars`` (what any signal reads of a message)."""
     if len(text) > max_chars:
         half = max_chars // 2
         text = text[:half] + "\n" + text[-half:]
+    return text
+
+
+def normalised(text: str, max_chars: int) -> str:
+    """The text as patterns read it: ``bounded``, NFC (an accent typed as a combining mark is the
+    letter the patterns name), typographic apostrophes as '."""
+    text = bounded(text, max_chars)
     if not text.isascii():
         if not unicodedata.is_normalized("NFC", text):
             text = unicodedata.normalize("NFC", text)
@@ -390,7 +396,7 @@ class SignalReader:
 
     def followup_text(self, text: str) -> str:
         """The part of a user message the lexicons read (steps 1 and 2 of the module docstring)."""
-        text = _drop_between(normalised(own_words(text), self.max_scan_chars), '"')
+        text = _drop_between(normalised(own_words(bounded(text, self.max_scan_chars)), self.max_scan_chars), '"')
         if word_count(text) > self.short_message_words:
             text = _first_sentence(text[:self.lead_chars])
         return text
@@ -414,8 +420,8 @@ class SignalReader:
         from a client that re-sent it, which the caller tells by the history)."""
         if not self.enabled or not isinstance(new_text, str) or not isinstance(previous_text, str):
             return None
-        new = normalised(own_words(new_text), self.max_scan_chars)
-        old = normalised(own_words(previous_text), self.max_scan_chars)
+        new = normalised(own_words(bounded(new_text, self.max_scan_chars)), self.max_scan_chars)
+        old = normalised(own_words(bounded(previous_text, self.max_scan_chars)), self.max_scan_chars)
         if word_count(new) < self.rephrase_min_words or word_count(old) < self.rephrase_min_words:
             return None
         score = similarity(new, old, self.max_scan_chars)
