@@ -1,7 +1,7 @@
 """Precision and recall of the conversation signals per kind and language, on the labelled set
 tests/data/signal_followups.jsonl (aisia_plugin/signal_eval.py says what an item is and how it
-is scored), over the whole set and over its held-out third (the lexicon was tuned on the other
-two thirds only). Also the cost of reading one follow-up (median over the set's user messages).
+is scored), over the whole set, over its held-out third (the lexicon was tuned on the other
+two thirds only) and over the items written after the lexicon was frozen (``batch: frozen``). Also the cost of reading one follow-up (median over the set's user messages).
 
     python benchmarks/signal_precision.py [--policy PATH ...] [--data FILE] [--no-write]
 
@@ -52,7 +52,7 @@ def negative_table(reports: dict) -> list[str]:
     and held-out third."""
     langs = ("en", "fr", "es", "de", "it", "pt", "all")
     lines = ["| correction or dissatisfaction | " + " | ".join(langs) + " |", "|---" * (len(langs) + 1) + "|"]
-    for name, title in (("all", "whole set"), ("held_out", "held-out third")):
+    for name, title in (("all", "whole set"), ("held_out", "held-out third"), ("frozen", "written after the freeze")):
         lines.append(f"| {title} | " + " | ".join(_cell(reports[name].get(NEGATIVE, lang)) for lang in langs) + " |")
     return lines
 
@@ -96,7 +96,8 @@ def main(argv=None) -> int:
     reader = SignalReader(load_policy(args.policy or None).signals)
     items = load_items(args.data)
     held = [i for i in items if held_out(i)]
-    reports = {"all": evaluate(reader, items), "held_out": evaluate(reader, held)}
+    frozen = [i for i in items if i.get("batch") == "frozen"]
+    reports = {"all": evaluate(reader, items), "held_out": evaluate(reader, held), "frozen": evaluate(reader, frozen)}
     cost = follow_up_cost_us(reader, items)
     md = ["# Conversation signals: precision and recall", "",
           "<!-- Written by benchmarks/signal_precision.py; do not edit by hand. -->", "",
@@ -105,7 +106,8 @@ def main(argv=None) -> int:
           "'-' where nothing was predicted (precision) or nothing is positive (recall); empty where the kind is "
           "not scored for that language.", ""]
     for name, report in reports.items():
-        title = "Whole set" if name == "all" else "Held-out third"
+        title = {"all": "Whole set", "held_out": "Held-out third",
+                 "frozen": f"Written after the lexicon was frozen ({len(frozen)} items, batch 'frozen')"}[name]
         md += [f"## {title}", ""] + table(report) + [""]
         failing = floor_failures(report)
         md += [f"Negative-signal precision >= {PRECISION_FLOOR} in every language: "
@@ -125,7 +127,8 @@ def main(argv=None) -> int:
         summary = negative_table(reports)
         replace_block(REPO / "README.md", "signal-precision", summary)
         replace_block(REPO / "docs" / "signals.md", "signal-precision", summary + [""] + table(reports["all"])
-                      + ["", "Held-out third:", ""] + table(reports["held_out"]))
+                      + ["", "Held-out third:", ""] + table(reports["held_out"])
+                      + ["", "Written after the lexicon was frozen:", ""] + table(reports["frozen"]))
     return 0
 
 
