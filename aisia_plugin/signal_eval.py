@@ -10,8 +10,9 @@ is scored only on the kinds its source can raise.
 
 The set is split by a fixed rule (``held_out``: the CRC-32 of the text, modulo 3, is 0), so that
 the lexicon can be tuned on the rest and the held-out third still says how it does on
-messages it was not tuned on. Items marked ``batch: frozen`` were written after the lexicon was
-last changed, and read once: no entry was tuned on them."""
+messages it was not tuned on. Items are also marked by when they were written: ``batch:
+frozen-1`` after the first round of tuning (their non-held-out part then served the second round),
+``frozen-2`` (``UNTUNED_BATCH``) after the lexicon was last changed: no entry was tuned on them."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from .signals import (CORRECTION, DISSATISFACTION, EMPTY_ANSWER, INVALID_JSON, N
 
 NEGATIVE = "negative"  # correction or dissatisfaction: the group the precision floor is about
 PRECISION_FLOOR = 0.9  # issue 40: negative-signal precision per language
+UNTUNED_BATCH = "frozen-2"  # the items written after the lexicon's last change
 
 # The kinds each source can raise (an item is scored on these only).
 SCORED = {

@@ -1,7 +1,7 @@
 """Precision and recall of the conversation signals per kind and language, on the labelled set
 tests/data/signal_followups.jsonl (aisia_plugin/signal_eval.py says what an item is and how it
 is scored), over the whole set, over its held-out third (the lexicon was tuned on the other
-two thirds only) and over the items written after the lexicon was frozen (``batch: frozen``). Also the cost of reading one follow-up (median over the set's user messages).
+two thirds only) and over the items written after the lexicon was last changed (signal_eval.UNTUNED_BATCH). Also the cost of reading one follow-up (median over the set's user messages).
 
     python benchmarks/signal_precision.py [--policy PATH ...] [--data FILE] [--no-write]
 
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from aisia_plugin.policy import load_policy
-from aisia_plugin.signal_eval import NEGATIVE, PRECISION_FLOOR, Report, evaluate, held_out, load_items
+from aisia_plugin.signal_eval import NEGATIVE, PRECISION_FLOOR, UNTUNED_BATCH, Report, evaluate, held_out, load_items
 from aisia_plugin.signals import SignalReader
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,7 +52,7 @@ def negative_table(reports: dict) -> list[str]:
     and held-out third."""
     langs = ("en", "fr", "es", "de", "it", "pt", "all")
     lines = ["| correction or dissatisfaction | " + " | ".join(langs) + " |", "|---" * (len(langs) + 1) + "|"]
-    for name, title in (("all", "whole set"), ("held_out", "held-out third"), ("frozen", "written after the freeze")):
+    for name, title in (("all", "whole set"), ("held_out", "held-out third"), ("frozen", "written after the last change")):
         lines.append(f"| {title} | " + " | ".join(_cell(reports[name].get(NEGATIVE, lang)) for lang in langs) + " |")
     return lines
 
@@ -96,7 +96,7 @@ def main(argv=None) -> int:
     reader = SignalReader(load_policy(args.policy or None).signals)
     items = load_items(args.data)
     held = [i for i in items if held_out(i)]
-    frozen = [i for i in items if i.get("batch") == "frozen"]
+    frozen = [i for i in items if i.get("batch") == UNTUNED_BATCH]
     reports = {"all": evaluate(reader, items), "held_out": evaluate(reader, held), "frozen": evaluate(reader, frozen)}
     cost = follow_up_cost_us(reader, items)
     md = ["# Conversation signals: precision and recall", "",
@@ -107,7 +107,7 @@ def main(argv=None) -> int:
           "not scored for that language.", ""]
     for name, report in reports.items():
         title = {"all": "Whole set", "held_out": "Held-out third",
-                 "frozen": f"Written after the lexicon was frozen ({len(frozen)} items, batch 'frozen')"}[name]
+                 "frozen": f"Written after the lexicon was last changed ({len(frozen)} items, batch '{UNTUNED_BATCH}')"}[name]
         md += [f"## {title}", ""] + table(report) + [""]
         failing = floor_failures(report)
         md += [f"Negative-signal precision >= {PRECISION_FLOOR} in every language: "
@@ -128,7 +128,7 @@ def main(argv=None) -> int:
         replace_block(REPO / "README.md", "signal-precision", summary)
         replace_block(REPO / "docs" / "signals.md", "signal-precision", summary + [""] + table(reports["all"])
                       + ["", "Held-out third:", ""] + table(reports["held_out"])
-                      + ["", "Written after the lexicon was frozen:", ""] + table(reports["frozen"]))
+                      + ["", "Written after the lexicon was last changed:", ""] + table(reports["frozen"]))
     return 0
 
 
