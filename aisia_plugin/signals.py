@@ -68,7 +68,8 @@ _MAX_MEM = 32 << 20  # RE2's budget per program (its lazy DFA cache)
 # Apostrophes and quotes as people type them (phones, word processors): read as the ASCII ones
 # the patterns write.
 _PUNCTUATION = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\u00b4": "'", "\u2032": "'",
-                              "\u201c": '"', "\u201d": '"', "\u00ab": '"', "\u00bb": '"', "\u201e": '"', "\u00a0": " ", "\u202f": " "})
+                              "\u201c": '"', "\u201d": '"', "\u00ab": '"', "\u00bb": '"', "\u201e": '"',
+                              "\u00a0": " ", "\u202f": " "})
 
 
 @dataclass(frozen=True)

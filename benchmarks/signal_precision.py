@@ -1,7 +1,9 @@
 """Precision and recall of the conversation signals per kind and language, on the labelled set
 tests/data/signal_followups.jsonl (aisia_plugin/signal_eval.py says what an item is and how it
 is scored), over the whole set, over its held-out third (the lexicon was tuned on the other
-two thirds only) and over the items written after the lexicon was last changed (signal_eval.UNTUNED_BATCH). Also the cost of reading one follow-up (median over the set's user messages).
+two thirds only) and over the items written after the lexicon was last changed
+(signal_eval.UNTUNED_BATCH). Also the cost of reading one follow-up (median over the set's user
+messages).
 
     python benchmarks/signal_precision.py [--policy PATH ...] [--data FILE] [--no-write]
 
@@ -48,11 +50,11 @@ def table(report: Report) -> list[str]:
 
 
 def negative_table(reports: dict) -> list[str]:
-    """The precision floor's table: negative-signal precision / recall per language, whole set
-    and held-out third."""
+    """The precision floor's table: negative-signal precision / recall per language, in each view."""
     langs = ("en", "fr", "es", "de", "it", "pt", "all")
     lines = ["| correction or dissatisfaction | " + " | ".join(langs) + " |", "|---" * (len(langs) + 1) + "|"]
-    for name, title in (("all", "whole set"), ("held_out", "held-out third"), ("frozen", "written after the last change")):
+    views = (("all", "whole set"), ("held_out", "held-out third"), ("frozen", "written after the last change"))
+    for name, title in views:
         lines.append(f"| {title} | " + " | ".join(_cell(reports[name].get(NEGATIVE, lang)) for lang in langs) + " |")
     return lines
 
@@ -89,7 +91,8 @@ def floor_failures(report: Report) -> list[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--policy", nargs="*", help="policy files layered over the shipped ones (default: the shipped policy)")
+    parser.add_argument("--policy", nargs="*",
+                        help="policy files layered over the shipped ones (default: the shipped policy)")
     parser.add_argument("--data", type=Path, help="labelled set (default: tests/data/signal_followups.jsonl)")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
@@ -107,7 +110,8 @@ def main(argv=None) -> int:
           "not scored for that language.", ""]
     for name, report in reports.items():
         title = {"all": "Whole set", "held_out": "Held-out third",
-                 "frozen": f"Written after the lexicon was last changed ({len(frozen)} items, batch '{UNTUNED_BATCH}')"}[name]
+                 "frozen": f"Written after the lexicon was last changed ({len(frozen)} items, "
+                           f"batch '{UNTUNED_BATCH}')"}[name]
         md += [f"## {title}", ""] + table(report) + [""]
         failing = floor_failures(report)
         md += [f"Negative-signal precision >= {PRECISION_FLOOR} in every language: "

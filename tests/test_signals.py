@@ -400,8 +400,8 @@ def test_matching_is_re2_in_time_linear_in_the_bytes_read(tmp_path):
 
 
 def test_the_core_imports_neither_litellm_nor_the_policy_loader():
-    code = ("import sys, aisia_plugin.signals, aisia_plugin.conversation; "
-            "print(sorted(m for m in ('litellm', 'yaml', 'jsonschema', 'aisia_plugin.policy.loader') if m in sys.modules))")
+    code = ("import sys, aisia_plugin.signals, aisia_plugin.conversation; print(sorted(m for m in "
+            "('litellm', 'yaml', 'jsonschema', 'aisia_plugin.policy.loader') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
     assert out.strip() == "[]"
 

@@ -358,6 +358,5 @@ MODELS_BY_DEF: dict[str, type[BaseModel]] = {
     cls.__schema_def__: cls
     for cls in (Selector, Sla, Budget, Failover, ColdStart, Contextual, Alias, PerDomain, Forgetting, Bandit, Reward, Weights,
                 Rules, ModePack, Domain, Domains, SignalWeights, SignalLexicon, Signals, DeploymentAnnotation,
-                CircuitBreaker, TaskFitness,
-                Costs, State, Proxy, DecisionLog, Logging, Policy)
+                CircuitBreaker, TaskFitness, Costs, State, Proxy, DecisionLog, Logging, Policy)
 }
