@@ -10,7 +10,12 @@ name another tenant's conversation and move its learning.
 The next user turn judges the *previous* assistant turn (``judged_turn``): the last assistant
 message before the new request's last user message. A regenerate (``is_regenerate``) re-sends the
 same history up to the last user message: it blames the answer it replaces. Answers and prompts
-are remembered by fingerprint only (``Turn``), never by their text."""
+are remembered by fingerprint only (``Turn``), never by their text.
+
+The history is the client's word, not the proxy's: a judged turn is to count only when its
+``answer_fingerprint`` is that of a ``Turn`` the proxy stored for the same conversation (a client
+cannot blame a deployment for an answer it did not give, by writing one into the history), and
+only once per stored turn (re-sending "that's wrong" ten times judges one answer once)."""
 
 from __future__ import annotations
 
