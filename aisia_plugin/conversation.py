@@ -169,3 +169,36 @@ def tool_results(messages: Sequence) -> list:
             break
         out.append(message.get("content"))
     return out[::-1]
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The stored turn a new request judges, and whether the request is a regenerate of it."""
+
+    turn: Turn
+    regenerate: bool
+
+
+def judge(messages: Sequence, stored: Sequence[Turn]) -> Optional[Judgement]:
+    """Which of the conversation's stored turns (oldest first) the new request judges:
+
+    - a regenerate (its history up to the last user message is a stored turn's prompt): that turn,
+      the answer it asks to replace (the latest one when the prompt was answered several times);
+    - else the turn whose answer is the history's last assistant message before the new user
+      message (``judged_turn``), the latest one when the same answer was given several times.
+
+    None when no stored turn matches: a first turn, or an answer the proxy did not give (a
+    client cannot have a deployment blamed for text it wrote into the history)."""
+    prompt = prompt_fingerprint(messages) if last_user_index(messages) >= 0 else None
+    replaced: Optional[Turn] = None
+    by_answer: dict[str, Turn] = {}  # answer fingerprint -> its latest turn
+    for turn in stored:  # oldest first
+        if turn.prompt_fingerprint == prompt:
+            replaced = turn
+        by_answer[turn.answer_fingerprint] = turn
+    if replaced is not None:
+        return Judgement(replaced, True)
+    judged = judged_turn(messages)
+    if judged is not None and judged.answer_fingerprint in by_answer:
+        return Judgement(by_answer[judged.answer_fingerprint], False)
+    return None

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from aisia_plugin.conversation import (Caller, Turn, answer_fingerprint, conversation_key, is_regenerate, judged_turn,
-                                       new_user_text, previous_user_text, prompt_fingerprint, tool_results)
+from aisia_plugin.conversation import (Caller, Judgement, Turn, answer_fingerprint, conversation_key, is_regenerate,
+                                       judge, judged_turn, new_user_text, previous_user_text, prompt_fingerprint,
+                                       tool_results)
 from aisia_plugin.policy import PolicyError, load_policy
 from aisia_plugin.policy.loader import default_signal_reader
 from aisia_plugin.signal_eval import NEGATIVE, PRECISION_FLOOR, evaluate, held_out, load_items
@@ -284,6 +285,27 @@ def test_in_an_agent_loop_the_tool_results_judge_the_call():
     assert judged.answer_fingerprint == answer_fingerprint(None, call["tool_calls"])
     assert tool_results(messages) == ["Error: unknown city"]
     assert tool_results([SYSTEM, Q1]) == []
+
+
+def test_judge_finds_the_stored_turn_a_request_judges():
+    conv = conversation_key(Caller("k"), [SYSTEM, Q1])
+    first = Turn(conv, 0, "cheap", prompt_fingerprint([SYSTEM, Q1]), answer_fingerprint("Sydney."))
+    a2 = {"role": "assistant", "content": "Canberra."}
+    second = Turn(conv, 1, "frontier", prompt_fingerprint([SYSTEM, Q1, A1, Q2]), answer_fingerprint("Canberra."))
+    # The next user turn judges the answer before it, whoever serves the new turn.
+    got = judge([SYSTEM, Q1, A1, Q2], [first])
+    assert got == Judgement(first, False)
+    got = judge([SYSTEM, Q1, A1, Q2, a2, {"role": "user", "content": "thanks"}], [first, second])
+    assert got == Judgement(second, False)
+    # A regenerate blames the answer it replaces (the latest answer to that prompt).
+    again = Turn(conv, 0, "frontier", first.prompt_fingerprint, answer_fingerprint("Perth."))
+    assert judge([SYSTEM, Q1], [first, again]) == Judgement(again, True)
+    assert judge([SYSTEM, Q1, A1, Q2], [first, second]) == Judgement(second, True)
+    # An answer the proxy did not give judges nothing: a client cannot blame a deployment for it.
+    forged = {"role": "assistant", "content": "Something no deployment said."}
+    assert judge([SYSTEM, Q1, forged, Q2], [first]) is None
+    assert judge([SYSTEM, Q1], []) is None  # a first turn
+    assert judge([], [first]) is None
 
 
 def test_a_turn_record_is_small_and_plain():
