@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import unicodedata
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Mapping, Optional, Protocol
 
 import re2
@@ -132,10 +133,14 @@ def _options():
 
 
 # RE2's \b sees ASCII letters only (no boundary between "ó" and ","): in a lexicon, \b means a
-# boundary between a letter or digit of any script and anything else, written with what RE2 has.
-# It consumes the character beside the word, which is harmless here: a Set only says whether an
-# entry occurs, and a neutral phrase blanks one more space or punctuation mark.
-UNICODE_BOUNDARY = r"(?:^|$|[^\pL\pN_])"
+# boundary between a word character (an ASCII letter or digit, _, or any non-ASCII character
+# but the punctuation below) and anything else, written with what RE2 has. Non-ASCII characters
+# count as letters because RE2's Unicode classes (\pL) make every program several times larger
+# and slower to build; the punctuation that matters is listed (typographic quotes and
+# apostrophes are ASCII by then). It consumes the character beside the word, which is harmless
+# here: a Set only says whether an entry occurs, and a neutral phrase blanks one more space or
+# punctuation mark.
+UNICODE_BOUNDARY = r"(?:^|$|[^0-9A-Za-z_\x{80}-\x{10FFFF}]|[¡¿…—–·«»])"
 
 
 def unicode_boundaries(pattern: str) -> str:
@@ -177,19 +182,26 @@ def matches_empty(pattern: str) -> bool:
     """Whether an RE2 pattern can match the empty string (it would fire on every message).
     False for a pattern RE2 refuses: that is reported as such."""
     try:
-        match = match_of(re2.compile(unicode_boundaries(pattern), _options()))
+        return _matches_empty(unicode_boundaries(pattern))
     except re2.error:
         return False
+
+
+@lru_cache(maxsize=4096)
+def _matches_empty(compiled_pattern: str) -> bool:
+    """Whether a pattern as compiled (``\b`` rewritten) can match the empty string (memoised:
+    every policy load checks the same shipped entries)."""
+    match = match_of(re2.compile(compiled_pattern, _options()))
     return any(match(ANCHOR_BOTH, text, pos, pos)[0][0] >= 0 for text, pos in _EMPTY_PROBES)
 
 
 def _check(entry: LexiconEntry) -> None:
     where = f"{entry.language}.{entry.category}.{entry.name}"
     try:
-        re2.compile(entry.pattern, _options())
+        empty = _matches_empty(entry.pattern)
     except re2.error as exc:
         raise SignalPatternError(f"signal pattern {where} is not RE2 syntax ({exc})", entry) from None
-    if matches_empty(entry.pattern):
+    if empty:
         raise SignalPatternError(f"signal pattern {where} matches the empty string: it would fire on every "
                                  "message", entry)
 
@@ -469,6 +481,25 @@ class SignalReader:
             return None
         found = self._tool_error.found(_utf8(normalised(text[:self.answer_lead_chars], self.answer_lead_chars)))
         return Signal(TOOL_ERROR, found[0].language, found[0].name) if found else None
+
+
+_BUILT: dict = {}
+
+
+def reader_for(section: SignalsSection) -> SignalReader:
+    """The SignalReader of a policy's ``signals`` section, compiled once per distinct section (the
+    policy loader builds it to check that it can be built, the proxy reuses it); a section that
+    is not a policy model is compiled each time."""
+    dump = getattr(section, "model_dump_json", None)
+    if dump is None:
+        return SignalReader(section)
+    key = dump()
+    hit = _BUILT.get(key)
+    if hit is None:
+        if len(_BUILT) >= 8:
+            _BUILT.clear()
+        hit = _BUILT[key] = SignalReader(section)
+    return hit
 
 
 def parses_as_json(text: str) -> bool:

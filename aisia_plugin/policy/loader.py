@@ -92,7 +92,7 @@ def load_policy_with_locations(paths=None, *, known_strategies: set[str] | None 
     files, issues = expand_paths(paths)
     if any(i.kind == "io" for i in issues):
         raise PolicyError(issues)
-    merged, merged_locs = _read_and_merge(files, _read_document, issues)
+    merged, merged_locs = _read_and_merge(files, _read_named, issues)
     default_files: list[Path] = []
     layered = merged.get("defaults", True) is not False
     if layered:
@@ -169,7 +169,7 @@ def _engine_issues(policy: Policy, locs: Locations) -> list[PolicyIssue]:
     from ..domains import DomainPatternsError
     from ..scan import scanner_for
 
-    from ..signals import SignalPatternError, SignalReader
+    from ..signals import SignalPatternError, reader_for
 
     try:
         scanner_for(policy.domains)
@@ -179,7 +179,7 @@ def _engine_issues(policy: Policy, locs: Locations) -> list[PolicyIssue]:
         return [PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0, pos.column if pos else 0,
                             dotted(path), str(exc).split(": ", 1)[-1] if exc.domain else str(exc), "semantic")]
     try:
-        SignalReader(policy.signals)
+        reader_for(policy.signals)
     except SignalPatternError as exc:  # the lexicon's combined programs (each entry was checked alone)
         e = exc.entry
         path = ("signals", "lexicons", e.language, e.category, e.name) if e else ("signals", "lexicons")
@@ -191,10 +191,10 @@ def _engine_issues(policy: Policy, locs: Locations) -> list[PolicyIssue]:
 
 @lru_cache(maxsize=1)
 def default_signal_reader():
-    """The signals.SignalReader of the shipped default policy, built once."""
-    from ..signals import SignalReader
+    """The signals.SignalReader of the shipped default policy (the one the loader checked)."""
+    from ..signals import reader_for
 
-    return SignalReader(load_policy().signals)
+    return reader_for(load_policy().signals)
 
 
 @lru_cache(maxsize=1)
@@ -264,6 +264,16 @@ def _read_shipped(f: Path):
         hit = _SHIPPED[key] = _read_document(f)
     # The merge builds the policy inside the documents' own mappings: hand out a copy.
     return copy.deepcopy(hit)
+
+
+def _read_named(f: Path):
+    """One of the user's files: a shipped one (`aisia validate policies/`, the default policy
+    path) is read through the shipped files' cache, any other afresh."""
+    try:
+        shipped = f.resolve().parent == policies_dir().resolve()
+    except OSError:
+        shipped = False
+    return _read_shipped(f) if shipped else _read_document(f)
 
 
 def merge_documents(documents):
