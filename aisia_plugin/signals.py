@@ -28,7 +28,8 @@ read the way a follow-up addresses an answer (``SignalReader.read_followup``):
 Matching is RE2 only (the patterns are policy data, the messages attacker-controlled): each
 message costs one pass of the neutral union (its matches are blanked one after the other) and
 one pass of a Set, both linear in the bytes read, which ``max_scan_chars`` bounds. The section is
-read as data (``SignalsSection``, a policy's ``signals``) and this module imports no policy code."""
+read as data (a policy's typed ``signals`` section, policy.models.Signals; the YAML loader is never
+imported here)."""
 
 from __future__ import annotations
 
@@ -36,10 +37,11 @@ import json
 import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Mapping, Optional, Protocol
+from typing import Mapping, Optional
 
 import re2
 
+from .policy.models import SignalLexicon, Signals
 from .re2compat import ANCHOR_BOTH, UNANCHORED, Set, match_of, search_options
 
 # The kinds, by source. Their weights are the policy's (signals.weights, SignalWeights in the schema).
@@ -81,33 +83,6 @@ class Signal:
     kind: str
     language: str = ""
     entry: str = ""
-
-
-class SignalLexicon(Protocol):
-    """One language's lexicon as the reader takes it (policy.models.SignalLexicon): per category,
-    entry name -> RE2 pattern, or None for an entry a team file removed."""
-
-    correction: Mapping[str, Optional[str]]
-    dissatisfaction: Mapping[str, Optional[str]]
-    satisfaction: Mapping[str, Optional[str]]
-    neutral: Mapping[str, Optional[str]]
-    refusal: Mapping[str, Optional[str]]
-    tool_error: Mapping[str, Optional[str]]
-
-
-class SignalsSection(Protocol):
-    """What the reader takes of a policy's ``signals`` section (policy.models.Signals)."""
-
-    enabled: bool
-    max_scan_chars: int
-    short_message_words: int
-    lead_chars: int
-    rephrase_min_similarity: float
-    rephrase_min_words: int
-    repeat_min_similarity: float
-    repeat_min_words: int
-    answer_lead_chars: int
-    lexicons: Mapping[str, SignalLexicon]
 
 
 @dataclass(frozen=True)
@@ -385,7 +360,7 @@ def _signal(entry: LexiconEntry) -> Signal:
 class SignalReader:
     """Compiled once from a policy's ``signals`` section; its readers never raise on a message."""
 
-    def __init__(self, section: SignalsSection):
+    def __init__(self, section: Signals):
         self.enabled = bool(section.enabled)
         self.max_scan_chars = int(section.max_scan_chars)
         self.short_message_words = int(section.short_message_words)
@@ -486,14 +461,10 @@ class SignalReader:
 _BUILT: dict = {}
 
 
-def reader_for(section: SignalsSection) -> SignalReader:
+def reader_for(section: Signals) -> SignalReader:
     """The SignalReader of a policy's ``signals`` section, compiled once per distinct section (the
-    policy loader builds it to check that it can be built, the proxy reuses it); a section that
-    is not a policy model is compiled each time."""
-    dump = getattr(section, "model_dump_json", None)
-    if dump is None:
-        return SignalReader(section)
-    key = dump()
+    policy loader builds it to check that it can be built, the proxy reuses it)."""
+    key = section.model_dump_json()
     hit = _BUILT.get(key)
     if hit is None:
         if len(_BUILT) >= 8:

@@ -19,7 +19,7 @@ from aisia_plugin.policy.loader import default_signal_reader
 from aisia_plugin.signal_eval import NEGATIVE, PRECISION_FLOOR, evaluate, held_out, load_items
 from aisia_plugin.signals import (CORRECTION, DISSATISFACTION, EMPTY_ANSWER, INVALID_JSON, KINDS, REFUSAL,
                                   REPEATED_ANSWER, REPHRASE, SATISFACTION, TOOL_ERROR, TRUNCATED, AnswerView,
-                                  SignalReader, own_words, similarity, unicode_boundaries)
+                                  SignalReader, own_words, reader_for, similarity, unicode_boundaries)
 
 LANGUAGES = ("en", "fr", "es", "de", "it", "pt")
 
@@ -233,6 +233,13 @@ def test_a_tool_result_that_says_error(reader):
         assert reader.read_tool_result(text).kind == TOOL_ERROR, text
     for text in ('{"temperature": 21}', '{"errors": [], "rows": 3}', "The error rate was 2%.", "", None):
         assert reader.read_tool_result(text) is None, text
+
+
+def test_a_section_is_compiled_once():
+    policy = load_policy()
+    assert reader_for(policy.signals) is reader_for(load_policy().signals) is default_signal_reader()
+    other = policy.signals.model_copy(update={"lead_chars": 50})
+    assert reader_for(other) is not reader_for(policy.signals) and reader_for(other).lead_chars == 50
 
 
 def test_a_disabled_section_reads_nothing():
