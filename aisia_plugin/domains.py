@@ -63,7 +63,7 @@ from typing import Mapping, Optional, Protocol, Sequence
 import re2
 
 from .features import scanned_bytes
-from .re2compat import ANCHOR_BOTH, ANCHOR_START, UNANCHORED, Set, match_of
+from .re2compat import ANCHOR_BOTH, ANCHOR_START, UNANCHORED, Set, match_of, search_options
 
 _UNANCHORED, _ANCHOR_START, _ANCHOR_BOTH = UNANCHORED, ANCHOR_START, ANCHOR_BOTH
 _MAX_MEM = 64 << 20  # per unanchored program (RE2's budget for its lazy DFA cache)
@@ -73,12 +73,7 @@ _MEMO_SPAN = 256  # longer occurrences are not memoised
 
 
 def _options(max_mem: int = _MAX_MEM):
-    opts = re2.Options()
-    opts.case_sensitive = False
-    opts.log_errors = False
-    opts.never_capture = True
-    opts.max_mem = max_mem
-    return opts
+    return search_options(max_mem)
 
 
 # Whether an RE2 pattern matches the empty string at a position depends only on the assertions

@@ -6,6 +6,7 @@ release that changes any of this breaks here, and tests/test_re2compat.py says s
 
 from __future__ import annotations
 
+import re2
 from re2 import _re2
 
 UNANCHORED = _re2.RE2.Anchor.UNANCHORED
@@ -24,3 +25,14 @@ def match_of(compiled):
 def set_match_of(search_set):
     """The native ``Match(buffer) -> [entry numbers]`` of a compiled ``re2.Set``."""
     return search_set._set.Match
+
+
+def search_options(max_mem: int):
+    """The options of a policy's patterns read on untrusted text (domains, signal lexicons):
+    case-insensitive, no error logging, no submatch tracking (RE2's DFA alone), a memory budget."""
+    opts = re2.Options()
+    opts.case_sensitive = False
+    opts.log_errors = False
+    opts.never_capture = True
+    opts.max_mem = max_mem
+    return opts

@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parent.parent
 SCHEMA = load_schema()
 POLICY_FILES = sorted(p for p in policies_dir().iterdir() if p.suffix in (".yaml", ".yml"))
 # $defs that deliberately have no model class of their own (a model field is a plain dict).
-UNMAPPED_DEFS = {"PackWeights": "ModePack.weights is dict[str, float]; its keys are checked against Weights below"}
+UNMAPPED_DEFS = {"PackWeights": "ModePack.weights is dict[str, float]; its keys are checked against Weights below",
+                 "LexiconEntries": "each SignalLexicon category is dict[str, Optional[str]] (entry name -> pattern)"}
 
 
 def _def(name: str) -> dict:

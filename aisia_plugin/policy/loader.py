@@ -92,7 +92,7 @@ def load_policy_with_locations(paths=None, *, known_strategies: set[str] | None 
     files, issues = expand_paths(paths)
     if any(i.kind == "io" for i in issues):
         raise PolicyError(issues)
-    merged, merged_locs = _read_and_merge(files, _read_document, issues)
+    merged, merged_locs = _read_and_merge(files, _read_named, issues)
     default_files: list[Path] = []
     layered = merged.get("defaults", True) is not False
     if layered:
@@ -163,11 +163,13 @@ def peek_setting(path: tuple, paths=None):
 
 def _engine_issues(policy: Policy, locs: Locations) -> list[PolicyIssue]:
     """What the engine builds from the policy that the schema and the semantic checks cannot
-    foresee: the domains' combined RE2 programs (each pattern compiles alone; together they may
-    pass RE2's memory budget). Built here exactly as the engine builds them (scan.scanner_for,
+    foresee: the domains' and the signal lexicons' combined RE2 programs (each pattern compiles alone;
+    together they may pass RE2's memory budget). Built here exactly as the engine builds them (scan.scanner_for,
     whose result the engine reuses)."""
     from ..domains import DomainPatternsError
     from ..scan import scanner_for
+
+    from ..signals import SignalPatternError, reader_for
 
     try:
         scanner_for(policy.domains)
@@ -176,7 +178,23 @@ def _engine_issues(policy: Policy, locs: Locations) -> list[PolicyIssue]:
         pos = position_of(locs, path, key=True)
         return [PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0, pos.column if pos else 0,
                             dotted(path), str(exc).split(": ", 1)[-1] if exc.domain else str(exc), "semantic")]
+    try:
+        reader_for(policy.signals)
+    except SignalPatternError as exc:  # the lexicon's combined programs (each entry was checked alone)
+        e = exc.entry
+        path = ("signals", "lexicons", e.language, e.category, e.name) if e else ("signals", "lexicons")
+        pos = position_of(locs, path, key=True)
+        return [PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0, pos.column if pos else 0,
+                            dotted(path), str(exc), "semantic")]
     return []
+
+
+@lru_cache(maxsize=1)
+def default_signal_reader():
+    """The signals.SignalReader of the shipped default policy (the one the loader checked)."""
+    from ..signals import reader_for
+
+    return reader_for(load_policy().signals)
 
 
 @lru_cache(maxsize=1)
@@ -246,6 +264,16 @@ def _read_shipped(f: Path):
         hit = _SHIPPED[key] = _read_document(f)
     # The merge builds the policy inside the documents' own mappings: hand out a copy.
     return copy.deepcopy(hit)
+
+
+def _read_named(f: Path):
+    """One of the user's files: a shipped one (`aisia validate policies/`, the default policy
+    path) is read through the shipped files' cache, any other afresh."""
+    try:
+        shipped = f.resolve().parent == policies_dir().resolve()
+    except OSError:
+        shipped = False
+    return _read_shipped(f) if shipped else _read_document(f)
 
 
 def merge_documents(documents):

@@ -195,6 +195,49 @@ class Domains(BaseModel):
     definitions: dict[str, Domain]
 
 
+@_def("SignalWeights")
+class SignalWeights(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    correction: float
+    dissatisfaction: float
+    satisfaction: float
+    regenerate: float
+    rephrase: float
+    refusal: float
+    empty_answer: float
+    truncated: float
+    invalid_json: float
+    tool_error: float
+    repeated_answer: float
+
+
+@_def("SignalLexicon")
+class SignalLexicon(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    correction: dict[str, Optional[str]]
+    dissatisfaction: dict[str, Optional[str]]
+    satisfaction: dict[str, Optional[str]]
+    neutral: dict[str, Optional[str]]
+    refusal: dict[str, Optional[str]]
+    tool_error: dict[str, Optional[str]]
+
+
+@_def("Signals")
+class Signals(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    enabled: bool
+    max_scan_chars: int
+    short_message_words: int
+    lead_chars: int
+    rephrase_min_similarity: float
+    rephrase_min_words: int
+    repeat_min_similarity: float
+    repeat_min_words: int
+    answer_lead_chars: int
+    weights: SignalWeights
+    lexicons: dict[str, SignalLexicon]
+
+
 @_def("DeploymentAnnotation")
 class DeploymentAnnotation(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -300,6 +343,7 @@ class Policy(BaseModel):
     rules: Rules
     mode_packs: dict[str, ModePack]
     domains: Domains
+    signals: Signals
     deployments: dict[str, DeploymentAnnotation]
     circuit_breaker: CircuitBreaker
     task_fitness: TaskFitness
@@ -313,6 +357,6 @@ class Policy(BaseModel):
 MODELS_BY_DEF: dict[str, type[BaseModel]] = {
     cls.__schema_def__: cls
     for cls in (Selector, Sla, Budget, Failover, ColdStart, Contextual, Alias, PerDomain, Forgetting, Bandit, Reward, Weights,
-                Rules, ModePack, Domain, Domains, DeploymentAnnotation, CircuitBreaker, TaskFitness,
-                Costs, State, Proxy, DecisionLog, Logging, Policy)
+                Rules, ModePack, Domain, Domains, SignalWeights, SignalLexicon, Signals, DeploymentAnnotation,
+                CircuitBreaker, TaskFitness, Costs, State, Proxy, DecisionLog, Logging, Policy)
 }

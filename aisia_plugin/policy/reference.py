@@ -27,6 +27,7 @@ PLACEHOLDERS = {
     "task_fitness.models": "<model glob>",
     "task_fitness.models.<model glob>": "<task>",
     "costs.by_provider_prefix": "<prefix>",
+    "signals.lexicons": "<language>",
 }
 
 MERGE_RULE = """\
@@ -249,6 +250,7 @@ def render(schema: dict | None = None) -> str:
         "- the reward's `quality_weight`, `latency_weight` and `feedback_weight` are all zero;",
         "- `circuit_breaker.max_retry_after_s` is below `circuit_breaker.rate_limit_cooldown_s`;",
         "- a domain pattern is not valid RE2 (RE2 matches in linear time, so backreferences and lookaround are rejected);",
+        "- a signal lexicon entry (`signals.lexicons.<language>.<category>.<name>`) is not valid RE2, or matches the empty string;",
         "- a key appears twice in one mapping, or two of your files set a value differently without `overrides: true`;",
         "- a file is empty (or only comments, or `null`), or the merged policy defines no alias;",
         f"- a file expands to more than {MAX_NODES} values (YAML aliases `*name` repeat what they refer to each time) "

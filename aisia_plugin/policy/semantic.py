@@ -12,6 +12,7 @@ import re
 
 from ..schema_defaults import defaults_of
 from .errors import PolicyIssue, dotted
+from ..signals import matches_empty
 from .patterns import PatternError, compile_pattern
 from .yamlpos import Locations, position_of
 
@@ -120,6 +121,21 @@ def semantic_issues(data: dict, locs: Locations, known_strategies: set[str]) -> 
                 compile_pattern(pattern)
             except PatternError as exc:
                 report(("domains", "definitions", dname, "patterns", i), str(exc))
+
+    lexicons = _map(_map(data.get("signals")).get("lexicons"))
+    for language, lexicon in lexicons.items():
+        for category, entries in _map(lexicon).items():
+            for name, pattern in _map(entries).items():
+                if not isinstance(pattern, str) or not pattern:
+                    continue
+                path = ("signals", "lexicons", language, category, name)
+                try:
+                    compile_pattern(pattern)
+                except PatternError as exc:
+                    report(path, str(exc))
+                    continue
+                if matches_empty(pattern):
+                    report(path, f"pattern '{pattern}' matches the empty string: it would fire on every message")
 
     for dep, ann in _map(data.get("deployments")).items():
         if not isinstance(ann, dict):
