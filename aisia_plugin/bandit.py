@@ -1,4 +1,4 @@
-"""Arm statistics of the bandits and their update (AISIA seed sections 2 to 5), plus forgetting
+"""Arm statistics of the bandits and their update (docs/design.md#arm-statistics), plus forgetting
 and per-domain blending. Pure functions over a small record; no clock, no I/O.
 
 `tick` is the pool's request counter: forgetting discounts an observation by
@@ -281,7 +281,7 @@ def beta_draws(rng, alphas, betas) -> list[float]:
 
 def bonus_columns(costs_per_1m, latencies_s, cost_weight: float, latency_weight: float, cost_scale: float = 10.0,
                   latency_scale: float = 30.0) -> tuple[list[float], list[float]]:
-    """Seed sections 4 and 5 for every arm of a pool, as two columns in pool order: the cost
+    """docs/design.md#cost-and-latency-bonuses for every arm of a pool, as two columns in pool order: the cost
     bonuses max(0, 1 - cost / 10) * cost_weight and the latency bonuses
     max(0, 1 - avg_latency / 30) * latency_weight (10 and 30: the policy's scales). The one home
     of both formulas: UCB1's score, Thompson's and the contextual strategy's bonus, and the
@@ -292,12 +292,12 @@ def bonus_columns(costs_per_1m, latencies_s, cost_weight: float, latency_weight:
 
 
 def cost_bonus(cost_per_1m: float, cost_weight: float, scale: float = 10.0) -> float:
-    """Seed section 4 for one arm (``bonus_columns``)."""
+    """The cost bonus of one arm (docs/design.md#cost-and-latency-bonuses; ``bonus_columns``)."""
     return bonus_columns((cost_per_1m,), (), cost_weight, 0.0, scale)[0][0]
 
 
 def latency_bonus(avg_latency_s: float, latency_weight: float, scale: float = 30.0) -> float:
-    """Seed section 5 for one arm (``bonus_columns``)."""
+    """The latency bonus of one arm (docs/design.md#cost-and-latency-bonuses; ``bonus_columns``)."""
     return bonus_columns((), (avg_latency_s,), 0.0, latency_weight, latency_scale=scale)[1][0]
 
 

@@ -1,4 +1,4 @@
-"""Per-deployment circuit breaker (seed section 7), as a pure state machine.
+"""Per-deployment circuit breaker (docs/design.md#circuit-breaker), as a pure state machine.
 
 Nothing in here reads a clock or a store: every method takes the current state and ``now``
 (seconds, float) and returns a *new* :class:`BreakerState`.  That keeps the logic deterministic
@@ -15,7 +15,7 @@ States (seed diagram)::
     CLOSED: each success decrements failures (self-healing)
 
 "Consecutive failures" in the seed is really **net failures**: a success in CLOSED only
-decrements the counter, it does not reset it (see seed-errata.md in the project's shared notes).  So
+decrements the counter, it does not reset it (docs/design.md#sources).  So
 4 failures, 1 success, 1 failure leaves the breaker CLOSED with failures=4, and one more failure
 opens it.
 

@@ -1,4 +1,4 @@
-"""Domain detection (AISIA seed section 6).
+"""Domain detection (docs/design.md#the-15-domains).
 
 A domain's score is the number of occurrences of its patterns in the prompt times its weight;
 the best-scoring domain wins (a tie goes to the first domain in policy order) when its score

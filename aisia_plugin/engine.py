@@ -110,8 +110,8 @@ class Engine:
         domain = ap.domain_hint or self.detector.detect(feats.text, present)
         task = ap.task_hint or feats.task_type
 
-        # The alias's candidates and, when some specialise in the domain, only they (seed section
-        # 6); memoised per deployment list and domain, with the exclusion rows of the others.
+        # The alias's candidates and, when some specialise in the domain, only they
+        # (docs/design.md#specialists); memoised per deployment list and domain, with the exclusion rows of the others.
         # A retry's failed deployments leave before the specialists are chosen (its last
         # specialist failed: everyone competes).
         group = self._alias_pool(alias, ap, deployments)
@@ -173,7 +173,7 @@ class Engine:
                 deps, ids, fits, states, global_arms, domain_arms = _take(fit, deps, ids, fits, states,
                                                                          global_arms, domain_arms)
 
-        # Budget cap (OmniRoute): estimated cost of this request per candidate.
+        # Budget cap (docs/design.md#budget-cap): estimated cost of this request per candidate.
         budget = ap.budget
         if budget.max_cost_per_request_usd is not None and deps:
             cap = budget.max_cost_per_request_usd
@@ -397,7 +397,7 @@ class _AliasPool:
 
 class _DomainPool:
     """The competitors of an alias for one domain: only the specialists of the domain when some
-    candidates declare it (seed section 6), else every candidate."""
+    candidates declare it (docs/design.md#specialists), else every candidate."""
 
     __slots__ = ("deployments", "ids", "excluded", "specialised", "smallest_window", "_fits", "_costs")
 

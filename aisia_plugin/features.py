@@ -1,4 +1,4 @@
-"""Request features from OpenAI-format messages (AISIA seed section 8).
+"""Request features from OpenAI-format messages (docs/design.md#request-features).
 
 Pure (no I/O) and linear-time: prompts are attacker-controlled, so there is no backtracking regex
 here. Every keyword list and phrase (task types, creative, real-time, image/audio output requests,

@@ -1,4 +1,4 @@
-"""Model x task fitness (OmniRoute's task-fitness table, with its two bugs avoided).
+"""Model x task fitness (docs/design.md#task-fitness: the source's table, with its two bugs avoided).
 
 Lookup for (model, task):
 

@@ -1,6 +1,6 @@
 """Weights of the rules strategy's 16 factors: normalisation and mode-pack resolution.
 
-A mode pack replaces the policy's rules weights wholesale (OmniRoute's behaviour): a factor the
+A mode pack replaces the policy's rules weights wholesale (docs/design.md#mode-packs): a factor the
 pack does not list weighs 0. Every mapping returned here has exactly the keys of
 ``policy.models.FACTORS``."""
 
@@ -12,7 +12,8 @@ from typing import Any, Mapping
 from .schema_defaults import defaults_of
 from .policy.models import FACTORS
 
-# OmniRoute's DEFAULT_WEIGHTS (they sum to 1), as the schema's Weights defaults: used when a
+# The 16 factors' default weights (docs/design.md#rules-the-16-factors; they sum to 1), as the
+# schema's Weights defaults: used when a
 # strategy is called without weights in its context (tests, plugins).
 DEFAULT_WEIGHTS: dict[str, float] = {name: float(v) for name, v in defaults_of("Weights").items()}
 
@@ -37,7 +38,7 @@ def normalise(weights: Mapping[str, float], fallback: Mapping[str, float] | None
 
     Negative or non-finite weights count as 0; names that are not factors are ignored. When
     nothing positive remains, `fallback` (the policy's default rules weights) is normalised
-    instead, and when that is unusable too, OmniRoute's defaults."""
+    instead, and when that is unusable too, DEFAULT_WEIGHTS."""
     for candidate in (weights, fallback):
         if candidate is None:
             continue

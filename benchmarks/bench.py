@@ -1,7 +1,7 @@
 """What every benchmark does, in one place, so that each script says only what it measures: where
 things are (the repository, the shared real data read in place, the results), the machine's
 conditions, the timing loops (warm-up, gc off, cells taking turns), percentiles, and the writing
-of results (JSON, Markdown tables, a README block).
+of results (JSON, Markdown tables, a block of a docs page).
 
 Each script imports it first (it sits beside them): LiteLLM is then kept offline (it downloads
 nothing: cost map, blog posts...) and the repository and this folder are importable."""

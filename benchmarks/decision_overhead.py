@@ -207,7 +207,7 @@ def pieces(eng, clock, deps, policy, usable, messages, specs, calls) -> dict:
 def warm_calls(mode: str, prompts) -> int:
     """Untimed calls of a mode before it is timed: the real prompts, every one twice,
     so that RE2's lazy DFAs have met the texts (a fresh process's first pass is reported apart:
-    README, domain detection)."""
+    docs/benchmarks.md, domain detection)."""
     return {"real_prompts": 2 * len(prompts), "steady": max(WARM_CALLS, 2 * len(prompts))}.get(mode, WARM_CALLS)
 
 

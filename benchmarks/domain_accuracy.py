@@ -10,12 +10,13 @@ policies/domains.yaml of a git revision). The data, labels and method: docs/doma
 dataset but ``--hold-out``'s, without the instruction wrapper (``strip_wrapper``), printed
 (``--json FILE``: written) for a person to review before any goes into policies/domains.yaml.
 
-    python benchmarks/domain_accuracy.py [--data DIR] [--no-write] [--no-readme] [--no-speed] [--baseline REV]
+    python benchmarks/domain_accuracy.py [--data DIR] [--no-write] [--no-summary] [--no-speed] [--baseline REV]
     python benchmarks/domain_accuracy.py --propose [--hold-out DATASET ...] [--top N] [--json FILE]
 
 Writes benchmarks/results/domain_accuracy.json, the figure blocks of docs/domain-accuracy.md (between
-its <!-- domain-accuracy:NAME --> markers; the prose around them is hand-written) and README.md's
-block between <!-- domain-accuracy --> and <!-- /domain-accuracy -->."""
+its <!-- domain-accuracy:NAME --> markers; the prose around them is hand-written) and the block of
+docs/benchmarks.md (the summary the README links to) between <!-- domain-accuracy --> and
+<!-- /domain-accuracy -->."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ GSM8K = "routellm_gsm8k_responses.csv"
 # the issue quotes): the "before" of the before/after tables, read with git show.
 BASELINE_REV = "ce978675ad89194a8cfc67f3cb40792e15eac412"
 DOC = bench.REPO / "docs" / "domain-accuracy.md"
+SUMMARY = bench.REPO / "docs" / "benchmarks.md"
 TOPIC = ("math", "medical", "science", "legal", "finance")  # the domains whose words are mined
 ARENA_DOMAINS = yaml.safe_load((bench.HERE / "routerarena_domains.yaml").read_text(encoding="utf-8"))
 ARENA = ARENA_DOMAINS["file"]
@@ -212,8 +214,10 @@ def _pr(c):
     return f"{domain_eval.figure(c['precision'])} / {domain_eval.figure(c['recall'])}"
 
 
-def before_after(result, heading: str = "## Before and after (issue 14)") -> list[str]:
-    """The topic domains' figures of the baseline vocabulary and of the shipped one, side by side."""
+def before_after(result, heading: str = "## Before and after (issue 14)",
+                 held_out: str = "#leave-one-dataset-out") -> list[str]:
+    """The topic domains' figures of the baseline vocabulary and of the shipped one, side by side;
+    `held_out` is the link to the page's "Leave one dataset out" section."""
     base = result.get("baseline")
     if not base:
         return []
@@ -238,7 +242,7 @@ def before_after(result, heading: str = "## Before and after (issue 14)") -> lis
     return [heading, "",
             f"Before: `policies/domains.yaml` at `{base['revision'][:10]}` (read with `git show`); after: the shipped "
             "one. Both run in the same process on the same prompts. Precision / recall on the 809 RouterArena prompts; "
-            "each column of figures is held out in the sense of [Leave one dataset out](#leave-one-dataset-out): the "
+            f"each column of figures is held out in the sense of [Leave one dataset out]({held_out}): the "
             "shipped words are hand-written, the mined ones derived without the prompt's dataset.", "",
             *bench.md_table(["domain", "before", "after", "before + mined", "after + mined"], rows, "---:")]
 
@@ -256,14 +260,15 @@ def held_out_figures(result) -> list[str]:
     return out
 
 
-def readme_block(result) -> list[str]:
-    """The README's block between the domain-accuracy markers (the prose around it is hand-written)."""
+def summary_block(result) -> list[str]:
+    """docs/benchmarks.md's block between the domain-accuracy markers (the prose around it is hand-written)."""
     full = result["full_prompt"]
     return [*domain_eval.table(full),  # the domains with a labelled or a predicted prompt
             "", "(image, voice, transcription, vision, embedding, classification and sentiment have no labelled prompt",
             f"here and were predicted for none.) False-positive rate on the {full['unlabelled']} unlabelled prompts: "
             f"{full['unlabelled_false_positive_rate']:.3f}.", "",
-            *before_after(result, "Topic domains before and after issue 14 (precision / recall):")]
+            *before_after(result, "Topic domains before and after issue 14 (precision / recall):",
+                         f"{DOC.name}#leave-one-dataset-out")]
 
 
 def propose(domains, rows, hold_out: list[str], params: dict, out: Path | None) -> None:
@@ -295,7 +300,7 @@ def main(argv=None):
                            baseline=(BASELINE_REV, "git revision whose policies/domains.yaml is the 'before' vocabulary "
                                                    "('' for none)"),
                            no_speed=(False, "skip the timings (a quick accuracy run)"),
-                           no_readme=(False, "do not regenerate README.md's domain-accuracy block"),
+                           no_summary=(False, "do not regenerate docs/benchmarks.md's domain-accuracy block"),
                            propose=(False, "only print the words mined from the prompts, for review"),
                            hold_out=([], "with --propose: datasets left out of the mining"),
                            json=(Path, "with --propose: write the proposal to this file"), **MINER)
@@ -320,8 +325,8 @@ def main(argv=None):
         for fact in stated(result):
             if fact not in prose:
                 print(f"{DOC.name}: the hand-written prose does not state this run's {fact!r}; update it", file=sys.stderr)
-        if not args.no_readme:
-            bench.replace_blocks(bench.REPO / "README.md", {"domain-accuracy": readme_block(result)})
+        if not args.no_summary:
+            bench.replace_blocks(SUMMARY, {"domain-accuracy": summary_block(result)})
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Regenerate benchmarks/RESULTS.md, benchmarks/results/*.json and the README's results block.
+"""Regenerate benchmarks/RESULTS.md, benchmarks/results/*.json and the results blocks of docs/benchmarks.md.
 
     .venv/bin/python benchmarks/run_all.py [--quick] [--seed 0] [--only NAME] [--render-only]
 
@@ -31,7 +31,7 @@ from aisia_plugin.replay.trace import load_trace
 
 RESULTS_DIR = bench.RESULTS
 RESULTS_MD = bench.HERE / "RESULTS.md"
-README = REPO / "README.md"
+SUMMARY = REPO / "docs" / "benchmarks.md"  # the summary the README links to; its results blocks are this run's
 # The cost_weight values swept (gain over mixing at the best point, CPT, APGR), on the traces of
 # SWEPT, for `auto` as shipped and `auto` with the contextual strategy. Up to 3: on prompt_aware
 # the cheap candidates only win the easy prompts from the best one beyond cost_weight 1 (their
@@ -622,19 +622,20 @@ def render(results: list[dict], conditions: dict) -> str:
                           "run by this script)."]) + "\n"
 
 
-def readme_blocks(results: list[dict], conditions: dict) -> dict[str, list[str]]:
-    """The README's quotes of this run by marker name, as RESULTS.md has them: the conditions and the
-    summary, and the targets (the prose around them is hand-written in the README)."""
+def summary_blocks(results: list[dict], conditions: dict) -> dict[str, list[str]]:
+    """docs/benchmarks.md's quotes of this run by marker name, as RESULTS.md has them: the conditions and
+    the summary, and the targets (the prose around them is hand-written there)."""
     return {"results": [f"Conditions: {conditions['cpu_count']} cores, Python {conditions['python']}, LiteLLM "
                         f"{conditions['litellm']}; every router replayed on the same traces with the same seeds "
                         "(details in RESULTS.md).", "", *summary(results)],
             "results:targets": issue14_targets(results)}
 
 
-def write_report(results: list[dict], conditions: dict, readme: Path = README) -> bool:
-    """RESULTS.md, and the README's blocks between their markers (False, and a message, when they are missing)."""
+def write_report(results: list[dict], conditions: dict, summary_page: Path = SUMMARY) -> bool:
+    """RESULTS.md, and docs/benchmarks.md's blocks between their markers (False, and a message, when they
+    are missing)."""
     RESULTS_MD.write_text(render(results, conditions), encoding="utf-8")
-    return bench.replace_blocks(readme, readme_blocks(results, conditions))
+    return bench.replace_blocks(summary_page, summary_blocks(results, conditions))
 
 
 def main(argv=None) -> int:
@@ -649,7 +650,8 @@ def main(argv=None) -> int:
         names = list(scenarios.SCENARIOS + scenarios.PROMPT_SCENARIOS) + ["routellm_gsm8k", "routerarena"]
         results = [json.loads((RESULTS_DIR / f"{n}.json").read_text()) for n in names if (RESULTS_DIR / f"{n}.json").exists()]
         write_report(results, conditions)
-        print(f"wrote {RESULTS_MD.relative_to(REPO)} and the README's results from {len(results)} result files")
+        print(f"wrote {RESULTS_MD.relative_to(REPO)} and {SUMMARY.relative_to(REPO)}'s results from {len(results)} "
+              "result files")
         return 0
     t0 = time.monotonic()
     n_syn = 1000 if args.quick else scenarios.DEFAULT_REQUESTS
@@ -689,7 +691,8 @@ def main(argv=None) -> int:
     bench.write_results("conditions", conditions)
     if not args.only:
         write_report(results, conditions)
-        print(f"wrote {RESULTS_MD.relative_to(REPO)} and the README's results in {conditions['wall_s']:.0f} s")
+        print(f"wrote {RESULTS_MD.relative_to(REPO)} and {SUMMARY.relative_to(REPO)}'s results in "
+              f"{conditions['wall_s']:.0f} s")
     return 0
 
 

@@ -4,6 +4,9 @@ deployment, a routing context, an arm's history), are in helpers.py."""
 
 from __future__ import annotations
 
+import os
+import shlex
+import subprocess
 import textwrap
 
 import pytest
@@ -51,3 +54,76 @@ def admin(proxy):
 
     with httpx.Client(base_url=proxy.url, headers=proxy.headers, timeout=60) as c:
         yield c
+
+
+# -- the fast suite: `pytest -m "not proxy"` ---------------------------------------------------------
+# A test that starts a process which serves (a LiteLLM proxy, redis-server, Chromium, `aisia demo`,
+# the simulated upstreams' command line, a pool of worker processes) is marked `proxy`: in its
+# module (`pytestmark = pytest.mark.proxy`) or on the test. The mark cannot drift: a test without it
+# that starts such a process fails here, naming the mark, in the whole suite as in the fast one.
+# Short-lived commands (`aisia validate`, `git`, `python -c`) are not such processes.
+SERVING_PROGRAMS = frozenset({"litellm", "redis-server", "chromium", "chromium-browser", "google-chrome"})
+SERVING_MODULES = frozenset({"aisia_plugin.demo.upstream"})
+
+
+# The fixtures that start such a process: a test using one (directly or through another fixture)
+# is marked without saying so. `proxy` is the name every proxy-starting module gives its proxy (the
+# `client` and `admin` fixtures above build on it); `redis_server` and `redis_module` are
+# tests/redis_server.py's, `redis` the name the modules that start their own Redis give it.
+PROCESS_FIXTURES = frozenset({"proxy", "redis", "redis_server", "redis_module"})
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.proxy)
+
+
+def starts_a_server(argv) -> bool:
+    """Whether a command line (a list, or a string for ``shell=True``) starts a process that serves."""
+    if isinstance(argv, (str, bytes, os.PathLike)):
+        argv = shlex.split(os.fsdecode(argv))
+    argv = [os.fsdecode(a) for a in argv]
+    if not argv:
+        return False
+    program = os.path.basename(argv[0])
+    if program in SERVING_PROGRAMS:
+        return True
+    if program == "aisia" and "demo" in argv[1:2]:
+        return True
+    return any(a == "-m" and b in SERVING_MODULES for a, b in zip(argv, argv[1:]))
+
+
+def _unmarked(what: str, item) -> None:
+    pytest.fail(f"{item.nodeid} starts {what} without the `proxy` mark: add `pytestmark = pytest.mark.proxy` "
+                f"to its module (or @pytest.mark.proxy to the test), so that `pytest -m 'not proxy'` stays fast",
+                pytrace=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """For a test without the `proxy` mark (its fixtures' set-up and tear-down included), starting a
+    serving process or a pool of worker processes fails the test."""
+    if item.get_closest_marker("proxy") is not None:
+        yield
+        return
+    import multiprocessing.util
+
+    execute_child = subprocess.Popen._execute_child
+    spawnv_passfds = multiprocessing.util.spawnv_passfds
+
+    def guarded_execute_child(self, args, *rest, **kw):
+        if starts_a_server(args):
+            _unmarked(f"`{args if isinstance(args, str) else ' '.join(map(os.fsdecode, args))}`", item)
+        return execute_child(self, args, *rest, **kw)
+
+    def guarded_spawnv_passfds(*args, **kw):
+        _unmarked("worker processes (multiprocessing)", item)
+
+    subprocess.Popen._execute_child = guarded_execute_child
+    multiprocessing.util.spawnv_passfds = guarded_spawnv_passfds
+    try:
+        yield
+    finally:
+        subprocess.Popen._execute_child = execute_child
+        multiprocessing.util.spawnv_passfds = spawnv_passfds

@@ -21,7 +21,8 @@ def context(pool=(), *, strategy: str = "x", seed: int = 7, rng=None, now: float
             domain=None, specificity=None, features=None, **kw):
     """A RoutingContext as the engine builds one, for calling a strategy directly: keyword
     arguments naming an ``AliasSettings`` field go to the alias's settings (rules weights default
-    to OmniRoute's, normalised), the others to the context; UCB1's N defaults to the pool's pulls."""
+    to the schema's, docs/design.md#rules-the-16-factors, normalised), the others to the context;
+    UCB1's N defaults to the pool's pulls."""
     from dataclasses import fields
     from types import SimpleNamespace
 

@@ -22,6 +22,8 @@ import pytest
 from fault_helpers import parse_reply, start_custom_auth_proxy
 from proxy_harness import start_upstreams, stop_upstreams
 
+pytestmark = pytest.mark.proxy  # starts a LiteLLM proxy: not in the fast suite, `pytest -m "not proxy"`
+
 USER_KEY = "sk-internal-" + secrets.token_hex(8)
 OTHER_USER_KEY = "sk-internal2-" + secrets.token_hex(8)
 VIEWER_KEY = "sk-viewer-" + secrets.token_hex(8)

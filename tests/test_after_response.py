@@ -86,7 +86,8 @@ async def _run(tmp_path, upstreams, name: str, synchronous: bool) -> dict:
         deadline = loop.time() + 20
         while sum(r["count"] for r in plugin.runtime.store.stats().values()) < 5 and loop.time() < deadline:
             await asyncio.sleep(0.02)  # LiteLLM logs a success in the background, after the response
-        await asyncio.sleep(0.2)  # the last event's steps
+        while after.pending and loop.time() < deadline:  # the last event's steps, run after its hooks
+            await asyncio.sleep(0.02)
         assert after.pending == 0
         after_samples = _aisia_samples()
         plugin.observer.decision_log.flush()

@@ -61,7 +61,8 @@ def test_the_seed_bonuses_have_one_home():
 
     costs, latencies = [0.2, 5.0, 12.0, math.nan, 0.0], [1.0, 10.0, 45.0, math.nan, 30.0]
     cb, lb = bonus_columns(costs, latencies, 0.1, 0.15)
-    # Seed sections 4 and 5: max(0, 1 - cost / 10) * 0.1 and max(0, 1 - latency / 30) * 0.15; NaN earns nothing.
+    # docs/design.md#cost-and-latency-bonuses: max(0, 1 - cost / 10) * 0.1 and
+    # max(0, 1 - latency / 30) * 0.15; NaN earns nothing.
     assert cb == pytest.approx([0.098, 0.05, 0.0, 0.0, 0.1]) and lb == pytest.approx([0.145, 0.1, 0.0, 0.0, 0.0])
     assert [cost_bonus(c, 0.1) for c in costs] == cb and [latency_bonus(t, 0.15) for t in latencies] == lb
     pool = Pool.of([Candidate(Deployment(id=f"d{i}", model_name="g", model="p/m", provider="p", input_cost_per_1m=c,

@@ -91,9 +91,9 @@ def test_real_traces_are_shuffled_by_a_fixed_seed():
     assert convert_data.shuffled(rows, "y") != a
 
 
-def test_the_readme_quotes_the_committed_benchmark_results():
-    """The README's results blocks are what `run_all.py` renders from benchmarks/results/*.json: a
-    figure edited by hand, or a run whose README was not regenerated, fails here."""
+def test_the_benchmarks_page_quotes_the_committed_benchmark_results():
+    """docs/benchmarks.md's results blocks are what `run_all.py` renders from benchmarks/results/*.json: a
+    figure edited by hand, or a run whose page was not regenerated, fails here."""
     import run_all
 
     conditions = json.loads((run_all.RESULTS_DIR / "conditions.json").read_text())
@@ -101,8 +101,9 @@ def test_the_readme_quotes_the_committed_benchmark_results():
     results = [json.loads((run_all.RESULTS_DIR / f"{n}.json").read_text())
                for n in names if (run_all.RESULTS_DIR / f"{n}.json").exists()]
     assert results, "no committed results"
-    text = run_all.README.read_text(encoding="utf-8")
-    for name, lines in run_all.readme_blocks(results, conditions).items():
+    text = run_all.SUMMARY.read_text(encoding="utf-8")
+    for name, lines in run_all.summary_blocks(results, conditions).items():
         begin, end = f"<!-- {name} -->", f"<!-- /{name} -->"
         block = text[text.index(begin):text.index(end) + len(end)]
-        assert block == "\n".join([begin, *lines, end]), f"README {name} block is stale: run benchmarks/run_all.py --render-only"
+        assert block == "\n".join([begin, *lines, end]), \
+            f"docs/benchmarks.md {name} block is stale: run benchmarks/run_all.py --render-only"

@@ -1,4 +1,4 @@
-"""Circuit breaker (seed section 7): exact transitions with an injected clock, failure
+"""Circuit breaker (docs/design.md#circuit-breaker): exact transitions with an injected clock, failure
 classification, and invariants under random sequences.
 
 The configuration comes from the real policy loader on a minimal YAML (``version: 1``), so the

@@ -314,6 +314,7 @@ def test_a_fold_resent_after_a_lost_reply_is_counted_once(redis_module):
     assert c.hget(f"{tag}ctxa:p", store.process) == b"1"
 
 
+@pytest.mark.proxy  # starts redis-server
 def test_redis_down_keeps_what_was_learned_and_folds_it_once_when_back(tmp_path):
     srv = RedisServer(tmp_path / "r", aof=True).start()
     pol = policy(contextual_fold_ms=20, flush_ms=5)
@@ -352,6 +353,7 @@ def test_redis_down_keeps_what_was_learned_and_folds_it_once_when_back(tmp_path)
     srv.stop()
 
 
+@pytest.mark.proxy  # starts redis-server
 def test_a_column_redis_lost_is_recreated_with_nothing_lost_or_counted_twice(tmp_path):
     """Redis restarted empty. Replica A, whose view lacks B's last fold, re-creates the column
     first; B sees its fold missing from it and sends it again; both end with every outcome once."""

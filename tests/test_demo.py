@@ -22,6 +22,8 @@ import pytest
 
 from proxy_harness import parse_reply
 
+pytestmark = pytest.mark.proxy  # starts `aisia demo` (a LiteLLM proxy): not in `pytest -m "not proxy"`
+
 AISIA = str(Path(sys.executable).parent / "aisia")
 CODING = "Write a Python function that merges two sorted lists and add unit tests"
 

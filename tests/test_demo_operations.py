@@ -7,7 +7,7 @@ after one provider is broken, then
   decisions the decision log recorded and to the calls each simulated provider received (served
   plus failed, as the client and the providers saw them), `ai_circuit_breaker_state{provider}` 2
   for the broken provider and 0 for the others, and every metric the Grafana dashboard queries;
-- the demo's decision log, in its folder, is read by the README's `aisia replay --logged`
+- the demo's decision log, in its folder, is read by docs/operations.md's `aisia replay --logged`
   command, which reports estimates with 95 % intervals for the logged policy and a compared one."""
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from aisia_plugin.demo.scenario import send_traffic
 from test_demo import AISIA, _wait_for_file
+
+pytestmark = pytest.mark.proxy  # starts `aisia demo` (a LiteLLM proxy): not in `pytest -m "not proxy"`
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD = ROOT / "examples" / "grafana" / "aisia-dashboard.json"
@@ -221,13 +223,12 @@ def test_metrics_show_the_choices_and_breakers_after_demo_traffic(demo, traffic)
 
 
 def _readme_replay_command(workdir: Path) -> list[str]:
-    """The README's `aisia replay --logged` command on the demo's log (its "Operating the router"
-    section), pointed at this demo's folder instead of the README's `demo-run`."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("<!-- operations -->", 1)[1].split("<!-- /operations -->", 1)[0]
-    m = re.search(r"^\.venv/bin/aisia demo .*--workdir (\S+)\n(\.venv/bin/aisia replay --logged .*?)\n```", section,
+    """docs/operations.md's `aisia replay --logged` command on the demo's log, pointed at this demo's
+    folder instead of the page's `demo-run`."""
+    page = (ROOT / "docs" / "operations.md").read_text()
+    m = re.search(r"^\.venv/bin/aisia demo .*--workdir (\S+)\n(\.venv/bin/aisia replay --logged .*?)\n```", page,
                   re.M | re.S)
-    assert m, "the README's Operating the router section shows no `aisia replay --logged` command on the demo's log"
+    assert m, "docs/operations.md shows no `aisia replay --logged` command on the demo's log"
     folder, command = m.group(1), m.group(2).replace("\\\n", " ")
     argv = shlex.split(command)
     assert argv[0] == ".venv/bin/aisia" and "--compare" in argv

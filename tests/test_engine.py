@@ -1,8 +1,9 @@
 """The whole pipeline (features -> domain -> candidates -> specialists -> breaker -> budget ->
 strategy) and learning from outcomes, with an injected clock and seed.
 
-As in OmniRoute's combo-matrix, the candidate a scenario expects is listed second, so that a pass
-proves the pipeline reordered the pool rather than taking the first entry."""
+As in a combo-matrix (docs/design.md#names-kept-from-the-sources), the candidate a scenario expects
+is listed second, so that a pass proves the pipeline reordered the pool rather than taking the first
+entry."""
 
 from __future__ import annotations
 

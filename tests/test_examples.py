@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,6 +75,7 @@ def test_the_config_routes_the_shipped_and_the_team_aliases():
     assert considered and considered <= {"openai-gpt-4o", "anthropic-claude-sonnet", "deepseek-coder"}
 
 
+@pytest.mark.proxy  # starts a LiteLLM proxy
 def test_the_config_starts_a_proxy_that_lists_every_alias(tmp_path):
     """The example as a user starts it (from a folder holding examples/team-policy.yaml, which
     its environment_variables name), with placeholder keys: nothing is sent to a provider."""

@@ -115,7 +115,7 @@ SEED_STATE = {"ticks": 100, "bandit": {
 
 
 @pytest.mark.parametrize("forgetting,scores", [
-    # The seed's worked example (section 2) exactly, forgetting off.
+    # The worked example of docs/design.md#ucb1 exactly, forgetting off.
     (False, {"cerebras-llama-3.3-70b": 1.5222, "openai-gpt-4o": 1.6041, "groq-llama-3.1-8b": 1.7156}),
     # The same counts recorded 100 requests ago, forgetting on (half-life 1000): n and N are
     # discounted by 2^(-100/1000), so the exploration terms grow.

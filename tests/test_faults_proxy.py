@@ -1,5 +1,5 @@
 """Fault injection against a real LiteLLM proxy with the plugin (memory store with a snapshot),
-simulated upstreams over HTTP and the real `openai` client: every upstream fault of the README's
+simulated upstreams over HTTP and the real `openai` client: every upstream fault of docs/reliability.md's
 failure table, every deployment of an alias down at once, a broken policy file while serving,
 and a clean restart keeping what was learned.
 
@@ -17,6 +17,8 @@ import pytest
 
 from fault_helpers import admin_get, chat, client_of, explain_rows, start_plugin_proxy, stats, wait_for
 from proxy_harness import deployment, free_port, start_upstreams, stop_upstreams
+
+pytestmark = pytest.mark.proxy  # starts a LiteLLM proxy: not in the fast suite, `pytest -m "not proxy"`
 
 BREAKER_TIMEOUT_S = 3.0
 UPSTREAM_TIMEOUT_S = 3  # the deployments' own request timeout (LiteLLM's `timeout`)
@@ -288,7 +290,9 @@ def test_a_broken_policy_file_keeps_the_last_good_policy_and_is_reported_once(pr
 def test_a_clean_restart_keeps_the_learned_state_through_the_snapshot(proxy, client, work):
     for _ in range(3):
         chat(client, "f/slow")
-    time.sleep(1.0)  # the last outcomes are logged after their responses
+    # The last outcomes are learned after their responses (LiteLLM's success callbacks).
+    wait_for(lambda: stats(proxy).get("slow-a", {}).get("count", 0) >= 3, "the three outcomes of slow-a learned",
+             detail=lambda: stats(proxy))
     before = stats(proxy)
     assert before["slow-a"]["count"] >= 3
     proxy.restart()

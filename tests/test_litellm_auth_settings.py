@@ -20,6 +20,8 @@ import pytest
 from fault_helpers import parse_reply, start_custom_auth_proxy
 from proxy_harness import start_upstreams, stop_upstreams
 
+pytestmark = pytest.mark.proxy  # starts a LiteLLM proxy: not in the fast suite, `pytest -m "not proxy"`
+
 ALIAS = "k/any"
 ONLY_X = "sk-only-x-" + secrets.token_hex(8)
 ONLY_ALIAS = "sk-only-alias-" + secrets.token_hex(8)

@@ -23,6 +23,8 @@ from browser import Chromium
 from fault_helpers import wait_for
 from proxy_harness import deployment, parse_reply, start_proxy, upstreams_fixture
 
+pytestmark = pytest.mark.proxy  # starts a LiteLLM proxy: not in the fast suite, `pytest -m "not proxy"`
+
 DASHBOARD = Path(__file__).resolve().parents[1] / "examples" / "grafana" / "aisia-dashboard.json"
 MARKER = "quokka-7781-privacy-marker"
 UPSTREAMS = [

@@ -15,6 +15,8 @@ import pytest
 
 from proxy_harness import Proxy, ProxyError, chat, deployment, start_proxy, upstreams_fixture
 
+pytestmark = pytest.mark.proxy  # starts a LiteLLM proxy: not in the fast suite, `pytest -m "not proxy"`
+
 UPSTREAMS = [{"name": n, "input_cost_per_1m": c, "output_cost_per_1m": c} for n, c in (
     ("om-a", 0.1), ("om-b", 1.0), ("om-c", 2.0), ("om-rl-a", 0.1), ("om-rl-b", 1.0), ("om-lk-a", 0.1),
     ("om-lk-b", 1.0), ("om-dear", 10.0))]

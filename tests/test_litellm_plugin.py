@@ -14,6 +14,8 @@ import pytest
 
 from proxy_harness import chat, deployment, parse_reply, start_proxy, start_upstreams, stats, stop_upstreams
 
+pytestmark = pytest.mark.proxy  # starts a LiteLLM proxy: not in the fast suite, `pytest -m "not proxy"`
+
 CODING = "Write a Python function that merges two sorted lists, with unit tests"
 PLAIN = "Hello, how are you today?"
 

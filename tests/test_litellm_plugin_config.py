@@ -10,6 +10,8 @@ import pytest
 
 from proxy_harness import ProxyError, deployment, parse_reply, start_proxy, start_upstreams, stop_upstreams
 
+pytestmark = pytest.mark.proxy  # starts a LiteLLM proxy: not in the fast suite, `pytest -m "not proxy"`
+
 SHIPPED = ("auto", "auto/coding", "auto/fast", "auto/cheap", "auto/offline", "auto/smart", "auto/lkgp")
 CODING = "Write a Python function that parses a CSV file, with unit tests"
 

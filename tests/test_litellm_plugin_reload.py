@@ -15,6 +15,8 @@ from aisia_plugin.litellm.reload import PolicyFiles
 from fault_helpers import wait_for
 from proxy_harness import deployment, parse_reply, start_proxy, start_upstreams, stop_upstreams
 
+pytestmark = pytest.mark.proxy  # starts a LiteLLM proxy: not in the fast suite, `pytest -m "not proxy"`
+
 POLICY = """\
 version: 1
 proxy:

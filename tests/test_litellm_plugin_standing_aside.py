@@ -23,6 +23,8 @@ import pytest
 from fault_helpers import SLOW_MACHINE_ENV
 from proxy_harness import deployment, parse_reply, start_proxy, start_upstreams, stop_upstreams
 
+pytestmark = pytest.mark.proxy  # starts a LiteLLM proxy: not in the fast suite, `pytest -m "not proxy"`
+
 TESTS = Path(__file__).resolve().parent
 BROKEN = "version: 1\naliases:\n  team/x:\n    description: x\n    strategy: fastest\n"
 GOOD = """\

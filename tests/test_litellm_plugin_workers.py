@@ -20,6 +20,8 @@ import pytest
 from proxy_harness import deployment, parse_reply, start_proxy, start_upstreams, stop_upstreams
 from redis_server import redis_module  # noqa: F401  (a fixture)
 
+pytestmark = pytest.mark.proxy  # starts a LiteLLM proxy: not in the fast suite, `pytest -m "not proxy"`
+
 POLICY = """\
 version: 1
 state:

@@ -21,6 +21,8 @@ import pytest
 
 from proxy_harness import chat, deployment, start_proxy, start_upstreams, stats, stop_upstreams
 
+pytestmark = pytest.mark.proxy  # starts a LiteLLM proxy: not in the fast suite, `pytest -m "not proxy"`
+
 PLAIN = "Hello, how are you today?"
 
 # name -> (model_name, litellm_params overrides, input $/1M)

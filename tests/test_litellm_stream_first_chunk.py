@@ -19,6 +19,8 @@ import pytest
 from fault_helpers import client_of, explain_rows, start_plugin_proxy, stats
 from proxy_harness import deployment, start_upstreams, stop_upstreams
 
+pytestmark = pytest.mark.proxy  # starts a LiteLLM proxy: not in the fast suite, `pytest -m "not proxy"`
+
 POLICY = """\
 version: 1
 defaults: false

@@ -237,6 +237,7 @@ aliases:
 """
 
 
+@pytest.mark.proxy  # starts a LiteLLM proxy
 def test_validate_refuses_the_aliases_the_proxy_refuses_with_the_same_lines(files, aisia, tmp_path):
     policy = tmp_path / "colliding.yaml"
     policy.write_text(COLLIDING, encoding="utf-8")

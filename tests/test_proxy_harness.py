@@ -11,6 +11,8 @@ import pytest
 
 from proxy_harness import ProxyError, deployment, parse_reply, start_proxy, start_upstreams, stop_upstreams
 
+pytestmark = pytest.mark.proxy  # starts a LiteLLM proxy: not in the fast suite, `pytest -m "not proxy"`
+
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):

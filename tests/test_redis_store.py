@@ -257,6 +257,7 @@ def test_a_breaker_opened_by_one_process_is_open_for_another_after_the_cache_bou
 
 # -- outages -------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("persistence", ["aof", "none"])
+@pytest.mark.proxy  # starts redis-server
 def test_redis_killed_mid_traffic_loses_nothing_and_counts_nothing_twice(tmp_path, caplog, persistence):
     srv = RedisServer(tmp_path / "r", aof=persistence == "aof").start()
     pol = policy(cache_ttl_ms=50, flush_ms=10)
@@ -303,6 +304,7 @@ def test_redis_killed_mid_traffic_loses_nothing_and_counts_nothing_twice(tmp_pat
     srv.stop()
 
 
+@pytest.mark.proxy  # starts redis-server
 def test_unreachable_at_start_routes_on_local_state_then_merges(tmp_path, caplog):
     srv = RedisServer(tmp_path / "r", aof=True)  # not started yet
     pol = policy(flush_ms=10)
@@ -327,6 +329,7 @@ def test_unreachable_at_start_routes_on_local_state_then_merges(tmp_path, caplog
     srv.stop()
 
 
+@pytest.mark.proxy  # starts redis-server
 def test_a_hung_redis_delays_no_decision_beyond_the_timeout(tmp_path):
     """SIGSTOP: connections stay open and nothing answers. Decisions wait at most timeout_ms for
     a refresh, then go on with the local copy; the store counts an outage after io_timeout_ms;
@@ -357,6 +360,7 @@ def test_a_hung_redis_delays_no_decision_beyond_the_timeout(tmp_path):
     srv.stop()
 
 
+@pytest.mark.proxy  # starts redis-server
 def test_a_large_backlog_is_written_in_batches_and_the_local_copy_catches_up(tmp_path):
     srv = RedisServer(tmp_path / "r")
     pol = policy(batch_max=500, flush_ms=10)
@@ -550,6 +554,7 @@ def test_redact():
     assert redact("rediss://:pw@h:1") == "rediss://:***@h:1" and redact("redis://h:1") == "redis://h:1"
 
 
+@pytest.mark.proxy  # starts redis-server
 def test_acl_user_and_password(tmp_path, monkeypatch, caplog):
     srv = RedisServer(tmp_path / "acl", user="alice", password="s3cr3t-pw").start()
     monkeypatch.setenv("AISIA_REDIS_URL", srv.url)
@@ -578,6 +583,7 @@ def test_acl_user_and_password(tmp_path, monkeypatch, caplog):
     srv.stop()
 
 
+@pytest.mark.proxy  # starts redis-server
 def test_rediss_tls_with_an_acl_user(tmp_path, monkeypatch, caplog):
     srv = RedisServer(tmp_path / "tls", tls=True, user="bob", password="tls-s3cret").start()
     monkeypatch.setenv("AISIA_REDIS_URL", srv.url)
@@ -603,6 +609,7 @@ def test_rediss_tls_with_an_acl_user(tmp_path, monkeypatch, caplog):
 
 
 # -- Cluster -------------------------------------------------------------------------------------------------
+@pytest.mark.proxy  # starts redis-server
 def test_cluster_mode(tmp_path, monkeypatch):
     cluster = RedisCluster(tmp_path / "cluster").start()
     try:

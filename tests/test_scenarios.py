@@ -122,11 +122,11 @@ def test_replay_scenario_usage_errors(capsys):
 
 
 def test_train_holdout_measures_the_model_on_requests_it_was_not_fitted_on(tmp_path, capsys):
-    path = scenarios.write_scenario(tmp_path, "prompt_aware", *scenarios.generate_scenario("prompt_aware", n=400))
+    path = scenarios.write_scenario(tmp_path, "prompt_aware", *scenarios.generate_scenario("prompt_aware", n=200))
     cands = str(tmp_path / "prompt_aware.candidates.yaml")
     assert aisia(["train", "--data", str(path), "--deployments", cands, "--holdout", "0.25"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("held out: fitted on the first 300 requests, a greedy router on the other 100")
+    assert out[0].startswith("held out: fitted on the first 150 requests, a greedy router on the other 50")
     rows = {line[:30].strip(): line[30:].split() for line in out[2:]}
     assert list(rows) == ["model (fit_full_information)", "ridge", "ridge, no hashing", "ridge, words in >= 2 prompts",
                           "shared + per-deployment", "ridge, rank 1", "difference to the cheapest", "logistic",
@@ -135,13 +135,16 @@ def test_train_holdout_measures_the_model_on_requests_it_was_not_fitted_on(tmp_p
     # a context-free greedy router picks one fixed candidate per cost weight: no gain over mixing
     assert float(rows["deployment mean"][0]) <= 0.0
     assert len(list(tmp_path.iterdir())) == 3  # no model written without --out
-    assert aisia(["train", "--data", str(path), "--deployments", cands, "--holdout", "0.25", "--exact"]) == 0
+    # The options on a short trace of the same scenario (a fit on 200 requests costs some 8 s of CPU).
+    small = scenarios.write_scenario(tmp_path / "small", "prompt_aware", *scenarios.generate_scenario("prompt_aware", n=40))
+    small_cands = str(tmp_path / "small" / "prompt_aware.candidates.yaml")
+    assert aisia(["train", "--data", str(small), "--deployments", small_cands, "--holdout", "0.25", "--exact"]) == 0
     assert capsys.readouterr().out.splitlines()[2].startswith("model (fit_exact)")
     model = tmp_path / "m.json"
-    assert aisia(["train", "--data", str(path), "--holdout", "0.25", "--out", str(model)]) == 0
-    assert json.loads(model.read_text())["trained"]["requests"] == 300
+    assert aisia(["train", "--data", str(small), "--holdout", "0.25", "--out", str(model)]) == 0
+    assert json.loads(model.read_text())["trained"]["requests"] == 30
     for bad in ("0", "1", "nan"):
-        assert aisia(["train", "--data", str(path), "--holdout", bad]) == 2
+        assert aisia(["train", "--data", str(small), "--holdout", bad]) == 2
         assert "--holdout must lie strictly between 0 and 1" in capsys.readouterr().err
 
 

@@ -1,4 +1,4 @@
-"""Conversation signals (issue 40 section 1): the lexicon reader per kind and language, the hard
+"""Conversation signals: the lexicon reader per kind and language, the hard
 cases, the structural signals (rephrase, regenerate, the answer's own), conversation identity and
 attribution, the policy section's validation, RE2-only matching, and the precision floor on the
 labelled set (tests/data/signal_followups.jsonl)."""

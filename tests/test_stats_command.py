@@ -119,7 +119,7 @@ def test_stats_show_each_spend_target_with_its_realised_spend_and_multiplier(tmp
         await store.aclose()
 
     asyncio.run(spend())
-    # the README's key: {<prefix>}:pace:<alias>, a hash of the record's fields
+    # docs/state.md's key: {<prefix>}:pace:<alias>, a hash of the record's fields
     stored = redis_module.client().hgetall("{pace}:pace:auto")
     assert float(stored[b"multiplier"]) == 1.5 and float(stored[b"count"]) == 2.0
     assert main(["stats"]) == 0

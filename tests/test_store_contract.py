@@ -83,7 +83,8 @@ class Harness:
             await st.aclose()
 
 
-@pytest.fixture(params=["memory", "redis", "redis-restarted"])
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.proxy),  # redis-server: not in the fast suite
+                        pytest.param("redis-restarted", marks=pytest.mark.proxy)])
 async def h(request, monkeypatch):
     kind = request.param
     prefix = f"c{next(_prefixes)}:"

@@ -1,4 +1,5 @@
-"""A deterministic decision matrix for every strategy, in the manner of OmniRoute's combo-matrix.
+"""A deterministic decision matrix for every strategy, in the manner of a combo-matrix
+(docs/design.md#names-kept-from-the-sources).
 
 Candidates, deployments and arm statistics are built directly; the context has a seeded rng and
 a fixed clock. Discipline: the candidate a scenario expects is always listed SECOND in the pool,
@@ -240,7 +241,7 @@ def test_lkgp_matches_a_provider_name_after_ids():
 
 
 def test_lkgp_never_pins_to_an_open_provider():
-    # OmniRoute #11911: a stale pin to a dead provider. a-dead is the LKGP and better on paper.
+    # A stale pin to a dead provider (docs/design.md#lkgp). a-dead is the LKGP and better on paper.
     pool = [cand("a-dead", provider="deadco", cost=0.1, p95=100, breaker="OPEN", st=good_stats()),
             cand("b-alive", provider="aliveco", cost=5.0, p95=3000, st=bad_stats())]
     for lkg in ("a-dead", "deadco"):
@@ -308,14 +309,14 @@ def test_rules_without_weights_uses_defaults():
 
 # -- ucb1 and thompson -----------------------------------------------------------------------------------
 def test_ucb1_reproduces_the_aisia_seed_example():
-    """AISIA seed section 2: N = 100, C = sqrt 2, cost weight .1, latency weight .15.
+    """The worked example of docs/design.md#ucb1: N = 100, C = sqrt 2, cost weight .1, latency weight .15.
 
     exploration = sqrt2 * sqrt(ln 100 / n): .4292 (n 50), .5541 (n 30), .6786 (n 20)
     Cerebras .85 + .4292 + (1 - .2/10)*.1 = .098 + (1 - 1/30)*.15 = .145   -> 1.5222
     OpenAI   .90 + .5541 + (1 - 5/10)*.1 = .050  + (1 - 10/30)*.15 = .100  -> 1.6041
     Groq     .80 + .6786 + (1 - .3/10)*.1 = .097 + (1 - 2/30)*.15 = .140   -> 1.7156
     The seed's printed table says 1.523 / 1.570 / 1.637 because its exploration column (0.43,
-    0.52, 0.60) does not follow from its own formula (seed-errata.md); Groq is chosen either way.
+    0.52, 0.60) does not follow from its own formula (docs/design.md#sources); Groq is chosen either way.
     These are the counts as the decision sees them. With forgetting on (the shipped default,
     half-life 1000 requests), counts recorded 100 requests before the decision are discounted by
     2 ** -0.1: n and N shrink, exploration grows, and the scores become 1.5340 / 1.6193 / 1.7342

@@ -28,7 +28,7 @@ def cfg(models, boosts=(), default=0.5):
 
 
 def test_gpt_4o_mini_gets_its_own_row_not_gpt_4o(table):
-    # OmniRoute's substring-in-insertion-order lookup gives gpt-4o-mini gpt-4o's 0.90.
+    # The source's substring-in-insertion-order lookup (docs/design.md#task-fitness) gives gpt-4o-mini gpt-4o's 0.90.
     assert table.fitness("gpt-4o-mini", "coding") == pytest.approx(0.80)
     assert table.fitness("gpt-4o-mini", "documentation") == pytest.approx(0.82)
     assert table.fitness("gpt-4o", "coding") == pytest.approx(0.90)

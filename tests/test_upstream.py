@@ -222,6 +222,7 @@ def test_specs_are_checked():
         parse_spec("x:local=maybe")
 
 
+@pytest.mark.proxy  # starts the upstreams' command line
 def test_command_line_serves_until_stopped():
     proc = subprocess.Popen([sys.executable, "-m", "aisia_plugin.demo.upstream", "--json",
                              "--spec", "cli-one:latency_ms=1", "--spec", "cli-two"],
@@ -241,6 +242,7 @@ def test_command_line_serves_until_stopped():
     assert bad.returncode == 2 and "unknown key" in bad.stderr and "Traceback" not in bad.stderr
 
 
+@pytest.mark.proxy  # starts the upstreams' command line
 def test_command_line_runs_the_demo_fleet():
     from aisia_plugin.demo.scenario import DEMO_UPSTREAMS
 

@@ -50,4 +50,4 @@ def outside_declared_range() -> Optional[str]:
     if declared is None or declared.specifier.contains(installed, prereleases=True):
         return None
     return (f"LiteLLM {installed} is outside the versions aisia_plugin is tested with (litellm{declared.specifier}); "
-            f"see the README's LiteLLM versions table")
+            f"see docs/proxy.md#litellm-versions")

@@ -28,7 +28,7 @@ a record already there is kept), then every replica re-sends what that view lack
 
 Breaker timing uses the server's clock: ``clock()`` is the local clock plus the offset to Redis's
 TIME measured on each refresh, and the engine decides and records with it. Decay uses the shared
-tick. Keys: see ``keys`` below and the README's table.
+tick. Keys: see ``keys`` below and docs/state.md#keys.
 
 The contextual strategy's models (``store.contextual``, what the engine decides with) are shared
 the same way, with their own period: every ``state.contextual_fold_ms`` (and on ``flush``,
@@ -275,7 +275,7 @@ class RedisStore:
 
     # -- keys ----------------------------------------------------------------------------------
     def keys(self, deployment_id: str, domain: Optional[str] = None) -> dict[str, str]:
-        """The keys of one deployment's records (the README's table)."""
+        """The keys of one deployment's records (docs/state.md#keys)."""
         t = self.tag
         arm = f"{t}bandit:{deployment_id}" + (f":{domain}" if domain else "")
         return {"bandit": arm, "cb": f"{t}cb:{deployment_id}"}

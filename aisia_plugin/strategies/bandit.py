@@ -1,4 +1,5 @@
-"""The AISIA bandits as strategies: UCB1 (seed section 2) and Thompson sampling (section 3).
+"""The AISIA bandits as strategies: UCB1 (docs/design.md#ucb1) and Thompson sampling
+(docs/design.md#thompson-sampling).
 
 Both read the pool's columns (decision.Pool): the arms' views, costs and latencies, in pool order."""
 

@@ -1,4 +1,4 @@
-"""OmniRoute's "cost" strategy (alias eco): the cheapest candidate whose breaker is not OPEN.
+"""The "cost" strategy (alias eco; docs/design.md#cost): the cheapest candidate whose breaker is not OPEN.
 
 Ranked by cost per 1M tokens (Deployment.cost_per_1m, the 3:1 input:output blend), ties in pool
 order. A candidate's score is cheapest cost / its cost (1 for the cheapest, higher is better);

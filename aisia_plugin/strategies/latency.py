@@ -1,7 +1,7 @@
-"""OmniRoute's "latency" strategy (alias fast): lowest p95 latency + error rate x 1000 ms.
+"""The "latency" strategy (alias fast; docs/design.md#latency): lowest p95 latency + error rate x 1000 ms.
 
 The error-rate penalty ranks an unreliable candidate lower even when its nominal latency is low
-(the seed's formula; see seed-errata.md). OPEN breakers are dropped (all OPEN: the whole pool
+(the source document's formula: docs/design.md#sources). OPEN breakers are dropped (all OPEN: the whole pool
 competes); ties in pool order. Score = best effective latency / the candidate's (1 for the
 winner, higher is better); the parts are in the terms."""
 

@@ -1,8 +1,8 @@
-"""OmniRoute's "lkgp" strategy: stay on the last known good deployment while it is healthy.
+"""The "lkgp" strategy (docs/design.md#lkgp): stay on the last known good deployment while it is healthy.
 
 context.last_known_good is matched against the candidates' ids first, then against their
 provider names (the first non-OPEN candidate of that provider). A match whose breaker is OPEN is
-never pinned to (OmniRoute bug #11911: a stale pin kept choosing a dead provider until a 502);
+never pinned to (a stale pin kept choosing a dead provider until a 502: docs/design.md#lkgp);
 then, and when there is no usable last known good or context.lkgp_enabled is false, the decision
 is the "rules" strategy's, looked up in the plugin registry (a plugin may replace rules). A pin
 is sticky: epsilon-greedy exploration applies only to the rules fallback."""

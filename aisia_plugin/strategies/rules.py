@@ -1,4 +1,4 @@
-"""OmniRoute's multi-factor "rules" strategy (16 factors), and the helpers every ranking strategy
+"""The multi-factor "rules" strategy (docs/design.md#rules-the-16-factors), and the helpers every ranking strategy
 (cost, latency, sla-aware, lkgp, rules) shares: clamping, epsilon-greedy exploration and the
 Decision with OPEN candidates marked as excluded.
 
@@ -206,8 +206,8 @@ def factor_table(pool: list[Candidate], context: RoutingContext) -> dict[str, di
 
 
 def context_weights(context: RoutingContext) -> dict[str, float]:
-    """The context's factor weights; without any, the policy's rules weights (or OmniRoute's
-    defaults), normalised."""
+    """The context's factor weights; without any, the policy's rules weights (or the schema's
+    defaults, docs/design.md#rules-the-16-factors), normalised."""
     from ..weights import DEFAULT_WEIGHTS, normalise
 
     w = getattr(context, "weights", None)
@@ -228,7 +228,7 @@ def rules_scores(pool: list[Candidate], context: RoutingContext):
 
 class RulesStrategy:
     name = "rules"
-    description = "OmniRoute's 16-factor weighted score (quota, health, cost, latency, task fit, tiers, ...); OPEN breakers dropped"
+    description = "The 16-factor weighted score (quota, health, cost, latency, task fit, tiers, ...); OPEN breakers dropped"
     settings = frozenset({"exploration", "mode_pack", "tier_hint"})  # the alias settings it reads
 
     def select(self, pool, context: RoutingContext) -> Decision:

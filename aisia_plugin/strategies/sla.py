@@ -1,4 +1,4 @@
-"""OmniRoute's "sla-aware" strategy (alias sla): how well each candidate meets the alias's SLA.
+"""The "sla-aware" strategy (alias sla; docs/design.md#sla-scoring): how well each candidate meets the alias's SLA.
 
 Sub-scores, each clamped to [0, 1]:
     latency    target_p95_ms / max(p95, 1e-6)
@@ -12,7 +12,7 @@ violation = (OPEN ? 1 : 0) + the relative overshoot (value - limit) / limit of e
 exceeded (p95 target, error rate, cost cap when set). hard_constraints: ranked by (violation,
 -score); otherwise by score alone; ties in pool order.
 
-As in OmniRoute every candidate is scored, OPEN ones with health 0 and violation + 1; but only
+As in its source every candidate is scored, OPEN ones with health 0 and violation + 1; but only
 the non-OPEN candidates compete while there is one (so the strategy never routes to an OPEN
 breaker when it has a choice; the OPEN ones are listed as excluded, with their scores). Without
 an SLA in the context: target 2000 ms, max error rate 0.05, no cost cap, soft constraints."""
