@@ -259,6 +259,7 @@ def test_health_says_only_its_status_without_the_admin_key(replicas):
         assert full["status"] == "healthy" and full["aliases"] == ["h/main"] and "worker_pid" in full
 
 
+@pytest.mark.proxy
 def test_health_of_a_plugin_standing_aside_names_no_file_without_the_admin_key(aside):
     for headers in ({}, bearer(TENANT_A), bearer("sk-unknown-" + secrets.token_hex(4))):
         r = health(aside, headers)
