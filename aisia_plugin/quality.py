@@ -183,10 +183,7 @@ def quality_fields(q: QualityStats, prefix: str = "q_") -> dict:
 
 def finite_unit(value) -> Optional[float]:
     """`value` as a float in [0, 1], or None when it is no finite number in that range."""
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
+    v = float(value)
     return v if math.isfinite(v) and 0.0 <= v <= 1.0 else None
