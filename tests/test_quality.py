@@ -20,7 +20,12 @@ PRIOR = POLICY.quality.prior
 MSGS = [{"role": "user", "content": "what is the capital of France?"}]
 
 
-def engine(policy=POLICY, seed: int = 0) -> Engine:
+# The seed's UCB1, by name (auto itself is contextual).
+UCB1 = POLICY.model_copy(update={"aliases": {**POLICY.aliases, "auto/ucb1": POLICY.aliases["auto"].model_copy(
+    update={"strategy": "ucb1"})}})
+
+
+def engine(policy=UCB1, seed: int = 0) -> Engine:
     return Engine(policy, clock=lambda: 1000.0, rng=random.Random(seed))
 
 
@@ -128,12 +133,12 @@ def test_the_declared_tiers_order_the_first_choices_of_ucb1():
     pool = [deployment("free-a", tier="free"), deployment("std-b", tier="standard"), deployment("ultra-c", tier="ultra")]
     chosen = []
     for _ in range(4):
-        d = e.decide("auto", MSGS, pool)
+        d = e.decide("auto/ucb1", MSGS, pool)
         chosen.append(d.deployment_id)
         e.record(d, Outcome(d.deployment_id, True, latency_s=0.5))
     # untried first, highest prior first; then the formula, on rewards scored with the priors
     assert chosen == ["ultra-c", "std-b", "free-a", "ultra-c"]
-    d = engine().decide("auto", MSGS, [pool[0], deployment("pro-d", tier="pro")])
+    d = engine().decide("auto/ucb1", MSGS, [pool[0], deployment("pro-d", tier="pro")])
     assert d.deployment_id == "pro-d" and d.reason.endswith("(the highest declared prior quality, 0.80, of the untried)")
 
 
@@ -142,8 +147,37 @@ def test_without_declared_tiers_untried_deployments_go_in_pool_order_as_in_the_s
     pool = [deployment(i) for i in ("a", "b", "c")]
     chosen = []
     for _ in range(3):
-        d = e.decide("auto", MSGS, pool)
+        d = e.decide("auto/ucb1", MSGS, pool)
         chosen.append(d.deployment_id)
         assert d.reason == f"{d.deployment_id} has never been tried: explored first"
         e.record(d, Outcome(d.deployment_id, True))
     assert chosen == ["a", "b", "c"]
+
+
+def test_the_declared_tiers_order_the_first_choices_of_the_contextual_default():
+    assert POLICY.aliases["auto"].strategy == "contextual"
+    pool = [deployment("free-a", tier="free"), deployment("std-b", tier="standard"), deployment("ultra-c", tier="ultra")]
+    firsts = [engine(POLICY, seed).decide("auto", MSGS, pool).deployment_id for seed in range(10)]
+    assert firsts == ["ultra-c"] * 10
+
+
+def test_the_contextual_decision_states_its_selection_probability():
+    from aisia_plugin.strategies.contextual import win_probability
+
+    # the quadrature against a Monte Carlo estimate (a member without spread included)
+    means, sds = [0.5, 0.55, 0.4, 0.6], [0.1, 0.05, 0.2, 0.0]
+    rng = random.Random(0)
+    wins = [0] * 4
+    for _ in range(40000):
+        draws = [m + s * rng.gauss(0.0, 1.0) for m, s in zip(means, sds)]
+        wins[draws.index(max(draws))] += 1
+    for k in range(4):
+        assert win_probability(means, sds, k) == pytest.approx(wins[k] / 40000, abs=0.01)
+    assert sum(win_probability(means, sds, k) for k in range(4)) == pytest.approx(1.0, abs=1e-4)
+    assert win_probability([0.5, 0.5], [0.0, 0.0], 0) == 1.0 and win_probability([0.5, 0.5], [0.0, 0.0], 1) == 0.0
+    # a decision's: (1 - epsilon) P(its draw wins) + epsilon / n, read when asked for (the decision log)
+    eps = POLICY.model_copy(update={"aliases": {**POLICY.aliases, "auto": POLICY.aliases["auto"].model_copy(
+        update={"exploration": 0.3})}})
+    pool = [deployment("a", tier="pro"), deployment("b", tier="pro"), deployment("c", tier="free")]
+    d = engine(eps, 2).decide("auto", MSGS, pool)
+    assert 0.1 <= d.probability <= 1.0 and d.as_dict()["probability"] == d.probability

@@ -31,6 +31,7 @@ from aisia_plugin.policy import load_policy
 from aisia_plugin.quality import QualityRecord
 from aisia_plugin.state import open_store
 from aisia_plugin.state.memory import MemoryState
+from aisia_plugin.state.redis import _apply as apply_op
 from redis_server import redis_module  # noqa: F401  (a fixture)
 
 BASE = load_policy()
@@ -403,12 +404,7 @@ async def test_quality_evidence_interleaved_with_outcomes_equals_the_pure_update
         if k == len(ops) // 2:
             await h.midpoint()
         for st in (h.store, ref):
-            if isinstance(op, QualityRecord):
-                st.record_quality(op, rules)
-            elif isinstance(op, OutcomeRecord):
-                st.record_outcome(op, rules)
-            else:
-                st.reset(op[1])
+            apply_op(st, op, rules)  # an outcome, evidence or a reset, as a queued batch applies it
     await h.sync()
     want = ref.dump()
     assert want["quality"]  # evidence was recorded, some of it after b's reset
