@@ -297,7 +297,8 @@ class Engine:
         return decision
 
     # -- learning --------------------------------------------------------------------------------
-    def judge(self, ap, outcome: Outcome, domain: Optional[str] = None) -> tuple[Optional[FailureKind], Optional[float]]:
+    def judge(self, ap, outcome: Outcome,
+              domain: Optional[str] = None) -> tuple[Optional[FailureKind], Optional[float]]:
         """An outcome's failure kind (None: a success) and its reward for the alias settings `ap`
         (None: no alias); the reward is None when the outcome says nothing about the deployment's
         quality (``learning.learns_from``: a failure the provider did not cause). A success

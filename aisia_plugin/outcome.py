@@ -29,9 +29,10 @@ def reward(outcome: Outcome, cfg: Reward, target_p95_ms: float, plain_quality: f
     """Always in [0, 1]: failure_reward for a failed call, else the weighted mean of the known
     terms (quality: the graded score, else `plain_quality`, the deployment's quality estimate
     from its prior and the evidence so far -- never 1 for a mere success (docs/quality.md);
-    latency against the SLA target; feedback when given). The two sums kept as they go, in the order of ``_reward`` (its plain
-    reading: the terms as a list, then summed), so the same floats: no list, no generators, once
-    per outcome (tests/test_core_fast_paths.py holds the two equal)."""
+    latency against the SLA target; feedback when given). The two sums kept as they go, in the
+    order of ``_reward`` (its plain reading: the terms as a list, then summed), so the same
+    floats: no list, no generators, once per outcome (tests/test_core_fast_paths.py holds the
+    two equal)."""
     if not outcome.success:
         return clamp01(cfg.failure_reward)
     weight = cfg.quality_weight

@@ -171,7 +171,8 @@ def read_quality(d: Mapping, prefix: str = "q_", notes: Optional[list] = None) -
         got[f] = v
     if got["total"] > got["weight"]:  # values lie in [0, 1]: the weighted sum cannot exceed the weights
         if notes is not None:
-            notes.append(f"{prefix}total: {got['total']!r} exceeds the weight ({got['weight']:g}): read as {got['weight']!r}")
+            notes.append(f"{prefix}total: {got['total']!r} exceeds the weight ({got['weight']:g}): "
+                         f"read as {got['weight']!r}")
         got["total"] = got["weight"]
     return QualityStats(**got)
 

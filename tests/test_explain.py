@@ -69,7 +69,8 @@ model_list:
     # file overrides it (exercising the merge rule too).
     override = tmp_path / "team.yaml"
     # (auto is contextual since issue 40: the seed's UCB1 is asked for by name.)
-    override.write_text("version: 1\noverrides: true\naliases:\n  auto: {strategy: ucb1, exploration_c: 1.4142135623730951}\n")
+    override.write_text("version: 1\noverrides: true\naliases:\n"
+                        "  auto: {strategy: ucb1, exploration_c: 1.4142135623730951}\n")
     from aisia_plugin.resources import policies_dir
 
     assert main(["explain", "--alias", "auto", "--json", "--policy", str(policies_dir()), "--policy", str(override),

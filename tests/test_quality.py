@@ -130,7 +130,8 @@ def test_evidence_that_is_no_number_in_the_unit_interval_records_nothing(value):
 
 def test_the_declared_tiers_order_the_first_choices_of_ucb1():
     e = engine()
-    pool = [deployment("free-a", tier="free"), deployment("std-b", tier="standard"), deployment("ultra-c", tier="ultra")]
+    pool = [deployment("free-a", tier="free"), deployment("std-b", tier="standard"),
+            deployment("ultra-c", tier="ultra")]
     chosen = []
     for _ in range(4):
         d = e.decide("auto/ucb1", MSGS, pool)
@@ -139,7 +140,8 @@ def test_the_declared_tiers_order_the_first_choices_of_ucb1():
     # untried first, highest prior first; then the formula, on rewards scored with the priors
     assert chosen == ["ultra-c", "std-b", "free-a", "ultra-c"]
     d = engine().decide("auto/ucb1", MSGS, [pool[0], deployment("pro-d", tier="pro")])
-    assert d.deployment_id == "pro-d" and d.reason.endswith("(the highest declared prior quality, 0.80, of the untried)")
+    assert d.deployment_id == "pro-d"
+    assert d.reason.endswith("(the highest declared prior quality, 0.80, of the untried)")
 
 
 def test_without_declared_tiers_untried_deployments_go_in_pool_order_as_in_the_seed():
@@ -156,7 +158,8 @@ def test_without_declared_tiers_untried_deployments_go_in_pool_order_as_in_the_s
 
 def test_the_declared_tiers_order_the_first_choices_of_the_contextual_default():
     assert POLICY.aliases["auto"].strategy == "contextual"
-    pool = [deployment("free-a", tier="free"), deployment("std-b", tier="standard"), deployment("ultra-c", tier="ultra")]
+    pool = [deployment("free-a", tier="free"), deployment("std-b", tier="standard"),
+            deployment("ultra-c", tier="ultra")]
     firsts = [engine(POLICY, seed).decide("auto", MSGS, pool).deployment_id for seed in range(10)]
     assert firsts == ["ultra-c"] * 10
 

@@ -337,8 +337,7 @@ class Policy(BaseModel):
 # schema $defs name -> model, for the agreement test and the reference generator.
 MODELS_BY_DEF: dict[str, type[BaseModel]] = {
     cls.__schema_def__: cls
-    for cls in (Selector, Sla, Budget, Failover, ColdStart, Contextual, Alias, PerDomain, Forgetting, Bandit, Reward, QualityPrior,
-                QualityEvidence, Quality, Weights,
-                Rules, ModePack, Domain, Domains, DeploymentAnnotation, CircuitBreaker, TaskFitness,
-                Costs, State, Proxy, DecisionLog, Logging, Policy)
+    for cls in (Selector, Sla, Budget, Failover, ColdStart, Contextual, Alias, PerDomain, Forgetting, Bandit, Reward,
+                QualityPrior, QualityEvidence, Quality, Weights, Rules, ModePack, Domain, Domains, DeploymentAnnotation,
+                CircuitBreaker, TaskFitness, Costs, State, Proxy, DecisionLog, Logging, Policy)
 }
