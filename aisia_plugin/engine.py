@@ -324,14 +324,18 @@ class Engine:
         return estimate(q, prior, self.quality.strength, self.store.tick(), self.gamma)
 
     def record_quality(self, deployment_id: str, alias: Optional[str], domain: Optional[str], value: float,
-                       source: str, weight: Optional[float] = None) -> Optional[float]:
+                       source: str, weight: Optional[float] = None, *, context=None) -> Optional[float]:
         """Record one piece of quality evidence about a deployment's answer: `value` in [0, 1]
         from `source` (``feedback``, ``judge`` or ``signal``), weighing `weight` observations
         (None: the policy's ``quality.evidence`` weight of the source). It moves the
         deployment's quality estimate (in `domain` too, when per-domain learning is on) and so
         the score of its next successes; never its health, its breaker or the tick. Returns the
         value recorded, or None when it was no number in [0, 1] (nothing recorded). `alias`
-        names the alias that served the answer (unused yet: kept for the signals' attribution)."""
+        names the alias that served the answer (unused yet: kept for the signals' attribution).
+        `context`, the answer's decision's ``Decision.context`` when the caller kept it (the
+        contextual strategy's request vector), teaches the deployment's contextual model the
+        value for that prompt as well: what a plain success, scored alike for every prompt,
+        cannot teach it."""
         if source not in SOURCES:
             raise ValueError(f"quality evidence source must be one of {', '.join(SOURCES)}, not {source!r}")
         v = finite_unit(value)
@@ -340,6 +344,8 @@ class Engine:
             return None
         dom = domain if (domain and self.policy.bandit.per_domain.enabled) else None
         self.store.record_quality(QualityRecord(deployment_id, v, w, source, dom), self.rules)
+        if context is not None and w > 0.0:
+            self.contextual.learn(deployment_id, context, v, self.store.tick(), self.gamma)
         return v
 
     def record(self, decision_or_alias, outcome: Outcome, *, domain: Optional[str] = None,

@@ -184,3 +184,19 @@ def test_the_contextual_decision_states_its_selection_probability():
     pool = [deployment("a", tier="pro"), deployment("b", tier="pro"), deployment("c", tier="free")]
     d = engine(eps, 2).decide("auto", MSGS, pool)
     assert 0.1 <= d.probability <= 1.0 and d.as_dict()["probability"] == d.probability
+
+
+def test_evidence_with_its_decisions_context_teaches_the_contextual_model_that_prompt():
+    e = engine(POLICY, 4)
+    pool = [deployment("a", tier="pro"), deployment("b", tier="pro")]
+    code = [{"role": "user", "content": "write a python function that reverses a linked list"}]
+    d = e.decide("auto", code, pool)
+    e.record(d, Outcome(d.deployment_id, True))  # a plain success: the same reward for every prompt
+    before = e.decide("auto", code, pool).scores
+    for _ in range(5):
+        e.record_quality(d.deployment_id, "auto", d.domain, 0.0, "signal", context=d.context)
+    after = {s.id: s.terms["predicted"] for s in e.decide("auto", code, pool).scores}
+    was = {s.id: s.terms["predicted"] for s in before}
+    assert after[d.deployment_id] < was[d.deployment_id] - 0.05  # this prompt's prediction fell
+    other = next(p.id for p in pool if p.id != d.deployment_id)
+    assert after[other] == pytest.approx(was[other], abs=1e-9)
