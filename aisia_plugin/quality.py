@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Optional
+from typing import Iterable, Optional
 
 from .numbers import clamp01
 
@@ -150,36 +150,6 @@ def quality_view(q: Optional[QualityStats], prior: Optional[float], strength: Op
     return {"estimate": est, "prior": prior,
             "evidence": {"prior": strength, "feedback": seen.feedback, "judge": seen.judge, "signal": seen.signal},
             "evidence_weight": seen.weight}
-
-
-def read_quality(d: Mapping, prefix: str = "q_", notes: Optional[list] = None) -> Optional[QualityStats]:
-    """A quality record from a stored mapping's ``<prefix><field>`` entries (a Redis hash, a
-    snapshot's JSON); None when it holds none. Lenient as every stored record's reader
-    (state/records.py): a value that is no finite number in range reads as 0."""
-    from .state.records import MAX_COUNT, number
-
-    if not any(f"{prefix}{f}" in d for f in QUALITY_FIELDS):
-        return None
-    got = {}
-    for f in QUALITY_FIELDS:
-        raw = d.get(f"{prefix}{f}")
-        v = number(raw, 0.0, MAX_COUNT)
-        if v is None:
-            if raw is not None and notes is not None:
-                notes.append(f"{prefix}{f}: {raw!r} is not a number in [0, {MAX_COUNT:g}]: read as 0.0")
-            v = 0.0
-        got[f] = v
-    if got["total"] > got["weight"]:  # values lie in [0, 1]: the weighted sum cannot exceed the weights
-        if notes is not None:
-            notes.append(f"{prefix}total: {got['total']!r} exceeds the weight ({got['weight']:g}): "
-                         f"read as {got['weight']!r}")
-        got["total"] = got["weight"]
-    return QualityStats(**got)
-
-
-def quality_fields(q: QualityStats, prefix: str = "q_") -> dict:
-    """A record as stored: ``{<prefix><field>: value}``."""
-    return {f"{prefix}{f}": float(getattr(q, f)) for f in QUALITY_FIELDS}
 
 
 def finite_unit(value) -> Optional[float]:

@@ -18,14 +18,13 @@ from hypothesis import strategies as st
 from aisia_plugin.breaker import CLOSED, HALF_OPEN, BreakerState, CircuitBreaker, FailureKind
 from aisia_plugin.decision import Deployment
 from aisia_plugin.engine import Engine
-from aisia_plugin.quality import read_quality
 from aisia_plugin.learning import LearningRules, OutcomeRecord
 from aisia_plugin.bandit import ArmStats
 from aisia_plugin.outcome import Outcome
 from aisia_plugin.policy import load_policy
 from aisia_plugin.state import open_store
 from aisia_plugin.state.memory import MemoryState
-from aisia_plugin.state.records import ARM_FIELDS, BREAKER_FIELDS, pairs, read_arm, read_breaker
+from aisia_plugin.state.records import ARM_FIELDS, BREAKER_FIELDS, pairs, read_arm, read_breaker, read_quality
 from aisia_plugin.state.redis import RedisStore, StoreConfigError, key_tag, redact
 from redis_server import RedisCluster, RedisServer, redis_module  # noqa: F401  (a fixture)
 

@@ -22,8 +22,8 @@ from ..breaker import BreakerState, CircuitBreaker
 from ..contextual import ContextualModels
 from ..learning import LearningRules, OutcomeRecord, apply_outcome
 from ..pacing import PaceState
-from ..quality import QualityRecord, QualityStats, apply_evidence, quality_view, read_quality
-from .records import number, read_arm, read_breaker, read_pace
+from ..quality import QualityRecord, QualityStats, apply_evidence, quality_view
+from .records import number, read_arm, read_breaker, read_pace, read_quality
 
 log = logging.getLogger("aisia.state")
 

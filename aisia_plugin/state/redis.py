@@ -64,9 +64,9 @@ from ..contextual import DIM, ColumnDelta, ContextualModels, SharedColumn
 from ..learning import LearningRules, OutcomeRecord
 from ..numbers import clamp01
 from ..pacing import PACE_FIELDS, PaceState
-from ..quality import QUALITY_FIELDS, QualityRecord, QualityStats, read_quality
+from ..quality import QUALITY_FIELDS, QualityRecord, QualityStats
 from .memory import MemoryState, ServedRequests
-from .records import ARM_FIELDS, BREAKER_FIELDS, number, pairs, read_arm, read_breaker, read_pace
+from .records import ARM_FIELDS, BREAKER_FIELDS, number, pairs, read_arm, read_breaker, read_pace, read_quality
 
 log = logging.getLogger("aisia.state")
 _timeout = getattr(asyncio, "timeout", None)  # Python 3.11+
