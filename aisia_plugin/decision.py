@@ -460,6 +460,10 @@ class Explainer:
         """The scores in pool order."""
         return facts[1]
 
+    def probability(self, facts) -> Optional[float]:
+        """The chosen candidate's selection probability (a decision made with ``FROM_FACTS``)."""
+        return None
+
     def terms(self, facts) -> Optional[Mapping[str, dict]]:
         """The named parts of each candidate's score, by id (None: none)."""
         return None
@@ -489,6 +493,8 @@ class Explainer:
 
 # The rows of facts with scores and no terms, for a reason given as a string.
 PLAIN = Explainer()
+# A Decision's probability left to its explainer (``Decision.probability``).
+FROM_FACTS = object()
 
 
 def atoms(column) -> tuple:
@@ -509,7 +515,7 @@ class Decision:
     plain attributes."""
 
     __slots__ = ("deployment_id", "model", "strategy", "_reason", "candidates_considered", "final_score",
-                 "probability", "alias", "domain", "task_type", "refused", "status_code",
+                 "_probability", "alias", "domain", "task_type", "refused", "status_code",
                  "probe", "_scores", "_build_scores", "_more_scores", "context", "_explainer", "_facts")
 
     def __init__(self, deployment_id: Optional[str], model: Optional[str], strategy: str, reason,
@@ -523,7 +529,10 @@ class Decision:
         self._reason = reason
         self.candidates_considered = candidates_considered
         self.final_score = final_score
-        self.probability = probability  # selection probability, where the strategy can state it
+        # Selection probability, where the strategy can state it; FROM_FACTS: its explainer's
+        # ``probability(facts)``, computed when first read (the decision log reads it; a request
+        # whose decision nobody logs never pays for it).
+        self._probability = probability
         self.alias = alias
         self.domain = domain
         self.task_type = task_type
@@ -542,6 +551,17 @@ class Decision:
         # What a learning strategy needs back with the outcome (the contextual strategy: the
         # request's feature vector); None for the others.
         self.context = None
+
+    @property
+    def probability(self) -> Optional[float]:
+        p = self._probability
+        if p is FROM_FACTS:
+            p = self._probability = self._explainer.probability(self._facts)
+        return p
+
+    @probability.setter
+    def probability(self, value: Optional[float]) -> None:
+        self._probability = value
 
     @property
     def reason(self) -> str:

@@ -3,6 +3,7 @@
     request -> features -> domain -> alias candidates -> specialists -> breaker -> budget
             -> strategy (plugins) -> Decision
     outcome -> failure class -> breaker -> reward -> bandit (global and per domain) -> LKGP
+    quality evidence (feedback, a judge's grade, a signal) -> quality records (quality.py)
 
 No I/O: the clock, the random source and the state store are injected (the memory store is
 plain data; the Redis adapter implements the same methods)."""
@@ -24,6 +25,7 @@ from .interfaces import StateStore
 from .learning import LearningRules, learns_from, outcome_record
 from .outcome import Outcome, reward
 from .pacing import multiplier_of, rule_of
+from .quality import SOURCES, QualityPriors, QualityRecord, estimate, finite_unit
 from .schema_defaults import defaults_of
 from .policy.models import Policy
 from .scan import scanner_for
@@ -66,6 +68,11 @@ class Engine:
         self.rules = LearningRules(self.breaker, self.gamma, bp.latency_ema_weight, bp.thompson_success_threshold,
                                    self._fresh, self.pace_rules)
         self._hook = plugins.hook()
+        # Each deployment's prior quality and each evidence source's weight (quality.py); the
+        # store shows them beside the evidence in its stats.
+        self.quality = QualityPriors(policy.quality, self.gamma)
+        if hasattr(self.store, "quality_prior"):
+            self.store.quality_prior = self.quality
         self._pools: dict[tuple, _AliasPool] = {}
         # Per alias, its settings as a decision uses them (resolved once, shared by its contexts).
         self._settings = {name: AliasSettings.of(a, bp, self._weights[name]) for name, a in policy.aliases.items()}
@@ -280,6 +287,7 @@ class Engine:
             self._pools.clear()
         # The deployments are kept with the entry so that their ids cannot be reused while it lives.
         entry = self._pools[key] = _AliasPool(deps, ap.candidates)
+        self.quality.know(deps)  # their tiers and specialities: the priors of their outcomes
         return entry
 
     def _finish(self, decision: Decision, feats) -> Decision:
@@ -289,10 +297,13 @@ class Engine:
         return decision
 
     # -- learning --------------------------------------------------------------------------------
-    def judge(self, ap, outcome: Outcome) -> tuple[Optional[FailureKind], Optional[float]]:
+    def judge(self, ap, outcome: Outcome,
+              domain: Optional[str] = None) -> tuple[Optional[FailureKind], Optional[float]]:
         """An outcome's failure kind (None: a success) and its reward for the alias settings `ap`
         (None: no alias); the reward is None when the outcome says nothing about the deployment's
-        quality (``learning.learns_from``: a failure the provider did not cause)."""
+        quality (``learning.learns_from``: a failure the provider did not cause). A success
+        without a grade is scored with the deployment's quality estimate in `domain`
+        (``quality_estimate``), never with 1."""
         kind = None
         if not outcome.success:
             kind = classify_failure(self.policy.circuit_breaker, status_code=outcome.status_code,
@@ -300,7 +311,42 @@ class Engine:
         if not learns_from(kind):
             return kind, None
         target = ap.sla.target_p95_ms if ap is not None else _SLA_TARGET_P95_MS
-        return kind, reward(outcome, self.policy.reward, target)
+        plain = self.quality_estimate(outcome.deployment_id, domain) if outcome.quality is None else 0.0
+        return kind, reward(outcome, self.policy.reward, target, plain)
+
+    def quality_estimate(self, deployment_id: str, domain: Optional[str] = None) -> float:
+        """The deployment's quality estimate (quality.py): its prior in `domain` moved by the
+        evidence recorded there (the per-domain record when per-domain learning is on, else the
+        deployment's global one)."""
+        dom = domain if (domain and self.policy.bandit.per_domain.enabled) else None
+        q = self.store.quality_of(deployment_id, dom)
+        prior = self.quality.prior(deployment_id, dom)
+        return estimate(q, prior, self.quality.strength, self.store.tick(), self.gamma)
+
+    def record_quality(self, deployment_id: str, alias: Optional[str], domain: Optional[str], value: float,
+                       source: str, weight: Optional[float] = None, *, context=None) -> Optional[float]:
+        """Record one piece of quality evidence about a deployment's answer: `value` in [0, 1]
+        from `source` (``feedback``, ``judge`` or ``signal``), weighing `weight` observations
+        (None: the policy's ``quality.evidence`` weight of the source). It moves the
+        deployment's quality estimate (in `domain` too, when per-domain learning is on) and so
+        the score of its next successes; never its health, its breaker or the tick. Returns the
+        value recorded, or None when it was no number in [0, 1] (nothing recorded). `alias`
+        names the alias that served the answer (unused yet: kept for the signals' attribution).
+        `context`, the answer's decision's ``Decision.context`` when the caller kept it (the
+        contextual strategy's request vector), teaches the deployment's contextual model the
+        value for that prompt as well: what a plain success, scored alike for every prompt,
+        cannot teach it."""
+        if source not in SOURCES:
+            raise ValueError(f"quality evidence source must be one of {', '.join(SOURCES)}, not {source!r}")
+        v = finite_unit(value)
+        w = self.quality.weight(source) if weight is None else _evidence_weight(weight)
+        if v is None or w is None or not deployment_id:
+            return None
+        dom = domain if (domain and self.policy.bandit.per_domain.enabled) else None
+        self.store.record_quality(QualityRecord(deployment_id, v, w, source, dom), self.rules)
+        if context is not None and w > 0.0:
+            self.contextual.learn(deployment_id, context, v, self.store.tick(), self.gamma)
+        return v
 
     def record(self, decision_or_alias, outcome: Outcome, *, domain: Optional[str] = None,
                session: Optional[str] = None) -> float | None:
@@ -312,12 +358,15 @@ class Engine:
         else:
             alias = decision_or_alias
         ap = self.policy.aliases.get(alias)
-        kind, value = self.judge(ap, outcome)
+        kind, value = self.judge(ap, outcome, domain)
         per_domain = domain if (domain and self.policy.bandit.per_domain.enabled) else None
         tick = self.store.record_outcome(outcome_record(
             outcome.deployment_id, self.clock(), kind, value if value is not None else 0.0, outcome.latency_s,
             pin_key(alias, session) if alias else None, per_domain, outcome.retry_after_s, None,
             alias if alias in self.pace_rules else None, outcome.cost_usd), self.rules)
+        if outcome.quality is not None and value is not None and kind is None:
+            # A graded success (a replay's, an evaluator's): its grade is a judge's evidence.
+            self.record_quality(outcome.deployment_id, alias, domain, outcome.quality, "judge")
         learn = getattr(decision_or_alias, "context", None)
         if learn is not None and value is not None:  # the contextual strategy's: teach the chosen model
             self.contextual.learn(outcome.deployment_id, learn, value, tick, self.gamma)
@@ -330,6 +379,13 @@ class Engine:
                                     domain=domain)
             plugins.call_each(observe, outcome=outcome, decision=decision)
         return value
+
+
+def _evidence_weight(weight) -> Optional[float]:
+    """A caller's weight of one piece of evidence: a finite number in [0, 1000] (the schema's
+    bounds of ``quality.evidence``), else None."""
+    w = finite_unit(weight / 1000.0) if isinstance(weight, (int, float)) and not isinstance(weight, bool) else None
+    return None if w is None else float(weight)
 
 
 def pin_key(alias: str, session: Optional[str]) -> str:

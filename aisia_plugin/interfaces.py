@@ -12,6 +12,7 @@ from .breaker import BreakerState, CircuitBreaker
 from .decision import Decision, Pool, RoutingContext
 from .learning import LearningRules, OutcomeRecord
 from .pacing import PaceState
+from .quality import QualityRecord, QualityStats
 
 # read_pool's answer: (tick, breakers, global arms, per-domain arms, the alias's last known
 # good), the lists in the order of the ids asked for, None where nothing is stored.
@@ -31,8 +32,8 @@ class Strategy(Protocol):
 
 @runtime_checkable
 class StateStore(Protocol):
-    """Learned state: bandit arms (global and per domain), breakers, LKGP pins, the tick and the
-    aliases' spend-pacing records.
+    """Learned state: bandit arms (global and per domain), quality evidence (quality.py), breakers,
+    LKGP pins, the tick and the aliases' spend-pacing records.
 
     Synchronous by design: the engine runs these on the request path and must never wait on I/O.
     A shared store (Redis) answers them from its local mirror and synchronises that mirror with
@@ -44,6 +45,13 @@ class StateStore(Protocol):
 
     def record_outcome(self, rec: OutcomeRecord, rules: LearningRules) -> float:
         """Apply one outcome atomically (``learning.apply_outcome``); returns the tick after it."""
+
+    def record_quality(self, rec: QualityRecord, rules: LearningRules) -> None:
+        """Apply one piece of quality evidence atomically (``quality.apply_evidence``, at the
+        current tick): the quality records only, never an arm, a breaker or the tick."""
+
+    def quality_of(self, deployment_id: str, domain: Optional[str] = None) -> Optional[QualityStats]:
+        """The deployment's quality evidence (in `domain`; None: over every domain)."""
 
     def reserve_probe(self, deployment_id: str, now: float, breaker: CircuitBreaker) -> bool:
         """Take a half-open probe slot for a deployment about to be served, atomically; False when

@@ -17,7 +17,7 @@ class Outcome:
     status_code: Optional[int] = None
     error_type: Optional[str] = None  # exception class name, for failure classification
     message: str = ""
-    quality: Optional[float] = None  # graded score in [0, 1] where known (replays, evaluators)
+    quality: Optional[float] = None  # graded score in [0, 1] where known (replays, evaluators): a judge's evidence
     feedback: Optional[float] = None  # explicit user feedback in [0, 1]
     cost_usd: Optional[float] = None
     input_tokens: Optional[int] = None
@@ -25,16 +25,18 @@ class Outcome:
     retry_after_s: Optional[float] = None
 
 
-def reward(outcome: Outcome, cfg: Reward, target_p95_ms: float) -> float:
+def reward(outcome: Outcome, cfg: Reward, target_p95_ms: float, plain_quality: float) -> float:
     """Always in [0, 1]: failure_reward for a failed call, else the weighted mean of the known
-    terms (quality: the graded score, or 1 for a plain success; latency against the SLA target;
-    feedback when given). The two sums kept as they go, in the order of ``_reward`` (its plain
-    reading: the terms as a list, then summed), so the same floats: no list, no generators, once
-    per outcome (tests/test_core_fast_paths.py holds the two equal)."""
+    terms (quality: the graded score, else `plain_quality`, the deployment's quality estimate
+    from its prior and the evidence so far -- never 1 for a mere success (docs/quality.md);
+    latency against the SLA target; feedback when given). The two sums kept as they go, in the
+    order of ``_reward`` (its plain reading: the terms as a list, then summed), so the same
+    floats: no list, no generators, once per outcome (tests/test_core_fast_paths.py holds the
+    two equal)."""
     if not outcome.success:
         return clamp01(cfg.failure_reward)
     weight = cfg.quality_weight
-    total, weighted = weight, weight * (1.0 if outcome.quality is None else clamp01(outcome.quality))
+    total, weighted = weight, weight * clamp01(plain_quality if outcome.quality is None else outcome.quality)
     if outcome.latency_s is not None and cfg.latency_weight > 0:
         ms = max(outcome.latency_s * 1000.0, 1e-6)
         weight = cfg.latency_weight
@@ -47,11 +49,11 @@ def reward(outcome: Outcome, cfg: Reward, target_p95_ms: float) -> float:
     return clamp01(weighted / total)
 
 
-def _reward(outcome: Outcome, cfg: Reward, target_p95_ms: float) -> float:
+def _reward(outcome: Outcome, cfg: Reward, target_p95_ms: float, plain_quality: float) -> float:
     """``reward``'s plain reading."""
     if not outcome.success:
         return clamp01(cfg.failure_reward)
-    parts = [(cfg.quality_weight, 1.0 if outcome.quality is None else clamp01(outcome.quality))]
+    parts = [(cfg.quality_weight, clamp01(plain_quality if outcome.quality is None else outcome.quality))]
     if outcome.latency_s is not None and cfg.latency_weight > 0:
         ms = max(outcome.latency_s * 1000.0, 1e-6)
         parts.append((cfg.latency_weight, clamp01(target_p95_ms / ms)))

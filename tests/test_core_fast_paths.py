@@ -93,9 +93,9 @@ _WEIGHT = st.sampled_from([0.0, 0.1, 0.25, 0.5, 1.0, 3.0]) | st.floats(0, 10)
 
 
 @given(st.booleans(), st.none() | st.floats(-1, 2), st.none() | st.floats(-1, 100), st.none() | st.floats(-1, 2),
-       _WEIGHT, _WEIGHT, _WEIGHT, st.floats(0, 1), st.floats(1, 1e5))
+       _WEIGHT, _WEIGHT, _WEIGHT, st.floats(0, 1), st.floats(1, 1e5), st.floats(0, 1))
 @settings(max_examples=2000, deadline=None)
-def test_reward_equals_its_plain_reading(success, quality, latency_s, feedback, qw, lw, fw, failure, target):
+def test_reward_equals_its_plain_reading(success, quality, latency_s, feedback, qw, lw, fw, failure, target, plain):
     cfg = Reward(quality_weight=qw, latency_weight=lw, feedback_weight=fw, failure_reward=failure)
     o = Outcome("a", success, latency_s=latency_s, quality=quality, feedback=feedback)
-    assert reward(o, cfg, target) == _reward(o, cfg, target)
+    assert reward(o, cfg, target, plain) == _reward(o, cfg, target, plain)

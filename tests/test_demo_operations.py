@@ -38,7 +38,7 @@ DASHBOARD = ROOT / "examples" / "grafana" / "aisia-dashboard.json"
 BROKEN = "coder"
 N = 24  # sample requests before the break, and again after it
 # The demo policy's strategy per alias (policies/aliases.yaml, which the demo policy layers on).
-STRATEGIES = {"auto": "ucb1", "auto/coding": "ucb1", "auto/fast": "latency", "auto/cheap": "cost",
+STRATEGIES = {"auto": "contextual", "auto/coding": "contextual", "auto/fast": "latency", "auto/cheap": "cost",
               "auto/offline": "rules"}
 
 

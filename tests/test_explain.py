@@ -68,7 +68,9 @@ model_list:
     # The seed's worked example uses C = sqrt 2; the shipped auto alias explores less, so a team
     # file overrides it (exercising the merge rule too).
     override = tmp_path / "team.yaml"
-    override.write_text("version: 1\noverrides: true\naliases:\n  auto: {exploration_c: 1.4142135623730951}\n")
+    # (auto is contextual since issue 40: the seed's UCB1 is asked for by name.)
+    override.write_text("version: 1\noverrides: true\naliases:\n"
+                        "  auto: {strategy: ucb1, exploration_c: 1.4142135623730951}\n")
     from aisia_plugin.resources import policies_dir
 
     assert main(["explain", "--alias", "auto", "--json", "--policy", str(policies_dir()), "--policy", str(override),
@@ -135,7 +137,8 @@ def test_explain_shows_ucb1s_n_and_N_and_whether_forgetting_is_on(tmp_path, caps
     table = load_policy().costs.by_provider_prefix
     prices = "".join(f"  {n}: {{input_cost_per_1m: {table[n.split('-')[0]]}}}\n" for n in SEED_STATE["bandit"])
     team.write_text(f"version: 1\nbandit: {{forgetting: {{enabled: {str(forgetting).lower()}}}}}\n"
-                    f"deployments:\n{prices}aliases:\n  auto: {{exploration_c: 1.4142135623730951}}\n", encoding="utf-8")
+                    f"deployments:\n{prices}aliases:\n  auto: {{strategy: ucb1, exploration_c: 1.4142135623730951}}\n",
+                    encoding="utf-8")
     argv = ["explain", "--policy", str(team), "--state", str(sf), "--deployments", str(cfg), "hello"]
     assert main([*argv, "--json"]) == 0
     rows = {c["id"]: c for c in json.loads(capsys.readouterr().out)["decision"]["candidates"]}

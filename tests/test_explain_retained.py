@@ -3,7 +3,11 @@ is the same whatever form the decision keeps until it is read.
 
 The reference is ``fixtures/explain_golden.json``: the same decisions rendered by the code of
 commit a279871, whose strategies kept their explanations as closures over the pool (run this file
-as a script at that commit to write it again: ``python tests/test_explain_retained.py --write``).
+as a script at that commit to write it again: ``python tests/test_explain_retained.py --write``;
+the engine's cases, which learn, were written again when a plain success stopped being learned as
+quality 1 and untried arms began to be explored in the order of their declared prior,
+docs/quality.md, and again when the shipped auto, auto/coding and auto/smart became contextual
+(whose decisions now state their selection probability): the direct cases were unchanged by it).
 Every built-in strategy is covered (ucb1, thompson, cost, latency, sla-aware, lkgp, rules,
 contextual), with untried arms, learned arms, OPEN breakers, every candidate OPEN, epsilon-greedy
 exploration drawing and not drawing, ties, and the engine's own exclusions; the contextual

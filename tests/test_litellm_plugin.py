@@ -392,11 +392,13 @@ def test_feedback_moves_only_the_serving_deployments_statistics(client, admin):
     assert r.status_code == 200, r.text
     assert r.json()["deployment_id"] == "fb-a"
     after = stats(admin)
-    assert after["fb-a"]["count"] == before["fb-a"]["count"] + 1
-    assert after["fb-a"]["mean_reward"] < before["fb-a"]["mean_reward"]
+    # Feedback is quality evidence (docs/quality.md): it moves fb-a's quality, not its health.
+    assert after["fb-a"]["count"] == before["fb-a"]["count"]
+    assert after["fb-a"]["quality"]["evidence"]["feedback"] == before["fb-a"]["quality"]["evidence"]["feedback"] + 1
+    assert after["fb-a"]["quality"]["estimate"] < before["fb-a"]["quality"]["estimate"]
     for dep, row in before.items():
         if dep != "fb-a":
-            assert after[dep]["count"] == row["count"], dep
+            assert after[dep]["count"] == row["count"] and after[dep]["quality"] == row["quality"], dep
     assert admin.post("/aisia/feedback", json={"request_id": rid, "score": 1.0}).status_code == 404  # once only
     assert admin.post("/aisia/feedback", json={"request_id": "no-such-request", "score": 1.0}).status_code == 404
     _, headers2, _ = chat(client, "test/feedback")
@@ -405,7 +407,9 @@ def test_feedback_moves_only_the_serving_deployments_statistics(client, admin):
     for bad in (1.5, -0.1, "good", None, True):
         assert admin.post("/aisia/feedback", json={"request_id": rid2, "score": bad}).status_code == 422, bad
     assert admin.post("/aisia/feedback", content=b"not json").status_code == 400
-    assert stats(admin)["fb-a"]["count"] == after["fb-a"]["count"] + 1  # the second request's own outcome only
+    last = stats(admin)["fb-a"]
+    assert last["count"] == after["fb-a"]["count"] + 1  # the second request's own outcome only
+    assert last["quality"]["evidence"] == after["fb-a"]["quality"]["evidence"]  # no refused score counted
 
 
 def test_explain_holds_ids_scores_and_reasons_but_no_prompt_text(client, admin):

@@ -142,7 +142,9 @@ def test_a_hostile_state_file_is_named_by_explain(tmp_path, capsys):
 
     path = tmp_path / "state.json"
     path.write_text(json.dumps({"bandit": {"groq-llama-3.1-8b": {"pulls": 1e-300, "total_reward": 1e-300}}}))
-    assert main(["explain", "--state", str(path), "hello"]) == 0
+    team = tmp_path / "ucb1.yaml"  # the seed's UCB1 by name, whose row says "untried" (auto is contextual)
+    team.write_text("version: 1\naliases:\n  auto: {strategy: ucb1}\n")
+    assert main(["explain", "--policy", str(team), "--state", str(path), "hello"]) == 0
     out, err = capsys.readouterr()
     assert err.splitlines()[0] == (f"aisia explain: warning: {path}: bandit 'groq-llama-3.1-8b': pulls: 1e-300 is not "
                                    "0 or a count of at least 1: read as 0.0")

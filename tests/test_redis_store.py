@@ -24,7 +24,7 @@ from aisia_plugin.outcome import Outcome
 from aisia_plugin.policy import load_policy
 from aisia_plugin.state import open_store
 from aisia_plugin.state.memory import MemoryState
-from aisia_plugin.state.records import ARM_FIELDS, BREAKER_FIELDS, pairs, read_arm, read_breaker
+from aisia_plugin.state.records import ARM_FIELDS, BREAKER_FIELDS, pairs, read_arm, read_breaker, read_quality
 from aisia_plugin.state.redis import RedisStore, StoreConfigError, key_tag, redact
 from redis_server import RedisCluster, RedisServer, redis_module  # noqa: F401  (a fixture)
 
@@ -280,6 +280,8 @@ def test_redis_killed_mid_traffic_loses_nothing_and_counts_nothing_twice(tmp_pat
             assert d.deployment_id in ("a", "b", "c")
             decisions += 1
             engines[k].record(d, Outcome(d.deployment_id, success=True, latency_s=0.2))
+            if i % 10 == 0:  # quality evidence rides the same batches: lost by none, counted once
+                engines[k].record_quality(d.deployment_id, "auto", None, 0.5, "feedback")
             await asyncio.sleep(0.001)
         await settle(*writers)
         counts = [sum((w.arm(x).count if w.arm(x) else 0) for x in "abc") for w in writers]
@@ -294,6 +296,9 @@ def test_redis_killed_mid_traffic_loses_nothing_and_counts_nothing_twice(tmp_pat
     tag = key_tag(pol.state.key_prefix)
     stored = sum(read_arm(c.hgetall(f"{tag}bandit:{x}")).count for x in "abc")
     assert stored == n and counts == [n, n]
+    feedback = [read_quality({(k.decode() if isinstance(k, bytes) else k): v
+                              for k, v in c.hgetall(f"{tag}bandit:{x}").items()}) for x in "abc"]
+    assert sum(q.feedback for q in feedback if q is not None) == n // 10
     assert float(c.get(tag + "tick")) == n
     down = [r for r in caplog.records if "unreachable" in r.getMessage()]
     back = [r for r in caplog.records if "reachable again" in r.getMessage()]

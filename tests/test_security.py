@@ -311,8 +311,9 @@ def test_feedback_is_validated_applied_once_rate_limited_and_moves_only_the_serv
     explain_rows(proxy, h["x-aisia-request-id"])
     assert post({"request_id": h["x-aisia-request-id"], "score": 1.0}).status_code == 200
     after = stats(proxy)
-    # fb-a: its 3 + 1 outcomes as requests... the 3 before were in `before`: +3 feedback, +1 request, +1 feedback.
-    assert after["fb-a"]["count"] == before["fb-a"]["count"] + 5
+    # fb-a: the 3 requests were in `before`; then +1 request (health) and 3 + 1 feedback (quality evidence).
+    assert after["fb-a"]["count"] == before["fb-a"]["count"] + 1
+    assert after["fb-a"]["quality"]["evidence"]["feedback"] == before["fb-a"]["quality"]["evidence"]["feedback"] + 4
     assert after.get("fb-b", {}).get("count", 0) == before.get("fb-b", {}).get("count", 0) == 0
     for dep, row in before.items():
         if dep != "fb-a":

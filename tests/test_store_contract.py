@@ -28,8 +28,10 @@ from aisia_plugin.learning import OutcomeRecord
 from aisia_plugin.outcome import Outcome
 from aisia_plugin.pacing import PaceRule, PaceState
 from aisia_plugin.policy import load_policy
+from aisia_plugin.quality import QualityRecord
 from aisia_plugin.state import open_store
 from aisia_plugin.state.memory import MemoryState
+from aisia_plugin.state.redis import _apply as apply_op
 from redis_server import redis_module  # noqa: F401  (a fixture)
 
 BASE = load_policy()
@@ -396,3 +398,68 @@ async def test_shared_counters_count_for_every_view_and_expire_with_their_ttl(h)
     assert await other.counted("revoked:s1") == 0 and await h.store.counted("revoked:s1") == 0
     assert await h.store.counted("refused:k") == 4
     assert await h.store.count_up("revoked:s1", 1.0) == 1  # counted anew after it expired
+
+
+# -- quality evidence (aisia_plugin/quality.py): kept apart from the arms, the same in every store --
+def evidence(seed: int, n: int, deps=("a", "b", "c")):
+    rng = random.Random(seed)
+    for _ in range(n):
+        yield QualityRecord(rng.choice(deps), rng.random(), rng.choice((0.5, 1.0, 2.0)),
+                            rng.choice(("feedback", "judge", "signal")), rng.choice((None, "coding", "math")))
+
+
+def assert_same_quality(got: dict, want: dict):
+    assert set(got.get("quality", {})) == set(want.get("quality", {}))
+    for key, rec in want.get("quality", {}).items():
+        for field, v in rec.items():
+            assert got["quality"][key][field] == pytest.approx(v, rel=1e-9, abs=1e-9), (key, field)
+
+
+async def test_quality_evidence_interleaved_with_outcomes_equals_the_pure_update(h):
+    rules = rules_of(h.policy)
+    assert rules.gamma < 1.0  # the evidence is forgotten at the shared tick, as the arms are
+    ref = MemoryState()
+    ops = list(outcomes(5, 80)) + list(evidence(6, 60))
+    random.Random(7).shuffle(ops)
+    ops.insert(70, ("reset", "b"))
+    for k, op in enumerate(ops):
+        if k == len(ops) // 2:
+            await h.midpoint()
+        for st in (h.store, ref):
+            apply_op(st, op, rules)  # an outcome, evidence or a reset, as a queued batch applies it
+    await h.sync()
+    want = ref.dump()
+    assert want["quality"]  # evidence was recorded, some of it after b's reset
+    for view in (h.store, await h.other()):
+        got = view.dump()
+        assert_same_records(got, want)
+        assert_same_quality(got, want)
+    # a dump with quality evidence is a memory state
+    assert MemoryState.load(want).dump() == want
+
+
+async def test_evidence_moves_quality_and_never_the_health_and_the_stats_show_it_by_source(h):
+    engine = Engine(h.policy, clock=h.store.clock, rng=random.Random(1), store=h.store)
+    rules = engine.rules
+    for i in range(20):
+        h.store.record_outcome(OutcomeRecord("a", float(i), None, 0.7, 0.5, "auto", "coding"), rules)
+    before = h.store.arm("a"), h.store.arm("a", "coding"), h.store.tick(), h.store.breaker("a")
+    assert engine.record_quality("a", "auto", "coding", 0.0, "feedback") == 0.0
+    await h.midpoint()
+    assert engine.record_quality("a", "auto", "coding", 1.0, "judge") == 1.0
+    assert engine.record_quality("a", "auto", None, 0.0, "signal") == 0.0
+    await h.sync()
+    other = await h.other()
+    assert (other.arm("a"), other.arm("a", "coding"), other.tick(), other.breaker("a")) == before
+    assert other.quality_of("a").feedback == 1 and other.quality_of("a").signal == 1
+    assert other.quality_of("a", "coding").judge == 1 and other.quality_of("a", "coding").signal == 0
+    row = h.store.stats()["a"]  # the engine's store: its priors are attached
+    assert set(row) >= {"pulls", "mean_reward", "alpha", "beta", "count", "avg_latency", "error_rate", "breaker",
+                        "domains", "quality"}
+    prior = engine.quality.prior("a", None)
+    q = row["quality"]
+    assert q["prior"] == prior and q["evidence"] == {"prior": 10.0, "feedback": 1.0, "judge": 1.0, "signal": 1.0}
+    # strength 10 at the prior, feedback 0 (weight 1), judge 1 (weight 1), signal 0 (weight 0.5)
+    assert q["estimate"] == pytest.approx((10 * prior + 1.0) / 12.5, rel=1e-3)
+    assert row["domains"]["coding"]["quality"]["evidence"]["judge"] == 1.0
+    assert row["count"] == 20  # the health beside it, unchanged

@@ -21,7 +21,6 @@ from litellm.proxy.auth.user_api_key_auth import user_api_key_auth
 
 from ..deployments import describe
 from ..numbers import within
-from ..outcome import Outcome
 
 if TYPE_CHECKING:
     from .host import PluginHost
@@ -254,10 +253,9 @@ def mount(app, plugin: "PluginHost") -> None:
             # The same answer for another key's request as for an unknown one: nothing tells them apart.
             raise _bad(404, f"no served request {shown!r} awaits feedback from this key (unknown, expired, "
                             "feedback already given, or made with another key)")
-        # The serving deployment learns one more outcome whose reward is the score.
+        # The score is quality evidence about the serving deployment (docs/quality.md).
         alias, dep = served.get("alias"), served.get("deployment_id")
-        reward = rt.engine.record(alias, Outcome(dep, True, quality=score, feedback=score),
-                                  domain=served.get("domain"), session=served.get("session"))
+        reward = rt.engine.record_quality(dep, alias, served.get("domain"), float(score), "feedback")
         return {"request_id": rid, "deployment_id": dep, "alias": alias, "reward": reward}
 
     async def explain(limit: int = 50, _=Depends(require_admin)):

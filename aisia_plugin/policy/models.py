@@ -140,6 +140,30 @@ class Reward(BaseModel):
     failure_reward: float
 
 
+@_def("QualityPrior")
+class QualityPrior(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    by_tier: dict[Tier, float]
+    untiered: float
+    speciality_bonus: float
+    strength: float
+
+
+@_def("QualityEvidence")
+class QualityEvidence(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    feedback: float
+    judge: float
+    signal: float
+
+
+@_def("Quality")
+class Quality(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    prior: QualityPrior
+    evidence: QualityEvidence
+
+
 @_def("Weights")
 class Weights(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -340,6 +364,7 @@ class Policy(BaseModel):
     aliases: dict[str, Alias]
     bandit: Bandit
     reward: Reward
+    quality: Quality
     rules: Rules
     mode_packs: dict[str, ModePack]
     domains: Domains
@@ -356,7 +381,8 @@ class Policy(BaseModel):
 # schema $defs name -> model, for the agreement test and the reference generator.
 MODELS_BY_DEF: dict[str, type[BaseModel]] = {
     cls.__schema_def__: cls
-    for cls in (Selector, Sla, Budget, Failover, ColdStart, Contextual, Alias, PerDomain, Forgetting, Bandit, Reward, Weights,
-                Rules, ModePack, Domain, Domains, SignalWeights, SignalLexicon, Signals, DeploymentAnnotation,
+    for cls in (Selector, Sla, Budget, Failover, ColdStart, Contextual, Alias, PerDomain, Forgetting, Bandit, Reward,
+                QualityPrior, QualityEvidence, Quality, Weights, Rules, ModePack, Domain, Domains, SignalWeights,
+                SignalLexicon, Signals, DeploymentAnnotation,
                 CircuitBreaker, TaskFitness, Costs, State, Proxy, DecisionLog, Logging, Policy)
 }

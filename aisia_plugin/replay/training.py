@@ -47,7 +47,9 @@ def training_rows(policy, alias: str, trace, scenario) -> list[TrainingRow]:
     for rec, calls in zip(trace.records, scenario.calls):
         feats, present = engine.scanner.scan(rec.messages, None, None)
         domain = ap.domain_hint or engine.detector.detect(feats.text, present)
-        rewards = {name: reward(call.outcome(), policy.reward, ap.sla.target_p95_ms) for name, call in calls.items()}
+        # (An ungraded success is scored with the candidate's quality estimate, as online.)
+        rewards = {name: reward(call.outcome(), policy.reward, ap.sla.target_p95_ms,
+                                engine.quality_estimate(name, domain)) for name, call in calls.items()}
         task = ap.task_hint or feats.task_type
         rows.append(TrainingRow(request_vector(feats, domain, task), rewards, domain, feats, rec,
                                 feature_labels(feats, domain, task)))

@@ -22,7 +22,8 @@ from ..breaker import BreakerState, CircuitBreaker
 from ..contextual import ContextualModels
 from ..learning import LearningRules, OutcomeRecord, apply_outcome
 from ..pacing import PaceState
-from .records import number, read_arm, read_breaker, read_pace
+from ..quality import QualityRecord, QualityStats, apply_evidence, quality_view
+from .records import number, read_arm, read_breaker, read_pace, read_quality
 
 log = logging.getLogger("aisia.state")
 
@@ -127,6 +128,10 @@ class MemoryState:
         self.counts = ExpiringCounts()
         # The contextual strategy's per-deployment models (the engine updates them in place).
         self.contextual = ContextualModels()
+        # domain (None: over every domain) -> deployment -> its quality evidence (quality.py)
+        self.quality: dict[Optional[str], dict[str, QualityStats]] = {None: {}}
+        # The engine's quality.QualityPriors, for stats() to show each record's prior and estimate.
+        self.quality_prior = None
 
     def arm(self, deployment_id: str, domain: Optional[str] = None) -> Optional[ArmStats]:
         by_dep = self.arms.get(domain)
@@ -137,6 +142,22 @@ class MemoryState:
         if by_dep is None:
             by_dep = self.arms[domain] = {}
         by_dep[deployment_id] = stats
+
+    def quality_of(self, deployment_id: str, domain: Optional[str] = None) -> Optional[QualityStats]:
+        """The deployment's quality evidence (in `domain`; None: over every domain), None when none."""
+        by_dep = self.quality.get(domain)
+        return by_dep.get(deployment_id) if by_dep is not None else None
+
+    def record_quality(self, rec: QualityRecord, rules: LearningRules) -> None:
+        """Apply one piece of quality evidence atomically (``quality.apply_evidence``) at the
+        current tick: it moves the quality records only, never an arm, a breaker or the tick."""
+        with self._lock:
+            dep = rec.deployment_id
+            g, d = apply_evidence(rec, self.ticks, rules.gamma, self.quality_of(dep),
+                                  self.quality_of(dep, rec.domain) if rec.domain is not None else None)
+            self.quality[None][dep] = g
+            if d is not None:
+                self.quality.setdefault(rec.domain, {})[dep] = d
 
     def read_pool(self, deployment_ids, domain: Optional[str] = None, alias: Optional[str] = None):
         """Everything a decision reads, in one call (the Redis store answers it in one round
@@ -182,6 +203,8 @@ class MemoryState:
     def reset(self, deployment_id: str) -> None:
         with self._lock:
             for by_dep in self.arms.values():
+                by_dep.pop(deployment_id, None)
+            for by_dep in self.quality.values():
                 by_dep.pop(deployment_id, None)
             self.breakers.pop(deployment_id, None)
 
@@ -261,27 +284,40 @@ class MemoryState:
         if self.snapshot_path:
             self.save_file(self.snapshot_path)
 
-    def stats(self) -> dict:
+    def stats(self, gamma: Optional[float] = None) -> dict:
         """Per deployment, the seed's ``/admin/bandit/stats`` shape plus the exact count, the
-        error rate, the average latency, the breaker and the per-domain records:
-        ``{dep: {pulls, mean_reward, alpha, beta, count, avg_latency, error_rate, breaker,
-        domains: {domain: {...}}}}``."""
+        error rate, the average latency, the breaker, its quality beside that health and the
+        per-domain records: ``{dep: {pulls, mean_reward, alpha, beta, count, avg_latency,
+        error_rate, quality: {estimate, prior, evidence: {prior, feedback, judge, signal},
+        evidence_weight}, breaker, domains: {domain: {...}}}}`` (``quality.quality_view``: the
+        prior and the estimate from the engine's ``quality_prior`` when one is attached, the
+        evidence seen at the store's tick with forgetting `gamma`, the engine's when None)."""
+        priors = self.quality_prior
+        if gamma is None:
+            gamma = getattr(priors, "gamma", 1.0)
+        tick = self.ticks
 
-        def row(s: ArmStats) -> dict:
+        def row(s: ArmStats, dep: str, dom: Optional[str]) -> dict:
+            q = self.quality_of(dep, dom)
+            view = (priors.view(q, dep, dom, tick, gamma) if priors is not None
+                    else quality_view(q, None, None, tick, gamma))
             return {"pulls": s.pulls, "mean_reward": s.mean_reward, "alpha": s.alpha, "beta": s.beta,
-                    "count": s.count, "avg_latency": s.avg_latency, "error_rate": s.error_rate}
+                    "count": s.count, "avg_latency": s.avg_latency, "error_rate": s.error_rate, "quality": view}
 
         out: dict = {}
         for dep, s in sorted(self.arms[None].items()):
-            out[dep] = {**row(s), "breaker": self.breaker(dep).state, "domains": {}}
-        for dom, by_dep in self.arms.items():
-            if dom is None:
-                continue
-            for dep, s in by_dep.items():
-                entry = out.setdefault(dep, {**row(ArmStats()), "breaker": self.breaker(dep).state, "domains": {}})
-                entry["domains"][dom] = row(s)
+            out[dep] = {**row(s, dep, None), "breaker": self.breaker(dep).state, "domains": {}}
+        seen = [(dom, dep) for dom, by_dep in self.arms.items() for dep in by_dep]
+        seen += [(dom, dep) for dom, by_dep in self.quality.items() for dep in by_dep]
+        for dom, dep in seen:
+            entry = out.get(dep)
+            if entry is None:
+                entry = out[dep] = {**row(ArmStats(), dep, None), "breaker": self.breaker(dep).state, "domains": {}}
+            if dom is not None and dom not in entry["domains"]:
+                entry["domains"][dom] = row(self.arm(dep, dom) or ArmStats(), dep, dom)
         for dep, bs in self.breakers.items():
-            out.setdefault(dep, {**row(ArmStats()), "breaker": bs.state, "domains": {}})
+            if dep not in out:
+                out[dep] = {**row(ArmStats(), dep, None), "breaker": bs.state, "domains": {}}
         return out
 
     # -- persistence for the CLI ------------------------------------------------------------
@@ -296,6 +332,12 @@ class MemoryState:
             "breakers": {k: asdict(v) for k, v in self.breakers.items()},
             "lkgp": dict(self.lkgp),
         }
+        quality = {}
+        for dom, by_dep in self.quality.items():
+            for dep, q in by_dep.items():
+                quality[f"{dep}:{dom}" if dom else dep] = asdict(q)
+        if quality:
+            out["quality"] = quality
         if self.paces:
             out["pacing"] = self.pacing()
         if len(self.contextual):
@@ -310,7 +352,7 @@ class MemoryState:
         ("bandit 'a-1': pulls: 1e-300 is not 0 or a count of at least 1: read as 0.0")."""
         if not isinstance(data, dict):
             raise ValueError("not a state: expected a JSON object with 'ticks', 'bandit', 'breakers' and 'lkgp'")
-        for section in ("bandit", "breakers", "lkgp", "pacing"):
+        for section in ("bandit", "breakers", "lkgp", "pacing", "quality"):
             if not isinstance(data.get(section) or {}, dict):
                 raise ValueError(f"not a state: '{section}' must be a JSON object")
         st = cls()
@@ -342,6 +384,17 @@ class MemoryState:
         if notes is not None:
             notes.extend(f"lkgp {k!r}: {v!r} is not a deployment id: ignored" for k, v in lkgp.items()
                          if not isinstance(v, str))
+        for key, raw in (data.get("quality") or {}).items():
+            dep, dom = key, None
+            if ":" in key and key not in known:
+                dep, dom = key.rsplit(":", 1)
+            fields = raw if isinstance(raw, dict) else {}
+            if not isinstance(raw, dict) and mine is not None:
+                mine.append(f"record: {raw!r} is not a mapping of fields: read as no evidence")
+            q = read_quality(fields, "", mine) if fields else None
+            if q is not None:
+                st.quality.setdefault(dom, {})[dep] = q
+            named("quality", key)
         for key, raw in (data.get("pacing") or {}).items():
             st.paces[str(key)] = read_pace(raw, mine)
             named("pacing", key)
@@ -370,6 +423,7 @@ class MemoryState:
             st.breakers = dict(self.breakers)
             st.lkgp = dict(self.lkgp)
             st.paces = dict(self.paces)
+            st.quality = {dom: dict(by_dep) for dom, by_dep in self.quality.items()}
             st.ticks = self.ticks
             st.contextual = self.contextual.copy()
         return st
@@ -379,6 +433,7 @@ class MemoryState:
         with self._lock:
             self.arms, self.breakers, self.lkgp, self.ticks = other.arms, other.breakers, other.lkgp, other.ticks
             self.paces = other.paces
+            self.quality = other.quality
             self.contextual.__dict__.update(other.contextual.__dict__)  # engines hold this object: kept, refilled
 
     @classmethod

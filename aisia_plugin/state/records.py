@@ -26,6 +26,7 @@ from typing import Any, Mapping
 from ..bandit import ArmStats
 from ..breaker import CLOSED, PROMETHEUS_CODE, BreakerState
 from ..pacing import PACE_FIELDS, PaceState
+from ..quality import QUALITY_FIELDS, QualityStats
 from ..schema_defaults import range_of
 
 MAX_COUNT = 1e15
@@ -138,6 +139,29 @@ def read_arm(raw: Any, notes: list | None = None) -> ArmStats:
         count=int(count),
         tick=get("tick", 0.0, MAX_COUNT),
     )
+
+
+def read_quality(d: Mapping[str, Any], prefix: str = "q_", notes: list | None = None) -> QualityStats | None:
+    """A quality record from a stored mapping's ``<prefix><field>`` entries (a Redis hash, a
+    snapshot's JSON); None when it holds none. Lenient as every stored record's reader
+    here: a value that is no finite number in range reads as 0."""
+    if not any(f"{prefix}{f}" in d for f in QUALITY_FIELDS):
+        return None
+    got = {}
+    for f in QUALITY_FIELDS:
+        raw = d.get(f"{prefix}{f}")
+        v = number(raw, 0.0, MAX_COUNT)
+        if v is None:
+            if raw is not None and notes is not None:
+                notes.append(f"{prefix}{f}: {raw!r} is not a number in [0, {MAX_COUNT:g}]: read as 0.0")
+            v = 0.0
+        got[f] = v
+    if got["total"] > got["weight"]:  # values lie in [0, 1]: the weighted sum cannot exceed the weights
+        if notes is not None:
+            notes.append(f"{prefix}total: {got['total']!r} exceeds the weight ({got['weight']:g}): "
+                         f"read as {got['weight']!r}")
+        got["total"] = got["weight"]
+    return QualityStats(**got)
 
 
 def read_breaker(raw: Any, notes: list | None = None) -> BreakerState:

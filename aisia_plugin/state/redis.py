@@ -64,8 +64,9 @@ from ..contextual import DIM, ColumnDelta, ContextualModels, SharedColumn
 from ..learning import LearningRules, OutcomeRecord
 from ..numbers import clamp01
 from ..pacing import PACE_FIELDS, PaceState
+from ..quality import QUALITY_FIELDS, QualityRecord, QualityStats
 from .memory import MemoryState, ServedRequests
-from .records import ARM_FIELDS, BREAKER_FIELDS, number, pairs, read_arm, read_breaker, read_pace
+from .records import ARM_FIELDS, BREAKER_FIELDS, number, pairs, read_arm, read_breaker, read_pace, read_quality
 
 log = logging.getLogger("aisia.state")
 _timeout = getattr(asyncio, "timeout", None)  # Python 3.11+
@@ -138,6 +139,17 @@ def key_tag(prefix: str) -> str:
     return "{%s}:" % (core or "aisia")
 
 
+def _holds_arm(fields: dict) -> bool:
+    """Whether a stored bandit hash holds an arm (it may hold quality evidence alone)."""
+    return any(f in fields for f in ARM_FIELDS)
+
+
+def _install_quality(base: MemoryState, dep: str, domain: Optional[str], fields: dict) -> None:
+    q = read_quality(fields)
+    if q is not None:
+        base.quality.setdefault(domain, {})[dep] = q
+
+
 class _Batch:
     __slots__ = ("seq", "ops", "rules")
     # seq: this process's batch number (1, 2, ...), which Redis's ``applied`` hash is compared with
@@ -149,6 +161,8 @@ class _Batch:
 def _apply(st: MemoryState, op, rules) -> None:
     if isinstance(op, OutcomeRecord):
         st.record_outcome(op, rules)
+    elif isinstance(op, QualityRecord):
+        st.record_quality(op, rules)
     else:
         st.reset(op[1])
 
@@ -217,6 +231,8 @@ class RedisStore:
         self.on_event: Optional[Callable[[str, int], None]] = None
         self._lock = threading.Lock()
         self._mirror = MemoryState()
+        # The engine's quality.QualityPriors, for stats() (set by the engine that uses this store).
+        self.quality_prior = None
         # Served requests awaiting feedback: this process's own at once, every process's in Redis
         # (a key per request id with its TTL, written by the background task).
         self._served = ServedRequests()
@@ -320,8 +336,22 @@ class RedisStore:
             out["contextual"] = self.contextual.dump()
         return out
 
-    def stats(self) -> dict:
-        return self._mirror.stats()
+    def quality_of(self, deployment_id: str, domain: Optional[str] = None) -> Optional[QualityStats]:
+        return self._mirror.quality_of(deployment_id, domain)
+
+    def stats(self, gamma: Optional[float] = None) -> dict:
+        mirror = self._mirror
+        mirror.quality_prior = self.quality_prior
+        return mirror.stats(gamma)
+
+    def record_quality(self, rec: QualityRecord, rules: LearningRules) -> None:
+        """Apply quality evidence to the mirror at once and queue it for Redis (ordered with the
+        outcomes recorded before it)."""
+        if rec.domain == "":
+            rec = replace(rec, domain=None)
+        with self._lock:
+            self._mirror.record_quality(rec, rules)
+            self._enqueue(rec, rules)
 
     def record_outcome(self, rec: OutcomeRecord, rules: LearningRules) -> float:
         if rec.domain == "":  # the script reads '' as "no domain"
@@ -685,11 +715,17 @@ class RedisStore:
         for dep_raw, g, cb, per_domain in reply[7]:
             dep = dep_raw.decode("utf-8", "replace")
             if g:
-                base.put_arm(dep, None, read_arm(pairs(g)))
+                fields = pairs(g)
+                _install_quality(base, dep, None, fields)
+                if _holds_arm(fields):
+                    base.put_arm(dep, None, read_arm(fields))
             if cb:
                 base.breakers[dep] = read_breaker(pairs(cb))
             for dom, h in pairs(per_domain).items():
-                base.put_arm(dep, dom, read_arm(pairs(h)))
+                fields = pairs(h)
+                _install_quality(base, dep, dom, fields)
+                if _holds_arm(fields):
+                    base.put_arm(dep, dom, read_arm(fields))
         for alias_raw, h in (reply[8] if len(reply) > 8 else ()):
             if h:
                 base.paces[alias_raw.decode("utf-8", "replace")] = read_pace(pairs(h))
@@ -748,6 +784,11 @@ class RedisStore:
         for alias, p in base.paces.items():
             args.append(alias)
             args += [repr(float(getattr(p, f))) for f in PACE_FIELDS]
+        quality = [(dep, dom, q) for dom, by_dep in base.quality.items() for dep, q in by_dep.items()]
+        args.append(str(len(quality)))
+        for dep, dom, q in quality:
+            args += (dep, dom or "")
+            args += [repr(float(getattr(q, f))) for f in QUALITY_FIELDS]
         reply = await self._eval("seed", [self.key("epoch")], args)
         if reply[0] == b"seeded" and self._epoch is not None:
             self.counters["reseeded"] += 1
@@ -868,6 +909,8 @@ class RedisStore:
                 add(("o", op.deployment_id, _opt(op.now) or 0.0, "" if kind is None else FailureKind(kind).value,
                      clamp01(op.reward), _opt(op.latency_s),
                      op.alias or None, op.domain, _opt(op.retry_after_s), op.pace_alias, _opt(op.cost_usd)))
+            elif isinstance(op, QualityRecord):
+                add(("q", op.deployment_id, clamp01(op.value), _opt(op.weight) or 0.0, op.source, op.domain))
             else:
                 add(("r", op[1]))
         # json.dumps writes floats with repr (exact) and refuses none that is not finite here.

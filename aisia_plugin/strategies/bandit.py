@@ -9,6 +9,7 @@ import math
 
 from ..bandit import ArmStats, beta_draws, bonus_columns, ucb1_scores, ucb1_terms
 from ..decision import PLAIN, Decision, Explainer, Pool, RoutingContext, atoms, explained_decision
+from ..quality import prior_quality
 from .rules import clamp01, exploration, finite
 
 
@@ -22,14 +23,15 @@ class UCB1Strategy:
     def select(self, pool, context: RoutingContext) -> Decision:
         pool = Pool.of(pool).not_open()
         pulls = pool.pulls
-        # Seed: a candidate with no observation is chosen before the formula applies, in pool
-        # order, so that every candidate is tried once.
+        # Seed: a candidate with no observation is chosen before the formula applies, so that
+        # every candidate is tried once: the one of highest declared prior quality first (its
+        # tier and specialities, docs/quality.md), ties in pool order (the seed's order).
         if min(pulls) <= 0:
-            first = next(i for i, n in enumerate(pulls) if n <= 0)
+            first, why = first_untried(pool, pulls, context)
             untried = pool.deployments[first]
             return explained_decision(self.name, untried, math.inf, PLAIN,
                                       (atoms(pool.ids), tuple([math.inf if n <= 0 else None for n in pulls]), (), None),
-                                      f"{untried.id} has never been tried: explored first", probability=1.0)
+                                      f"{untried.id} has never been tried: explored first{why}", probability=1.0)
         total = context.total_pulls
         if total is None:
             total = sum(pulls)
@@ -50,6 +52,22 @@ class UCB1Strategy:
                  total, c, cw, lw, cs, ls, best)
         return explained_decision(self.name, pool.deployments[chosen], scores[chosen], _UCB1, facts,
                                   probability=probability)
+
+
+def first_untried(pool: Pool, pulls, context: RoutingContext) -> tuple[int, str]:
+    """The untried member to explore first: the highest declared prior quality in the request's
+    domain (``quality.prior_quality``; the policy's, none without one), ties in pool order; and
+    what the reason adds when the prior decided it."""
+    untried = [i for i, n in enumerate(pulls) if n <= 0]
+    policy = getattr(context, "policy", None)
+    if policy is None or len(untried) == 1:
+        return untried[0], ""
+    deps, prior = pool.deployments, policy.quality.prior
+    priors = [prior_quality(deps[i], context.domain, prior) for i in untried]
+    top = max(priors)
+    if top == min(priors):
+        return untried[0], ""
+    return untried[priors.index(top)], f" (the highest declared prior quality, {top:.2f}, of the untried)"
 
 
 class _UCB1Explained(Explainer):

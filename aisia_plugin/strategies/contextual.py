@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import math
 import random
+from statistics import NormalDist
 
 from ..contextual import LearnContext, cold_prior, request_vector
-from ..decision import Decision, Explainer, Pool, RoutingContext, atoms, explained_decision
+import numpy as np
+
+from ..decision import FROM_FACTS, Decision, Explainer, Pool, RoutingContext, atoms, explained_decision
 from ..policy.models import ColdStart
 from ..schema_defaults import defaults_of
 from ..task_fitness import TaskFitnessTable
@@ -114,8 +117,9 @@ class ContextualStrategy:
         if getattr(context.features, "estimate_probability", False):
             moved = (models, context.features, context.domain, context.task_type, x)
         facts = (atoms(ids), tuple(scores), (), None, tuple(mean_l), tuple(sd), tuple(base), tuple(draws), tuple(bonus),
-                 best, i, context.exploration if i != best else None, moved)
-        decision = explained_decision(self.name, pool.deployments[i], scores[i], _EXPLAINED, facts)
+                 best, i, context.exploration if i != best else None, moved, spread, context.exploration)
+        decision = explained_decision(self.name, pool.deployments[i], scores[i], _EXPLAINED, facts,
+                                      probability=FROM_FACTS)
         decision.context = LearnContext(x, base[i], prior_var, noise_var)
         return decision
 
@@ -123,10 +127,18 @@ class ContextualStrategy:
 class _ContextualExplained(Explainer):
     """facts: (ids, scores, (), None, predicted rewards, their uncertainties, the learned means,
     draws, bonuses, the ranking's winner, the chosen, the epsilon that drew it instead (None:
-    the winner stands), and for `aisia explain` (models, features, domain, task type, vector)
-    else None)."""
+    the winner stands), for `aisia explain` (models, features, domain, task type, vector) else
+    None, the draws' spread, the alias's epsilon)."""
 
     __slots__ = ()
+
+    def probability(self, facts) -> float:
+        """P(the chosen is chosen) = (1 - epsilon) P(its draw + bonus is the highest) + epsilon / n
+        (``win_probability``): what `aisia replay --logged` weighs the logged choice by."""
+        mean_l, sd, bonus, i, spread, eps = facts[4], facts[5], facts[8], facts[10], facts[13], facts[14]
+        eps = min(max(float(eps or 0.0), 0.0), 1.0)
+        centres = [m + b for m, b in zip(mean_l, bonus)]
+        return (1.0 - eps) * win_probability(centres, [spread * x for x in sd], i) + eps / len(centres)
 
     def reason(self, facts) -> str:
         ids, mean_l, sd, base, draws, bonus, best, i, eps = facts[0], *facts[4:12]
@@ -150,6 +162,46 @@ class _ContextualExplained(Explainer):
 
 
 _EXPLAINED = _ContextualExplained()
+# Gauss-Legendre nodes and weights on [0, 1] (8 per panel), computed once.
+_GL = [(float(x + 1.0) / 2.0, float(w) / 2.0) for x, w in zip(*np.polynomial.legendre.leggauss(8))]
+_PANELS = 8
+_SQRT2 = math.sqrt(2.0)
+_NORMAL = NormalDist()
+
+
+def win_probability(means, sds, k: int) -> float:
+    """P(member k's draw is the highest) when each member j draws from N(means[j], sds[j]**2)
+    independently, ties going to the first (``scores.index(max(scores))``; a member with no
+    spread draws its mean). Written as an integral over u = k's CDF, from the u at which k's
+    draw passes every member without spread, to 1, of the product of the others' CDFs at k's
+    draw: smooth in u, summed by composite Gauss-Legendre quadrature (8 panels of 8 nodes)."""
+    mk, sk = means[k], sds[k]
+    spread, fixed = [], []
+    for j, (m, s) in enumerate(zip(means, sds)):
+        if j != k:
+            (spread if s > 0.0 else fixed).append((j, m, s))
+
+    def below(x: float) -> float:  # P(every other draw loses to x)
+        for j, m, _ in fixed:
+            if not (m < x or (m == x and j > k)):
+                return 0.0
+        p = 1.0
+        for _, m, s in spread:
+            p *= 0.5 * (1.0 + math.erf((x - m) / (s * _SQRT2)))
+        return p
+
+    if sk <= 0.0:
+        return below(mk)
+    floor = max((m for _, m, _ in fixed), default=None)
+    u0 = _NORMAL.cdf((floor - mk) / sk) if floor is not None else 0.0
+    width = (1.0 - u0) / _PANELS
+    total = 0.0
+    for p in range(_PANELS):
+        a = u0 + p * width
+        for x, w in _GL:
+            u = min(max(a + x * width, 1e-15), 1.0 - 1e-15)
+            total += w * width * below(mk + sk * _NORMAL.inv_cdf(u))
+    return min(1.0, total)
 _GAUSS, _RANDOM = random.Random.gauss, random.Random.random
 _TWOPI = 2.0 * math.pi  # random.TWOPI
 

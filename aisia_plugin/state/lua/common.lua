@@ -30,6 +30,10 @@ end
 local function read_arm(key)
   local h = hash(key)
   if h == nil then return nil end
+  -- The hash may hold the deployment's quality evidence alone (q_* fields): no arm yet.
+  local any = false
+  for _, f in ipairs(ARM) do if h[f] ~= nil then any = true end end
+  if not any then return nil end
   local s = {}
   for _, f in ipairs(ARM) do s[f] = num(h[f], ARM_DEFAULT[f]) end
   return s
@@ -199,4 +203,45 @@ local function pace_update(rule, s, cost, now)
   local m = s.multiplier + rule.rate * (1000 * cost - rule.target) / rule.target
   if m < rule.min then m = rule.min elseif m > rule.max then m = rule.max end
   return {multiplier = m, spend_per_1k = spend, count = count, spend_usd = s.spend_usd + cost, updated = now}
+end
+
+-- quality.add_evidence (aisia_plugin/quality.py): the quality evidence kept beside an arm, in the
+-- same hash as q_<field>; learn = {gamma, ...}
+local QUALITY = {'weight', 'total', 'feedback', 'judge', 'signal', 'tick'}
+local QUALITY_SOURCES = {feedback = 3, judge = 4, signal = 5}
+
+local function read_quality(key)
+  local got = redis.call('HMGET', key, 'q_weight', 'q_total', 'q_feedback', 'q_judge', 'q_signal', 'q_tick')
+  local q = {}
+  for i, f in ipairs(QUALITY) do
+    local v = num(got[i], 0)
+    if v < 0 or v > 1e15 then v = 0 end
+    q[f] = v
+  end
+  if q.total > q.weight then q.total = q.weight end
+  return q
+end
+
+local function write_quality(key, q, ttl)
+  local args = {}
+  for _, f in ipairs(QUALITY) do
+    args[#args + 1] = 'q_' .. f
+    args[#args + 1] = fmt(q[f])
+  end
+  redis.call('HSET', key, unpack(args))
+  redis.call('EXPIRE', key, ttl)
+end
+
+local function quality_update(learn, q, value, weight, source, tick)
+  if learn.gamma < 1 and tick > q.tick then
+    local f = learn.gamma ^ (tick - q.tick)
+    q = {weight = q.weight * f, total = q.total * f, feedback = q.feedback, judge = q.judge, signal = q.signal,
+         tick = tick}
+  end
+  value = math.min(1, math.max(0, value))
+  local n = {weight = q.weight + weight, total = q.total + weight * value, feedback = q.feedback, judge = q.judge,
+             signal = q.signal, tick = math.max(tick, q.tick)}
+  local which = QUALITY[QUALITY_SOURCES[source]]
+  if which ~= nil then n[which] = q[which] + 1 end
+  return n
 end

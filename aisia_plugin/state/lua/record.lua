@@ -10,7 +10,9 @@
 --       arguments costs the client more than the script), each op
 --       ["o", deployment, now, kind ("" success | provider | client | rate_limit), reward,
 --        latency|null, alias|null, domain|null, retry_after|null, paced alias|null, cost|null]
---       or ["r", deployment] (a reset); then the spend targets as JSON {alias: [target, rate, max]}
+--       or ["r", deployment] (a reset)
+--       or ["q", deployment, value, weight, source, domain|null] (quality evidence: quality.py);
+--       then the spend targets as JSON {alias: [target, rate, max]}
 local tag = ARGV[1]
 local epoch = redis.call('GET', tag .. 'epoch')
 if epoch ~= ARGV[2] then return {'epoch', epoch or ''} end
@@ -49,6 +51,17 @@ local function arm(key)
   return s
 end
 
+-- Quality records (in the arm's hash, q_* fields), read once and written once per batch.
+local quals, dirty_quals = {}, {}
+local function qual(key)
+  local q = quals[key]
+  if q == nil or q == false then
+    q = read_quality(key)
+    quals[key] = q
+  end
+  return q
+end
+
 local function cb(dep)
   local s = cbs[dep]
   if s == nil then
@@ -69,9 +82,20 @@ for _, o in ipairs(ops) do
     redis.call('DEL', unpack(keys))
     for _, key in ipairs(keys) do
       arms[key], dirty_arms[key] = false, nil
+      quals[key], dirty_quals[key] = nil, nil
     end
     cbs[dep], dirty_cbs[dep], deployments[dep] = nil, nil, nil
     redis.call('SREM', tag .. 'deployments', dep)
+  elseif op == 'q' then
+    local value, weight, source, domain = o[3], o[4], o[5], opt(o[6])
+    local gkey = tag .. 'bandit:' .. dep
+    quals[gkey] = quality_update(learn, qual(gkey), value, weight, source, tick)
+    dirty_quals[gkey], deployments[dep] = true, true
+    if domain ~= nil then
+      local dkey = gkey .. ':' .. domain
+      quals[dkey] = quality_update(learn, qual(dkey), value, weight, source, tick)
+      dirty_quals[dkey], domains[domain] = true, true
+    end
   else
     local now, kind, reward = o[3], o[4], o[5]
     local latency, alias, domain, retry_after = opt(o[6]), opt(o[7]), opt(o[8]), opt(o[9])
@@ -102,6 +126,7 @@ for _, o in ipairs(ops) do
 end
 
 for key in pairs(dirty_arms) do write(key, ARM, arms[key], bandit_ttl) end
+for key in pairs(dirty_quals) do write_quality(key, quals[key], bandit_ttl) end
 for dep in pairs(dirty_cbs) do write(tag .. 'cb:' .. dep, CB, cbs[dep], breaker_ttl) end
 redis.call('SET', tag .. 'tick', fmt(tick), 'EX', bandit_ttl)
 local paced_aliases = {}

@@ -4,7 +4,7 @@
 -- ARGV: tag, new epoch, bandit_ttl, breaker_ttl, tick, then counted sections:
 --   n_applied, (process, seq)...; n_lkgp, (alias, deployment)...;
 --   n_arms, (deployment, domain or '', 9 arm fields)...; n_cbs, (deployment, 8 breaker fields)...;
---   n_paces, (alias, 5 pacing fields)...
+--   n_paces, (alias, 5 pacing fields)...; n_quality, (deployment, domain or '', 6 quality fields)...
 local tag = ARGV[1]
 local current = redis.call('GET', KEYS[1])
 if current then return {'exists', current} end
@@ -59,6 +59,16 @@ local function named_records(kind, fields, set, ttl)
 end
 named_records('cb', CB, 'deployments', breaker_ttl)
 named_records('pace', PACE, 'paced', bandit_ttl)
+-- Quality evidence (q_* fields beside the arm's), each field kept when the hash holds it already.
+for _ = 1, section() do
+  local dep, dom = ARGV[i], ARGV[i + 1]
+  local key = tag .. 'bandit:' .. dep
+  if dom ~= '' then key = key .. ':' .. dom; member('domains', dom) end
+  for k, f in ipairs(QUALITY) do redis.call('HSETNX', key, 'q_' .. f, ARGV[i + 1 + k]) end
+  redis.call('EXPIRE', key, bandit_ttl)
+  member('deployments', dep)
+  i = i + 2 + #QUALITY
+end
 if num(redis.call('GET', tag .. 'tick'), 0) < tonumber(ARGV[5]) then
   redis.call('SET', tag .. 'tick', ARGV[5], 'EX', bandit_ttl)
 end
