@@ -13,6 +13,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, NamedTuple, Optional
 
+from ..blame import OutlierRule, RecentCalls, outlier_verdict
 from ..decision import Decision, Deployment
 from ..deployments import build_deployment
 from ..engine import Engine
@@ -52,7 +53,7 @@ class PendingFailure:
 
     attempt: Attempt
     outcome: Any
-    kind: Any
+    verdict: Any  # blame.Verdict
     signature: tuple
 
 
@@ -62,7 +63,7 @@ class Failure(NamedTuple):
     deployment_id: str
     kind: Any  # FailureKind, or None
     description: str  # "500 InternalServerError"
-    signature: tuple  # events.failure_signature: what makes two failures "the same"
+    signature: Any  # blame.AttemptFailure: what the rule reads of it (its signature: what makes two failures "the same")
 
 
 @dataclass(slots=True)
@@ -242,6 +243,10 @@ class Runtime:
         self.engine = Engine(self.policy, clock=self.store.clock, store=self.store)
         self._deployments: dict[str, tuple[Any, Any, Deployment]] = {}
         self._names: dict[str, tuple] = {}
+        self._providers: dict[str, str] = {}  # deployment id -> its provider (what blame calls "another provider")
+        # Each deployment's recent calls by key, for the peers' check before a failure counts
+        # (blame.outlier_verdict). Per process: each replica weighs the traffic it serves.
+        self.recent = RecentCalls(OutlierRule.of(self.policy.circuit_breaker))
         self._unpriced_said: set[tuple[str, str]] = set()
         self.calls: "OrderedDict[str, Call]" = OrderedDict()
         self.explain: deque = deque(maxlen=self.policy.proxy.explain_history)
@@ -257,6 +262,7 @@ class Runtime:
         self.loaded = loaded
         self.policy = loaded.policy
         self.engine = engine if engine is not None else self.new_engine(self.policy)
+        self.recent.rule = OutlierRule.of(self.policy.circuit_breaker)
         self._deployments.clear()
         if self.explain.maxlen != self.policy.proxy.explain_history:
             self.explain = deque(self.explain, maxlen=self.policy.proxy.explain_history)
@@ -294,6 +300,7 @@ class Runtime:
         dep = with_context_window(build_deployment(raw, self.policy, litellm_price), raw)
         self._deployments[key] = (info, model, dep)
         self._names[dep.id] = (dep.id, dep.model_name, dep.model)
+        self._providers[dep.id] = dep.provider
         if dep.priced_by_litellm is False and dep.price_basis in ("table", "default") \
                 and (dep.id, dep.model) not in self._unpriced_said:
             # Never a guessed price in silence: once per deployment and model, not per reload.
@@ -318,6 +325,24 @@ class Runtime:
     def deployment_names(self, deployment_id: Optional[str]) -> tuple:
         """The names a deployment's errors may quote (id, model group, model)."""
         return self._names.get(deployment_id or "", (deployment_id,))
+
+    def deployment_provider(self, deployment_id: Optional[str]) -> str:
+        """The deployment's provider ('' when unknown): two failures of one request on two
+        providers make it the request's (blame.judge)."""
+        return self._providers.get(deployment_id or "", "")
+
+    def weighed(self, key: Optional[str], outcome, verdict):
+        """An attempt's verdict once weighed against the other keys' recent calls to its
+        deployment (blame.outlier_verdict: a key failing where the others are served does not
+        count); the call is then noted among the deployment's recent calls when it is evidence of
+        its health (a success, or a failure that counts)."""
+        now = time.monotonic()
+        if outcome.success or (verdict is not None and verdict.counts):
+            if not outcome.success:
+                verdict = outlier_verdict(verdict, self.recent.peers(outcome.deployment_id, key, now),
+                                          self.recent.rule)
+            self.recent.note(outcome.deployment_id, key, outcome.success, now)
+        return verdict
 
     # -- calls ---------------------------------------------------------------------------------
     def open_call(self, request_id: str, alias: str, session: Optional[str]) -> Call:
