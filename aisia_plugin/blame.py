@@ -112,7 +112,8 @@ class Verdict:
 
     @property
     def callers(self) -> bool:
-        """Whether the request itself is judged the caller's: a 4xx, no further attempt."""
+        """Whether the request ends here with the 4xx ``client_status`` (the caller's, or stopped
+        by LiteLLM's guard): no further attempt."""
         return self.client_status is not None
 
 
@@ -194,22 +195,25 @@ def judge(cfg, failure: AttemptFailure, request: RequestFacts = NO_FACTS,
     ``circuit_breaker`` (which kinds count). In order:
 
     1. the client went away -> the caller's;
-    2. LiteLLM's refusal or guard -> LiteLLM's (not counted, not retried);
+    2. LiteLLM's refusal (not counted, LiteLLM's answer as it gave it) or guard (not counted, a
+       422, not retried);
     3. a timeout the client set -> the caller's (408);
     4. the breaker's kinds: a rate limit backs the deployment off; a kind the policy does not
        count (``count_timeouts``, ``count_connection_errors``) is the provider's, not counted;
-    5. an answer already under way (a stream broken midway) -> the provider's (nothing to retry);
-    6. a failure that counts, after one that counts on a deployment of another provider; or the
+    5. a failure that counts, after one that counts on a deployment of another provider; or the
        same failure as on another deployment, unless plainly provider-side -> the caller's (a
        4xx, no further attempt), those earlier ones acquitted;
-    7. a client error (a 4xx, a context window) -> the caller's, as LiteLLM reports it;
-    8. else the provider's: counted, and the request tried elsewhere."""
+    6. a client error (a 4xx, a context window) -> the caller's, as LiteLLM reports it;
+    7. else the provider's: counted; the request is tried elsewhere unless its answer had begun
+       (a stream broken midway)."""
     name = f"alias {alias!r}: " if alias else ""
     names = _names(failure.error_type)
     if request.client_aborted or any(a in n for n in names for a in _ABORT_NAMES):
         return _caller(CLIENT_ABORT, 499, f"{name}the client closed the request")
     if is_litellm_guard(failure.message):
-        return Verdict(LITELLM, LITELLM_GUARD, FailureKind.CLIENT, False)
+        return Verdict(LITELLM, LITELLM_GUARD, FailureKind.CLIENT, False, (), 422,
+                       f"{name}LiteLLM stopped the answer of {failure.deployment_id}: {failure.message}; the request is "
+                       f"not tried on another deployment (a prompt asking for one word repeated makes any model do it)")
     if is_litellm_refusal(failure.message):
         return Verdict(LITELLM, LITELLM_REFUSAL, FailureKind.CLIENT, False)
     if _client_timeout_fired(failure, request):
@@ -221,11 +225,7 @@ def judge(cfg, failure: AttemptFailure, request: RequestFacts = NO_FACTS,
     if kind is FailureKind.RATE_LIMIT:
         return Verdict(PROVIDER, RATE_LIMITED, kind, True)
     if kind is FailureKind.CLIENT and _counted_kind_switched_off(cfg, failure):
-        return Verdict(PROVIDER, NOT_COUNTED, kind, True)
-    if failure.answered:
-        if kind is FailureKind.CLIENT:
-            return Verdict(CALLER, CLIENT_ERROR, kind, False)
-        return Verdict(PROVIDER, BROKEN_ANSWER, kind, False)
+        return Verdict(PROVIDER, NOT_COUNTED, kind, not failure.answered)
     return _judged_with_earlier(cfg, failure, kind, earlier, name)
 
 
@@ -240,7 +240,7 @@ def _counted_kind_switched_off(cfg, failure: AttemptFailure) -> bool:
 
 def _judged_with_earlier(cfg, failure: AttemptFailure, kind: FailureKind, earlier: Sequence[AttemptFailure],
                          name: str) -> Verdict:
-    others = [e for e in earlier if e.deployment_id != failure.deployment_id and not e.answered]
+    others = [e for e in earlier if e.deployment_id != failure.deployment_id]
     elsewhere = [e for e in others if failure.provider and e.provider and e.provider != failure.provider
                  and kind is FailureKind.PROVIDER and _counted(cfg, e)]
     if elsewhere:
@@ -259,8 +259,10 @@ def _judged_with_earlier(cfg, failure: AttemptFailure, kind: FailureKind, earlie
     if kind is FailureKind.CLIENT:
         # The caller's error as LiteLLM reports it (a 400, a context window...); whether another
         # deployment is tried is LiteLLM's to say (a 404 of one deployment may be served by another).
-        return Verdict(CALLER, CLIENT_ERROR, kind, True)
-    return Verdict(PROVIDER, PROVIDER_ERROR, FailureKind.PROVIDER, True)
+        return Verdict(CALLER, CLIENT_ERROR, kind, not failure.answered)
+    if failure.answered:  # a stream broken after its first chunk: nothing to try again
+        return Verdict(PROVIDER, BROKEN_ANSWER, kind, False)
+    return Verdict(PROVIDER, PROVIDER_ERROR, kind, True)
 
 
 def _counted(cfg, failure: AttemptFailure) -> bool:
@@ -297,20 +299,19 @@ class OutlierRule:
     calls to it and at least ``min_peer_success_rate`` of them succeeded: the deployment serves
     everyone else, so what fails is that key's traffic (Envoy's outlier detection and
     resilience4j count failures against peers the same way). ``max_calls`` bounds what is kept
-    per deployment. With no peers (one key, or too few calls) every failure counts as before."""
+    per deployment. With no peers (one key, or too few calls) every failure counts as before.
+    The numbers are the policy's ``circuit_breaker.outlier`` (defaults in the schema)."""
 
-    enabled: bool = True
-    window_s: float = 60.0
-    min_peer_calls: int = 5
-    min_peer_success_rate: float = 0.8
-    max_calls: int = 512
+    enabled: bool
+    window_s: float
+    min_peer_calls: int
+    min_peer_success_rate: float
+    max_calls: int
 
     @classmethod
     def of(cls, cfg) -> "OutlierRule":
-        """From the policy's ``circuit_breaker.outlier`` (absent: the defaults above)."""
-        o = getattr(cfg, "outlier", None)
-        if o is None:
-            return cls()
+        """From the policy's ``circuit_breaker.outlier`` (its defaults are the schema's)."""
+        o = cfg.outlier
         return cls(bool(o.enabled), float(o.window_s), int(o.min_peer_calls), float(o.min_peer_success_rate),
                    int(o.max_calls))
 
@@ -353,6 +354,10 @@ class RecentCalls:
                 self._calls.clear()
             calls = self._calls[deployment_id] = deque(maxlen=max(1, self.rule.max_calls))
         calls.append((now, key or "", bool(success)))
+
+    def forget(self, deployment_id: str) -> None:
+        """An operator reset the deployment (it is fixed): its recent calls are no evidence."""
+        self._calls.pop(deployment_id, None)
 
     def peers(self, deployment_id: str, key: Optional[str], now: float) -> PeerCalls:
         calls = self._calls.get(deployment_id)

@@ -39,14 +39,14 @@ def start_plugin_proxy(workdir, upstreams: dict, policy, env=None, models=None, 
 
 
 def start_custom_auth_proxy(workdir, upstreams: dict, policy, keys: dict, litellm_settings=None,
-                            general_settings=None):
+                            general_settings=None, models=None, env=None):
     """`start_plugin_proxy` with LiteLLM's keys from tests/custom_auth_roles.py: `keys` is
     {key: role} or {key: {"role": ..., "models": [...]}}."""
     path = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p)
     return start_plugin_proxy(workdir, upstreams, policy, litellm_settings=litellm_settings,
                               general_settings={"custom_auth": "custom_auth_roles.user_api_key_auth",
-                                                **(general_settings or {})},
-                              env={"PYTHONPATH": path, "AISIA_TEST_ROLE_KEYS": json.dumps(keys)})
+                                                **(general_settings or {})}, models=models,
+                              env={**(env or {}), "PYTHONPATH": path, "AISIA_TEST_ROLE_KEYS": json.dumps(keys)})
 
 
 def client_of(proxy, timeout: float = 60) -> openai.OpenAI:

@@ -6,6 +6,7 @@ by key. The failures are built from LiteLLM's own exception objects where the pr
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # importing litellm must not reach the network
 
@@ -19,6 +20,11 @@ from aisia_plugin.litellm import events  # noqa: E402
 from aisia_plugin.policy import load_policy  # noqa: E402
 
 CB = load_policy().circuit_breaker
+DEFAULT_RULE = OutlierRule.of(CB)  # the schema's numbers: 10 s, 5 peer calls, 80 %
+
+
+def rule(**changes) -> OutlierRule:
+    return replace(DEFAULT_RULE, **changes)
 
 
 def failed(exc: BaseException, dep: str = "d1", provider: str = "openai", elapsed: float | None = None,
@@ -120,6 +126,7 @@ def test_litellms_repeated_chunk_guard_is_not_the_deployments_even_mid_stream():
     for answered in (False, True):
         v = blame.judge(CB, failed(guard, answered=answered))
         assert (v.fault, v.reason, v.counts, v.retry_elsewhere) == ("litellm", "litellm_guard", False, False)
+        assert v.client_status == 422 and "repeating the same chunk" in v.client_message
 
 
 def test_litellms_router_refusal_is_not_the_deployments():
@@ -133,6 +140,14 @@ def test_a_stream_broken_after_its_first_chunk_counts_and_cannot_be_retried():
     v = blame.judge(CB, failed(dropped(), answered=True))
     assert (v.fault, v.reason, v.counts, v.retry_elsewhere) == ("provider", "broken_after_answer", True, False)
     assert blame.judge(CB, failed(timeout(), answered=True), CLIENT_TIMEOUT).reason == "client_timeout"
+
+
+def test_a_stream_broken_on_a_second_provider_is_the_callers_too():
+    # (LiteLLM may retry a stream broken midway elsewhere: MidStreamFallbackError.)
+    earlier = failed(dropped(), "vllm-a", "hosted_vllm", answered=True)
+    v = blame.judge(CB, failed(dropped(), "studio-b", "lm_studio", answered=True), earlier=[earlier])
+    assert (v.reason, v.counts, v.retry_elsewhere, v.acquits) == ("failed_on_another_provider", False, False,
+                                                                  ("vllm-a",))
 
 
 # -- the request's earlier failures ----------------------------------------------------------------
@@ -181,7 +196,11 @@ def test_an_unknown_provider_never_makes_two_providers():
 
 # -- the peers' check by key ---------------------------------------------------------------------
 COUNTS = blame.Verdict("provider", "provider_error", FailureKind.PROVIDER, True)
-RULE = OutlierRule(window_s=60.0, min_peer_calls=5, min_peer_success_rate=0.8)
+RULE = DEFAULT_RULE
+
+
+def test_the_default_numbers_are_the_schemas():
+    assert (RULE.enabled, RULE.window_s, RULE.min_peer_calls, RULE.min_peer_success_rate) == (True, 10.0, 5, 0.8)
 
 
 @pytest.mark.parametrize("peers,withheld", [
@@ -197,13 +216,13 @@ def test_a_keys_failure_where_the_other_keys_are_served_does_not_count(peers, wi
 
 
 def test_the_peers_check_is_off_when_disabled_and_leaves_uncounted_verdicts_alone():
-    assert blame.outlier_verdict(COUNTS, PeerCalls(50, 50), OutlierRule(enabled=False)) is COUNTS
+    assert blame.outlier_verdict(COUNTS, PeerCalls(50, 50), rule(enabled=False)) is COUNTS
     caller = blame.judge(CB, failed(timeout()), CLIENT_TIMEOUT)
     assert blame.outlier_verdict(caller, PeerCalls(50, 50), RULE) is caller
 
 
 def test_recent_calls_keep_the_other_keys_calls_within_the_window_and_the_bound():
-    recent = RecentCalls(OutlierRule(window_s=10.0, max_calls=8))
+    recent = RecentCalls(rule(window_s=10.0, max_calls=8))
     for i in range(4):
         recent.note("d", "tenant-b", True, now=100.0 + i)
         recent.note("d", "tenant-a", False, now=100.0 + i)
@@ -214,6 +233,8 @@ def test_recent_calls_keep_the_other_keys_calls_within_the_window_and_the_bound(
     for i in range(20):
         recent.note("d", f"k{i}", True, now=200.0)
     assert recent.peers("d", "nobody", now=200.0).calls == 8  # at most max_calls per deployment
+    recent.forget("d")  # an operator's reset: the deployment is fixed
+    assert recent.peers("d", "nobody", now=200.0) == PeerCalls()
 
 
 # -- what the proxy reads of a request -------------------------------------------------------------

@@ -741,11 +741,11 @@ class AisiaPlugin(CustomLogger):
         verdict = blame.judge(rt.policy.circuit_breaker, failure, facts, [f.signature for f in call.failures],
                               call.alias)
         call.failures.append(Failure(attempt.deployment_id, verdict.kind, events.describe_failure(outcome), failure))
-        if call.answered:  # the answer had begun (a stream broken midway): settled now, nothing follows
+        if verdict.callers:  # the request ends here: the filter's next pass answers the client
+            call.caller_fault = (verdict.client_status, verdict.client_message)
+        if call.answered:  # the answer had begun (a stream broken midway): settled now
             self._learn_attempt(call, attempt, outcome, stream, None, verdict)
             return
-        if verdict.callers:
-            call.caller_fault = (verdict.client_status, verdict.client_message)
         pending = call.pending
         if pending is not None and pending.attempt.deployment_id in verdict.acquits:
             call.pending = None

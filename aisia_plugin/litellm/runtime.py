@@ -326,6 +326,12 @@ class Runtime:
         """The names a deployment's errors may quote (id, model group, model)."""
         return self._names.get(deployment_id or "", (deployment_id,))
 
+    def reset(self, deployment_id: str) -> None:
+        """Forget what was learned of a deployment (an operator knows it is fixed): its arms and
+        breaker in the store, its recent calls here."""
+        self.store.reset(deployment_id)
+        self.recent.forget(deployment_id)
+
     def deployment_provider(self, deployment_id: Optional[str]) -> str:
         """The deployment's provider ('' when unknown): two failures of one request on two
         providers make it the request's (blame.judge)."""

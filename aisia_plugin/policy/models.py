@@ -207,6 +207,16 @@ class DeploymentAnnotation(BaseModel):
     output_cost_per_1m: Optional[float]
 
 
+@_def("Outlier")
+class Outlier(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    enabled: bool
+    window_s: float
+    min_peer_calls: int
+    min_peer_success_rate: float
+    max_calls: int
+
+
 @_def("CircuitBreaker")
 class CircuitBreaker(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -218,6 +228,7 @@ class CircuitBreaker(BaseModel):
     count_connection_errors: bool
     rate_limit_cooldown_s: float
     max_retry_after_s: float
+    outlier: Outlier
 
 
 class FitnessBoost(BaseModel):
@@ -313,6 +324,6 @@ class Policy(BaseModel):
 MODELS_BY_DEF: dict[str, type[BaseModel]] = {
     cls.__schema_def__: cls
     for cls in (Selector, Sla, Budget, Failover, ColdStart, Contextual, Alias, PerDomain, Forgetting, Bandit, Reward, Weights,
-                Rules, ModePack, Domain, Domains, DeploymentAnnotation, CircuitBreaker, TaskFitness,
+                Rules, ModePack, Domain, Domains, DeploymentAnnotation, Outlier, CircuitBreaker, TaskFitness,
                 Costs, State, Proxy, DecisionLog, Logging, Policy)
 }
