@@ -54,8 +54,9 @@ def models(upstreams) -> list[dict]:
             for n in NAMES]
 
 
-def start_tenant_proxy(workdir, upstreams, policy_text: str, env=None):
-    return start_custom_auth_proxy(workdir, upstreams, policy_text, KEYS, models=models(upstreams), env=env)
+def start_tenant_proxy(workdir, upstreams, policy_text: str, env=None, router_settings=None):
+    return start_custom_auth_proxy(workdir, upstreams, policy_text, KEYS, models=models(upstreams), env=env,
+                                   router_settings=router_settings)
 
 
 def post(proxy, key: str, body: dict, headers=None, timeout: float = 60) -> httpx.Response:
