@@ -16,7 +16,7 @@ import pytest
 
 from hostile_tenant import (ALIAS, NAMES, TENANT_A, TENANT_B, ask, breakers, error_text, post, reset,
                             served_by, start_tenant_proxy, upstream_specs)
-from proxy_harness import start_upstreams, stop_upstreams
+from proxy_harness import upstreams_fixture
 
 ALL_CLOSED_NO_FAILURE = {n: ("CLOSED", 0) for n in NAMES}
 
@@ -26,11 +26,7 @@ def failures_learned(proxy) -> dict:
     return {n: (state, failures) for n, (state, _, failures) in breakers(proxy).items()}
 
 
-@pytest.fixture(scope="module")
-def upstreams():
-    running = start_upstreams(upstream_specs())
-    yield {u.name: u for u in running}
-    stop_upstreams(running)
+upstreams = upstreams_fixture(upstream_specs())
 
 
 @pytest.fixture(scope="module")

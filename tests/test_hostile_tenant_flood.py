@@ -11,7 +11,6 @@ The figures (A's statuses, B's count, what was learned) are printed (pytest -s).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -19,82 +18,15 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from fault_helpers import admin_get
-from hostile_tenant import (NAMES, TENANT_A, TENANT_B, ask, breakers, flood, policy, post, reset, served_by,
-                            start_tenant_proxy, upstream_specs)
-from proxy_harness import start_upstreams, stop_upstreams
+from hostile_tenant import (LITELLM_COOLDOWNS_OFF, NAMES, REDIS_STATE, TENANT_A, TenantB, breakers, flood, flood_job,
+                            policy, post, reset, start_tenant_proxy, upstream_specs)
+from proxy_harness import upstreams_fixture
 from redis_server import RedisServer
 
 FLOOD = 1000
-# LiteLLM's own cooldown is blind to whose failure it is: over 50 % failures of a deployment in a
-# minute cool it for every tenant. Where one tenant's traffic must not cost another its service,
-# the plugin's breakers are the only ones (docs/failures.md).
-LITELLM_COOLDOWNS_OFF = {"disable_cooldowns": True}
-REDIS_STATE = """\
-state:
-  backend: redis
-  cache_ttl_ms: 200
-  flush_ms: 100
-"""
 
 
-def flood_job(k: int) -> tuple[dict, dict]:
-    """Tenant A's request `k` (body, headers): 40 % client-set timeouts, 30 % inputs crashing every
-    upstream (half of them allowed one attempt only), 30 % failing streams."""
-    text = f"Summarise report number {k}"
-    kind = k % 10
-    if kind < 4:
-        return [(ask(text, timeout=0.001), {}), (ask(text), {"x-litellm-timeout": "0.001"}),
-                (ask(text, stream=True, stream_timeout=0.001), {}), (ask(text, request_timeout=0.001), {})][k % 4]
-    if kind < 7:
-        fault = "error" if k % 2 else "drop"
-        return (ask(f"AISIA-FAULT={fault} {text}", **({"num_retries": 0} if k % 4 < 2 else {})), {})
-    fault = "repeat" if k % 2 else "stream_break"
-    return ask(f"AISIA-FAULT={fault} {text}", stream=True), {}
-
-
-class TenantB:
-    """Tenant B's plain requests from `workers` threads, spread over `proxies`, until stopped."""
-
-    def __init__(self, proxies, workers: int = 4):
-        self.proxies, self.workers = proxies, workers
-        self.results: list = []
-        self._stop = threading.Event()
-        self._pool = ThreadPoolExecutor(max_workers=workers)
-        self._lock = threading.Lock()
-
-    def _run(self, w: int) -> None:
-        k = 0
-        while not self._stop.is_set():
-            proxy = self.proxies[(w + k) % len(self.proxies)]
-            try:
-                r = post(proxy, TENANT_B, ask(f"Hello from tenant B, worker {w}, request {k}"))
-                out = served_by(r) if r.status_code == 200 else f"{r.status_code}: {r.text[:200]}"
-            except Exception as exc:  # noqa: BLE001 - a failed request is what the test counts
-                out = f"error: {type(exc).__name__}: {exc}"
-            with self._lock:
-                self.results.append(out)
-            k += 1
-
-    def __enter__(self):
-        self._futures = [self._pool.submit(self._run, w) for w in range(self.workers)]
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        for f in self._futures:
-            f.result(timeout=120)
-        self._pool.shutdown()
-
-    def count(self) -> int:
-        with self._lock:
-            return len(self.results)
-
-
-@pytest.fixture(scope="module")
-def upstreams():
-    running = start_upstreams(upstream_specs())
-    yield {u.name: u for u in running}
-    stop_upstreams(running)
+upstreams = upstreams_fixture(upstream_specs())
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import random
 
-import pytest
 from router_harness import PluginRouters
 
 from aisia_plugin import blame
@@ -23,31 +22,14 @@ from aisia_plugin.engine import Engine
 from aisia_plugin.outcome import Outcome
 from aisia_plugin.policy.loader import load_policy_with_locations
 from aisia_plugin.replay.runner import RequestJudge
-from proxy_harness import deployment, start_upstreams, stop_upstreams
+import hostile_tenant
+from proxy_harness import upstreams_fixture
 
-PROVIDERS = {"ag-openai": "openai", "ag-vllm": "hosted_vllm", "ag-studio": "lm_studio"}
-NAMES = list(PROVIDERS)
-ALIAS = "a/three"
-POLICY = f"""\
-version: 1
-defaults: false
-circuit_breaker:
-  failure_threshold: 1000
-aliases:
-  {ALIAS}:
-    description: three providers
-    strategy: cost
-    candidates: {{models: [{", ".join(NAMES)}]}}
-    failover: {{attempts: 2}}
-"""
-
-
-@pytest.fixture(scope="module")
-def upstreams():
-    running = start_upstreams([{"name": n, "input_cost_per_1m": 0.1 * (k + 1), "output_cost_per_1m": 0.1 * (k + 1)}
-                               for k, n in enumerate(NAMES)])
-    yield {u.name: u for u in running}
-    stop_upstreams(running)
+ALIAS = hostile_tenant.ALIAS
+NAMES = hostile_tenant.NAMES
+PROVIDERS = hostile_tenant.PROVIDERS
+POLICY = hostile_tenant.policy(failure_threshold=1000)  # no breaker opens: every request starts alike
+upstreams = upstreams_fixture(hostile_tenant.upstream_specs())
 
 
 def text(prompt: str) -> list:
@@ -74,8 +56,7 @@ def run_proxy_side(routers, upstreams, monkeypatch):
     each (deployment, AttemptFailure or None for a success, the verdict learned as (fault,
     reason, kind) or None), the plugin)."""
     monkeypatch.setenv("AISIA_SYNC_AFTER", "1")  # each outcome learned where the hook reports it
-    router, plugin = routers.make([deployment(n, upstreams[n], litellm_params={
-        "model": f"{PROVIDERS[n]}/{upstreams[n].spec.model_id}"}) for n in NAMES], num_retries=2)
+    router, plugin = routers.make(hostile_tenant.models(upstreams), num_retries=2)
     judged: list = []  # per request of the script: {(deployment, earlier failures): AttemptFailure}
     real = blame.judge
 
