@@ -616,8 +616,9 @@ class AisiaPlugin(CustomLogger):
                     raise self._exhausted(call)
                 raise Refused(decision.status_code, f"alias {model!r}: {decision.reason}",
                               f"aisia_{decision.refused}", model, call.tried)
-            if decision.probe and (events.request_facts(kwargs).client_timeout or not await store.reserve_probe_shared(
-                    decision.deployment_id, engine.clock(), engine.breaker)):
+            if decision.probe and (events.request_facts(kwargs).client_timeout
+                                   or not await store.reserve_probe_shared(decision.deployment_id, engine.clock(),
+                                                                          engine.breaker)):
                 # Another request took the last probe slot; or this request set its own timeout,
                 # and a probe is only given to a request that could succeed (docs/failures.md).
                 exclude.append(decision.deployment_id)
@@ -730,15 +731,15 @@ class AisiaPlugin(CustomLogger):
         return rt.call_for(rid, events.model_group(kwargs)) if rid else None
 
     def _failed(self, call, attempt, outcome, facts=blame.NO_FACTS, stream: bool = False) -> None:
-        """A failed attempt, judged by the one rule (``blame.judge``): a failure that is not the
-        deployment's is settled at once (nothing counted; a probe slot it held is freed) and, when
-        the request itself is the caller's, the next pass of the filter answers the caller; a
-        failure that counts is kept pending until the next outcome (which may still show it to
-        be the request's: the same failure, or a failure on another provider)."""
+        """A failed attempt, judged by the one rule (``blame.judge``): a failure that does not
+        count is settled at once (a rate limit backs the deployment off; the caller's frees the
+        probe slot it held) and, when the request ends there, the filter's next pass answers the
+        client; a failure that counts is kept pending until the next outcome, which may still
+        show it to be the request's (the same failure, or a failure on another provider)."""
         rt = self.runtime
         failure = events.attempt_failure(outcome, rt.deployment_provider(attempt.deployment_id),
                                          rt.deployment_names(attempt.deployment_id), call.answered)
-        verdict = blame.judge(rt.policy.circuit_breaker, failure, facts, [f.signature for f in call.failures],
+        verdict = blame.judge(rt.policy.circuit_breaker, failure, facts, [f.judged for f in call.failures],
                               call.alias)
         call.failures.append(Failure(attempt.deployment_id, verdict.kind, events.describe_failure(outcome), failure))
         if verdict.callers:  # the request ends here: the filter's next pass answers the client
@@ -750,11 +751,11 @@ class AisiaPlugin(CustomLogger):
         if pending is not None and pending.attempt.deployment_id in verdict.acquits:
             call.pending = None
             self._learn_attempt(call, pending.attempt, pending.outcome, False, None, verdict)
-        if not verdict.counts and verdict.kind is not FailureKind.RATE_LIMIT:
+        if not verdict.counts:
             self._learn_attempt(call, attempt, outcome, stream, None, verdict)
             return
         self._settle(call)
-        call.pending = PendingFailure(attempt, outcome, verdict, failure.signature)
+        call.pending = PendingFailure(attempt, outcome, verdict)
 
     def _spent(self, call) -> bool:
         """Whether the alias's call will see no further attempt: its failover budget is spent, or

@@ -48,13 +48,12 @@ class Attempt:
 
 @dataclass(slots=True)
 class PendingFailure:
-    """A failed attempt whose learning waits for the next attempt's outcome: the same failure
-    on another deployment makes both the caller's (nothing learned)."""
+    """A failed attempt whose learning waits for the next attempt's outcome: the same failure,
+    or a failure on another provider, makes both the caller's (nothing learned; blame.judge)."""
 
     attempt: Attempt
     outcome: Any
     verdict: Any  # blame.Verdict
-    signature: tuple
 
 
 class Failure(NamedTuple):
@@ -63,7 +62,7 @@ class Failure(NamedTuple):
     deployment_id: str
     kind: Any  # FailureKind, or None
     description: str  # "500 InternalServerError"
-    signature: Any  # blame.AttemptFailure: what the rule reads of it (its signature: what makes two failures "the same")
+    judged: Any  # blame.AttemptFailure: the failure as the rule read it (the next failures are judged against it)
 
 
 @dataclass(slots=True)

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from .. import blame
-from ..breaker import FailureKind
 from ..decision import Deployment
 from ..deployments import selects
 from .. import pacing
@@ -268,8 +267,8 @@ def teach_others(engine, alias: str, decision, row: dict) -> None:
 
 class RequestJudge:
     """One replayed request's outcomes learned as the proxy learns them (``blame.judge``, the
-    callback's order): a failure that is not the deployment's is recorded at once as not counted;
-    one that counts waits for the request's next outcome, which may show it to be the request's
+    callback's order): a failure that does not count is recorded at once (a rate limit backs the
+    deployment off, the caller's frees a probe slot); one that counts waits for the request's next outcome, which may show it to be the request's
     (the same failure elsewhere, a failure on another provider) before it is learned. The replay
     has one caller: the peers' check by key (``blame.outlier_verdict``) never applies."""
 
@@ -294,7 +293,7 @@ class RequestJudge:
         if self.pending is not None and self.pending[1].deployment_id in verdict.acquits:
             held, self.pending = self.pending, None
             self._record(held[0], held[1], verdict)
-        if not verdict.counts and verdict.kind is not FailureKind.RATE_LIMIT:
+        if not verdict.counts:
             self._record(decision, outcome, verdict)
         else:
             self.settle()
