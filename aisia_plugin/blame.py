@@ -102,12 +102,8 @@ class Verdict:
 
     @property
     def counts(self) -> bool:
-        """Whether the failure counts against the deployment (its breaker and its arms)."""
-        return self.kind is FailureKind.PROVIDER
-
-    @property
-    def learned(self) -> bool:
-        """Whether the deployment's arms learn from it (``learning.learns_from``)."""
+        """Whether the failure counts against the deployment: its breaker and its arms
+        (``learning.learns_from`` of its kind)."""
         return self.kind is FailureKind.PROVIDER
 
     @property
