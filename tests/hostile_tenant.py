@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -174,3 +175,9 @@ class TenantB:
     def count(self) -> int:
         with self._lock:
             return len(self.results)
+
+    def served_some(self, n: int = 10, limit_s: float = 60.0) -> None:
+        """Wait (bounded) until B has had `n` answers: B is being served when the flood begins."""
+        deadline = time.monotonic() + limit_s
+        while self.count() < n and time.monotonic() < deadline:
+            time.sleep(0.05)

@@ -67,6 +67,7 @@ def run(minutes: float, workers: int, out_dir) -> dict:
 
         started = time.monotonic()
         with TenantB(proxies) as b, ThreadPoolExecutor(max_workers=workers) as pool:
+            b.served_some()
             flooders = [pool.submit(tenant_a) for _ in range(workers)]
             while time.monotonic() - started < minutes * 60:
                 time.sleep(SAMPLE_S)
