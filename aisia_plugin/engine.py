@@ -15,9 +15,10 @@ import random
 import time
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
-from . import plugins
+from . import blame, plugins
 from .bandit import ArmStats, gamma_for
-from .breaker import CLOSED, OPEN, CircuitBreaker, FailureKind, classify_failure
+from .blame import Verdict
+from .breaker import CLOSED, OPEN, CircuitBreaker, FailureKind
 from .decision import NO_SIGNALS, AliasSettings, CandidateScore, Decision, Deployment, Pool, RoutingContext
 from .deployments import selects
 from .features import RequestFeatures
@@ -297,17 +298,21 @@ class Engine:
         return decision
 
     # -- learning --------------------------------------------------------------------------------
-    def judge(self, ap, outcome: Outcome,
-              domain: Optional[str] = None) -> tuple[Optional[FailureKind], Optional[float]]:
+    def judge(self, ap, outcome: Outcome, domain: Optional[str] = None,
+              verdict: Optional[Verdict] = None) -> tuple[Optional[FailureKind], Optional[float]]:
         """An outcome's failure kind (None: a success) and its reward for the alias settings `ap`
-        (None: no alias); the reward is None when the outcome says nothing about the deployment's
-        quality (``learning.learns_from``: a failure the provider did not cause). A success
+        (None: no alias); the reward is None when the failure does not count against the
+        deployment. `verdict` is the failure's ``blame.Verdict`` where the caller judged it with
+        its request around it (the proxy, the replay); else it is judged alone here. A success
         without a grade is scored with the deployment's quality estimate in `domain`
         (``quality_estimate``), never with 1."""
         kind = None
         if not outcome.success:
-            kind = classify_failure(self.policy.circuit_breaker, status_code=outcome.status_code,
-                                    error_type=outcome.error_type, message=outcome.message)
+            if verdict is None:
+                verdict = blame.judge(self.policy.circuit_breaker, blame.AttemptFailure(
+                    outcome.deployment_id, status_code=outcome.status_code, error_type=outcome.error_type,
+                    message=outcome.message, elapsed_s=outcome.latency_s))
+            kind = verdict.kind
         if not learns_from(kind):
             return kind, None
         target = ap.sla.target_p95_ms if ap is not None else _SLA_TARGET_P95_MS
@@ -349,16 +354,16 @@ class Engine:
         return v
 
     def record(self, decision_or_alias, outcome: Outcome, *, domain: Optional[str] = None,
-               session: Optional[str] = None) -> float | None:
-        """Learn from one outcome: classify it, compute its reward, and hand the store one record
-        to apply atomically (``learning.apply_outcome``). Returns the reward, or None when the
-        outcome says nothing about the deployment's quality (a client error or a rate limit)."""
+               session: Optional[str] = None, verdict: Optional[Verdict] = None) -> float | None:
+        """Learn from one outcome: its verdict (``blame``), its reward, and one record handed to
+        the store to apply atomically (``learning.apply_outcome``). Returns the reward, or None
+        when the failure does not count against the deployment (the caller's, a rate limit)."""
         if isinstance(decision_or_alias, Decision):
             alias, domain = decision_or_alias.alias, decision_or_alias.domain
         else:
             alias = decision_or_alias
         ap = self.policy.aliases.get(alias)
-        kind, value = self.judge(ap, outcome, domain)
+        kind, value = self.judge(ap, outcome, domain, verdict)
         per_domain = domain if (domain and self.policy.bandit.per_domain.enabled) else None
         tick = self.store.record_outcome(outcome_record(
             outcome.deployment_id, self.clock(), kind, value if value is not None else 0.0, outcome.latency_s,

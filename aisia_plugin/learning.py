@@ -17,7 +17,9 @@ from .pacing import PaceRule, PaceState, pace
 
 def learns_from(kind: Optional[FailureKind]) -> bool:
     """Whether an outcome of this failure kind (None: a success) teaches the deployment's arms:
-    a success or a failure the provider caused; a client error or a rate limit does not."""
+    a success or a failure that counts against the deployment (the kind of ``blame.judge``'s
+    verdict, which says whose failure it is); a rate limit or a failure that is not the
+    deployment's does not."""
     return kind is None or kind is FailureKind.PROVIDER
 
 

@@ -21,7 +21,7 @@ TESTS = Path(__file__).resolve().parent
 
 
 def start_plugin_proxy(workdir, upstreams: dict, policy, env=None, models=None, litellm_settings=None,
-                       general_settings=None, num_workers: int = 1):
+                       general_settings=None, num_workers: int = 1, router_settings=None):
     """A proxy with the plugin's callback line in front of `upstreams` ({name: RunningUpstream};
     or the deployments `models`), `AISIA_POLICY` naming `policy` (a path, or the text of a file
     written as team.yaml in `workdir`); `litellm_settings` and `general_settings` are added to
@@ -34,18 +34,21 @@ def start_plugin_proxy(workdir, upstreams: dict, policy, env=None, models=None, 
               "litellm_settings": {"callbacks": ["aisia_plugin.litellm.plugin"], **(litellm_settings or {})}}
     if general_settings:
         config["general_settings"] = dict(general_settings)
+    if router_settings:
+        config["router_settings"] = dict(router_settings)
     return start_proxy(config, workdir, env={"AISIA_POLICY": str(policy), **SLOW_MACHINE_ENV, **(env or {})},
                        num_workers=num_workers, timeout_s=240)
 
 
 def start_custom_auth_proxy(workdir, upstreams: dict, policy, keys: dict, litellm_settings=None,
-                            general_settings=None, env=None):
+                            general_settings=None, models=None, env=None, router_settings=None):
     """`start_plugin_proxy` with LiteLLM's keys from tests/custom_auth_roles.py: `keys` is
     {key: role} or {key: {"role": ..., "models": [...]}}; `env` adds to the proxy's environment."""
     path = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p)
     return start_plugin_proxy(workdir, upstreams, policy, litellm_settings=litellm_settings,
                               general_settings={"custom_auth": "custom_auth_roles.user_api_key_auth",
-                                                **(general_settings or {})},
+                                                **(general_settings or {})}, models=models,
+                              router_settings=router_settings,
                               env={**(env or {}), "PYTHONPATH": path, "AISIA_TEST_ROLE_KEYS": json.dumps(keys)})
 
 

@@ -88,3 +88,20 @@ def test_a_responses_request_is_routed_on_its_input(routed):
         asyncio.run(router.aresponses(model="r/three", input="Write a Python function that merges two sorted lists"))
     decisions = [e["decision"] for e in plugin.runtime.explain]
     assert decisions and decisions[0].domain == "coding"
+
+
+def test_a_request_with_its_own_timeout_takes_no_half_open_probe(routed, upstreams):
+    """A half-open probe is only given to a request that could have succeeded (docs/failures.md):
+    one carrying a client-set timeout (LiteLLM's ``client_side_timeout`` mark, which the proxy
+    sets) goes to a deployment that is not recovering, and leaves the probe slot free."""
+    from aisia_plugin.breaker import OPEN, BreakerState
+
+    router, plugin = routed
+    store = plugin.runtime.store
+    hi = [{"role": "user", "content": "hi"}]
+    store.put_breaker("ra", BreakerState(state=OPEN, failures=5, last_failure_time=plugin.runtime.engine.clock() - 1e5))
+    reply = asyncio.run(router.acompletion(model="r/three", messages=hi, client_side_timeout=True, timeout=30))
+    assert reply._hidden_params["model_id"] == "rb"
+    assert upstreams["ra"].stats()["calls"] == 0 and store.breaker("ra").probes_in_flight == 0
+    reply = asyncio.run(router.acompletion(model="r/three", messages=hi))  # a plain request probes it
+    assert reply._hidden_params["model_id"] == "ra" and upstreams["ra"].stats()["calls"] == 1

@@ -9,11 +9,17 @@ reply carries OpenAI's `service_tier` (LiteLLM's `groq/` provider refuses a repl
 The reply says which upstream served it and carries a quality signal that is a deterministic
 function of the upstream's strength in the prompt's domain, the prompt and a seed. A control surface makes it misbehave on demand:
 
-    POST /_aisia/control {"mode": "ok"|"error"|"timeout"|"slow"|"malformed"|"stream_break"|"rate_limit",
+    POST /_aisia/control {"mode": "ok"|"error"|"timeout"|"slow"|"malformed"|"stream_break"|"rate_limit"|
+                                   "drop"|"repeat",
                           "status": 500, "latency_ms": 0, "retry_after": 1, "error_rate": 0.0}
     GET  /_aisia/stats   {"calls": N, "by_mode": {...}, "succeeded": N, "failed": N, ...,
                           "clients_gone": N}  (clients that hung up before their answer was written)
     POST /_aisia/reset   (normal service, counters to zero, the random draws restarted)
+
+A prompt may also ask for one fault for itself alone, as some inputs crash a self-hosted server:
+`AISIA-FAULT=<mode>` in the last user message (`error` answers 500, `drop` closes the connection
+without an answer, `repeat` streams one chunk 120 times, which trips LiteLLM's repeated-chunk
+guard; any mode above).
 
 Python: `start_upstreams(specs)` runs them in background threads of the calling process;
 `python -m aisia_plugin.demo.upstream --spec NAME[:key=value,...]` runs them as a process.
@@ -38,7 +44,11 @@ from typing import Any, Mapping, Optional
 
 from ..numbers import clamp01
 
-MODES = ("ok", "error", "timeout", "slow", "malformed", "stream_break", "rate_limit")
+MODES = ("ok", "error", "timeout", "slow", "malformed", "stream_break", "rate_limit", "drop", "repeat")
+# A prompt's own fault (see the module's docstring): what an input that crashes a server looks like.
+_PROMPT_FAULT = re.compile(r"\bAISIA-FAULT=([a-z_]+)")
+# "repeat": more identical chunks than LiteLLM's REPEATED_STREAMING_CHUNK_LIMIT (100).
+_REPEATS = 120
 CONTROL_KEYS = ("mode", "status", "latency_ms", "retry_after", "error_rate")
 # A held ("timeout") request is released at the latest after this long, so that a client with
 # no timeout of its own and a forgotten upstream cannot keep a thread forever.
@@ -366,6 +376,12 @@ class _Handler(BaseHTTPRequestHandler):
         domain = _domain_of(prompt) if prompt else None
         stream = bool(body.get("stream"))
         mode, cfg = self.state.admit(stream, domain)
+        asked = _PROMPT_FAULT.search(prompt or "")
+        if asked is not None and asked.group(1) in MODES:
+            mode = asked.group(1)
+        if mode == "drop":
+            self._drop()  # no status line at all: the server went away on this input
+            return
 
         if mode == "timeout":
             cfg["release"].wait(_TIMEOUT_HOLD_CAP_S)
@@ -426,6 +442,8 @@ class _Handler(BaseHTTPRequestHandler):
         base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": spec.model_id,
                 "service_tier": SERVICE_TIER}
         self._event({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
+        if mode == "repeat":
+            words = ["again"] * _REPEATS
         for i, w in enumerate(words):
             if mode == "stream_break" and i == 2:
                 self._drop()  # mid-stream: no final chunk, no [DONE], no terminating chunk

@@ -221,7 +221,7 @@ def mount(app, plugin: "PluginHost") -> None:
         if not isinstance(dep, str) or not dep or len(dep) > 512 or not _utf8(dep):
             # (a lone surrogate cannot be sent to Redis: queued, it would block every later write)
             raise _bad(422, "deployment_id must be a deployment id (a non-empty UTF-8 string of at most 512 characters)")
-        plugin.runtime.store.reset(dep)
+        plugin.runtime.reset(dep)
         return {"reset": dep}
 
     async def feedback(request: Request, key: Optional[str] = Depends(feedback_caller),

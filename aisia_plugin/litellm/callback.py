@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from litellm.integrations.custom_logger import CustomLogger
 
-from ..breaker import FailureKind, classify_failure
+from .. import blame
+from ..breaker import FailureKind
 from ..engine import UnknownAlias
 from ..policy.errors import PolicyError
 from ..policy.loader import LoadedPolicy, load_policy_with_locations, peek_setting
@@ -616,9 +617,12 @@ class AisiaPlugin(CustomLogger):
                     raise self._exhausted(call)
                 raise Refused(decision.status_code, f"alias {model!r}: {decision.reason}",
                               f"aisia_{decision.refused}", model, call.tried)
-            if decision.probe and not await store.reserve_probe_shared(decision.deployment_id, engine.clock(),
-                                                                        engine.breaker):
-                exclude.append(decision.deployment_id)  # another request took the last probe slot
+            if decision.probe and (events.request_facts(kwargs).client_timeout
+                                   or not await store.reserve_probe_shared(decision.deployment_id, engine.clock(),
+                                                                          engine.breaker)):
+                # Another request took the last probe slot; or this request set its own timeout,
+                # and a probe is only given to a request that could succeed (docs/failures.md).
+                exclude.append(decision.deployment_id)
                 continue
             break
         self.observer.decided(call, decision, attempt, time.perf_counter() - started, messages)
@@ -671,7 +675,8 @@ class AisiaPlugin(CustomLogger):
         if attempt is None:
             return None
         latency = time.monotonic() - attempt.started if attempt.started is not None else None
-        self._failed(call, attempt, events.from_exception(attempt.deployment_id, exception, latency))
+        self._failed(call, attempt, events.from_exception(attempt.deployment_id, exception, latency),
+                     events.request_facts(request_data))
         return None
 
     async def async_post_call_success_deployment_hook(self, request_data, response, call_type):
@@ -710,7 +715,7 @@ class AisiaPlugin(CustomLogger):
         outcome = events.failure(kwargs, start_time, end_time)
         attempt = call.sent_attempt(outcome.deployment_id)
         if attempt is not None and (call.pending is None or call.pending.attempt is not attempt):
-            self._failed(call, attempt, outcome, events.is_stream(kwargs))
+            self._failed(call, attempt, outcome, events.request_facts(kwargs), events.is_stream(kwargs))
         if call.pending is not None and self._spent(call):
             # No attempt of this alias follows (its budget is spent, or every candidate was
             # tried): nothing will show the failure to be the caller's. Through the proxy the
@@ -726,41 +731,32 @@ class AisiaPlugin(CustomLogger):
         rid = events.request_id(kwargs)
         return rt.call_for(rid, events.model_group(kwargs)) if rid else None
 
-    def _failed(self, call, attempt, outcome, stream: bool = False) -> None:
-        """A failed attempt: the caller's when it is a client error, or when an earlier attempt
-        failed the same way on another deployment (then neither is learned and the next pass of
-        the filter answers the caller); else kept pending until the next outcome."""
+    def _failed(self, call, attempt, outcome, facts=blame.NO_FACTS, stream: bool = False) -> None:
+        """A failed attempt, judged by the one rule (``blame.judge``): a failure that does not
+        count is settled at once (a rate limit backs the deployment off; the caller's frees the
+        probe slot it held) and, when the request ends there, the filter's next pass answers the
+        client; a failure that counts is kept pending until the next outcome, which may still
+        show it to be the request's (the same failure, or a failure on another provider)."""
         rt = self.runtime
-        kind = classify_failure(rt.policy.circuit_breaker, status_code=outcome.status_code,
-                                error_type=outcome.error_type, message=outcome.message)
-        if call.answered:
-            # The answer had begun (a stream broken midway): the deployment's, whatever it says.
-            call.failures.append(Failure(attempt.deployment_id, kind, events.describe_failure(outcome), ()))
-            self._learn_attempt(call, attempt, outcome, stream, None, kind)
+        failure = events.attempt_failure(outcome, rt.deployment_provider(attempt.deployment_id),
+                                         rt.deployment_names(attempt.deployment_id), call.answered)
+        verdict = blame.judge(rt.policy.circuit_breaker, failure, facts, [f.judged for f in call.failures],
+                              call.alias)
+        call.failures.append(Failure(attempt.deployment_id, verdict.kind, events.describe_failure(outcome), failure))
+        if verdict.callers:  # the request ends here: the filter's next pass answers the client
+            call.caller_fault = (verdict.client_status, verdict.client_message)
+        if call.answered:  # the answer had begun (a stream broken midway): settled now
+            self._learn_attempt(call, attempt, outcome, stream, None, verdict)
             return
-        raw = rt.deployment_names(attempt.deployment_id)
-        signature = events.failure_signature(outcome, raw)
-        what = events.describe_failure(outcome)
-        earlier = [] if events.is_provider_side(outcome) else \
-            [f for f in call.failures if f.deployment_id != attempt.deployment_id and f.signature == signature]
-        call.failures.append(Failure(attempt.deployment_id, kind, what, signature))
-        if kind is FailureKind.CLIENT or earlier:
-            attempt.recorded = True
-            if call.pending is not None and call.pending.signature == signature:
-                call.pending.attempt.recorded = True
-                call.pending = None
-            if earlier:
-                call.caller_fault = (outcome.status_code if outcome.status_code and 400 <= outcome.status_code < 500
-                                     else 400, f"alias {call.alias!r}: the request failed the same way on "
-                                     f"{earlier[0].deployment_id} and {attempt.deployment_id}, so no other deployment is "
-                                     f"tried: {outcome.message or what}")
-            attempt.explained["outcome"] = {"success": False, "failure": {"kind": "client", "error": what},
-                                            "learned": False}
-            rt.after(self.observer.learned, call, call.attempts.index(attempt), outcome, None, FailureKind.CLIENT,
-                     time.time())
+        pending = call.pending
+        if pending is not None and pending.attempt.deployment_id in verdict.acquits:
+            call.pending = None
+            self._learn_attempt(call, pending.attempt, pending.outcome, False, None, verdict)
+        if not verdict.counts:
+            self._learn_attempt(call, attempt, outcome, stream, None, verdict)
             return
         self._settle(call)
-        call.pending = PendingFailure(attempt, outcome, kind, signature)
+        call.pending = PendingFailure(attempt, outcome, verdict)
 
     def _spent(self, call) -> bool:
         """Whether the alias's call will see no further attempt: its failover budget is spent, or
@@ -786,11 +782,12 @@ class AisiaPlugin(CustomLogger):
         """Learn the pending failure: what came after it showed it was the deployment's."""
         pending, call.pending = call.pending, None
         if pending is not None:
-            self._learn_attempt(call, pending.attempt, pending.outcome, False, None, pending.kind)
+            self._learn_attempt(call, pending.attempt, pending.outcome, False, None, pending.verdict)
 
-    def _learn_attempt(self, call, attempt, outcome, stream: bool, ttft, kind=None) -> None:
+    def _learn_attempt(self, call, attempt, outcome, stream: bool, ttft, verdict=None) -> None:
         """Learn an attempt's outcome once (a per-attempt hook and an event may both report it);
-        `kind`, a failure's class, as ``_failed`` found it. What the next hooks read (served,
+        `verdict`, a failure's ``blame.Verdict`` as ``_failed`` found it, weighed against the
+        other keys' calls (``Runtime.weighed``) before it counts. What the next hooks read (served,
         finished) is settled here; the learning itself, its log line and metrics are a step run
         after the hook (``_learn``, runtime.AfterResponse)."""
         rt = self.runtime
@@ -809,11 +806,12 @@ class AisiaPlugin(CustomLogger):
             log.exception("aisia: could not learn from an outcome")
         if outcome.success:
             outcome = rt.counted_cost(outcome)
-        rt.after(self._learn, rt.engine, call, attempt, outcome, stream, ttft, kind, time.time())
+        verdict = rt.weighed(call.key, outcome, verdict)
+        rt.after(self._learn, rt.engine, call, attempt, outcome, stream, ttft, verdict, time.time())
 
-    def _learn(self, engine, call, attempt, outcome, stream: bool, ttft, kind, at: float) -> None:
+    def _learn(self, engine, call, attempt, outcome, stream: bool, ttft, verdict, at: float) -> None:
         try:
-            reward = engine.record(attempt.decision, outcome, session=call.session)
+            reward = engine.record(attempt.decision, outcome, session=call.session, verdict=verdict)
             # Learned once: what learning needed of the decision (the contextual strategy's request
             # vector, its arrays) is spent; the explain log keeps the decision for hundreds of
             # requests, and nothing it renders reads it.
@@ -823,10 +821,12 @@ class AisiaPlugin(CustomLogger):
             if stream:
                 result["stream"] = True
                 result["time_to_first_token_s"] = ttft
-            if kind is not None:
-                result["failure"] = {"kind": kind.value, "error": events.describe_failure(outcome)}
+            if verdict is not None:
+                result["failure"] = {"kind": verdict.kind.value, "fault": verdict.fault, "reason": verdict.reason,
+                                     "error": events.describe_failure(outcome)}
             attempt.explained["outcome"] = result
-            self.observer.learned(call, call.attempts.index(attempt), outcome, reward, kind, at)
+            self.observer.learned(call, call.attempts.index(attempt), outcome, reward,
+                                  verdict.kind if verdict is not None else None, at)
         except Exception:  # learning must never break serving
             log.exception("aisia: could not learn from an outcome")
 

@@ -6,11 +6,11 @@ One success or failure event arrives per attempt (a retry is a new attempt of th
 from __future__ import annotations
 
 import os
-import re
 import uuid
 from datetime import datetime
 from typing import Any, Iterable, Mapping, Optional
 
+from .. import blame
 from ..breaker import exception_names, exception_status, parse_retry_after
 from ..outcome import Outcome
 
@@ -128,24 +128,48 @@ def failure(kwargs: Mapping, start_time: Any, end_time: Any) -> Outcome:
                    error_type=info.get("error_class") or None, message=str(info.get("error_message") or "")[:_MESSAGE_CHARS])
 
 
-# LiteLLM's own refusals before any provider is called (its RouterErrors texts, the pre-call
-# checks' context window and rate limit, tag routing): nothing was sent, no deployment failed.
-_ROUTER_REFUSALS = (
-    "No deployments available", "Deployment over user-defined ratelimit", "max_parallel_requests slots in use",
-    "are in cooldown", "Not allowed to access model due to tags configuration", "crossed budget",
-    "no healthy deployments", "litellm._pre_call_checks", "No deployments with tag",
-)
-
-
 def is_router_refusal(exc: BaseException) -> bool:
     """LiteLLM's own refusal to send the request (every candidate cooling down, at its limit,
-    refused by tags or the pre-call checks): no upstream was called, so it is no attempt's
-    outcome."""
+    refused by tags or the pre-call checks; ``blame.LITELLM_REFUSALS``): no upstream was called,
+    so it is no attempt's outcome."""
     try:
         text = str(exc)
     except Exception:
         return False
-    return any(phrase in text for phrase in _ROUTER_REFUSALS)
+    return blame.is_litellm_refusal(text)
+
+
+def _timeout_seconds(value: Any) -> Optional[float]:
+    """A timeout a request carries as seconds (a number, or httpx.Timeout's read timeout)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value) if value == value and value >= 0 else None
+    read = getattr(value, "read", None)
+    return float(read) if isinstance(read, (int, float)) and not isinstance(read, bool) else None
+
+
+_CLIENT_TIMEOUTS = ("timeout", "request_timeout", "stream_timeout")
+
+
+def request_facts(data: Mapping) -> blame.RequestFacts:
+    """What a request says about its own failures (``blame.RequestFacts``): whether its client
+    set a timeout, as LiteLLM's proxy marks it (``client_side_timeout``, computed by the proxy
+    from the body's ``timeout``, ``request_timeout``, ``stream_timeout`` and the
+    ``x-litellm-timeout`` header, a client's own value stripped: litellm_pre_call_utils.py), on
+    the request's data or, in a logging event, under ``litellm_params``; and its value."""
+    params = _dict(data.get("litellm_params"))
+    if not (data.get("client_side_timeout") or params.get("client_side_timeout")):
+        return blame.NO_FACTS
+    found = [s for s in (_timeout_seconds(data.get(k)) for k in _CLIENT_TIMEOUTS) if s is not None]
+    if not found:
+        found = [s for s in (_timeout_seconds(params.get(k)) for k in _CLIENT_TIMEOUTS) if s is not None]
+    return blame.RequestFacts(client_timeout=True, client_timeout_s=min(found) if found else None)
+
+
+def attempt_failure(outcome: Outcome, provider: str, names: Iterable[str], answered: bool = False) -> blame.AttemptFailure:
+    """A failed attempt's outcome as the rule reads it (``blame.AttemptFailure``); `names`, the
+    deployment's own (id, group, model), blanked out of its signature."""
+    return blame.AttemptFailure(outcome.deployment_id, provider, outcome.status_code, outcome.error_type,
+                                outcome.message, failure_signature(outcome, names), outcome.latency_s, answered)
 
 
 REQUEST_ID_KEY = "aisia_request_id"  # the plugin's id of a client request, in its metadata
@@ -219,38 +243,8 @@ def stamp_request_id(data: dict) -> str:
 
 
 def failure_signature(outcome: Outcome, names: Iterable[str]) -> tuple:
-    """What makes two failures "the same" on two deployments: status, class and message, with
-    the deployment's own names (id, model, group) blanked out."""
-    message = outcome.message or ""
-    spelled = {str(n) for n in names if n} | {str(n).split("/", 1)[1] for n in names if n and "/" in str(n)}
-    for name in sorted(spelled, key=len, reverse=True):  # "gpt-4o-mini" before "gpt-4o"
-        message = re.sub(rf"(?<![\w.-]){re.escape(name)}(?![\w.-])", "*", message)
-    kind = outcome.error_type[0] if isinstance(outcome.error_type, (list, tuple)) and outcome.error_type \
-        else outcome.error_type
-    return (outcome.status_code, kind, message)
-
-
-_PROVIDER_SIDE_NAMES = ("timeout", "internalserver", "serviceunavailable", "badgateway", "ratelimit", "overloaded")
-_PROVIDER_SIDE_TEXT = ("connect", "refused", "reset by peer", "timed out", "timeout", "network", "name resolution",
-                       "ssl", "eof", "broken pipe", "unavailable", "overloaded")
-# Exception class names as LiteLLM prefixes them ("litellm.APIConnectionError: OpenAIException - "):
-# not what the failure says.
-_CLASS_NAMES = re.compile(r"[\w.]*(?:Error|Exception)\b\s*[:-]?\s*")
-
-
-def is_provider_side(outcome: Outcome) -> bool:
-    """Whether a failure plainly comes from the provider's side (its 5xx answer, a timeout, a
-    rate limit, a network error): such a failure is the provider's even when two deployments
-    report it alike (two regions down at once). What remains (an error LiteLLM raised itself
-    on the request, an unknown exception) may be the request's own fault."""
-    status = outcome.status_code
-    if status in (408, 429, 502, 503, 504):
-        return True
-    names = outcome.error_type if isinstance(outcome.error_type, (list, tuple)) else [outcome.error_type or ""]
-    if any(part in str(n).lower() for n in names for part in _PROVIDER_SIDE_NAMES):
-        return True
-    text = _CLASS_NAMES.sub("", outcome.message or "").lower()
-    return any(part in text for part in _PROVIDER_SIDE_TEXT)
+    """``blame.signature`` of a failed attempt's outcome."""
+    return blame.signature(outcome.status_code, outcome.error_type, outcome.message, names)
 
 
 def describe_failure(outcome: Outcome) -> str:

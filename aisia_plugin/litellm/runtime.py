@@ -13,6 +13,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, NamedTuple, Optional
 
+from ..blame import OutlierRule, RecentCalls, outlier_verdict
 from ..decision import Decision, Deployment
 from ..deployments import build_deployment
 from ..engine import Engine
@@ -47,13 +48,12 @@ class Attempt:
 
 @dataclass(slots=True)
 class PendingFailure:
-    """A failed attempt whose learning waits for the next attempt's outcome: the same failure
-    on another deployment makes both the caller's (nothing learned)."""
+    """A failed attempt whose learning waits for the next attempt's outcome: the same failure,
+    or a failure on another provider, makes both the caller's (nothing learned; blame.judge)."""
 
     attempt: Attempt
     outcome: Any
-    kind: Any
-    signature: tuple
+    verdict: Any  # blame.Verdict
 
 
 class Failure(NamedTuple):
@@ -62,7 +62,7 @@ class Failure(NamedTuple):
     deployment_id: str
     kind: Any  # FailureKind, or None
     description: str  # "500 InternalServerError"
-    signature: tuple  # events.failure_signature: what makes two failures "the same"
+    judged: Any  # blame.AttemptFailure: the failure as the rule read it (the next failures are judged against it)
 
 
 @dataclass(slots=True)
@@ -242,6 +242,10 @@ class Runtime:
         self.engine = Engine(self.policy, clock=self.store.clock, store=self.store)
         self._deployments: dict[str, tuple[Any, Any, Deployment]] = {}
         self._names: dict[str, tuple] = {}
+        self._providers: dict[str, str] = {}  # deployment id -> its provider (what blame calls "another provider")
+        # Each deployment's recent calls by key, for the peers' check before a failure counts
+        # (blame.outlier_verdict). Per process: each replica weighs the traffic it serves.
+        self.recent = RecentCalls(OutlierRule.of(self.policy.circuit_breaker))
         self._unpriced_said: set[tuple[str, str]] = set()
         self.calls: "OrderedDict[str, Call]" = OrderedDict()
         self.explain: deque = deque(maxlen=self.policy.proxy.explain_history)
@@ -257,6 +261,7 @@ class Runtime:
         self.loaded = loaded
         self.policy = loaded.policy
         self.engine = engine if engine is not None else self.new_engine(self.policy)
+        self.recent.rule = OutlierRule.of(self.policy.circuit_breaker)
         self._deployments.clear()
         if self.explain.maxlen != self.policy.proxy.explain_history:
             self.explain = deque(self.explain, maxlen=self.policy.proxy.explain_history)
@@ -294,6 +299,7 @@ class Runtime:
         dep = with_context_window(build_deployment(raw, self.policy, litellm_price), raw)
         self._deployments[key] = (info, model, dep)
         self._names[dep.id] = (dep.id, dep.model_name, dep.model)
+        self._providers[dep.id] = dep.provider
         if dep.priced_by_litellm is False and dep.price_basis in ("table", "default") \
                 and (dep.id, dep.model) not in self._unpriced_said:
             # Never a guessed price in silence: once per deployment and model, not per reload.
@@ -318,6 +324,30 @@ class Runtime:
     def deployment_names(self, deployment_id: Optional[str]) -> tuple:
         """The names a deployment's errors may quote (id, model group, model)."""
         return self._names.get(deployment_id or "", (deployment_id,))
+
+    def reset(self, deployment_id: str) -> None:
+        """Forget what was learned of a deployment (an operator knows it is fixed): its arms and
+        breaker in the store, its recent calls here."""
+        self.store.reset(deployment_id)
+        self.recent.forget(deployment_id)
+
+    def deployment_provider(self, deployment_id: Optional[str]) -> str:
+        """The deployment's provider ('' when unknown): two failures of one request on two
+        providers make it the request's (blame.judge)."""
+        return self._providers.get(deployment_id or "", "")
+
+    def weighed(self, key: Optional[str], outcome, verdict):
+        """An attempt's verdict once weighed against the other keys' recent calls to its
+        deployment (blame.outlier_verdict: a key failing where the others are served does not
+        count); the call is then noted among the deployment's recent calls when it is evidence of
+        its health (a success, or a failure that counts)."""
+        now = time.monotonic()
+        if outcome.success or (verdict is not None and verdict.counts):
+            if not outcome.success:
+                verdict = outlier_verdict(verdict, self.recent.peers(outcome.deployment_id, key, now),
+                                          self.recent.rule)
+            self.recent.note(outcome.deployment_id, key, outcome.success, now)
+        return verdict
 
     # -- calls ---------------------------------------------------------------------------------
     def open_call(self, request_id: str, alias: str, session: Optional[str]) -> Call:

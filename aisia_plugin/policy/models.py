@@ -274,6 +274,16 @@ class DeploymentAnnotation(BaseModel):
     output_cost_per_1m: Optional[float]
 
 
+@_def("Outlier")
+class Outlier(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    enabled: bool
+    window_s: float
+    min_peer_calls: int
+    min_peer_success_rate: float
+    max_calls: int
+
+
 @_def("CircuitBreaker")
 class CircuitBreaker(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -285,6 +295,7 @@ class CircuitBreaker(BaseModel):
     count_connection_errors: bool
     rate_limit_cooldown_s: float
     max_retry_after_s: float
+    outlier: Outlier
 
 
 class FitnessBoost(BaseModel):
@@ -384,5 +395,5 @@ MODELS_BY_DEF: dict[str, type[BaseModel]] = {
     for cls in (Selector, Sla, Budget, Failover, ColdStart, Contextual, Alias, PerDomain, Forgetting, Bandit, Reward,
                 QualityPrior, QualityEvidence, Quality, Weights, Rules, ModePack, Domain, Domains, SignalWeights,
                 SignalLexicon, Signals, DeploymentAnnotation,
-                CircuitBreaker, TaskFitness, Costs, State, Proxy, DecisionLog, Logging, Policy)
+                Outlier, CircuitBreaker, TaskFitness, Costs, State, Proxy, DecisionLog, Logging, Policy)
 }

@@ -22,6 +22,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
+from .. import blame
 from ..decision import Deployment
 from ..deployments import selects
 from .. import pacing
@@ -264,6 +265,52 @@ def teach_others(engine, alias: str, decision, row: dict) -> None:
                                                       ctx.noise_variance), value, tick, engine.gamma)
 
 
+class RequestJudge:
+    """One replayed request's outcomes learned as the proxy learns them (``blame.judge``, the
+    callback's order): a failure that does not count is recorded at once (a rate limit backs the
+    deployment off, the caller's frees a probe slot); one that counts waits for the request's next outcome, which may show it to be the request's
+    (the same failure elsewhere, a failure on another provider) before it is learned. The replay
+    has one caller: the peers' check by key (``blame.outlier_verdict``) never applies."""
+
+    def __init__(self, engine, alias: str, providers: Mapping[str, str]):
+        self.engine, self.alias, self.providers = engine, alias, providers
+        self.failures: list[blame.AttemptFailure] = []
+        self.pending = None  # (decision, outcome, verdict) of a failure that counts, not yet learned
+        self.verdicts: list = []  # per attempt: its Verdict (None: a success), as finally learned
+
+    def outcome(self, decision, outcome: Outcome):
+        """Learn (or hold) one attempt's outcome; its verdict (None for a success)."""
+        if outcome.success:
+            self.settle()
+            self._record(decision, outcome, None)
+            return None
+        dep = outcome.deployment_id
+        failure = blame.AttemptFailure(dep, self.providers.get(dep, ""), outcome.status_code, outcome.error_type,
+                                       outcome.message, blame.signature(outcome.status_code, outcome.error_type,
+                                                                        outcome.message, (dep,)), outcome.latency_s)
+        verdict = blame.judge(self.engine.policy.circuit_breaker, failure, blame.NO_FACTS, self.failures, self.alias)
+        self.failures.append(failure)
+        if self.pending is not None and self.pending[1].deployment_id in verdict.acquits:
+            held, self.pending = self.pending, None
+            self._record(held[0], held[1], verdict)
+        if not verdict.counts:
+            self._record(decision, outcome, verdict)
+        else:
+            self.settle()
+            self.pending = (decision, outcome, verdict)
+        return verdict
+
+    def settle(self) -> None:
+        """The pending failure was the deployment's: learn it."""
+        held, self.pending = self.pending, None
+        if held is not None:
+            self._record(*held)
+
+    def _record(self, decision, outcome: Outcome, verdict) -> None:
+        self.engine.record(decision, outcome, verdict=verdict)
+        self.verdicts.append((outcome.deployment_id, verdict))
+
+
 # -- the runs --------------------------------------------------------------------------------------
 def run_router(policy, alias: str, scenario: Scenario, *, seed: int = 0, progress: Optional[Progress] = None,
                deployments_at: Optional[Callable[[int, dict], dict]] = None,
@@ -288,6 +335,7 @@ def run_router(policy, alias: str, scenario: Scenario, *, seed: int = 0, progres
     engine = Engine(policy, clock=lambda: now[0], rng=_random.Random(seed))
     attempts_allowed = 1 + ap.failover.attempts
     order = scenario.candidates
+    providers = {n: d.provider for n, d in deps.items()}
     out: list[Served] = []
     total = len(scenario)
     for i, (rec, row) in enumerate(zip(scenario.trace.records, scenario.calls)):
@@ -298,21 +346,24 @@ def run_router(policy, alias: str, scenario: Scenario, *, seed: int = 0, progres
         tried: list[str] = []
         attempts: list[Call] = []
         refused_status = None
+        judged = RequestJudge(engine, alias, providers)
         for _ in range(attempts_allowed):
             decision = engine.decide(alias, rec.messages, pool, exclude=tried, features=feats)
             if decision.deployment_id is None:
                 refused_status = decision.status_code
                 break
             call = row[decision.deployment_id]
-            engine.record(decision, call.outcome())
+            verdict = judged.outcome(decision, call.outcome())
             if full_feedback and decision.context is not None:
                 teach_others(engine, alias, decision, row)
             tried.append(call.candidate)
             attempts.append(call)
-            if call.success:
+            if call.success or not verdict.retry_elsewhere or verdict.callers:
+                refused_status = verdict.client_status if verdict is not None else None
                 break
+        judged.settle()
         served = served_from(attempts)
-        if not attempts:
+        if refused_status is not None:
             served.status_code = refused_status
         out.append(served)
         if observe is not None:
