@@ -901,34 +901,7 @@ def _specialised(raw: dict, params: dict, model: str) -> dict:
 def _ranked_deployments(healthy: list, ranked: list, decision) -> list:
     """Copies of the ranked deployments with ``litellm_params.order`` = rank (LiteLLM's order
     filter keeps the lowest that survived its checks); the choice carries its specialised
-    model when it declares one. ``_ranked_deployments_plainly`` is the plain reading; this one
-    copies a plain dict with ``dict.copy`` (an alias over a whole model list copies every
-    deployment on every attempt)."""
-    by_id = {}
-    for raw in healthy:
-        by_id.setdefault(str((raw.get("model_info") or {}).get("id")), raw)
-    out = []
-    add, model = out.append, decision.model
-    for rank, dep in enumerate(ranked, start=1):
-        raw = by_id.get(dep)
-        if raw is None:
-            continue
-        params = raw.get("litellm_params")
-        params = params.copy() if type(params) is dict else dict(params or {})
-        params["order"] = rank
-        if rank == 1 and model and model != params.get("model"):
-            add(_specialised(raw, params, model))
-        elif type(raw) is dict:
-            copy = raw.copy()  # (the same keys in the same order as {**raw, ...})
-            copy["litellm_params"] = params
-            add(copy)
-        else:
-            add({**raw, "litellm_params": params})
-    return out or healthy
-
-
-def _ranked_deployments_plainly(healthy: list, ranked: list, decision) -> list:
-    """The plain reading of ``_ranked_deployments``, for any deployments."""
+    model when it declares one. Fresh copies: never the Router's own dicts."""
     by_id = {}
     for raw in healthy:
         by_id.setdefault(str((raw.get("model_info") or {}).get("id")), raw)

@@ -183,16 +183,7 @@ class AfterResponse:
 def one_line(text: str, limit: int = MAX_HEADER_CHARS) -> str:
     """A header value: one line of printable ASCII (HTTP headers are latin-1, and a reason may
     quote a non-ASCII deployment name). Runs of whitespace become one space, the ends are
-    stripped, anything else non-ASCII becomes '?'; ``_one_line`` is the plain reading."""
-    if type(text) is str and len(text) <= limit and text.isascii() and text.isprintable() \
-            and "  " not in text and text[:1] != " " and text[-1:] != " ":
-        # Already one clean line (the common case: names from the policy, the engine's reason):
-        # printable ASCII's only whitespace is the space, so splitting and joining is a no-op.
-        return text
-    return _one_line(text, limit)
-
-
-def _one_line(text: str, limit: int = MAX_HEADER_CHARS) -> str:
+    stripped, anything else non-ASCII becomes '?'."""
     flat = " ".join(str(text).split())
     flat = flat.encode("ascii", "replace").decode("ascii")
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
