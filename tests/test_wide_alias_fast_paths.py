@@ -13,7 +13,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from aisia_plugin.decision import PLAIN, Decision, _ranking_plainly, ranking_of  # noqa: E402
-from aisia_plugin.litellm import callback  # noqa: E402
+from aisia_plugin.litellm import deciding  # noqa: E402
 
 
 class _Decision:
@@ -57,7 +57,7 @@ def _raw(draw):
 def test_ranked_deployments_are_fresh_copies_in_rank_order(healthy, ranked, model):
     """Deployments of every shape: the copies handed back carry their rank as ``order``, the
     choice its specialised model, and never share a dict with the Router's own."""
-    out = callback._ranked_deployments(healthy, ranked, _Decision(model))
+    out = deciding.ranked_deployments(healthy, ranked, _Decision(model))
     if out is healthy:  # no ranked id among them: LiteLLM's list as it was
         assert not any(str((h.get("model_info") or {}).get("id")) in ranked for h in healthy)
         return
@@ -72,7 +72,7 @@ def test_ranked_deployments_are_fresh_copies_in_rank_order(healthy, ranked, mode
 def test_ranked_deployments_of_the_usual_shape():
     healthy = [{"model_name": "m", "litellm_params": {"model": f"openai/{i}"}, "model_info": {"id": i}}
                for i in "abc"]
-    out = callback._ranked_deployments(healthy, ["b", "a", "c"], _Decision("openai/special"))
+    out = deciding.ranked_deployments(healthy, ["b", "a", "c"], _Decision("openai/special"))
     assert [(d["model_info"]["id"], d["litellm_params"]["order"], d["litellm_params"]["model"]) for d in out] == [
         ("b", 1, "openai/special"), ("a", 2, "openai/a"), ("c", 3, "openai/c")]
     assert all("order" not in h["litellm_params"] for h in healthy)  # the Router's dicts untouched

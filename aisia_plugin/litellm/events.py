@@ -236,3 +236,26 @@ def prompt_messages(request: Mapping) -> Optional[list]:
             if out:
                 return out
     return None
+
+
+def session_of(data: Mapping, session_header: str, user_api_key_dict) -> Optional[str]:
+    """The conversation a request belongs to, as an ``lkgp`` alias keeps it on its last good
+    deployment (unhashed): LiteLLM's session id (its ``x-litellm-session-id`` header, or another
+    session header LiteLLM reads), else the policy's session header (`session_header`,
+    ``x-aisia-session`` by default), else the request's ``user``, else the API key."""
+    value = data.get("litellm_session_id")
+    meta = data.get("litellm_metadata") or data.get("metadata") or {}
+    if meta.get("litellm_session_id_generated"):  # minted per request (missing_session_id: generate)
+        value = None
+    if not value:
+        headers = (data.get("proxy_server_request") or {}).get("headers") or {}
+        wanted = session_header.lower()
+        for k, v in headers.items():
+            if k.lower() == wanted:
+                value = v
+                break
+    if not value:
+        value = data.get("user") or None
+    if not value:
+        value = getattr(user_api_key_dict, "token", None) or getattr(user_api_key_dict, "api_key", None)
+    return value or None
