@@ -20,6 +20,27 @@ def test_stamped_request_ids_are_fresh_uuid4s():
     assert all(uuid.UUID(hex=i).version == 4 and uuid.UUID(hex=i).hex == i for i in ids)
 
 
+def test_an_alias_request_the_plugin_refuses_before_any_deployment():
+    """An API an alias does not route (LiteLLM's call type, as a string or its enum) and messages
+    LiteLLM would refuse inside the provider call: the caller's 400, with the field at fault."""
+    from enum import Enum
+
+    from aisia_plugin.litellm.checks import request_problem
+
+    class CallType(Enum):
+        aembedding = "aembedding"
+
+    ok = {"messages": [{"role": "user", "content": "hi"}]}
+    assert request_problem("auto", "acompletion", ok) is None
+    assert request_problem("auto", "aresponses", {"input": "hi"}) is None
+    for kind in ("aembedding", CallType.aembedding, "image_generation", "arerank"):
+        found = request_problem("auto/x", kind, ok)
+        assert (found.reason, found.param) == ("unsupported_api", "model")
+        assert found.message.startswith("alias 'auto/x' routes chat, completion and responses requests; a ")
+    found = request_problem("auto", "acompletion", {"messages": [{"role": "user", "content": "hi"}, "hi"]})
+    assert (found.reason, found.param) == ("invalid_request", "messages[1]")
+
+
 def test_message_problem_reads_dicts_and_other_mappings_alike():
     from types import MappingProxyType
 

@@ -23,7 +23,7 @@ from litellm.integrations.custom_logger import CustomLogger
 from ..breaker import FailureKind
 from ..policy.loader import LoadedPolicy
 from . import checks, events
-from .deciding import NOT_ROUTED_CALL_TYPES, choose, handed_to_litellm
+from .deciding import choose, handed_to_litellm
 from .headers import response_headers
 from .lifecycle import AttemptState, Refused
 from .runtime import caller_key
@@ -47,18 +47,10 @@ class AisiaPlugin(ProxyLife, CustomLogger):
         ap = await self.admit(model)
         if ap is None:
             return data  # not an alias the plugin serves: LiteLLM's own
-        kind = str(getattr(call_type, "value", call_type) or "")
-        if kind in NOT_ROUTED_CALL_TYPES:
-            self.observer.refused(model, "unsupported_api")
-            raise http_error(400, f"alias {model!r} routes chat, completion and responses requests; a {kind} "
-                             f"request goes to an embedding, image or audio model by its own name",
-                             "invalid_request_error", param="model")
-        # What LiteLLM would refuse inside the provider call (and report as that deployment's
-        # failure) is the caller's 400 here, before any deployment is tried.
-        problem = checks.message_problem(data.get("messages"))
+        problem = checks.request_problem(model, call_type, data)  # the caller's 400, before any deployment
         if problem is not None:
-            self.observer.refused(model, "invalid_request")
-            raise http_error(400, problem[1], "invalid_request_error", param=problem[0])
+            self.observer.refused(model, problem.reason)
+            raise http_error(400, problem.message, "invalid_request_error", param=problem.param)
         # LiteLLM's retries are the alias's failover: each one reaches the filter, which moves on
         # to a deployment not yet tried for this request. A client's own num_retries is kept.
         if data.get("num_retries") is None:

@@ -14,13 +14,6 @@ from . import checks, compat
 from .lifecycle import Call, Refused
 from .runtime import Runtime
 
-# The APIs an alias does not route (its candidates are chosen for prompts): LiteLLM's call types.
-NOT_ROUTED_CALL_TYPES = frozenset((
-    "embedding", "aembedding", "embeddings", "image_generation", "aimage_generation", "image_edit", "aimage_edit",
-    "moderation", "amoderation", "transcription", "atranscription", "audio_transcription", "speech", "aspeech",
-    "rerank", "arerank"))
-
-
 async def choose(rt: Runtime, observer, router, call: Call, healthy: list, messages: Optional[list], *,
                  tried: list, tools=None) -> Decision:
     """The engine's decision for the call's next attempt (attempt number ``len(tried)``), over
