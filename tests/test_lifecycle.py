@@ -247,3 +247,21 @@ def test_illegal_transitions_are_refused():
         _decided(call, "c")  # closed: nothing more is expected
     assert [s.value for s in AttemptState] == ["decided", "sent", "pending", "learned", "caller's"]
     assert [p.value for p in Phase] == ["routing", "answered", "finished", "closed"]
+
+
+def test_the_error_the_failure_hook_answers():
+    nothing = Call("auto/x", "r0", None, 0.0)
+    assert nothing.final_error(False) is None  # no attempt failed: LiteLLM's error as it gave it
+    exhausted = Call("auto/x", "r1", None, 0.0)
+    _fail(exhausted, _sent(exhausted, "a"), _provider_500("a"))
+    assert exhausted.final_error(True) is None  # LiteLLM's own refusal (cooldown, limits), as it gave it
+    err = exhausted.final_error(False)
+    assert (err.status_code, err.kind, err.tried) == (502, "aisia_all_candidates_failed", ["a"])
+    client = Call("auto/x", "r2", None, 0.0)
+    _fail(client, _sent(client, "a"), _bad_request("a"))
+    assert client.final_error(False) is None  # the caller's own error: theirs to see as is
+    twice = Call("auto/x", "r3", None, 0.0)
+    _fail(twice, _sent(twice, "a"), _odd_500("a"))
+    _fail(twice, _sent(twice, "b"), _odd_500("b"))
+    err = twice.final_error(True)
+    assert (err.status_code, err.kind, err.alias) == (400, "invalid_request_error", "auto/x")

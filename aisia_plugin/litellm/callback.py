@@ -266,24 +266,15 @@ class AisiaPlugin(ProxyLife, CustomLogger):
     # -- 5. errors: the request forgotten --------------------------------------------------------
     async def async_post_call_failure_hook(self, request_data, original_exception, user_api_key_dict,
                                            traceback_str=None):
-        if isinstance(original_exception, Refused):
-            exc = original_exception
-            return http_error(exc.status_code, exc.text, exc.kind, alias=exc.alias, tried=exc.tried)
+        exc = original_exception if isinstance(original_exception, Refused) else None
         rt = self.runtime
-        if rt is None or not rt.calls:
+        if exc is None and rt is not None and rt.calls:
+            first = rt.call(events.request_id(request_data or {}))
+            if first is None:
+                return None
+            rt.close_call(first)  # nothing else is expected for it
+            self._settle_request(first)
+            exc = first.current.final_error(events.is_router_refusal(original_exception))
+        if exc is None:
             return None
-        first = rt.call(events.request_id(request_data or {}))
-        if first is None:
-            return None
-        call = first.current
-        rt.close_call(first)  # nothing else is expected for it
-        self._settle_request(first)
-        if call.caller_fault is not None:
-            status, message = call.caller_fault
-            return http_error(status, message, "invalid_request_error", alias=call.alias, tried=call.tried)
-        if not call.failures or events.is_router_refusal(original_exception):
-            return None  # LiteLLM's own answer (its refusal, a limit), as it gave it
-        if call.failures[-1].kind is FailureKind.CLIENT:
-            return None  # the caller's own error (a bad request, a prompt too long): theirs to see as is
-        exc = call.exhausted()
         return http_error(exc.status_code, exc.text, exc.kind, alias=exc.alias, tried=exc.tried)

@@ -306,11 +306,25 @@ class Call:
         """Why the filter must not decide another attempt: the caller's fault shown by two
         deployments, or the failover budget spent; None when it may."""
         if self.caller_fault is not None:
-            status, message = self.caller_fault
-            return Refused(status, message, "invalid_request_error", self.alias, self.tried)
+            return self._callers()
         if len(self.tried) > max_attempts:
             return self.exhausted()
         return None
+
+    def final_error(self, refused_by_litellm: bool) -> Optional[Refused]:
+        """The client's error once the request failed (the failure hook): the caller's fault shown
+        by two deployments; None where the client is to see the error as LiteLLM gave it (no
+        attempt failed, LiteLLM's own refusal or limit, `refused_by_litellm`, or the caller's own
+        error, a bad request or a prompt too long); else every allowed candidate failed."""
+        if self.caller_fault is not None:
+            return self._callers()
+        if not self.failures or refused_by_litellm or self.failures[-1].kind is FailureKind.CLIENT:
+            return None
+        return self.exhausted()
+
+    def _callers(self) -> Refused:
+        status, message = self.caller_fault
+        return Refused(status, message, "invalid_request_error", self.alias, self.tried)
 
     def exhausted(self) -> Refused:
         """The client's error once every allowed candidate failed."""
