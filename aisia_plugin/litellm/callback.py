@@ -25,7 +25,7 @@ from ..policy.loader import LoadedPolicy
 from . import checks, events
 from .deciding import choose, handed_to_litellm
 from .headers import response_headers
-from .lifecycle import AttemptState, Refused
+from .lifecycle import CALLERS, SENT, Refused
 from .runtime import caller_key
 from .startup import FAIL_CLOSED_ENV, ProxyLife, fail_closed, http_error
 
@@ -129,7 +129,7 @@ class AisiaPlugin(ProxyLife, CustomLogger):
         """One failed attempt (the first, each retry, each fallback step)."""
         call, dep = self._attempt_call(request_data)
         attempt = call.sent_attempt(dep) if dep is not None else None
-        if attempt is None or attempt.state is not AttemptState.SENT:
+        if attempt is None or attempt.state is not SENT:
             return None
         latency = time.monotonic() - attempt.started if attempt.started is not None else None
         self._fail(call, attempt, events.from_exception(attempt.deployment_id, exception, latency), False)
@@ -170,7 +170,7 @@ class AisiaPlugin(ProxyLife, CustomLogger):
             return
         outcome = events.failure(kwargs, start_time, end_time)
         attempt = call.sent_attempt(outcome.deployment_id)
-        if attempt is not None and attempt.state is AttemptState.SENT:
+        if attempt is not None and attempt.state is SENT:
             self._fail(call, attempt, outcome, events.is_stream(kwargs))
         ap = self.runtime.policy.aliases.get(call.alias)
         if call.pending is not None and call.spent(ap.failover.attempts if ap is not None else None):
@@ -196,7 +196,7 @@ class AisiaPlugin(ProxyLife, CustomLogger):
         `streamed`: the attempt whose failing event was a stream's (learned as one)."""
         rt = self.runtime
         for call, attempt, outcome, kind in settled:
-            if attempt.state is AttemptState.CALLERS:
+            if attempt.state is CALLERS:
                 rt.after(self.observer.learned, call, call.attempts.index(attempt), outcome, None,
                          FailureKind.CLIENT, time.time())
             else:
