@@ -58,8 +58,8 @@ OUT = bench.OUT / "profile"
 TIMED = [f"{module}:{name}" for module, names in {
     "aisia_plugin.litellm.callback": [
         "AisiaPlugin.async_pre_call_hook", "AisiaPlugin.async_filter_deployments", "AisiaPlugin.async_log_success_event",
-        "AisiaPlugin.async_post_call_response_headers_hook", "AisiaPlugin.ensure_groups", "_proxy_server",
-        "AisiaPlugin._learn_attempt"],
+        "AisiaPlugin.async_post_call_response_headers_hook", "AisiaPlugin._learn_attempt"],
+    "aisia_plugin.litellm.startup": ["ProxyLife.ensure_groups", "_proxy_server"],
     "aisia_plugin.litellm.headers": ["one_line"],
     "aisia_plugin.litellm.events": ["success"],
     "aisia_plugin.litellm.runtime": ["Runtime.open_call", "Runtime.deployments", "Runtime.explain_entry",

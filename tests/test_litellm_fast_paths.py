@@ -1,64 +1,17 @@
-"""The request path's fast paths against their plain readings: the header value's shortcut for a
-string that is one clean line already, and the logging events of requests no alias routed (the
-plugin does not read their outcome)."""
+"""The request path's shortcuts: the logging events of requests no alias routed (the plugin does
+not read their outcome), the header names' cache and the key hashes' cache against computing them
+each time, and a Router used alone that never imports the proxy."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import random
 import uuid
-from collections.abc import Mapping
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # importing litellm must not reach the network
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
 from aisia_plugin.litellm import callback, events  # noqa: E402
-from aisia_plugin.litellm.runtime import MAX_HEADER_CHARS, _one_line, one_line  # noqa: E402
-
-# Texts near the shortcut's edges: spaces at the ends and in runs, tabs and newlines, other
-# control characters, non-ASCII letters, around the length limit.
-_CHARS = st.sampled_from(list("ab Z09 .:-+=()") + [" ", "  ", "\t", "\n", "\r", "\x0b", "\x1c", "\x00", "\x7f",
-                                                  "é", "名", "\u2028", "\xa0"])
-_TEXTS = st.lists(_CHARS, max_size=40).map("".join)
-
-
-@given(_TEXTS, st.sampled_from([3, 5, 12, MAX_HEADER_CHARS]))
-@settings(max_examples=2000, deadline=None)
-def test_one_line_equals_its_plain_reading(text, limit):
-    assert one_line(text, limit) == _one_line(text, limit)
-
-
-def test_one_line_on_typical_values_and_non_strings():
-    reason = "UCB1 picked bench-1: score 1.234 = reward 0.900 + exploration 0.300 + cost 0.017 + latency 0.017"
-    for value in ("auto/bench", "ucb1", "none", reason, "", " x", "x ", "a  b", "a\tb", "caf\xe9", "x" * 300, 7, None):
-        assert one_line(value) == _one_line(value)
-    assert one_line(reason) is reason  # the shortcut: no copy
-
-
-def test_request_metadata_equals_its_plain_reading():
-    """Every place a request's metadata can be (or not be), in every shape LiteLLM or a caller
-    could put there: the fast path returns the very object the plain reading returns."""
-    from types import MappingProxyType
-
-    shapes = [None, {}, {"aisia_request_id": "r1"}, MappingProxyType({"aisia_request_id": "r2"}), "text", 7, [],
-              {"model_group": "auto/x"}]
-    places = [(lm, m, params) for lm in shapes for m in shapes
-              for params in (None, {}, {"metadata": None}, {"metadata": {"aisia_request_id": "r3"}},
-                             {"metadata": MappingProxyType({"model_group": "g"})}, {"metadata": "x"}, "params")]
-    for keep_none in (False, True):  # a key absent, and a key present with None
-        for place in places:
-            data = {k: v for k, v in zip(("litellm_metadata", "metadata", "litellm_params"), place)
-                    if v is not None or keep_none}
-            fast, plain = events.request_metadata(data), events._request_metadata(data)
-            assert fast is plain or fast == plain == {}
-            rid = plain.get("aisia_request_id")
-            assert events.request_id(data) == (str(rid) if rid else None)
-    for value in (*shapes, {"metadata": {}}, ()):
-        plain = value if isinstance(value, Mapping) else {}
-        assert events._dict(value) is plain or events._dict(value) == plain == {}
+from aisia_plugin.litellm.runtime import one_line  # noqa: E402
 
 
 def test_stamped_request_ids_are_fresh_uuid4s():
@@ -67,11 +20,25 @@ def test_stamped_request_ids_are_fresh_uuid4s():
     assert all(uuid.UUID(hex=i).version == 4 and uuid.UUID(hex=i).hex == i for i in ids)
 
 
-def test_uuid4_hex_equals_its_plain_reading():
-    rng = random.Random(21)
-    raws = [bytes(16), b"\xff" * 16, *(rng.randbytes(16) for _ in range(2000))]
-    for raw in raws:
-        assert events.uuid4_hex(raw) == events._uuid4_hex(raw)
+def test_an_alias_request_the_plugin_refuses_before_any_deployment():
+    """An API an alias does not route (LiteLLM's call type, as a string or its enum) and messages
+    LiteLLM would refuse inside the provider call: the caller's 400, with the field at fault."""
+    from enum import Enum
+
+    from aisia_plugin.litellm.checks import request_problem
+
+    class CallType(Enum):
+        aembedding = "aembedding"
+
+    ok = {"messages": [{"role": "user", "content": "hi"}]}
+    assert request_problem("auto", "acompletion", ok) is None
+    assert request_problem("auto", "aresponses", {"input": "hi"}) is None
+    for kind in ("aembedding", CallType.aembedding, "image_generation", "arerank"):
+        found = request_problem("auto/x", kind, ok)
+        assert (found.reason, found.param) == ("unsupported_api", "model")
+        assert found.message.startswith("alias 'auto/x' routes chat, completion and responses requests; a ")
+    found = request_problem("auto", "acompletion", {"messages": [{"role": "user", "content": "hi"}, "hi"]})
+    assert (found.reason, found.param) == ("invalid_request", "messages[1]")
 
 
 def test_message_problem_reads_dicts_and_other_mappings_alike():
@@ -210,18 +177,3 @@ def test_a_router_used_alone_does_not_import_the_proxy_server(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "no proxy_server ['AisiaPlugin']"
-
-
-def test_number_equals_its_plain_reading():
-    import math
-    from decimal import Decimal
-    from fractions import Fraction
-
-    class Cost(float):
-        pass
-
-    for value in (0, 1, -3, 2**70, 0.0, -0.0, 1.5, float("inf"), float("nan"), True, False, None, "1.5", b"1",
-                  Decimal("1.5"), Fraction(1, 3), Cost(0.25), [1], {}, 1j):
-        fast, plain = events._number(value), events._plain_number(value)
-        assert type(fast) is type(plain)
-        assert fast == plain or (fast is not None and math.isnan(fast) and math.isnan(plain))

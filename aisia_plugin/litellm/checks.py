@@ -11,7 +11,7 @@ deployment at its limit is not a candidate."""
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, NamedTuple, Optional
 
 log = logging.getLogger("aisia_plugin.litellm")
 
@@ -20,6 +20,34 @@ try:  # the content part types LiteLLM accepts in a user message (its own valida
 except ImportError:  # pragma: no cover - a LiteLLM without the list: OpenAI's types
     _USER_CONTENT_TYPES = ("text", "image_url", "input_audio", "file")
 USER_CONTENT_TYPES = frozenset(_USER_CONTENT_TYPES)
+
+
+# The APIs an alias does not route (its candidates are chosen for prompts): LiteLLM's call types.
+NOT_ROUTED_CALL_TYPES = frozenset((
+    "embedding", "aembedding", "embeddings", "image_generation", "aimage_generation", "image_edit", "aimage_edit",
+    "moderation", "amoderation", "transcription", "atranscription", "audio_transcription", "speech", "aspeech",
+    "rerank", "arerank"))
+
+
+class RequestProblem(NamedTuple):
+    """Why an alias request is refused before any deployment is tried: the caller's 400."""
+
+    reason: str  # the metrics' refusal reason
+    param: str  # the request's field at fault
+    message: str
+
+
+def request_problem(alias: str, call_type, data: Mapping) -> Optional[RequestProblem]:
+    """An API the alias does not route, or messages LiteLLM would refuse inside the provider
+    call (and report as that deployment's failure); None when the request may be routed."""
+    kind = str(getattr(call_type, "value", call_type) or "")
+    if kind in NOT_ROUTED_CALL_TYPES:
+        return RequestProblem("unsupported_api", "model", f"alias {alias!r} routes chat, completion and responses "
+                              f"requests; a {kind} request goes to an embedding, image or audio model by its own name")
+    problem = message_problem(data.get("messages"))
+    if problem is not None:
+        return RequestProblem("invalid_request", problem[0], problem[1])
+    return None
 
 
 def message_problem(messages: Any) -> Optional[tuple[str, str]]:

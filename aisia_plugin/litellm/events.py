@@ -5,7 +5,6 @@ One success or failure event arrives per attempt (a retry is a new attempt of th
 
 from __future__ import annotations
 
-import os
 import uuid
 from datetime import datetime
 from typing import Any, Iterable, Mapping, Optional
@@ -59,18 +58,7 @@ def time_to_first_token(kwargs: Mapping, start_time: Any) -> Optional[float]:
 
 
 def _number(v: Any) -> Optional[float]:
-    """`v` as a float when it is a number (not a bool), else None. A plain float or int (what
-    LiteLLM logs: 3 per success event) is told by its type alone; ``_plain_number`` is the
-    plain reading."""
-    t = type(v)
-    if t is float:
-        return v
-    if t is int:
-        return float(v)
-    return _plain_number(v)
-
-
-def _plain_number(v: Any) -> Optional[float]:
+    """`v` as a float when it is a number (not a bool), else None."""
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
@@ -177,22 +165,7 @@ REQUEST_ID_KEY = "aisia_request_id"  # the plugin's id of a client request, in i
 
 def request_metadata(data: Mapping) -> Mapping:
     """A request's metadata as LiteLLM carries it: ``litellm_metadata`` on the routes that use
-    it, else ``metadata``; inside a logging event, under ``litellm_params``. Read 7 times per
-    alias request: a missing key (None) and a plain dict are told apart without the Mapping
-    ABC's ``isinstance``; ``_request_metadata`` is the plain reading."""
-    meta = data.get("litellm_metadata")
-    if type(meta) is dict:
-        return meta
-    if meta is None or not isinstance(meta, Mapping):
-        meta = data.get("metadata")
-        if type(meta) is dict:
-            return meta
-        if meta is None or not isinstance(meta, Mapping):
-            meta = _dict(_dict(data.get("litellm_params")).get("metadata"))
-    return meta
-
-
-def _request_metadata(data: Mapping) -> Mapping:
+    it, else ``metadata``; inside a logging event, under ``litellm_params``."""
     meta = data.get("litellm_metadata")
     if not isinstance(meta, Mapping):
         meta = data.get("metadata")
@@ -213,26 +186,11 @@ def request_id_in(meta: Mapping) -> Optional[str]:
     return str(rid) if rid else None
 
 
-# uuid.UUID(bytes=..., version=4)'s bits as two masks: the variant (RFC 4122) and the version.
-_UUID4_KEEP = ~((0xC000 << 48) | (0xF000 << 64))
-_UUID4_SET = (0x8000 << 48) | (4 << 76)
-
-
-def uuid4_hex(raw: bytes) -> str:
-    """``uuid.UUID(bytes=raw, version=4).hex`` (the id of every alias request, of 16 random
-    bytes) without building the UUID object; ``_uuid4_hex`` is the plain reading."""
-    return "%032x" % (int.from_bytes(raw, "big") & _UUID4_KEEP | _UUID4_SET)
-
-
-def _uuid4_hex(raw: bytes) -> str:
-    return uuid.UUID(bytes=raw, version=4).hex
-
-
 def stamp_request_id(data: dict) -> str:
     """Give a request the plugin's own id, in the metadata LiteLLM hands every attempt of it
     (``litellm_metadata`` where the route uses it, else ``metadata``, made when missing): a
-    random UUID4's hex, as ``uuid.uuid4().hex`` (os.urandom) makes it."""
-    rid = uuid4_hex(os.urandom(16))
+    random UUID4's hex."""
+    rid = uuid.uuid4().hex
     meta = data.get("litellm_metadata")
     if not isinstance(meta, dict):
         meta = data.get("metadata")
@@ -272,3 +230,26 @@ def prompt_messages(request: Mapping) -> Optional[list]:
             if out:
                 return out
     return None
+
+
+def session_of(data: Mapping, session_header: str, user_api_key_dict) -> Optional[str]:
+    """The conversation a request belongs to, as an ``lkgp`` alias keeps it on its last good
+    deployment (unhashed): LiteLLM's session id (its ``x-litellm-session-id`` header, or another
+    session header LiteLLM reads), else the policy's session header (`session_header`,
+    ``x-aisia-session`` by default), else the request's ``user``, else the API key."""
+    value = data.get("litellm_session_id")
+    meta = data.get("litellm_metadata") or data.get("metadata") or {}
+    if meta.get("litellm_session_id_generated"):  # minted per request (missing_session_id: generate)
+        value = None
+    if not value:
+        headers = (data.get("proxy_server_request") or {}).get("headers") or {}
+        wanted = session_header.lower()
+        for k, v in headers.items():
+            if k.lower() == wanted:
+                value = v
+                break
+    if not value:
+        value = data.get("user") or None
+    if not value:
+        value = getattr(user_api_key_dict, "token", None) or getattr(user_api_key_dict, "api_key", None)
+    return value or None

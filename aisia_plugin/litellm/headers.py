@@ -7,7 +7,8 @@ is sent only when the policy asks for it (``proxy.verbose_reason_header``), and 
 from __future__ import annotations
 
 from ..breaker import FailureKind
-from .runtime import Attempt, Call, one_line
+from .lifecycle import Attempt, Call
+from .runtime import one_line
 
 # How a failed attempt reads in the reason, by the kind its failure was classified as.
 FAILED_AS = {FailureKind.RATE_LIMIT: "was rate limited", FailureKind.CLIENT: "rejected the request",

@@ -20,7 +20,8 @@ from ..metrics import RouterMetrics
 from ..ui import TrafficTimeline
 
 if TYPE_CHECKING:
-    from .runtime import Call, Runtime
+    from .lifecycle import Call
+    from .runtime import Runtime
 
 log = logging.getLogger("aisia_plugin.litellm")
 

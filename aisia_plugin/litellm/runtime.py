@@ -10,8 +10,8 @@ import logging
 import os
 import time
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, NamedTuple, Optional
+from dataclasses import replace
+from typing import Any, Mapping, Optional
 
 from ..blame import OutlierRule, RecentCalls, outlier_verdict
 from ..decision import Decision, Deployment
@@ -21,6 +21,8 @@ from ..policy.loader import LoadedPolicy
 from ..policy.models import Policy
 from ..state import open_store
 from .costs import litellm_price, with_context_window
+from .events import session_of
+from .lifecycle import Attempt, Call, ServedAnswer  # noqa: F401 (Attempt: the call's records, here too)
 
 log = logging.getLogger("aisia_plugin.litellm")
 
@@ -30,102 +32,6 @@ MAX_CALLS = 20000
 CALL_TTL_S = 1800.0
 SERVED_TTL_S = 86400.0  # how long a served request awaits feedback (the store bounds their number)
 MAX_HEADER_CHARS = 240
-
-
-@dataclass(slots=True)
-class Attempt:
-    """One pass of the filter for a call: the decision, the candidates handed to LiteLLM best
-    first, and what LiteLLM then sent (its later checks may drop the choice: tags, limits,
-    context window), reported by the per-attempt hooks."""
-
-    decision: Decision
-    ranked: tuple  # the deployment ids handed to LiteLLM, in the order it must try them
-    explained: dict  # the explain log's entry
-    deployment_id: Optional[str] = None  # the deployment LiteLLM sent the request to
-    started: Optional[float] = None  # time.monotonic() when it was sent
-    recorded: bool = False  # its outcome was learned (or judged the caller's)
-
-
-@dataclass(slots=True)
-class PendingFailure:
-    """A failed attempt whose learning waits for the next attempt's outcome: the same failure,
-    or a failure on another provider, makes both the caller's (nothing learned; blame.judge)."""
-
-    attempt: Attempt
-    outcome: Any
-    verdict: Any  # blame.Verdict
-
-
-class Failure(NamedTuple):
-    """A failed attempt of a call, as the client's error and the next decision read it."""
-
-    deployment_id: str
-    kind: Any  # FailureKind, or None
-    description: str  # "500 InternalServerError"
-    judged: Any  # blame.AttemptFailure: the failure as the rule read it (the next failures are judged against it)
-
-
-@dataclass(slots=True)
-class Call:
-    """One client request for an alias, across its attempts. ``request_id`` is the plugin's own
-    id for the client request (LiteLLM's call id comes from the client and is not unique); a
-    fallback from one alias to another gets its own Call (a fresh attempt budget) under the
-    same request id, kept in the first call's ``branches``."""
-
-    alias: str
-    request_id: str
-    session: Optional[str]
-    created: float
-    attempts: list = field(default_factory=list)  # one Attempt per pass of the filter
-    failures: list = field(default_factory=list)  # Failure records, in order
-    pending: Optional[PendingFailure] = None
-    caller_fault: Optional[tuple] = None  # (status, message): the same failure on two deployments
-    branches: dict = field(default_factory=dict)  # alias -> Call, for alias-to-alias fallbacks
-    latest: Optional["Call"] = None  # the branch that was decided last; None: this call (see decided)
-    served: bool = False  # registered for feedback
-    key: Optional[str] = None  # the hash of the API key that made it (caller_key): who may give feedback
-    answered: bool = False  # the response headers were produced
-    finished: bool = False  # the final outcome was learned
-
-    def decided(self, call: "Call") -> None:
-        """`call` (this one or one of its branches) was decided last. This call itself is kept
-        as None, not as a reference to itself: that would make every alias request a reference
-        cycle, its whole record (attempts, decisions, explain entries) freed only by the cyclic
-        collector's full collections, whose cost grows with what they find."""
-        self.latest = call if call is not self else None
-
-    @property
-    def current(self) -> "Call":
-        """The call (this one or a branch) that was decided last."""
-        return self.latest or self
-
-    @property
-    def tried(self) -> list:
-        """The deployments LiteLLM sent this call to, in order."""
-        return [a.deployment_id for a in self.attempts if a.deployment_id is not None]
-
-    def sent_attempt(self, deployment_id: Optional[str]) -> Optional[Attempt]:
-        """The latest attempt sent to this deployment whose outcome is not yet learned; else the
-        latest unsent one that offered it (no per-attempt hook ran: a Router used alone)."""
-        for a in reversed(self.attempts):
-            if a.deployment_id == deployment_id and not a.recorded:
-                return a
-        for a in reversed(self.attempts):
-            if a.deployment_id is None and not a.recorded and deployment_id in a.ranked:
-                a.deployment_id = deployment_id
-                return a
-        return None
-
-    def refused_choices(self) -> list:
-        """The choices of the attempts LiteLLM never sent (its checks after the filter refused
-        them), where the filter hands it the choice alone."""
-        return [a.decision.deployment_id for a in self.attempts if a.deployment_id is None and not a.recorded]
-
-    def unsent(self) -> Optional[Attempt]:
-        """The attempt the filter decided last, if LiteLLM has not reported sending it yet."""
-        if self.attempts and self.attempts[-1].deployment_id is None:
-            return self.attempts[-1]
-        return None
 
 
 # $AISIA_SYNC_AFTER=1: the reference path, every step of AfterResponse run where it is queued.
@@ -183,16 +89,7 @@ class AfterResponse:
 def one_line(text: str, limit: int = MAX_HEADER_CHARS) -> str:
     """A header value: one line of printable ASCII (HTTP headers are latin-1, and a reason may
     quote a non-ASCII deployment name). Runs of whitespace become one space, the ends are
-    stripped, anything else non-ASCII becomes '?'; ``_one_line`` is the plain reading."""
-    if type(text) is str and len(text) <= limit and text.isascii() and text.isprintable() \
-            and "  " not in text and text[:1] != " " and text[-1:] != " ":
-        # Already one clean line (the common case: names from the policy, the engine's reason):
-        # printable ASCII's only whitespace is the space, so splitting and joining is a no-op.
-        return text
-    return _one_line(text, limit)
-
-
-def _one_line(text: str, limit: int = MAX_HEADER_CHARS) -> str:
+    stripped, anything else non-ASCII becomes '?'."""
     flat = " ".join(str(text).split())
     flat = flat.encode("ascii", "replace").decode("ascii")
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
@@ -350,7 +247,18 @@ class Runtime:
         return verdict
 
     # -- calls ---------------------------------------------------------------------------------
+    def session(self, ap, data: Mapping, user_api_key_dict) -> Optional[str]:
+        """The conversation an ``lkgp`` alias keeps on its last good deployment, hashed
+        (``events.session_of`` says where it is read); None for any other strategy."""
+        if ap.strategy != "lkgp":
+            return None
+        value = session_of(data, self.policy.proxy.session_header, user_api_key_dict)
+        return session_key(str(value)) if value else None
+
     def open_call(self, request_id: str, alias: str, session: Optional[str]) -> Call:
+        """The request's call for `alias`, opened by the pre-call hook (ROUTING). This is where a
+        later turn of a conversation would find the previous turn's ServedAnswer and attribute
+        its signals to it (lifecycle.py's docstring); not built yet."""
         now = time.monotonic()
         call = self.calls.get(request_id)
         if call is None or call.alias != alias:
@@ -380,15 +288,13 @@ class Runtime:
         if self.calls.get(call.request_id) is not None:
             del self.calls[call.request_id]
 
-    def note_served(self, call: Call, decision: Decision, deployment_id: Optional[str] = None) -> None:
-        """Register the request for feedback, against the deployment that answered it: kept in
-        the store (every worker of a shared store resolves it), with the hash of the key that
-        made it."""
-        call.served = True
-        self.store.note_served(call.request_id, {"alias": call.alias,
-                                                 "deployment_id": deployment_id or decision.deployment_id,
-                                                 "domain": decision.domain, "session": call.session, "key": call.key},
-                               SERVED_TTL_S)
+    def note_served(self, call: Call, served: ServedAnswer) -> None:
+        """Register the request for feedback, against the deployment that answered it (the call's
+        ``serve`` transition): kept in the store (every worker of a shared store resolves it),
+        with the hash of the key that made it."""
+        self.store.note_served(call.request_id, {"alias": call.alias, "deployment_id": served.deployment_id,
+                                                 "domain": served.decision.domain, "session": call.session,
+                                                 "key": call.key}, SERVED_TTL_S)
 
     def _trim(self, now: float) -> None:
         """Drop the oldest calls past MAX_CALLS or older than CALL_TTL_S (abandoned requests)."""

@@ -1,0 +1,103 @@
+"""One attempt's decision, as the filter hook asks for it: the engine's choice among the healthy
+deployments LiteLLM hands over (leaving out those tried or refused for the call, those at their
+LiteLLM rate limit, and a half-open probe another request took), handed back to LiteLLM as ranked
+copies (``litellm_params.order``, 1 = the choice)."""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+from ..decision import Decision
+from ..engine import UnknownAlias
+from . import checks, compat
+from .lifecycle import Call, Refused
+from .runtime import Runtime
+
+async def choose(rt: Runtime, observer, router, call: Call, healthy: list, messages: Optional[list], *,
+                 tried: list, tools=None, client_timeout: bool = False) -> Decision:
+    """The engine's decision for the call's next attempt (attempt number ``len(tried)``), over
+    the `healthy` deployment dicts; raises Refused when none may serve (a strict budget, every
+    candidate failed or at its rate limit, the alias gone from a reloaded policy). `router`: the
+    Router the aliases were installed into (its usage-based limits are read). `client_timeout`:
+    the request set its own timeout (blame.RequestFacts), so it takes no half-open probe."""
+    model, attempt = call.alias, len(tried)
+    refused = call.refused_choices() if compat.FILTER_KEEPS_IDS_ONLY else []
+    deps = rt.deployments(healthy)
+    store, engine = rt.store, rt.engine
+    await store.prepare([d.id for d in deps], model)
+    exclude = tried + [i for i in refused if i not in tried]
+    limited = await checks.over_usage_limits(router, healthy, messages)
+    if limited:
+        if all(d.id in limited or d.id in exclude for d in deps):
+            raise Refused(429, f"alias {model!r}: every candidate is at its LiteLLM rate limit: "
+                          + "; ".join(f"{i} {why}" for i, why in limited.items()),
+                          "aisia_rate_limited", model, call.tried)
+        exclude.extend(i for i in limited if i not in exclude)
+    started = time.perf_counter()
+    while True:
+        try:
+            decision = engine.decide(model, messages or [], deps, tools=tools, exclude=exclude, reserve=False,
+                                     session=call.session)
+        except UnknownAlias:  # the policy was reloaded without it between the hooks
+            raise Refused(404, f"alias {model!r} is no longer defined by the policy", "aisia_unknown_alias", model)
+        if decision.refused is not None:
+            observer.decided(call, decision, attempt, time.perf_counter() - started)
+            entry = rt.explain_entry(call, decision, attempt, tried)
+            entry["outcome"] = {"refused": decision.refused}
+            if decision.refused == "no_candidates" and call.tried:
+                raise call.exhausted()
+            raise Refused(decision.status_code, f"alias {model!r}: {decision.reason}", f"aisia_{decision.refused}",
+                          model, call.tried)
+        if decision.probe and (client_timeout or not await store.reserve_probe_shared(
+                decision.deployment_id, engine.clock(), engine.breaker)):
+            # Another request took the last probe slot; or this request set its own timeout,
+            # and a probe is only given to a request that could succeed (docs/failures.md).
+            exclude.append(decision.deployment_id)
+            continue
+        observer.decided(call, decision, attempt, time.perf_counter() - started, messages)
+        return decision
+
+
+def handed_to_litellm(healthy: list, ranked: list, decision: Decision) -> list:
+    """What the filter returns: every ranked candidate as a copy ordered by rank (LiteLLM's
+    later checks may drop one, its order filter then sends the best left); where LiteLLM keeps
+    only the ids (compat), the choice alone, as LiteLLM configured it."""
+    if compat.FILTER_KEEPS_IDS_ONLY:
+        return [d for d in healthy if str((d.get("model_info") or {}).get("id")) == ranked[0]][:1] or healthy
+    return ranked_deployments(healthy, ranked, decision)
+
+
+_PRICE_KEYS = ("input_cost_per_token", "output_cost_per_token", "input_cost_per_second", "output_cost_per_second")
+
+
+def _specialised(raw: dict, params: dict, model: str) -> dict:
+    """The deployment sending `model`, its specialised model: LiteLLM prices a deployment by its
+    id's registered price or its ``base_model``, so the copy names the model as its base model and
+    drops the base deployment's own prices (LiteLLM bills and logs the model really called)."""
+    params = {k: v for k, v in params.items() if k not in _PRICE_KEYS}
+    params["model"] = params["base_model"] = model
+    info = {k: v for k, v in (raw.get("model_info") or {}).items() if k not in _PRICE_KEYS}
+    info["base_model"] = model
+    return {**raw, "litellm_params": params, "model_info": info}
+
+
+def ranked_deployments(healthy: list, ranked: list, decision) -> list:
+    """Copies of the ranked deployments with ``litellm_params.order`` = rank (LiteLLM's order
+    filter keeps the lowest that survived its checks); the choice carries its specialised
+    model when it declares one. Fresh copies: never the Router's own dicts."""
+    by_id = {}
+    for raw in healthy:
+        by_id.setdefault(str((raw.get("model_info") or {}).get("id")), raw)
+    out = []
+    for rank, dep in enumerate(ranked, start=1):
+        raw = by_id.get(dep)
+        if raw is None:
+            continue
+        params = dict(raw.get("litellm_params") or {})
+        params["order"] = rank
+        if rank == 1 and decision.model and decision.model != params.get("model"):
+            out.append(_specialised(raw, params, decision.model))
+            continue
+        out.append({**raw, "litellm_params": params})
+    return out or healthy
