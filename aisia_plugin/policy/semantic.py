@@ -158,7 +158,13 @@ def semantic_issues(data: dict, locs: Locations, known_strategies: set[str]) -> 
             if isinstance(task, str) and task not in TASK_TYPES:
                 report(("task_fitness", "boosts", i, "tasks", j), unknown("task type", task, TASK_TYPES, "task types"))
 
-    _check_judge(_map(_map(data.get("quality")).get("judge")), _map(data.get("aliases")), report)
+    judge = _map(_map(data.get("quality")).get("judge"))
+    _check_judge(judge, _map(data.get("aliases")), report)
+    for language, spec in _map(judge.get("languages")).items():
+        for dom in _map(_map(spec).get("rubrics")):
+            if dom != "default" and dom not in domains:
+                report(("quality", "judge", "languages", language, "rubrics", dom),
+                       unknown("domain", dom, domains, "domains (domains.definitions)") + " (or 'default')", key=True)
 
     cb = _map(data.get("circuit_breaker"))
     cap, cooldown = cb.get("max_retry_after_s"), cb.get("rate_limit_cooldown_s")
