@@ -210,3 +210,33 @@ def test_an_offer_outside_a_running_loop_neither_raises_nor_queues(tmp_path, ups
     engine = _engine(tmp_path)
     runner, reg = _runner(engine, _router(upstream))
     assert runner.offer(_served()) is False and not runner.queue and runner.counts == {"queue_full": 1}
+
+
+def test_a_judge_naming_no_deployment_makes_the_plugin_stand_aside_with_the_located_line(tmp_path, upstream):
+    # The proxy's start installs the aliases (AisiaPlugin.ensure_groups, then reconcile on a
+    # Router change): a judge the config does not have is refused there, as an alias that
+    # collides with a model is, with the line `aisia validate --deployments` prints.
+    from aisia_plugin.litellm.callback import AisiaPlugin
+    from aisia_plugin.litellm.groups import AliasCollision
+    from aisia_plugin.policy.loader import load_policy_with_locations
+
+    team = tmp_path / "team.yaml"
+    team.write_text("version: 1\nquality:\n  judge:\n    deployment: gradr\n")
+    plugin = AisiaPlugin(load_policy_with_locations([policies_dir(), team]))
+    plugin.boot()
+    router = _router(upstream)
+    with pytest.raises(AliasCollision) as refused:
+        plugin.ensure_groups(router, startup=True)
+    assert str(refused.value).startswith(f"{team}:4:5: quality.judge.deployment: names no deployment of the LiteLLM "
+                                         "config")
+    assert "did you mean 'grader'?" in str(refused.value)
+    plugin.reconcile(router)
+    assert plugin.fault is not None and "quality.judge.deployment" in plugin.fault
+    assert plugin.unavailable().status_code == 503
+    # Named right (a model_name or a deployment id), the aliases are served.
+    for name in ("grader", "grader-1"):
+        team.write_text(f"version: 1\nquality:\n  judge:\n    deployment: {name}\n")
+        ok = AisiaPlugin(load_policy_with_locations([policies_dir(), team]))
+        ok.boot()
+        ok.ensure_groups(_router(upstream), startup=True)
+        assert ok.fault is None
