@@ -240,3 +240,28 @@ def test_a_judge_naming_no_deployment_makes_the_plugin_stand_aside_with_the_loca
         ok.boot()
         ok.ensure_groups(_router(upstream), startup=True)
         assert ok.fault is None
+
+
+async def test_a_success_event_of_an_alias_call_becomes_the_offered_record(upstream):
+    # What the callback's success event holds (the request's messages, the response as sent)
+    # and the attempt's decision, as served_answer reads them; its key is the answer's
+    # fingerprint as the conversation's Turn keeps it.
+    from aisia_plugin.conversation import answer_fingerprint
+    from aisia_plugin.decision import Decision
+    from aisia_plugin.litellm.judge import prices_by_name, served_answer
+    from helpers import deployment
+
+    upstream.reply = "Canberra."
+    messages = [{"role": "user", "content": "Capital of Australia?"}]
+    response = await _router(upstream).acompletion(model="grader", messages=messages)
+    decision = Decision("cheap-1", "openai/cheap", "contextual", "best", 2, 0.7, alias="auto", domain="reasoning")
+    decision.context = ("the request vector",)
+    served = served_answer({"messages": messages}, response, decision, "cheap-1")
+    assert served == ServedAnswer("cheap-1", "auto", "reasoning", messages, "Canberra.",
+                                  context=("the request vector",), answer_key=answer_fingerprint("Canberra."))
+    upstream.reply = ""
+    empty = await _router(upstream).acompletion(model="grader", messages=messages)
+    assert served_answer({"messages": messages}, empty, decision, "cheap-1") is None
+    prices = prices_by_name(lambda: [deployment("grader-1", 3.0, model_name="grader"),
+                                     deployment("grader-2", 9.0, model_name="grader")])
+    assert prices("grader-2") == (9.0, 9.0) and prices("grader") == (3.0, 3.0) and prices("nope") is None

@@ -23,6 +23,7 @@ from typing import Callable, Optional
 
 from ..judging import (AgreementBook, DailyCap, ServedAnswer, call_cost, judge_messages, new_tag, parse_grade,
                        prompt_language, rubric_for, sampled)
+from ..conversation import answer_fingerprint
 from ..signals import content_text
 
 log = logging.getLogger("aisia_plugin.litellm")
@@ -201,6 +202,37 @@ class JudgeRunner:
     def _agreed(self, agreed: Optional[bool]) -> None:
         if agreed is not None and self.metrics is not None:
             self.metrics.judge_agreement(agreed)
+
+
+def served_answer(kwargs, response, decision, deployment_id: str) -> Optional[ServedAnswer]:
+    """The record ``JudgeRunner.offer`` takes, from an alias call's LiteLLM success event
+    (``async_log_success_event(kwargs, response_obj, ...)``: the request's messages, the response
+    as sent, a stream's assembled) and its ``Decision``. Read before the learning step drops the
+    decision's ``context``. None when there is no text answer to grade (a tool call alone, an
+    embedding): the judge grades what a user read."""
+    text = _reply_text(response)
+    messages = kwargs.get("messages") if isinstance(kwargs, dict) else None
+    if not text or not text.strip() or not isinstance(messages, list) or not deployment_id:
+        return None
+    return ServedAnswer(deployment_id, decision.alias, decision.domain, messages, text,
+                        context=getattr(decision, "context", None), answer_key=answer_fingerprint(text))
+
+
+def prices_by_name(deployments_of: Callable) -> Callable:
+    """A ``prices_of`` for ``JudgeRunner``: the (input, output) USD per 1M tokens of the
+    deployment a judge name designates (its id, else the first of its model_name), among
+    ``deployments_of()`` (the core's ``Deployment`` records: the router's own prices, its costs
+    table's when LiteLLM has none)."""
+    def prices_of(name: str):
+        found = None
+        for d in deployments_of():
+            if d.id == name:
+                return d.input_cost_per_1m, d.output_cost_per_1m
+            if found is None and d.model_name == name:
+                found = (d.input_cost_per_1m, d.output_cost_per_1m)
+        return found
+
+    return prices_of
 
 
 def _reply_text(response) -> Optional[str]:
