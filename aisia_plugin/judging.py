@@ -216,8 +216,9 @@ def conversation_text(messages: Sequence[Mapping], max_chars: int) -> str:
 
 def judge_messages(rubric: Rubric, served: ServedAnswer, tag: str, max_chars: int) -> list[dict]:
     """The judge's chat messages: its instructions as the system message, then one user message
-    holding the rubric (no other words: all of it is in the rubric's language) and, between ``<<conversation-TAG>>`` and ``<<answer-TAG>>`` markers, the
-    conversation and the answer as quoted data (each within `max_chars`)."""
+    holding the rubric and, between ``<<conversation-TAG>>`` and ``<<answer-TAG>>`` markers, the
+    conversation and the answer as quoted data (each within `max_chars`). No word of ours is
+    added: all of it is in the rubric's language."""
     conversation = _quoted(conversation_text(served.messages, max_chars), tag)
     answer = _quoted(bounded(served.answer, max_chars), tag)
     body = (f"{rubric.text}\n\n"

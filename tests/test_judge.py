@@ -115,7 +115,8 @@ def test_the_rubric_is_the_domains_in_the_prompts_language_else_its_default(judg
 
 def test_a_team_file_adds_a_language_and_removes_a_rubric(tmp_path):
     team = tmp_path / "team.yaml"
-    team.write_text("version: 1\noverrides: true\nquality:\n  judge:\n    languages:\n      nl:\n        words: [het, een, niet, wat]\n"
+    team.write_text("version: 1\noverrides: true\nquality:\n  judge:\n    languages:\n"
+                    "      nl:\n        words: [het, een, niet, wat]\n"
                     "        instructions: 'Beoordeel het antwoord. Antwoord met {\"score\": N}.'\n"
                     "        rubrics: {default: 'Het antwoord klopt.'}\n"
                     "      fr:\n        rubrics: {coding: null}\n")
