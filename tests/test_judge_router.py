@@ -6,6 +6,7 @@ without waiting; the day's cap stops the sampling."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import threading
@@ -16,6 +17,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # importing litel
 
 import litellm  # noqa: E402
 import pytest  # noqa: E402
+from litellm.integrations.custom_logger import CustomLogger  # noqa: E402
 from prometheus_client import CollectorRegistry  # noqa: E402
 
 from aisia_plugin.engine import Engine  # noqa: E402
@@ -120,7 +122,31 @@ def _calls(reg, outcome):
     return reg.get_sample_value("aisia_judge_calls_total", {"outcome": outcome}) or 0.0
 
 
-async def test_an_offered_answer_is_graded_through_the_router_and_recorded_as_judge_evidence(tmp_path, upstream):
+class SeenByLiteLLM(CustomLogger):
+    """A LiteLLM callback as an operator's logging would be: what LiteLLM logged of each call."""
+
+    def __init__(self):
+        super().__init__()
+        self.logged: list[dict] = []
+
+    async def async_log_success_event(self, kwargs, response_obj, start_time, end_time):
+        self.logged.append({"model_group": (kwargs.get("litellm_params") or {}).get("metadata", {}).get("model_group"),
+                            "metadata": (kwargs.get("litellm_params") or {}).get("metadata") or {},
+                            "cost": kwargs.get("response_cost")})
+
+
+@pytest.fixture
+def litellm_log():
+    saved = list(litellm.callbacks)
+    seen = SeenByLiteLLM()
+    litellm.callbacks = [seen]
+    yield seen
+    litellm.logging_callback_manager.remove_callback_from_all_lists(seen)
+    litellm.callbacks = saved
+
+
+async def test_an_offered_answer_is_graded_through_the_router_and_recorded_as_judge_evidence(tmp_path, upstream,
+                                                                                           litellm_log):
     engine = _engine(tmp_path)
     runner, reg = _runner(engine, _router(upstream))
     assert engine.store.quality_of("cheap-1") is None
@@ -142,6 +168,14 @@ async def test_an_offered_answer_is_graded_through_the_router_and_recorded_as_ju
         # Its cost as LiteLLM reported it, counted against the day's cap and exported.
         assert runner.cap.spent_usd == pytest.approx(COST)
         assert reg.get_sample_value("aisia_judge_spend_usd_total") == pytest.approx(COST)
+        # LiteLLM logged (and priced) the call as any call of the judge's model, marked as the judge's.
+        for _ in range(100):  # its logging callbacks run as a task of their own
+            if litellm_log.logged:
+                break
+            await asyncio.sleep(0.02)
+        (logged,) = litellm_log.logged
+        assert logged["model_group"] == "grader" and logged["metadata"].get("aisia_judge") is True
+        assert logged["cost"] == pytest.approx(COST)
         # A later conversation signal on the same answer: a correction agrees with a grade of 0.2.
         runner.signalled("fp-1", -1.0)
         assert reg.get_sample_value("aisia_judge_agreement_total", {"result": "agreed"}) == 1

@@ -31,7 +31,9 @@ log = logging.getLogger("aisia_plugin.litellm")
 # A judge call's outcomes, as aisia_judge_calls_total counts them (metrics.JUDGE_OUTCOMES).
 GRADED, UNPARSED, ERROR, TIMEOUT = "graded", "unparsed", "error", "timeout"
 QUEUE_FULL, OVER_CAP, NO_RUBRIC = "queue_full", "over_cap", "no_rubric"
-JUDGE_TAG = "aisia-judge"  # the judge calls' tag in LiteLLM's logs and spend
+# What marks a judge call in LiteLLM's logs: request metadata, not a tag (with tag filtering on,
+# LiteLLM would refuse a tag no deployment declares: router_strategy/tag_based_routing.py).
+JUDGE_METADATA = {"aisia_judge": True}
 
 
 def proxy_router():
@@ -164,7 +166,7 @@ class JudgeRunner:
             response = await asyncio.wait_for(
                 router.acompletion(model=s.deployment, messages=messages, temperature=0,
                                    max_tokens=s.max_output_tokens, timeout=s.timeout_s, num_retries=0,
-                                   metadata={"tags": [JUDGE_TAG]}),
+                                   metadata=dict(JUDGE_METADATA)),
                 s.timeout_s)
         except asyncio.CancelledError:
             raise
