@@ -30,6 +30,10 @@ REFUSAL_REASONS = ("budget", "no_candidates", "unknown_alias")
 ALIAS_REFUSAL_REASONS = ("budget", "no_candidates")
 STORE_EVENTS = ("fallback", "reconnect", "batch_flushed", "outcomes_merged", "queue_full", "reseeded", "log_error")
 RELOAD_RESULTS = ("ok", "invalid", "unreadable")
+# What became of an answer sampled for the judge (aisia_plugin/litellm/judge.py): graded, its
+# reply out of format, the call failed or timed out (nothing learned), or no call: the queue
+# was full, the day's cap reached, no rubric for it.
+JUDGE_OUTCOMES = ("graded", "unparsed", "error", "timeout", "queue_full", "over_cap", "no_rubric")
 # At most this many label sets of the per-request metrics are kept resolved (each cache cleared
 # when full): a policy's aliases, domains, strategies and deployments make far fewer.
 _MAX_CHILDREN = 4096
@@ -42,7 +46,8 @@ EXPORTED = (
     "aisia_failovers_total", "aisia_refusals_total", "aisia_decision_seconds", "aisia_learned_mean_reward",
     "aisia_learned_latency_seconds", "aisia_learned_pulls", "aisia_state_store_events_total",
     "aisia_state_queue_depth", "aisia_policy_reloads_total", "aisia_spend_target_usd_per_1k_requests",
-    "aisia_spend_usd_per_1k_requests", "aisia_spend_multiplier",
+    "aisia_spend_usd_per_1k_requests", "aisia_spend_multiplier", "aisia_judge_calls_total",
+    "aisia_judge_spend_usd_total", "aisia_judge_agreement_total",
 )
 
 # What the router learned and chose per deployment (rewards, latencies, pulls, breaker states,
@@ -122,11 +127,20 @@ class RouterMetrics:
         self.spend_multiplier = Gauge("aisia_spend_multiplier", "Multiplier of the alias's cost weight that "
                                       "paces it to its spend target (1: as configured).", ["alias"], registry=r,
                                       multiprocess_mode="mostrecent")
+        self.judge_calls = Counter("aisia_judge_calls_total", "Answers sampled for the judge, by outcome (graded, "
+                                   "unparsed, error, timeout; queue_full, over_cap, no_rubric: no call made).",
+                                   ["outcome"], registry=r)
+        self.judge_spend = Counter("aisia_judge_spend_usd_total", "What the judge's calls cost (USD, as LiteLLM "
+                                   "reports it).", registry=r)
+        self.judge_agreements = Counter("aisia_judge_agreement_total", "Answers both the judge and a conversation "
+                                       "signal spoke about, by whether they agreed (good or bad).", ["result"],
+                                       registry=r)
         self._alias = self._domain = self._deployment = self._strategy = _Names()
         self._results = _Names(OUTCOME_RESULTS)
         self._reasons = _Names(REFUSAL_REASONS)
         self._events = _Names(STORE_EVENTS)
         self._reload = _Names(RELOAD_RESULTS)
+        self._judged = _Names(JUDGE_OUTCOMES)
         # The children of the per-request metrics: timers by their (bounded) alias label; routed
         # decisions and outcomes by the names as given (see decision).
         self._timers: dict = {}
@@ -158,6 +172,10 @@ class RouterMetrics:
             self.reloads.labels(result)
         for event in STORE_EVENTS:
             self.store_events.labels(event)
+        for outcome in JUDGE_OUTCOMES:
+            self.judge_calls.labels(outcome)
+        for result in ("agreed", "disagreed"):
+            self.judge_agreements.labels(result)
 
     # -- events --------------------------------------------------------------------------------
     def decision(self, decision, elapsed_s: float, *, failover: bool = False) -> None:
@@ -246,3 +264,15 @@ class RouterMetrics:
 
     def reload(self, result: str) -> None:
         self.reloads.labels(self._reload(result)).inc()
+
+    def judge_call(self, outcome: str) -> None:
+        """An answer sampled for the judge, and what became of it (JUDGE_OUTCOMES)."""
+        self.judge_calls.labels(self._judged(outcome)).inc()
+
+    def judge_spent(self, usd: float) -> None:
+        if usd > 0.0:
+            self.judge_spend.inc(usd)
+
+    def judge_agreement(self, agreed: bool) -> None:
+        """The judge and a conversation signal both spoke about an answer: agreed or not."""
+        self.judge_agreements.labels("agreed" if agreed else "disagreed").inc()

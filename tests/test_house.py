@@ -63,7 +63,7 @@ LAYERS = (
      ("aisia_plugin.strategies.*", "aisia_plugin.state.*", "aisia_plugin.policy.*", "aisia_plugin.plugins",
       "aisia_plugin.hookspecs", "aisia_plugin.interfaces", "aisia_plugin.deployments", "aisia_plugin.learning",
       "aisia_plugin.outcome", "aisia_plugin.weights", "aisia_plugin.task_fitness", "aisia_plugin.contextual_io",
-      "aisia_plugin.signals", "aisia_plugin.conversation", "aisia_plugin.signal_eval")),
+      "aisia_plugin.signals", "aisia_plugin.conversation", "aisia_plugin.signal_eval", "aisia_plugin.judging")),
     ("the pure core", ("aisia_plugin", "aisia_plugin.features", "aisia_plugin.domains", "aisia_plugin.domain_eval",
                        "aisia_plugin.scan",
                        "aisia_plugin.breaker", "aisia_plugin.bandit", "aisia_plugin.contextual",

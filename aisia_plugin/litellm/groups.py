@@ -9,10 +9,11 @@ and unequal tiers would drop the deployment the plugin chose."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Optional
+from typing import Iterable, Mapping, NamedTuple, Optional
 
 from ..decision import Deployment
 from ..deployments import selects
+from ..judging import judge_missing, judge_target
 from ..policy.errors import PolicyIssue
 from ..policy.models import Policy
 from ..policy.yamlpos import position_of
@@ -28,16 +29,27 @@ class AliasCollision(ValueError):
         super().__init__("\n".join(i.format() for i in issues))
 
 
-def collision_issues(collisions: Iterable[tuple[str, str]], locations) -> list[PolicyIssue]:
-    """The collisions of a plan (alias, what it collides with) as issues located at each alias's
-    definition in the policy files (`locations`: the loaded policy's)."""
+class Conflict(NamedTuple):
+    """A setting of the policy the LiteLLM config contradicts: where it is (a path into the
+    policy) and what is wrong."""
+
+    path: tuple
+    message: str
+
+
+def collision_issues(collisions: Iterable[Conflict], locations) -> list[PolicyIssue]:
+    """The conflicts of a plan as issues located at their settings in the policy files
+    (`locations`: the loaded policy's): an alias's definition, the judge's deployment."""
     out = []
-    for alias, what in collisions:
-        pos = position_of(locations, ("aliases", alias), key=True) if locations else None
+    for path, message in collisions:
+        pos = position_of(locations, path, key=True) if locations else None
         out.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0, pos.column if pos else 0,
-                               f"aliases.{alias}", f"the alias collides with the LiteLLM {what}; rename the alias",
-                               "semantic"))
+                               ".".join(str(p) for p in path), message, "semantic"))
     return out
+
+
+def _collides(alias: str, what: str) -> Conflict:
+    return Conflict(("aliases", alias), f"the alias collides with the LiteLLM {what}; rename the alias")
 
 
 @dataclass(frozen=True)
@@ -46,7 +58,7 @@ class AliasGroups:
 
     members: dict[str, list[str]]
     empty: list[str]
-    collisions: list[tuple[str, str]]
+    collisions: list[Conflict]  # the aliases' collisions, and a judge that names no deployment
 
 
 def plan(policy: Policy, deployments: Iterable[Deployment], model_names: Iterable[str],
@@ -60,13 +72,13 @@ def plan(policy: Policy, deployments: Iterable[Deployment], model_names: Iterabl
     members, empty, collisions = {}, [], []
     for alias, ap in policy.aliases.items():
         if alias in names:
-            collisions.append((alias, f"model_name {alias!r} of the model_list"))
+            collisions.append(_collides(alias, f"model_name {alias!r} of the model_list"))
             continue
         if alias in aliases_of_router:
-            collisions.append((alias, f"router_settings.model_group_alias {alias!r}"))
+            collisions.append(_collides(alias, f"router_settings.model_group_alias {alias!r}"))
             continue
         if alias in foreign:
-            collisions.append((alias, f"router_settings.routing_groups entry {alias!r}"))
+            collisions.append(_collides(alias, f"router_settings.routing_groups entry {alias!r}"))
             continue
         # A wildcard deployment ("auto/*", "*") is a pattern LiteLLM fills in with the name asked
         # for, not a model an alias could send a request to.
@@ -75,6 +87,9 @@ def plan(policy: Policy, deployments: Iterable[Deployment], model_names: Iterabl
             members[alias] = kept
         else:
             empty.append(alias)
+    judge = policy.quality.judge.deployment
+    if judge is not None and judge_target(judge, deps) is None:
+        collisions.append(Conflict(("quality", "judge", "deployment"), judge_missing(judge, deps, policy.aliases)))
     return AliasGroups(members, empty, collisions)
 
 

@@ -157,11 +157,34 @@ class QualityEvidence(BaseModel):
     signal: float
 
 
+@_def("JudgeLanguage")
+class JudgeLanguage(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    words: list[str]
+    instructions: Optional[str]
+    rubrics: dict[str, Optional[str]]
+
+
+@_def("Judge")
+class Judge(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    deployment: Optional[str]
+    sample_rate: float
+    daily_usd_cap: float
+    timeout_s: float
+    queue_size: int
+    max_chars: int
+    max_output_tokens: int
+    default_language: str
+    languages: dict[str, JudgeLanguage]
+
+
 @_def("Quality")
 class Quality(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     prior: QualityPrior
     evidence: QualityEvidence
+    judge: Judge
 
 
 @_def("Weights")
@@ -393,7 +416,7 @@ class Policy(BaseModel):
 MODELS_BY_DEF: dict[str, type[BaseModel]] = {
     cls.__schema_def__: cls
     for cls in (Selector, Sla, Budget, Failover, ColdStart, Contextual, Alias, PerDomain, Forgetting, Bandit, Reward,
-                QualityPrior, QualityEvidence, Quality, Weights, Rules, ModePack, Domain, Domains, SignalWeights,
-                SignalLexicon, Signals, DeploymentAnnotation,
+                QualityPrior, QualityEvidence, JudgeLanguage, Judge, Quality, Weights, Rules, ModePack, Domain, Domains,
+                SignalWeights, SignalLexicon, Signals, DeploymentAnnotation,
                 Outlier, CircuitBreaker, TaskFitness, Costs, State, Proxy, DecisionLog, Logging, Policy)
 }

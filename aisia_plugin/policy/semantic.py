@@ -12,6 +12,7 @@ import re
 
 from ..schema_defaults import defaults_of
 from .errors import PolicyIssue, dotted
+from ..judging import alias_as_judge
 from ..signals import matches_empty
 from .patterns import PatternError, compile_pattern
 from .yamlpos import Locations, position_of
@@ -157,6 +158,14 @@ def semantic_issues(data: dict, locs: Locations, known_strategies: set[str]) -> 
             if isinstance(task, str) and task not in TASK_TYPES:
                 report(("task_fitness", "boosts", i, "tasks", j), unknown("task type", task, TASK_TYPES, "task types"))
 
+    judge = _map(_map(data.get("quality")).get("judge"))
+    _check_judge(judge, _map(data.get("aliases")), report)
+    for language, spec in _map(judge.get("languages")).items():
+        for dom in _map(_map(spec).get("rubrics")):
+            if dom != "default" and dom not in domains:
+                report(("quality", "judge", "languages", language, "rubrics", dom),
+                       unknown("domain", dom, domains, "domains (domains.definitions)") + " (or 'default')", key=True)
+
     cb = _map(data.get("circuit_breaker"))
     cap, cooldown = cb.get("max_retry_after_s"), cb.get("rate_limit_cooldown_s")
     if _number(cap) and _number(cooldown) and cap < cooldown:
@@ -164,6 +173,23 @@ def semantic_issues(data: dict, locs: Locations, known_strategies: set[str]) -> 
                f"value {cap} is below circuit_breaker.rate_limit_cooldown_s ({cooldown}): the cap on Retry-After "
                "must be at least the default cooldown")
     return issues
+
+
+def _check_judge(judge: dict, aliases: dict, report) -> None:
+    """The judge grades through a deployment, never an alias (an alias would route its own
+    grading and learn from it); its default language must have words to grade with. Whether
+    the deployment exists is the config's to say (`aisia validate --deployments`, the proxy's
+    start: litellm/judge.py ``judge_issues``)."""
+    name = judge.get("deployment")
+    if isinstance(name, str) and name in aliases:
+        report(("quality", "judge", "deployment"), alias_as_judge(name))
+    languages = judge.get("languages")
+    default = judge.get("default_language", defaults_of("Judge")["default_language"])
+    if isinstance(name, str) and isinstance(languages, dict) and isinstance(default, str) and default not in languages:
+        report(("quality", "judge", "default_language") if "default_language" in judge else ("quality", "judge"),
+               f"default language '{default}' is not among quality.judge.languages "
+               f"({', '.join(sorted(languages)) or 'none'}): a prompt in no known language would not be graded",
+               key="default_language" not in judge)
 
 
 def _check_weights(weights: dict, path: tuple, report) -> None:
