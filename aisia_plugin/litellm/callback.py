@@ -24,6 +24,7 @@ from ..policy.loader import LoadedPolicy
 from . import checks, events
 from .deciding import choose, handed_to_litellm
 from .headers import response_headers
+from .judge import served_answer
 from .lifecycle import SENT, Refused
 from .runtime import caller_key
 from .startup import FAIL_CLOSED_ENV, ProxyLife, fail_closed, http_error
@@ -159,6 +160,12 @@ class AisiaPlugin(ProxyLife, CustomLogger):
         if attempt is None:
             return
         self._settle_request(call)  # a failure before this success was the deployment's
+        if self.judge is not None and self.judge.settings().deployment is not None:
+            # A sample for the judge, graded in the background; offered before the learning step
+            # releases the decision's contextual features.
+            served = served_answer(kwargs, response_obj, attempt.decision, outcome.deployment_id)
+            if served is not None:
+                self.judge.offer(served)
         stream = events.is_stream(kwargs)  # (a time to first token is learned for a stream only)
         self._learn_attempt(call, attempt, outcome, stream,
                             events.time_to_first_token(kwargs, start_time) if stream else None)

@@ -136,6 +136,7 @@ class ProxyLife:
         self._store_started = False
         self._closer: Optional[asyncio.Task] = None
         self.observer = None  # metrics, decision log, routing page (observability.py)
+        self.judge = None  # the sampled judge of served answers (judge.py; idle unless quality.judge names one)
         self._gauges: Optional[asyncio.Task] = None
         self._store_closed = False
         self._router_watch: Optional[asyncio.Task] = None
@@ -186,7 +187,11 @@ class ProxyLife:
             log.warning("aisia: %s", mismatch)
         from .observability import Observer
 
+        from .judge import JudgeRunner, prices_by_name
+
         self.observer = Observer(self.runtime)
+        self.judge = JudgeRunner(lambda: self.runtime.engine, metrics=self.observer.metrics,
+                                 prices_of=prices_by_name(self.observer.deployments))
         self._in_proxy_loop(self._start)
 
     def _in_proxy_loop(self, start) -> None:
