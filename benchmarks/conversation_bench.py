@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/conversation_bench.py [--quick] [--workloads two_tier,three_tier] [--arms ours,oracle]
                                                       [--conversations N] [--seed 0] [--concurrency 6] [--no-write]
+                                                      [--no-system-message] [--out NAME] [--render-only]
 
 Each workload of ``conversations.WORKLOADS`` (default: two_tier): its conversations
 (``conversations.Conversation``, pure and seeded) are sent turn by turn with the ``openai``
@@ -36,6 +37,7 @@ Writes benchmarks/results/conversations.{json,md} (quoted by run_all.py in RESUL
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import subprocess
 import sys
@@ -323,18 +325,37 @@ def table(res: dict) -> list[str]:
                            "errors", "wall s"], rows, "---:")
 
 
-def conditions_text(report: dict) -> str:
-    c = report["conditions"]
+def acceptance(res: dict) -> list[str]:
+    """Issue 40's acceptance 1 on the two-tier workload: ours >= 0.95 of the always-best quality at
+    <= 0.60 of its cost, ahead of LiteLLM's adaptive router on both."""
+    ours, adaptive = res["arms"].get("ours"), res["arms"].get("litellm-adaptive")
+    if res["workload"] != "two_tier" or not ours or ours.get("quality_share") is None:
+        return []
+    met = ours["quality_share"] >= 0.95 and ours["cost_share"] <= 0.60
+    ahead = adaptive is not None and adaptive.get("quality_share") is not None and (
+        ours["quality_share"] >= adaptive["quality_share"] and ours["cost_share"] <= adaptive["cost_share"])
+    return [f"Issue 40, acceptance 1 (`ours` >= 0.95 of the always-best quality at <= 0.60 of its cost, over the last "
+            f"half of 1,500 conversations): **{'MET' if met and res['conversations'] >= 1500 else 'NOT MET'}** "
+            f"({ours['quality_share']:.2f} at {ours['cost_share']:.2f}); ahead of `litellm-adaptive` on both: "
+            f"**{'yes' if ahead else 'no'}**.", ""]
+
+
+def conditions_text(c: dict) -> str:
+    """A workload's run conditions (``res["conditions"]``) in words."""
     return (f"commit `{c['commit']}`{' (uncommitted changes)' if c['dirty'] else ''}, {c['date']}, seed {c['seed']}, "
             f"{c['cpu_count']} cores shared with other jobs (load {c['load_average_1_5_15']}), Python {c['python']}, "
             f"LiteLLM {c['litellm']}, {c['concurrency']} conversations in flight, fake upstreams answering in "
             f"{UPSTREAM_LATENCY_MS:g} ms; wall time {c['wall_s']:.0f} s")
 
 
+def title(res: dict) -> str:
+    return (f"{res['workload']} ({res['conversations']} conversations"
+            + ("" if res["system_message"] else ", no system message") + ")")
+
+
 def markdown(report: dict) -> str:
     out = ["# Routers on simulated conversations through a real LiteLLM proxy", "",
            "<!-- Written by benchmarks/conversation_bench.py; do not edit by hand. -->", "",
-           f"Conditions: {conditions_text(report)}.", "",
            "Quality: the share of answers to a task that were right; cost: every request's tokens at the serving "
            "deployment's prices; both over the last half of the conversations and as a share of the always-best "
            "deployment's; mixing: the quality share of the best random mixture of the fixed arms at the same cost; "
@@ -343,13 +364,14 @@ def markdown(report: dict) -> str:
            "benchmark.", ""]
     for res in report["workloads"]:
         u = res["users"]
-        out += [f"## {res['workload']} ({res['conversations']} conversations)", "",
+        out += [f"## {title(res)}", "",
                 f"{res['description']}. Mix {res['mix']}; hard groups {res['hard_groups']}; system message: "
                 f"{'yes' if res['system_message'] else 'no'}; users: after a wrong answer complain {u['complain']:.0%}, "
                 f"regenerate {u['regenerate']:.0%}; after a right one thank and leave {u['thank_and_leave']:.0%}, thank "
                 f"and ask {u['thank_and_ask']:.0%}, ask {u['ask']:.0%}; silent users {u['silent']:.0%}; always-best: "
-                f"`{res['always_best']}`; oracle tolerance {res['oracle_tolerance']:g}.", ""]
-        out += table(res) + [""]
+                f"`{res['always_best']}`; oracle tolerance {res['oracle_tolerance']:g}.", "",
+                f"Conditions: {conditions_text(res['conditions'])}.", ""]
+        out += table(res) + [""] + acceptance(res)
     return "\n".join(out)
 
 
@@ -365,24 +387,35 @@ def main(argv=None) -> int:
                            workloads=("two_tier", f"comma-separated, or all ({', '.join(WORKLOADS)})"),
                            arms=(",".join(BASE_ARMS), "comma-separated arms"), conversations=int, seed=0,
                            concurrency=6, no_system_message=(False, "conversations without a system message"),
-                           no_write=(False, "print only"), out=("conversations", "results file name"))
+                           no_write=(False, "print only"), out=("conversations", "results file name"),
+                           render_only=(False, "rewrite the Markdown from the last results/<out>.json"),
+                           merge=(False, "keep the other workloads of results/<out>.json (a workload run again is "
+                                         "replaced)"))
+    if args.render_only:
+        report = json.loads((bench.RESULTS / f"{args.out}.json").read_text())
+        bench.write_results(args.out, report, markdown(report))
+        return 0
     names = list(WORKLOADS) if args.workloads == "all" else args.workloads.split(",")
     unknown = [w for w in names if w not in WORKLOADS]
     if unknown:
         raise SystemExit(f"unknown workload(s) {unknown} (known: {', '.join(WORKLOADS)})")
     n = args.conversations or (QUICK_CONVERSATIONS if args.quick else FULL_CONVERSATIONS)
     commit, dirty = git_commit()
-    t0 = time.monotonic()
     results = []
     for name in names:
         workload = WORKLOADS[name]
         if args.no_system_message:
             workload = replace(workload, system_message=False)
-        results.append(run_workload(workload, args.arms.split(","), n, args.seed, args.concurrency,
-                                    bench.OUT / "conversations"))
-    report = {"conditions": bench.conditions(commit=commit, dirty=dirty, seed=args.seed, concurrency=args.concurrency,
-                                             quick=args.quick, wall_s=round(time.monotonic() - t0, 1)),
-              "workloads": results}
+        t0 = time.monotonic()
+        res = run_workload(workload, args.arms.split(","), n, args.seed, args.concurrency, bench.OUT / "conversations")
+        res["conditions"] = bench.conditions(commit=commit, dirty=dirty, seed=args.seed, concurrency=args.concurrency,
+                                             arms=args.arms, wall_s=round(time.monotonic() - t0, 1))
+        results.append(res)
+    previous = bench.RESULTS / f"{args.out}.json"
+    if args.merge and previous.exists():
+        fresh = {title(r) for r in results}
+        results = [r for r in json.loads(previous.read_text())["workloads"] if title(r) not in fresh] + results
+    report = {"workloads": results}
     md = markdown(report)
     print(md)
     if not args.no_write:
