@@ -24,7 +24,9 @@ Arms (``--arms``, default all; each on a fresh proxy of its kind, so no arm lear
                        its ``quality_tier`` priors, default weights
   litellm-complexity   LiteLLM's complexity router (``auto_router/complexity_router``, its default local
                        heuristic classifier): SIMPLE and MEDIUM to the cheapest deployment (three tiers: the
-                       cheapest and the middle one), COMPLEX and REASONING to the frontier
+                       cheapest and the middle one), COMPLEX and REASONING to the frontier; its heuristic scores
+                       short questions SIMPLE or MEDIUM, so the choice for MEDIUM decides it:
+  litellm-complexity-medium-up   the same with MEDIUM to the frontier (not in the default arms)
 
 Measures over the last half of the conversations (by index): quality = the share of answers to a
 task that were right; cost = every request's tokens at the serving deployment's prices; both as a
@@ -88,8 +90,8 @@ def arms_of(workload: Workload, names: list[str], n: int) -> list[Arm]:
             out.append(Arm("random", "plain", lambda t, r: r.choice(ids)))
         elif name == "litellm-adaptive":
             out.append(Arm(name, "adaptive", lambda t, r: ADAPTIVE))
-        elif name == "litellm-complexity":
-            out.append(Arm(name, "complexity", lambda t, r: COMPLEXITY))
+        elif name in ("litellm-complexity", "litellm-complexity-medium-up"):
+            out.append(Arm(name, name[len("litellm-"):], lambda t, r: COMPLEXITY))
         else:
             raise SystemExit(f"unknown arm {name!r} (known: {', '.join(BASE_ARMS)}, always:<deployment id>)")
     return out
@@ -114,9 +116,10 @@ def proxy_config(workload: Workload, upstreams: dict, kind: str) -> dict:
             "model": "auto_router/adaptive_router", "adaptive_router_default_model": cheap[0].id,
             "adaptive_router_config": {"available_models": [d.id for d in workload.deployments],
                                        "weights": {"quality": 0.7, "cost": 0.3}}}})
-    if kind == "complexity":
-        low, mid = cheap[0].id, cheap[1].id if len(cheap) > 2 else cheap[0].id
+    if kind.startswith("complexity"):
         top = workload.frontier.id
+        low, mid = cheap[0].id, cheap[1].id if len(cheap) > 2 else cheap[0].id
+        mid = top if kind == "complexity-medium-up" else mid
         models.append({"model_name": COMPLEXITY, "litellm_params": {
             "model": "auto_router/complexity_router", "complexity_router_default_model": top,
             "complexity_router_config": {"tiers": {"SIMPLE": low, "MEDIUM": mid, "COMPLEX": top, "REASONING": top},
@@ -265,7 +268,8 @@ def compare(arms: dict[str, dict]) -> dict:
 
 
 # -- a workload -----------------------------------------------------------------------------------
-def run_workload(workload: Workload, arm_names: list[str], n: int, seed: int, concurrency: int, work: Path) -> dict:
+def run_workload(workload: Workload, arm_names: list[str], n: int, seed: int, concurrency: int, work: Path,
+                 commit: str = "") -> dict:
     holder: dict = {}
 
     def responder(name: str, messages: list) -> str:
@@ -295,7 +299,8 @@ def run_workload(workload: Workload, arm_names: list[str], n: int, seed: int, co
                     records, run = asyncio.run(run_arm(proxy, arm, workload, holder, n, seed, concurrency))
                 finally:
                     proxy.stop()
-                results[arm.name] = {**measure(records, workload, n), **run}
+                results[arm.name] = {**measure(records, workload, n), **run, "commit": commit,
+                                     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
                 r = results[arm.name]
                 bench.progress(f"{workload.name} / {arm.name}: quality {r['quality']:.3f}, cost ${r['cost_usd']:.3f}, "
                                f"{r['requests_all']} requests, {r['errors']} errors, {run['unknown_requests']} unknown to the "
@@ -345,7 +350,8 @@ def conditions_text(c: dict) -> str:
     return (f"commit `{c['commit']}`{' (uncommitted changes)' if c['dirty'] else ''}, {c['date']}, seed {c['seed']}, "
             f"{c['cpu_count']} cores shared with other jobs (load {c['load_average_1_5_15']}), Python {c['python']}, "
             f"LiteLLM {c['litellm']}, {c['concurrency']} conversations in flight, fake upstreams answering in "
-            f"{UPSTREAM_LATENCY_MS:g} ms; wall time {c['wall_s']:.0f} s")
+            f"{UPSTREAM_LATENCY_MS:g} ms; wall time {c['wall_s']:.0f} s"
+            + (f"; arms added later: {c['added']}" if c.get("added") else ""))
 
 
 def title(res: dict) -> str:
@@ -407,14 +413,27 @@ def main(argv=None) -> int:
         if args.no_system_message:
             workload = replace(workload, system_message=False)
         t0 = time.monotonic()
-        res = run_workload(workload, args.arms.split(","), n, args.seed, args.concurrency, bench.OUT / "conversations")
+        res = run_workload(workload, args.arms.split(","), n, args.seed, args.concurrency, bench.OUT / "conversations",
+                           commit + ("+" if dirty else ""))
         res["conditions"] = bench.conditions(commit=commit, dirty=dirty, seed=args.seed, concurrency=args.concurrency,
                                              arms=args.arms, wall_s=round(time.monotonic() - t0, 1))
         results.append(res)
     previous = bench.RESULTS / f"{args.out}.json"
-    if args.merge and previous.exists():
-        fresh = {title(r) for r in results}
-        results = [r for r in json.loads(previous.read_text())["workloads"] if title(r) not in fresh] + results
+    if args.merge and previous.exists():  # a workload run again replaces the old one; an arm run alone joins its table
+        fresh = {title(r): r for r in results}
+        kept = []
+        for old in json.loads(previous.read_text())["workloads"]:
+            new = fresh.get(title(old))
+            if new is not None and new["conversations"] == old["conversations"] and not any(
+                    a.startswith("always:") for a in new["arms"]):
+                new["arms"] = {**old["arms"], **new["arms"]}
+                new.update(compare(new["arms"]))
+                c = new["conditions"]
+                new["conditions"] = {**old["conditions"], "added": f"{c['arms']} at commit {c['commit']}, {c['date']}, "
+                                                                   f"load {c['load_average_1_5_15']}, {c['wall_s']:.0f} s"}
+            elif new is None:
+                kept.append(old)
+        results = kept + results
     report = {"workloads": results}
     md = markdown(report)
     print(md)
