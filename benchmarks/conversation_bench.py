@@ -384,7 +384,9 @@ def markdown(report: dict) -> str:
 def git_commit() -> tuple[str, bool]:
     def git(*args):
         return subprocess.run(["git", *args], cwd=bench.REPO, capture_output=True, text=True).stdout.strip()
-    return git("rev-parse", "--short", "HEAD"), bool(git("status", "--porcelain", "--untracked-files=no"))
+    # changes to the results files (a --merge run after another) do not make the code uncommitted
+    return git("rev-parse", "--short", "HEAD"), bool(git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                                                         ":!benchmarks/results", ":!benchmarks/RESULTS.md"))
 
 
 def main(argv=None) -> int:
