@@ -381,6 +381,13 @@ def markdown(report: dict) -> str:
     return "\n".join(out)
 
 
+def ordered(workloads: list[dict]) -> list[dict]:
+    """Workloads in WORKLOADS' order, each with its system message before without."""
+    names = list(WORKLOADS)
+    return sorted(workloads, key=lambda r: (names.index(r["workload"]) if r["workload"] in names else len(names),
+                                            not r["system_message"], -r["conversations"]))
+
+
 def git_commit() -> tuple[str, bool]:
     def git(*args):
         return subprocess.run(["git", *args], cwd=bench.REPO, capture_output=True, text=True).stdout.strip()
@@ -401,6 +408,7 @@ def main(argv=None) -> int:
                                          "replaced)"))
     if args.render_only:
         report = json.loads((bench.RESULTS / f"{args.out}.json").read_text())
+        report["workloads"] = ordered(report["workloads"])
         bench.write_results(args.out, report, markdown(report))
         return 0
     names = list(WORKLOADS) if args.workloads == "all" else args.workloads.split(",")
@@ -436,7 +444,7 @@ def main(argv=None) -> int:
             elif new is None:
                 kept.append(old)
         results = kept + results
-    report = {"workloads": results}
+    report = {"workloads": ordered(results)}
     md = markdown(report)
     print(md)
     if not args.no_write:
