@@ -303,8 +303,8 @@ def run_workload(workload: Workload, arm_names: list[str], n: int, seed: int, co
                                      "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
                 r = results[arm.name]
                 bench.progress(f"{workload.name} / {arm.name}: quality {r['quality']:.3f}, cost ${r['cost_usd']:.3f}, "
-                               f"{r['requests_all']} requests, {r['errors']} errors, {run['unknown_requests']} unknown to the "
-                               f"simulator, {run['wall_s']:.0f} s")
+                               f"{r['requests_all']} requests, {r['errors']} errors, "
+                               f"{run['unknown_requests']} unknown to the simulator, {run['wall_s']:.0f} s")
     finally:
         stop_upstreams(running)
     best = compare(results)
