@@ -616,10 +616,35 @@ def render(results: list[dict], conditions: dict) -> str:
         L += table(r) + ["", f"Candidates: {', '.join(f'`{x}`' for x in r['candidates'])}. "
                              f"Replay wall time {r['wall_s']:.1f} s.", ""]
         L += sweep_lines(r) + heldout_lines(r) + diagnosis_lines(r)
+    L += conversation_lines()
     # The decision overhead's one home is results/overhead.md (its ratio targets are quoted above).
     return "\n".join(L + ["## Decision overhead", "", "Per alias and pool size, ours beside LiteLLM's own selection in "
                           "the same run: [results/overhead.md](results/overhead.md) (`benchmarks/decision_overhead.py`, "
                           "run by this script)."]) + "\n"
+
+
+def conversation_lines() -> list[str]:
+    """Routers on simulated conversations through a real proxy (benchmarks/conversation_bench.py's
+    last results, not run here)."""
+    import conversation_bench
+
+    try:
+        rep = json.loads((RESULTS_DIR / "conversations.json").read_text())
+    except (OSError, ValueError):
+        return ["## Conversations through a real proxy (issue 40)", "",
+                "`benchmarks/results/conversations.json` is absent (run `benchmarks/conversation_bench.py`).", ""]
+    out = ["## Conversations through a real proxy (issue 40)", "",
+           "Simulated users converse with a chat client (a system message, the whole history re-sent each turn, no "
+           "session id, no feedback call): after a wrong answer most say so in their own language or regenerate, "
+           "after a right one some thank; the routers learn only from what the proxy sees. Quality and cost over the "
+           "last half of the conversations, as shares of the always-best deployment's; the definitions in "
+           "[results/conversations.md](results/conversations.md). From `benchmarks/conversation_bench.py`, not run by "
+           "run_all.", ""]
+    for res in rep["workloads"]:
+        out += [f"### {conversation_bench.title(res)}", "", f"{res['description']}. Conditions: "
+                f"{conversation_bench.conditions_text(res['conditions'])}.", ""]
+        out += conversation_bench.table(res) + [""] + conversation_bench.acceptance(res)
+    return out
 
 
 def summary_blocks(results: list[dict], conditions: dict) -> dict[str, list[str]]:

@@ -40,7 +40,7 @@ import time
 import uuid
 from dataclasses import dataclass, field, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from ..numbers import clamp01
 
@@ -76,6 +76,9 @@ class UpstreamSpec:
     port: int = 0  # 0 lets the system choose a free port
     local: bool = False  # a "local" model (the demo annotates it for auto/offline)
     echo: bool = False  # the reply ends with the last user message (privacy tests: a marker in answers)
+    # A benchmark's own answers (benchmarks/conversation_bench.py): called with (upstream name, the
+    # request's messages), returns the reply text instead of the quality line; Python only.
+    responder: Optional[Callable[[str, list], str]] = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", self.name or ""):
@@ -402,9 +405,12 @@ class _Handler(BaseHTTPRequestHandler):
                        headers={"Retry-After": f"{ra:g}", "x-ratelimit-remaining-requests": "0"})
             return
 
-        quality = quality_of(spec, prompt, domain)
-        text = (f"served-by={spec.name} model={spec.model_id} domain={domain or 'general'} quality={quality:.3f} "
-                + " ".join(["lorem"] * max(0, spec.reply_words - 5)))
+        if spec.responder is not None:
+            text = spec.responder(spec.name, messages)
+        else:
+            quality = quality_of(spec, prompt, domain)
+            text = (f"served-by={spec.name} model={spec.model_id} domain={domain or 'general'} quality={quality:.3f} "
+                    + " ".join(["lorem"] * max(0, spec.reply_words - 5)))
         if spec.echo:
             text += " echo: " + prompt
         prompt_tokens = _tokens(_message_text(messages))
@@ -604,7 +610,7 @@ def parse_spec(text: str) -> UpstreamSpec:
         try:
             if key.startswith("strength."):
                 strengths[key[len("strength."):]] = float(value)
-            elif key not in types or key in ("name", "strengths"):
+            elif key not in types or key in ("name", "strengths", "responder"):
                 raise ValueError(f"unknown key {key!r}")
             elif key == "model":
                 kw[key] = value

@@ -1,0 +1,456 @@
+"""Routers judged on simulated conversations through a real LiteLLM proxy (issue 40).
+
+    .venv/bin/python benchmarks/conversation_bench.py [--quick] [--workloads two_tier,three_tier] [--arms ours,oracle]
+                                                      [--conversations N] [--seed 0] [--concurrency 6] [--no-write]
+                                                      [--no-system-message] [--out NAME] [--render-only]
+
+Each workload of ``conversations.WORKLOADS`` (default: two_tier): its conversations
+(``conversations.Conversation``, pure and seeded) are sent turn by turn with the ``openai``
+client to a real LiteLLM proxy, ``--concurrency`` conversations in flight, no feedback call. The
+deployments are fake upstreams (``aisia_plugin.demo.upstream``) in this process whose answers
+are judged right or wrong by ``conversations.TruthRegistry`` from the deployment's accuracy on
+the task's group; the verdict stays in this process (no router receives it).
+
+Arms (``--arms``, default all; each on a fresh proxy of its kind, so no arm learns from another):
+  ours                 the plugin's ``auto`` alias as shipped (the deployments' tiers declared in a team
+                       policy, as an operator would); when the conversation-signal integration lands,
+                       this arm is "ours with signals" with no change here
+  always:<id>          every turn to one deployment (one arm per deployment)
+  oracle               knows each turn's task group: the cheapest deployment within the workload's
+                       oracle tolerance of the best accuracy on it (a turn without a task: the cheapest)
+  random               a uniform random deployment per turn
+  litellm-adaptive     LiteLLM's adaptive router (``auto_router/adaptive_router``: Thompson sampling per
+                       request type and model, signals read from the conversation), the declared tiers as
+                       its ``quality_tier`` priors, default weights
+  litellm-complexity   LiteLLM's complexity router (``auto_router/complexity_router``, its default local
+                       heuristic classifier): SIMPLE and MEDIUM to the cheapest deployment (three tiers: the
+                       cheapest and the middle one), COMPLEX and REASONING to the frontier; its heuristic scores
+                       short questions SIMPLE or MEDIUM, so the choice for MEDIUM decides it:
+  litellm-complexity-medium-up   the same with MEDIUM to the frontier (not in the default arms)
+
+Measures over the last half of the conversations (by index): quality = the share of answers to a
+task that were right; cost = every request's tokens at the serving deployment's prices; both as a
+share of the always-best deployment's (the fixed arm of the highest quality); the frontier
+deployment's share of the turns of the hard groups (those the oracle does not send to the cheapest
+deployment) and of the easy ones; the best mixture of the fixed arms at the same cost.
+
+Writes benchmarks/results/conversations.{json,md} (quoted by run_all.py in RESULTS.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Callable, Optional
+
+import bench  # first: LiteLLM offline, the repository importable
+import yaml
+from conversations import WORKLOADS, Conversation, QuestionBank, TruthRegistry, Turn, Workload, answer_text
+
+from aisia_plugin.demo.proxy import Proxy, deployment
+from aisia_plugin.demo.upstream import UpstreamSpec, start_upstreams, stop_upstreams
+
+FULL_CONVERSATIONS, QUICK_CONVERSATIONS = 1500, 150
+PLUGIN_CALLBACK = "aisia_plugin.litellm.plugin"
+ADAPTIVE, COMPLEXITY = "adaptive-router", "complexity-router"
+BASE_ARMS = ("ours", "always", "oracle", "random", "litellm-adaptive", "litellm-complexity")
+UPSTREAM_LATENCY_MS = 15.0
+
+
+# -- the arms -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Arm:
+    """``proxy``: the kind of proxy it runs on (ours, plain, adaptive, complexity); ``model(turn,
+    rng)``: the model name it asks the proxy for."""
+
+    name: str
+    proxy: str
+    model: Callable[[Turn, random.Random], str]
+
+
+def arms_of(workload: Workload, names: list[str], n: int) -> list[Arm]:
+    ids = [d.id for d in workload.deployments]
+    out: list[Arm] = []
+    for name in names:
+        if name == "ours":
+            out.append(Arm("ours", "ours", lambda t, r: "auto"))
+        elif name == "always":
+            out += [Arm(f"always:{d}", "plain", lambda t, r, d=d: d) for d in ids]
+        elif name.startswith("always:") and name[7:] in ids:
+            out.append(Arm(name, "plain", lambda t, r, d=name[7:]: d))
+        elif name == "oracle":
+            out.append(Arm("oracle", "plain", lambda t, r: workload.oracle_choice(
+                t.task.group if t.task else None, t.conversation / max(1, n))))
+        elif name == "random":
+            out.append(Arm("random", "plain", lambda t, r: r.choice(ids)))
+        elif name == "litellm-adaptive":
+            out.append(Arm(name, "adaptive", lambda t, r: ADAPTIVE))
+        elif name in ("litellm-complexity", "litellm-complexity-medium-up"):
+            out.append(Arm(name, name[len("litellm-"):], lambda t, r: COMPLEXITY))
+        else:
+            raise SystemExit(f"unknown arm {name!r} (known: {', '.join(BASE_ARMS)}, always:<deployment id>)")
+    return out
+
+
+# -- proxies --------------------------------------------------------------------------------------
+def by_price(workload: Workload):
+    return sorted(workload.deployments, key=lambda d: (d.input_per_1m + d.output_per_1m, d.id))
+
+
+def proxy_config(workload: Workload, upstreams: dict, kind: str) -> dict:
+    """The LiteLLM config of one kind of proxy over the workload's upstreams."""
+    models = []
+    for d in workload.deployments:
+        entry = deployment(d.id, upstreams[d.id])
+        if kind == "adaptive":
+            entry["model_info"]["adaptive_router_preferences"] = {"quality_tier": d.quality_tier, "strengths": []}
+        models.append(entry)
+    cheap = by_price(workload)
+    if kind == "adaptive":
+        models.append({"model_name": ADAPTIVE, "litellm_params": {
+            "model": "auto_router/adaptive_router", "adaptive_router_default_model": cheap[0].id,
+            "adaptive_router_config": {"available_models": [d.id for d in workload.deployments],
+                                       "weights": {"quality": 0.7, "cost": 0.3}}}})
+    if kind.startswith("complexity"):
+        top = workload.frontier.id
+        low, mid = cheap[0].id, cheap[1].id if len(cheap) > 2 else cheap[0].id
+        mid = top if kind == "complexity-medium-up" else mid
+        models.append({"model_name": COMPLEXITY, "litellm_params": {
+            "model": "auto_router/complexity_router", "complexity_router_default_model": top,
+            "complexity_router_config": {"tiers": {"SIMPLE": low, "MEDIUM": mid, "COMPLEX": top, "REASONING": top},
+                                         # compaction would call a model near the context limit: never here
+                                         "context_compaction": False}}})
+    config = {"model_list": models, "router_settings": {"routing_strategy": "simple-shuffle", "num_retries": 0}}
+    if kind == "ours":
+        config["litellm_settings"] = {"callbacks": [PLUGIN_CALLBACK]}
+    return config
+
+
+def team_policy(workload: Workload) -> str:
+    """What an operator declares about the deployments (their tiers), layered over the shipped policy."""
+    return yaml.safe_dump({"version": 1, "deployments": {d.id: {"tier": d.tier} for d in workload.deployments}},
+                          sort_keys=False)
+
+
+# -- one arm's run --------------------------------------------------------------------------------
+@dataclass
+class TurnRecord:
+    conversation: int
+    number: int
+    kind: str
+    group: Optional[str]
+    attempt: int
+    deployment: Optional[str]
+    correct: Optional[bool]
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    error: Optional[str] = None
+
+
+async def run_arm(proxy: Proxy, arm: Arm, workload: Workload, registry_holder: dict, n: int, seed: int,
+                  concurrency: int) -> tuple[list[TurnRecord], dict]:
+    from openai import AsyncOpenAI
+
+    registry = registry_holder["registry"] = TruthRegistry(workload, seed, n)
+    bank = QuestionBank()
+    conversations = [Conversation(i, workload, bank, seed, n) for i in range(n)]  # drawn in order: seeded
+    records: list[TurnRecord] = []
+    client = AsyncOpenAI(base_url=proxy.base_url, api_key=proxy.master_key, max_retries=0, timeout=120)
+    queue = list(range(n))[::-1]
+
+    async def worker():
+        while queue:
+            conv = conversations[queue.pop()]
+            rng = random.Random(f"arm:{seed}:{arm.name}:{conv.index}")
+            while (turn := conv.next_turn()) is not None:
+                key = registry.expect(turn)
+                model = arm.model(turn, rng)
+                try:
+                    reply = await client.chat.completions.create(model=model, messages=turn.request_messages())
+                except Exception as exc:  # counted, and the user leaves
+                    registry.take(key)
+                    records.append(TurnRecord(conv.index, turn.number, turn.kind, turn.task and turn.task.group,
+                                              turn.attempt, None, None, 0, 0, 0.0, f"{type(exc).__name__}: {exc}"[:200]))
+                    conv.answered("", None)
+                    break
+                verdict = registry.take(key)
+                usage = reply.usage
+                served = verdict.deployment if verdict else None
+                pt, ct = (usage.prompt_tokens, usage.completion_tokens) if usage else (0, 0)
+                cost = workload.deployment(served).cost_usd(pt, ct) if served else 0.0
+                records.append(TurnRecord(conv.index, turn.number, turn.kind, turn.task and turn.task.group,
+                                          turn.attempt, served, verdict.correct if verdict else None, pt, ct, cost,
+                                          None if verdict else "no verdict (the upstream did not recognise the request)"))
+                conv.answered(reply.choices[0].message.content or "", verdict.correct if verdict else None)
+
+    t0 = time.monotonic()
+    try:
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    finally:
+        await client.close()
+    return records, {"wall_s": round(time.monotonic() - t0, 1), "unknown_requests": registry.unknown_requests}
+
+
+# -- measures -------------------------------------------------------------------------------------
+def measure(records: list[TurnRecord], workload: Workload, n: int) -> dict:
+    """The figures of one arm over the last half of the conversations."""
+    half = [r for r in records if r.conversation >= n // 2]
+    scored = [r for r in half if r.group is not None and r.correct is not None]
+    hard = set(workload.hard_groups(1.0))
+    frontier = workload.frontier.id
+    tasks = [r for r in half if r.group is not None and r.deployment is not None]
+
+    def frontier_share(rows):
+        return sum(r.deployment == frontier for r in rows) / len(rows) if rows else None
+
+    by_kind: dict[str, int] = {}
+    for r in half:
+        by_kind[r.kind] = by_kind.get(r.kind, 0) + 1
+    served: dict[str, int] = {}
+    for r in half:
+        if r.deployment:
+            served[r.deployment] = served.get(r.deployment, 0) + 1
+    return {"conversations": n - n // 2, "requests": len(half), "answers_scored": len(scored),
+            "quality": sum(r.correct for r in scored) / len(scored) if scored else None,
+            "cost_usd": sum(r.cost_usd for r in half),
+            "frontier_share_hard": frontier_share([r for r in tasks if r.group in hard]),
+            "frontier_share_easy": frontier_share([r for r in tasks if r.group not in hard]),
+            "served": dict(sorted(served.items())), "turns_by_kind": dict(sorted(by_kind.items())),
+            "errors": sum(r.error is not None for r in records),
+            "requests_all": len(records)}
+
+
+def mixing_quality(fixed: list[tuple[float, float]], cost: float) -> Optional[float]:
+    """The best quality a random mixture of the fixed arms ((cost, quality) each) reaches at
+    ``cost``: the upper concave hull, flat beyond its ends."""
+    pts = sorted(fixed)
+    if not pts:
+        return None
+    hull: list[tuple[float, float]] = []
+    for p in pts:
+        if hull and p[1] <= hull[-1][1]:
+            continue  # dearer and no better: never on the upper side
+        while len(hull) >= 2 and (hull[-1][0] - hull[-2][0]) * (p[1] - hull[-2][1]) >= (p[0] - hull[-2][0]) * (
+                hull[-1][1] - hull[-2][1]):
+            hull.pop()
+        hull.append(p)
+    if cost <= hull[0][0]:
+        return hull[0][1]
+    for (c0, q0), (c1, q1) in zip(hull, hull[1:]):
+        if c0 <= cost <= c1:
+            return q0 + (q1 - q0) * (cost - c0) / (c1 - c0)
+    return hull[-1][1]
+
+
+def compare(arms: dict[str, dict]) -> dict:
+    """Each arm's quality and cost as shares of the always-best deployment's, and its quality
+    beside the best mixture of the fixed arms at its cost."""
+    fixed = {k: v for k, v in arms.items() if k.startswith("always:") and v["quality"] is not None}
+    if not fixed:
+        return {"always_best": None}
+    best = max(fixed, key=lambda k: (fixed[k]["quality"], -fixed[k]["cost_usd"]))
+    bq, bc = fixed[best]["quality"], fixed[best]["cost_usd"]
+    points = [(v["cost_usd"], v["quality"]) for v in fixed.values()]
+    for v in arms.values():
+        if v["quality"] is None:
+            continue
+        v["quality_share"] = v["quality"] / bq if bq else None
+        v["cost_share"] = v["cost_usd"] / bc if bc else None
+        mix = mixing_quality(points, v["cost_usd"])
+        v["mixing_quality_share"] = mix / bq if mix is not None and bq else None
+    return {"always_best": best}
+
+
+# -- a workload -----------------------------------------------------------------------------------
+def run_workload(workload: Workload, arm_names: list[str], n: int, seed: int, concurrency: int, work: Path,
+                 commit: str = "") -> dict:
+    holder: dict = {}
+
+    def responder(name: str, messages: list) -> str:
+        registry = holder.get("registry")
+        turn, _ = registry.judge(name, messages) if registry else (None, None)
+        return answer_text(name, turn, seed)
+
+    specs = [UpstreamSpec(d.id, input_cost_per_1m=d.input_per_1m, output_cost_per_1m=d.output_per_1m,
+                          latency_ms=UPSTREAM_LATENCY_MS, responder=responder, seed=seed) for d in workload.deployments]
+    running = start_upstreams(specs)
+    upstreams = {u.name: u for u in running}
+    results: dict[str, dict] = {}
+    try:
+        arms = arms_of(workload, arm_names, n)
+        for kind in dict.fromkeys(a.proxy for a in arms):  # one proxy per kind, its arms in turn
+            for arm in [a for a in arms if a.proxy == kind]:
+                folder = work / workload.name / arm.name.replace(":", "-")
+                folder.mkdir(parents=True, exist_ok=True)
+                env = None
+                if kind == "ours":
+                    (policy := folder / "team-policy.yaml").write_text(team_policy(workload))
+                    env = {"AISIA_POLICY": str(policy)}
+                bench.progress(f"{workload.name} / {arm.name}: starting a {kind} proxy")
+                proxy = Proxy(proxy_config(workload, upstreams, kind), folder, env=env, timeout_s=180)
+                proxy.start()
+                try:
+                    records, run = asyncio.run(run_arm(proxy, arm, workload, holder, n, seed, concurrency))
+                finally:
+                    proxy.stop()
+                results[arm.name] = {**measure(records, workload, n), **run, "commit": commit,
+                                     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+                r = results[arm.name]
+                bench.progress(f"{workload.name} / {arm.name}: quality {r['quality']:.3f}, cost ${r['cost_usd']:.3f}, "
+                               f"{r['requests_all']} requests, {r['errors']} errors, "
+                               f"{run['unknown_requests']} unknown to the simulator, {run['wall_s']:.0f} s")
+    finally:
+        stop_upstreams(running)
+    best = compare(results)
+    return {"workload": workload.name, "description": workload.description, "conversations": n,
+            "system_message": workload.system_message, "oracle_tolerance": workload.oracle_tolerance,
+            "hard_groups": list(workload.hard_groups(1.0)), "frontier": workload.frontier.id,
+            "deployments": [asdict(d) for d in workload.deployments], "mix": dict(workload.mix),
+            "users": asdict(workload.users), **best, "arms": results}
+
+
+# -- output ---------------------------------------------------------------------------------------
+def _f(v, spec="{:.2f}"):
+    return "-" if v is None else spec.format(v)
+
+
+def table(res: dict) -> list[str]:
+    rows = [[f"`{name}`", _f(a.get("quality_share")), _f(a.get("cost_share")), _f(a["quality"], "{:.3f}"),
+             _f(a["cost_usd"], "{:.3f}"), _f(a.get("mixing_quality_share")), _f(a["frontier_share_hard"]),
+             _f(a["frontier_share_easy"]), str(a["requests"]), str(a["errors"]), f"{a['wall_s']:.0f}"]
+            for name, a in res["arms"].items()]
+    return bench.md_table(["arm", "quality / always-best", "cost / always-best", "quality", "cost $",
+                           "mixing at that cost", "frontier share, hard", "frontier share, easy", "requests",
+                           "errors", "wall s"], rows, "---:")
+
+
+def acceptance(res: dict) -> list[str]:
+    """Issue 40's acceptance 1 on the two-tier workload: ours >= 0.95 of the always-best quality at
+    <= 0.60 of its cost, ahead of LiteLLM's adaptive router on both."""
+    ours, adaptive = res["arms"].get("ours"), res["arms"].get("litellm-adaptive")
+    if res["workload"] != "two_tier" or not ours or ours.get("quality_share") is None:
+        return []
+    met = ours["quality_share"] >= 0.95 and ours["cost_share"] <= 0.60
+    ahead = adaptive is not None and adaptive.get("quality_share") is not None and (
+        ours["quality_share"] >= adaptive["quality_share"] and ours["cost_share"] <= adaptive["cost_share"])
+    return [f"Issue 40, acceptance 1 (`ours` >= 0.95 of the always-best quality at <= 0.60 of its cost, over the last "
+            f"half of 1,500 conversations): **{'MET' if met and res['conversations'] >= 1500 else 'NOT MET'}** "
+            f"({ours['quality_share']:.2f} at {ours['cost_share']:.2f}); ahead of `litellm-adaptive` on both: "
+            f"**{'yes' if ahead else 'no'}**.", ""]
+
+
+def conditions_text(c: dict) -> str:
+    """A workload's run conditions (``res["conditions"]``) in words."""
+    return (f"commit `{c['commit']}`{' (uncommitted changes)' if c['dirty'] else ''}, {c['date']}, seed {c['seed']}, "
+            f"{c['cpu_count']} cores shared with other jobs (load {c['load_average_1_5_15']}), Python {c['python']}, "
+            f"LiteLLM {c['litellm']}, {c['concurrency']} conversations in flight, fake upstreams answering in "
+            f"{UPSTREAM_LATENCY_MS:g} ms; wall time {c['wall_s']:.0f} s"
+            + (f"; arms added later: {c['added']}" if c.get("added") else ""))
+
+
+def title(res: dict) -> str:
+    return (f"{res['workload']} ({res['conversations']} conversations"
+            + ("" if res["system_message"] else ", no system message") + ")")
+
+
+def markdown(report: dict) -> str:
+    out = ["# Routers on simulated conversations through a real LiteLLM proxy", "",
+           "<!-- Written by benchmarks/conversation_bench.py; do not edit by hand. -->", "",
+           "Quality: the share of answers to a task that were right; cost: every request's tokens at the serving "
+           "deployment's prices; both over the last half of the conversations and as a share of the always-best "
+           "deployment's; mixing: the quality share of the best random mixture of the fixed arms at the same cost; "
+           "frontier share: the most expensive deployment's share of the task turns of the hard groups (those the oracle "
+           "does not send to the cheapest deployment) and of the easy ones. No feedback call; the verdicts stay in the "
+           "benchmark.", ""]
+    for res in report["workloads"]:
+        u = res["users"]
+        out += [f"## {title(res)}", "",
+                f"{res['description']}. Mix {res['mix']}; hard groups {res['hard_groups']}; system message: "
+                f"{'yes' if res['system_message'] else 'no'}; users: after a wrong answer complain {u['complain']:.0%}, "
+                f"regenerate {u['regenerate']:.0%}; after a right one thank and leave {u['thank_and_leave']:.0%}, thank "
+                f"and ask {u['thank_and_ask']:.0%}, ask {u['ask']:.0%}; silent users {u['silent']:.0%}; always-best: "
+                f"`{res['always_best']}`; oracle tolerance {res['oracle_tolerance']:g}.", "",
+                f"Conditions: {conditions_text(res['conditions'])}.", ""]
+        out += table(res) + [""] + acceptance(res)
+    return "\n".join(out)
+
+
+def ordered(workloads: list[dict]) -> list[dict]:
+    """Workloads in WORKLOADS' order, each with its system message before without."""
+    names = list(WORKLOADS)
+    return sorted(workloads, key=lambda r: (names.index(r["workload"]) if r["workload"] in names else len(names),
+                                            not r["system_message"], -r["conversations"]))
+
+
+def git_commit() -> tuple[str, bool]:
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=bench.REPO, capture_output=True, text=True).stdout.strip()
+    # changes to the results files (a --merge run after another) do not make the code uncommitted
+    return git("rev-parse", "--short", "HEAD"), bool(git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                                                         ":!benchmarks/results", ":!benchmarks/RESULTS.md"))
+
+
+def main(argv=None) -> int:
+    args = bench.arguments(__doc__, argv, quick=(False, f"{QUICK_CONVERSATIONS} conversations instead of "
+                                                        f"{FULL_CONVERSATIONS}"),
+                           workloads=("two_tier", f"comma-separated, or all ({', '.join(WORKLOADS)})"),
+                           arms=(",".join(BASE_ARMS), "comma-separated arms"), conversations=int, seed=0,
+                           concurrency=6, no_system_message=(False, "conversations without a system message"),
+                           no_write=(False, "print only"), out=("conversations", "results file name"),
+                           render_only=(False, "rewrite the Markdown from the last results/<out>.json"),
+                           merge=(False, "keep the other workloads of results/<out>.json (a workload run again is "
+                                         "replaced)"))
+    if args.render_only:
+        report = json.loads((bench.RESULTS / f"{args.out}.json").read_text())
+        report["workloads"] = ordered(report["workloads"])
+        bench.write_results(args.out, report, markdown(report))
+        return 0
+    names = list(WORKLOADS) if args.workloads == "all" else args.workloads.split(",")
+    unknown = [w for w in names if w not in WORKLOADS]
+    if unknown:
+        raise SystemExit(f"unknown workload(s) {unknown} (known: {', '.join(WORKLOADS)})")
+    n = args.conversations or (QUICK_CONVERSATIONS if args.quick else FULL_CONVERSATIONS)
+    commit, dirty = git_commit()
+    results = []
+    for name in names:
+        workload = WORKLOADS[name]
+        if args.no_system_message:
+            workload = replace(workload, system_message=False)
+        t0 = time.monotonic()
+        res = run_workload(workload, args.arms.split(","), n, args.seed, args.concurrency, bench.OUT / "conversations",
+                           commit + ("+" if dirty else ""))
+        res["conditions"] = bench.conditions(commit=commit, dirty=dirty, seed=args.seed, concurrency=args.concurrency,
+                                             arms=args.arms, wall_s=round(time.monotonic() - t0, 1))
+        results.append(res)
+    previous = bench.RESULTS / f"{args.out}.json"
+    if args.merge and previous.exists():  # a workload run again replaces the old one; an arm run alone joins its table
+        fresh = {title(r): r for r in results}
+        kept = []
+        for old in json.loads(previous.read_text())["workloads"]:
+            new = fresh.get(title(old))
+            if new is not None and new["conversations"] == old["conversations"] and not any(
+                    a.startswith("always:") for a in new["arms"]):
+                new["arms"] = {**old["arms"], **new["arms"]}
+                new.update(compare(new["arms"]))
+                c = new["conditions"]
+                new["conditions"] = {**old["conditions"], "added": f"{c['arms']} at commit {c['commit']}, {c['date']}, "
+                                                                   f"load {c['load_average_1_5_15']}, {c['wall_s']:.0f} s"}
+            elif new is None:
+                kept.append(old)
+        results = kept + results
+    report = {"workloads": ordered(results)}
+    md = markdown(report)
+    print(md)
+    if not args.no_write:
+        bench.write_results(args.out, report, md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""The conversation benchmark (benchmarks/conversations.py, conversation_bench.py): the simulated
+users behave at the configured rates, the truth never enters a request, a seed fixes the run, and
+one small run through a real proxy judges every turn."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+import conversation_bench  # noqa: E402
+from conversations import (  # noqa: E402
+    PHRASES, WORKLOADS, Conversation, QuestionBank, TruthRegistry, Users, answer_text,
+)
+
+TWO_TIER = WORKLOADS["two_tier"]
+
+
+def simulate(workload, n, seed=0, deployment="cheap", verdict=None):
+    """Every conversation of a run served by one deployment, judged by the registry (or by
+    ``verdict(turn)``): the turns in order, with their verdicts."""
+    bank, registry, out = QuestionBank(), TruthRegistry(workload, seed, n), []
+    for i in range(n):
+        conv = Conversation(i, workload, bank, seed, n)
+        while (turn := conv.next_turn()) is not None:
+            key = registry.expect(turn)
+            judged, right = registry.judge(deployment, turn.request_messages())
+            assert judged == turn
+            registry.take(key)
+            if verdict is not None and turn.task is not None:
+                right = verdict(turn)
+            out.append((turn, right, conv))
+            conv.answered(answer_text(deployment, judged, seed), right)
+    return out
+
+
+def after_wrong(turns):
+    """The kind of turn each wrong answer (before the last attempt) drew: complaint, regenerate or
+    anything else (silent: a new question or the end)."""
+    kinds, by_conv = [], {}
+    for turn, right, conv in turns:
+        by_conv.setdefault(conv.index, []).append((turn, right))
+    for rows in by_conv.values():
+        for (turn, right), nxt in zip(rows, rows[1:] + [(None, None)]):
+            if right is False and turn.attempt < TWO_TIER.users.max_attempts:
+                kinds.append(nxt[0].kind if nxt[0] is not None else "end")
+    return kinds
+
+
+def test_wrong_answers_draw_complaints_and_regenerates_at_the_configured_rates():
+    turns = simulate(TWO_TIER, 600, verdict=lambda turn: False)
+    kinds = after_wrong(turns)
+    assert len(kinds) > 500
+    users = TWO_TIER.users
+    complain, regen = kinds.count("complaint") / len(kinds), kinds.count("regenerate") / len(kinds)
+    assert abs(complain - users.complain) < 0.06, complain
+    assert abs(regen - users.regenerate) < 0.05, regen
+    # a regenerate re-sends the prefix without the wrong answer: the same messages as the attempt before
+    for (prev, _, _), (turn, _, _) in zip(turns, turns[1:]):
+        if turn.kind == "regenerate":
+            assert turn.messages == prev.messages and turn.task == prev.task and turn.attempt == prev.attempt + 1
+
+
+def test_right_answers_draw_thanks_and_silent_users_never_react():
+    turns = simulate(TWO_TIER, 400, verdict=lambda turn: True)
+    kinds = [t.kind for t, _, _ in turns]
+    assert kinds.count("thanks") + kinds.count("thanks_ask") > 0.25 * 400
+    assert "complaint" not in kinds and "regenerate" not in kinds
+    silent = replace(TWO_TIER, users=Users(silent=1.0))
+    for verdict in (lambda turn: True, lambda turn: False):
+        kinds = {t.kind for t, _, _ in simulate(silent, 200, verdict=verdict)}
+        assert kinds <= {"ask", "next"}, kinds
+
+
+def test_follow_ups_are_written_in_every_language():
+    turns = simulate(TWO_TIER, 800, verdict=lambda turn: turn.attempt > 1)
+    by_language: dict[str, set] = {}
+    for turn, _, conv in turns:
+        if turn.kind == "complaint":
+            text = turn.messages[-1]["content"]
+            assert text in PHRASES["complaint"][conv.language]
+            by_language.setdefault(conv.language, set()).add(text)
+    assert set(by_language) == {"en", "fr", "es", "de", "it", "pt"}
+
+
+def test_the_truth_never_enters_a_request():
+    turns = simulate(TWO_TIER, 300)
+    assert any(r is False for _, r, _ in turns) and any(r is True for _, r, _ in turns)
+    for turn, _, _ in turns:
+        request = turn.request_messages()
+        assert all(set(m) == {"role", "content"} for m in request)  # no metadata, no session id, no name
+        text = json.dumps(request, ensure_ascii=False)
+        assert turn.task is None or turn.task.qid not in text
+        for label in ("ANSWER-", "correct=", "group=", "quality="):
+            assert label not in text
+    # The upstream's answers read the same whether right or wrong (the next request carries them):
+    # the same words, the same lengths.
+    texts = {verdict: [answer_text("cheap", t, 0) for t, r, _ in turns if r is verdict] for verdict in (True, False)}
+    words = {verdict: {w for text in v for w in text.split()} for verdict, v in texts.items()}
+    assert words[True] == words[False]
+    lengths = {verdict: sum(map(len, v)) / len(v) for verdict, v in texts.items()}
+    assert abs(lengths[True] - lengths[False]) < 0.1 * lengths[True]
+    math_turn = next(t for t, _, _ in turns if t.task is not None and t.task.group == "math")
+    # a regenerate is not a repeat
+    assert len({answer_text("cheap", replace(math_turn, attempt=k), 0) for k in range(1, 6)}) == 5
+
+
+def test_the_registry_judges_only_what_the_simulator_sent():
+    registry = TruthRegistry(TWO_TIER, 0, 10)
+    assert registry.judge("cheap", [{"role": "user", "content": "What is 2 + 2?"}]) == (None, None)
+    assert registry.unknown_requests == 1
+
+
+def test_a_seed_fixes_the_run():
+    def run(seed):
+        return [(t.conversation, t.kind, t.attempt, r, json.dumps(t.request_messages()))
+                for t, r, _ in simulate(TWO_TIER, 120, seed=seed)]
+
+    assert run(3) == run(3)
+    assert run(3) != run(4)
+
+
+def test_accuracies_and_the_oracle():
+    turns = simulate(TWO_TIER, 1000, deployment="frontier")
+    scored = [r for t, r, _ in turns if r is not None]
+    assert abs(sum(scored) / len(scored) - 0.92) < 0.02
+    cheap_math = [r for t, r, _ in simulate(TWO_TIER, 600) if r is not None and t.task.group == "math"]
+    assert abs(sum(cheap_math) / len(cheap_math) - 0.30) < 0.06
+    assert TWO_TIER.oracle_choice("general", 0.0) == "cheap" and TWO_TIER.oracle_choice("math", 0.0) == "frontier"
+    assert TWO_TIER.hard_groups() == ("math", "computing")
+    degrading = WORKLOADS["degrading"]
+    assert degrading.oracle_choice("general", 0.2) == "cheap" and degrading.oracle_choice("general", 0.6) == "frontier"
+
+
+def test_mixing_quality_is_the_upper_hull_of_the_fixed_arms():
+    fixed = [(1.0, 0.5), (10.0, 0.9), (5.0, 0.6)]  # the middle one is under the line: not on the hull
+    assert conversation_bench.mixing_quality(fixed, 5.5) == pytest.approx(0.5 + 0.4 * 0.5)
+    assert conversation_bench.mixing_quality(fixed, 0.5) == 0.5 and conversation_bench.mixing_quality(fixed, 20) == 0.9
+
+
+@pytest.mark.proxy
+def test_a_small_run_through_a_real_proxy(tmp_path):
+    res = conversation_bench.run_workload(TWO_TIER, ["always:cheap"], 8, 0, 4, tmp_path)
+    arm = res["arms"]["always:cheap"]
+    assert arm["errors"] == 0 and arm["unknown_requests"] == 0
+    assert arm["served"] == {"cheap": arm["requests"]} and arm["requests"] > 4
+    expected = [t for t, _, _ in simulate(TWO_TIER, 8)]
+    assert arm["requests_all"] == len(expected)  # the same conversations as the pure run: the proxy changed nothing
+
+
+def test_results_md_quotes_the_committed_conversation_results():
+    """RESULTS.md's conversation section is what run_all.py renders from results/conversations.json."""
+    import run_all
+
+    section = "\n".join(run_all.conversation_lines())
+    assert section in run_all.RESULTS_MD.read_text(encoding="utf-8"), "stale: run benchmarks/run_all.py --render-only"
