@@ -25,6 +25,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
+from scratch_git import snapshot_of_checkout
+
 pytestmark = pytest.mark.proxy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,22 +78,6 @@ def venv(proxy_venv, tmp_path) -> Path:
     return copy
 
 
-def _scratch_repository(tmp_path: Path) -> Path:
-    """A git repository holding the checkout's tracked files as they are now (uncommitted edits
-    included), the thing a `git+...` URL names."""
-    repo = tmp_path / "repo"
-    files = _run(["git", "ls-files", "-z"], cwd=ROOT).stdout.split("\0")
-    for name in filter(None, files):
-        src = ROOT / name
-        if src.is_file():
-            (repo / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, repo / name)
-    _run(["git", "init", "-q"], cwd=repo)
-    _run(["git", "add", "-A"], cwd=repo)
-    _run(["git", "-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-q", "-m", "snapshot"], cwd=repo)
-    return repo
-
-
 def _source(how: str, tmp_path: Path) -> str:
     if how == "checkout":
         return str(ROOT)
@@ -104,7 +90,7 @@ def _source(how: str, tmp_path: Path) -> str:
         return str(wheel)
     # The bare URL form: pip 23's requirement parser refuses `name @ git+file:///...` (no host),
     # while `name @ git+https://host/...`, the README's form, and this one take the same VCS path.
-    return f"git+file://{_scratch_repository(tmp_path)}"
+    return f"git+file://{snapshot_of_checkout(tmp_path / 'repo')[0]}"
 
 
 @pytest.mark.parametrize("how", ["checkout", "wheel", "repository-url"])
