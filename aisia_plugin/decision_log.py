@@ -167,7 +167,9 @@ class DecisionLog:
 
     # -- records -------------------------------------------------------------------------------
     def decision(self, request_id: str, decision, *, features=None, prompt: Optional[str] = None,
-                 attempt: int = 0, ts: Optional[float] = None) -> None:
+                 attempt: int = 0, ts: Optional[float] = None, prices: Optional[dict] = None) -> None:
+        """`prices`: each candidate's USD per 1M tokens in/out as the proxy priced it (LiteLLM's
+        prices first), so that ``aisia replay --logged`` prices them alike without the config."""
         rec = {
             "v": FORMAT_VERSION, "type": "decision", "ts": self.clock() if ts is None else ts,
             "request_id": request_id, "attempt": attempt,
@@ -178,6 +180,8 @@ class DecisionLog:
             "candidates": [s.id for s in decision.scores if not s.excluded],
             "excluded": {s.id: s.excluded for s in decision.scores if s.excluded},
         }
+        if prices:
+            rec["prices"] = {dep: [float(p[0]), float(p[1])] for dep, p in prices.items() if dep in rec["candidates"]}
         if features is not None:
             rec["features"] = {k: getattr(features, k, None) for k in
                                ("task_type", "has_code", "length_bucket", "modality", "input_tokens", "has_tools")}
