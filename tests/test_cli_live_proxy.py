@@ -12,7 +12,7 @@ import json
 import pytest
 import yaml
 
-from proxy_harness import chat, deployment, start_proxy, stats, upstreams_fixture
+from proxy_harness import chat, deployment, free_port, start_proxy, stats, upstreams_fixture
 
 pytestmark = pytest.mark.proxy
 
@@ -82,17 +82,31 @@ def test_stats_and_explain_read_the_live_proxy(proxy, client, admin, files, aisi
         _learned(admin, n + 1)
 
 
+def test_reset_through_the_url(proxy, client, admin, aisia):
+    chat(client, ALIAS, PROMPT)
+    assert any(r["count"] for r in stats(admin).values())
+    code, out, err = aisia("stats", "--url", proxy.url, "--key", proxy.master_key, "--reset", "quick",
+                           "--reset", "slow", "--json")
+    assert code == 0 and "reset quick" in err and "reset slow" in err, err
+    after = stats(admin)
+    assert json.loads(out) == after and all(not r["count"] for r in after.values()), after
+
+
 def test_the_url_needs_a_key_and_a_reachable_proxy(proxy, aisia, monkeypatch):
     monkeypatch.delenv("LITELLM_MASTER_KEY", raising=False)
     code, _, err = aisia("stats", "--url", proxy.url)
     assert code == 2 and "--key KEY or set LITELLM_MASTER_KEY" in err
     code, _, err = aisia("stats", "--url", proxy.url, "--key", "sk-not-the-admin")
     assert code == 2 and "answered 401" in err, err
+    code, _, err = aisia("stats", "--url", f"http://127.0.0.1:{free_port()}", "--key", "k")
+    assert code == 2 and "cannot reach" in err, err
 
 
-def test_state_refuses_the_stats_json_saying_what_it_is(proxy, admin, files, aisia, tmp_path):
+def test_state_refuses_the_stats_json_saying_what_it_is(proxy, client, admin, files, aisia, tmp_path):
+    chat(client, ALIAS, PROMPT)
+    live = _learned(admin, 1)
     saved = tmp_path / "stats.json"
-    saved.write_text(json.dumps(stats(admin)), encoding="utf-8")
+    saved.write_text(json.dumps(live), encoding="utf-8")
     code, _, err = aisia("explain", "--state", saved, "--policy", files["policy"], "--alias", ALIAS, PROMPT)
     assert code == 2, err
     assert f"{saved}: not a state: this is the stats view of /admin/bandit/stats" in err and "--url URL" in err, err

@@ -25,13 +25,28 @@ def add_arguments(p) -> None:
                    help="with --url: the proxy admin's key (default: $LITELLM_MASTER_KEY)")
 
 
+RESET_ROUTE = "/admin/bandit/reset"
+
+
 def fetch(url: str, key: str | None, query: str = "", timeout: float = 30.0) -> dict:
     """The JSON object the proxy at `url` answers on its stats route."""
+    return _call(url.rstrip("/") + STATS_ROUTE + query, key, None, timeout)
+
+
+def reset(url: str, key: str | None, deployment_id: str, timeout: float = 30.0) -> dict:
+    """Ask the proxy at `url` to forget a deployment's statistics and breaker."""
+    return _call(url.rstrip("/") + RESET_ROUTE, key, {"deployment_id": deployment_id}, timeout)
+
+
+def _call(target: str, key: str | None, body, timeout: float) -> dict:
     key = key or os.environ.get("LITELLM_MASTER_KEY")
     if not key:
         raise LiveError("--url needs the proxy admin's key: give --key KEY or set LITELLM_MASTER_KEY")
-    target = url.rstrip("/") + STATS_ROUTE + query
-    request = urllib.request.Request(target, headers={"Authorization": f"Bearer {key}"})
+    headers = {"Authorization": f"Bearer {key}"}
+    data = None
+    if body is not None:
+        data, headers["Content-Type"] = json.dumps(body).encode(), "application/json"
+    request = urllib.request.Request(target, data=data, headers=headers, method="POST" if body is not None else "GET")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             body = response.read()

@@ -114,11 +114,13 @@ def _run_live(args) -> int:
     """The stats of the running proxy at --url, as its /admin/bandit/stats answers them."""
     from . import live
 
-    if args.reset or args.state:
-        print("aisia stats: --url reads a running proxy; reset there with POST /admin/bandit/reset, "
-              "and give --state without --url", file=sys.stderr)
+    if args.state:
+        print("aisia stats: give --url (a running proxy) or --state (a snapshot), not both", file=sys.stderr)
         return 2
     try:
+        for dep in args.reset or ():
+            live.reset(args.url, args.key, dep)
+            print(f"reset {dep}", file=sys.stderr)
         stats = live.fetch(args.url, args.key)
     except live.LiveError as exc:
         print(f"aisia stats: {exc}", file=sys.stderr)
