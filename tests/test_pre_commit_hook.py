@@ -59,23 +59,27 @@ def pre_commit_home(tmp_path_factory):
     return tmp_path_factory.mktemp("pre-commit-home")
 
 
-def _project(tmp_path: Path, hooks_repo: Path, rev: str, policy: str) -> Path:
+def _project(tmp_path: Path, hooks_repo: Path, rev: str, policy: str, folder: str = "policies") -> Path:
     project = tmp_path / "project"
-    (project / "policies").mkdir(parents=True)
+    (project / folder).mkdir(parents=True)
     config = readme_snippet().replace("https://<repository>", str(hooks_repo)).replace("<commit SHA>", rev)
     assert str(hooks_repo) in config and rev in config, config
+    if folder != "policies":  # the snippet's files: line, set to where this project keeps its policies
+        default = "files: (^|/)policies/.*\\.ya?ml$"
+        assert default in config, config
+        config = config.replace(default, f"files: ^{folder}/.*\\.ya?ml$")
     (project / ".pre-commit-config.yaml").write_text(config, encoding="utf-8")
     (project / "litellm_config.yaml").write_text(CONFIG, encoding="utf-8")
-    (project / "policies" / "team.yaml").write_text(policy, encoding="utf-8")
+    (project / folder / "team.yaml").write_text(policy, encoding="utf-8")
     git("init", "-q", cwd=project)
     git("add", "-A", cwd=project)
     return project
 
 
-def _run_hooks(project: Path, home: Path) -> subprocess.CompletedProcess:
+def _run_hooks(project: Path, home: Path, changed: str = "policies/team.yaml") -> subprocess.CompletedProcess:
     env = {**os.environ, "PRE_COMMIT_HOME": str(home)}
     env.pop("AISIA_POLICY", None)
-    return subprocess.run([PRE_COMMIT, "run", "--files", "policies/team.yaml"], cwd=project, env=env,
+    return subprocess.run([PRE_COMMIT, "run", "--files", changed], cwd=project, env=env,
                           capture_output=True, text=True, timeout=1500)
 
 
@@ -108,3 +112,11 @@ def test_the_hook_works_at_a_tag(tmp_path, hooks_repo, pre_commit_home):
     repo, _ = hooks_repo
     run = _run_hooks(_project(tmp_path, repo, "v0.1.0", GOOD), pre_commit_home)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_files_names_where_the_policies_live(tmp_path, hooks_repo, pre_commit_home):
+    repo, sha = hooks_repo
+    bad = GOOD.replace("    strategy: ucb1\n", "    strategy: ucb1\n    exploration: 7\n")
+    run = _run_hooks(_project(tmp_path, repo, sha, bad, folder="routing"), pre_commit_home, "routing/team.yaml")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "routing/team.yaml:5:18: aliases.auto/team.exploration: value 7 is out of range" in run.stdout, run.stdout
