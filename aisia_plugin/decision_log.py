@@ -13,7 +13,12 @@ bound): past that a line is dropped, counted, reported like a write error, and t
 dropped lines is logged when the writer catches up. With
 several processes (``per_process=True``, the proxy's workers) each writes and rotates its own
 file, ``decisions.<pid>.jsonl`` beside the configured ``decisions.jsonl``: no two processes ever
-rename each other's file. ``logged_files`` finds them all again for ``aisia replay --logged``."""
+rename each other's file. ``logged_files`` finds them all again for ``aisia replay --logged``.
+The files of workers that have exited (a restart, a crashed worker) are never written again: each
+worker, when it opens its file and when it rotates it, keeps the ``backups`` newest of them (their
+rotated backups counted alike) and removes the others (``retire_exited_workers``), so restarts do
+not fill the disk. A worker is known dead by its pid on this machine: the directory of a
+per-process log belongs to one host."""
 
 from __future__ import annotations
 
@@ -81,6 +86,49 @@ def logged_files(path: str) -> list[str]:
     return ([path] if os.path.isfile(path) else []) + [os.path.join(head, n) for n in siblings]
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return pid > 0  # another user's live process (or a number no pid can be: not ours)
+    return True
+
+
+def retire_exited_workers(path: str, keep: int, alive: Callable[[int], bool] = _pid_alive) -> list[str]:
+    """Of the per-process files of the configured `path` (``process_path``, with their rotated
+    backups) whose process has exited, keep the `keep` newest (by modification time) and remove
+    the others; returns the removed paths. Files of live processes are never touched."""
+    head, stem, ext = _parts(path)
+    pattern = re.compile(re.escape(stem) + r"\.(\d+)" + re.escape(ext) + r"(?:\.\d+)?$")
+    exited = []
+    try:
+        names = os.listdir(head or ".")
+    except OSError:
+        return []
+    for name in names:
+        m = pattern.match(name)
+        if m is None or int(m.group(1)) == os.getpid() or alive(int(m.group(1))):
+            continue
+        full = os.path.join(head, name)
+        try:
+            exited.append((os.path.getmtime(full), full))
+        except OSError:  # removed meanwhile by another worker doing the same
+            continue
+    exited.sort(reverse=True)
+    removed = []
+    for _, full in exited[max(0, keep):]:
+        try:
+            os.remove(full)
+            removed.append(full)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("decision log: cannot remove %s, a file of an exited worker (%s)", full, exc)
+    return removed
+
+
 _STOP = object()
 
 
@@ -92,11 +140,13 @@ class DecisionLog:
         """``path`` None or "-" writes to standard output. `background`: written by a writer
         thread (``flush`` waits for it), at most `max_queued` lines waiting; `per_process`: this
         process's own file (``process_path``)."""
-        if per_process and path not in (None, "", "-"):
-            path = process_path(str(path))
+        self.configured_path = None if not per_process or path in (None, "", "-") else str(path)
+        if self.configured_path is not None:
+            path = process_path(self.configured_path)
         self.path = None if path in (None, "", "-") else str(path)
         self.max_bytes = max(1024, int(max_bytes))
         self.backups = max(0, int(backups))
+        self._retire_exited()
         self.log_prompts = bool(log_prompts)
         self.clock = clock
         self.on_error = on_error
@@ -117,7 +167,9 @@ class DecisionLog:
 
     # -- records -------------------------------------------------------------------------------
     def decision(self, request_id: str, decision, *, features=None, prompt: Optional[str] = None,
-                 attempt: int = 0, ts: Optional[float] = None) -> None:
+                 attempt: int = 0, ts: Optional[float] = None, prices: Optional[dict] = None) -> None:
+        """`prices`: each candidate's USD per 1M tokens in/out as the proxy priced it (LiteLLM's
+        prices first), so that ``aisia replay --logged`` prices them alike without the config."""
         rec = {
             "v": FORMAT_VERSION, "type": "decision", "ts": self.clock() if ts is None else ts,
             "request_id": request_id, "attempt": attempt,
@@ -128,6 +180,8 @@ class DecisionLog:
             "candidates": [s.id for s in decision.scores if not s.excluded],
             "excluded": {s.id: s.excluded for s in decision.scores if s.excluded},
         }
+        if prices:
+            rec["prices"] = {dep: [float(p[0]), float(p[1])] for dep, p in prices.items() if dep in rec["candidates"]}
         if features is not None:
             rec["features"] = {k: getattr(features, k, None) for k in
                                ("task_type", "has_code", "length_bucket", "modality", "input_tokens", "has_tools")}
@@ -236,6 +290,14 @@ class DecisionLog:
                     os.replace(src, f"{self.path}.{k + 1}")
             os.replace(self.path, self.path + ".1")
         self._open()
+        self._retire_exited()
+
+    def _retire_exited(self) -> None:
+        if self.configured_path is not None:
+            try:
+                retire_exited_workers(self.configured_path, self.backups)
+            except Exception:  # never a reason to fail a request or the log itself
+                log.exception("decision log: retiring the files of exited workers failed")
 
     def _drop(self) -> None:
         self.dropped += 1

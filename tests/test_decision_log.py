@@ -120,3 +120,43 @@ def test_a_stalled_writer_bounds_the_queue_and_reports_the_dropped_lines(tmp_pat
     said = [r.getMessage() for r in caplog.records]
     assert len([m for m in said if "lines are dropped until it catches up" in m]) == 1
     assert len([m for m in said if "caught up; 5 lines dropped" in m]) == 1
+
+
+def test_exited_workers_files_are_retired_keeping_the_newest(tmp_path):
+    """A per-process log (the proxy's workers) keeps, of the files of workers that have exited,
+    the `backups` newest (their rotated backups counted alike) and removes the rest, when it
+    opens and when it rotates; a live process's files are never touched."""
+    import subprocess
+    import sys
+
+    exited = []
+    for _ in range(3):  # pids of processes that have really exited
+        proc = subprocess.Popen([sys.executable, "-c", "pass"])
+        proc.wait()
+        exited.append(proc.pid)
+    live = os.getppid()
+    path = str(tmp_path / "decisions.jsonl")
+    files = {}
+    for age, name in enumerate([f"decisions.{exited[0]}.jsonl", f"decisions.{exited[1]}.jsonl",
+                                f"decisions.{exited[1]}.jsonl.1", f"decisions.{exited[2]}.jsonl",
+                                f"decisions.{live}.jsonl", f"decisions.{live}.jsonl.1", "decisions.jsonl"]):
+        f = tmp_path / name
+        f.write_text("{}\n")
+        os.utime(f, (1_000_000 - age * 100, 1_000_000 - age * 100))  # the first listed is the newest
+        files[name] = f
+    log = DecisionLog(path, per_process=True, backups=2, max_bytes=1024)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted([f"decisions.{exited[0]}.jsonl", f"decisions.{exited[1]}.jsonl",
+                           f"decisions.{live}.jsonl", f"decisions.{live}.jsonl.1", "decisions.jsonl"]), left
+
+    # On rotation too: a worker that exited since is retired beyond the two kept.
+    (tmp_path / f"decisions.{exited[2]}.jsonl").write_text("{}\n")  # newest now
+    for i in range(40):
+        log.outcome(f"r{i}", "a-1", alias="auto", success=True, status_code=200, latency_s=0.1, cost_usd=0.0,
+                    reward=1.0)
+    log.close()
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert f"decisions.{exited[2]}.jsonl" in left and f"decisions.{exited[0]}.jsonl" in left, left
+    assert f"decisions.{exited[1]}.jsonl" not in left, left  # now the oldest of three
+    assert f"decisions.{os.getpid()}.jsonl.1" in left, left  # it rotated
+    assert f"decisions.{live}.jsonl" in left and f"decisions.{live}.jsonl.1" in left

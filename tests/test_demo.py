@@ -119,6 +119,7 @@ def test_ctrl_c_stops_everything(demo):
     assert "?key=" not in out
     assert f"decision log {info['decision_log']}" in out and f"replay --logged {info['decision_log']}" in out
     assert f"{info['url']}/metrics" in out
+    assert f"curl -s {info['url']}/v1/chat/completions" in out  # serving: how to call it
     assert not _port_open(info["url"])
     assert not any(_port_open(u["base_url"]) for u in info["upstreams"].values())
     with pytest.raises(ProcessLookupError):
@@ -149,6 +150,34 @@ def test_main_job_shows_the_adaptation_and_ends_by_itself():
     # call in five) can, rarely, exhaust a request's three attempts, so one error is tolerated.
     assert before > 0 and after == 0 and errors <= 1, m.group(0)
     assert "auto/coding" in out
+    # The run ends with the proxy: nothing printed tells how to call it or replay a removed log.
+    assert "curl" not in out and "replay --logged /" not in out and "removed at exit" not in out, out
+    assert "--serve keeps it serving" in out
+    # What the plugin learned: calls and feedback apart (docs/quality.md). Every attempt a provider
+    # received is a call learned; feedback comes only for answers (the demo scores each answer).
+    received = _table(out, "What each simulated provider received")
+    learned = _table(out, "What the plugin learned")
+    assert learned[0][:4] == ["deployment", "calls", "feedback", "quality"], learned[0]
+    for row in learned[1:]:
+        name, calls, feedback = row[0], row[1], row[2]
+        sent = next(r for r in received if r[0] == name)
+        calls_received = sum(int(c.split("/")[0]) for c in sent[1:])
+        answered = sum(int(c.split("/")[0]) - int(c.split("/")[1]) for c in sent[1:])
+        assert (calls if calls != "-" else "0") == str(calls_received), (row, sent)
+        assert feedback == "-" or float(feedback) <= answered, (row, sent)
+    assert any(r[2] != "-" and float(r[2]) > 0 for r in learned[1:]), learned
+
+
+def _table(out: str, title: str) -> list[list[str]]:
+    """The rows (header first, the dashes left out) of the table printed under the line starting `title`."""
+    lines = out[out.index(title):].splitlines()[1:]
+    rows = []
+    for line in lines:
+        if not line.strip():
+            break
+        if not set(line.strip()) <= {"-", " "}:
+            rows.append(line.split())
+    return rows
 
 
 @pytest.mark.parametrize("argv, code, message", [

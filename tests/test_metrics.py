@@ -197,3 +197,22 @@ def test_per_request_children_are_bounded(monkeypatch):
         assert len(m._routed) <= 3 and len(m._outcomes) <= 3
     assert _value(reg, "ai_bandit_choice_total", provider="other", strategy="ucb1") == 10
     assert _value(reg, "aisia_outcomes_total", alias="auto", deployment="other", result="success") == 10
+
+
+def test_configure_creates_the_known_children_once():
+    """The gauges' refresh calls configure every few seconds and on every scrape: with the same
+    vocabularies (in any order, any iterable) it labels nothing again; a changed one does."""
+    _, m = _metrics()
+    vocab = dict(aliases=["auto", "auto/coding"], domains=["coding", "math"], deployments=["a-1", "b-2"],
+                 strategies={"ucb1", "cost"})
+    m.configure(**vocab)
+    labelled = []
+    for metric in (m.failovers, m.refusals, m.reloads, m.store_events):
+        real = metric.labels
+        metric.labels = lambda *a, _real=real, **k: (labelled.append(a), _real(*a, **k))[1]
+    for _ in range(3):
+        m.configure(aliases={"auto/coding": 1, "auto": 2}, domains=("math", "coding"), deployments=iter(["b-2", "a-1"]),
+                    strategies=["cost", "ucb1"])
+    assert labelled == []
+    m.configure(**{**vocab, "aliases": ["auto", "auto/coding", "auto/fast"]})
+    assert ("auto/fast",) in labelled

@@ -168,3 +168,36 @@ def test_replay_logged_prices_the_config_as_the_proxy_does(tmp_path, write_file,
     assert code == 0, err
     report = json.loads(out)
     assert report["events"] == 6 and report["agreement"] == 1.0
+
+
+def test_replay_logged_without_the_config_prices_as_the_proxy_logged(tmp_path, aisia):
+    """Without --deployments, each candidate is priced as the proxy priced it, from the prices
+    each decision line carries (LiteLLM's first: here "big" at gpt-4o's, "mini" at gpt-4o-mini's),
+    not at one default price for all: the cost strategy then chooses the proxy's cheaper "mini",
+    the logged choice, every time. A log without prices says so."""
+    from aisia_plugin.decision import CandidateScore, Decision
+    from aisia_plugin.decision_log import DecisionLog
+
+    path = tmp_path / "decisions.jsonl"
+    log = DecisionLog(str(path))
+    for i in range(6):
+        d = Decision("mini", "openai/gpt-4o-mini", "cost", "cheapest", 2, 1.0,
+                     [CandidateScore("big", 0.0), CandidateScore("mini", 1.0)], probability=1.0, alias="auto/cheap")
+        log.decision(f"r{i}", d, prices={"big": (2.5, 10.0), "mini": (0.15, 0.6), "not-a-candidate": (1.0, 1.0)})
+        log.outcome(f"r{i}", "mini", alias="auto/cheap", success=True, reward=0.9)
+    log.close()
+    first = json.loads(path.read_text().splitlines()[0])
+    assert first["prices"] == {"big": [2.5, 10.0], "mini": [0.15, 0.6]}
+    code, out, err = aisia("replay", "--logged", path, "--alias", "auto/cheap", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["events"] == 6 and report["agreement"] == 1.0, report
+    assert "no price" not in err
+
+    unpriced = tmp_path / "old.jsonl"
+    unpriced.write_text("\n".join(json.dumps({k: v for k, v in json.loads(line).items() if k != "prices"})
+                                  for line in path.read_text().splitlines()) + "\n")
+    code, out, err = aisia("replay", "--logged", unpriced, "--alias", "auto/cheap", "--json")
+    assert code == 0, err
+    assert "the log gives no price for big, mini" in err and "--deployments CONFIG" in err, err
+    assert json.loads(out)["agreement"] < 1.0  # one default price for both: not the proxy's choices

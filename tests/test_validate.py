@@ -644,3 +644,33 @@ def test_validate_proposes_the_words_that_mark_a_domains_prompts_and_its_pattern
     assert code == 0 and out.endswith("others):\n  none\n")
     code, _, err = aisia("validate", "policies/", "--propose-words")
     assert code == 2 and "--propose-words needs --domain-prompts FILE" in err
+
+
+def test_a_spend_target_over_a_deployment_counted_at_0_is_warned_at_its_line(aisia, write_file):
+    """A self-hosted deployment LiteLLM has no price for is free to the router: a spend target
+    over it would count its calls at $0 without a word. `--deployments` says so, at the target."""
+    config = write_file("""
+        model_list:
+          - model_name: llama3
+            litellm_params: {model: ollama/llama3}
+          - model_name: gpu
+            litellm_params: {model: hosted_vllm/my-org/my-model, api_base: "http://127.0.0.1:8000/v1"}
+            model_info: {id: gpu-1}
+          - model_name: priced
+            litellm_params: {model: hosted_vllm/other, input_cost_per_token: 0.000001, output_cost_per_token: 0.000002}
+            model_info: {id: priced-1}
+        """, "litellm.yaml")
+    team = write_file("""
+        aliases:
+          auto/paced:
+            strategy: ucb1
+            candidates: {ids: [gpu-1, priced-1]}
+            budget: {target_usd_per_1k_requests: 0.5}
+        """, "team.yaml")
+    code, out, err = aisia("validate", "--deployments", config, team)
+    assert code == 0, out + err
+    line = next(l for l in out.splitlines() if "target_usd_per_1k_requests" in l)
+    assert line.startswith(f"{team}:6:14: ") and "warning: counts the calls of gpu-1 (hosted_vllm/my-org/my-model" in line
+    assert "priced-1" not in line
+    code, out, _ = aisia("validate", "--strict", "--deployments", config, team)
+    assert code == 1

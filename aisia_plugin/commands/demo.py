@@ -80,7 +80,10 @@ class _Progress:
         _say(message, err=True)
 
 
-def _banner(demo: Demo, aliases: list[str], page: str | None) -> str:
+def _banner(demo: Demo, aliases: list[str], page: str | None, serving: bool) -> str:
+    """What the demo started; with `serving` (the proxy keeps serving after any traffic: --serve,
+    or no --traffic), how to call it, watch it and replay its log; without, only what the run
+    uses, nothing that names a proxy that has stopped by the time it is read."""
     i = demo.info()
     url, key = i["url"], i["master_key"]
     rows = [["provider", "model", "latency", "errors", "$/1M in/out", "strong at", "control (POST)"]]
@@ -100,23 +103,17 @@ def _banner(demo: Demo, aliases: list[str], page: str | None) -> str:
           f"    print(r.headers[\"x-litellm-model-id\"], r.headers.get(\"x-aisia-reason\"), r.parse().choices[0].message.content)")
     ups = i["upstreams"]
     page_line = f"    or open the routing page in a browser and sign in with the master key: {page}\n" if page else ""
-    kept = "" if i["workdir_kept"] else "   (removed at exit with the demo's folder: --workdir DIR keeps it)"
+    if i["workdir_kept"]:
+        log_line = i["decision_log"]
+    elif serving:
+        log_line = f"{i['decision_log']}   (while the demo serves: --workdir DIR keeps it after)"
+    else:
+        log_line = "not kept after this run (--workdir DIR keeps it, for aisia replay --logged)"
     victim = "coder" if "coder" in ups else next(iter(ups), "")
     control = ups[victim]["control"] if victim else ""
-    return f"""
-AISIA demo: a LiteLLM proxy with the aisia plugin, in-memory state, {len(i['upstreams'])} simulated providers (no API keys)
-
-  URL          {url}   (OpenAI base URL: {i['base_url']})
-  master key   {key}
-  aliases      {', '.join(aliases) or '(none listed: see the log)'}
-  routing page {page + '   (sign in with the master key)' if page else '(not served: see the log)'}
-  metrics      {url}/metrics (LiteLLM's Prometheus endpoint) and {url}/aisia/metrics, both with the master key
-  decision log {i['decision_log']}{kept}
-  config, log  {i['config']}, {i['log']}
-
-{table}
-
-Ask with curl (the x-litellm-model-id and x-aisia-* response headers say who served and why):
+    stops = ("\nThe proxy serves while the sample traffic runs, then stops: --serve keeps it serving "
+             "(this banner then says how to call it, break a provider and replay the decision log).")
+    how_to = f"""\nAsk with curl (the x-litellm-model-id and x-aisia-* response headers say who served and why):
     {curl}
 
 Ask with the openai client:
@@ -132,7 +129,20 @@ The router's metrics (breaker states, choices per strategy, decisions, learned r
     curl -s {url}/metrics -H 'Authorization: Bearer {key}' | grep -E '^ai_'
 
 What would a policy edit (auto: cheapest healthy deployment) have earned on the traffic logged so far?
-    {demo.replay_command()}
+    {demo.replay_command()}"""
+    return f"""
+AISIA demo: a LiteLLM proxy with the aisia plugin, in-memory state, {len(i['upstreams'])} simulated providers (no API keys)
+
+  URL          {url}   (OpenAI base URL: {i['base_url']})
+  master key   {key}
+  aliases      {', '.join(aliases) or '(none listed: see the log)'}
+  routing page {page + '   (sign in with the master key)' if page else '(not served: see the log)'}
+  metrics      {url}/metrics (LiteLLM's Prometheus endpoint) and {url}/aisia/metrics, both with the master key
+  decision log {log_line}
+  config, log  {i['config']}, {i['log']}
+
+{table}
+{how_to if serving else stops}
 """
 
 
@@ -252,7 +262,7 @@ def run(args) -> int:
             with open(args.info_file + ".tmp", "w", encoding="utf-8") as fh:
                 json.dump(demo.info(), fh, indent=2)
             os.replace(args.info_file + ".tmp", args.info_file)
-        _say(_banner(demo, list_aliases(demo.proxy), routing_page(demo.proxy)))
+        _say(_banner(demo, list_aliases(demo.proxy), routing_page(demo.proxy), serving=args.serve or not args.traffic))
 
         if args.traffic:
             phases, provider_phases = [], []
@@ -271,15 +281,21 @@ def run(args) -> int:
             _say(provider_table(provider_phases))
             try:
                 learned = learned_table(bandit_stats(demo.proxy), [u.name for u in demo.upstreams])
-                _say("\nWhat the plugin learned (GET /admin/bandit/stats; the breaker opens on repeated failures):")
+                _say("\nWhat the plugin learned (GET /admin/bandit/stats): calls learned, feedback received (its weight as "
+                     "quality evidence, apart from calls: docs/quality.md), the quality estimate; the breaker opens "
+                     "on repeated failures")
                 _say(learned)
             except (DemoError, ValueError, OSError) as exc:
                 _say(f"(the statistics could not be read: {exc})", err=True)
             if args.break_:
                 _say("\n" + _summary(phases[0][1], phases[1][1], args.break_))
-            _say(f"\nThe decisions are logged in {demo.decision_log}"
-                 + ("" if demo.keep_workdir else " (removed at exit: --workdir DIR keeps it)")
-                 + "; a policy edit estimated on them:\n    " + demo.replay_command())
+            if demo.keep_workdir or args.serve:
+                _say(f"\nThe decisions are logged in {demo.decision_log}"
+                     + ("" if demo.keep_workdir else " (while the demo serves: --workdir DIR keeps it)")
+                     + "; a policy edit estimated on them:\n    " + demo.replay_command())
+            else:
+                _say("\nThe decision log of this run is not kept: --workdir DIR keeps it, to estimate a policy edit "
+                     "on it with aisia replay --logged")
             if not args.serve:
                 ok = True
                 return 0

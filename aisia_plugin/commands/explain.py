@@ -19,6 +19,9 @@ def add_arguments(p):
     p.add_argument("--policy", action="append", metavar="PATH", help="policy file or directory (repeatable; default: the configured policy path)")
     p.add_argument("--deployments", metavar="FILE", help="LiteLLM config (model_list) or replay candidates file; default: a demo pool")
     p.add_argument("--state", metavar="FILE", help="learned state (JSON from a store dump) to decide on")
+    from . import live
+
+    live.add_arguments(p)  # --url: decide on the running proxy's live state instead of --state
     p.add_argument("--seed", type=int, default=0, help="random seed for strategies that sample")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -68,6 +71,33 @@ def _load_deployments(path, policy):
 EXIT_REFUSED = 3
 
 
+def _store(args, deployment_ids):
+    """The state to decide on: the running proxy's (--url), a state file's (--state), or an empty
+    one; an exit status after its message when it cannot be read."""
+    from ..state.memory import MemoryState
+    from . import live
+
+    # A value read otherwise than stored (clamped, or replaced by its default) is named.
+    def warn(m):
+        print(f"aisia explain: warning: {m}", file=sys.stderr)
+
+    if args.url and args.state:
+        print("aisia explain: give --url (a running proxy) or --state (a file), not both", file=sys.stderr)
+        return 2
+    try:
+        if args.url:
+            data = live.fetch(args.url, args.key, live.STATE_QUERY)
+            notes: list = []
+            store = MemoryState.load(data, deployment_ids, notes)
+            for note in notes:
+                warn(f"{args.url}: {note}")
+            return store
+        return MemoryState.load_file(args.state, deployment_ids, warn=warn) if args.state else MemoryState()
+    except (OSError, ValueError, live.LiveError) as exc:
+        print(f"aisia explain: {exc}", file=sys.stderr)
+        return 2
+
+
 def _read_stdin() -> str:
     """The prompt from standard input, whatever the locale: bytes that are not UTF-8 become
     U+FFFD (a prompt is routed on its words; a byte the terminal mangled cannot change that)."""
@@ -88,7 +118,6 @@ def _fmt(v):
 def run(args) -> int:
     from ..engine import Engine, UnknownAlias
     from ..policy import PolicyError, load_policy
-    from ..state.memory import MemoryState
 
     try:
         policy = load_policy(args.policy)
@@ -107,17 +136,14 @@ def run(args) -> int:
                              args.deployments, "the deployments file")
     if isinstance(deployments, int):
         return deployments
-    try:
-        # A value read otherwise than stored (clamped, or replaced by its default) is named.
-        store = MemoryState.load_file(args.state, [d.id for d in deployments],
-                                      warn=lambda m: print(f"aisia explain: warning: {m}", file=sys.stderr)) \
-            if args.state else MemoryState()
-    except (OSError, ValueError) as exc:
-        print(f"aisia explain: {exc}", file=sys.stderr)
-        return 2
+    store = _store(args, [d.id for d in deployments])
+    if isinstance(store, int):
+        return store
     import random
+    import time
 
-    engine = Engine(policy, clock=lambda: 0.0, rng=random.Random(args.seed), store=store)
+    # On a live proxy's state its breakers' times are the wall clock's.
+    engine = Engine(policy, clock=time.time if args.url else (lambda: 0.0), rng=random.Random(args.seed), store=store)
     messages = [{"role": "user", "content": prompt}]
 
     feats = engine.features(messages).replace(estimate_probability=True)

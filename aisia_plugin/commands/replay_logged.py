@@ -49,6 +49,26 @@ def _finite(value):
     return value
 
 
+def _logged_deployments(events) -> list:
+    """The logged candidates, each at the price the proxy gave it (logged with each decision:
+    LiteLLM's prices first), the latest logged; a log written before prices were logged leaves
+    a candidate at the default price, which is said once."""
+    from ..decision import Deployment
+
+    prices: dict = {}
+    for e in events:
+        prices.update(e.prices)
+    ids = sorted({c for e in events for c in e.candidates})
+    unpriced = [i for i in ids if i not in prices]
+    if unpriced:
+        _err(f"aisia replay: the log gives no price for {', '.join(unpriced)} (logged before prices were): "
+             "--deployments CONFIG prices them as the proxy does")
+    return [Deployment(id=i, model_name=i, model=i, provider=i.split("/")[0],
+                       **({"input_cost_per_1m": prices[i][0], "output_cost_per_1m": prices[i][1],
+                           "price_source": "the decision log (the proxy's price)"} if i in prices else {}))
+            for i in ids]
+
+
 def run_logged(args) -> int:
     from ..deployments import DeploymentError, read_config_file
     from ..litellm.costs import proxy_deployments
@@ -107,10 +127,7 @@ def run_logged(args) -> int:
                 _err(f"aisia replay: cannot read {args.deployments}: {getattr(exc, 'strerror', None) or exc}")
                 return 2
         else:
-            from ..decision import Deployment
-
-            ids = sorted({c for e in events for c in e.candidates})
-            deps = [Deployment(id=i, model_name=i, model=i, provider=i.split("/")[0]) for i in ids]
+            deps = _logged_deployments(events)
         results[name] = evaluate(events, engine_target(pol, deps, alias=args.alias, seed=args.seed))
     if args.json:
         if len(results) == 1:

@@ -20,6 +20,9 @@ def add_arguments(p):
                    help="print the /admin/bandit/stats JSON (plus count, latency, error rate, breaker, domains)")
     p.add_argument("--reset", metavar="DEPLOYMENT", action="append",
                    help="forget a deployment's statistics and breaker (repeatable), then print the rest")
+    from . import live
+
+    live.add_arguments(p)
 
 
 COLUMNS = ("deployment", "domain", "count", "pulls", "mean reward", "alpha", "beta", "avg latency s", "error rate",
@@ -95,6 +98,8 @@ def pacing_table(policy, paces: dict) -> str:
 def run(args) -> int:
     from ..policy import PolicyError, load_policy
 
+    if args.url:
+        return _run_live(args)
     try:
         return asyncio.run(_run(args, load_policy(args.policy)))
     except PolicyError as exc:
@@ -105,6 +110,25 @@ def run(args) -> int:
         return 2
 
 
+def _run_live(args) -> int:
+    """The stats of the running proxy at --url, as its /admin/bandit/stats answers them."""
+    from . import live
+
+    if args.state:
+        print("aisia stats: give --url (a running proxy) or --state (a snapshot), not both", file=sys.stderr)
+        return 2
+    try:
+        for dep in args.reset or ():
+            live.reset(args.url, args.key, dep)
+            print(f"reset {dep}", file=sys.stderr)
+        stats = live.fetch(args.url, args.key)
+    except live.LiveError as exc:
+        print(f"aisia stats: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(stats, indent=2) if args.json else table(stats))
+    return 0
+
+
 async def _run(args, policy) -> int:
     from ..state import open_store
     from ..state.memory import MemoryState
@@ -113,8 +137,8 @@ async def _run(args, policy) -> int:
     if cfg.backend == "memory":
         path = args.state or cfg.snapshot_path
         if not path:
-            print("aisia stats: the memory store keeps nothing between processes; give --state FILE (a snapshot) "
-                  "or set state.snapshot_path", file=sys.stderr)
+            print("aisia stats: the memory store keeps nothing between processes; give --url URL (a running "
+                  "proxy), --state FILE (a snapshot) or set state.snapshot_path", file=sys.stderr)
             return 2
         store = MemoryState(snapshot_path=path)
         await store.start()

@@ -216,7 +216,33 @@ def deployment_issues(loaded, path) -> tuple[list[PolicyIssue], list[PolicyIssue
                                f"aliases.{name}.candidates",
                                f"selects none of the {len(deps)} deployments of {path}: the alias would answer "
                                "every request with 'no deployment is available'", "semantic"))
-    return out, _unmatched_annotations(loaded, deps, path) + _unpriced(config, deps)
+    return out, _unmatched_annotations(loaded, deps, path) + _unpriced(config, deps) + _free_under_a_target(loaded, deps)
+
+
+def _free_under_a_target(loaded, deps) -> list[PolicyIssue]:
+    """A spend target over a deployment LiteLLM has no price for and the router takes as free (a
+    self-hosted provider): the target would count its calls at $0, as if they cost nothing."""
+    from ..deployments import selects
+    from ..pacing import rule_of
+    from ..policy.yamlpos import position_of
+
+    out = []
+    for name, alias in loaded.policy.aliases.items():
+        if rule_of(alias.budget) is None:
+            continue
+        free = [d for d in deps if selects(alias.candidates, d) and d.priced_by_litellm is False
+                and d.input_cost_per_1m == 0 and d.output_cost_per_1m == 0]
+        if not free:
+            continue
+        path = ("aliases", name, "budget", "target_usd_per_1k_requests")
+        pos = position_of(loaded.locations, path, key=True)
+        shown = ", ".join(f"{d.id} ({d.model}: {d.price_source.split(' (')[0]})" for d in free)
+        out.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0, pos.column if pos else 0,
+                               ".".join(path), f"counts the calls of {shown} at $0: LiteLLM has no price for "
+                               "them and the router takes them as free; if their calls cost anything, price them "
+                               "(litellm_params input_cost_per_token/output_cost_per_token, or the policy's "
+                               "deployments.<id>.input_cost_per_1m/output_cost_per_1m)", "warning"))
+    return out
 
 
 def _unmatched_annotations(loaded, deps, path) -> list[PolicyIssue]:

@@ -252,8 +252,10 @@ def provider_table(phases: list[tuple[str, dict[str, dict]]]) -> str:
 
 def learned_table(stats: dict, names: list[str]) -> str:
     """What the plugin has learned about each provider (`GET /admin/bandit/stats`)."""
-    # "observations": outcomes and feedback scores learned from (the undiscounted count).
-    rows = [["deployment", "observations", "mean reward", "error rate", "avg latency", "breaker"]]
+    # Calls and quality evidence are learned apart (docs/quality.md): "calls" counts the outcomes
+    # learned (the undiscounted count), "feedback" the weight of the feedback scores received (as
+    # the quality evidence holds it, discounted by its age), "quality" the estimate they give.
+    rows = [["deployment", "calls", "feedback", "quality", "mean reward", "error rate", "avg latency", "breaker"]]
 
     def num(v, fmt):
         return format(v, fmt) if isinstance(v, (int, float)) and not isinstance(v, bool) else "-"
@@ -261,11 +263,13 @@ def learned_table(stats: dict, names: list[str]) -> str:
     for name in names:
         s = stats.get(name) or {}
         latency = s.get("avg_latency")
-        rows.append([name, num(s.get("count"), ".0f"), num(s.get("mean_reward"), ".3f"),
+        quality = s.get("quality") or {}
+        rows.append([name, num(s.get("count"), ".0f"), num((quality.get("evidence") or {}).get("feedback"), ".1f"),
+                     num(quality.get("estimate"), ".3f"), num(s.get("mean_reward"), ".3f"),
                      num(s.get("error_rate"), ".0%"),
                      f"{latency * 1000:.0f} ms" if isinstance(latency, (int, float)) and latency else "-",
                      str(s.get("breaker") or "-")])
-    return _render(rows, right={1, 2, 3, 4})
+    return _render(rows, right={1, 2, 3, 4, 5, 6})
 
 
 def upstream_table(stats: dict[str, dict]) -> str:

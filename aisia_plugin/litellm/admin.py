@@ -210,9 +210,13 @@ class RefusalLimit:
 def mount(app, plugin: "PluginHost") -> None:
     refusals = RefusalLimit(plugin)
 
-    async def bandit_stats(_=Depends(require_admin)):
+    async def bandit_stats(format: str = "stats", _=Depends(require_admin)):
         store = plugin.runtime.store
         await store.prepare()  # a shared store: what every worker learned, as of its cache bound
+        if format == "state":  # the whole state, as a snapshot holds it (`aisia explain --url`)
+            return jsonable(store.dump())
+        if format != "stats":
+            raise _bad(422, "format must be 'stats' (the default) or 'state'")
         return jsonable(store.stats())
 
     async def bandit_reset(request: Request, _=Depends(require_admin)):

@@ -1,13 +1,12 @@
 """The plugin's lines in the proxy's log, as LiteLLM writes its own: through LiteLLM's handler
 (``litellm._logging.handler``: time, logger and level, source line; JSON with ``JSON_LOGS``;
-its secret redaction), at the level ``LITELLM_LOG`` sets, and once each (not again through a
-root handler). With LiteLLM's default logging only WARNING and above show: the one line that
+its secret redaction), at the level of LiteLLM's proxy logger (which ``--debug``,
+``--detailed_debug`` and ``LITELLM_LOG`` set), and once each (not again through a root handler). With LiteLLM's default logging only WARNING and above show: the one line that
 says the plugin serves is a WARNING."""
 
 from __future__ import annotations
 
 import logging
-import os
 from typing import TYPE_CHECKING
 
 from ..policy.errors import PolicyError
@@ -25,11 +24,12 @@ log = logging.getLogger("aisia_plugin.litellm")
 def use_litellm_handler() -> None:
     """Write the plugin's records with LiteLLM's own handler (inside the proxy only: a program
     that imports the plugin keeps its own logging). Idempotent."""
-    from litellm._logging import handler
+    from litellm._logging import handler, verbose_proxy_logger
 
-    # The proxy sets its loggers to INFO or DEBUG from LITELLM_LOG (proxy_server.initialize);
-    # otherwise they stay at the root's WARNING, and so do these.
-    level = {"INFO": logging.INFO, "DEBUG": logging.DEBUG}.get(os.environ.get("LITELLM_LOG", "").upper())
+    # The proxy sets its loggers' level (proxy_server.initialize: --debug INFO, --detailed_debug
+    # DEBUG, else LITELLM_LOG) before it loads the config that imports the plugin; unset, they
+    # stay at the root's WARNING, and so do these.
+    level = verbose_proxy_logger.level or None
     for name in LOGGER_NAMES:
         logger = logging.getLogger(name)
         if handler not in logger.handlers:

@@ -119,7 +119,9 @@ class Observer:
                     from ..features import message_text
 
                     prompt = message_text(messages)
-                self.decision_log.decision(request_id, decision, attempt=attempt, prompt=prompt, ts=at)
+                # Each candidate's price as the proxy priced it, for aisia replay --logged.
+                prices = {d.id: (d.input_cost_per_1m, d.output_cost_per_1m) for d in self.deployments()}
+                self.decision_log.decision(request_id, decision, attempt=attempt, prompt=prompt, ts=at, prices=prices)
         except Exception:
             log.exception("aisia: recording a decision's metrics failed")
 

@@ -4,75 +4,99 @@ redis and its own URL variable (``state.redis_url_env``, AISIA_REDIS_URL) is uns
 Which wins, first found: the Router's Redis (``router_settings.redis_url``, or
 ``redis_host``/``redis_port``/``redis_password``: what LiteLLM's router tracks usage and
 cooldowns in), then the response cache's (``litellm_settings.cache_params`` with ``type:
-redis``), then LiteLLM's environment variables (``REDIS_URL``, else ``REDIS_HOST`` +
-``REDIS_PORT`` with ``REDIS_PASSWORD``, ``REDIS_USERNAME``, ``REDIS_SSL``). As in LiteLLM
-(``_redis._get_redis_client_logic``), a setting the config leaves out is taken from those
-variables, a URL names the whole connection, and a host named in the config outranks
-``REDIS_URL``. A Cluster or Sentinel setup (``startup_nodes``, ``sentinel_nodes``) is not
-taken: give the store its own URL then."""
+redis``), then LiteLLM's environment variables alone. Each is resolved by LiteLLM's own client
+logic (``litellm._redis._get_redis_client_logic``), so that the store connects where LiteLLM
+does: ``os.environ/NAME`` references and the ``REDIS_*`` variables read through LiteLLM's
+secret manager (``get_secret``), a host named in the config outranking ``REDIS_URL``, a Redis
+Cluster (``startup_nodes``, ``REDIS_CLUSTER_NODES``: the store then uses redis-py's cluster
+client on those nodes) and Sentinel (``sentinel_nodes``, ``REDIS_SENTINEL_NODES``,
+``REDIS_SERVICE_NAME``, ``REDIS_SENTINEL_PASSWORD``: the store connects to the master the
+sentinels name at start; after a failover, restart the proxy or give the store its own URL).
+Cloud IAM credential providers (GCP, Azure AD, ElastiCache IAM) are not URLs: give the store
+its own URL then."""
 
 from __future__ import annotations
 
 import os
-from typing import Mapping, Optional
+from typing import Mapping, NamedTuple, Optional
 from urllib.parse import quote
 
-_ENV = {"url": "REDIS_URL", "host": "REDIS_HOST", "port": "REDIS_PORT", "password": "REDIS_PASSWORD",
-        "username": "REDIS_USERNAME", "ssl": "REDIS_SSL", "db": "REDIS_DB"}
+
+class RedisTarget(NamedTuple):
+    """Where the store connects: a URL (a cluster's first node when ``cluster``), its origin."""
+
+    url: str
+    source: str
+    cluster: bool = False
 
 
-def _value(v):
-    """A config value, with LiteLLM's ``os.environ/NAME`` references read."""
-    if isinstance(v, str) and v.startswith("os.environ/"):
-        return os.environ.get(v[len("os.environ/"):]) or None
-    return v
-
-
-def _true(v) -> bool:
-    return v is True or (isinstance(v, str) and v.strip().lower() in ("true", "1", "yes"))
-
-
-def redis_url(settings: Mapping) -> Optional[str]:
-    """The URL of the connection `settings` (a RedisCache's keyword arguments) names, filled
-    from LiteLLM's environment variables; None when it names no single server."""
-    given = {k: _value(v) for k, v in settings.items() if _value(v) is not None}
-    if given.get("startup_nodes") or given.get("sentinel_nodes"):
-        return None
-    env = {k: os.environ[name] for k, name in _ENV.items() if os.environ.get(name)}
-    if given.get("host") is not None and given.get("url") is None:
-        env.pop("url", None)
-    kw = {**env, **given}
-    if kw.get("url"):
-        return str(kw["url"])
-    host = kw.get("host")
-    if not host:
-        return None
+def _server_url(kw: Mapping, host, port) -> str:
     auth = ""
     if kw.get("password"):
         auth = f"{quote(str(kw.get('username') or ''), safe='')}:{quote(str(kw['password']), safe='')}@"
+    ssl = kw.get("ssl") is True or str(kw.get("ssl")).lower() == "true"
     db = kw.get("db")
-    return (f"{'rediss' if _true(kw.get('ssl')) else 'redis'}://{auth}{host}:{kw.get('port') or 6379}"
+    return (f"{'rediss' if ssl else 'redis'}://{auth}{host}:{port or 6379}"
             + (f"/{db}" if db not in (None, "") else ""))
 
 
-def litellm_redis(router) -> Optional[tuple[str, str]]:
-    """(URL, where it came from) of the Redis LiteLLM is configured with, or None."""
+def _sentinel_master(kw: Mapping) -> Optional[str]:
+    """The URL of the master the sentinels name (a network call, at the store's start)."""
+    from redis.sentinel import Sentinel
+
+    nodes = [tuple(n) if isinstance(n, (list, tuple)) else (n["host"], int(n["port"])) for n in kw["sentinel_nodes"]]
+    extra = {"password": kw["sentinel_password"]} if kw.get("sentinel_password") else {}
+    timeout = kw.get("socket_timeout") or 5.0
+    host, port = Sentinel(nodes, sentinel_kwargs={**extra, "socket_timeout": timeout},
+                          socket_timeout=timeout).discover_master(kw.get("service_name") or "mymaster")
+    return _server_url(kw, host, port)
+
+
+def resolve(settings: Mapping) -> Optional[RedisTarget]:
+    """What LiteLLM's client logic makes of `settings` (a RedisCache's keyword arguments, or {}
+    for the environment alone), as a target the store can connect to; None when it names no
+    Redis (or one the store cannot reach by URL)."""
+    from litellm._redis import _get_redis_client_logic
+
+    try:
+        kw = _get_redis_client_logic(**{k: v for k, v in settings.items() if v is not None})
+    except ValueError:  # "Either 'host' or 'url' must be specified": no Redis here
+        return None
+    if kw.get("credential_provider") is not None or kw.get("redis_connect_func") is not None:
+        return None
+    if kw.get("startup_nodes"):
+        first = kw["startup_nodes"][0]
+        host, port = (first.get("host"), first.get("port")) if isinstance(first, Mapping) else tuple(first)[:2]
+        return RedisTarget(_server_url(kw, host, port), "", True)
+    if kw.get("sentinel_nodes"):
+        return RedisTarget(_sentinel_master(kw), "")
+    if kw.get("url"):
+        return RedisTarget(str(kw["url"]), "")
+    if kw.get("host"):
+        return RedisTarget(_server_url(kw, kw["host"], kw.get("port")), "")
+    return None
+
+
+def litellm_redis(router) -> Optional[RedisTarget]:
+    """(URL, where it came from, whether a cluster) of the Redis LiteLLM is configured with, or None."""
     cache = getattr(getattr(router, "cache", None), "redis_cache", None)
     kwargs = getattr(cache, "redis_kwargs", None)
     if isinstance(kwargs, Mapping):
-        url = redis_url(kwargs)
-        if url:
-            return url, "router_settings (redis_url or redis_host/redis_port/redis_password)"
+        target = resolve(kwargs)
+        if target:
+            return target._replace(source="router_settings (redis_url or redis_host/redis_port/redis_password)")
     import litellm
 
     response_cache = getattr(litellm, "cache", None)
     kind = getattr(response_cache, "type", None)
     if getattr(kind, "value", kind) == "redis":
         kwargs = getattr(getattr(response_cache, "cache", None), "redis_kwargs", None)
-        url = redis_url(kwargs) if isinstance(kwargs, Mapping) else None
-        if url:
-            return url, "litellm_settings.cache_params (type: redis)"
-    url = redis_url({})
-    if url:
-        return url, "REDIS_URL" if os.environ.get("REDIS_URL") else "REDIS_HOST/REDIS_PORT"
+        target = resolve(kwargs) if isinstance(kwargs, Mapping) else None
+        if target:
+            return target._replace(source="litellm_settings.cache_params (type: redis)")
+    target = resolve({})
+    if target:
+        named = ("REDIS_CLUSTER_NODES" if target.cluster else "REDIS_URL" if os.environ.get("REDIS_URL")
+                 else "REDIS_SENTINEL_NODES" if os.environ.get("REDIS_SENTINEL_NODES") else "REDIS_HOST/REDIS_PORT")
+        return target._replace(source=named)
     return None

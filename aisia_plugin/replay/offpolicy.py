@@ -39,6 +39,8 @@ class LoggedEvent:
     reward: float
     features: Mapping[str, object] = field(default_factory=dict)
     attempt: int = 0
+    # Each candidate's (input, output) USD per 1M tokens as the proxy priced it (decision_log.py).
+    prices: Mapping[str, tuple] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -175,8 +177,19 @@ def read_log(lines: Iterable[str], source: str = "<log>") -> list[LoggedEvent]:
             request_id=key[0], alias=str(dec.get("alias") or ""), domain=dec.get("domain"),
             candidates=tuple(dec.get("candidates") or (dec["deployment"],)), chosen=dec["deployment"],
             propensity=float(prob) if isinstance(prob, (int, float)) else math.nan, reward=float(reward),
-            features=dec.get("features") or {}, attempt=key[1]))
+            features=dec.get("features") or {}, attempt=key[1], prices=_prices(dec.get("prices"))))
     return events
+
+
+def _prices(raw) -> dict:
+    """A decision line's prices, each a pair of finite numbers >= 0 (anything else left out)."""
+    out = {}
+    for dep, pair in (raw or {}).items() if isinstance(raw, dict) else ():
+        if (isinstance(pair, list) and len(pair) == 2
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+                        for v in pair)):
+            out[str(dep)] = (float(pair[0]), float(pair[1]))
+    return out
 
 
 class _LoggedDomain:

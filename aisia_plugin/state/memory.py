@@ -108,6 +108,23 @@ class ExpiringCounts:
             del self._counts[next(iter(self._counts))]
 
 
+# What a dump() writes at its top level; an object with none of them is some other JSON.
+STATE_SECTIONS = frozenset({"ticks", "bandit", "breakers", "lkgp", "pacing", "quality", "contextual"})
+
+
+def _not_a_state(data: dict) -> str:
+    """Why a JSON object is no state, saying what it is when it is the stats view (each value a
+    deployment's record with pulls, mean reward and breaker: `/admin/bandit/stats`, `aisia stats
+    --json`), which a user may well save and give as a snapshot."""
+    if all(isinstance(v, dict) and {"pulls", "mean_reward", "breaker"} <= v.keys() for v in data.values()):
+        return ("not a state: this is the stats view of /admin/bandit/stats (or `aisia stats --json`), what a "
+                "proxy shows of its learning, not the state it decides on; read a running proxy with --url URL, "
+                "or give a snapshot (state.snapshot_path)")
+    keys = ", ".join(repr(k) for k in list(data)[:5])
+    return (f"not a state: none of {', '.join(sorted(STATE_SECTIONS))} at its top level (found {keys}); a state "
+            "is what state.snapshot_path holds")
+
+
 class MemoryState:
     """The in-process store (implements ``interfaces.StateStore``). Writes take one lock, so an
     outcome's records change together under threads; asyncio tasks never interleave inside a
@@ -352,6 +369,8 @@ class MemoryState:
         ("bandit 'a-1': pulls: 1e-300 is not 0 or a count of at least 1: read as 0.0")."""
         if not isinstance(data, dict):
             raise ValueError("not a state: expected a JSON object with 'ticks', 'bandit', 'breakers' and 'lkgp'")
+        if data and not STATE_SECTIONS & data.keys():
+            raise ValueError(_not_a_state(data))
         for section in ("bandit", "breakers", "lkgp", "pacing", "quality"):
             if not isinstance(data.get(section) or {}, dict):
                 raise ValueError(f"not a state: '{section}' must be a JSON object")

@@ -217,6 +217,7 @@ class RedisStore:
         :meth:`use_url` first (the proxy: the Redis LiteLLM is configured with)."""
         cfg = policy.state
         self.cfg = cfg
+        self.cluster = cfg.cluster  # or the Redis LiteLLM is configured with is a cluster (use_url)
         self.url: Optional[str] = None
         self.shown_url = "<no URL yet>"
         self.url_source = f"${cfg.redis_url_env}"
@@ -279,8 +280,10 @@ class RedisStore:
         self._sources = {name: self._script(name) for name in SCRIPTS}
         self._shas = {name: hashlib.sha1(src.encode()).hexdigest() for name, src in self._sources.items()}
 
-    def use_url(self, url: str, source: str) -> None:
-        """Connect to `url` (``source`` says where it came from, in errors) when started."""
+    def use_url(self, url: str, source: str, cluster: bool = False) -> None:
+        """Connect to `url` (``source`` says where it came from, in errors) when started; with
+        `cluster`, `url` names a node of a Redis Cluster (LiteLLM's ``startup_nodes``)."""
+        self.cluster = self.cluster or cluster
         self.url = check_url(url, source)
         self.shown_url = redact(url)
         self.url_source = source
@@ -524,7 +527,7 @@ class RedisStore:
         # change nothing twice; a reservation whose reply was lost holds its slot until its lease ends.
         kwargs = dict(socket_timeout=io, socket_connect_timeout=io, retry=Retry(NoBackoff(), 1),
                       health_check_interval=0, decode_responses=False)
-        if self.cfg.cluster:
+        if self.cluster:
             from redis.asyncio.cluster import RedisCluster
 
             return RedisCluster.from_url(self.url, cluster_error_retry_attempts=1, **kwargs)
