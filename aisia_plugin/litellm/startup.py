@@ -309,10 +309,19 @@ class ProxyLife:
     async def _started(self) -> None:
         """Wait for the start-up task (the store opened), or open the store when there is none
         (the hooks called outside a running proxy)."""
-        if self._startup is not None:
+        if self._startup is not None and not self._router_used_alone():
             await asyncio.shield(self._startup)
         else:
             await self._ensure_store()
+
+    def _router_used_alone(self) -> bool:
+        """The aliases were installed into a Router by its owner (``ensure_groups``) while the
+        proxy, whose module some other code imported, has no Router: the start-up task would wait
+        for one forever, and the request must not wait with it."""
+        if self._installed_router is None:
+            return False
+        ps = sys.modules.get(_PROXY_SERVER_MODULE)
+        return ps is None or getattr(ps, "llm_router", None) is None
 
     def _note_workers(self) -> None:
         """One line at start when several workers each keep their own memory store."""
