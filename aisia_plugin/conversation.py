@@ -48,6 +48,8 @@ class Turn:
     deployment_id: str
     prompt_fingerprint: str  # the history up to and including the user message answered
     answer_fingerprint: str  # the answer's text (its tool calls when it has no text)
+    alias: str = ""  # the alias that served it (the evidence is recorded under it)
+    domain: Optional[str] = None  # the prompt's domain as the decision read it (per-domain quality)
 
 
 @dataclass(frozen=True)
