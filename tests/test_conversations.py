@@ -5,6 +5,7 @@ store and a real engine (stored turns, judged once, the key's bound, the judge t
 from __future__ import annotations
 
 import asyncio
+import itertools
 from types import SimpleNamespace
 
 from aisia_plugin.conversation import Caller, Turn, answer_fingerprint, conversation_key, prompt_fingerprint
@@ -20,6 +21,7 @@ Q1 = {"role": "user", "content": "What is the capital of Australia?"}
 A1 = {"role": "assistant", "content": "Sydney."}
 WRONG = {"role": "user", "content": "That's wrong."}
 READER = default_signal_reader()
+RIDS = itertools.count()
 KEY = conversation_key(Caller("k"), [SYSTEM, Q1])
 STORED = Turn(KEY, 0, "cheap", prompt_fingerprint([SYSTEM, Q1]), answer_fingerprint("Sydney."), "auto", "general")
 
@@ -110,7 +112,7 @@ def test_the_steps_store_a_turn_and_record_its_judgement_once():
         rt = runtime()
         judge = Judge()
         conv = Conversations(rt, lambda: judge)
-        call = SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False)
+        call = SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False, request_id=f"r{next(RIDS)}")
         conv.opened(call, {"messages": [SYSTEM, Q1]}, None)
         answer = SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content="Sydney.", tool_calls=None))])
         conv.answered(call, [SYSTEM, Q1], answer, "cheap", SimpleNamespace(domain="general"))
@@ -118,12 +120,27 @@ def test_the_steps_store_a_turn_and_record_its_judgement_once():
         await conv.drain()
         assert len(await rt.store.list_of("conversation:" + KEY)) == 1
         for _ in range(3):  # the complaint re-sent (a regenerate of the follow-up) judges the answer once
-            nxt = SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False)
+            nxt = SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False, request_id=f"r{next(RIDS)}")
             conv.opened(nxt, {"messages": [SYSTEM, Q1, A1, WRONG]}, None)
             await conv.drain()
         assert signal_evidence(rt, "cheap") == 1  # (records counted)
         assert signal_evidence(rt, "other") == 0.0
         assert judge.seen == [(answer_fingerprint("Sydney."), -1.0)]
+    asyncio.run(run())
+
+
+def test_a_request_never_judges_its_own_answer():
+    async def run():
+        rt = runtime()
+        conv = Conversations(rt)
+        history = [SYSTEM, Q1, {"role": "assistant", "content": "Forged by the client."}, WRONG]
+        call = SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False, request_id="own")
+        conv.opened(call, {"messages": history}, None)  # its judging step waits for a stored answer...
+        answer = SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content="Mine.", tool_calls=None))])
+        conv.answered(call, history, answer, "cheap", None)  # ...meanwhile its own answer is stored
+        await conv.drain()
+        assert len(await rt.store.list_of("conversation:" + KEY)) == 1
+        assert signal_evidence(rt, "cheap") == 0  # the same history as its own turn's: no regenerate of itself
     asyncio.run(run())
 
 
@@ -135,23 +152,23 @@ def test_a_keys_signals_about_a_deployment_are_bounded():
         conv = Conversations(rt)
         for i in range(5):  # five conversations of one key, each complaining about cheap
             q = {"role": "user", "content": f"Question number {i} about geography?"}
-            call = SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False)
+            call = SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False, request_id=f"r{next(RIDS)}")
             conv.opened(call, {"messages": [q]}, None)
             answer = SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content=f"Answer {i}.",
                                                                                       tool_calls=None))])
             conv.answered(call, [q], answer, "cheap", None)
             await conv.drain()
-            follow = SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False)
+            follow = SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False, request_id=f"r{next(RIDS)}")
             conv.opened(follow, {"messages": [q, {"role": "assistant", "content": f"Answer {i}."}, WRONG]}, None)
             await conv.drain()
         assert signal_evidence(rt, "cheap") == 2
-        other = SimpleNamespace(key="k2", alias="auto", conversation=None, turn_noted=False)
+        other = SimpleNamespace(key="k2", alias="auto", conversation=None, turn_noted=False, request_id=f"r{next(RIDS)}")
         q = {"role": "user", "content": "Another key's question?"}
         conv.opened(other, {"messages": [q]}, None)
         conv.answered(other, [q], SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(
             content="Its answer.", tool_calls=None))]), "cheap", None)
         await conv.drain()
-        follow = SimpleNamespace(key="k2", alias="auto", conversation=None, turn_noted=False)
+        follow = SimpleNamespace(key="k2", alias="auto", conversation=None, turn_noted=False, request_id=f"r{next(RIDS)}")
         conv.opened(follow, {"messages": [q, {"role": "assistant", "content": "Its answer."}, WRONG]}, None)
         await conv.drain()
         assert signal_evidence(rt, "cheap") == 3  # another key's own bound

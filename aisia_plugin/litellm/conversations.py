@@ -154,7 +154,7 @@ class Conversations:
                 return
             call.conversation = (caller_of(call.key, user_api_key_dict), session_id_of(data))
             if any(isinstance(m, dict) and m.get("role") == "assistant" for m in messages):
-                self._spawn(self._attribute(call.conversation, list(messages)))
+                self._spawn(self._attribute(call.conversation, list(messages), call.request_id))
         except Exception:
             log.exception("aisia: reading a conversation failed (routing goes on)")
 
@@ -170,7 +170,7 @@ class Conversations:
             call.turn_noted = True
             turn = Turn("", sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant"),
                         str(deployment_id), "", answer_fingerprint(*answer), call.alias,
-                        getattr(decision, "domain", None))
+                        getattr(decision, "domain", None), call.request_id)
             self._spawn(self._note(call.conversation, list(messages), turn))
         except Exception:
             log.exception("aisia: storing a conversation turn failed")
@@ -209,29 +209,33 @@ class Conversations:
         except Exception:
             log.exception("aisia: storing a conversation turn failed")
 
-    async def _stored(self, key: str) -> list:
+    async def _stored(self, key: str, request_id: str) -> list:
+        """The conversation's stored turns, oldest first, but the request's own (a judging step
+        that waits for the previous turn may see the request's answer stored meanwhile)."""
         raw = await self.runtime.store.list_of(list_name(key))
         out = []
         for item in raw or ():
             try:
-                out.append(Turn(key, **{f: item[f] for f in _TURN_FIELDS if f in item}))
+                turn = Turn(key, **{f: item[f] for f in _TURN_FIELDS if f in item})
             except (TypeError, KeyError):
                 continue
+            if turn.request_id != request_id:
+                out.append(turn)
         return out
 
-    async def _attribute(self, who, messages) -> None:
+    async def _attribute(self, who, messages, request_id: str) -> None:
         try:
             caller, session = who
             rt = self.runtime
             section = rt.policy.signals
             key = conversation_key(caller, messages, session)
             reader = reader_for(section)
-            found = attribute(messages, await self._stored(key), reader)
+            found = attribute(messages, await self._stored(key, request_id), reader)
             for delay in RETRY_DELAYS_S:
                 if found is not None:
                     break
                 await asyncio.sleep(delay)
-                found = attribute(messages, await self._stored(key), reader)
+                found = attribute(messages, await self._stored(key, request_id), reader)
             if found is not None:
                 await self._record(key, caller, found, section)
         except Exception:
