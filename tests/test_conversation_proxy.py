@@ -13,8 +13,8 @@ import time
 import pytest
 
 from fault_helpers import client_of, start_plugin_proxy, stats, wait_for
-from proxy_harness import start_upstreams, stop_upstreams
-from redis_server import RedisServer
+from proxy_harness import upstreams_fixture
+from redis_server import redis_module  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.proxy  # starts LiteLLM proxies and redis-server
 
@@ -40,18 +40,12 @@ _questions = itertools.count()
 SETTLE_S = 1.5  # longer than a judging step's retries (0.3 s) and a Redis flush
 
 
-@pytest.fixture(scope="module")
-def redis(tmp_path_factory):
-    srv = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    yield srv
-    srv.stop()
+upstreams = upstreams_fixture([{"name": n, "input_cost_per_1m": 1.0, "output_cost_per_1m": 1.0} for n in NAMES])
 
 
 @pytest.fixture(scope="module")
-def upstreams():
-    running = start_upstreams([{"name": n, "input_cost_per_1m": 1.0, "output_cost_per_1m": 1.0} for n in NAMES])
-    yield {u.name: u for u in running}
-    stop_upstreams(running)
+def redis(redis_module):
+    return redis_module
 
 
 def _proxy(tmp_path_factory, upstreams, redis, name):
