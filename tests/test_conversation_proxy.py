@@ -150,6 +150,24 @@ def test_a_follow_up_sent_again_judges_the_answer_once(client, proxy):
     assert before["cv-y"] + 1 <= after["cv-y"] <= before["cv-y"] + 2  # each regenerate replaces another answer
 
 
+def test_a_streamed_answer_is_judged_like_any_other(client, proxy):
+    history = [SYSTEM, {"role": "user", "content": f"Question {next(_questions)}: what is the capital of Chile?"}]
+    chunks = client.chat.completions.create(model="c/x", messages=history, stream=True)
+    history.append({"role": "assistant", "content": "".join(c.choices[0].delta.content or "" for c in chunks
+                                                             if c.choices)})
+    before = counts(proxy)
+    history.append({"role": "user", "content": "That's wrong."})
+    ask(client, "c/y", history)
+    settled_counts(proxy, {"cv-x": before["cv-x"] + 1, "cv-y": before["cv-y"]})
+
+
+def test_an_answer_that_is_not_the_json_asked_for_is_evidence_against_it(client, proxy):
+    before = counts(proxy)
+    question = {"role": "user", "content": f"Question {next(_questions)}: the capital of Chile, as JSON."}
+    client.chat.completions.create(model="c/x", messages=[SYSTEM, question], response_format={"type": "json_object"})
+    settled_counts(proxy, {"cv-x": before["cv-x"] + 1, "cv-y": before["cv-y"]})  # the answer is no JSON
+
+
 def test_two_proxies_sharing_redis_attribute_a_turn_served_by_one_at_the_other(tmp_path_factory, client, proxy,
                                                                                 upstreams, redis):
     other = _proxy(tmp_path_factory, upstreams, redis, "conv-b")

@@ -10,10 +10,12 @@ from types import SimpleNamespace
 
 from aisia_plugin.conversation import Caller, Turn, answer_fingerprint, conversation_key, prompt_fingerprint
 from aisia_plugin.engine import Engine
-from aisia_plugin.litellm.conversations import Conversations, answer_of, attribute, evidence_of, session_id_of
+from aisia_plugin.litellm.conversations import (Conversations, answer_defects, answer_of, attribute, evidence_of,
+                                                session_id_of)
 from aisia_plugin.policy import load_policy
 from aisia_plugin.policy.loader import default_signal_reader
-from aisia_plugin.signals import CORRECTION, REGENERATE, REPHRASE, SATISFACTION, TOOL_ERROR
+from aisia_plugin.signals import (CORRECTION, EMPTY_ANSWER, INVALID_JSON, REGENERATE, REPHRASE, SATISFACTION, TOOL_ERROR,
+                                  TRUNCATED)
 from aisia_plugin.state.memory import MemoryState
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
@@ -115,8 +117,8 @@ def test_the_steps_store_a_turn_and_record_its_judgement_once():
         call = SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False, request_id=f"r{next(RIDS)}")
         conv.opened(call, {"messages": [SYSTEM, Q1]}, None)
         answer = SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content="Sydney.", tool_calls=None))])
-        conv.answered(call, [SYSTEM, Q1], answer, "cheap", SimpleNamespace(domain="general"))
-        conv.answered(call, [SYSTEM, Q1], answer, "other", None)  # once per call
+        conv.answered(call, {"messages": [SYSTEM, Q1]}, answer, "cheap", SimpleNamespace(domain="general"))
+        conv.answered(call, {"messages": [SYSTEM, Q1]}, answer, "other", None)  # once per call
         await conv.drain()
         assert len(await rt.store.list_of("conversation:" + KEY)) == 1
         for _ in range(3):  # the complaint re-sent (a regenerate of the follow-up) judges the answer once
@@ -137,7 +139,7 @@ def test_a_request_never_judges_its_own_answer():
         call = SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False, request_id="own")
         conv.opened(call, {"messages": history}, None)  # its judging step waits for a stored answer...
         answer = SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content="Mine.", tool_calls=None))])
-        conv.answered(call, history, answer, "cheap", None)  # ...meanwhile its own answer is stored
+        conv.answered(call, {"messages": history}, answer, "cheap", None)  # ...meanwhile its own answer is stored
         await conv.drain()
         assert len(await rt.store.list_of("conversation:" + KEY)) == 1
         assert signal_evidence(rt, "cheap") == 0  # the same history as its own turn's: no regenerate of itself
@@ -156,7 +158,7 @@ def test_a_keys_signals_about_a_deployment_are_bounded():
             conv.opened(call, {"messages": [q]}, None)
             answer = SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content=f"Answer {i}.",
                                                                                       tool_calls=None))])
-            conv.answered(call, [q], answer, "cheap", None)
+            conv.answered(call, {"messages": [q]}, answer, "cheap", None)
             await conv.drain()
             follow = SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False, request_id=f"r{next(RIDS)}")
             conv.opened(follow, {"messages": [q, {"role": "assistant", "content": f"Answer {i}."}, WRONG]}, None)
@@ -165,11 +167,47 @@ def test_a_keys_signals_about_a_deployment_are_bounded():
         other = SimpleNamespace(key="k2", alias="auto", conversation=None, turn_noted=False, request_id=f"r{next(RIDS)}")
         q = {"role": "user", "content": "Another key's question?"}
         conv.opened(other, {"messages": [q]}, None)
-        conv.answered(other, [q], SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(
+        conv.answered(other, {"messages": [q]}, SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(
             content="Its answer.", tool_calls=None))]), "cheap", None)
         await conv.drain()
         follow = SimpleNamespace(key="k2", alias="auto", conversation=None, turn_noted=False, request_id=f"r{next(RIDS)}")
         conv.opened(follow, {"messages": [q, {"role": "assistant", "content": "Its answer."}, WRONG]}, None)
         await conv.drain()
         assert signal_evidence(rt, "cheap") == 3  # another key's own bound
+    asyncio.run(run())
+
+
+def reply(content, finish_reason="stop"):
+    return SimpleNamespace(choices=[SimpleNamespace(finish_reason=finish_reason, message=SimpleNamespace(
+        content=content, tool_calls=None))])
+
+
+def defects(request, response):
+    return [s.kind for s in answer_defects(READER, request, request["messages"], response, answer_of(response))]
+
+
+def test_an_answers_own_defects_are_read_but_a_cut_the_client_asked_for_is_not():
+    asked = {"messages": [Q1]}
+    assert defects(asked, reply("Canberra.")) == []
+    assert defects(asked, reply("")) == [EMPTY_ANSWER]
+    assert defects(asked, reply("Canberra is", "length")) == [TRUNCATED]
+    assert defects({**asked, "max_tokens": 3}, reply("Canberra is", "length")) == []
+    assert defects({**asked, "optional_params": {"max_completion_tokens": 3}}, reply("Canberra is", "length")) == []
+    wants_json = {**asked, "response_format": {"type": "json_object"}}
+    assert defects(wants_json, reply("Sure! {not json")) == [INVALID_JSON]
+    assert defects(wants_json, reply('{"capital": "Canberra"}')) == []
+
+
+def test_an_empty_answer_is_evidence_against_its_deployment_once():
+    async def run():
+        rt = runtime()
+        conv = Conversations(rt)
+        before = rt.engine.quality_estimate("cheap")
+        call = SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False, request_id="e1")
+        conv.opened(call, {"messages": [SYSTEM, Q1]}, None)
+        conv.answered(call, {"messages": [SYSTEM, Q1]}, reply(""), "cheap", None)
+        conv.answered(call, {"messages": [SYSTEM, Q1]}, reply(""), "cheap", None)  # once per call
+        await conv.drain()
+        assert signal_evidence(rt, "cheap") == 1
+        assert rt.engine.quality_estimate("cheap") < before
     asyncio.run(run())

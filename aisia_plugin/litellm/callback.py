@@ -168,7 +168,7 @@ class AisiaPlugin(ProxyLife, CustomLogger):
             if served is not None:
                 self.judge.offer(served)
         if not call.turn_noted:  # (a stream: its answer is whole only here)
-            rt.conversations.answered(call, kwargs.get("messages"), response_obj, outcome.deployment_id,
+            rt.conversations.answered(call, kwargs, response_obj, outcome.deployment_id,
                                       attempt.decision)
         stream = events.is_stream(kwargs)  # (a time to first token is learned for a stream only)
         self._learn_attempt(call, attempt, outcome, stream,
@@ -275,7 +275,7 @@ class AisiaPlugin(ProxyLife, CustomLogger):
             served = call.serve(a.deployment_id, a.decision)
             if served is not None:
                 rt.note_served(call, served)
-            rt.conversations.answered(call, data.get("messages"), response, a.deployment_id, a.decision)
+            rt.conversations.answered(call, data, response, a.deployment_id, a.decision)
         return response_headers(call, a, rt.policy.proxy.verbose_reason_header)
 
     # -- 5. errors: the request forgotten --------------------------------------------------------

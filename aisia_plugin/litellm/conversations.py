@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from ..conversation import (Caller, Judgement, Turn, answer_fingerprint, conversation_key, judge, judged_turn, new_user_text,
                             previous_user_text, prompt_fingerprint, tool_results)
-from ..signals import REGENERATE, Signal, reader_for
+from ..signals import REGENERATE, TRUNCATED, AnswerView, Signal, content_text, reader_for
 
 log = logging.getLogger("aisia_plugin.litellm")
 
@@ -129,6 +129,40 @@ def answer_of(response) -> Optional[tuple]:
     return content, calls
 
 
+def _request_param(request, name: str):
+    """A request parameter as the client sent it (the proxy's body, or LiteLLM's optional_params)."""
+    value = request.get(name)
+    if value is None:
+        value = (request.get("optional_params") or {}).get(name)
+    return value
+
+
+def answer_view(request, response, answer: tuple) -> AnswerView:
+    """What ``SignalReader.read_answer`` needs of an answer: its text, finish_reason, whether it
+    called tools, whether the request asked for JSON (``response_format``)."""
+    try:
+        finish_reason = response.choices[0].finish_reason
+    except (AttributeError, IndexError, TypeError):
+        finish_reason = None
+    fmt = _request_param(request, "response_format")
+    kind = fmt.get("type") if isinstance(fmt, dict) else getattr(fmt, "type", None)
+    content, calls = answer
+    return AnswerView(content_text(content), finish_reason if isinstance(finish_reason, str) else None, bool(calls),
+                      kind in ("json_object", "json_schema"))
+
+
+def answer_defects(reader, request, messages, response, answer: tuple) -> tuple:
+    """The signals an answer carries by itself (``read_answer``: refusal, empty, cut, invalid JSON,
+    a repeat of the history's last answer). A cut the client asked for (its own ``max_tokens``)
+    is the client's choice, not the deployment's defect."""
+    previous = next((content_text(m.get("content")) for m in reversed(messages)
+                     if isinstance(m, dict) and m.get("role") == "assistant"), None)
+    found = reader.read_answer(answer_view(request, response, answer), previous)
+    if _request_param(request, "max_tokens") is not None or _request_param(request, "max_completion_tokens") is not None:
+        found = tuple(s for s in found if s.kind != TRUNCATED)
+    return found
+
+
 def list_name(conversation: str) -> str:
     return f"conversation:{conversation}"
 
@@ -158,10 +192,12 @@ class Conversations:
         except Exception:
             log.exception("aisia: reading a conversation failed (routing goes on)")
 
-    def answered(self, call, messages, response, deployment_id: Optional[str], decision) -> None:
-        """`call` was answered by `deployment_id` with `response`: its turn is stored in the
-        background, once per call."""
+    def answered(self, call, request, response, deployment_id: Optional[str], decision) -> None:
+        """`call` (its `request`: the proxy's body, or LiteLLM's kwargs) was answered by
+        `deployment_id` with `response`: its turn is stored, and the answer's own defects
+        recorded, in the background, once per call."""
         try:
+            messages = request.get("messages") if isinstance(request, dict) else None
             if call.conversation is None or call.turn_noted or not deployment_id or not isinstance(messages, list):
                 return
             answer = answer_of(response)
@@ -171,7 +207,8 @@ class Conversations:
             turn = Turn("", sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant"),
                         str(deployment_id), "", answer_fingerprint(*answer), call.alias,
                         getattr(decision, "domain", None), call.request_id)
-            self._spawn(self._note(call.conversation, list(messages), turn))
+            defects = answer_defects(reader_for(self.runtime.policy.signals), request, messages, response, answer)
+            self._spawn(self._note(call.conversation, list(messages), turn, defects))
         except Exception:
             log.exception("aisia: storing a conversation turn failed")
 
@@ -196,7 +233,7 @@ class Conversations:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     # -- the steps ----------------------------------------------------------------------------------
-    async def _note(self, who, messages, turn: Turn) -> None:
+    async def _note(self, who, messages, turn: Turn, defects: tuple = ()) -> None:
         try:
             caller, session = who
             section = self.runtime.policy.signals
@@ -206,6 +243,8 @@ class Conversations:
             record["prompt_fingerprint"] = prompt_fingerprint(messages)
             await self.runtime.store.add_to_list(list_name(key), record, section.conversation_ttl_s,
                                                  section.conversation_max_turns)
+            if defects:
+                await self._evidence(caller, Turn(key, **record), defects, section)
         except Exception:
             log.exception("aisia: storing a conversation turn failed")
 
@@ -248,10 +287,15 @@ class Conversations:
                                      section.conversation_ttl_s)
         if claim != 1:
             return
-        engine = self.runtime.engine
+        await self._evidence(caller, turn, found.signals, section)
+
+    async def _evidence(self, caller: Caller, turn: Turn, signals: tuple, section) -> None:
+        """Each signal about `turn`'s answer recorded as ``signal`` evidence against its deployment,
+        within the caller's bound."""
+        store, engine = self.runtime.store, self.runtime.engine
         source_weight = engine.quality.weight("signal")
         judge_runner = self.judge_of()
-        for signal in found.signals:
+        for signal in signals:
             evidence = evidence_of(signal, section.weights)
             if evidence is None:
                 continue
