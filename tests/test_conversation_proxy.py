@@ -25,6 +25,8 @@ state:
   backend: redis
   cache_ttl_ms: 100
   flush_ms: 50
+signals:
+  max_signals_per_key_hour: 12
 aliases:
   c/x:
     description: served by X
@@ -37,6 +39,7 @@ aliases:
 """
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 _questions = itertools.count()
+BOUND = 12  # the policy's signals.max_signals_per_key_hour
 SETTLE_S = 1.5  # longer than a judging step's retries (0.3 s) and a Redis flush
 
 
@@ -179,3 +182,15 @@ def test_two_proxies_sharing_redis_attribute_a_turn_served_by_one_at_the_other(t
         settled_counts(proxy, {"cv-x": before["cv-x"] + 1, "cv-y": before["cv-y"]})
     finally:
         other.stop()
+
+
+def test_one_keys_complaints_about_a_deployment_count_up_to_its_bound(client, proxy):
+    """Last in the module: it spends the key's bound about X."""
+    for _ in range(int(BOUND - counts(proxy)["cv-x"]) + 3):  # three complaints past the bound
+        history = opened(client, "c/x")
+        history.append({"role": "user", "content": "That's wrong."})
+        ask(client, "c/y", history)
+    wait_for(lambda: counts(proxy)["cv-x"] == BOUND, f"X's signal evidence at the bound ({BOUND})", limit_s=20,
+             every_s=0.1, detail=lambda: counts(proxy))
+    time.sleep(SETTLE_S)
+    assert counts(proxy)["cv-x"] == BOUND  # the three past it were read and dropped

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 from aisia_plugin.conversation import Caller, Turn, answer_fingerprint, conversation_key, prompt_fingerprint
 from aisia_plugin.engine import Engine
-from aisia_plugin.litellm.conversations import (Conversations, answer_defects, answer_of, attribute, evidence_of,
-                                                session_id_of)
+from aisia_plugin.litellm.conversations import (Conversations, answer_defects, answer_of, answer_view, attribute,
+                                                client_cut, evidence_of, session_id_of)
 from aisia_plugin.policy import load_policy
 from aisia_plugin.policy.loader import default_signal_reader
 from aisia_plugin.signals import (CORRECTION, EMPTY_ANSWER, INVALID_JSON, REGENERATE, REPHRASE, SATISFACTION, TOOL_ERROR,
@@ -183,7 +183,8 @@ def reply(content, finish_reason="stop"):
 
 
 def defects(request, response):
-    return [s.kind for s in answer_defects(READER, request, request["messages"], response, answer_of(response))]
+    view = answer_view(request, response, answer_of(response))
+    return [s.kind for s in answer_defects(READER, view, client_cut(request), request["messages"])]
 
 
 def test_an_answers_own_defects_are_read_but_a_cut_the_client_asked_for_is_not():

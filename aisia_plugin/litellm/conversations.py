@@ -151,14 +151,20 @@ def answer_view(request, response, answer: tuple) -> AnswerView:
                       kind in ("json_object", "json_schema"))
 
 
-def answer_defects(reader, request, messages, response, answer: tuple) -> tuple:
+def client_cut(request) -> bool:
+    """Whether the client capped the answer's length itself (its own ``max_tokens``)."""
+    return _request_param(request, "max_tokens") is not None or \
+        _request_param(request, "max_completion_tokens") is not None
+
+
+def answer_defects(reader, view: AnswerView, capped_by_client: bool, messages) -> tuple:
     """The signals an answer carries by itself (``read_answer``: refusal, empty, cut, invalid JSON,
-    a repeat of the history's last answer). A cut the client asked for (its own ``max_tokens``)
-    is the client's choice, not the deployment's defect."""
+    a repeat of the history's last answer). A cut the client asked for is the client's choice,
+    not the deployment's defect."""
     previous = next((content_text(m.get("content")) for m in reversed(messages)
                      if isinstance(m, dict) and m.get("role") == "assistant"), None)
-    found = reader.read_answer(answer_view(request, response, answer), previous)
-    if _request_param(request, "max_tokens") is not None or _request_param(request, "max_completion_tokens") is not None:
+    found = reader.read_answer(view, previous)
+    if capped_by_client:
         found = tuple(s for s in found if s.kind != TRUNCATED)
     return found
 
@@ -204,11 +210,11 @@ class Conversations:
             if answer is None:
                 return
             call.turn_noted = True
-            turn = Turn("", sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant"),
-                        str(deployment_id), "", answer_fingerprint(*answer), call.alias,
-                        getattr(decision, "domain", None), call.request_id)
-            defects = answer_defects(reader_for(self.runtime.policy.signals), request, messages, response, answer)
-            self._spawn(self._note(call.conversation, list(messages), turn, defects))
+            # (what is read of the response and the request now; fingerprints and defects in the task)
+            turn = Turn("", 0, str(deployment_id), "", "", call.alias, getattr(decision, "domain", None),
+                        call.request_id)
+            self._spawn(self._note(call.conversation, list(messages), turn, answer,
+                                   answer_view(request, response, answer), client_cut(request)))
         except Exception:
             log.exception("aisia: storing a conversation turn failed")
 
@@ -233,14 +239,17 @@ class Conversations:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     # -- the steps ----------------------------------------------------------------------------------
-    async def _note(self, who, messages, turn: Turn, defects: tuple = ()) -> None:
+    async def _note(self, who, messages, turn: Turn, answer: tuple, view: AnswerView, capped: bool) -> None:
         try:
             caller, session = who
             section = self.runtime.policy.signals
             key = conversation_key(caller, messages, session)
             record = asdict(turn)
             record.pop("conversation")
+            record["turn_index"] = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
             record["prompt_fingerprint"] = prompt_fingerprint(messages)
+            record["answer_fingerprint"] = answer_fingerprint(*answer)
+            defects = answer_defects(reader_for(section), view, capped, messages)
             await self.runtime.store.add_to_list(list_name(key), record, section.conversation_ttl_s,
                                                  section.conversation_max_turns)
             if defects:
