@@ -48,6 +48,9 @@ class Turn:
     deployment_id: str
     prompt_fingerprint: str  # the history up to and including the user message answered
     answer_fingerprint: str  # the answer's text (its tool calls when it has no text)
+    alias: str = ""  # the alias that served it (the evidence is recorded under it)
+    domain: Optional[str] = None  # the prompt's domain as the decision read it (per-domain quality)
+    request_id: str = ""  # the proxy's id of the request it answered (a request never judges its own answer)
 
 
 @dataclass(frozen=True)

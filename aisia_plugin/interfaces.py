@@ -80,3 +80,13 @@ class StateStore(Protocol):
     async def counted(self, name: str) -> Optional[int]:
         """The counter `name` now: 0 when never counted or expired; None when a shared store
         cannot be reached."""
+
+    async def add_to_list(self, name: str, item: dict, ttl_s: float, keep: int) -> Optional[bool]:
+        """Append `item` (plain JSON data) to the list `name`, shared by every process of the
+        store: the list lives `ttl_s` from its last append and keeps its `keep` newest items (a
+        conversation's answered turns, litellm/conversations.py). True when kept; None when a
+        shared store cannot be reached."""
+
+    async def list_of(self, name: str) -> Optional[list]:
+        """The list `name`, oldest first: empty when never written or expired; None when a shared
+        store cannot be reached."""

@@ -400,6 +400,27 @@ async def test_shared_counters_count_for_every_view_and_expire_with_their_ttl(h)
     assert await h.store.count_up("revoked:s1", 1.0) == 1  # counted anew after it expired
 
 
+async def test_shared_lists_keep_their_newest_items_for_every_view_and_expire_with_their_ttl(h):
+    """A conversation's answered turns (litellm/conversations.py): what one view appends every view
+    reads, oldest first; only the `keep` newest stay; the list ends `ttl_s` after its last append."""
+    other = await h.other()
+    assert await h.store.list_of("conv:a") == []
+    for i in range(5):
+        assert await h.store.add_to_list("conv:a", {"turn": i, "dep": "x"}, 60, 3) is True
+    await h.midpoint()
+    assert await other.list_of("conv:a") == [{"turn": 2, "dep": "x"}, {"turn": 3, "dep": "x"}, {"turn": 4, "dep": "x"}]
+    assert await other.add_to_list("conv:a", {"turn": 5, "dep": "y"}, 60, 3) is True
+    assert [t["turn"] for t in await h.store.list_of("conv:a")] == [3, 4, 5]
+    assert await h.store.list_of("conv:b") == []  # per name
+    assert await h.store.add_to_list("conv:short", {"turn": 0}, 1.0, 3) is True
+    for _ in range(60):  # bounded: the TTL is a second
+        if await other.list_of("conv:short") == [] and await h.store.list_of("conv:short") == []:
+            break
+        await asyncio.sleep(0.05)
+    assert await other.list_of("conv:short") == [] and await h.store.list_of("conv:short") == []
+    assert [t["turn"] for t in await other.list_of("conv:a")] == [3, 4, 5]
+
+
 # -- quality evidence (aisia_plugin/quality.py): kept apart from the arms, the same in every store --
 def evidence(seed: int, n: int, deps=("a", "b", "c")):
     rng = random.Random(seed)

@@ -61,6 +61,7 @@ class AisiaPlugin(ProxyLife, CustomLogger):
         rt = self.runtime
         call = rt.open_call(rid, model, rt.session(ap, data, user_api_key_dict))
         call.key = caller_key(user_api_key_dict)  # who may give feedback for it
+        rt.conversations.opened(call, data, user_api_key_dict)  # the answer it judges, in the background
         return data
 
     # -- 2. the decision, per attempt: DECIDED ---------------------------------------------------
@@ -166,6 +167,9 @@ class AisiaPlugin(ProxyLife, CustomLogger):
             served = served_answer(kwargs, response_obj, attempt.decision, outcome.deployment_id)
             if served is not None:
                 self.judge.offer(served)
+        if not call.turn_noted:  # (a stream: its answer is whole only here)
+            rt.conversations.answered(call, kwargs, response_obj, outcome.deployment_id,
+                                      attempt.decision)
         stream = events.is_stream(kwargs)  # (a time to first token is learned for a stream only)
         self._learn_attempt(call, attempt, outcome, stream,
                             events.time_to_first_token(kwargs, start_time) if stream else None)
@@ -271,6 +275,7 @@ class AisiaPlugin(ProxyLife, CustomLogger):
             served = call.serve(a.deployment_id, a.decision)
             if served is not None:
                 rt.note_served(call, served)
+            rt.conversations.answered(call, data, response, a.deployment_id, a.decision)
         return response_headers(call, a, rt.policy.proxy.verbose_reason_header)
 
     # -- 5. errors: the request forgotten --------------------------------------------------------

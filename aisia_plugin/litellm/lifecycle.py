@@ -45,9 +45,12 @@ assistant turn; a regenerate blames the answer it replaces) belong on the same r
 conversation instead: a later request of the conversation, when its call is opened
 (``Runtime.open_call``, from the pre-call hook), would look up the previous turn's ServedAnswer and
 attribute its signal to that answer's deployment and features, whichever deployment serves the
-new turn. Not built yet: today a ServedAnswer is found by request id only, and the contextual
-features are released once the answer is learned (``Decision.context = None``), so attributing a
-later signal with them needs the record to keep them.
+new turn. Built as its own record (litellm/conversations.py): the answer is stored as a
+``conversation.Turn`` under the conversation's key when the call is answered (``Call.conversation``
+names who asks and in which conversation; ``Call.turn_noted`` stores it once), and the next
+request's signals are recorded against that turn's deployment, alias and domain. The contextual
+features are not kept on it (they are released once the answer is learned,
+``Decision.context = None``): a signal teaches the deployment's quality, not its per-prompt model.
 """
 
 from __future__ import annotations
@@ -207,6 +210,8 @@ class Call:
     latest: Optional["Call"] = None  # the branch that was decided last; None: this call (see decided)
     served: Optional[ServedAnswer] = None  # registered for feedback (serve)
     key: Optional[str] = None  # the hash of the API key that made it (caller_key): who may give feedback
+    conversation: Optional[tuple] = None  # (conversation.Caller, session id): its conversation (conversations.py)
+    turn_noted: bool = False  # its answer was stored as a turn of that conversation
     phase: Phase = ROUTING
 
     # -- where the request stands ---------------------------------------------------------------

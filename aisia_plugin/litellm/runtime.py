@@ -20,6 +20,7 @@ from ..engine import Engine
 from ..policy.loader import LoadedPolicy
 from ..policy.models import Policy
 from ..state import open_store
+from .conversations import Conversations
 from .costs import litellm_price, with_context_window
 from .events import session_of
 from .lifecycle import Attempt, Call, ServedAnswer  # noqa: F401 (Attempt: the call's records, here too)
@@ -147,6 +148,7 @@ class Runtime:
         self.calls: "OrderedDict[str, Call]" = OrderedDict()
         self.explain: deque = deque(maxlen=self.policy.proxy.explain_history)
         self.after = AfterResponse()  # learning, logging and metrics, run after the hooks
+        self.conversations = Conversations(self)  # conversation signals, in the background
 
     def new_engine(self, policy: Policy) -> Engine:
         """An engine for `policy` over this store (what was learned is kept). Compiling its
@@ -256,9 +258,8 @@ class Runtime:
         return session_key(str(value)) if value else None
 
     def open_call(self, request_id: str, alias: str, session: Optional[str]) -> Call:
-        """The request's call for `alias`, opened by the pre-call hook (ROUTING). This is where a
-        later turn of a conversation would find the previous turn's ServedAnswer and attribute
-        its signals to it (lifecycle.py's docstring); not built yet."""
+        """The request's call for `alias`, opened by the pre-call hook (ROUTING); its conversation
+        is read after it (``Conversations.opened``)."""
         now = time.monotonic()
         call = self.calls.get(request_id)
         if call is None or call.alias != alias:
@@ -280,7 +281,8 @@ class Runtime:
             return first
         branch = first.branches.get(alias)
         if branch is None and create:
-            branch = first.branches[alias] = Call(alias, request_id, None, time.monotonic(), key=first.key)
+            branch = first.branches[alias] = Call(alias, request_id, None, time.monotonic(), key=first.key,
+                                                  conversation=first.conversation)
         return branch
 
     def close_call(self, call: Call) -> None:

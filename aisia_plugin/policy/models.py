@@ -281,6 +281,9 @@ class Signals(BaseModel):
     repeat_min_similarity: float
     repeat_min_words: int
     answer_lead_chars: int
+    conversation_ttl_s: float
+    conversation_max_turns: int
+    max_signals_per_key_hour: int
     weights: SignalWeights
     lexicons: dict[str, SignalLexicon]
 

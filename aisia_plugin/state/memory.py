@@ -125,6 +125,38 @@ def _not_a_state(data: dict) -> str:
             "is what state.snapshot_path holds")
 
 
+class ExpiringLists:
+    """Named lists, each living ``ttl_s`` from its last append and keeping its ``keep`` newest
+    items (a conversation's turns). Bounded in number: past ``limit`` the expired go, then the
+    least recently written."""
+
+    def __init__(self, limit: int = 20000):
+        self.limit = limit
+        self._lists: dict[str, list] = {}  # name -> [items, monotonic expiry], least recently written first
+
+    def add(self, name: str, item, ttl_s: float, keep: int) -> None:
+        now = time.monotonic()
+        hit = self._lists.pop(name, None)
+        if hit is None or hit[1] <= now:
+            if len(self._lists) >= self.limit:
+                self._trim(now)
+            hit = [[], 0.0]
+        hit[0].append(item)
+        del hit[0][:-max(1, keep)]
+        hit[1] = now + ttl_s
+        self._lists[name] = hit
+
+    def items(self, name: str) -> list:
+        hit = self._lists.get(name)
+        return list(hit[0]) if hit is not None and hit[1] > time.monotonic() else []
+
+    def _trim(self, now: float) -> None:
+        for name in [n for n, (_, expiry) in self._lists.items() if expiry <= now]:
+            del self._lists[name]
+        while len(self._lists) >= self.limit:
+            del self._lists[next(iter(self._lists))]
+
+
 class MemoryState:
     """The in-process store (implements ``interfaces.StateStore``). Writes take one lock, so an
     outcome's records change together under threads; asyncio tasks never interleave inside a
@@ -143,6 +175,7 @@ class MemoryState:
         self.paces: dict[str, PaceState] = {}
         self.served = ServedRequests()
         self.counts = ExpiringCounts()
+        self.lists = ExpiringLists()
         # The contextual strategy's per-deployment models (the engine updates them in place).
         self.contextual = ContextualModels()
         # domain (None: over every domain) -> deployment -> its quality evidence (quality.py)
@@ -295,6 +328,18 @@ class MemoryState:
         """The counter `name` now: 0 when never counted or expired (None: a shared store that
         cannot be reached)."""
         return self.counts.counted(name)
+
+    async def add_to_list(self, name: str, item: dict, ttl_s: float, keep: int) -> Optional[bool]:
+        """Append `item` to the list `name`, which lives `ttl_s` from its last append and keeps
+        its `keep` newest items (a shared store shares it with every process)."""
+        with self._lock:
+            self.lists.add(name, item, ttl_s, keep)
+        return True
+
+    async def list_of(self, name: str) -> Optional[list]:
+        """The list `name`, oldest first (empty: never written, or expired)."""
+        with self._lock:
+            return self.lists.items(name)
 
     async def aclose(self) -> None:
         """Flush what is pending (a shared store's queued outcomes; here the snapshot, if any)."""

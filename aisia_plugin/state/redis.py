@@ -497,6 +497,48 @@ class RedisStore:
         except ValueError:  # not a counter of ours: counted, so a revocation is never lost to it
             return 1
 
+    # -- shared lists (a conversation's answered turns) --------------------------------------------
+    def list_key(self, name: str) -> str:
+        return f"{self.tag}list:{name}"
+
+    async def add_to_list(self, name: str, item: dict, ttl_s: float, keep: int) -> Optional[bool]:
+        """Append `item` for every process: RPUSH, LTRIM to the `keep` newest and EXPIRE, in one
+        MULTI (the list never lives without its TTL); None while Redis cannot be reached
+        (nothing is kept to write later: a turn not stored is a turn not judged)."""
+        if self._client is None or (self._down and time.monotonic() < self._retry_at):
+            return None
+        k = self.list_key(name)
+        try:
+            pipe = self._client.pipeline(transaction=True)
+            pipe.rpush(k, json.dumps(item, separators=(",", ":")))
+            pipe.ltrim(k, -max(1, int(keep)), -1)
+            pipe.expire(k, max(1, math.ceil(ttl_s)))
+            await pipe.execute()
+        except Exception as exc:
+            self._outage(exc)
+            return None
+        self._recovered()
+        return True
+
+    async def list_of(self, name: str) -> Optional[list]:
+        """The list `name` as every process wrote it, oldest first (an item that is not JSON is
+        skipped); None while Redis cannot be reached."""
+        if self._client is None or (self._down and time.monotonic() < self._retry_at):
+            return None
+        try:
+            raw = await self._client.lrange(self.list_key(name), 0, -1)
+        except Exception as exc:
+            self._outage(exc)
+            return None
+        self._recovered()
+        out = []
+        for value in raw or ():
+            try:
+                out.append(json.loads(value))
+            except (ValueError, TypeError):
+                continue
+        return out
+
     def clock(self) -> float:
         """The server's time, as this process best knows it (local clock + measured offset)."""
         return time.time() + self._offset

@@ -1,0 +1,214 @@
+"""The proxy's conversation step (aisia_plugin/litellm/conversations.py) over plain data: which
+stored answer a request judges and with which signals, and the background steps over a memory
+store and a real engine (stored turns, judged once, the key's bound, the judge told)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from types import SimpleNamespace
+
+from aisia_plugin.conversation import Caller, Turn, answer_fingerprint, conversation_key, prompt_fingerprint
+from aisia_plugin.engine import Engine
+from aisia_plugin.litellm.conversations import (Conversations, answer_defects, answer_of, answer_view, attribute,
+                                                client_cut, evidence_of, session_id_of)
+from aisia_plugin.policy import load_policy
+from aisia_plugin.policy.loader import default_signal_reader
+from aisia_plugin.signals import (CORRECTION, EMPTY_ANSWER, INVALID_JSON, REGENERATE, REPHRASE, SATISFACTION, TOOL_ERROR,
+                                  TRUNCATED)
+from aisia_plugin.state.memory import MemoryState
+
+SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
+Q1 = {"role": "user", "content": "What is the capital of Australia?"}
+A1 = {"role": "assistant", "content": "Sydney."}
+WRONG = {"role": "user", "content": "That's wrong."}
+READER = default_signal_reader()
+RIDS = itertools.count()
+KEY = conversation_key(Caller("k"), [SYSTEM, Q1])
+STORED = Turn(KEY, 0, "cheap", prompt_fingerprint([SYSTEM, Q1]), answer_fingerprint("Sydney."), "auto", "general")
+
+
+def kinds(found):
+    return [s.kind for s in found.signals]
+
+
+def test_a_complaint_blames_the_stored_answer_it_follows():
+    found = attribute([SYSTEM, Q1, A1, WRONG], [STORED], READER)
+    assert found.turn == STORED and kinds(found) == [CORRECTION]
+    fr = attribute([SYSTEM, Q1, A1, {"role": "user", "content": "C'est faux."}], [STORED], READER)
+    assert kinds(fr) == [CORRECTION] and fr.signals[0].language == "fr"
+    thanks = attribute([SYSTEM, Q1, A1, {"role": "user", "content": "Thanks, that works!"}], [STORED], READER)
+    assert kinds(thanks) == [SATISFACTION]
+
+
+def test_nothing_is_judged_that_the_proxy_did_not_answer_or_nobody_said():
+    forged = {"role": "assistant", "content": "Canberra, said nobody."}
+    assert attribute([SYSTEM, Q1, forged, WRONG], [STORED], READER) is None  # the client's own text
+    assert attribute([SYSTEM, Q1, A1, WRONG], [], READER) is None  # nothing stored
+    assert attribute([SYSTEM, Q1], [STORED], READER) is None  # a one-shot prompt sent again: no regenerate
+    neutral = {"role": "user", "content": "Now write a haiku about autumn leaves."}
+    assert attribute([SYSTEM, Q1, A1, neutral], [STORED], READER) is None  # a new question says nothing
+
+
+def test_a_regenerate_blames_the_answer_it_replaces_and_a_rephrase_is_read():
+    second = Turn(KEY, 1, "frontier", prompt_fingerprint([SYSTEM, Q1, A1, WRONG]), answer_fingerprint("Canberra."))
+    found = attribute([SYSTEM, Q1, A1, WRONG], [STORED, second], READER)
+    assert found.turn == second and kinds(found) == [REGENERATE]
+    again = {"role": "user", "content": "What's the capital city of Australia?"}
+    assert kinds(attribute([SYSTEM, Q1, A1, again], [STORED], READER)) == [REPHRASE]
+
+
+def test_a_tool_error_in_an_agent_loop_blames_the_call():
+    call = {"role": "assistant", "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}]}
+    turn = Turn(KEY, 0, "agent", prompt_fingerprint([SYSTEM, Q1]), answer_fingerprint(None, call["tool_calls"]))
+    found = attribute([SYSTEM, Q1, call, {"role": "tool", "tool_call_id": "c1", "content": "Error: no city"}],
+                      [turn], READER)
+    assert found.turn == turn and kinds(found) == [TOOL_ERROR]
+
+
+def test_evidence_values_and_weights_follow_the_policy():
+    weights = load_policy().signals.weights
+    (sig,) = attribute([SYSTEM, Q1, A1, WRONG], [STORED], READER).signals
+    assert evidence_of(sig, weights) == (0.0, 1.0)
+    (thanks,) = attribute([SYSTEM, Q1, A1, {"role": "user", "content": "thanks!"}], [STORED], READER).signals
+    assert evidence_of(thanks, weights) == (1.0, weights.satisfaction)
+    assert evidence_of(sig, weights.model_copy(update={"correction": 0.0})) is None
+
+
+def test_the_session_id_is_the_clients_only_and_answers_are_read_as_the_history_carries_them():
+    assert session_id_of({"litellm_session_id": "s1"}) == "s1"
+    assert session_id_of({"proxy_server_request": {"headers": {"X-LiteLLM-Session-Id": "s2"}}}) == "s2"
+    assert session_id_of({"litellm_session_id": "m", "metadata": {"litellm_session_id_generated": True}}) is None
+    assert session_id_of({}) is None
+    fn = SimpleNamespace(name="weather", arguments="{}")
+    response = SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(
+        content=None, tool_calls=[SimpleNamespace(function=fn)]))])
+    content, calls = answer_of(response)
+    assert answer_fingerprint(content, calls) == answer_fingerprint(
+        None, [{"id": "x", "type": "function", "function": {"name": "weather", "arguments": "{}"}}])
+    assert answer_of(object()) is None
+
+
+class Judge:
+    def __init__(self):
+        self.seen = []
+
+    def signalled(self, key, weight):
+        self.seen.append((key, weight))
+
+
+def runtime(policy=None):
+    policy = policy or load_policy()
+    store = MemoryState()
+    return SimpleNamespace(policy=policy, store=store, engine=Engine(policy, store=store))
+
+
+def signal_evidence(rt, dep):
+    row = rt.store.stats().get(dep)
+    return row["quality"]["evidence"]["signal"] if row else 0.0
+
+
+def test_the_steps_store_a_turn_and_record_its_judgement_once():
+    async def run():
+        rt = runtime()
+        judge = Judge()
+        conv = Conversations(rt, lambda: judge)
+        call = SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False, request_id=f"r{next(RIDS)}")
+        conv.opened(call, {"messages": [SYSTEM, Q1]}, None)
+        answer = SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content="Sydney.", tool_calls=None))])
+        conv.answered(call, {"messages": [SYSTEM, Q1]}, answer, "cheap", SimpleNamespace(domain="general"))
+        conv.answered(call, {"messages": [SYSTEM, Q1]}, answer, "other", None)  # once per call
+        await conv.drain()
+        assert len(await rt.store.list_of("conversation:" + KEY)) == 1
+        for _ in range(3):  # the complaint re-sent (a regenerate of the follow-up) judges the answer once
+            nxt = SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False, request_id=f"r{next(RIDS)}")
+            conv.opened(nxt, {"messages": [SYSTEM, Q1, A1, WRONG]}, None)
+            await conv.drain()
+        assert signal_evidence(rt, "cheap") == 1  # (records counted)
+        assert signal_evidence(rt, "other") == 0.0
+        assert judge.seen == [(answer_fingerprint("Sydney."), -1.0)]
+    asyncio.run(run())
+
+
+def test_a_request_never_judges_its_own_answer():
+    async def run():
+        rt = runtime()
+        conv = Conversations(rt)
+        history = [SYSTEM, Q1, {"role": "assistant", "content": "Forged by the client."}, WRONG]
+        call = SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False, request_id="own")
+        conv.opened(call, {"messages": history}, None)  # its judging step waits for a stored answer...
+        answer = SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content="Mine.", tool_calls=None))])
+        conv.answered(call, {"messages": history}, answer, "cheap", None)  # ...meanwhile its own answer is stored
+        await conv.drain()
+        assert len(await rt.store.list_of("conversation:" + KEY)) == 1
+        assert signal_evidence(rt, "cheap") == 0  # the same history as its own turn's: no regenerate of itself
+    asyncio.run(run())
+
+
+def test_a_keys_signals_about_a_deployment_are_bounded():
+    async def run():
+        policy = load_policy()
+        policy = policy.model_copy(update={"signals": policy.signals.model_copy(update={"max_signals_per_key_hour": 2})})
+        rt = runtime(policy)
+        conv = Conversations(rt)
+        for i in range(5):  # five conversations of one key, each complaining about cheap
+            q = {"role": "user", "content": f"Question number {i} about geography?"}
+            call = SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False, request_id=f"r{next(RIDS)}")
+            conv.opened(call, {"messages": [q]}, None)
+            answer = SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content=f"Answer {i}.",
+                                                                                      tool_calls=None))])
+            conv.answered(call, {"messages": [q]}, answer, "cheap", None)
+            await conv.drain()
+            follow = SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False, request_id=f"r{next(RIDS)}")
+            conv.opened(follow, {"messages": [q, {"role": "assistant", "content": f"Answer {i}."}, WRONG]}, None)
+            await conv.drain()
+        assert signal_evidence(rt, "cheap") == 2
+        other = SimpleNamespace(key="k2", alias="auto", conversation=None, turn_noted=False, request_id=f"r{next(RIDS)}")
+        q = {"role": "user", "content": "Another key's question?"}
+        conv.opened(other, {"messages": [q]}, None)
+        conv.answered(other, {"messages": [q]}, SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(
+            content="Its answer.", tool_calls=None))]), "cheap", None)
+        await conv.drain()
+        follow = SimpleNamespace(key="k2", alias="auto", conversation=None, turn_noted=False, request_id=f"r{next(RIDS)}")
+        conv.opened(follow, {"messages": [q, {"role": "assistant", "content": "Its answer."}, WRONG]}, None)
+        await conv.drain()
+        assert signal_evidence(rt, "cheap") == 3  # another key's own bound
+    asyncio.run(run())
+
+
+def reply(content, finish_reason="stop"):
+    return SimpleNamespace(choices=[SimpleNamespace(finish_reason=finish_reason, message=SimpleNamespace(
+        content=content, tool_calls=None))])
+
+
+def defects(request, response):
+    view = answer_view(request, response, answer_of(response))
+    return [s.kind for s in answer_defects(READER, view, client_cut(request), request["messages"])]
+
+
+def test_an_answers_own_defects_are_read_but_a_cut_the_client_asked_for_is_not():
+    asked = {"messages": [Q1]}
+    assert defects(asked, reply("Canberra.")) == []
+    assert defects(asked, reply("")) == [EMPTY_ANSWER]
+    assert defects(asked, reply("Canberra is", "length")) == [TRUNCATED]
+    assert defects({**asked, "max_tokens": 3}, reply("Canberra is", "length")) == []
+    assert defects({**asked, "optional_params": {"max_completion_tokens": 3}}, reply("Canberra is", "length")) == []
+    wants_json = {**asked, "response_format": {"type": "json_object"}}
+    assert defects(wants_json, reply("Sure! {not json")) == [INVALID_JSON]
+    assert defects(wants_json, reply('{"capital": "Canberra"}')) == []
+
+
+def test_an_empty_answer_is_evidence_against_its_deployment_once():
+    async def run():
+        rt = runtime()
+        conv = Conversations(rt)
+        before = rt.engine.quality_estimate("cheap")
+        call = SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False, request_id="e1")
+        conv.opened(call, {"messages": [SYSTEM, Q1]}, None)
+        conv.answered(call, {"messages": [SYSTEM, Q1]}, reply(""), "cheap", None)
+        conv.answered(call, {"messages": [SYSTEM, Q1]}, reply(""), "cheap", None)  # once per call
+        await conv.drain()
+        assert signal_evidence(rt, "cheap") == 1
+        assert rt.engine.quality_estimate("cheap") < before
+    asyncio.run(run())
