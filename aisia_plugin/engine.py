@@ -123,13 +123,14 @@ class Engine:
         # A retry's failed deployments leave before the specialists are chosen (its last
         # specialist failed: everyone competes).
         group = self._alias_pool(alias, ap, deployments)
-        group = group.without(set(exclude), domain) if exclude else group.for_domain(domain)
+        left_out = _left_out(exclude)
+        group = group.without(left_out, domain) if left_out else group.for_domain(domain)
         need = feats.input_tokens
         if need and group.specialised and not any(_holds(d, need) for d in group.deployments):
             # No specialist of the domain can hold the prompt: the generalists compete, as when
             # every specialist is blocked, when one of them can.
             wider = self._alias_pool(alias, ap, deployments).generalists(
-                set(exclude), domain, {d.id: _window_clause(d, need) for d in group.deployments},
+                left_out, domain, {d.id: _window_clause(d, need) for d in group.deployments},
                 because=f"no {domain} specialist holds the prompt")
             if any(_holds(d, need) for d in wider.deployments):
                 group = wider
@@ -149,7 +150,7 @@ class Engine:
             # "no specialist" case and on a retry past a failed specialist (a second read of the
             # store, for them alone, only in this case).
             fallback = self._alias_pool(alias, ap, deployments).generalists(
-                set(exclude), domain, {ids[k]: why for k, why in blocked})
+                left_out, domain, {ids[k]: why for k, why in blocked})
             if fallback.ids:
                 group = fallback
                 deps, ids, excluded = group.deployments, group.ids, group.excluded
@@ -247,7 +248,7 @@ class Engine:
             if reserve and not self.store.reserve_probe(chosen.id, now, self.breaker) and not degraded:
                 # Another request (or replica) took the last probe slot since the read: the same
                 # decision without this deployment.
-                return self.decide(alias, messages, deployments, tools=tools, exclude=(*exclude, chosen.id),
+                return self.decide(alias, messages, deployments, tools=tools, exclude={**left_out, chosen.id: PROBE_TAKEN},
                                    request_modalities=request_modalities, features=feats, reserve=reserve,
                                    session=session, signals=signals)
         return self._finish(decision, feats)
@@ -393,6 +394,18 @@ def _evidence_weight(weight) -> Optional[float]:
     return None if w is None else float(weight)
 
 
+ALREADY_FAILED = "already failed for this request"
+PROBE_TAKEN = "its half-open probe slot was taken by another request"
+
+
+def _left_out(exclude) -> dict:
+    """The deployments a decision leaves out, id -> why: `exclude` as a mapping that says why,
+    or as ids (a retry's deployments that already failed)."""
+    if isinstance(exclude, Mapping):
+        return {str(k): str(v) for k, v in exclude.items()}
+    return {i: ALREADY_FAILED for i in exclude}
+
+
 def pin_key(alias: str, session: Optional[str]) -> str:
     """Where the last known good deployment is kept: per alias, or per alias and session."""
     return alias if session is None else f"{alias}|{session}"
@@ -435,21 +448,19 @@ class _AliasPool:
             hit = self._by_domain[domain] = _DomainPool(self.selected, self.excluded, domain)
         return hit
 
-    def without(self, failed: set, domain: Optional[str]) -> "_DomainPool":
-        """The competitors for `domain` once the `failed` deployments are left out (not memoised:
-        a retry's own)."""
+    def without(self, failed: dict, domain: Optional[str]) -> "_DomainPool":
+        """The competitors for `domain` once the `failed` deployments (id -> why) are left out
+        (not memoised: a retry's own)."""
         kept = [d for d in self.selected if d.id not in failed]
-        rows = [CandidateScore(d.id, excluded="already failed for this request")
-                for d in self.selected if d.id in failed]
+        rows = [CandidateScore(d.id, excluded=failed[d.id]) for d in self.selected if d.id in failed]
         return _DomainPool(kept, self.excluded + rows, domain)
 
-    def generalists(self, failed: set, domain: str, blocked: dict, because: str = "") -> "_DomainPool":
+    def generalists(self, failed: dict, domain: str, blocked: dict, because: str = "") -> "_DomainPool":
         """The competitors once every specialist of `domain` is blocked (`blocked`: id -> why;
         `because`: what the rows say of it), the `failed` deployments left out too (not
         memoised: rare)."""
         because = because or f"every {domain} specialist is blocked"
-        rows = [CandidateScore(d.id, excluded="already failed for this request")
-                for d in self.selected if d.id in failed]
+        rows = [CandidateScore(d.id, excluded=failed[d.id]) for d in self.selected if d.id in failed]
         rows += [CandidateScore(i, excluded=f"{why} ({because}: the generalists compete)")
                  for i, why in blocked.items()]
         kept = [d for d in self.selected if d.id not in failed and d.id not in blocked]

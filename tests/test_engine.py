@@ -158,6 +158,18 @@ def test_failed_attempts_are_excluded_on_retry(policy_file):
     assert {s.id: s.excluded for s in d.scores if s.excluded} == {"a-1": "already failed for this request"}
 
 
+def test_a_deployment_left_out_says_why(policy_file):
+    """Left out for its LiteLLM rate limit, a deployment's row says so, not "already failed"
+    (what the proxy's filter hands the engine: id -> why)."""
+    eng = engine_for(policy_file())
+    pool = [dep("a-1", cost=0.1), dep("b-1", cost=1.0), dep("c-1", cost=2.0)]
+    d = eng.decide("auto/cheap", MSG, pool, exclude={"a-1": "at its LiteLLM rate limit: rpm 10 of 10",
+                                                     "b-1": "already failed for this request"})
+    assert d.deployment_id == "c-1"
+    assert {s.id: s.excluded for s in d.scores if s.excluded} == {
+        "a-1": "at its LiteLLM rate limit: rpm 10 of 10", "b-1": "already failed for this request"}
+
+
 def test_unknown_alias_raises(policy_file):
     with pytest.raises(UnknownAlias):
         engine_for(policy_file()).decide("auto/nope", MSG, [dep("a-1")])

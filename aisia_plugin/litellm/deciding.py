@@ -9,7 +9,7 @@ import time
 from typing import Optional
 
 from ..decision import Decision
-from ..engine import UnknownAlias
+from ..engine import ALREADY_FAILED, PROBE_TAKEN, UnknownAlias
 from . import checks, compat
 from .lifecycle import Call, Refused
 from .runtime import Runtime
@@ -26,14 +26,16 @@ async def choose(rt: Runtime, observer, router, call: Call, healthy: list, messa
     deps = rt.deployments(healthy)
     store, engine = rt.store, rt.engine
     await store.prepare([d.id for d in deps], model)
-    exclude = tried + [i for i in refused if i not in tried]
+    # Left out of this decision, each with why (the explain log and the decision log say it).
+    exclude = {i: ALREADY_FAILED for i in tried}
+    exclude.update((i, "LiteLLM's checks after the filter refused it") for i in refused if i not in exclude)
     limited = await checks.over_usage_limits(router, healthy, messages)
     if limited:
         if all(d.id in limited or d.id in exclude for d in deps):
             raise Refused(429, f"alias {model!r}: every candidate is at its LiteLLM rate limit: "
                           + "; ".join(f"{i} {why}" for i, why in limited.items()),
                           "aisia_rate_limited", model, call.tried)
-        exclude.extend(i for i in limited if i not in exclude)
+        exclude.update((i, f"at its LiteLLM rate limit: {why}") for i, why in limited.items() if i not in exclude)
     started = time.perf_counter()
     while True:
         try:
@@ -53,7 +55,9 @@ async def choose(rt: Runtime, observer, router, call: Call, healthy: list, messa
                 decision.deployment_id, engine.clock(), engine.breaker)):
             # Another request took the last probe slot; or this request set its own timeout,
             # and a probe is only given to a request that could succeed (docs/failures.md).
-            exclude.append(decision.deployment_id)
+            exclude[decision.deployment_id] = (
+                "half-open: its probe is kept for a request without a timeout of its own" if client_timeout
+                else PROBE_TAKEN)
             continue
         observer.decided(call, decision, attempt, time.perf_counter() - started, messages)
         return decision
