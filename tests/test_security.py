@@ -171,8 +171,12 @@ def test_no_prompt_or_response_text_reaches_redis_logs_headers_or_metrics(proxy,
     assert all(MARKER in b for b in bodies)  # the marker did travel: the upstreams echoed it back
 
     # Redis, once the outcomes are written: every key and value.
-    wait_for(lambda: scan_redis(redis)[0] >= 5 and stats(proxy).get("sec-b", {}).get("count", 0) >= 2,
-             "the store's keys in Redis")
+    def written():  # the failover's success and the feedback (quality evidence, not a call) are in Redis
+        row = stats(proxy).get("sec-b", {})
+        feedback = ((row.get("quality") or {}).get("evidence") or {}).get("feedback", 0)
+        return scan_redis(redis)[0] >= 5 and row.get("count", 0) >= 1 and feedback >= 1
+
+    wait_for(written, "the store's keys in Redis")
     n, found = scan_redis(redis)
     assert n >= 5 and found == [], found
     # An outage (Redis killed and restarted empty) puts the redacted URL in the log.
