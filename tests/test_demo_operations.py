@@ -13,7 +13,6 @@ after one provider is broken, then
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import signal

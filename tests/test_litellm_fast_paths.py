@@ -104,7 +104,7 @@ def test_response_headers_equal_their_plain_reading(monkeypatch):
     bound."""
     from aisia_plugin.decision import Decision
     from aisia_plugin.litellm import headers
-    from aisia_plugin.litellm.runtime import Attempt, Call
+    from aisia_plugin.litellm.lifecycle import Attempt, Call
 
     monkeypatch.setattr(headers, "_MAX_NAMES", 3)
     names = [("auto/bench", "ucb1", None), ("auto/bench", "ucb1", "coding"), ("auto/caf\xe9", "cost", "ma  th"),

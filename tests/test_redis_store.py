@@ -24,7 +24,7 @@ from aisia_plugin.outcome import Outcome
 from aisia_plugin.policy import load_policy
 from aisia_plugin.state import open_store
 from aisia_plugin.state.memory import MemoryState
-from aisia_plugin.state.records import ARM_FIELDS, BREAKER_FIELDS, pairs, read_arm, read_breaker, read_quality
+from aisia_plugin.state.records import ARM_FIELDS, BREAKER_FIELDS, read_arm, read_breaker, read_quality
 from aisia_plugin.state.redis import RedisStore, StoreConfigError, key_tag, redact
 from redis_server import RedisCluster, RedisServer, redis_module  # noqa: F401  (a fixture)
 

@@ -23,7 +23,7 @@ from ..state import open_store
 from .conversations import Conversations
 from .costs import litellm_price, with_context_window
 from .events import session_of
-from .lifecycle import Attempt, Call, ServedAnswer  # noqa: F401 (Attempt: the call's records, here too)
+from .lifecycle import Call, ServedAnswer
 
 log = logging.getLogger("aisia_plugin.litellm")
 

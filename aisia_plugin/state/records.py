@@ -20,7 +20,6 @@ and the file (a store's edge: ``MemoryState.load`` says "bandit 'a-1': ...")."""
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping
 
 from ..bandit import ArmStats
