@@ -125,8 +125,11 @@ def plan(index: int, seed: int, habits: Habits = Habits()) -> Conversation:
     entries = [(alias, domains) for alias, domains, weight in TRAFFIC_MIX for _ in range(weight)]
     alias, domains = rng.choice(entries)
     language = "fr" if rng.random() < habits.french else "en"
+    # A number of its own in every question: no two conversations of a run (nor of its two
+    # phases, seeded apart) open alike, up to a thousand per phase.
+    number = (seed % 1000) * 1000 + index + 2
     questions, used = [], set()
-    for k in range(habits.max_questions):
+    for _ in range(habits.max_questions):
         # A different question each time (one asked again reads as a rephrase, a complaint).
         left = [(d, t) for d in dict.fromkeys(domains) for t in QUESTIONS[d].get(language) or QUESTIONS[d]["en"]
                 if t not in used]
@@ -135,7 +138,7 @@ def plan(index: int, seed: int, habits: Habits = Habits()) -> Conversation:
         domain = rng.choice(sorted({d for d, _ in left}))
         template = rng.choice([t for d, t in left if d == domain])
         used.add(template)
-        questions.append(Question(domain, template.format(n=index % 97 + 2 + 100 * k)))
+        questions.append(Question(domain, template.format(n=number)))
     return Conversation(alias, language, questions, rng, habits,
                         messages=[{"role": "system", "content": rng.choice(SYSTEM_MESSAGES)}])
 
