@@ -191,7 +191,7 @@ def _learned(demo: Demo, turns: list, args) -> None:
         rows = frontier_shares(turns, candidates_by_alias(explained_decisions(demo.proxy)), prices)
         _say("\nThe frontier's share per alias (its most expensive candidate): of the answered requests on hard prompts "
              "(coding, math: the cheap providers often get them wrong) and on easy ones, in the first and the last "
-             "third of the run")
+             "third of the run" + (f" (the last third follows the break of {args.break_})" if args.break_ else ""))
         _say(frontier_table(rows))
         complaints = sum(1 for t in turns if t.said != "question")
         counts = settled_signal_counts(demo.proxy, expected=complaints)
