@@ -276,7 +276,7 @@ class AisiaPlugin(ProxyLife, CustomLogger):
             if served is not None:
                 rt.note_served(call, served)
             rt.conversations.answered(call, data, response, a.deployment_id, a.decision)
-        return response_headers(call, a, rt.policy.proxy.verbose_reason_header)
+        return response_headers(call, a, rt.policy.proxy.verbose_reason_header, rt.engine)
 
     # -- 5. errors: the request forgotten --------------------------------------------------------
     async def async_post_call_failure_hook(self, request_data, original_exception, user_api_key_dict,
