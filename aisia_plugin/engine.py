@@ -25,7 +25,7 @@ from .features import RequestFeatures
 from .interfaces import StateStore
 from .learning import LearningRules, learns_from, outcome_record
 from .outcome import Outcome, reward
-from .pacing import multiplier_of, rule_of
+from .pacing import TeamPace, multiplier_of, pace_key, rule_of, team_multiplier
 from .quality import SOURCES, QualityPriors, QualityRecord, estimate, finite_unit
 from .schema_defaults import defaults_of
 from .policy.models import Policy
@@ -101,8 +101,10 @@ class Engine:
     def decide(self, alias: str, messages, deployments: Sequence[Deployment], *, tools=None,
                exclude: Iterable[str] = (), request_modalities=None,
                features: Optional[RequestFeatures] = None, reserve: bool = True,
-               session: Optional[str] = None, signals: Optional[Mapping[str, Mapping[str, float]]] = None) -> Decision:
-        """`session` keys the last known good deployment per conversation (the alias's own pin
+               session: Optional[str] = None, signals: Optional[Mapping[str, Mapping[str, float]]] = None,
+               team: Optional[TeamPace] = None) -> Decision:
+        """`team`: whose spend the call paces (its own record and budgets: pacing.team_multiplier).
+        `session` keys the last known good deployment per conversation (the alias's own pin
         when None). `signals`, by deployment id, are what the caller knows of each deployment
         now, in [0, 1]: ``quota`` (its remaining quota share) and the rules strategy's supplied
         factors (``context_affinity``, ``cache_affinity``, ``session_availability``,
@@ -226,7 +228,10 @@ class Engine:
         ctx = RoutingContext(alias, ap.strategy, feats, domain, task, now, self.rng, self._settings[alias], last_good,
                              None, self.policy, self.contextual)
         pace_rule = self.pace_rules.get(alias)
-        if pace_rule is not None:
+        if team is not None and (team.team or team.budgets):
+            ctx.cost_multiplier = team_multiplier(self.store.pace(pace_key(alias, team.team)), pace_rule, team.budgets,
+                                                  ap.budget.min_multiplier, ap.budget.max_multiplier)
+        elif pace_rule is not None:
             ctx.cost_multiplier = multiplier_of(self.store.pace(alias), pace_rule)
         decision = plugins.get_strategy(ap.strategy).select(pool, ctx)
         try:
@@ -355,8 +360,9 @@ class Engine:
         return v
 
     def record(self, decision_or_alias, outcome: Outcome, *, domain: Optional[str] = None,
-               session: Optional[str] = None, verdict: Optional[Verdict] = None) -> float | None:
-        """Learn from one outcome: its verdict (``blame``), its reward, and one record handed to
+               session: Optional[str] = None, verdict: Optional[Verdict] = None,
+               team: Optional[str] = None) -> float | None:
+        """Learn from one outcome (its cost paced on `team`'s record of the alias: pacing.pace_key): its verdict (``blame``), its reward, and one record handed to
         the store to apply atomically (``learning.apply_outcome``). Returns the reward, or None
         when the failure does not count against the deployment (the caller's, a rate limit)."""
         if isinstance(decision_or_alias, Decision):
@@ -369,7 +375,7 @@ class Engine:
         tick = self.store.record_outcome(outcome_record(
             outcome.deployment_id, self.clock(), kind, value if value is not None else 0.0, outcome.latency_s,
             pin_key(alias, session) if alias else None, per_domain, outcome.retry_after_s, None,
-            alias if alias in self.pace_rules else None, outcome.cost_usd), self.rules)
+            pace_key(alias, team) if alias in self.pace_rules else None, outcome.cost_usd), self.rules)
         if outcome.quality is not None and value is not None and kind is None:
             # A graded success (a replay's, an evaluator's): its grade is a judge's evidence.
             self.record_quality(outcome.deployment_id, alias, domain, outcome.quality, "judge")
