@@ -362,7 +362,8 @@ class Engine:
     def record(self, decision_or_alias, outcome: Outcome, *, domain: Optional[str] = None,
                session: Optional[str] = None, verdict: Optional[Verdict] = None,
                team: Optional[str] = None) -> float | None:
-        """Learn from one outcome (its cost paced on `team`'s record of the alias: pacing.pace_key): its verdict (``blame``), its reward, and one record handed to
+        """Learn from one outcome (its cost paced on `team`'s record of the alias, pacing.pace_key):
+        its verdict (``blame``), its reward, and one record handed to
         the store to apply atomically (``learning.apply_outcome``). Returns the reward, or None
         when the failure does not count against the deployment (the caller's, a rate limit)."""
         if isinstance(decision_or_alias, Decision):

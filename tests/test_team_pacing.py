@@ -123,3 +123,30 @@ def test_a_team_over_its_budget_pace_gets_the_cheap_deployment_one_behind_the_de
     behind = TeamPace("team-b", (BudgetStatus(100.0, 10.0, 0.5),))
     assert set(choices(engine, 10, team=ahead)) == {"cheap-small"}
     assert set(choices(engine, 10, team=behind)) == {"dear-large"}
+
+
+# -- LiteLLM's fields (aisia_plugin/litellm/team_budget.py), on LiteLLM's own auth object ------------
+def test_the_team_and_key_budgets_are_read_from_litellms_auth_object():
+    from datetime import datetime, timedelta, timezone
+
+    from litellm.proxy._types import UserAPIKeyAuth
+    from litellm.types.proxy.carried_budget_state import TeamBudgetSnapshot
+
+    from aisia_plugin.litellm.team_budget import team_budget_of, team_id_of, team_pace_of
+
+    now = datetime(2026, 12, 5, 12, 0, tzinfo=timezone.utc)
+    auth = UserAPIKeyAuth(api_key="sk-x", team_id="team-a", team_max_budget=100.0, team_spend=60.0,
+                          team_metadata={"budget_duration": "1d"}, max_budget=10.0, spend=1.0,
+                          budget_duration="7d", budget_reset_at=now + timedelta(days=6))
+    auth.team_budget_snapshot = TeamBudgetSnapshot(budget_reset_at=now + timedelta(hours=12), max_budget=100.0)
+    pace = team_pace_of(auth, now.timestamp())
+    assert team_id_of(auth) == "team-a" and pace.team == "team-a"
+    team, key = pace.budgets
+    assert team == BudgetStatus(100.0, 60.0, 0.5)  # half of the day gone, 60 % spent: 10 % ahead
+    assert key.max_budget == 10.0 and key.elapsed == pytest.approx(1 / 7)
+    # No period known (custom auth without a duration): paced as if the period ended now.
+    bare = UserAPIKeyAuth(api_key="sk-y", team_id="t", team_max_budget=50.0, team_spend=5.0)
+    assert team_budget_of(bare, now.timestamp()) == BudgetStatus(50.0, 5.0, 1.0)
+    # No team, no budget: not paced per team; a budget that is no positive number: none.
+    assert team_pace_of(UserAPIKeyAuth(api_key="sk-z"), now.timestamp()) is None
+    assert team_pace_of(UserAPIKeyAuth(api_key="sk-z", team_id="t", team_max_budget=0.0), 0.0) == TeamPace("t", ())
