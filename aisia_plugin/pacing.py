@@ -69,8 +69,10 @@ MAX_STEP = 4.0
 TEAM_SEPARATOR = "|team:"
 # How far behind "budget x elapsed share" (a share of the budget) a team's spend may run before its
 # budget makes the cost count at all: the budget multiplier rises linearly from the alias's floor
-# at BUDGET_BAND behind the pace line to its max_multiplier on the line.
+# at BUDGET_BAND behind the pace line to its max_multiplier at BUDGET_RESERVE behind it (a reserve,
+# so that the period ends under its budget rather than on it, where LiteLLM refuses).
 BUDGET_BAND = 0.10
+BUDGET_RESERVE = 0.02
 PACE_FIELDS = ("multiplier", "spend_per_1k", "count", "spend_usd", "updated")
 
 
@@ -169,10 +171,10 @@ def ahead_of_pace(status: BudgetStatus) -> float:
 def budget_multiplier(status: BudgetStatus, lo: float, hi: float) -> float:
     """The multiplier a budget asks for: `lo` (the alias's floor: quality first, or below 0 the
     dearer deployments) while the spend runs BUDGET_BAND or more behind the pace line, rising
-    linearly to `hi` (the alias's max_multiplier: the cheapest deployments) on the line and above
-    it. The integral of the spend rate against the budget's rate is the dual (sub)gradient sum
+    linearly to `hi` (the alias's max_multiplier: the cheapest deployments) at BUDGET_RESERVE
+    behind the line and above. The integral of the spend rate against the budget's rate is the dual (sub)gradient sum
     the spend target's step makes one call at a time, here read in one piece from the budget."""
-    share = (ahead_of_pace(status) + BUDGET_BAND) / BUDGET_BAND
+    share = (ahead_of_pace(status) + BUDGET_BAND) / (BUDGET_BAND - BUDGET_RESERVE)
     return lo + (hi - lo) * clamp(share, 0.0, 1.0)
 
 

@@ -15,7 +15,7 @@ import pytest
 from helpers import deployment
 from aisia_plugin.engine import Engine
 from aisia_plugin.outcome import Outcome
-from aisia_plugin.pacing import (BUDGET_BAND, MAX_STEP, BudgetStatus, PaceRule, TeamPace, alias_of, budget_multiplier,
+from aisia_plugin.pacing import (BUDGET_BAND, BUDGET_RESERVE, MAX_STEP, BudgetStatus, PaceRule, TeamPace, alias_of, budget_multiplier,
                                  dual_step, pace_key, team_multiplier)
 from aisia_plugin.policy import load_policy
 
@@ -101,7 +101,9 @@ def test_pace_keys_name_their_alias():
 @pytest.mark.parametrize("spend,elapsed,want", [
     (10.0, 0.5, 0.0),                     # 40 % of budget behind the line: quality first
     (50.0 - 100 * BUDGET_BAND, 0.5, 0.0),  # exactly BUDGET_BAND behind: still the floor
-    (45.0, 0.5, 50.0),                    # half-way into the band
+    (50.0 - 100 * BUDGET_RESERVE, 0.5, 100.0),
+    (44.0, 0.5, 50.0),                    # half-way into the band
+    (48.0, 0.5, 100.0),                   # BUDGET_RESERVE behind the line: the cheapest
     (50.0, 0.5, 100.0),                   # on the line: the cheapest
     (90.0, 0.5, 100.0),                   # ahead: the cheapest
 ])
