@@ -23,6 +23,7 @@ from .decision import NO_SIGNALS, AliasSettings, CandidateScore, Decision, Deplo
 from .deployments import selects
 from .features import RequestFeatures
 from .interfaces import StateStore
+from .key_share import EvidenceShares
 from .learning import LearningRules, learns_from, outcome_record
 from .outcome import Outcome, reward
 from .pacing import TeamPace, multiplier_of, pace_key, rule_of, team_multiplier
@@ -72,6 +73,7 @@ class Engine:
         # Each deployment's prior quality and each evidence source's weight (quality.py); the
         # store shows them beside the evidence in its stats.
         self.quality = QualityPriors(policy.quality, self.gamma)
+        self.shares = EvidenceShares()  # each key's share of a deployment's recent evidence (key_share.py)
         if hasattr(self.store, "quality_prior"):
             self.store.quality_prior = self.quality
         self._pools: dict[tuple, _AliasPool] = {}
@@ -335,7 +337,8 @@ class Engine:
         return estimate(q, prior, self.quality.strength, self.store.tick(), self.gamma)
 
     def record_quality(self, deployment_id: str, alias: Optional[str], domain: Optional[str], value: float,
-                       source: str, weight: Optional[float] = None, *, context=None) -> Optional[float]:
+                       source: str, weight: Optional[float] = None, *, context=None,
+                       key: Optional[str] = None) -> Optional[float]:
         """Record one piece of quality evidence about a deployment's answer: `value` in [0, 1]
         from `source` (``feedback``, ``judge`` or ``signal``), weighing `weight` observations
         (None: the policy's ``quality.evidence`` weight of the source). It moves the
@@ -346,7 +349,9 @@ class Engine:
         `context`, the answer's decision's ``Decision.context`` when the caller kept it (the
         contextual strategy's request vector), teaches the deployment's contextual model the
         value for that prompt as well: what a plain success, scored alike for every prompt,
-        cannot teach it."""
+        cannot teach it. `key`, the hash of the API key the evidence came from, weighs it by that
+        key's share of the deployment's recent evidence (key_share.py: one key moves a
+        deployment's quality by at most 0.10)."""
         if source not in SOURCES:
             raise ValueError(f"quality evidence source must be one of {', '.join(SOURCES)}, not {source!r}")
         v = finite_unit(value)
@@ -354,6 +359,7 @@ class Engine:
         if v is None or w is None or not deployment_id:
             return None
         dom = domain if (domain and self.policy.bandit.per_domain.enabled) else None
+        w = self.shares.admit(deployment_id, key, w, self.quality.strength)
         self.store.record_quality(QualityRecord(deployment_id, v, w, source, dom), self.rules)
         if context is not None and w > 0.0:
             self.contextual.learn(deployment_id, context, v, self.store.tick(), self.gamma)

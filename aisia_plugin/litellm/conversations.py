@@ -316,6 +316,6 @@ class Conversations:
                 continue
             value, factor = evidence
             engine.record_quality(turn.deployment_id, turn.alias, turn.domain, value, "signal",
-                                  factor * source_weight)
+                                  factor * source_weight, key=caller.key_hash or None)
             if judge_runner is not None:
                 judge_runner.signalled(turn.answer_fingerprint, factor if value else -factor)
