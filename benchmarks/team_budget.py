@@ -27,7 +27,9 @@ it well (score 1) when d < q, else poorly (score 0.2): a harder request fails on
 Per team and day: spend / budget, requests refused by the budget, and whether a refusal came while a
 cheaper deployment existed (the team had sent a request that day to a dearer one than the cheapest:
 the budget could have been kept by serving cheaper); mean score of every request (a refused one
-scores 0) and of the served ones. Writes benchmarks/results/team_budget.{json,md}."""
+scores 0) and of the served ones. Writes benchmarks/results/team_budget.{json,md}, and its table
+into README.md, docs/benchmarks.md
+and benchmarks/RESULTS.md (between their ``team-budget`` markers)."""
 
 from __future__ import annotations
 
@@ -192,6 +194,19 @@ def markdown(report: dict) -> list[str]:
                            "refused, cheaper existed", "mean score (refused = 0)"], rows)
 
 
+def compact(report: dict) -> list[str]:
+    """The README's table: per team, each mode's worst day, refusals and mean score."""
+    rows = []
+    for team in TEAMS:
+        cells = []
+        for mode in MODES:
+            s = report["summary"][mode][team]
+            cells.append(f"{s['max_spend_share']:.0%} / {s['refused']} / {s['mean_score']:.3f}")
+        rows.append([f"{team} ({TEAMS[team][1]:g}x)"] + cells)
+    return bench.md_table(["team (frontier spend / budget)"] + [f"{m}: worst day / refused / score" for m in MODES],
+                          rows)
+
+
 def daily(report: dict, team: str) -> list[str]:
     days = sorted({int(k.split("/")[1]) for k in report["cells"]["paced"] if k.startswith(team + "/")})
     head = ["mode"] + [f"day {d + 1}" for d in days]
@@ -223,7 +238,12 @@ def main(argv=None) -> dict:
         "Spend / budget per day, team `bursty` (bursts on days 2 and 5):", "", *daily(report, "bursty"), "",
         "Spend / budget per day, team `heavy` (3x):", "", *daily(report, "heavy"), ""])
     bench.write_results("team_budget", report, md)
+    short = compact(report)
+    for page in (bench.REPO / "README.md", bench.REPO / "docs" / "benchmarks.md"):
+        bench.replace_blocks(page, {"team-budget": short})
+    bench.replace_blocks(bench.HERE / "RESULTS.md", {"team-budget": table})
     print(md)
+    print("\n".join(short))
     return report
 
 
