@@ -334,6 +334,16 @@ async def test_the_contextual_models_reach_every_view_and_the_dump(h):
     assert {dep: back.count[k] for dep, k in back.ids.items()} == {dep: ref.count[k] for dep, k in ref.ids.items()}
 
 
+def assert_same_paces(view, want: dict) -> dict:
+    """The view's pacing records (its dump's), every one equal to `want`'s; returned."""
+    got = view.dump()["pacing"]
+    assert set(got) == set(want)
+    for key, rec in want.items():
+        for field, v in rec.items():
+            assert got[key][field] == pytest.approx(v, rel=1e-12, abs=1e-12), (key, field)
+    return got
+
+
 async def test_the_spend_pacing_records_are_the_pure_update_and_every_view_shares_them(h):
     """Each paced alias's record (pacing.pace: the multiplier, the realised spend, the count) is
     what the pure update gives over the outcomes in order, also through a restart of Redis, and
@@ -347,11 +357,7 @@ async def test_the_spend_pacing_records_are_the_pure_update_and_every_view_share
     assert set(want) == {"auto", "auto/coding"}
     other = await h.other()
     for view in (h.store, other):
-        got = view.dump()["pacing"]
-        assert set(got) == set(want)
-        for alias, rec in want.items():
-            for field, v in rec.items():
-                assert got[alias][field] == pytest.approx(v, rel=1e-12, abs=1e-12), (alias, field)
+        got = assert_same_paces(view, want)
         assert view.pace("auto") == PaceState(**got["auto"])
     assert 0.0 <= other.pace("auto").multiplier <= 100.0 and -5.0 <= other.pace("auto/coding").multiplier <= 10.0
     # Another replica's calls move the same multiplier.
@@ -435,11 +441,7 @@ async def test_pacing_records_are_kept_per_team_and_a_call_moves_one_by_a_bounde
     assert set(want) == {"auto", "auto|team:team-a", "auto|team:team-b"}
     other = await h.other()
     for view in (h.store, other):
-        got = view.dump()["pacing"]
-        assert set(got) == set(want)
-        for key, rec in want.items():
-            for field, v in rec.items():
-                assert got[key][field] == pytest.approx(v, rel=1e-12, abs=1e-12), (key, field)
+        assert_same_paces(view, want)
     # Three $1.2 calls (600 x the target each) of team-c: its own record moves by 3 x MAX_STEP,
     # the others not at all.
     before = {k: view_pace(other, k) for k in ("auto", "auto|team:team-a", "auto|team:team-b")}
