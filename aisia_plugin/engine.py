@@ -26,7 +26,7 @@ from .interfaces import StateStore
 from .key_share import EvidenceShares
 from .learning import LearningRules, learns_from, outcome_record
 from .outcome import Outcome, reward
-from .pacing import TeamPace, multiplier_of, pace_key, rule_of, team_multiplier
+from .pacing import TeamPace, above_floor, multiplier_of, pace_key, rule_of, team_multiplier
 from .quality import SOURCES, QualityPriors, QualityRecord, estimate, finite_unit
 from .schema_defaults import defaults_of
 from .policy.models import Policy
@@ -209,6 +209,18 @@ class Engine:
                 deps, ids, fits, states, global_arms, domain_arms = _take(within, deps, ids, fits, states,
                                                                          global_arms, domain_arms)
 
+        pace_rule = self.pace_rules.get(alias)
+        paced = pace_rule is not None or (team is not None and bool(team.budgets))
+        if paced and budget.floor_tier is not None and deps:  # the cheapest tier pacing may lean to
+            keep = above_floor([d.tier for d in deps], budget.floor_tier)
+            if len(keep) != len(deps):
+                inside = set(keep)
+                why = f"below the budget's floor tier {budget.floor_tier}"
+                excluded = excluded + [CandidateScore(ids[k], excluded=why)
+                                       for k in range(len(deps)) if k not in inside]
+                deps, ids, fits, states, global_arms, domain_arms = _take(keep, deps, ids, fits, states,
+                                                                         global_arms, domain_arms)
+
         if not deps:
             return self._finish(Decision(None, None, ap.strategy, "no deployment is available for this alias", 0, None,
                                          excluded, alias=alias, domain=domain, task_type=task,
@@ -229,7 +241,6 @@ class Engine:
         # about 5k instructions more per request (test_engine_context_by_position holds the order).
         ctx = RoutingContext(alias, ap.strategy, feats, domain, task, now, self.rng, self._settings[alias], last_good,
                              None, self.policy, self.contextual)
-        pace_rule = self.pace_rules.get(alias)
         if team is not None and (team.team or team.budgets):
             ctx.cost_multiplier = team_multiplier(self.store.pace(pace_key(alias, team.team)), pace_rule, team.budgets,
                                                   ap.budget.min_multiplier, ap.budget.max_multiplier)

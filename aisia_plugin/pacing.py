@@ -196,3 +196,18 @@ class TeamPace:
 
     team: Optional[str] = None
     budgets: tuple = ()
+
+
+# Tiers from the cheapest (the schema's deployment annotation `tier`).
+TIER_ORDER = ("free", "standard", "pro", "ultra")
+
+
+def above_floor(tiers, floor: Optional[str]) -> list[int]:
+    """The positions of `tiers` (each a tier or None) a paced decision keeps under the floor tier
+    `floor` (``budget.floor_tier``): those at or above it and the untiered; every position when
+    that would keep none, or without a floor."""
+    if floor is None:
+        return list(range(len(tiers)))
+    lowest = TIER_ORDER.index(floor)
+    keep = [k for k, t in enumerate(tiers) if t not in TIER_ORDER or TIER_ORDER.index(t) >= lowest]
+    return keep or list(range(len(tiers)))

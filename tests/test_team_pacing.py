@@ -152,3 +152,28 @@ def test_the_team_and_key_budgets_are_read_from_litellms_auth_object():
     # No team, no budget: not paced per team; a budget that is no positive number: none.
     assert team_pace_of(UserAPIKeyAuth(api_key="sk-z"), now.timestamp()) is None
     assert team_pace_of(UserAPIKeyAuth(api_key="sk-z", team_id="t", team_max_budget=0.0), 0.0) == TeamPace("t", ())
+
+
+# -- the floor: the cheapest tier a paced decision may lean to (budget.floor_tier) ---------------------
+def test_a_paced_decision_keeps_the_candidates_at_or_above_the_floor_tier(tmp_path):
+    from aisia_plugin.pacing import above_floor
+
+    assert above_floor(["free", "pro", None, "standard"], "standard") == [1, 2, 3]
+    assert above_floor(["free", "free"], "pro") == [0, 1]  # none would be left: every one stays
+    assert above_floor(["free"], None) == [0]
+    (tmp_path / "p.yaml").write_text(textwrap.dedent("""
+        version: 1
+        aliases:
+          auto/floor: {strategy: ucb1, budget: {floor_tier: standard}}
+        """))
+    eng = Engine(load_policy([tmp_path / "p.yaml"]), clock=Clock(), rng=random.Random(3))
+    pool = [deployment("cheap-small", 0.2, tier="free"), deployment("mid-one", 2.0, tier="standard"),
+            deployment("dear-large", 9.0, tier="ultra")]
+    ahead = TeamPace("team-a", (BudgetStatus(100.0, 90.0, 0.5),))  # far ahead: the cheapest allowed
+    got = {eng.decide("auto/floor", MSG, pool, team=ahead).deployment_id for _ in range(12)}
+    assert "cheap-small" not in got and got
+    d = eng.decide("auto/floor", MSG, pool, team=ahead)
+    assert any(s.excluded == "below the budget's floor tier standard" for s in d.scores if s.id == "cheap-small")
+    # Not paced (no team budget, no target): the floor does not apply.
+    d = eng.decide("auto/floor", MSG, pool)
+    assert not any(s.excluded for s in d.scores) and {s.id for s in d.scores} >= {"cheap-small"}
