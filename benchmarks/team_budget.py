@@ -11,7 +11,8 @@ grade as a judge's evidence, as the replay records it; one engine and one store 
 as one proxy serves them). What is simulated, as LiteLLM does it: the team's spend (counted
 after each answer) and the budget refusal once spend reaches the budget (before any routing).
 
-Compared, on the same requests and answers:
+Compared, on the same requests and answers (and, as references with no budget at all, the best
+fixed deployment and random mixing of the three):
 - ``paced``: the router, the team's budget pacing its cost multiplier (docs/security.md#tenants);
 - ``hard cap``: always the best deployment (frontier, known in hindsight) until LiteLLM refuses;
 - ``switch 75/90``: frontier, then mid from 75 % of the budget, small from 90 %, refused at 100 %
@@ -63,6 +64,9 @@ aliases:
 """
 MSG = [{"role": "user", "content": "answer the team's question"}]
 MODES = ("paced", "hard cap", "switch 75/90")
+# References without any budget (the guide's: the best fixed deployment, random mixing): what
+# quality costs when nothing is refused.
+REFERENCES = ("frontier, no budget", "random mixing, no budget")
 
 
 @dataclass
@@ -135,6 +139,7 @@ def threshold_choice(spent: float, budget: float) -> str:
 def run(mode: str, reqs: list[Request], budget: dict[str, float], seed: int) -> dict:
     """Per (team, day): spend, requests, refused, refused while a dearer choice had been made, scores."""
     eng, pool, now = engine_for(seed) if mode == "paced" else (None, None, None)
+    mix = random.Random(f"mix:{seed}")
     cells: dict = {}
     for r in reqs:
         c = cells.setdefault((r.team, r.day), {"spend": 0.0, "requests": 0, "refused": 0, "refused_with_cheaper": 0,
@@ -142,7 +147,7 @@ def run(mode: str, reqs: list[Request], budget: dict[str, float], seed: int) -> 
                                                "by": {n: 0 for n in DEPLOYMENTS}})
         c["requests"] += 1
         top = budget[r.team]
-        if c["spend"] >= top:  # LiteLLM's budget check, before any routing
+        if c["spend"] >= top and mode not in REFERENCES:  # LiteLLM's budget check, before any routing
             c["refused"] += 1
             c["refused_with_cheaper"] += 1 if c["dearer"] else 0
             continue
@@ -153,8 +158,10 @@ def run(mode: str, reqs: list[Request], budget: dict[str, float], seed: int) -> 
             dep = d.deployment_id
             eng.record(d, Outcome(dep, success=True, latency_s=1.0, quality=score(dep, r), cost_usd=cost(dep, r)),
                        team=r.team)
+        elif mode == "random mixing, no budget":
+            dep = mix.choice(list(DEPLOYMENTS))
         else:
-            dep = "frontier" if mode == "hard cap" else threshold_choice(c["spend"], top)
+            dep = "frontier" if mode in ("hard cap", "frontier, no budget") else threshold_choice(c["spend"], top)
         c["spend"] += cost(dep, r)
         s = score(dep, r)
         c["score"] += s
@@ -186,7 +193,7 @@ def summary(cells: dict) -> dict:
 def markdown(report: dict) -> list[str]:
     rows = []
     for team in TEAMS:
-        for mode in MODES:
+        for mode in MODES + REFERENCES:
             s = report["summary"][mode][team]
             rows.append([team, mode, f"{s['mean_spend_share']:.0%}", f"{s['max_spend_share']:.0%}", s["days_over_budget"],
                          s["refused"], s["refused_with_cheaper"], f"{s['mean_score']:.3f}"])
@@ -224,7 +231,7 @@ def main(argv=None) -> dict:
               "teams": {t: {"requests_per_plain_day": n, "frontier_over_budget": f, "burst_days": list(b),
                             "daily_budget_usd": budget[t]} for t, (n, f, b) in TEAMS.items()},
               "cells": {}, "summary": {}}
-    for mode in MODES:
+    for mode in MODES + REFERENCES:
         bench.progress(f"{mode}: {len(reqs)} requests")
         report["cells"][mode] = run(mode, reqs, budget, args.seed)
         report["summary"][mode] = summary(report["cells"][mode])
