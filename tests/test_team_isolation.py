@@ -40,8 +40,11 @@ HUGE = "Summarise this. " + "lorem ipsum dolor sit amet " * 20000  # ~540 KB
 
 @pytest.fixture(scope="module")
 def proxy(tmp_path_factory):
-    running = start_upstreams([{"name": "iso-good", "input_cost_per_1m": 3.0, "output_cost_per_1m": 3.0, "echo": True},
-                               {"name": "iso-cheap", "input_cost_per_1m": 0.1, "output_cost_per_1m": 0.1, "echo": True}])
+    # Each answers in 20 ms: a client's timeout of 1 ms always fires.
+    running = start_upstreams([{"name": "iso-good", "input_cost_per_1m": 3.0, "output_cost_per_1m": 3.0, "echo": True,
+                                "latency_ms": 20},
+                               {"name": "iso-cheap", "input_cost_per_1m": 0.1, "output_cost_per_1m": 0.1, "echo": True,
+                                "latency_ms": 20}])
     ups = {u.name: u for u in running}
     p = start_custom_auth_proxy(tmp_path_factory.mktemp("isolation"), ups, POLICY, KEYS,
                                 litellm_settings={"request_timeout": 120})
