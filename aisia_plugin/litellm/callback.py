@@ -26,7 +26,7 @@ from .deciding import choose, handed_to_litellm
 from .headers import response_headers
 from .judge import served_answer
 from .lifecycle import SENT, Refused
-from .runtime import caller_key
+from .runtime import identify
 from .startup import FAIL_CLOSED_ENV, ProxyLife, fail_closed, http_error
 
 __all__ = ["AisiaPlugin", "FAIL_CLOSED_ENV", "Refused", "fail_closed"]
@@ -60,7 +60,7 @@ class AisiaPlugin(ProxyLife, CustomLogger):
         rid = events.stamp_request_id(data)
         rt = self.runtime
         call = rt.open_call(rid, model, rt.session(ap, data, user_api_key_dict))
-        call.key = caller_key(user_api_key_dict)  # who may give feedback for it
+        identify(call, user_api_key_dict)  # who may give feedback for it, whose spend it paces
         rt.conversations.opened(call, data, user_api_key_dict)  # the answer it judges, in the background
         return data
 
@@ -236,7 +236,7 @@ class AisiaPlugin(ProxyLife, CustomLogger):
 
     def _learn(self, engine, call, attempt, outcome, stream: bool, ttft, verdict, at: float) -> None:
         try:
-            reward = engine.record(attempt.decision, outcome, session=call.session, verdict=verdict)
+            reward = engine.record(attempt.decision, outcome, session=call.session, verdict=verdict, team=call.team)
             # Learned once: what learning needed of the decision (the contextual strategy's request
             # vector, its arrays) is spent; the explain log keeps the decision for hundreds of
             # requests, and nothing it renders reads it.

@@ -317,7 +317,7 @@ class Conversations:
                 continue
             value, factor = evidence
             engine.record_quality(turn.deployment_id, turn.alias, turn.domain, value, "signal",
-                                  factor * source_weight)
+                                  factor * source_weight, key=caller.key_hash or None)
             if self.metrics is not None:
                 self.metrics.signal(signal.kind, signal.language)
             if judge_runner is not None:

@@ -40,7 +40,7 @@ async def choose(rt: Runtime, observer, router, call: Call, healthy: list, messa
     while True:
         try:
             decision = engine.decide(model, messages or [], deps, tools=tools, exclude=exclude, reserve=False,
-                                     session=call.session)
+                                     session=call.session, team=call.pace)
         except UnknownAlias:  # the policy was reloaded without it between the hooks
             raise Refused(404, f"alias {model!r} is no longer defined by the policy", "aisia_unknown_alias", model)
         if decision.refused is not None:

@@ -52,6 +52,7 @@ class Budget(BaseModel):
     pacing_rate: float
     max_multiplier: float
     min_multiplier: float
+    floor_tier: Optional[Tier]
 
 
 @_def("Failover")
