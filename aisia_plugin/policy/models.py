@@ -11,6 +11,8 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict
 
 Tier = Literal["ultra", "pro", "standard", "free"]
+# What a deployment can take (capabilities.CAPABILITIES, docs/capabilities.md).
+Capability = Literal["vision", "audio_input", "pdf_input", "function_calling", "response_schema", "reasoning"]
 
 
 def _def(name: str):
@@ -99,6 +101,7 @@ class Alias(BaseModel):
     failover: Failover
     lkgp_enabled: bool
     contextual: Contextual
+    requires: list[Capability]
 
 
 @_def("PerDomain")
@@ -298,6 +301,7 @@ class DeploymentAnnotation(BaseModel):
     specialities: dict[str, Optional[str]]
     input_cost_per_1m: Optional[float]
     output_cost_per_1m: Optional[float]
+    capabilities: dict[Capability, bool]
 
 
 @_def("Outlier")
