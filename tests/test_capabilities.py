@@ -146,3 +146,71 @@ def test_gaps_name_what_an_alias_requires_and_nobody_has():
     assert "refused with a 400" in g.message()
     (g,) = gaps("auto", ["vision"], [a, c])
     assert g.unknown == ("c",) and "known" in g.message()
+
+
+CONFIG = """\
+model_list:
+  - model_name: gpt35
+    litellm_params: {model: openai/gpt-3.5-turbo, api_base: "http://127.0.0.1:9/v1", api_key: sk-x}
+    model_info: {id: gpt35}
+  - model_name: gpt4o
+    litellm_params: {model: openai/gpt-4o, api_base: "http://127.0.0.1:9/v1", api_key: sk-x}
+    model_info: {id: gpt4o}
+  - model_name: small
+    litellm_params: {model: openai/fake-small, api_base: "http://127.0.0.1:9/v1", api_key: sk-x}
+    model_info: {id: small, aisia: {capabilities: {vision: false}}}
+  - model_name: llama
+    litellm_params: {model: ollama/llama3, api_base: "http://127.0.0.1:9"}
+    model_info: {id: llama}
+"""
+
+
+def test_explain_says_why_each_deployment_was_left_out(tmp_path, capsys):
+    import json
+
+    from aisia_plugin.cli import main
+
+    (tmp_path / "config.yaml").write_text(CONFIG)
+    (tmp_path / "request.json").write_text(json.dumps({"messages": IMAGE}))
+    assert main(["explain", "--deployments", str(tmp_path / "config.yaml"), "--request",
+                 str(tmp_path / "request.json")]) == 0
+    out = capsys.readouterr().out
+    assert "needs=vision" in out
+    assert ("gpt35                            excluded: cannot take images in the messages "
+            "(no vision: LiteLLM's model info for gpt-3.5-turbo)") in out
+    assert "small                            excluded: cannot take images in the messages " \
+           "(no vision: model_info.aisia.capabilities)" in out
+    assert "decision:  gpt4o" in out
+    # A prompt and a request at once, or neither: a usage error.
+    assert main(["explain", "--request", str(tmp_path / "request.json"), "hello"]) == 2
+    assert main(["explain"]) == 2
+
+
+def test_validate_warns_about_an_alias_none_of_whose_candidates_has_what_it_requires(tmp_path, capsys):
+    from aisia_plugin.cli import main
+
+    (tmp_path / "config.yaml").write_text(CONFIG)
+    (tmp_path / "p.yaml").write_text(textwrap.dedent("""\
+        version: 1
+        aliases:
+          auto/text:
+            candidates: {models: [gpt35, small]}
+            requires: [vision, function_calling]
+          auto/vision:
+            candidates: {models: [gpt4o]}
+            requires: [vision]
+        """))
+    assert main(["validate", str(tmp_path / "p.yaml"), "--deployments", str(tmp_path / "config.yaml")]) == 0
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert (f"{tmp_path / 'p.yaml'}:5:5: aliases.auto/text.requires: warning: alias 'auto/text' requires vision, "
+            "and none of its candidates has it (gpt35, small)") in text
+    assert "auto/vision" not in text and "requires function_calling" not in text
+
+
+def test_requires_names_only_known_capabilities(tmp_path):
+    from aisia_plugin.policy import PolicyError
+
+    (tmp_path / "bad.yaml").write_text("version: 1\naliases:\n  auto/x: {requires: [telepathy]}\n")
+    with pytest.raises(PolicyError, match=r"bad.yaml:3:23: aliases.auto/x.requires.0: 'telepathy' is not one of vision"):
+        load_policy([tmp_path / "bad.yaml"])
