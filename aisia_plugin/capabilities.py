@@ -17,12 +17,13 @@ from .features import content_kinds
 
 # The capabilities, in the order they are named, each with LiteLLM's model-info key and what in a
 # request needs it.
-CAPABILITIES = ("vision", "audio_input", "pdf_input", "function_calling", "response_schema", "reasoning")
+CAPABILITIES = ("vision", "audio_input", "pdf_input", "function_calling", "response_schema", "reasoning",
+                "audio_output")
 LITELLM_KEYS = {name: f"supports_{name}" for name in CAPABILITIES}
 NEEDED_FOR = {"vision": "images in the messages", "audio_input": "audio in the messages",
               "pdf_input": "a file (PDF) in the messages", "function_calling": "tools",
               "response_schema": "a response_format with a JSON schema",
-              "reasoning": "reasoning parameters"}
+              "reasoning": "reasoning parameters", "audio_output": "an audio answer (modalities)"}
 # The content part kinds of features.py, and the capability each needs.
 _PART_NEEDS = {"image": "vision", "audio": "audio_input", "file": "pdf_input"}
 # Request fields that ask for reasoning (OpenAI's reasoning_effort, Anthropic's thinking, the
@@ -46,7 +47,9 @@ def request_needs(features, messages, tools=None, body: Optional[Mapping] = None
     text request). `features`: its ``RequestFeatures`` (its ``modality`` says whether the
     messages hold anything but text, so a text request costs no second pass over them);
     `tools`: its tools; `body`: the rest of the request (``response_format``, ``functions``,
-    the REASONING_FIELDS). Never raises on odd shapes: they need nothing."""
+    the REASONING_FIELDS, ``modalities``). What the prompt's words seem to ask for
+    (``RequestFeatures.requested_modalities``, "draw me a cat") is a guess and never filters.
+    Never raises on odd shapes: they need nothing."""
     needs = []
     if getattr(features, "modality", "text") != "text":
         needs.extend(_PART_NEEDS[k] for k in content_kinds(messages) if k in _PART_NEEDS)
@@ -59,6 +62,9 @@ def request_needs(features, messages, tools=None, body: Optional[Mapping] = None
             needs.append("response_schema")
         if any(body.get(k) not in (None, False, {}, "") for k in REASONING_FIELDS):
             needs.append("reasoning")
+        modalities = body.get("modalities")
+        if isinstance(modalities, (list, tuple)) and "audio" in modalities:
+            needs.append("audio_output")
     return frozenset(needs) if needs else NO_NEEDS
 
 

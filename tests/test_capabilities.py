@@ -32,6 +32,8 @@ def needs(messages, tools=None, body=None):
 
 def test_a_plain_text_request_needs_nothing():
     assert needs(TEXT) == frozenset()
+    # Words that seem to ask for an image or audio are a guess: they never filter.
+    assert needs([{"role": "user", "content": "Draw me a picture of a cat and read it aloud"}]) == frozenset()
     assert needs(TEXT, body={"temperature": 0.2, "response_format": {"type": "json_object"}}) == frozenset()
 
 
@@ -45,6 +47,7 @@ def test_a_plain_text_request_needs_nothing():
     (TEXT, None, {"response_format": SCHEMA}, {"response_schema"}),
     (TEXT, None, {"reasoning_effort": "high"}, {"reasoning"}),
     (TEXT, None, {"thinking": {"type": "enabled", "budget_tokens": 1024}}, {"reasoning"}),
+    (TEXT, None, {"modalities": ["text", "audio"], "audio": {"voice": "alloy"}}, {"audio_output"}),
     (IMAGE + PDF, TOOLS, {"response_format": SCHEMA}, {"vision", "pdf_input", "function_calling", "response_schema"}),
 ])
 def test_needs_are_read_from_the_body(messages, tools, body, expected):
@@ -53,7 +56,7 @@ def test_needs_are_read_from_the_body(messages, tools, body, expected):
 
 @pytest.mark.parametrize("body", [None, {}, {"tools": "x"}, {"tools": []}, {"response_format": "json_schema"},
                                   {"response_format": {"type": 3}}, {"reasoning_effort": None}, {"thinking": {}},
-                                  {"functions": {"a": 1}}])
+                                  {"functions": {"a": 1}}, {"modalities": ["text"]}, {"modalities": "audio"}])
 def test_odd_bodies_need_nothing_and_never_raise(body):
     assert needs(TEXT, body=body) == frozenset()
 

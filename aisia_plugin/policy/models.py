@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict
 
 Tier = Literal["ultra", "pro", "standard", "free"]
 # What a deployment can take (capabilities.CAPABILITIES, docs/capabilities.md).
-Capability = Literal["vision", "audio_input", "pdf_input", "function_calling", "response_schema", "reasoning"]
+Capability = Literal["vision", "audio_input", "pdf_input", "function_calling", "response_schema", "reasoning",
+                     "audio_output"]
 
 
 def _def(name: str):
