@@ -32,10 +32,6 @@ REASONING_FIELDS = ("reasoning_effort", "thinking", "reasoning")
 NO_NEEDS: frozenset = frozenset()
 
 
-def _non_empty_list(value) -> bool:
-    return isinstance(value, (list, tuple)) and len(value) > 0
-
-
 def _wants_schema(response_format) -> bool:
     """Whether a ``response_format`` asks for output that follows a JSON schema (a plain
     ``json_object`` does not: every chat model can be told to answer JSON)."""
@@ -50,20 +46,25 @@ def request_needs(features, messages, tools=None, body: Optional[Mapping] = None
     the REASONING_FIELDS, ``modalities``). What the prompt's words seem to ask for
     (``RequestFeatures.requested_modalities``, "draw me a cat") is a guess and never filters.
     Never raises on odd shapes: they need nothing."""
+    # Truthiness first, then the type: this runs for every alias request, and a plain text
+    # request (the proxy's body is large) should cost a few lookups.
     needs = []
-    if getattr(features, "modality", "text") != "text":
+    if features.modality != "text":
         needs.extend(_PART_NEEDS[k] for k in content_kinds(messages) if k in _PART_NEEDS)
-    if _non_empty_list(tools):
+    if tools and isinstance(tools, (list, tuple)):
         needs.append("function_calling")
-    if isinstance(body, Mapping) and body:
-        if _non_empty_list(body.get("functions")) or (not tools and _non_empty_list(body.get("tools"))):
+    if type(body) is dict or isinstance(body, Mapping):
+        get = body.get
+        listed = get("tools") or get("functions")
+        if listed and isinstance(listed, (list, tuple)):
             needs.append("function_calling")
-        if _wants_schema(body.get("response_format")):
+        shape = get("response_format")
+        if shape and _wants_schema(shape):
             needs.append("response_schema")
-        if any(body.get(k) not in (None, False, {}, "") for k in REASONING_FIELDS):
+        if get("reasoning_effort") or get("thinking") or get("reasoning"):  # REASONING_FIELDS, set
             needs.append("reasoning")
-        modalities = body.get("modalities")
-        if isinstance(modalities, (list, tuple)) and "audio" in modalities:
+        modalities = get("modalities")
+        if modalities and isinstance(modalities, (list, tuple)) and "audio" in modalities:
             needs.append("audio_output")
     return frozenset(needs) if needs else NO_NEEDS
 
