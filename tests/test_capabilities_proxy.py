@@ -119,3 +119,39 @@ def test_no_capable_candidate_is_a_400_naming_the_capability_and_the_alias(clien
     rows = {c["id"]: c.get("excluded") for c in entry["candidates"]}
     assert rows["cap-35"] == "cannot take images in the messages (no vision: LiteLLM's model info for gpt-3.5-turbo)"
     assert rows["cap-blind"] == "cannot take images in the messages (no vision: model_info.aisia.capabilities)"
+
+
+# -- In this process, LiteLLM's Router and the plugin's filter (no proxy) -------------------------
+async def test_capable_candidates_litellm_cools_down_are_a_503_not_a_400(tmp_path):
+    """LiteLLM hands the filter only the deployments it is not cooling down: when the ones left
+    cannot take the request, the alias still has capable candidates, and the client is told they
+    are unavailable (503), not that the request cannot be served (400)."""
+    from router_harness import PluginRouters
+
+    from aisia_plugin.litellm.callback import Refused
+
+    (tmp_path / "policy.yaml").write_text("version: 1\naliases:\n  v/pool:\n    strategy: cost\n"
+                                          "    candidates: {models: [v-35, v-4o]}\n  v/text:\n    strategy: cost\n"
+                                          "    candidates: {models: [v-35]}\n")
+    routers = PluginRouters([tmp_path / "policy.yaml"])
+    try:
+        router, plugin = routers.make(
+            [deployment("v-35", "http://127.0.0.1:9/v1", litellm_params={"model": "openai/gpt-3.5-turbo"}),
+             deployment("v-4o", "http://127.0.0.1:9/v1", litellm_params={"model": "openai/gpt-4o"})],
+            disable_cooldowns=True)
+        raws = {d["model_info"]["id"]: d for d in router.model_list}
+        with pytest.raises(Refused) as cooled:
+            await plugin.async_filter_deployments("v/pool", [raws["v-35"]], IMAGE,
+                                                  request_kwargs={"messages": IMAGE, "metadata": {}})
+        assert cooled.value.status_code == 503, cooled.value.text
+        assert "unavailable now" in cooled.value.text and "v-35 lacks vision" in cooled.value.text
+        with pytest.raises(Refused) as none:
+            await plugin.async_filter_deployments("v/text", [raws["v-35"]], IMAGE,
+                                                  request_kwargs={"messages": IMAGE, "metadata": {}})
+        assert none.value.status_code == 400 and none.value.kind == "aisia_unsupported_request"
+        # Both handed over: the capable one is ranked first.
+        ranked = await plugin.async_filter_deployments("v/pool", [raws["v-35"], raws["v-4o"]], IMAGE,
+                                                       request_kwargs={"messages": IMAGE, "metadata": {}})
+        assert [d["model_info"]["id"] for d in ranked] == ["v-4o"]
+    finally:
+        routers.close()
