@@ -8,6 +8,9 @@ passes it (``get_llm_provider``: without its provider prefix), the provider, ``b
 Router registered under the deployment's id) and the provider-aware lookup of the cost map. So the
 price the router ranks and budgets with is the ``x-litellm-response-cost`` of the same tokens.
 
+The same model info gives a deployment's context window (``context_window``) and what it can
+take (``litellm_capabilities``: images, tools, a JSON schema...; docs/capabilities.md).
+
 Custom prices reach ``litellm.model_cost`` only when a Router registers its deployments: inside the
 proxy it has; outside it (``aisia explain``, ``aisia validate``) ``router_deployments`` builds a
 Router from the config's model list, as the proxy does at start."""
