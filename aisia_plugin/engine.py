@@ -1,6 +1,7 @@
 """The routing pipeline: the only place that orders the steps.
 
-    request -> features -> domain -> alias candidates -> specialists -> breaker -> budget
+    request -> features -> domain -> alias candidates -> what the request needs -> specialists
+            -> breaker -> context window -> budget
             -> strategy (plugins) -> Decision
     outcome -> failure class -> breaker -> reward -> bandit (global and per domain) -> LKGP
     quality evidence (feedback, a judge's grade, a signal) -> quality records (quality.py)
@@ -18,6 +19,7 @@ from typing import Callable, Iterable, Mapping, Optional, Sequence
 from . import blame, plugins
 from .bandit import ArmStats, gamma_for
 from .blame import Verdict
+from .capabilities import lacking, refusal, request_needs
 from .breaker import CLOSED, OPEN, CircuitBreaker, FailureKind
 from .decision import NO_SIGNALS, AliasSettings, CandidateScore, Decision, Deployment, Pool, RoutingContext
 from .deployments import selects
@@ -104,8 +106,10 @@ class Engine:
                exclude: Iterable[str] = (), request_modalities=None,
                features: Optional[RequestFeatures] = None, reserve: bool = True,
                session: Optional[str] = None, signals: Optional[Mapping[str, Mapping[str, float]]] = None,
-               team: Optional[TeamPace] = None) -> Decision:
+               team: Optional[TeamPace] = None, request: Optional[Mapping] = None) -> Decision:
         """`team`: whose spend the call paces (its own record and budgets: pacing.team_multiplier).
+        `request`: the rest of the request body (``response_format``, reasoning parameters),
+        read with `tools` and the messages for what the request needs (capabilities.py).
         `session` keys the last known good deployment per conversation (the alias's own pin
         when None). `signals`, by deployment id, are what the caller knows of each deployment
         now, in [0, 1]: ``quota`` (its remaining quota share) and the rules strategy's supplied
@@ -128,6 +132,17 @@ class Engine:
         # specialist failed: everyone competes).
         group = self._alias_pool(alias, ap, deployments)
         left_out = _left_out(exclude)
+        # What the request needs (images, tools, a JSON schema...): a candidate known not to take
+        # it is left out; none can: the caller's 400 (docs/capabilities.md).
+        needs = request_needs(feats, messages, tools, request)
+        if needs:
+            unfit = lacking(group.selected, needs)
+            if unfit and len(unfit) == len(group.selected):
+                return self._finish(Decision(
+                    None, None, ap.strategy, refusal(needs, group.selected), 0, None,
+                    group.excluded + [CandidateScore(i, excluded=why) for i, why in unfit.items()], alias=alias,
+                    domain=domain, task_type=task, refused=UNSUPPORTED, status_code=400), feats)
+            left_out = {**unfit, **left_out}
         group = group.without(left_out, domain) if left_out else group.for_domain(domain)
         need = feats.input_tokens
         if need and group.specialised and not any(_holds(d, need) for d in group.deployments):
@@ -268,7 +283,7 @@ class Engine:
                 # decision without this deployment.
                 return self.decide(alias, messages, deployments, tools=tools, exclude={**left_out, chosen.id: PROBE_TAKEN},
                                    request_modalities=request_modalities, features=feats, reserve=reserve,
-                                   session=session, signals=signals)
+                                   session=session, signals=signals, team=team, request=request)
         return self._finish(decision, feats)
 
     def _breakers(self, ids, breakers, now: float):
@@ -419,6 +434,7 @@ def _evidence_weight(weight) -> Optional[float]:
 
 
 ALREADY_FAILED = "already failed for this request"
+UNSUPPORTED = "unsupported_request"  # a refusal: no candidate can take what the request needs
 PROBE_TAKEN = "its half-open probe slot was taken by another request"
 
 

@@ -89,7 +89,7 @@ class AisiaPlugin(ProxyLife, CustomLogger):
         if messages is None:  # /v1/responses and /v1/completions carry the prompt elsewhere
             messages = events.prompt_messages(kwargs)
         decision = await choose(rt, self.observer, self._installed_router, call, healthy_deployments, messages,
-                                tried=tried, tools=kwargs.get("tools"),
+                                tried=tried, tools=kwargs.get("tools"), request=kwargs,
                                 client_timeout=events.request_facts(kwargs).client_timeout)
         ranked = decision.ranking()
         call.decide(decision, tuple(ranked), rt.explain_entry(call, decision, len(tried), tried))
