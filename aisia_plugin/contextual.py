@@ -33,10 +33,10 @@ toward the prior, precision P = P0 + (P - P0) * gamma**elapsed and the precision
 h = P * m likewise toward 0; both are stored scaled by one factor per deployment, so decaying a
 deployment is O(1). It is applied when the deployment next learns; a decision reads each slot's
 mean and variance as of that update (materialised then, once per outcome), so it costs one gather
-of its prompt's slots and one float32 product (``residual``; ``residual_reference`` is the same in
-float64, two dot products). Between two updates of a deployment, its forgetting shows through its
-base (the arm the bandit forgets). The words are found by ``_word_spans`` and hashed by
-``_word_hashes`` (prefix sums of the polynomial).
+of its prompt's slots and one float32 product (``residual``; its float64 reading, two dot
+products, is in tests/test_contextual.py). Between two updates of a deployment, its forgetting
+shows through its base (the arm the bandit forgets). The words are found by ``_word_spans`` and
+hashed by ``_word_hashes`` (prefix sums of the polynomial).
 
 Sharing (the Redis store): what an outcome does to a column is a change of its natural parameters
 (h, dp), so a replica's models, once ``track()`` is called, also keep what this process learned
@@ -462,21 +462,15 @@ class ContextualModels:
             variances.append(m * (1.0 - m) / (n + k + 1.0))
         return means, variances
 
-    def residual_reference(self, cols: Sequence[int], x: RequestVector) -> tuple[np.ndarray, np.ndarray]:
-        """The residual's predictive mean and variance per column of `cols`, for the vector `x`:
-        one gather of the prompt's slots, two dot products. The slots are read as of each
-        column's last update: forgetting applies to a deployment's weights when it next learns
-        (``learn``), and between its updates through its base (the arm, forgotten by the bandit).
-        The readable reference of ``residual`` (float64 products)."""
-        g = np.take(self.mv, x.idx, axis=0)  # (slots, 2, columns); take: faster than indexing
-        mean = x.val @ g[:, 0, :]
-        var = x.sq @ g[:, 1, :]
-        return mean[cols], var[cols]
-
     def residual(self, cols: Sequence[int], x: RequestVector) -> tuple[np.ndarray, np.ndarray]:
-        """``residual_reference`` as one float32 product: the gathered rows hold every column's
-        means then its variances, (values; squares) times them gives both sums at once (and two
-        cross terms left unread). Within float32 rounding of the reference (a few 1e-7)."""
+        """The residual's predictive mean and variance per column of `cols`, for the vector `x`, as
+        one float32 product: the gathered rows hold every column's means then its variances,
+        (values; squares) times them gives both sums at once (and two cross terms left unread).
+        The slots are read as of each column's last update: forgetting applies to a deployment's
+        weights when it next learns (``learn``), and between its updates through its base (the
+        arm, forgotten by the bandit). Its plain reading, float64 (tests/test_contextual.py), would
+        save no work to speak of (docs/benchmarks.md, "Fast paths") but rounds the scores
+        differently (from the 7th digit): kept until the contextual scores change anyway."""
         mean, var = self.residual_lists(cols, x)
         return np.array(mean, dtype=np.float32), np.array(var, dtype=np.float32)
 

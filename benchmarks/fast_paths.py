@@ -80,8 +80,9 @@ def _hashes_of(features) -> tuple:
 
 
 def _residual_plainly(models, cols, x):
-    mean, var = models.residual_reference(cols, x)
-    return mean.tolist(), var.tolist()
+    """``ContextualModels.residual``'s plain reading (tests/test_contextual.py), as lists."""
+    g = models.mv.take(x.idx, axis=0)
+    return (x.val @ g[:, 0, :])[cols].tolist(), (x.sq @ g[:, 1, :])[cols].tolist()
 
 
 def twins() -> list[dict]:
@@ -99,7 +100,7 @@ def twins() -> list[dict]:
         ("_word_hashes (in request_vector_reference)", "contextual.py", cx._word_hashes,
          getattr(cx, "_word_hashes_reference", None), (strategy, "request_vector", lambda a, o: _hashes_of(a[0]))),
         ("ContextualModels.residual", "contextual.py", getattr(models, "residual_lists", None),
-         hasattr(models, "residual_reference") and _residual_plainly, (models, "residual_lists", None)),
+         _residual_plainly, (models, "residual_lists", None)),
         ("gauss_draws", "strategies/contextual.py", getattr(strategy, "gauss_draws", None),
          getattr(strategy, "gauss_draws_reference", None), (strategy, "gauss_draws", _rng_copy)),
         ("ranking_of", "decision.py", decision.ranking_of, getattr(decision, "_ranking_plainly", None),
@@ -139,7 +140,7 @@ async def measure(a) -> None:
         u()
     cg = rig.Callgrind()
     cg.request(cg.START)
-    for k, t in enumerate(table):
+    for t in table:
         for reading in ("none", "fast", "plain"):
             fn = _nothing if reading == "none" else t[reading]
             calls = [_rng_copy(c, None) if t["name"] == "gauss_draws" else c for c in t["calls"]]
@@ -147,19 +148,19 @@ async def measure(a) -> None:
             for c in calls:
                 fn(*c)
             cg.request(cg.TOGGLE_COLLECT)
-            cg.dump(f"{k} {reading} {len(t['calls'])}")
+            cg.dump(f"{reading}|{len(t['calls'])}|{t['where']}|{t['name']}")
     cg.request(cg.STOP)
 
 
 def counted(prefix: str) -> dict:
-    """(twin, reading) -> (instructions, calls) from the dumps `prefix`.N."""
+    """(twin, where) -> {reading: (instructions, calls)} from the dumps `prefix`.N."""
     out = {}
     for f in Path(prefix).parent.glob(Path(prefix).name + ".*"):
         text = f.read_text(errors="replace")
-        trigger = re.search(r"^desc: Trigger: Client Request: (\d+) (\w+) (\d+)$", text, re.M)
+        trigger = re.search(r"^desc: Trigger: Client Request: (\w+)\|(\d+)\|([^|]*)\|(.*)$", text, re.M)
         total = re.search(r"^(?:totals|summary): (\d+)", text, re.M)
         if trigger and total:
-            out[int(trigger[1]), trigger[2]] = (int(total[1]), int(trigger[3]))
+            out.setdefault((trigger[4], trigger[3]), {})[trigger[1]] = (int(total[1]), int(trigger[2]))
     return out
 
 
@@ -170,14 +171,15 @@ def report(a, arm: str, deployments: int, counts: dict) -> dict:
     whole = json.loads((bench.RESULTS / "proxy_count.json").read_text())["results"]
     request = whole[str(deployments)][arm]["per_request"]
     rows = []
-    for k, t in enumerate(twins()):
-        none, calls = counts[k, "none"]
-        fast, plain = counts[k, "fast"][0] - none, counts[k, "plain"][0] - none
+    for (name, where), got in counts.items():
+        none, calls = got["none"]
+        fast, plain = got["fast"][0] - none, got["plain"][0] - none
         saving = (plain - fast) / a.requests
-        rows.append({"twin": t["name"], "where": t["where"], "calls_per_request": calls / a.requests,
+        rows.append({"twin": name, "where": where, "calls_per_request": calls / a.requests,
                      "fast_per_request": fast / a.requests, "plain_per_request": plain / a.requests,
                      "saving_per_request": saving, "share_of_alias_request": saving / request,
                      "verdict": "stays" if saving / request >= SHARE else "folds back"})
+    rows.sort(key=lambda x: -x["saving_per_request"])
     return {"arm": arm, "deployments": deployments, "requests": a.requests, "strategy": "contextual",
             "alias_request_instructions": request, "rows": rows}
 
@@ -205,7 +207,8 @@ def main(argv=None) -> int:
         asyncio.run(measure(a))
         return 0
     tree = Path(tempfile.mkdtemp(prefix="aisia-twins-"))
-    subprocess.run(f"git -C {bench.REPO} archive {a.rev} aisia_plugin schemas policies | tar -x -C {tree}", shell=True, check=True)
+    subprocess.run(f"git -C {bench.REPO} archive {a.rev} aisia_plugin schemas policies | tar -x -C {tree}",
+                   shell=True, check=True)
     env = {**os.environ, "AISIA_TWINS_TREE": str(tree)}
     runs = []
     for arm, deployments in CONFIGS:
@@ -215,7 +218,8 @@ def main(argv=None) -> int:
                         "--deployments", str(deployments)], check=True, env=env)
         runs.append(report(a, arm, deployments, counted(prefix)))
         print(markdown(runs[-1]))
-    md = f"# Fast paths against their plain readings (the package of {a.rev})\n\n" + "\n".join(markdown(r) for r in runs)
+    md = f"# Fast paths against their plain readings (the package of {a.rev})\n\n"
+    md += "\n".join(markdown(r) for r in runs)
     bench.write_results("fast_paths", {"revision": a.rev, "share_to_stay": SHARE, "runs": runs}, md)
     return 0
 
