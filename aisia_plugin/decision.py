@@ -6,7 +6,6 @@ Decision."""
 from __future__ import annotations
 
 import math
-import operator
 import random
 from collections.abc import Mapping as _MappingABC
 from collections.abc import Sequence as _SequenceABC
@@ -638,25 +637,7 @@ class Decision:
 def ranking_of(pairs, chosen: Optional[str]) -> list:
     """``Decision.ranking`` from the competing ``(id, score)`` pairs in pool order: `chosen`
     first, then the others by score, best first, ties in pool order, those without a numeric
-    score (None, NaN) last in pool order. When every score is a float and none is NaN (a sum is
-    NaN when one of its terms is; a built-in strategy's usual case), the positions are sorted on the
-    scores themselves, one call (a ranking per attempt over an alias's whole candidate list);
-    ``_ranking_plainly`` is the plain reading, for any scores."""
-    scores = list(map(_score, pairs))
-    if set(map(type, scores)) <= _FLOATS:
-        total = sum(scores)
-        if total == total:
-            best_first = sorted(pairs, key=_score, reverse=True)  # stable: ties stay in pool order
-            return [chosen] + [i for i, _ in best_first if i != chosen]
-    return _ranking_plainly(pairs, chosen)
-
-
-_FLOATS = {float}
-_score = operator.itemgetter(1)
-
-
-def _ranking_plainly(pairs, chosen: Optional[str]) -> list:
-    """``ranking_of``'s plain reading."""
+    score (None, NaN) last in pool order."""
     scored, unscored = [], []
     for k, (i, s) in enumerate(pairs):
         if i == chosen:
