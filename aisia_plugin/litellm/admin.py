@@ -99,11 +99,11 @@ async def optional_identity(**kwargs):
 
 async def feedback_caller(identity=Depends(litellm_identity)) -> Optional[str]:
     """Who may give feedback: the proxy admin for any served request (None), any other key
-    LiteLLM accepts for the requests it made itself (its hash, ``runtime.caller_key``)."""
+    LiteLLM accepts for the requests it made itself (its hash, ``tenancy.caller_key``)."""
     role = getattr(identity, "user_role", None)
     if role in (LitellmUserRoles.PROXY_ADMIN, LitellmUserRoles.PROXY_ADMIN.value):
         return None
-    from .runtime import caller_key
+    from .tenancy import caller_key
 
     key = caller_key(identity)
     if key is None:
@@ -195,7 +195,7 @@ class RefusalLimit:
         self.local = ExpiringCounts(limit=10000)
 
     async def spend(self, key: str, reason: str) -> bool:
-        """Count one refusal of `key` (a hash: runtime.caller_key); False once past the budget."""
+        """Count one refusal of `key` (a hash: tenancy.caller_key); False once past the budget."""
         name = "feedback-refused:" + key
         count = await self.plugin.runtime.store.count_up(name, self.window_s)
         if count is None:
@@ -233,7 +233,7 @@ def mount(app, plugin: "PluginHost") -> None:
         try:
             return await apply_feedback(request, key)
         except HTTPException as exc:
-            from .runtime import caller_key
+            from .tenancy import caller_key
 
             reason = str((exc.detail.get("error") or {}).get("message", "")) if isinstance(exc.detail, dict) else ""
             if exc.status_code < 500 and not await refusals.spend(caller_key(identity) or "-", reason):

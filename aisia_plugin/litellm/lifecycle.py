@@ -212,6 +212,9 @@ class Call:
     key: Optional[str] = None  # the hash of the API key that made it (caller_key): who may give feedback
     conversation: Optional[tuple] = None  # (conversation.Caller, session id): its conversation (conversations.py)
     turn_noted: bool = False  # its answer was stored as a turn of that conversation
+    tenant: Optional[Any] = None  # tenancy.Tenant: who made it (LiteLLM's auth)
+    limits: Optional[Any] = None  # tenancy.RequestLimits: what the request asked within its key's layer
+    layer: Optional[Any] = None  # policy.layers.LayerRef: the layer that decides it (None: the operator's)
     phase: Phase = ROUTING
 
     # -- where the request stands ---------------------------------------------------------------
