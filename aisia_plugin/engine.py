@@ -187,9 +187,9 @@ class Engine:
 
         # Budget cap (docs/design.md#budget-cap): estimated cost of this request per candidate.
         budget = ap.budget
-        cap, strict = budget.max_cost_per_request_usd, budget.mode == "strict"
+        cap, strict, whose = budget.max_cost_per_request_usd, budget.mode == "strict", "strict budget"
         if max_cost_usd is not None and (cap is None or max_cost_usd < cap):
-            cap, strict = max_cost_usd, True  # the request's own cap: never served above it
+            cap, strict, whose = max_cost_usd, True, "the request's maximum cost"  # never served above it
         if cap is not None and deps:
             est = [d.cost_usd(feats.input_tokens, budget.expected_output_tokens) for d in deps]
             within = [k for k, e in enumerate(est) if e <= cap]
@@ -199,7 +199,7 @@ class Engine:
                     return self._finish(Decision(
                         None, None, ap.strategy,
                         f"no candidate fits the budget of ${cap:g} per request "
-                        f"(cheapest estimate ${min(est):.6f}); strict budget refuses",
+                        f"(cheapest estimate ${min(est):.6f}); {whose} refuses",
                         0, None, excluded + over, alias=alias, domain=domain, task_type=task, refused="budget",
                         status_code=402), feats)
                 cheapest = est.index(min(est))

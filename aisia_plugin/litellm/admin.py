@@ -21,6 +21,7 @@ from litellm.proxy.auth.user_api_key_auth import user_api_key_auth
 
 from ..deployments import describe
 from ..numbers import within
+from .layering import layers_of
 
 if TYPE_CHECKING:
     from .host import PluginHost
@@ -275,6 +276,7 @@ def mount(app, plugin: "PluginHost") -> None:
                 "deployments": [describe(d) for d in rt.deployments(llm_router.model_list if llm_router else [])],
                 "aliases": plugin.available_aliases(),
                 "aliases_without_candidates": list(plugin.empty_aliases),
+                "layers": layers_of(rt.policy),  # the teams' and the keys' layers (docs/teams.md)
                 "group_installs": plugin.group_installs, "reloads": watcher.reloads if watcher else 0, "checks": watcher.checks if watcher else 0,
                 "rejected_edit": watcher.last_error if watcher else None,
                 "restart_pending": watcher.restart_pending if watcher else []}

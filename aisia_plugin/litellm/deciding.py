@@ -11,7 +11,7 @@ from typing import Optional
 from ..decision import Decision
 from ..engine import ALREADY_FAILED, PROBE_TAKEN, UnknownAlias
 from . import checks, compat
-from .layering import left_out, refusal
+from .layering import left_out
 from .lifecycle import Call, Refused
 from .runtime import Runtime
 
@@ -29,9 +29,7 @@ async def choose(rt: Runtime, observer, router, call: Call, healthy: list, messa
     await store.prepare([d.id for d in deps], model)
     # Left out of this decision, each with why (the explain log and the decision log say it).
     exclude = {i: ALREADY_FAILED for i in tried}
-    narrowed = left_out(rt, call.layer, model, healthy, call.tenant, call.limits)
-    if narrowed and all(d.id in narrowed for d in deps):
-        raise refusal(model, narrowed)
+    narrowed = left_out(rt, call.layer, model, healthy, call.tenant, call.limits)  # (a refusal when nothing is left)
     exclude.update((i, why) for i, why in narrowed.items() if i not in exclude)
     exclude.update((i, "LiteLLM's checks after the filter refused it") for i in refused if i not in exclude)
     limited = await checks.over_usage_limits(router, healthy, messages)

@@ -16,8 +16,8 @@ from typing import Optional
 from ..decision import Deployment
 from ..deployments import build_deployment, selects
 from ..engine import Engine
-from ..globs import matches_any
 from ..policy.layers import LayerRef, layer_for
+from ..policy.layers import left_out as narrowed
 from ..policy.models import Policy
 from .costs import litellm_price, with_context_window
 from .lifecycle import Refused
@@ -84,22 +84,16 @@ class Scopes:
 
 def left_out(runtime, ref: Optional[LayerRef], alias: str, raws, tenant: Optional[Tenant],
              limits: Optional[RequestLimits]) -> dict:
-    """id -> why, of the deployments this request may not use (the module's docstring)."""
-    out = {}
-    op = runtime.policy.aliases.get(alias) if ref is not None else None
-    models = tenant.models if tenant is not None else ()
-    tiers = {d.id: d.tier for d in runtime.scopes.deployments(ref, raws)}
-    deps = runtime.deployments(raws)
-    if models and not any(matches_any(list(models), (d.model_name,)) for d in deps) \
-            and matches_any(list(models), (alias,)):
-        models = ()  # the key was given the alias itself, none of its groups: the alias as a whole
-    for d in deps:
-        if op is not None and not selects(op.candidates, d):
-            out[d.id] = f"not a candidate of the operator's alias {alias!r} (layer {ref.label} only narrows)"
-        elif models and not matches_any(list(models), (d.model_name,)):
-            out[d.id] = "not among the models the key may use"
-        elif limits is not None and not limits.allows_tier(tiers.get(d.id)):
-            out[d.id] = f"tier {tiers.get(d.id) or 'unknown'} is below the request's minimum tier {limits.min_tier}"
+    """id -> why, of the deployments this request may not use (policy/layers.left_out); raises
+    the refusal (``refusal``) when they are every candidate the deciding alias has."""
+    views = runtime.scopes.deployments(ref, raws)
+    out = narrowed(alias, ref, runtime.policy.aliases.get(alias), runtime.deployments(raws), views,
+                   tenant.models if tenant is not None else (), limits.min_tier if limits is not None else None)
+    ap = runtime.scopes.policy(ref).aliases.get(alias)
+    if out and ap is not None:
+        candidates = [d.id for d in views if selects(ap.candidates, d)]
+        if candidates and all(i in out for i in candidates):
+            raise refusal(alias, {i: out[i] for i in candidates})
     return out
 
 
@@ -126,3 +120,10 @@ def scope_call(runtime, call, user_api_key_dict, data) -> Optional[Refused]:
     except Refused as exc:
         return exc
     return None
+
+
+def layers_of(policy: Policy) -> list[dict]:
+    """The policy's layers as written (/aisia/policy lists them): section, name, description and
+    the sections it sets."""
+    return [{"section": section, "name": name, **layer.model_dump()}
+            for section in ("teams", "layers") for name, layer in getattr(policy, section).items()]

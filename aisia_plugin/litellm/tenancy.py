@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, NamedTuple, Optional, Union
 
+from ..policy.layers import TIER_ORDER
+
 # The key metadata field naming the key's layer (policy `layers:`), set by whoever issues keys.
 KEY_LAYER_FIELD = "aisia_policy"
 # LiteLLM's names for "every model" in a key's or a team's models list.
@@ -23,7 +25,6 @@ MIN_TIER_HEADER = "x-aisia-min-tier"
 MAX_COST_HEADER = "x-aisia-max-cost-usd"
 MIN_TIER_FIELD = "aisia_min_tier"  # the same, in the request's metadata
 MAX_COST_FIELD = "aisia_max_cost_usd"
-TIER_ORDER = ("free", "standard", "pro", "ultra")  # the schema's tiers, cheapest first
 
 
 def session_key(value: str) -> str:
@@ -104,12 +105,6 @@ class RequestLimits(NamedTuple):
 
     min_tier: Optional[str] = None
     max_cost_usd: Optional[float] = None
-
-    def allows_tier(self, tier: Optional[str]) -> bool:
-        """A deployment of `tier` meets the minimum (an untiered one meets none)."""
-        if self.min_tier is None:
-            return True
-        return tier in TIER_ORDER and TIER_ORDER.index(tier) >= TIER_ORDER.index(self.min_tier)
 
 
 class LimitProblem(NamedTuple):

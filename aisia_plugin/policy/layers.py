@@ -22,11 +22,14 @@ from dataclasses import dataclass, replace
 
 from pydantic import ValidationError
 
+from ..deployments import selects
+from ..globs import matches_any
 from .errors import PolicyIssue, dotted
 from .models import Policy
 from .yamlpos import Locations, position_of
 
 SECTIONS = ("teams", "layers")
+TIER_ORDER = ("free", "standard", "pro", "ultra")  # the schema's tiers, cheapest first
 LAYER_KEYS = ("aliases", "deployments", "reward")
 _EMPTY = {"description": "", "aliases": {}, "deployments": {}, "reward": {}}
 
@@ -150,3 +153,32 @@ def layer_for(layers: dict, team_id, team_alias, key_layer) -> "LayerRef | None"
             if ref in layers:
                 return ref
     return None
+
+
+def meets_tier(tier, min_tier) -> bool:
+    """A deployment of `tier` meets the minimum `min_tier` (None: any; an untiered one meets none)."""
+    if min_tier is None:
+        return True
+    return tier in TIER_ORDER and TIER_ORDER.index(tier) >= TIER_ORDER.index(min_tier)
+
+
+def left_out(alias: str, ref, operator_alias, operator_deps, layer_deps, models=(), min_tier=None) -> dict:
+    """id -> why, of the deployments a request may not use (docs/teams.md#narrowing): those the
+    operator's selector of the alias does not keep when a layer decides (judged on the operator's
+    views, `operator_deps`: a layer's annotations cannot widen), those outside the key's `models`
+    (a key given the alias itself and none of its groups may use the alias as a whole), and
+    those below the request's minimum tier (judged on the layer's views, `layer_deps`)."""
+    out = {}
+    models = list(models)
+    if models and not any(matches_any(models, (d.model_name,)) for d in operator_deps) \
+            and matches_any(models, (alias,)):
+        models = []
+    tiers = {d.id: d.tier for d in layer_deps}
+    for d in operator_deps:
+        if ref is not None and operator_alias is not None and not selects(operator_alias.candidates, d):
+            out[d.id] = f"not a candidate of the operator's alias {alias!r} (layer {ref.label} only narrows)"
+        elif models and not matches_any(models, (d.model_name,)):
+            out[d.id] = "not among the models the key may use"
+        elif not meets_tier(tiers.get(d.id), min_tier):
+            out[d.id] = f"tier {tiers.get(d.id) or 'unknown'} is below the request's minimum tier {min_tier}"
+    return out
