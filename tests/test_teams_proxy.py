@@ -19,7 +19,7 @@ import sys
 import httpx
 import pytest
 
-from fault_helpers import parse_reply, start_custom_auth_proxy
+from fault_helpers import parse_reply, start_custom_auth_proxy, wait_for
 from proxy_harness import start_upstreams, stop_upstreams
 
 pytestmark = pytest.mark.proxy  # starts a LiteLLM proxy
@@ -30,6 +30,7 @@ PROMPTS = ("Hello, how are you today?", "Write a Python function that reverses a
 POLICY = """\
 version: 1
 defaults: false
+proxy: {reload_interval_s: 0.5}
 aliases:
   t/main:
     description: the operator's alias
@@ -151,3 +152,29 @@ def test_validate_and_explain_agree_with_the_proxy(proxy):
                            capture_output=True, text=True, timeout=300)
         assert e.returncode == 0, e.stdout + e.stderr
         assert json.loads(e.stdout)["decision"]["deployment_id"] == EXPECTED[key] == served(chat(proxy, key, PROMPTS[1]))
+
+
+def test_a_hot_reload_swaps_the_layers_and_an_invalid_layer_is_refused(proxy):
+    policy = proxy.workdir / "team.yaml"
+
+    def state():
+        r = httpx.get(proxy.url + "/aisia/policy", headers=proxy.headers, timeout=60)
+        assert r.status_code == 200, r.text[:300]
+        return r.json()
+
+    try:
+        reloads = state()["reloads"]
+        policy.write_text(POLICY.replace("t/main: {candidates: {tiers: [pro]}}", "t/main: {candidates: {tiers: [ultra]}}"))
+        wait_for(lambda: state()["reloads"] > reloads, "the reload")
+        assert served(chat(proxy, A_KEY, PROMPTS[0])) == "tm-top"
+        assert served(chat(proxy, LAYER_KEY, PROMPTS[0])) == "tm-std"  # the other layers unchanged
+        # A layer naming an alias the operator lacks is refused: the proxy keeps the last good policy.
+        policy.write_text(POLICY.replace("t/main: {candidates: {tiers: [standard]}}", "t/mian: {strategy: cost}"))
+        wait_for(lambda: state()["rejected_edit"], "the rejected edit")
+        assert "layers.standard-only.aliases.t/mian" in json.dumps(state()["rejected_edit"])
+        assert served(chat(proxy, LAYER_KEY, PROMPTS[0])) == "tm-std"
+    finally:
+        reloads = state()["reloads"]
+        policy.write_text(POLICY)
+        wait_for(lambda: state()["reloads"] > reloads, "the reload back")
+    assert served(chat(proxy, A_KEY, PROMPTS[0])) == "tm-mid"
