@@ -12,6 +12,7 @@ its own layer's choice on the same prompts; no header or request metadata select
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import subprocess
 import sys
@@ -178,3 +179,24 @@ def test_a_hot_reload_swaps_the_layers_and_an_invalid_layer_is_refused(proxy):
         policy.write_text(POLICY)
         wait_for(lambda: state()["reloads"] > reloads, "the reload back")
     assert served(chat(proxy, A_KEY, PROMPTS[0])) == "tm-mid"
+
+
+def test_metrics_answer_a_teams_key_with_its_own_teams_figures_only(proxy):
+    assert served(chat(proxy, A_KEY, PROMPTS[2])) == "tm-mid" and served(chat(proxy, B_KEY, PROMPTS[2])) == "tm-top"
+
+    def metrics(key) -> str:
+        r = httpx.get(proxy.url + "/aisia/metrics", headers={"Authorization": f"Bearer {key}"}, timeout=60)
+        assert r.status_code == 200, r.text[:300]
+        return r.text
+
+    row = 'aisia_team_outcomes_total{alias="t/main",deployment="%s",result="success",team="%s"}'
+    wait_for(lambda: row % ("tm-top", "team-b-id") in metrics(proxy.master_key), "team B's outcome in the metrics")
+    admin = metrics(proxy.master_key)
+    assert row % ("tm-mid", "team-a-id") in admin and "aisia_decisions_total{" in admin
+    mine = metrics(A_KEY)
+    assert row % ("tm-mid", "team-a-id") in mine and 'aisia_team_decisions_total{alias="t/main",deployment="tm-mid"' in mine
+    assert set(re.findall(r'team="([^"]*)"', mine)) == {"team-a-id"}  # not another team's figures
+    assert "aisia_decisions_total{" not in mine and "aisia_refusals_total" not in mine  # nor everyone's
+    lone = metrics(LONE_KEY)  # a key of no team: the metrics without per-deployment learning, as before
+    assert 'team="' not in lone
+    assert "aisia_decisions_total{" not in lone

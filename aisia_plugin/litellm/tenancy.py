@@ -69,8 +69,8 @@ class Tenant:
 
     @property
     def team(self) -> Optional[str]:
-        """How the tenant's team is shown: its alias, else its id."""
-        return self.team_alias or self.team_id
+        """The tenant's team as its figures are labelled (docs/teams.md): its id, else its alias."""
+        return self.team_id or self.team_alias
 
 
 def _text(value) -> Optional[str]:
