@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from fault_helpers import parse_reply, start_custom_auth_proxy, wait_for
-from proxy_harness import start_upstreams, stop_upstreams
+from proxy_harness import upstreams_fixture
 
 pytestmark = pytest.mark.proxy  # starts a LiteLLM proxy
 
@@ -73,12 +73,8 @@ KEYS = {
 EXPECTED = {A_KEY: "tm-mid", B_KEY: "tm-top", LAYER_KEY: "tm-std", LONE_KEY: "tm-cheap", MODELS_KEY: "tm-mid"}
 
 
-@pytest.fixture(scope="module")
-def upstreams():
-    running = start_upstreams([{"name": n, "input_cost_per_1m": c, "output_cost_per_1m": c}
+upstreams = upstreams_fixture([{"name": n, "input_cost_per_1m": c, "output_cost_per_1m": c}
                                for n, c in (("tm-cheap", 0.1), ("tm-std", 0.5), ("tm-mid", 1.0), ("tm-top", 5.0))])
-    yield {u.name: u for u in running}
-    stop_upstreams(running)
 
 
 @pytest.fixture(scope="module")
