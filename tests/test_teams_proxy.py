@@ -69,6 +69,10 @@ KEYS = {
     LONE_KEY: {"role": "internal_user"},
     MODELS_KEY: {"role": "internal_user", "models": ["t/main", "tm-mid", "tm-top"]},
 }
+UNKNOWN_LAYER_KEY = "sk-unknown-layer-" + secrets.token_hex(6)
+NARROW_KEY = "sk-narrow-" + secrets.token_hex(6)
+KEYS[UNKNOWN_LAYER_KEY] = {"role": "internal_user", "team_id": "team-a-id", "metadata": {"aisia_policy": "nope"}}
+KEYS[NARROW_KEY] = {"role": "internal_user", "team_alias": "beta", "models": ["t/main", "tm-cheap", "tm-mid"]}
 # What each key's layer chooses with the cost strategy: the cheapest deployment it may use.
 EXPECTED = {A_KEY: "tm-mid", B_KEY: "tm-top", LAYER_KEY: "tm-std", LONE_KEY: "tm-cheap", MODELS_KEY: "tm-mid"}
 
@@ -196,3 +200,13 @@ def test_metrics_answer_a_teams_key_with_its_own_teams_figures_only(proxy):
     lone = metrics(LONE_KEY)  # a key of no team: the metrics without per-deployment learning, as before
     assert 'team="' not in lone
     assert "aisia_decisions_total{" not in lone
+
+
+def test_a_key_naming_an_undeclared_layer_or_left_nothing_by_its_models_is_refused_saying_why(proxy, upstreams):
+    calls = sum(u.stats()["calls"] for u in upstreams.values())
+    r = chat(proxy, UNKNOWN_LAYER_KEY, PROMPTS[0])
+    assert r.status_code == 403 and "aisia_policy 'nope'" in r.text and "standard-only" in r.text, r.text[:300]
+    # Team B's layer keeps ultra only; this key of team B may use cheap and mid: nothing is left.
+    r = chat(proxy, NARROW_KEY, PROMPTS[0])
+    assert r.status_code == 403 and "not among the models the key may use" in r.text, r.text[:300]
+    assert sum(u.stats()["calls"] for u in upstreams.values()) == calls  # no upstream was called
