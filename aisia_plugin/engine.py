@@ -106,7 +106,8 @@ class Engine:
                exclude: Iterable[str] = (), request_modalities=None,
                features: Optional[RequestFeatures] = None, reserve: bool = True,
                session: Optional[str] = None, signals: Optional[Mapping[str, Mapping[str, float]]] = None,
-               team: Optional[TeamPace] = None, request: Optional[Mapping] = None) -> Decision:
+               team: Optional[TeamPace] = None, request: Optional[Mapping] = None,
+               max_cost_usd: Optional[float] = None) -> Decision:
         """`team`: whose spend the call paces (its own record and budgets: pacing.team_multiplier).
         `request`: the rest of the request body (``response_format``, reasoning parameters),
         read with `tools` and the messages for what the request needs (capabilities.py).
@@ -114,7 +115,9 @@ class Engine:
         when None). `signals`, by deployment id, are what the caller knows of each deployment
         now, in [0, 1]: ``quota`` (its remaining quota share) and the rules strategy's supplied
         factors (``context_affinity``, ``cache_affinity``, ``session_availability``,
-        ``reset_window_affinity``); a deployment or a key left out keeps its default."""
+        ``reset_window_affinity``); a deployment or a key left out keeps its default.
+        `max_cost_usd`: the request's own cap on its estimated cost (docs/teams.md), strict, and
+        only ever lower than the alias's budget."""
         ap = self.policy.aliases.get(alias)
         if ap is None:
             raise UnknownAlias(alias)
@@ -203,17 +206,19 @@ class Engine:
 
         # Budget cap (docs/design.md#budget-cap): estimated cost of this request per candidate.
         budget = ap.budget
-        if budget.max_cost_per_request_usd is not None and deps:
-            cap = budget.max_cost_per_request_usd
+        cap, strict, whose = budget.max_cost_per_request_usd, budget.mode == "strict", "strict budget"
+        if max_cost_usd is not None and (cap is None or max_cost_usd < cap):
+            cap, strict, whose = max_cost_usd, True, "the request's maximum cost"  # never served above it
+        if cap is not None and deps:
             est = [d.cost_usd(feats.input_tokens, budget.expected_output_tokens) for d in deps]
             within = [k for k, e in enumerate(est) if e <= cap]
             over = [CandidateScore(i, excluded=f"estimated ${e:.6f} over budget") for i, e in zip(ids, est)]
             if not within:
-                if budget.mode == "strict":
+                if strict:
                     return self._finish(Decision(
                         None, None, ap.strategy,
                         f"no candidate fits the budget of ${cap:g} per request "
-                        f"(cheapest estimate ${min(est):.6f}); strict budget refuses",
+                        f"(cheapest estimate ${min(est):.6f}); {whose} refuses",
                         0, None, excluded + over, alias=alias, domain=domain, task_type=task, refused="budget",
                         status_code=402), feats)
                 cheapest = est.index(min(est))
@@ -283,7 +288,8 @@ class Engine:
                 # decision without this deployment.
                 return self.decide(alias, messages, deployments, tools=tools, exclude={**left_out, chosen.id: PROBE_TAKEN},
                                    request_modalities=request_modalities, features=feats, reserve=reserve,
-                                   session=session, signals=signals, team=team, request=request)
+                                   session=session, signals=signals, team=team, request=request,
+                                   max_cost_usd=max_cost_usd)
         return self._finish(decision, feats)
 
     def _breakers(self, ids, breakers, now: float):

@@ -56,7 +56,12 @@ EXPORTED = (
     "aisia_state_queue_depth", "aisia_policy_reloads_total", "aisia_spend_target_usd_per_1k_requests",
     "aisia_spend_usd_per_1k_requests", "aisia_spend_multiplier", "aisia_judge_calls_total",
     "aisia_judge_spend_usd_total", "aisia_judge_agreement_total", "aisia_conversation_signals_total",
+    "aisia_team_decisions_total", "aisia_team_outcomes_total",
 )
+
+# A LiteLLM team's figures (docs/teams.md): a team's key reads its own team's rows of these only.
+TEAM_FAMILIES = ("aisia_team_decisions_total", "aisia_team_outcomes_total")
+MAX_TEAMS = 256  # distinct team labels kept; later teams read as ``other``
 
 # What the router learned and chose per deployment (rewards, latencies, pulls, breaker states,
 # choices, outcomes, decisions by deployment): the proxy admin's only (GET /aisia/metrics shows
@@ -79,6 +84,25 @@ class WithoutFamilies:
         for family in self.registry.collect():
             if family.name not in self.dropped:
                 yield family
+
+
+class OnlyTeam:
+    """A registry's view for a team's key: the samples of TEAM_FAMILIES labelled with its team,
+    nothing else, for ``prometheus_client.generate_latest``."""
+
+    def __init__(self, registry, team: str):
+        self.registry = registry
+        self.team = team
+        self.kept = frozenset(n[: -len("_total")] for n in TEAM_FAMILIES)
+
+    def collect(self):
+        from prometheus_client.core import Metric
+
+        for family in self.registry.collect():
+            if family.name in self.kept:
+                mine = Metric(family.name, family.documentation, family.type, family.unit)
+                mine.samples = [s for s in family.samples if s.labels.get("team") == self.team]
+                yield mine
 
 
 class _Names:
@@ -110,6 +134,12 @@ class RouterMetrics:
                                  registry=r)
         self.outcomes = Counter("aisia_outcomes_total", "Attempt outcomes by alias, deployment and result.",
                                 ["alias", "deployment", "result"], registry=r)
+        self.team_decisions = Counter("aisia_team_decisions_total", "Routed decisions of a LiteLLM team's keys, by "
+                                      "team, alias and chosen deployment.", ["team", "alias", "deployment"], registry=r)
+        self.team_outcomes = Counter("aisia_team_outcomes_total", "Attempt outcomes of a LiteLLM team's keys, by team, "
+                                     "alias, deployment and result.", ["team", "alias", "deployment", "result"],
+                                     registry=r)
+        self._teams: set = set()
         self.failovers = Counter("aisia_failovers_total", "Retries routed to another deployment after a failure.",
                                  ["alias"], registry=r)
         self.refusals = Counter("aisia_refusals_total", "Requests refused, by alias and reason.",
@@ -236,6 +266,23 @@ class RouterMetrics:
             child = self._outcomes[raw] = self.outcomes.labels(self._alias(alias), self._deployment(deployment_id),
                                                                self._results(result))
         child.inc()
+
+    def _team(self, team: str) -> str:
+        if team not in self._teams and len(self._teams) >= MAX_TEAMS:
+            return OTHER
+        self._teams.add(team)
+        return team
+
+    def team_decision(self, team: Optional[str], decision) -> None:
+        """A routed decision of a team's key (refusals are counted by alias only)."""
+        if team and decision.deployment_id is not None and not decision.refused:
+            self.team_decisions.labels(self._team(team), self._alias(decision.alias),
+                                       self._deployment(decision.deployment_id)).inc()
+
+    def team_outcome(self, team: Optional[str], alias: str, deployment_id: str, result: str) -> None:
+        if team:
+            self.team_outcomes.labels(self._team(team), self._alias(alias), self._deployment(deployment_id),
+                                      self._results(result)).inc()
 
     def learned(self, stats: dict) -> None:
         """Gauges from a store's ``stats()`` (per deployment, with per-domain rows)."""

@@ -26,6 +26,12 @@ def add_arguments(p):
     from . import live
 
     live.add_arguments(p)  # --url: decide on the running proxy's live state instead of --state
+    p.add_argument("--team", metavar="NAME", help="decide as a key of this LiteLLM team (its id or its alias) would: "
+                   "the policy's teams.<NAME> layer applies (docs/teams.md)")
+    p.add_argument("--key-metadata", metavar="JSON", help="the key's LiteLLM metadata, e.g. '{\"aisia_policy\": \"premium\"}': "
+                   "a named layer it selects replaces the team's; a 'models' list restricts the deployments")
+    p.add_argument("--min-tier", help="the request's x-aisia-min-tier")
+    p.add_argument("--max-cost-usd", help="the request's x-aisia-max-cost-usd")
     p.add_argument("--seed", type=int, default=0, help="random seed for strategies that sample")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -144,13 +150,17 @@ def _fmt(v):
 
 def run(args) -> int:
     from ..engine import Engine, UnknownAlias
-    from ..policy import PolicyError, load_policy
+    from ..policy import PolicyError, load_policy_with_locations
 
     try:
-        policy = load_policy(args.policy)
+        loaded = load_policy_with_locations(args.policy)
     except PolicyError as exc:
         print(str(exc), file=sys.stderr)
         return 1
+    scope = _scope(args, loaded)
+    if isinstance(scope, int):
+        return scope
+    operator, (ref, policy, limits, models) = loaded.policy, scope
     if args.alias not in policy.aliases:
         print(f"aisia explain: unknown alias {args.alias!r}; known: {', '.join(policy.aliases)}", file=sys.stderr)
         return 2
@@ -165,6 +175,11 @@ def run(args) -> int:
                              args.deployments, "the deployments file")
     if isinstance(deployments, int):
         return deployments
+    from ..policy.layers import left_out
+
+    operator_view = deployments if ref is None else _load_deployments(args.deployments, operator)
+    exclude = left_out(args.alias, ref, operator.aliases.get(args.alias), operator_view, deployments, models,
+                       limits.min_tier)
     store = _store(args, [d.id for d in deployments])
     if isinstance(store, int):
         return store
@@ -178,7 +193,7 @@ def run(args) -> int:
     feats = engine.features(messages, tools).replace(estimate_probability=True)
     try:
         decision = engine.decide(args.alias, messages, deployments, tools=tools, features=feats, reserve=False,
-                                 request=body)
+                                 request=body, exclude=exclude, max_cost_usd=limits.max_cost_usd)
     except UnknownAlias:
         return 2
     features = {k: v for k, v in feats.as_dict().items() if k not in ("text", "extra", "estimate_probability")}
@@ -186,12 +201,14 @@ def run(args) -> int:
     from ..deployments import describe
 
     if args.json:
-        out = {"alias": args.alias, "features": features, "decision": decision.as_dict(),
+        out = {"alias": args.alias, "layer": ref.label if ref else None, "features": features, "decision": decision.as_dict(),
                "deployments": [describe(d) for d in deployments]}
         # Infinite scores (UCB1's untried candidates) become null: JSON has no infinity.
         print(json.dumps(_jsonable(out), indent=2))
         return EXIT_REFUSED if decision.refused else 0
     print(f"alias:     {args.alias}  ({policy.aliases[args.alias].description})")
+    if ref is not None:
+        print(f"layer:     {ref.label} over the operator's policy ({getattr(operator, ref.section)[ref.name].description or '-'})")
     print("features:  " + ", ".join(f"{k}={v}" for k, v in features.items()))
     print(f"domain:    {decision.domain or '-'}   task type: {decision.task_type}")
     print(f"strategy:  {decision.strategy}")
@@ -223,6 +240,37 @@ def run(args) -> int:
         print(f"decision:  {decision.deployment_id} -> model {decision.model} (score {_fmt(decision.final_score)}{prob})")
         print(f"reason:    {decision.reason}")
     return 0
+
+
+def _scope(args, loaded):
+    """(the layer, its policy, the request's limits, the key's models) of --team, --key-metadata,
+    --min-tier and --max-cost-usd, as the proxy reads them (litellm/tenancy.py); an exit status
+    after its message when one cannot be read."""
+    from ..litellm.tenancy import LimitProblem, request_limits
+    from ..policy.layers import layer_for
+
+    try:
+        meta = json.loads(args.key_metadata) if args.key_metadata else {}
+    except ValueError as exc:
+        meta = exc
+    if not isinstance(meta, dict):
+        print(f"aisia explain: --key-metadata must be a JSON object ({meta})", file=sys.stderr)
+        return 2
+    headers = {k: v for k, v in (("x-aisia-min-tier", args.min_tier), ("x-aisia-max-cost-usd", args.max_cost_usd))
+               if v is not None}
+    limits = request_limits({"proxy_server_request": {"headers": headers}})
+    if isinstance(limits, LimitProblem):
+        print(f"aisia explain: {limits.message}", file=sys.stderr)
+        return 2
+    key_layer = meta.get("aisia_policy")
+    ref = layer_for(loaded.layers, args.team, args.team, key_layer)
+    if ref is None and key_layer:
+        print(f"aisia explain: the key's aisia_policy {key_layer!r} names no layer of the policy "
+              f"(declared: {', '.join(sorted(r.name for r in loaded.layers if r.section == 'layers')) or 'none'})",
+              file=sys.stderr)
+        return 2
+    models = [m for m in meta.get("models") or () if isinstance(m, str)]
+    return ref, loaded.layers[ref] if ref is not None else loaded.policy, limits, models
 
 
 def _jsonable(o):

@@ -216,6 +216,7 @@ def deployment_issues(loaded, path) -> tuple[list[PolicyIssue], list[PolicyIssue
                                f"aliases.{name}.candidates",
                                f"selects none of the {len(deps)} deployments of {path}: the alias would answer "
                                "every request with 'no deployment is available'", "semantic"))
+    out.extend(_empty_layer_aliases(loaded, config, deps, path))
     return out, (_unmatched_annotations(loaded, deps, path) + _unpriced(config, deps)
                  + _free_under_a_target(loaded, deps) + _required_capabilities(loaded, deps))
 
@@ -236,6 +237,31 @@ def _required_capabilities(loaded, deps) -> list[PolicyIssue]:
             pos = position_of(loaded.locations, path, key=True)
             out.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0, pos.column if pos else 0,
                                    ".".join(path), gap.message(), "warning"))
+    return out
+
+
+def _empty_layer_aliases(loaded, config, deps, path) -> list[PolicyIssue]:
+    """An alias of a team's or a named layer that selects none of the config's deployments the
+    operator's alias selects (a layer only narrows: docs/teams.md)."""
+    from ..deployments import selects
+    from ..litellm.costs import proxy_deployments
+    from ..policy.yamlpos import position_of
+
+    out = []
+    for ref, policy in loaded.layers.items():
+        raw = getattr(loaded.policy, ref.section)[ref.name]
+        views = proxy_deployments(config, policy) if raw.deployments else deps
+        for name in raw.aliases:
+            operator = {d.id for d in deps if selects(loaded.policy.aliases[name].candidates, d)}
+            if operator and not any(d.id in operator and selects(policy.aliases[name].candidates, d) for d in views):
+                where = (ref.section, ref.name, "aliases", name)
+                pos = position_of(loaded.locations, where + ("candidates",), key=True) \
+                    or position_of(loaded.locations, where, key=True)
+                out.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0,
+                                       pos.column if pos else 0, ".".join(where),
+                                       f"leaves alias '{name}' without candidates: none of the {len(operator)} "
+                                       f"deployments of {path} the operator's alias selects is selected by this "
+                                       "layer (a layer only narrows)", "semantic"))
     return out
 
 

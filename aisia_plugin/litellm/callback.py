@@ -25,8 +25,8 @@ from . import checks, events
 from .deciding import choose, handed_to_litellm
 from .headers import response_headers
 from .judge import served_answer
+from .layering import scope_call
 from .lifecycle import SENT, Refused
-from .runtime import identify
 from .startup import FAIL_CLOSED_ENV, ProxyLife, fail_closed, http_error
 
 __all__ = ["AisiaPlugin", "FAIL_CLOSED_ENV", "Refused", "fail_closed"]
@@ -60,7 +60,9 @@ class AisiaPlugin(ProxyLife, CustomLogger):
         rid = events.stamp_request_id(data)
         rt = self.runtime
         call = rt.open_call(rid, model, rt.session(ap, data, user_api_key_dict))
-        identify(call, user_api_key_dict)  # who may give feedback for it, whose spend it paces
+        bad = scope_call(rt, call, user_api_key_dict, data)  # its tenant, its layer, its limits, its pacing
+        if bad is not None:
+            raise http_error(bad.status_code, bad.text, bad.kind)
         rt.conversations.opened(call, data, user_api_key_dict)  # the answer it judges, in the background
         return data
 
@@ -232,7 +234,7 @@ class AisiaPlugin(ProxyLife, CustomLogger):
         if outcome.success:
             outcome = rt.counted_cost(outcome)
         verdict = rt.weighed(call.key, outcome, verdict)
-        rt.after(self._learn, rt.engine, call, attempt, outcome, stream, ttft, verdict, time.time())
+        rt.after(self._learn, rt.scopes.engine(call.layer), call, attempt, outcome, stream, ttft, verdict, time.time())
 
     def _learn(self, engine, call, attempt, outcome, stream: bool, ttft, verdict, at: float) -> None:
         try:

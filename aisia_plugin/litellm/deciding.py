@@ -11,6 +11,7 @@ from typing import Optional
 from ..decision import Decision
 from ..engine import ALREADY_FAILED, PROBE_TAKEN, UNSUPPORTED, UnknownAlias
 from . import checks, compat
+from .layering import left_out
 from .lifecycle import Call, Refused
 from .runtime import Runtime
 
@@ -24,11 +25,13 @@ async def choose(rt: Runtime, observer, router, call: Call, healthy: list, messa
     `request`: the request's keyword arguments, read for what it needs (capabilities.py)."""
     model, attempt = call.alias, len(tried)
     refused = call.refused_choices() if compat.FILTER_KEEPS_IDS_ONLY else []
-    deps = rt.deployments(healthy)
-    store, engine = rt.store, rt.engine
+    deps = rt.scopes.deployments(call.layer, healthy)  # as the call's layer sees them (layering.py)
+    store, engine = rt.store, rt.scopes.engine(call.layer)
     await store.prepare([d.id for d in deps], model)
     # Left out of this decision, each with why (the explain log and the decision log say it).
     exclude = {i: ALREADY_FAILED for i in tried}
+    narrowed = left_out(rt, call.layer, model, healthy, call.tenant, call.limits)  # (a refusal when nothing is left)
+    exclude.update((i, why) for i, why in narrowed.items() if i not in exclude)
     exclude.update((i, "LiteLLM's checks after the filter refused it") for i in refused if i not in exclude)
     limited = await checks.over_usage_limits(router, healthy, messages)
     if limited:
@@ -41,7 +44,8 @@ async def choose(rt: Runtime, observer, router, call: Call, healthy: list, messa
     while True:
         try:
             decision = engine.decide(model, messages or [], deps, tools=tools, exclude=exclude, reserve=False,
-                                     session=call.session, team=call.pace, request=request)
+                                     session=call.session, team=call.pace, request=request,
+                                     max_cost_usd=call.limits.max_cost_usd if call.limits is not None else None)
         except UnknownAlias:  # the policy was reloaded without it between the hooks
             raise Refused(404, f"alias {model!r} is no longer defined by the policy", "aisia_unknown_alias", model)
         if decision.refused is not None:

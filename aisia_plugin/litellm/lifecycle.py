@@ -213,6 +213,9 @@ class Call:
     pace: Optional[Any] = None  # pacing.TeamPace: whose spend it paces (team_budget.team_pace_of)
     conversation: Optional[tuple] = None  # (conversation.Caller, session id): its conversation (conversations.py)
     turn_noted: bool = False  # its answer was stored as a turn of that conversation
+    tenant: Optional[Any] = None  # tenancy.Tenant: who made it (LiteLLM's auth)
+    limits: Optional[Any] = None  # tenancy.RequestLimits: what the request asked within its key's layer
+    layer: Optional[Any] = None  # policy.layers.LayerRef: the layer that decides it (None: the operator's)
     phase: Phase = ROUTING
 
     # -- where the request stands ---------------------------------------------------------------

@@ -38,12 +38,13 @@ def router_metrics() -> RouterMetrics:
     return _METRICS
 
 
-def metrics_text(per_deployment: bool = True) -> tuple[bytes, str]:
+def metrics_text(per_deployment: bool = True, team: Optional[str] = None) -> tuple[bytes, str]:
     """The metrics as Prometheus text; without `per_deployment`, without what the router learned
-    and chose per deployment (metrics.PER_DEPLOYMENT: the proxy admin's only)."""
+    and chose per deployment (metrics.PER_DEPLOYMENT: the proxy admin's only); for a `team`'s
+    key, that team's figures only (metrics.OnlyTeam, docs/teams.md)."""
     from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
-    from ..metrics import PER_DEPLOYMENT, WithoutFamilies
+    from ..metrics import PER_DEPLOYMENT, TEAM_FAMILIES, OnlyTeam, WithoutFamilies
 
     if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
         from prometheus_client import multiprocess
@@ -52,7 +53,10 @@ def metrics_text(per_deployment: bool = True) -> tuple[bytes, str]:
         multiprocess.MultiProcessCollector(registry)
     else:
         registry = REGISTRY
-    return generate_latest(registry if per_deployment else WithoutFamilies(registry, PER_DEPLOYMENT)), \
+    if team is not None and not per_deployment:
+        return generate_latest(OnlyTeam(registry, team)), CONTENT_TYPE_LATEST
+    hidden = PER_DEPLOYMENT + TEAM_FAMILIES  # (another team's figures: never a tenant's to read)
+    return generate_latest(registry if per_deployment else WithoutFamilies(registry, hidden)), \
         CONTENT_TYPE_LATEST
 
 
@@ -106,11 +110,14 @@ class Observer:
     # -- events ------------------------------------------------------------------------------
     def decided(self, call: "Call", decision, attempt: int, elapsed_s: float, messages=None) -> None:
         """A decision's metrics, routing-page point and log line, after the hook (runtime.AfterResponse)."""
-        self.runtime.after(self._decided, call.request_id, decision, attempt, elapsed_s, messages, time.time())
+        self.runtime.after(self._decided, call.request_id, decision, attempt, elapsed_s, messages, time.time(),
+                           call.tenant.team if call.tenant is not None else None)
 
-    def _decided(self, request_id: str, decision, attempt: int, elapsed_s: float, messages, at: float) -> None:
+    def _decided(self, request_id: str, decision, attempt: int, elapsed_s: float, messages, at: float,
+                 team: Optional[str] = None) -> None:
         try:
             self.metrics.decision(decision, elapsed_s, failover=attempt > 0)
+            self.metrics.team_decision(team, decision)
             if decision.deployment_id is not None and not decision.refused:
                 self.timeline.add(decision.alias, decision.deployment_id, at)
             if self.decision_log is not None:
@@ -140,6 +147,8 @@ class Observer:
                 result = {"provider": "provider_failure", "client": "client_error",
                           "rate_limit": "rate_limited"}.get(getattr(kind, "value", ""), "provider_failure")
             self.metrics.outcome(call.alias, outcome.deployment_id, result)
+            if call.tenant is not None:
+                self.metrics.team_outcome(call.tenant.team, call.alias, outcome.deployment_id, result)
             if self.decision_log is not None:
                 self.decision_log.outcome(call.request_id, outcome.deployment_id, alias=call.alias,
                                           success=outcome.success, status_code=outcome.status_code,
@@ -211,6 +220,7 @@ def mount(app, plugin) -> None:
     from ..ui import page_html
     from . import session
     from .admin import is_admin, jsonable, metrics_identity, require_admin
+    from .tenancy import tenant_of
 
     async def page(_=Depends(require_admin)):
         return HTMLResponse(page_html(), headers={"Cache-Control": "no-store"})
@@ -224,7 +234,7 @@ def mount(app, plugin) -> None:
         # Who may read them follows LiteLLM's /metrics (require_auth_for_metrics_endpoint); what
         # was learned per deployment, the proxy admin only (the check of /admin/bandit/stats).
         plugin.observer.refresh_gauges()
-        body, content_type = metrics_text(per_deployment=is_admin(identity))
+        body, content_type = metrics_text(per_deployment=is_admin(identity), team=tenant_of(identity).team)
         return Response(body, media_type=content_type)
 
     signed_in = session.page_route(plugin)

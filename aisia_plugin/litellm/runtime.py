@@ -5,7 +5,6 @@ and the recent decisions. Nothing here awaits I/O except the store's own async m
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
 import time
@@ -23,8 +22,9 @@ from ..state import open_store
 from .conversations import Conversations
 from .costs import litellm_price, with_context_window
 from .events import session_of
+from .layering import Scopes
+from .tenancy import session_key
 from .lifecycle import Call, ServedAnswer
-from .team_budget import team_pace_of
 
 log = logging.getLogger("aisia_plugin.litellm")
 
@@ -106,40 +106,6 @@ def proxy_workers() -> int:
         return 1
 
 
-def session_key(value: str) -> str:
-    """A session as stored: hashed, so that an API key used as the session never sits in the
-    store or the explain log."""
-    return hashlib.sha256(value.encode("utf-8", "replace")).hexdigest()[:20]
-
-
-# LiteLLM's hash of a key (``token``) -> ours: every request of a key hashes the same value.
-# Only the token is kept, never a raw ``api_key``; bounded (cleared when full).
-_CALLERS: dict = {}
-_MAX_CALLERS = 4096
-
-
-def caller_key(user_api_key_auth) -> Optional[str]:
-    """The API key behind a request or a feedback, as stored beside a served request: hashed
-    (LiteLLM's own hash of it, ``token``, hashed again), never the key."""
-    token = getattr(user_api_key_auth, "token", None)
-    if token and type(token) is str:
-        hit = _CALLERS.get(token)
-        if hit is None:
-            if len(_CALLERS) >= _MAX_CALLERS:
-                _CALLERS.clear()
-            hit = _CALLERS[token] = session_key(token)
-        return hit
-    value = token or getattr(user_api_key_auth, "api_key", None)
-    return session_key(str(value)) if value else None
-
-
-def identify(call: Call, user_api_key_auth) -> None:
-    """Note on a new call who made it: its key's hash (who may give feedback) and whose spend it
-    paces (its team's record and budgets, team_budget.py)."""
-    call.key = caller_key(user_api_key_auth)
-    call.pace = team_pace_of(user_api_key_auth, time.time())
-
-
 class Runtime:
     def __init__(self, loaded: LoadedPolicy, store=None):
         self.loaded = loaded
@@ -157,6 +123,7 @@ class Runtime:
         self.explain: deque = deque(maxlen=self.policy.proxy.explain_history)
         self.after = AfterResponse()  # learning, logging and metrics, run after the hooks
         self.conversations = Conversations(self)  # conversation signals, in the background
+        self.scopes = Scopes(self)  # the teams' and the keys' layers: an engine each (layering.py)
 
     def new_engine(self, policy: Policy) -> Engine:
         """An engine for `policy` over this store (what was learned is kept). Compiling its
@@ -168,6 +135,7 @@ class Runtime:
         self.loaded = loaded
         self.policy = loaded.policy
         self.engine = engine if engine is not None else self.new_engine(self.policy)
+        self.scopes.clear()
         self.recent.rule = OutlierRule.of(self.policy.circuit_breaker)
         self._deployments.clear()
         if self.explain.maxlen != self.policy.proxy.explain_history:
@@ -290,7 +258,8 @@ class Runtime:
         branch = first.branches.get(alias)
         if branch is None and create:
             branch = first.branches[alias] = Call(alias, request_id, None, time.monotonic(), key=first.key,
-                                                  conversation=first.conversation, pace=first.pace)
+                                                  conversation=first.conversation, tenant=first.tenant,
+                                                  limits=first.limits, layer=first.layer, pace=first.pace)
         return branch
 
     def close_call(self, call: Call) -> None:
@@ -324,7 +293,7 @@ class Runtime:
         atoms: decision.Explainer), the deployments tried as a tuple of strings."""
         entry = {"request_id": call.request_id, "time": time.time(), "attempt": attempt,
                  "excluded": tuple(call.tried if excluded is None else excluded), "decision": decision,
-                 "outcome": None, "served_by": None}
+                 "outcome": None, "served_by": None, "layer": call.layer.label if call.layer is not None else None}
         self.explain.append(entry)
         return entry
 
@@ -338,7 +307,7 @@ class Runtime:
                 "alias": d.alias, "strategy": d.strategy, "domain": d.domain, "task_type": d.task_type,
                 "deployment_id": d.deployment_id, "model": d.model, "reason": d.reason, "probe": d.probe,
                 "refused": d.refused, "excluded_after_failure": list(entry["excluded"]),
-                "served_by": entry.get("served_by"),
+                "served_by": entry.get("served_by"), "layer": entry.get("layer"),
                 "candidates": [s.as_dict() for s in d.scores], "outcome": entry["outcome"],
             })
         return out

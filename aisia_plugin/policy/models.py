@@ -398,6 +398,18 @@ class Logging(BaseModel):
     decisions: DecisionLog
 
 
+@_def("Layer")
+class Layer(BaseModel):
+    """A team's or a named layer as written: partial sections, each field inheriting the
+    operator's value (the loader builds the effective policy of each layer: policy/layers.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    description: str
+    aliases: dict[str, dict]
+    deployments: dict[str, dict]
+    reward: dict
+
+
 @_def("")
 class Policy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -419,6 +431,8 @@ class Policy(BaseModel):
     state: State
     proxy: Proxy
     logging: Logging
+    teams: dict[str, Layer]
+    layers: dict[str, Layer]
 
 
 # schema $defs name -> model, for the agreement test and the reference generator.
@@ -427,5 +441,5 @@ MODELS_BY_DEF: dict[str, type[BaseModel]] = {
     for cls in (Selector, Sla, Budget, Failover, ColdStart, Contextual, Alias, PerDomain, Forgetting, Bandit, Reward,
                 QualityPrior, QualityEvidence, JudgeLanguage, Judge, Quality, Weights, Rules, ModePack, Domain, Domains,
                 SignalWeights, SignalLexicon, Signals, DeploymentAnnotation,
-                Outlier, CircuitBreaker, TaskFitness, Costs, State, Proxy, DecisionLog, Logging, Policy)
+                Outlier, CircuitBreaker, TaskFitness, Costs, State, Proxy, DecisionLog, Logging, Layer, Policy)
 }
