@@ -19,6 +19,7 @@ from typing import Iterable, Optional
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 from .breaker import PROMETHEUS_CODE
+from .local_first import RESULTS as LOCAL_FIRST_RESULTS
 from .pacing import PaceState, multiplier_of
 
 OTHER = "other"
@@ -135,12 +136,16 @@ class RouterMetrics:
         self.judge_agreements = Counter("aisia_judge_agreement_total", "Answers both the judge and a conversation "
                                        "signal spoke about, by whether they agreed (good or bad).", ["result"],
                                        registry=r)
+        self.local_first = Counter("aisia_local_first_total", "Local answers of local-first aliases by what "
+                                   "became of them (kept, escalated, escalation_failed, not_local: a cloud "
+                                   "candidate served the local side).", ["alias", "result"], registry=r)
         self._alias = self._domain = self._deployment = self._strategy = _Names()
         self._results = _Names(OUTCOME_RESULTS)
         self._reasons = _Names(REFUSAL_REASONS)
         self._events = _Names(STORE_EVENTS)
         self._reload = _Names(RELOAD_RESULTS)
         self._judged = _Names(JUDGE_OUTCOMES)
+        self._local_first = _Names(LOCAL_FIRST_RESULTS)
         # The children of the per-request metrics: timers by their (bounded) alias label; routed
         # decisions and outcomes by the names as given (see decision).
         self._timers: dict = {}
@@ -264,6 +269,10 @@ class RouterMetrics:
 
     def reload(self, result: str) -> None:
         self.reloads.labels(self._reload(result)).inc()
+
+    def local_first_answer(self, alias: str, result: str) -> None:
+        """What became of a local-first call's local answer (local_first.RESULTS)."""
+        self.local_first.labels(self._alias(alias), self._local_first(result)).inc()
 
     def judge_call(self, outcome: str) -> None:
         """An answer sampled for the judge, and what became of it (JUDGE_OUTCOMES)."""

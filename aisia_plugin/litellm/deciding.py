@@ -10,6 +10,7 @@ from typing import Optional
 
 from ..decision import Decision
 from ..engine import ALREADY_FAILED, PROBE_TAKEN, UnknownAlias
+from ..local_first import left_out
 from . import checks, compat
 from .lifecycle import Call, Refused
 from .runtime import Runtime
@@ -29,6 +30,9 @@ async def choose(rt: Runtime, observer, router, call: Call, healthy: list, messa
     # Left out of this decision, each with why (the explain log and the decision log say it).
     exclude = {i: ALREADY_FAILED for i in tried}
     exclude.update((i, "LiteLLM's checks after the filter refused it") for i in refused if i not in exclude)
+    if call.local_first is not None:  # local-first: one side of the alias (docs/local-first.md)
+        for i, why in left_out(deps, call.local_first.side, exclude).items():
+            exclude.setdefault(i, why)
     limited = await checks.over_usage_limits(router, healthy, messages)
     if limited:
         if all(d.id in limited or d.id in exclude for d in deps):

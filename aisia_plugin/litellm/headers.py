@@ -27,7 +27,14 @@ def _and(parts: list[str]) -> str:
 
 
 def reason_header(call: Call, attempt: Attempt, verbose: bool) -> str:
-    """The ``x-aisia-reason`` value for the call's last attempt."""
+    """The ``x-aisia-reason`` value for the call's last attempt; a local-first call's starts with
+    what became of its local answer (escalation.py)."""
+    note = call.local_first.note if call.local_first is not None else None
+    reason = _reason(call, attempt, verbose)
+    return one_line(f"{note}; {reason}") if note else reason
+
+
+def _reason(call: Call, attempt: Attempt, verbose: bool) -> str:
     d = attempt.decision
     served = attempt.deployment_id or d.deployment_id  # LiteLLM's checks may have dropped the choice
     if verbose:

@@ -212,6 +212,7 @@ class Call:
     key: Optional[str] = None  # the hash of the API key that made it (caller_key): who may give feedback
     conversation: Optional[tuple] = None  # (conversation.Caller, session id): its conversation (conversations.py)
     turn_noted: bool = False  # its answer was stored as a turn of that conversation
+    local_first: Optional[Any] = None  # local_first.Side: which side of local-first it routes (escalation.py)
     phase: Phase = ROUTING
 
     # -- where the request stands ---------------------------------------------------------------
