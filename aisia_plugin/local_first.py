@@ -50,17 +50,16 @@ def side_of(settings, stream: bool) -> Optional[str]:
 
 def left_out(deployments: Iterable, side: Optional[str], excluded: Mapping[str, str]) -> dict:
     """The deployments a call's side leaves out of its decision, id -> why: on the LOCAL side the
-    cloud candidates while a local one is still allowed (not in `excluded`); on the CLOUD side
-    the local candidates while a cloud one is. Nothing when the side has no candidate left:
-    the call is then routed as any alias call."""
-    if side not in (LOCAL, CLOUD):
-        return {}
+    cloud candidates while a local one is still allowed (not in `excluded`; when none is, the
+    call falls over to the cloud ones as any alias call); on the CLOUD side every local
+    candidate (an escalation whose cloud candidates all failed fails, and the client keeps the
+    local answer)."""
     deps = [d for d in deployments if d.id not in excluded]
-    keep_local = side == LOCAL
-    if not any(bool(d.local) is keep_local for d in deps):
+    if side == CLOUD:
+        return {d.id: ESCALATED for d in deps if d.local}
+    if side != LOCAL or not any(d.local for d in deps):
         return {}
-    why = LOCAL_FIRST if keep_local else ESCALATED
-    return {d.id: why for d in deps if bool(d.local) is not keep_local}
+    return {d.id: LOCAL_FIRST for d in deps if not d.local}
 
 
 def escalation_note(local_id: str, explained: str, cloud_id: Optional[str]) -> str:

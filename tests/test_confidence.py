@@ -66,7 +66,8 @@ def test_each_side_leaves_out_the_other_while_it_has_a_candidate():
     assert left_out(deps, CLOUD, {}) == {"l1": ESCALATED, "l2": ESCALATED}
     # every local candidate already failed: the call falls over to the cloud ones
     assert left_out(deps, LOCAL, {"l1": "failed", "l2": "failed"}) == {}
-    assert left_out(deps, CLOUD, {"c1": "failed"}) == {}
+    # an escalation never falls back to a local candidate
+    assert left_out(deps, CLOUD, {"c1": "failed"}) == {"l1": ESCALATED, "l2": ESCALATED}
     assert left_out(deps, None, {}) == {}
 
 
