@@ -48,7 +48,7 @@ EXPORTED = (
     "aisia_learned_latency_seconds", "aisia_learned_pulls", "aisia_state_store_events_total",
     "aisia_state_queue_depth", "aisia_policy_reloads_total", "aisia_spend_target_usd_per_1k_requests",
     "aisia_spend_usd_per_1k_requests", "aisia_spend_multiplier", "aisia_judge_calls_total",
-    "aisia_judge_spend_usd_total", "aisia_judge_agreement_total",
+    "aisia_judge_spend_usd_total", "aisia_judge_agreement_total", "aisia_local_first_total",
 )
 
 # What the router learned and chose per deployment (rewards, latencies, pulls, breaker states,
