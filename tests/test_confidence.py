@@ -111,3 +111,37 @@ def test_hedging_is_no_conversation_signal():
     from aisia_plugin.signals import AnswerView
 
     assert all(s.kind != HEDGING for s in reader.read_answer(AnswerView("I'm not sure, maybe 3.")))
+
+
+def test_token_logprobs_are_read_from_objects_and_dicts_and_stripped():
+    from aisia_plugin.litellm.escalation import strip_logprobs, token_logprobs
+
+    as_objects = SimpleNamespace(choices=[SimpleNamespace(logprobs=SimpleNamespace(
+        content=[SimpleNamespace(logprob=-0.1), SimpleNamespace(logprob=-0.3)]))])
+    assert token_logprobs(as_objects) == [-0.1, -0.3]
+    as_dicts = SimpleNamespace(choices=[SimpleNamespace(logprobs={"content": [{"logprob": -2.0}, {"token": "x"}]})])
+    assert token_logprobs(as_dicts) == [-2.0]
+    assert token_logprobs(SimpleNamespace(choices=[SimpleNamespace(logprobs=None)])) == []
+    assert token_logprobs(SimpleNamespace(choices=[])) == [] and token_logprobs(None) == []
+    strip_logprobs(as_objects)
+    assert as_objects.choices[0].logprobs is None
+    plain = SimpleNamespace(choices=[{"logprobs": {"content": []}, "message": {}}])
+    strip_logprobs(plain)
+    assert plain.choices[0] == {"message": {}}
+
+
+def test_opened_marks_a_local_first_call_and_asks_for_logprobs_only_when_the_client_did_not():
+    from aisia_plugin.litellm.escalation import opened
+    from aisia_plugin.local_first import Side
+
+    settings = SimpleNamespace(enabled=True, streams="skip", request_logprobs=True)
+    ap = SimpleNamespace(local_first=settings)
+    call, data = SimpleNamespace(local_first=None), {"messages": []}
+    opened(call, ap, data)
+    assert data["logprobs"] is True and call.local_first == Side(LOCAL, added_logprobs=True)
+    call, data = SimpleNamespace(local_first=None), {"messages": [], "logprobs": False}
+    opened(call, ap, data)
+    assert data["logprobs"] is False and call.local_first == Side(LOCAL)
+    call, data = SimpleNamespace(local_first=None), {"messages": [], "stream": True}
+    opened(call, ap, data)  # streams: skip
+    assert call.local_first is None and "logprobs" not in data
