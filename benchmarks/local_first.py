@@ -93,6 +93,7 @@ def run_arm(name: str, threshold, texts: list[str], upstreams: dict, work: Path,
     folder = work / name.replace(" ", "_")
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / "decisions.jsonl"
+    log.unlink(missing_ok=True)  # (the decision log appends: a previous run's records out)
     (folder / "policy.yaml").write_text(policy(threshold, log))
     gpu = deployment("gpu", upstreams["gpu"], litellm_params={"model": "hosted_vllm/llama-8b"})
     gpu["model_name"] = "gpu-model"

@@ -145,3 +145,23 @@ def test_opened_marks_a_local_first_call_and_asks_for_logprobs_only_when_the_cli
     call, data = SimpleNamespace(local_first=None), {"messages": [], "stream": True}
     opened(call, ap, data)  # streams: skip
     assert call.local_first is None and "logprobs" not in data
+
+
+def test_validate_warns_about_a_local_first_alias_with_one_side_only(tmp_path):
+    from aisia_plugin.commands.validate import check
+
+    (tmp_path / "cfg.yaml").write_text(
+        "model_list:\n"
+        "  - {model_name: gpu, litellm_params: {model: hosted_vllm/llama, api_base: 'http://127.0.0.1:9/v1'},\n"
+        "     model_info: {id: gpu, input_cost_per_token: 1.0e-7, output_cost_per_token: 2.0e-7}}\n"
+        "  - {model_name: cloud, litellm_params: {model: openai/gpt-4o, api_key: sk-x}, model_info: {id: cloud}}\n")
+    (tmp_path / "p.yaml").write_text(
+        "version: 1\naliases:\n"
+        "  t/both: {description: both sides, local_first: {enabled: true}}\n"
+        "  t/nocloud: {description: local only, candidates: {locality: local}, local_first: {enabled: true}}\n"
+        "  t/nolocal: {description: cloud only, candidates: {locality: remote}, local_first: {enabled: true}}\n")
+    report = check([tmp_path / "p.yaml"], deployments=tmp_path / "cfg.yaml")
+    said = {w.path: w.message for w in report.warnings if "local_first" in w.path}
+    assert set(said) == {"aliases.t/nocloud.local_first.enabled", "aliases.t/nolocal.local_first.enabled"}, said
+    assert "cannot be escalated" in said["aliases.t/nocloud.local_first.enabled"]
+    assert "local-first does nothing" in said["aliases.t/nolocal.local_first.enabled"]

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from proxy_harness import chat, deployment, start_proxy, start_upstreams, stats, stop_upstreams
+from proxy_harness import chat, deployment, start_proxy, stats, upstreams_fixture
 
 pytestmark = pytest.mark.proxy  # starts a LiteLLM proxy: not in the fast suite
 
@@ -47,11 +47,7 @@ aliases:
 """
 
 
-@pytest.fixture(scope="module")
-def upstreams():
-    running = start_upstreams(SPECS)
-    yield {u.name: u for u in running}
-    stop_upstreams(running)
+upstreams = upstreams_fixture(SPECS)
 
 
 @pytest.fixture(scope="module")
