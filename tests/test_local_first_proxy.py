@@ -5,12 +5,14 @@ log-probabilities when asked, and a cloud one, both simulated upstreams over HTT
 
 Checked: a confident local answer is returned as is (without the log-probabilities the client
 did not ask for); an unsure one is escalated and the client gets the cloud answer only, with the
-escalation in ``x-aisia-reason``, ``/metrics``, the explain log, and as quality evidence against
-the local deployment; streams follow ``streams`` (skip: routed as without local-first; local:
+escalation in ``x-aisia-reason``, ``/aisia/metrics``, the explain log, the decision log, the
+routing page's data, and as quality evidence against the local deployment; a failed escalation
+keeps the local answer; streams follow ``streams`` (skip: routed as without local-first; local:
 answered locally, never escalated)."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -54,7 +56,7 @@ upstreams = upstreams_fixture(SPECS)
 def proxy(tmp_path_factory, upstreams):
     work = tmp_path_factory.mktemp("local-first")
     policy = work / "local-first.yaml"
-    policy.write_text(POLICY)
+    policy.write_text(POLICY + f"logging: {{decisions: {{path: {json.dumps(str(work / 'decisions.jsonl'))}}}}}\n")
     gpu = deployment("gpu", upstreams["gpu"], litellm_params={"model": "hosted_vllm/llama-3b"})
     gpu["model_name"] = "gpu-model"
     cloud = deployment("cloud", upstreams["cloud"])
@@ -116,7 +118,8 @@ def test_logprobs_the_client_asked_for_are_kept(client):
     assert completion.choices[0].logprobs is not None and completion.choices[0].logprobs.content
 
 
-def test_an_unsure_local_answer_is_escalated_and_the_client_sees_the_cloud_answer_only(client, admin, upstreams):
+def test_an_unsure_local_answer_is_escalated_and_the_client_sees_the_cloud_answer_only(client, admin, upstreams,
+                                                                                        proxy):
     gpu_signals = stats(admin).get("gpu", {}).get("quality", {}).get("evidence", {}).get("signal", 0)
     before = calls(upstreams)
     served, headers, completion = chat(client, "test/local-first", MATH)
@@ -137,6 +140,20 @@ def test_an_unsure_local_answer_is_escalated_and_the_client_sees_the_cloud_answe
     assert entries and entries[0]["deployment_id"] == "cloud"
     left = {c["id"]: c.get("excluded") for c in entries[0]["candidates"]}
     assert "escalated past the local answer" in str(left.get("gpu")), entries[0]["candidates"]
+    # the decision log: the local answer's record, linked to the escalation's own request id
+    def logged():
+        path = proxy.workdir / "decisions.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        return [r for r in map(json.loads, lines) if r.get("type") == "local_first" and r["result"] == "escalated"
+                and r["escalation_request_id"] == rid]
+    record = wait_for(logged)
+    assert record and record[0]["deployment"] == "gpu" and record[0]["escalated_to"] == "cloud", record
+    assert record[0]["confidence"]["value"] < 0.75 and record[0]["confidence"]["token_count"] > 0
+    # the routing page shows the local attempt's note before its decision's reason
+    page = admin.get("/aisia/ui/data")
+    assert page.status_code == 200, page.text
+    notes = [e["reason"] for e in page.json()["recent"] if e["deployment"] == "gpu"]
+    assert any(n.startswith("local-first: gpu confidence ") and "escalated to cloud" in n for n in notes), notes
 
 
 def test_when_the_escalation_fails_the_client_keeps_the_local_answer(client, admin, upstreams):
