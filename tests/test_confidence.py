@@ -137,14 +137,18 @@ def test_opened_marks_a_local_first_call_and_asks_for_logprobs_only_when_the_cli
     settings = SimpleNamespace(enabled=True, streams="skip", request_logprobs=True)
     ap = SimpleNamespace(local_first=settings)
     call, data = SimpleNamespace(local_first=None), {"messages": []}
-    opened(call, ap, data)
+    opened(call, ap, data, "acompletion")
     assert data["logprobs"] is True and call.local_first == Side(LOCAL, added_logprobs=True)
     call, data = SimpleNamespace(local_first=None), {"messages": [], "logprobs": False}
-    opened(call, ap, data)
+    opened(call, ap, data, "acompletion")
     assert data["logprobs"] is False and call.local_first == Side(LOCAL)
     call, data = SimpleNamespace(local_first=None), {"messages": [], "stream": True}
-    opened(call, ap, data)  # streams: skip
+    opened(call, ap, data, "acompletion")  # streams: skip
     assert call.local_first is None and "logprobs" not in data
+    for call_type, body in (("text_completion", {"prompt": "x"}), ("aresponses", {"input": "x"})):
+        call = SimpleNamespace(local_first=None)
+        opened(call, ap, body, call_type)  # other APIs: routed as usual
+        assert call.local_first is None and "logprobs" not in body
 
 
 def test_validate_warns_about_a_local_first_alias_with_one_side_only(tmp_path):

@@ -63,7 +63,7 @@ class AisiaPlugin(ProxyLife, CustomLogger):
         call = rt.open_call(rid, model, rt.session(ap, data, user_api_key_dict))
         call.key = caller_key(user_api_key_dict)  # who may give feedback for it
         rt.conversations.opened(call, data, user_api_key_dict)  # the answer it judges, in the background
-        escalation.opened(call, ap, data)  # local-first: its local side, logprobs asked for
+        escalation.opened(call, ap, data, call_type)  # local-first: its local side, logprobs asked for
         return data
 
     # -- 2. the decision, per attempt: DECIDED ---------------------------------------------------

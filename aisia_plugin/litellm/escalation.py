@@ -40,9 +40,18 @@ log = logging.getLogger("aisia_plugin.litellm")
 _NOT_RESENT = ("litellm_logging_obj", "litellm_call_id")
 
 
-def opened(call, ap, data: dict) -> None:
-    """The pre-call hook opened `call` for the alias settings `ap`: its local-first side, if any."""
+# The call types local-first rates and escalates: chat completions (a text completion or a
+# /v1/responses request carries its prompt and answer in other shapes, and is routed as usual).
+CHAT_CALL_TYPES = frozenset({"completion", "acompletion"})
+
+
+def opened(call, ap, data: dict, call_type=None) -> None:
+    """The pre-call hook opened `call` for the alias settings `ap`: its local-first side, if any
+    (a chat completion only)."""
     settings = ap.local_first
+    if str(getattr(call_type, "value", call_type) or "") not in CHAT_CALL_TYPES or not isinstance(
+            data.get("messages"), list):
+        return
     side = side_of(settings, events.is_stream(data))
     if side is None:
         return
