@@ -62,6 +62,11 @@ class Deployment:
     specialities: Mapping[str, Optional[str]] = field(default_factory=dict)
     # The most input tokens it takes (LiteLLM's model info); None when unknown.
     max_input_tokens: Optional[int] = None
+    # What it can take (capabilities.CAPABILITIES -> supported), from its annotation and LiteLLM's
+    # model info; a capability left out is unknown (docs/capabilities.md). Where each was read:
+    # an explanation only.
+    capabilities: Mapping[str, bool] = field(default_factory=dict)
+    capability_sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     # What set the prices (deployments.PRICE_BASES; said for a reader in price_source, e.g.
     # "litellm cost map: azure/gpt-4o (model_info.base_model)") and whether LiteLLM bills the
     # deployment at them (None: LiteLLM not asked); why it is local or not. Explanations only:

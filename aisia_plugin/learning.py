@@ -12,7 +12,7 @@ from typing import Mapping, Optional
 
 from .bandit import ArmStats, update
 from .breaker import BreakerState, CircuitBreaker, FailureKind
-from .pacing import PaceRule, PaceState, pace
+from .pacing import PaceRule, PaceState, alias_of, pace
 
 
 def learns_from(kind: Optional[FailureKind]) -> bool:
@@ -31,8 +31,8 @@ class OutcomeRecord:
     learns from it (a success or a provider failure: a client error or a rate limit says nothing
     about quality). ``domain`` is the per-domain record to update as well (None: global only).
     ``id`` makes the record idempotent where a store replays batches (the Redis store).
-    ``pace_alias`` names the alias whose spend target this call's ``cost_usd`` counts against
-    (None: no target, or the cost is not paced)."""
+    ``pace_alias`` names the pacing record this call's ``cost_usd`` counts against: the alias's
+    with a spend target, ``alias|team:ID`` for a call of a team (pacing.pace_key; None: not paced)."""
 
     deployment_id: str
     now: float
@@ -143,7 +143,7 @@ def apply_outcome(rec: OutcomeRecord, rules: LearningRules, breaker: Optional[Br
     else:
         bs = cb.on_failure(bs, rec.now, rec.kind, rec.retry_after_s)
     paced = None
-    rule = rules.pacing.get(rec.pace_alias) if rec.pace_alias is not None else None
+    rule = rules.pacing.get(alias_of(rec.pace_alias)) if rec.pace_alias is not None else None
     if rule is not None:
         paced = pace(pace_state, rule, rec.cost_usd, rec.now)
     if not rec.learn:

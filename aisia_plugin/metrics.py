@@ -14,6 +14,7 @@ aggregate by the modes given here."""
 
 from __future__ import annotations
 
+import re
 from typing import Iterable, Optional
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -21,6 +22,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 from .breaker import PROMETHEUS_CODE
 from .local_first import RESULTS as LOCAL_FIRST_RESULTS
 from .pacing import PaceState, multiplier_of
+from .signals import KINDS as SIGNAL_KINDS
 
 OTHER = "other"
 NO_DOMAIN = "none"  # also the deployment label of a refused decision
@@ -35,6 +37,12 @@ RELOAD_RESULTS = ("ok", "invalid", "unreadable")
 # reply out of format, the call failed or timed out (nothing learned), or no call: the queue
 # was full, the day's cap reached, no rubric for it.
 JUDGE_OUTCOMES = ("graded", "unparsed", "error", "timeout", "queue_full", "over_cap", "no_rubric")
+# A conversation signal's language label: the policy's lexicon languages (operator data, not a
+# client's), the first MAX_SIGNAL_LANGUAGES met kept, the others counted as ``other``; a structural
+# signal (regenerate, rephrase, an answer's own defect) has none.
+MAX_SIGNAL_LANGUAGES = 32
+NO_LANGUAGE = "none"
+_LANGUAGE = re.compile(r"[A-Za-z]{2,8}(?:[-_][A-Za-z0-9]{1,8})?")
 # At most this many label sets of the per-request metrics are kept resolved (each cache cleared
 # when full): a policy's aliases, domains, strategies and deployments make far fewer.
 _MAX_CHILDREN = 4096
@@ -48,7 +56,8 @@ EXPORTED = (
     "aisia_learned_latency_seconds", "aisia_learned_pulls", "aisia_state_store_events_total",
     "aisia_state_queue_depth", "aisia_policy_reloads_total", "aisia_spend_target_usd_per_1k_requests",
     "aisia_spend_usd_per_1k_requests", "aisia_spend_multiplier", "aisia_judge_calls_total",
-    "aisia_judge_spend_usd_total", "aisia_judge_agreement_total", "aisia_local_first_total",
+    "aisia_judge_spend_usd_total", "aisia_judge_agreement_total", "aisia_conversation_signals_total",
+    "aisia_local_first_total",
 )
 
 # What the router learned and chose per deployment (rewards, latencies, pulls, breaker states,
@@ -136,6 +145,9 @@ class RouterMetrics:
         self.judge_agreements = Counter("aisia_judge_agreement_total", "Answers both the judge and a conversation "
                                        "signal spoke about, by whether they agreed (good or bad).", ["result"],
                                        registry=r)
+        self.signals = Counter("aisia_conversation_signals_total", "Conversation signals recorded as quality "
+                               "evidence (docs/signals.md), by kind and by the lexicon language that said so "
+                               "('none' for a structural signal).", ["kind", "language"], registry=r)
         self.local_first = Counter("aisia_local_first_total", "Local answers of local-first aliases by what "
                                    "became of them (kept, escalated, escalation_failed, not_local: a cloud "
                                    "candidate served the local side).", ["alias", "result"], registry=r)
@@ -145,6 +157,8 @@ class RouterMetrics:
         self._events = _Names(STORE_EVENTS)
         self._reload = _Names(RELOAD_RESULTS)
         self._judged = _Names(JUDGE_OUTCOMES)
+        self._signal_kinds = _Names(SIGNAL_KINDS)
+        self._languages: set = set()
         self._local_first = _Names(LOCAL_FIRST_RESULTS)
         # The children of the per-request metrics: timers by their (bounded) alias label; routed
         # decisions and outcomes by the names as given (see decision).
@@ -285,3 +299,13 @@ class RouterMetrics:
     def judge_agreement(self, agreed: bool) -> None:
         """The judge and a conversation signal both spoke about an answer: agreed or not."""
         self.judge_agreements.labels("agreed" if agreed else "disagreed").inc()
+
+    def signal(self, kind: str, language: str = "") -> None:
+        """A conversation signal recorded as quality evidence (litellm/conversations.py)."""
+        lang = language or NO_LANGUAGE
+        if lang != NO_LANGUAGE and lang not in self._languages:
+            if len(self._languages) >= MAX_SIGNAL_LANGUAGES or not _LANGUAGE.fullmatch(lang):
+                lang = OTHER
+            else:
+                self._languages.add(lang)
+        self.signals.labels(self._signal_kinds(kind), lang).inc()

@@ -5,7 +5,9 @@ but with the keys read from $AISIA_TEST_ROLE_KEYS (JSON, {key: LiteLLM user role
 Prisma's engines (downloaded at first use: not on this machine). LiteLLM consults it for every key
 presented to its auth, the master key included (which it maps to proxy_admin, as LiteLLM's own
 master-key path does). Each call prints one line to the proxy's log, so that a test can see the
-function was consulted (the route and the role, never the key)."""
+function was consulted (the route and the role, never the key). A key's spec may also carry the
+team fields LiteLLM's auth sets from its team table (TEAM_FIELDS: ``team_id``, ``team_max_budget``,
+``team_spend``, ``team_metadata``, ...), as a database-backed proxy would return them."""
 
 from __future__ import annotations
 
@@ -15,6 +17,11 @@ import secrets
 
 from fastapi import Request
 from litellm.proxy._types import LitellmUserRoles, UserAPIKeyAuth
+
+
+# The fields of UserAPIKeyAuth a key's spec may set, as LiteLLM's auth does from the team and key rows.
+TEAM_FIELDS = ("team_id", "team_alias", "team_max_budget", "team_spend", "team_metadata", "max_budget", "spend",
+               "budget_duration", "budget_reset_at", "metadata")
 
 
 def _bare(api_key: str) -> str:
@@ -39,4 +46,4 @@ async def user_api_key_auth(request: Request, api_key: str) -> UserAPIKeyAuth:
     if spec is None:
         raise Exception("aisia-test-custom-auth: unknown key")
     return UserAPIKeyAuth(api_key=key, user_id=f"user-{role}", user_role=LitellmUserRoles(role),
-                          models=spec.get("models", []))
+                          models=spec.get("models", []), **{f: spec[f] for f in TEAM_FIELDS if f in spec})

@@ -10,11 +10,15 @@ import json
 import math
 import sys
 
+from ..capabilities import ordered, request_needs
 from . import read_input
 
 
 def add_arguments(p):
-    p.add_argument("prompt", help="the user prompt (use - to read it from standard input)")
+    p.add_argument("prompt", nargs="?", help="the user prompt (use - to read it from standard input)")
+    p.add_argument("--request", metavar="FILE", help="a chat completions request body (JSON) to route instead of a "
+                   "prompt: its messages, tools, response_format and reasoning parameters (what it needs: "
+                   "docs/capabilities.md)")
     p.add_argument("--alias", default="auto", help="the alias to route for (default: auto)")
     p.add_argument("--policy", action="append", metavar="PATH", help="policy file or directory (repeatable; default: the configured policy path)")
     p.add_argument("--deployments", metavar="FILE", help="LiteLLM config (model_list) or replay candidates file; default: a demo pool")
@@ -107,6 +111,29 @@ def _read_stdin() -> str:
     return stream.read().decode("utf-8", errors="replace")
 
 
+def _request_body(args):
+    """The request to route: {"messages": [the prompt]}, or the --request file's JSON body; an
+    exit status after its message when neither or both are given, or the file is no such body."""
+    if (args.prompt is None) == (args.request is None):
+        print("aisia explain: give a prompt or --request FILE (one of them)", file=sys.stderr)
+        return 2
+    if args.request is None:
+        prompt = _read_stdin() if args.prompt == "-" else args.prompt
+        return {"messages": [{"role": "user", "content": prompt}]}
+    try:
+        with open(args.request, encoding="utf-8") as fh:
+            body = json.load(fh)
+    except (OSError, ValueError) as exc:
+        print(f"aisia explain: cannot read the request {args.request}: {getattr(exc, 'strerror', None) or exc}",
+              file=sys.stderr)
+        return 2
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+        print(f"aisia explain: {args.request}: a request body must be a JSON object with a 'messages' list",
+              file=sys.stderr)
+        return 2
+    return body
+
+
 def _fmt(v):
     if v is None:
         return "-"
@@ -127,7 +154,9 @@ def run(args) -> int:
     if args.alias not in policy.aliases:
         print(f"aisia explain: unknown alias {args.alias!r}; known: {', '.join(policy.aliases)}", file=sys.stderr)
         return 2
-    prompt = _read_stdin() if args.prompt == "-" else args.prompt
+    body = _request_body(args)
+    if isinstance(body, int):
+        return body
     from ..deployments import DeploymentError
     from ..replay.candidates import CandidatesError
 
@@ -144,14 +173,16 @@ def run(args) -> int:
 
     # On a live proxy's state its breakers' times are the wall clock's.
     engine = Engine(policy, clock=time.time if args.url else (lambda: 0.0), rng=random.Random(args.seed), store=store)
-    messages = [{"role": "user", "content": prompt}]
+    messages, tools = body.get("messages"), body.get("tools")
 
-    feats = engine.features(messages).replace(estimate_probability=True)
+    feats = engine.features(messages, tools).replace(estimate_probability=True)
     try:
-        decision = engine.decide(args.alias, messages, deployments, features=feats, reserve=False)
+        decision = engine.decide(args.alias, messages, deployments, tools=tools, features=feats, reserve=False,
+                                 request=body)
     except UnknownAlias:
         return 2
     features = {k: v for k, v in feats.as_dict().items() if k not in ("text", "extra", "estimate_probability")}
+    features["needs"] = ",".join(ordered(request_needs(feats, messages, tools, body))) or "-"
     from ..deployments import describe
 
     if args.json:
@@ -173,6 +204,9 @@ def run(args) -> int:
         where = "local" if d.local else "remote"
         print(f"    {d.id:32s} ${d.input_cost_per_1m:g}/${d.output_cost_per_1m:g} per 1M in/out: {d.price_source}; "
               f"{where}: {d.local_reason}")
+        if d.capabilities:
+            print(" " * 37 + "takes: " + ", ".join(
+                f"{n} {'yes' if d.capabilities[n] else 'no'}" for n in ordered(d.capabilities)))
     print("candidates:")
     for s in decision.scores:
         if s.excluded:

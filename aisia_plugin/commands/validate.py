@@ -217,7 +217,27 @@ def deployment_issues(loaded, path) -> tuple[list[PolicyIssue], list[PolicyIssue
                                f"selects none of the {len(deps)} deployments of {path}: the alias would answer "
                                "every request with 'no deployment is available'", "semantic"))
     return out, (_unmatched_annotations(loaded, deps, path) + _unpriced(config, deps)
-                 + _free_under_a_target(loaded, deps) + _local_first_sides(loaded, deps))
+                 + _free_under_a_target(loaded, deps) + _required_capabilities(loaded, deps)
+                 + _local_first_sides(loaded, deps))
+
+
+def _required_capabilities(loaded, deps) -> list[PolicyIssue]:
+    """An alias whose `requires:` names a capability none of its candidates is known to have
+    (docs/capabilities.md): its requests needing it would be refused, or may be."""
+    from ..capabilities import gaps
+    from ..deployments import selects
+    from ..policy.yamlpos import position_of
+
+    out = []
+    for name, alias in loaded.policy.aliases.items():
+        if not alias.requires:
+            continue
+        for gap in gaps(name, alias.requires, [d for d in deps if selects(alias.candidates, d)]):
+            path = ("aliases", name, "requires")
+            pos = position_of(loaded.locations, path, key=True)
+            out.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0, pos.column if pos else 0,
+                                   ".".join(path), gap.message(), "warning"))
+    return out
 
 
 def _local_first_sides(loaded, deps) -> list[PolicyIssue]:

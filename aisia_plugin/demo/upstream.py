@@ -173,6 +173,20 @@ def _tokens(text: str) -> int:
     return max(1, len(text.split()))
 
 
+# The words of a simulated answer after its header: drawn per (seed, upstream, prompt), so that two
+# answers to different prompts differ as real ones do (a conversation's repeated-answer signal
+# compares an answer with the previous one, docs/signals.md) and the same prompt gets the same one.
+_ANSWER_WORDS = ("answer", "result", "because", "first", "then", "value", "function", "step", "note", "here",
+                 "example", "so", "we", "get", "list", "sum", "check", "case", "test", "return", "loop", "date",
+                 "order", "rule", "term", "point", "line", "table", "query", "index", "field", "range", "option",
+                 "reason", "source", "number", "method", "detail", "summary", "version")
+
+
+def answer_words(spec: UpstreamSpec, prompt: str, n: int) -> str:
+    rng = random.Random(f"{spec.seed}:{spec.name}:{prompt}:words")
+    return " ".join(rng.choice(_ANSWER_WORDS) for _ in range(max(0, n)))
+
+
 def quality_of(spec: UpstreamSpec, prompt: str, domain: Optional[str]) -> float:
     """The simulated answer quality: the upstream's strength in the domain, moved by at most
     0.1 by a draw that depends only on (seed, upstream, prompt)."""
@@ -428,7 +442,7 @@ class _Handler(BaseHTTPRequestHandler):
             text = spec.responder(spec.name, messages)
         else:
             text = (f"served-by={spec.name} model={spec.model_id} domain={domain or 'general'} quality={quality:.3f} "
-                    + " ".join(["lorem"] * max(0, spec.reply_words - 5)))
+                    + answer_words(spec, prompt, spec.reply_words - 5))
         if spec.echo:
             text += " echo: " + prompt
         prompt_tokens = _tokens(_message_text(messages))

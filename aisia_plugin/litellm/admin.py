@@ -259,7 +259,7 @@ def mount(app, plugin: "PluginHost") -> None:
                             "feedback already given, or made with another key)")
         # The score is quality evidence about the serving deployment (docs/quality.md).
         alias, dep = served.get("alias"), served.get("deployment_id")
-        reward = rt.engine.record_quality(dep, alias, served.get("domain"), float(score), "feedback")
+        reward = rt.engine.record_quality(dep, alias, served.get("domain"), float(score), "feedback", key=key)
         return {"request_id": rid, "deployment_id": dep, "alias": alias, "reward": reward}
 
     async def explain(limit: int = 50, _=Depends(require_admin)):

@@ -27,7 +27,7 @@ from .deciding import choose, handed_to_litellm
 from .headers import response_headers
 from .judge import served_answer
 from .lifecycle import CLOSED, SENT, Refused
-from .runtime import caller_key
+from .runtime import identify
 from .startup import FAIL_CLOSED_ENV, ProxyLife, fail_closed, http_error
 
 __all__ = ["AisiaPlugin", "FAIL_CLOSED_ENV", "Refused", "fail_closed"]
@@ -61,7 +61,7 @@ class AisiaPlugin(ProxyLife, CustomLogger):
         rid = events.stamp_request_id(data)
         rt = self.runtime
         call = rt.open_call(rid, model, rt.session(ap, data, user_api_key_dict))
-        call.key = caller_key(user_api_key_dict)  # who may give feedback for it
+        identify(call, user_api_key_dict)  # who may give feedback for it, whose spend it paces
         rt.conversations.opened(call, data, user_api_key_dict)  # the answer it judges, in the background
         escalation.opened(call, ap, data, call_type)  # local-first: its local side, logprobs asked for
         return data
@@ -91,7 +91,7 @@ class AisiaPlugin(ProxyLife, CustomLogger):
         if messages is None:  # /v1/responses and /v1/completions carry the prompt elsewhere
             messages = events.prompt_messages(kwargs)
         decision = await choose(rt, self.observer, self._installed_router, call, healthy_deployments, messages,
-                                tried=tried, tools=kwargs.get("tools"),
+                                tried=tried, tools=kwargs.get("tools"), request=kwargs,
                                 client_timeout=events.request_facts(kwargs).client_timeout)
         ranked = decision.ranking()
         call.decide(decision, tuple(ranked), rt.explain_entry(call, decision, len(tried), tried))
@@ -235,7 +235,7 @@ class AisiaPlugin(ProxyLife, CustomLogger):
 
     def _learn(self, engine, call, attempt, outcome, stream: bool, ttft, verdict, at: float) -> None:
         try:
-            reward = engine.record(attempt.decision, outcome, session=call.session, verdict=verdict)
+            reward = engine.record(attempt.decision, outcome, session=call.session, verdict=verdict, team=call.team)
             # Learned once: what learning needed of the decision (the contextual strategy's request
             # vector, its arrays) is spent; the explain log keeps the decision for hundreds of
             # requests, and nothing it renders reads it.
@@ -280,7 +280,7 @@ class AisiaPlugin(ProxyLife, CustomLogger):
             if served is not None:
                 rt.note_served(call, served)
             rt.conversations.answered(call, data, response, a.deployment_id, a.decision)
-        return response_headers(call, a, rt.policy.proxy.verbose_reason_header)
+        return response_headers(call, a, rt.policy.proxy.verbose_reason_header, rt.engine)
 
     # -- 5. errors: the request forgotten --------------------------------------------------------
     async def async_post_call_failure_hook(self, request_data, original_exception, user_api_key_dict,

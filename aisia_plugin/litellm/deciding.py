@@ -9,19 +9,20 @@ import time
 from typing import Optional
 
 from ..decision import Decision
-from ..engine import ALREADY_FAILED, PROBE_TAKEN, UnknownAlias
+from ..engine import ALREADY_FAILED, PROBE_TAKEN, UNSUPPORTED, UnknownAlias
 from ..local_first import left_out
 from . import checks, compat
 from .lifecycle import Call, Refused
 from .runtime import Runtime
 
 async def choose(rt: Runtime, observer, router, call: Call, healthy: list, messages: Optional[list], *,
-                 tried: list, tools=None, client_timeout: bool = False) -> Decision:
+                 tried: list, tools=None, client_timeout: bool = False, request=None) -> Decision:
     """The engine's decision for the call's next attempt (attempt number ``len(tried)``), over
     the `healthy` deployment dicts; raises Refused when none may serve (a strict budget, every
     candidate failed or at its rate limit, the alias gone from a reloaded policy). `router`: the
     Router the aliases were installed into (its usage-based limits are read). `client_timeout`:
-    the request set its own timeout (blame.RequestFacts), so it takes no half-open probe."""
+    the request set its own timeout (blame.RequestFacts), so it takes no half-open probe.
+    `request`: the request's keyword arguments, read for what it needs (capabilities.py)."""
     model, attempt = call.alias, len(tried)
     refused = call.refused_choices() if compat.FILTER_KEEPS_IDS_ONLY else []
     deps = rt.deployments(healthy)
@@ -44,15 +45,18 @@ async def choose(rt: Runtime, observer, router, call: Call, healthy: list, messa
     while True:
         try:
             decision = engine.decide(model, messages or [], deps, tools=tools, exclude=exclude, reserve=False,
-                                     session=call.session)
+                                     session=call.session, team=call.pace, request=request)
         except UnknownAlias:  # the policy was reloaded without it between the hooks
             raise Refused(404, f"alias {model!r} is no longer defined by the policy", "aisia_unknown_alias", model)
         if decision.refused is not None:
             observer.decided(call, decision, attempt, time.perf_counter() - started)
             entry = rt.explain_entry(call, decision, attempt, tried)
             entry["outcome"] = {"refused": decision.refused}
-            if decision.refused == "no_candidates" and call.tried:
+            if decision.refused in ("no_candidates", UNSUPPORTED) and call.tried:
                 raise call.exhausted()
+            if decision.refused == UNSUPPORTED and _capable_elsewhere(rt, router, model, messages, tools, request):
+                raise Refused(503, f"alias {model!r}: the candidates that can take this request are unavailable "
+                              f"now (LiteLLM cools them down); {decision.reason}", "aisia_no_candidates", model)
             raise Refused(decision.status_code, f"alias {model!r}: {decision.reason}", f"aisia_{decision.refused}",
                           model, call.tried)
         if decision.probe and (client_timeout or not await store.reserve_probe_shared(
@@ -65,6 +69,17 @@ async def choose(rt: Runtime, observer, router, call: Call, healthy: list, messa
             continue
         observer.decided(call, decision, attempt, time.perf_counter() - started, messages)
         return decision
+
+
+def _capable_elsewhere(rt: Runtime, router, alias: str, messages, tools, request) -> bool:
+    """Whether a deployment of the alias that LiteLLM did not hand the filter (cooling down) can
+    take the request the healthy ones cannot: then it is no 400 (docs/capabilities.md)."""
+    everyone = getattr(router, "model_list", None) if router is not None else None
+    if not everyone:
+        return False
+    wider = rt.engine.decide(alias, messages or [], rt.deployments(everyone), tools=tools, reserve=False,
+                             request=request)
+    return wider.refused != UNSUPPORTED
 
 
 def handed_to_litellm(healthy: list, ranked: list, decision: Decision) -> list:

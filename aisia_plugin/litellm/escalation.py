@@ -169,7 +169,8 @@ async def _cloud_answer(plugin, first, data: dict, mark: Side) -> tuple:
     if mark.added_logprobs:
         request.pop("logprobs", None)
     escalation = rt.open_call(rid, first.alias, first.session)
-    escalation.key, escalation.conversation = first.key, first.conversation
+    # the same caller: who may give feedback, whose team's spend it paces, its conversation
+    escalation.key, escalation.pace, escalation.conversation = first.key, first.pace, first.conversation
     escalation.local_first = Side(CLOUD)
     started = time.monotonic()
     try:

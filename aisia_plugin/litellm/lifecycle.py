@@ -210,12 +210,18 @@ class Call:
     latest: Optional["Call"] = None  # the branch that was decided last; None: this call (see decided)
     served: Optional[ServedAnswer] = None  # registered for feedback (serve)
     key: Optional[str] = None  # the hash of the API key that made it (caller_key): who may give feedback
+    pace: Optional[Any] = None  # pacing.TeamPace: whose spend it paces (team_budget.team_pace_of)
     conversation: Optional[tuple] = None  # (conversation.Caller, session id): its conversation (conversations.py)
     turn_noted: bool = False  # its answer was stored as a turn of that conversation
     local_first: Optional[Any] = None  # local_first.Side: which side of local-first it routes (escalation.py)
     phase: Phase = ROUTING
 
     # -- where the request stands ---------------------------------------------------------------
+    @property
+    def team(self) -> Optional[str]:
+        """The team whose pacing record its costs move (None: the alias's own)."""
+        return self.pace.team if self.pace is not None else None
+
     @property
     def answered(self) -> bool:
         """The response headers were produced."""

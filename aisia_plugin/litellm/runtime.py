@@ -24,6 +24,7 @@ from .conversations import Conversations
 from .costs import litellm_price, with_context_window
 from .events import session_of
 from .lifecycle import Call, ServedAnswer
+from .team_budget import team_pace_of
 
 log = logging.getLogger("aisia_plugin.litellm")
 
@@ -130,6 +131,13 @@ def caller_key(user_api_key_auth) -> Optional[str]:
         return hit
     value = token or getattr(user_api_key_auth, "api_key", None)
     return session_key(str(value)) if value else None
+
+
+def identify(call: Call, user_api_key_auth) -> None:
+    """Note on a new call who made it: its key's hash (who may give feedback) and whose spend it
+    paces (its team's record and budgets, team_budget.py)."""
+    call.key = caller_key(user_api_key_auth)
+    call.pace = team_pace_of(user_api_key_auth, time.time())
 
 
 class Runtime:
@@ -287,7 +295,7 @@ class Runtime:
         branch = first.branches.get(alias)
         if branch is None and create:
             branch = first.branches[alias] = Call(alias, request_id, None, time.monotonic(), key=first.key,
-                                                  conversation=first.conversation)
+                                                  conversation=first.conversation, pace=first.pace)
         return branch
 
     def close_call(self, call: Call) -> None:

@@ -11,6 +11,9 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict
 
 Tier = Literal["ultra", "pro", "standard", "free"]
+# What a deployment can take (capabilities.CAPABILITIES, docs/capabilities.md).
+Capability = Literal["vision", "audio_input", "pdf_input", "function_calling", "response_schema", "reasoning",
+                     "audio_output"]
 
 
 def _def(name: str):
@@ -52,6 +55,7 @@ class Budget(BaseModel):
     pacing_rate: float
     max_multiplier: float
     min_multiplier: float
+    floor_tier: Optional[Tier]
 
 
 @_def("Failover")
@@ -122,6 +126,7 @@ class Alias(BaseModel):
     failover: Failover
     lkgp_enabled: bool
     contextual: Contextual
+    requires: list[Capability]
     local_first: LocalFirst
 
 
@@ -323,6 +328,7 @@ class DeploymentAnnotation(BaseModel):
     specialities: dict[str, Optional[str]]
     input_cost_per_1m: Optional[float]
     output_cost_per_1m: Optional[float]
+    capabilities: dict[Capability, bool]
 
 
 @_def("Outlier")
