@@ -20,6 +20,7 @@ from typing import Iterable, Optional
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 from .breaker import PROMETHEUS_CODE
+from .local_first import RESULTS as LOCAL_FIRST_RESULTS
 from .pacing import PaceState, multiplier_of
 from .signals import KINDS as SIGNAL_KINDS
 
@@ -56,7 +57,7 @@ EXPORTED = (
     "aisia_state_queue_depth", "aisia_policy_reloads_total", "aisia_spend_target_usd_per_1k_requests",
     "aisia_spend_usd_per_1k_requests", "aisia_spend_multiplier", "aisia_judge_calls_total",
     "aisia_judge_spend_usd_total", "aisia_judge_agreement_total", "aisia_conversation_signals_total",
-    "aisia_team_decisions_total", "aisia_team_outcomes_total",
+    "aisia_team_decisions_total", "aisia_team_outcomes_total", "aisia_local_first_total",
 )
 
 # A LiteLLM team's figures (docs/teams.md): a team's key reads its own team's rows of these only.
@@ -176,6 +177,9 @@ class RouterMetrics:
         self.signals = Counter("aisia_conversation_signals_total", "Conversation signals recorded as quality "
                                "evidence (docs/signals.md), by kind and by the lexicon language that said so "
                                "('none' for a structural signal).", ["kind", "language"], registry=r)
+        self.local_first = Counter("aisia_local_first_total", "Local answers of local-first aliases by what "
+                                   "became of them (kept, escalated, escalation_failed, not_local: a cloud "
+                                   "candidate served the local side).", ["alias", "result"], registry=r)
         self._alias = self._domain = self._deployment = self._strategy = _Names()
         self._results = _Names(OUTCOME_RESULTS)
         self._reasons = _Names(REFUSAL_REASONS)
@@ -184,6 +188,7 @@ class RouterMetrics:
         self._judged = _Names(JUDGE_OUTCOMES)
         self._signal_kinds = _Names(SIGNAL_KINDS)
         self._languages: set = set()
+        self._local_first = _Names(LOCAL_FIRST_RESULTS)
         # The children of the per-request metrics: timers by their (bounded) alias label; routed
         # decisions and outcomes by the names as given (see decision).
         self._timers: dict = {}
@@ -324,6 +329,10 @@ class RouterMetrics:
 
     def reload(self, result: str) -> None:
         self.reloads.labels(self._reload(result)).inc()
+
+    def local_first_answer(self, alias: str, result: str) -> None:
+        """What became of a local-first call's local answer (local_first.RESULTS)."""
+        self.local_first.labels(self._alias(alias), self._local_first(result)).inc()
 
     def judge_call(self, outcome: str) -> None:
         """An answer sampled for the judge, and what became of it (JUDGE_OUTCOMES)."""

@@ -218,7 +218,8 @@ def deployment_issues(loaded, path) -> tuple[list[PolicyIssue], list[PolicyIssue
                                "every request with 'no deployment is available'", "semantic"))
     out.extend(_empty_layer_aliases(loaded, config, deps, path))
     return out, (_unmatched_annotations(loaded, deps, path) + _unpriced(config, deps)
-                 + _free_under_a_target(loaded, deps) + _required_capabilities(loaded, deps))
+                 + _free_under_a_target(loaded, deps) + _required_capabilities(loaded, deps)
+                 + _local_first_sides(loaded, deps))
 
 
 def _required_capabilities(loaded, deps) -> list[PolicyIssue]:
@@ -262,6 +263,29 @@ def _empty_layer_aliases(loaded, config, deps, path) -> list[PolicyIssue]:
                                        f"leaves alias '{name}' without candidates: none of the {len(operator)} "
                                        f"deployments of {path} the operator's alias selects is selected by this "
                                        "layer (a layer only narrows)", "semantic"))
+    return out
+
+
+def _local_first_sides(loaded, deps) -> list[PolicyIssue]:
+    """An alias with local-first on whose candidates hold no local deployment (local-first does
+    nothing) or no cloud one (an unsure local answer has nowhere to go: it is kept)."""
+    from ..deployments import selects
+    from ..policy.yamlpos import position_of
+
+    out = []
+    for name, alias in loaded.policy.aliases.items():
+        if not alias.local_first.enabled:
+            continue
+        chosen = [d for d in deps if selects(alias.candidates, d)]
+        local = [d.id for d in chosen if d.local]
+        if chosen and (not local or len(local) == len(chosen)):
+            what = ("no local candidate (locality local, declared or inferred from a self-hosted provider): "
+                    "local-first does nothing" if not local else
+                    "no cloud candidate: an unsure local answer cannot be escalated and is kept")
+            path = ("aliases", name, "local_first", "enabled")
+            pos = position_of(loaded.locations, path, key=True)
+            out.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0, pos.column if pos else 0,
+                                   ".".join(path), f"has {what} (docs/local-first.md)", "warning"))
     return out
 
 

@@ -10,10 +10,12 @@ from typing import Optional
 
 from ..decision import Decision
 from ..engine import ALREADY_FAILED, PROBE_TAKEN, UNSUPPORTED, UnknownAlias
+from ..local_first import left_out as off_this_side
 from . import checks, compat
-from .layering import left_out
+from .layering import left_out as not_for_this_caller
 from .lifecycle import Call, Refused
 from .runtime import Runtime
+
 
 async def choose(rt: Runtime, observer, router, call: Call, healthy: list, messages: Optional[list], *,
                  tried: list, tools=None, client_timeout: bool = False, request=None) -> Decision:
@@ -30,9 +32,12 @@ async def choose(rt: Runtime, observer, router, call: Call, healthy: list, messa
     await store.prepare([d.id for d in deps], model)
     # Left out of this decision, each with why (the explain log and the decision log say it).
     exclude = {i: ALREADY_FAILED for i in tried}
-    narrowed = left_out(rt, call.layer, model, healthy, call.tenant, call.limits)  # (a refusal when nothing is left)
+    narrowed = not_for_this_caller(rt, call.layer, model, healthy, call.tenant, call.limits)  # (a refusal when nothing is left)
     exclude.update((i, why) for i, why in narrowed.items() if i not in exclude)
     exclude.update((i, "LiteLLM's checks after the filter refused it") for i in refused if i not in exclude)
+    if call.local_first is not None:  # local-first: one side of the alias (docs/local-first.md)
+        for i, why in off_this_side(deps, call.local_first.side, exclude).items():
+            exclude.setdefault(i, why)
     limited = await checks.over_usage_limits(router, healthy, messages)
     if limited:
         if all(d.id in limited or d.id in exclude for d in deps):

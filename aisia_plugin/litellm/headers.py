@@ -46,7 +46,14 @@ def rests_on_prior(engine, decision, served) -> bool:
 
 def reason_header(call: Call, attempt: Attempt, verbose: bool, prior_only: bool = False) -> str:
     """The ``x-aisia-reason`` value for the call's last attempt; `prior_only`: the choice rests
-    on the declared prior alone (``rests_on_prior``), which the reason then says."""
+    on the declared prior alone (``rests_on_prior``), which the reason then says; a local-first
+    call's starts with what became of its local answer (escalation.py)."""
+    note = call.local_first.note if call.local_first is not None else None
+    reason = _reason(call, attempt, verbose, prior_only)
+    return one_line(f"{note}; {reason}") if note else reason
+
+
+def _reason(call: Call, attempt: Attempt, verbose: bool, prior_only: bool) -> str:
     d = attempt.decision
     served = attempt.deployment_id or d.deployment_id  # LiteLLM's checks may have dropped the choice
     if verbose:

@@ -216,6 +216,7 @@ class Call:
     tenant: Optional[Any] = None  # tenancy.Tenant: who made it (LiteLLM's auth)
     limits: Optional[Any] = None  # tenancy.RequestLimits: what the request asked within its key's layer
     layer: Optional[Any] = None  # policy.layers.LayerRef: the layer that decides it (None: the operator's)
+    local_first: Optional[Any] = None  # local_first.Side: which side of local-first it routes (escalation.py)
     phase: Phase = ROUTING
 
     # -- where the request stands ---------------------------------------------------------------

@@ -157,6 +157,25 @@ class Observer:
         except Exception:
             log.exception("aisia: recording an outcome's metrics failed")
 
+    def local_first(self, call: "Call", attempt, result: str, conf, escalation: Optional["Call"]) -> None:
+        """What became of a local-first call's local answer: its metrics, its explain entry (the
+        routing page shows it) and its decision-log line."""
+        try:
+            parts = None if conf is None else {
+                "value": conf.value, "tokens": conf.token_part, "token_count": conf.tokens,
+                "learned": conf.learned_part, "defects": list(conf.defects), "defect_factor": conf.defect_factor}
+            served = escalation.attempts[-1].deployment_id if escalation is not None and escalation.attempts else None
+            attempt.explained["local_first"] = {"result": result, "confidence": parts, "note": call.local_first.note,
+                                                "escalation_request_id": getattr(escalation, "request_id", None),
+                                                "escalated_to": served}
+            self.metrics.local_first_answer(call.alias, result)
+            if self.decision_log is not None:
+                self.decision_log.local_first(call.request_id, alias=call.alias, deployment_id=attempt.deployment_id,
+                                              result=result, confidence=parts, escalated_to=served,
+                                              escalation_request_id=getattr(escalation, "request_id", None))
+        except Exception:
+            log.exception("aisia: recording a local-first answer failed")
+
     def reloaded(self, result: str) -> None:
         try:
             self.metrics.reload(result)
@@ -198,13 +217,20 @@ class Observer:
         store, engine = rt.store, rt.engine
         recent = [{"ts": e["time"], "request_id": e["request_id"], "alias": e["decision"].alias,
                    "deployment": e["decision"].deployment_id, "domain": e["decision"].domain,
-                   "strategy": e["decision"].strategy, "reason": e["decision"].reason}
+                   "strategy": e["decision"].strategy,
+                   "reason": _with_local_first(e.get("local_first"), e["decision"].reason)}
                   for e in list(rt.explain)]
         deps = self.deployments()
         return snapshot(now=engine.clock(), aliases=rt.policy.aliases, deployments=deps, stats=store.stats(),
                         breakers={d.id: store.breaker(d.id) for d in deps}, breaker=engine.breaker, recent=recent,
                         store=type(store).__name__.replace("State", "").replace("Store", "").lower() or "memory",
                         timeline=self.timeline)
+
+
+def _with_local_first(local_first: Optional[dict], reason: str) -> str:
+    """A decision's reason on the routing page, after what became of its local answer."""
+    note = (local_first or {}).get("note")
+    return f"{note}; {reason}" if note else reason
 
 
 # -- HTTP routes -------------------------------------------------------------------------------

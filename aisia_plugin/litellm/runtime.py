@@ -196,6 +196,11 @@ class Runtime:
             return outcome
         return replace(outcome, cost_usd=hit[2].cost_usd(outcome.input_tokens or 0, outcome.output_tokens or 0))
 
+    def known(self, deployment_id: Optional[str]) -> Optional[Deployment]:
+        """The core's view of a deployment a decision met, by id; None for one never met."""
+        hit = self._deployments.get(deployment_id or "")
+        return hit[2] if hit is not None else None
+
     def deployment_names(self, deployment_id: Optional[str]) -> tuple:
         """The names a deployment's errors may quote (id, model group, model)."""
         return self._names.get(deployment_id or "", (deployment_id,))

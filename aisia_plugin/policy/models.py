@@ -64,6 +64,29 @@ class Failover(BaseModel):
     attempts: int
 
 
+@_def("LocalFirstPenalties")
+class LocalFirstPenalties(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    refusal: float
+    empty_answer: float
+    truncated: float
+    invalid_json: float
+    hedging: float
+
+
+@_def("LocalFirst")
+class LocalFirst(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    enabled: bool
+    min_confidence: float
+    streams: Literal["skip", "local"]
+    request_logprobs: bool
+    logprob_weight: float
+    learned_weight: float
+    penalties: LocalFirstPenalties
+    evidence_weight: float
+
+
 @_def("ColdStart")
 class ColdStart(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -104,6 +127,7 @@ class Alias(BaseModel):
     lkgp_enabled: bool
     contextual: Contextual
     requires: list[Capability]
+    local_first: LocalFirst
 
 
 @_def("PerDomain")
@@ -272,6 +296,7 @@ class SignalLexicon(BaseModel):
     neutral: dict[str, Optional[str]]
     refusal: dict[str, Optional[str]]
     tool_error: dict[str, Optional[str]]
+    hedging: dict[str, Optional[str]]
 
 
 @_def("Signals")
@@ -438,7 +463,8 @@ class Policy(BaseModel):
 # schema $defs name -> model, for the agreement test and the reference generator.
 MODELS_BY_DEF: dict[str, type[BaseModel]] = {
     cls.__schema_def__: cls
-    for cls in (Selector, Sla, Budget, Failover, ColdStart, Contextual, Alias, PerDomain, Forgetting, Bandit, Reward,
+    for cls in (Selector, Sla, Budget, Failover, LocalFirstPenalties, LocalFirst, ColdStart, Contextual, Alias,
+                PerDomain, Forgetting, Bandit, Reward,
                 QualityPrior, QualityEvidence, JudgeLanguage, Judge, Quality, Weights, Rules, ModePack, Domain, Domains,
                 SignalWeights, SignalLexicon, Signals, DeploymentAnnotation,
                 Outlier, CircuitBreaker, TaskFitness, Costs, State, Proxy, DecisionLog, Logging, Layer, Policy)
