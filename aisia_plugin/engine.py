@@ -117,7 +117,11 @@ class Engine:
         factors (``context_affinity``, ``cache_affinity``, ``session_availability``,
         ``reset_window_affinity``); a deployment or a key left out keeps its default.
         `max_cost_usd`: the request's own cap on its estimated cost (docs/teams.md), strict, and
-        only ever lower than the alias's budget."""
+        only ever lower than the alias's budget.
+
+        The stages, in order (the module's docstring draws them): the request understood, the
+        alias's candidates (what the request needs, the specialists), the store read with the
+        breakers, the context window, the budget, the pacing floor, the strategy."""
         ap = self.policy.aliases.get(alias)
         if ap is None:
             raise UnknownAlias(alias)
@@ -126,141 +130,149 @@ class Engine:
             feats, present = self._scan(messages, tools, request_modalities)
         else:
             feats, present = features, None
-        domain = ap.domain_hint or self.detector.detect(feats.text, present)
-        task = ap.task_hint or feats.task_type
-
-        # The alias's candidates and, when some specialise in the domain, only they
-        # (docs/design.md#specialists); memoised per deployment list and domain, with the exclusion rows of the others.
-        # A retry's failed deployments leave before the specialists are chosen (its last
-        # specialist failed: everyone competes).
-        group = self._alias_pool(alias, ap, deployments)
+        asked = _Asked(alias, ap, ap.domain_hint or self.detector.detect(feats.text, present),
+                       ap.task_hint or feats.task_type, feats)
         left_out = _left_out(exclude)
-        # What the request needs (images, tools, a JSON schema...): a candidate known not to take
-        # it is left out; none can: the caller's 400 (docs/capabilities.md).
         needs = request_needs(feats, messages, tools, request)
-        if needs:
+        if needs:  # a candidate known not to take what the request needs is left out (docs/capabilities.md)
+            group = self._alias_pool(alias, ap, deployments)
             unfit = lacking(group.selected, needs)
-            if unfit and len(unfit) == len(group.selected):
-                return self._finish(Decision(
-                    None, None, ap.strategy, refusal(needs, group.selected), 0, None,
-                    group.excluded + [CandidateScore(i, excluded=why) for i, why in unfit.items()], alias=alias,
-                    domain=domain, task_type=task, refused=UNSUPPORTED, status_code=400), feats)
+            if unfit and len(unfit) == len(group.selected):  # none can: the caller's 400
+                rows = group.excluded + [CandidateScore(i, excluded=why) for i, why in unfit.items()]
+                return self._finish(asked.refused(refusal(needs, group.selected), UNSUPPORTED, 400, rows), feats)
             left_out = {**unfit, **left_out}
+        slate = self._slate(asked, deployments, left_out, pin_key(alias, session), now)
+        self._fit_window(slate, feats.input_tokens)
+        refused = self._within_budget(slate, asked, max_cost_usd) or self._above_floor(slate, asked, team)
+        if refused is not None:
+            return self._finish(refused, feats)
+        decision = self._strategy_decides(slate, asked, now, signals, team)
+        held = slate.held.get(decision.deployment_id) if slate.held else None
+        if held is not None and held[1] != CLOSED:
+            decision.probe = True
+            if reserve and not self.store.reserve_probe(decision.deployment_id, now, self.breaker) \
+                    and not slate.degraded:
+                # Another request (or replica) took the last probe slot since the read: the same
+                # decision without this deployment.
+                return self.decide(alias, messages, deployments, tools=tools,
+                                   exclude={**left_out, decision.deployment_id: PROBE_TAKEN},
+                                   request_modalities=request_modalities, features=feats, reserve=reserve,
+                                   session=session, signals=signals, team=team, request=request,
+                                   max_cost_usd=max_cost_usd)
+        return self._finish(decision, feats)
+
+    def _slate(self, asked: "_Asked", deployments, left_out: dict, pin: str, now: float) -> "_Slate":
+        """The alias's candidates for the request's domain, read from the store in one round trip,
+        without the deployments whose breaker blocks them.
+
+        Specialists: when some candidates specialise in the domain, only they compete
+        (docs/design.md#specialists), unless none of them holds the prompt or every one is
+        blocked: then the generalists compete (a second read of the store, for them alone). A
+        retry's failed deployments leave before the specialists are chosen (its last specialist
+        failed: everyone competes)."""
+        alias, ap, domain, need = asked.alias, asked.ap, asked.domain, asked.feats.input_tokens
+        group = self._alias_pool(alias, ap, deployments)
         group = group.without(left_out, domain) if left_out else group.for_domain(domain)
-        need = feats.input_tokens
         if need and group.specialised and not any(_holds(d, need) for d in group.deployments):
-            # No specialist of the domain can hold the prompt: the generalists compete, as when
-            # every specialist is blocked, when one of them can.
             wider = self._alias_pool(alias, ap, deployments).generalists(
                 left_out, domain, {d.id: _window_clause(d, need) for d in group.deployments},
                 because=f"no {domain} specialist holds the prompt")
             if any(_holds(d, need) for d in wider.deployments):
                 group = wider
-        deps, ids, excluded = group.deployments, group.ids, group.excluded
-        fits = group.fits(self.fitness, task)
-
-        # One read of the store for the whole pool (the Redis store: one round trip).
         per_domain = self.policy.bandit.per_domain
         learn_domain = domain if (domain and per_domain.enabled) else None
-        pin = pin_key(alias, session)
-        tick, breakers, global_arms, domain_arms, last_good = self.store.read_pool(ids, learn_domain, pin)
-
-        # Circuit breaker: skip OPEN, rate-limited and probe-saturated deployments.
-        states, breaker_state, blocked = self._breakers(ids, breakers, now)
-        if blocked and len(blocked) == len(ids) and group.specialised:
-            # Every specialist of the domain is blocked: the generalists compete, as in the seed's
-            # "no specialist" case and on a retry past a failed specialist (a second read of the
-            # store, for them alone, only in this case).
+        slate = self._read(group, asked.task, learn_domain, pin, now)
+        if slate.blocked and len(slate.blocked) == len(slate.ids) and group.specialised:
             fallback = self._alias_pool(alias, ap, deployments).generalists(
-                left_out, domain, {ids[k]: why for k, why in blocked})
+                left_out, domain, {slate.ids[k]: why for k, why in slate.blocked})
             if fallback.ids:
-                group = fallback
-                deps, ids, excluded = group.deployments, group.ids, group.excluded
-                fits = group.fits(self.fitness, task)
-                tick, breakers, global_arms, domain_arms, last_good = self.store.read_pool(ids, learn_domain, pin)
-                states, breaker_state, blocked = self._breakers(ids, breakers, now)
-        degraded = False
-        if blocked:
-            if len(blocked) < len(ids):
-                excluded = excluded + [CandidateScore(ids[k], excluded=why) for k, why in blocked]
-                out = {k for k, _ in blocked}
-                keep = [k for k in range(len(ids)) if k not in out]
-                deps, ids, fits, states, global_arms, domain_arms = _take(keep, deps, ids, fits, states,
-                                                                         global_arms, domain_arms)
+                slate = self._read(fallback, asked.task, learn_domain, pin, now)
+        if slate.blocked:
+            if len(slate.blocked) < len(slate.ids):
+                why = dict(slate.blocked)
+                slate.keep([k for k in range(len(slate.ids)) if k not in why], why.__getitem__)
             else:
-                degraded = True  # every candidate is blocked: still serve, from the whole pool
+                slate.degraded = True  # every candidate is blocked: still serve, from the whole pool
+        slate.prior = per_domain.prior_strength if learn_domain is not None else None
+        return slate
 
-        # Context window: a deployment that cannot hold the prompt (estimated) is not a candidate;
-        # when none can, the largest window competes alone (LiteLLM then answers with its own
-        # context-window error, or its context_window_fallbacks take over).
-        if deps and need and need > group.smallest_window:  # (else every window holds it)
-            fit = [k for k, d in enumerate(deps) if _holds(d, need)]
-            if len(fit) != len(deps):
-                if not fit:
-                    fit = [max(range(len(deps)), key=lambda k: deps[k].max_input_tokens or 0)]
-                inside = set(fit)
-                excluded = excluded + [CandidateScore(ids[k], excluded=_window_clause(deps[k], need))
-                                       for k in range(len(deps)) if k not in inside]
-                deps, ids, fits, states, global_arms, domain_arms = _take(fit, deps, ids, fits, states,
-                                                                         global_arms, domain_arms)
+    def _read(self, group: "_DomainPool", task: str, learn_domain: Optional[str], pin: str, now: float) -> "_Slate":
+        """The group's columns and what the store holds of them (one read), with their breakers."""
+        tick, breakers, global_arms, domain_arms, last_good = self.store.read_pool(group.ids, learn_domain, pin)
+        states, held, blocked = self._breakers(group.ids, breakers, now)
+        return _Slate(group, group.fits(self.fitness, task), states, global_arms, domain_arms, tick, last_good,
+                      held, blocked)
 
-        # Budget cap (docs/design.md#budget-cap): estimated cost of this request per candidate.
-        budget = ap.budget
+    @staticmethod
+    def _fit_window(slate: "_Slate", need: int) -> None:
+        """Context window: a deployment that cannot hold the prompt (estimated) is not a candidate;
+        when none can, the largest window competes alone (LiteLLM then answers with its own
+        context-window error, or its context_window_fallbacks take over)."""
+        deps = slate.deps
+        if not (deps and need and need > slate.group.smallest_window):  # (else every window holds it)
+            return
+        fit = [k for k, d in enumerate(deps) if _holds(d, need)]
+        if len(fit) != len(deps):
+            if not fit:
+                fit = [max(range(len(deps)), key=lambda k: deps[k].max_input_tokens or 0)]
+            slate.keep(fit, lambda k: _window_clause(deps[k], need))
+
+    @staticmethod
+    def _within_budget(slate: "_Slate", asked: "_Asked", max_cost_usd: Optional[float]) -> Optional[Decision]:
+        """Budget cap (docs/design.md#budget-cap): the request's estimated cost per candidate;
+        over the cap, left out; none within: a strict budget (or the request's own maximum cost,
+        never served above) refuses, else the cheapest competes alone."""
+        budget = asked.ap.budget
         cap, strict, whose = budget.max_cost_per_request_usd, budget.mode == "strict", "strict budget"
         if max_cost_usd is not None and (cap is None or max_cost_usd < cap):
-            cap, strict, whose = max_cost_usd, True, "the request's maximum cost"  # never served above it
-        if cap is not None and deps:
-            est = [d.cost_usd(feats.input_tokens, budget.expected_output_tokens) for d in deps]
-            within = [k for k, e in enumerate(est) if e <= cap]
-            over = [CandidateScore(i, excluded=f"estimated ${e:.6f} over budget") for i, e in zip(ids, est)]
-            if not within:
-                if strict:
-                    return self._finish(Decision(
-                        None, None, ap.strategy,
-                        f"no candidate fits the budget of ${cap:g} per request "
-                        f"(cheapest estimate ${min(est):.6f}); {whose} refuses",
-                        0, None, excluded + over, alias=alias, domain=domain, task_type=task, refused="budget",
-                        status_code=402), feats)
-                cheapest = est.index(min(est))
-                within = [cheapest]
-            if len(within) != len(deps):
-                inside = set(within)
-                excluded = excluded + [row for k, row in enumerate(over) if k not in inside]
-                deps, ids, fits, states, global_arms, domain_arms = _take(within, deps, ids, fits, states,
-                                                                         global_arms, domain_arms)
+            cap, strict, whose = max_cost_usd, True, "the request's maximum cost"
+        if cap is None or not slate.deps:
+            return None
+        est = [d.cost_usd(asked.feats.input_tokens, budget.expected_output_tokens) for d in slate.deps]
+        within = [k for k, e in enumerate(est) if e <= cap]
+        over = lambda k: f"estimated ${est[k]:.6f} over budget"  # noqa: E731
+        if not within:
+            if strict:
+                rows = slate.excluded + [CandidateScore(i, excluded=over(k)) for k, i in enumerate(slate.ids)]
+                return asked.refused(f"no candidate fits the budget of ${cap:g} per request "
+                                     f"(cheapest estimate ${min(est):.6f}); {whose} refuses", "budget", 402, rows)
+            within = [est.index(min(est))]
+        if len(within) != len(slate.deps):
+            slate.keep(within, over)
+        return None
 
-        pace_rule = self.pace_rules.get(alias)
-        paced = pace_rule is not None or (team is not None and bool(team.budgets))
-        if paced and budget.floor_tier is not None and deps:  # the cheapest tier pacing may lean to
-            keep = above_floor([d.tier for d in deps], budget.floor_tier)
-            if len(keep) != len(deps):
-                inside = set(keep)
-                why = f"below the budget's floor tier {budget.floor_tier}"
-                excluded = excluded + [CandidateScore(ids[k], excluded=why)
-                                       for k in range(len(deps)) if k not in inside]
-                deps, ids, fits, states, global_arms, domain_arms = _take(keep, deps, ids, fits, states,
-                                                                         global_arms, domain_arms)
+    def _above_floor(self, slate: "_Slate", asked: "_Asked", team: Optional[TeamPace]) -> Optional[Decision]:
+        """The pacing floor (the cheapest tier a paced decision may lean to), then: no candidate
+        left is the alias's 503."""
+        budget = asked.ap.budget
+        paced = asked.alias in self.pace_rules or (team is not None and bool(team.budgets))
+        if paced and budget.floor_tier is not None and slate.deps:
+            keep = above_floor([d.tier for d in slate.deps], budget.floor_tier)
+            if len(keep) != len(slate.deps):
+                slate.keep(keep, lambda k: f"below the budget's floor tier {budget.floor_tier}")
+        if not slate.deps:
+            return asked.refused("no deployment is available for this alias", "no_candidates", 503, slate.excluded)
+        return None
 
-        if not deps:
-            return self._finish(Decision(None, None, ap.strategy, "no deployment is available for this alias", 0, None,
-                                         excluded, alias=alias, domain=domain, task_type=task,
-                                         refused="no_candidates", status_code=503), feats)
-
-        # The pool as columns; the arms' views (forgetting, per-domain blend) are computed by the
-        # strategy's first read of them.
-        prior = per_domain.prior_strength if learn_domain is not None else None
+    def _strategy_decides(self, slate: "_Slate", asked: "_Asked", now: float, signals, team) -> Decision:
+        """The pool as columns, the context, the strategy's choice (a plugin's answer outside
+        the pool never routes), named with the model and the rows of the left out."""
+        alias, ap, ids = asked.alias, asked.ap, slate.ids
         quota = supplied = None
         if signals:
             supplied = [signals.get(i) or NO_SIGNALS for i in ids]
             quota = [sig.get("quota", 1.0) for sig in supplied]
-        pool = Pool(deps, states if states is not None else [CLOSED] * len(deps), fits, global_arms, domain_arms,
-                    tick, self.gamma, prior, self._fresh, quota=quota, signals=supplied, ids=ids,
-                    costs=group.costs if deps is group.deployments else None)
+        # The arms' views (forgetting, per-domain blend) are computed by the strategy's first read.
+        pool = Pool(slate.deps, slate.states if slate.states is not None else [CLOSED] * len(ids), slate.fits,
+                    slate.global_arms, slate.domain_arms, slate.tick, self.gamma, slate.prior, self._fresh,
+                    quota=quota, signals=supplied, ids=ids,
+                    costs=slate.group.costs if slate.deps is slate.group.deployments else None)
         # By position, in RoutingContext's field order (alias, strategy, features, domain, task_type, now,
         # rng, settings, last_known_good, total_pulls, policy, contextual): eleven keywords cost
         # about 5k instructions more per request (test_engine_context_by_position holds the order).
-        ctx = RoutingContext(alias, ap.strategy, feats, domain, task, now, self.rng, self._settings[alias], last_good,
-                             None, self.policy, self.contextual)
+        ctx = RoutingContext(alias, ap.strategy, asked.feats, asked.domain, asked.task, now, self.rng,
+                             self._settings[alias], slate.last_good, None, self.policy, self.contextual)
+        pace_rule = self.pace_rules.get(alias)
         if team is not None and (team.team or team.budgets):
             ctx.cost_multiplier = team_multiplier(self.store.pace(pace_key(alias, team.team)), pace_rule, team.budgets,
                                                   ap.budget.min_multiplier, ap.budget.max_multiplier)
@@ -273,24 +285,14 @@ class Engine:
             k = 0
             decision.reason = f"strategy returned {decision.deployment_id!r}, not in the pool; using {ids[0]}"
             decision.deployment_id = ids[0]
-        chosen = deps[k]
-        special = chosen.specialities.get(domain) if domain else None
+        chosen = slate.deps[k]
+        special = chosen.specialities.get(asked.domain) if asked.domain else None
         decision.model = special or chosen.model
-        decision.alias, decision.domain, decision.task_type = alias, domain, task
-        decision.add_scores(excluded)
-        if degraded:
+        decision.alias, decision.domain, decision.task_type = alias, asked.domain, asked.task
+        decision.add_scores(slate.excluded)
+        if slate.degraded:
             decision.reason += " (every candidate's breaker blocks it: serving anyway)"
-        held = breaker_state.get(chosen.id) if breaker_state else None
-        if held is not None and held[1] != CLOSED:
-            decision.probe = True
-            if reserve and not self.store.reserve_probe(chosen.id, now, self.breaker) and not degraded:
-                # Another request (or replica) took the last probe slot since the read: the same
-                # decision without this deployment.
-                return self.decide(alias, messages, deployments, tools=tools, exclude={**left_out, chosen.id: PROBE_TAKEN},
-                                   request_modalities=request_modalities, features=feats, reserve=reserve,
-                                   session=session, signals=signals, team=team, request=request,
-                                   max_cost_usd=max_cost_usd)
-        return self._finish(decision, feats)
+        return decision
 
     def _breakers(self, ids, breakers, now: float):
         """The pool's breakers as a decision sees them: ``(states, held, blocked)`` -- the
@@ -442,6 +444,46 @@ def _evidence_weight(weight) -> Optional[float]:
 ALREADY_FAILED = "already failed for this request"
 UNSUPPORTED = "unsupported_request"  # a refusal: no candidate can take what the request needs
 PROBE_TAKEN = "its half-open probe slot was taken by another request"
+
+
+class _Asked:
+    """What a decision was asked: the alias (its name and settings), the request's domain, task
+    type and features."""
+
+    __slots__ = ("alias", "ap", "domain", "task", "feats")
+
+    def __init__(self, alias: str, ap, domain: Optional[str], task: str, feats: RequestFeatures):
+        self.alias, self.ap, self.domain, self.task, self.feats = alias, ap, domain, task, feats
+
+    def refused(self, reason: str, why: str, status_code: int, excluded: list) -> Decision:
+        """The decision that serves nothing: `why` is its kind (``Decision.refused``)."""
+        return Decision(None, None, self.ap.strategy, reason, 0, None, excluded, alias=self.alias,
+                        domain=self.domain, task_type=self.task, refused=why, status_code=status_code)
+
+
+class _Slate:
+    """A decision's candidates as parallel columns (the deployments, their ids, task fitness,
+    breaker states and arms) with what the store held of them, narrowed stage by stage: each
+    stage keeps some positions and leaves the others out, each with why (``excluded``)."""
+
+    __slots__ = ("group", "deps", "ids", "fits", "states", "global_arms", "domain_arms", "excluded", "tick",
+                 "last_good", "held", "blocked", "degraded", "prior")
+
+    def __init__(self, group: "_DomainPool", fits, states, global_arms, domain_arms, tick, last_good, held, blocked):
+        self.group = group
+        self.deps, self.ids, self.excluded = group.deployments, group.ids, group.excluded
+        self.fits, self.states, self.global_arms, self.domain_arms = fits, states, global_arms, domain_arms
+        self.tick, self.last_good, self.held, self.blocked = tick, last_good, held, blocked
+        self.degraded = False
+        self.prior = None
+
+    def keep(self, positions: list[int], why: Callable[[int], str]) -> None:
+        """Keep the candidates at `positions` (in pool order); each other one leaves, saying why(k)."""
+        inside = set(positions)
+        self.excluded = self.excluded + [CandidateScore(self.ids[k], excluded=why(k))
+                                         for k in range(len(self.ids)) if k not in inside]
+        self.deps, self.ids, self.fits, self.states, self.global_arms, self.domain_arms = _take(
+            positions, self.deps, self.ids, self.fits, self.states, self.global_arms, self.domain_arms)
 
 
 def _left_out(exclude) -> dict:
