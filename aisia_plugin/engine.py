@@ -1,7 +1,7 @@
 """The routing pipeline: the only place that orders the steps.
 
     request -> features -> domain -> alias candidates -> what the request needs -> specialists
-            -> breaker -> context window -> budget
+            -> breaker -> context window -> budget -> pacing floor
             -> strategy (plugins) -> Decision
     outcome -> failure class -> breaker -> reward -> bandit (global and per domain) -> LKGP
     quality evidence (feedback, a judge's grade, a signal) -> quality records (quality.py)
