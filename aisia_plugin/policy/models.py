@@ -77,6 +77,7 @@ class Contextual(BaseModel):
     prior_variance: float
     noise_variance: float
     exploration: float
+    quality_tolerance: float
     cold_start: ColdStart
 
 
