@@ -371,7 +371,9 @@ def markdown(report: dict) -> str:
            "deployment's; mixing: the quality share of the best random mixture of the fixed arms at the same cost; "
            "frontier share: the most expensive deployment's share of the task turns of the hard groups (those the oracle "
            "does not send to the cheapest deployment) and of the easy ones. No feedback call; the verdicts stay in the "
-           "benchmark.", ""]
+           "benchmark. `ours` runs the shipped policy under a team file declaring the deployments' tiers and, since every "
+           "simulated user comes through one API key (a chat front-end's), lifting that key's bound on signals "
+           f"(`signals.max_signals_per_key_hour: {TRUSTED_KEY_SIGNALS_PER_HOUR}`; from commit db55070 on).", ""]
     for res in report["workloads"]:
         u = res["users"]
         out += [f"## {title(res)}", "",
