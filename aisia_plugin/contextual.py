@@ -127,7 +127,11 @@ def _word_hashes(b: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndar
 
 
 def _text_of(features) -> str:
-    return getattr(features, "text", "") or ""
+    """The text the vector reads: the latest turn's question in a conversation (its last
+    ``turn_chars`` characters, features.TURN_MESSAGES user messages), else the whole text."""
+    text = getattr(features, "text", "") or ""
+    n = getattr(features, "turn_chars", 0) or 0
+    return text[-n:] if 0 < n < len(text) else text
 
 
 def _raw(text: str) -> bytes:
@@ -275,6 +279,8 @@ class LearnContext:
     base: float
     prior_variance: float
     noise_variance: float
+    # The domain its quality evidence is recorded under (the decision's ``quality_domain``).
+    domain: Optional[str] = None
 
 
 @dataclass(slots=True)
@@ -551,6 +557,14 @@ class ContextualModels:
         self.refresh_stale(cols, tick, gamma)
         mean, var = self.residual_lists(cols, x)
         return [b + m for b, m in zip(base, mean)], [b + v for b, v in zip(base_var, var)], base
+
+    def predict_residual(self, ids: Sequence[str], x: RequestVector, tick: float, gamma: float,
+                         prior_variance: float) -> tuple[list[float], list[float]]:
+        """(what the prompt's features add to the base, its variance) per deployment of `ids`
+        (``predict`` without the base: the caller brings its own, docs/quality.md#the-choice)."""
+        cols = self.columns(ids, prior_variance)
+        self.refresh_stale(cols, tick, gamma)
+        return self.residual_lists(cols, x)
 
     def contributions(self, dep: str, x: RequestVector) -> np.ndarray:
         """Each vector entry's share of the residual prediction for `dep` (x_i * w_i)."""

@@ -391,6 +391,15 @@ class RoutingContext:
     contextual: Any = None  # contextual.ContextualModels the contextual strategy reads (the engine's)
     # The spend target's multiplier of the cost weight (pacing.py; 1 for an alias without a target).
     cost_multiplier: float = 1.0
+    # Whether pacing steers this decision's cost (a spend target or a team's budget): then the
+    # multiplier, not a fixed quality tolerance, says how much quality a lower price may cost.
+    paced: bool = False
+    # The deployments' quality estimates for this request (``QualityColumns``: the engine's reader
+    # of quality.py's records; None outside an engine): the contextual strategy's base.
+    quality: Any = None
+    # The domain this request's quality is read and learned under (``Engine.quality_domain``): the
+    # detected domain, else the one domain whose words occur below min_matches; None: none.
+    quality_domain: Optional[str] = None
 
     exploration_c = _setting("exploration_c")
     latency_weight = _setting("latency_weight")

@@ -131,7 +131,7 @@ class Engine:
         else:
             feats, present = features, None
         asked = _Asked(alias, ap, ap.domain_hint or self.detector.detect(feats.text, present),
-                       ap.task_hint or feats.task_type, feats)
+                       ap.task_hint or feats.task_type, feats, present)
         left_out = _left_out(exclude)
         needs = request_needs(feats, messages, tools, request)
         if needs:  # a candidate known not to take what the request needs is left out (docs/capabilities.md)
@@ -272,11 +272,16 @@ class Engine:
         # about 5k instructions more per request (test_engine_context_by_position holds the order).
         ctx = RoutingContext(alias, ap.strategy, asked.feats, asked.domain, asked.task, now, self.rng,
                              self._settings[alias], slate.last_good, None, self.policy, self.contextual)
+        ctx.quality = self
+        ctx.quality_domain = asked.domain if asked.domain is not None or not asked.present \
+            else self.quality_domain(asked.present)
         pace_rule = self.pace_rules.get(alias)
         if team is not None and (team.team or team.budgets):
+            ctx.paced = pace_rule is not None or bool(team.budgets)
             ctx.cost_multiplier = team_multiplier(self.store.pace(pace_key(alias, team.team)), pace_rule, team.budgets,
                                                   ap.budget.min_multiplier, ap.budget.max_multiplier)
         elif pace_rule is not None:
+            ctx.paced = True
             ctx.cost_multiplier = multiplier_of(self.store.pace(alias), pace_rule)
         decision = plugins.get_strategy(ap.strategy).select(pool, ctx)
         try:
@@ -370,6 +375,25 @@ class Engine:
         prior = self.quality.prior(deployment_id, dom)
         return estimate(q, prior, self.quality.strength, self.store.tick(), self.gamma)
 
+    def quality_domain(self, present) -> Optional[str]:
+        """The domain a request the detector left without one is learned under: the one domain
+        whose words occur in it (`present`: the scan's domain indices), below the detector's
+        min_matches; None when none or several do (docs/quality.md#the-choice). A weaker hint
+        than the detected domain: it never picks a specialist, it only keeps the quality
+        evidence of such prompts apart."""
+        if len(present) != 1:
+            return None
+        (k,) = present
+        return self.detector.names[k]
+
+    def quality_columns(self, ids, domain: Optional[str], priors=None) -> tuple[list[float], list[float]]:
+        """(quality estimate, its variance) per deployment of `ids` for a request of `domain`
+        (``QualityPriors.columns`` from `priors`, None: the declared ones; per domain when
+        per-domain learning is on): the contextual strategy's base, which only quality evidence
+        moves (docs/quality.md#the-choice)."""
+        dom = domain if (domain and self.policy.bandit.per_domain.enabled) else None
+        return self.quality.columns(self.store, ids, dom, self.store.tick(), priors)
+
     def record_quality(self, deployment_id: str, alias: Optional[str], domain: Optional[str], value: float,
                        source: str, weight: Optional[float] = None, *, context=None,
                        key: Optional[str] = None) -> Optional[float]:
@@ -392,6 +416,8 @@ class Engine:
         w = self.quality.weight(source) if weight is None else _evidence_weight(weight)
         if v is None or w is None or not deployment_id:
             return None
+        if context is not None and getattr(context, "domain", None) is not None:
+            domain = context.domain  # the domain the answer's decision learned it under
         dom = domain if (domain and self.policy.bandit.per_domain.enabled) else None
         w = self.shares.admit(deployment_id, key, w, self.quality.strength)
         self.store.record_quality(QualityRecord(deployment_id, v, w, source, dom), self.rules)
@@ -421,7 +447,11 @@ class Engine:
             # A graded success (a replay's, an evaluator's): its grade is a judge's evidence.
             self.record_quality(outcome.deployment_id, alias, domain, outcome.quality, "judge")
         learn = getattr(decision_or_alias, "context", None)
-        if learn is not None and value is not None:  # the contextual strategy's: teach the chosen model
+        # The contextual strategy's: teach the chosen model what says something of this prompt's
+        # answer (a failure, a grade, feedback); a plain success, scored with the quality estimate
+        # its base already is, teaches it nothing (its signals do, through record_quality).
+        if learn is not None and value is not None and (
+                kind is not None or outcome.quality is not None or outcome.feedback is not None):
             self.contextual.learn(outcome.deployment_id, learn, value, tick, self.gamma)
         observe = self._hook.observe_outcome
         if observe.get_hookimpls():
@@ -448,12 +478,13 @@ PROBE_TAKEN = "its half-open probe slot was taken by another request"
 
 class _Asked:
     """What a decision was asked: the alias (its name and settings), the request's domain, task
-    type and features."""
+    type and features, and the domains its words hint at."""
 
-    __slots__ = ("alias", "ap", "domain", "task", "feats")
+    __slots__ = ("alias", "ap", "domain", "task", "feats", "present")
 
-    def __init__(self, alias: str, ap, domain: Optional[str], task: str, feats: RequestFeatures):
+    def __init__(self, alias: str, ap, domain: Optional[str], task: str, feats: RequestFeatures, present):
         self.alias, self.ap, self.domain, self.task, self.feats = alias, ap, domain, task, feats
+        self.present = present  # the domains whose words occur in the text (None: features given)
 
     def refused(self, reason: str, why: str, status_code: int, excluded: list) -> Decision:
         """The decision that serves nothing: `why` is its kind (``Decision.refused``)."""

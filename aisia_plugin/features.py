@@ -158,7 +158,7 @@ class RequestFeatures:
 
     FIELDS = ("task_type", "has_code", "is_creative", "is_realtime", "length_bucket", "modality",
               "requested_modalities", "input_tokens", "has_tools", "specificity", "text", "extra",
-              "estimate_probability")
+              "estimate_probability", "turn_chars")
     # specificity is a property over a slot of its own (None until computed)
     __slots__ = tuple("_specificity" if name == "specificity" else name for name in FIELDS)
 
@@ -166,7 +166,8 @@ class RequestFeatures:
                  is_realtime: bool = False, length_bucket: str = "short", modality: str = "text",
                  requested_modalities: tuple[str, ...] = ("text",), input_tokens: int = 0,
                  has_tools: bool = False, specificity: Optional[float] = None, text: str = "",
-                 extra: Optional[Mapping[str, object]] = None, estimate_probability: bool = False):
+                 extra: Optional[Mapping[str, object]] = None, estimate_probability: bool = False,
+                 turn_chars: int = 0):
         self.task_type = task_type
         self.has_code = has_code
         self.is_creative = is_creative
@@ -180,6 +181,9 @@ class RequestFeatures:
         self.text = text
         self.extra = {} if extra is None else extra
         self.estimate_probability = estimate_probability
+        # The last characters of `text` that hold this turn's question (TURN_MESSAGES user
+        # messages; 0: the whole text): what the contextual model reads (contextual.py).
+        self.turn_chars = turn_chars
 
     @property
     def specificity(self) -> float:
@@ -390,6 +394,11 @@ def _specificity(raw: bytes, has_code: bool) -> float:
     return round(0.0 if score <= 0.0 else score if score < 1.0 else 1.0, 4)
 
 
+# The user messages that make a conversation turn's question: the latest and the one it follows
+# (a complaint re-asks the previous question; a new question after thanks stands mostly alone).
+TURN_MESSAGES = 2
+
+
 def extract_features(messages, tools=None, request_modalities=None, *, max_chars: int = 8000) -> RequestFeatures:
     """Features of one request. ``text`` is the user messages' text (latest last; all the text
     when there is no user message), bounded to ``max_chars`` keeping its start and its end; the
@@ -419,8 +428,13 @@ def features_and_hits(messages, tools=None, request_modalities=None, *, max_char
         else:
             files += 1
     text = "\n".join(user_texts or other_texts)
+    turn_chars = 0
+    if len(user_texts) > TURN_MESSAGES:  # a conversation: its latest turn's question
+        turn_chars = sum(len(t) + 1 for t in user_texts[-TURN_MESSAGES:]) - 1
     if type(max_chars) is not int or len(text) > max_chars:  # else _bounded would return text as is
         text = _bounded(text, max_chars)
+        if turn_chars >= len(text):
+            turn_chars = 0
 
     has_tools = isinstance(tools, (list, tuple)) and len(tools) > 0
     tokens = chars // 4 + 85 * images + (_tool_chars(tools) // 4 if has_tools else 0)
@@ -454,5 +468,6 @@ def features_and_hits(messages, tools=None, request_modalities=None, *, max_char
 
     f = RequestFeatures(task_type=task, has_code=has_code, is_creative=_CREATIVE_I in hits,
                         is_realtime=_REALTIME_I in hits, length_bucket=bucket, modality=modality,
-                        requested_modalities=requested, input_tokens=tokens, has_tools=has_tools, text=text)
+                        requested_modalities=requested, input_tokens=tokens, has_tools=has_tools, text=text,
+                        turn_chars=turn_chars)
     return f, hits

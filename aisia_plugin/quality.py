@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
 
 from .numbers import clamp01
 
@@ -90,6 +90,16 @@ def estimate(q: Optional[QualityStats], prior: float, strength: float, tick: flo
     return clamp01((strength * prior + q.total) / n) if n > 0.0 else prior
 
 
+def posterior(q: Optional[QualityStats], prior: float, strength: float, tick: float,
+              gamma: float) -> tuple[float, float]:
+    """(estimate, its variance): the estimate read as the mean of a Beta posterior of
+    ``strength + evidence weight`` observations, variance m (1 - m) / (n + 1). The variance
+    shrinks with evidence only, never with plain successes (docs/quality.md#the-choice)."""
+    m = estimate(q, prior, strength, tick, gamma)
+    n = strength + (q.at(tick, gamma).weight if q is not None else 0.0)
+    return m, m * (1.0 - m) / (n + 1.0)
+
+
 def prior_quality(deployment, domain: Optional[str], prior) -> float:
     """A deployment's prior quality in `domain` (None: over every domain), from what its
     operator declares (`prior`: the policy's ``quality.prior``): its tier's value, ``untiered``
@@ -125,6 +135,20 @@ class QualityPriors:
         """The prior of a deployment by id (``untiered`` for one never met)."""
         d = self._known.get(deployment_id)
         return prior_quality(d, domain, self.settings.prior)
+
+    def columns(self, store, ids, domain: Optional[str], tick: float,
+                priors: Optional[Sequence[float]] = None) -> tuple[list[float], list[float]]:
+        """(estimate, variance) per deployment of `ids` in `domain` (None: their global records):
+        ``posterior`` of each one's record in `store` from `priors` (None: each one's declared
+        prior, ``prior``)."""
+        means, variances = [], []
+        strength, gamma, quality_of = self.strength, self.gamma, store.quality_of
+        for k, dep in enumerate(ids):
+            prior = self.prior(dep, domain) if priors is None else priors[k]
+            m, v = posterior(quality_of(dep, domain), prior, strength, tick, gamma)
+            means.append(m)
+            variances.append(v)
+        return means, variances
 
     def weight(self, source: str) -> float:
         """One piece of evidence from `source`, in observations (the policy's ``quality.evidence``)."""

@@ -438,6 +438,7 @@ COLD_POLICY = """
         latency_weight: 0
         contextual:
           exploration: 0.0
+          quality_tolerance: 0.0
           cold_start: {mean: 0.4, count: 3, by_tier: {ultra: 0.9, free: 0.6}, price_slope: 0.1}
     task_fitness:
       default: 0.5

@@ -41,7 +41,8 @@ def test_the_engines_context_built_by_position_is_the_keyword_one(tmp_path, monk
     feats = eng.features(MSG)
     by_keyword = RoutingContext(alias="auto", strategy="ucb1", features=ctx.features, domain=d.domain,
                                 task_type=d.task_type, now=1000.0, rng=eng.rng, settings=eng._settings["auto"],
-                                last_known_good="a", policy=eng.policy, contextual=eng.contextual)
+                                last_known_good="a", policy=eng.policy, contextual=eng.contextual, quality=eng,
+                                quality_domain=ctx.quality_domain)
     assert ctx == by_keyword
     assert ctx.features == feats and ctx.total_pulls is None and ctx.cost_multiplier == 1.0
     for name in ("rng", "settings", "policy", "contextual"):  # the engine's own objects, not copies

@@ -7,7 +7,11 @@ as a script at that commit to write it again: ``python tests/test_explain_retain
 the engine's cases, which learn, were written again when a plain success stopped being learned as
 quality 1 and untried arms began to be explored in the order of their declared prior,
 docs/quality.md, and again when the shipped auto, auto/coding and auto/smart became contextual
-(whose decisions now state their selection probability): the direct cases were unchanged by it).
+(whose decisions now state their selection probability): the direct cases were unchanged by it;
+and again when the contextual choice became cost-aware on the quality estimate's posterior,
+docs/quality.md#the-choice: only the engine's ``explain/round`` cases moved; and when the
+explain entry gained the policy layer that decided it, docs/teams.md: every case's ``layer``,
+null here, and nothing else).
 Every built-in strategy is covered (ucb1, thompson, cost, latency, sla-aware, lkgp, rules,
 contextual), with untried arms, learned arms, OPEN breakers, every candidate OPEN, epsilon-greedy
 exploration drawing and not drawing, ties, and the engine's own exclusions; the contextual

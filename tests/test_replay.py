@@ -519,8 +519,13 @@ def test_full_feedback_teaches_no_failure_the_provider_did_not_cause(policy, tmp
         return orig(self, dep, ctx, reward, tick, gamma)
 
     monkeypatch.setattr(ContextualModels, "learn", spy)
-    served = run_router(with_strategy(policy, "auto/noretry", "contextual"), "auto/noretry", sc, seed=3,
-                        full_feedback=True)
+    ctx_policy = with_strategy(policy, "auto/noretry", "contextual")
+    # No draw (exploration 0): b-1 is never chosen, so that its breaker never opens and every row
+    # teaches it (with draws, the quality estimates' posteriors would explore it now and then).
+    ap = ctx_policy.aliases["auto/noretry"]
+    ap = ap.model_copy(update={"contextual": ap.contextual.model_copy(update={"exploration": 0.0})})
+    ctx_policy = ctx_policy.model_copy(update={"aliases": {**ctx_policy.aliases, "auto/noretry": ap}})
+    served = run_router(ctx_policy, "auto/noretry", sc, seed=3, full_feedback=True)
     assert len(served) == 8
     # b-1 learns its four 500s (chosen or taught), never a 429; a-1 all eight outcomes.
     assert [r for d, r in learned if d == "b-1"] == [0.0] * 4

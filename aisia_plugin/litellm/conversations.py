@@ -32,6 +32,9 @@ from ..signals import REGENERATE, TRUNCATED, AnswerView, Signal, content_text, r
 log = logging.getLogger("aisia_plugin.litellm")
 
 MAX_PENDING = 1000  # conversation tasks in flight; past it a step is dropped (and logged), never queued
+# Answers whose decision's prompt vector (``Decision.context``) is kept in this process, so that a
+# signal about one teaches the contextual model that prompt (a few kB each; the oldest dropped).
+MAX_CONTEXTS = 2048
 RETRY_DELAYS_S = (0.05, 0.25)  # the previous turn may be a moment from the store (another process wrote it)
 SIGNAL_BOUND_WINDOW_S = 3600.0  # the per-key bound's window (signals.max_signals_per_key_hour)
 _TURN_FIELDS = tuple(f.name for f in fields(Turn) if f.name != "conversation")
@@ -183,6 +186,8 @@ class Conversations:
         self.metrics = None  # a metrics.RouterMetrics (the startup's observer's): signals counted by kind, language
         self._tasks: set = set()
         self.dropped = 0
+        # request id -> the answer's decision's context (insertion order: the oldest first)
+        self._contexts: dict = {}
 
     # -- the request side: references handed over, the work in a task -----------------------------
     def opened(self, call, data, user_api_key_dict) -> None:
@@ -211,6 +216,7 @@ class Conversations:
             if answer is None:
                 return
             call.turn_noted = True
+            self._keep_context(call.request_id, getattr(decision, "context", None))
             # (what is read of the response and the request now; fingerprints and defects in the task)
             turn = Turn("", 0, str(deployment_id), "", "", call.alias, getattr(decision, "domain", None),
                         call.request_id)
@@ -218,6 +224,20 @@ class Conversations:
                                    answer_view(request, response, answer), client_cut(request)))
         except Exception:
             log.exception("aisia: storing a conversation turn failed")
+
+    def _keep_context(self, request_id: str, context) -> None:
+        """Keep the answer's prompt vector for the signals that will judge it (bounded)."""
+        if context is None or not request_id:
+            return
+        kept = self._contexts
+        kept[request_id] = context
+        if len(kept) > MAX_CONTEXTS:
+            del kept[next(iter(kept))]
+
+    def context_of(self, turn: Turn):
+        """The judged answer's decision context when this process served it (None otherwise:
+        then the signal teaches the deployment's quality estimate only)."""
+        return self._contexts.get(turn.request_id) if turn.request_id else None
 
     def _spawn(self, coro) -> None:
         try:
@@ -316,8 +336,9 @@ class Conversations:
                          turn.deployment_id)
                 continue
             value, factor = evidence
+            # The judged turn's domain and prompt vector, not the new turn's: the model learns per prompt.
             engine.record_quality(turn.deployment_id, turn.alias, turn.domain, value, "signal",
-                                  factor * source_weight, key=caller.key_hash or None)
+                                  factor * source_weight, key=caller.key_hash or None, context=self.context_of(turn))
             if self.metrics is not None:
                 self.metrics.signal(signal.kind, signal.language)
             if judge_runner is not None:

@@ -104,6 +104,7 @@ class Contextual(BaseModel):
     prior_variance: float
     noise_variance: float
     exploration: float
+    quality_tolerance: float
     cold_start: ColdStart
 
 

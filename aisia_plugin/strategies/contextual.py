@@ -2,7 +2,10 @@
 prompt (aisia_plugin/contextual.py), plus the bandits' cost and latency bonuses.
 
 Per candidate: a draw from N(predicted reward, exploration**2 * its variance) + the cost bonus +
-the latency bonus (``bandit_bonuses``, the bandits' own); the highest wins. The prediction is the
+the latency bonus (``bandit_bonuses``, the bandits' own). The choice is cost-aware
+(``cheapest_within``, docs/quality.md#the-choice): the cheapest candidate whose draw is within
+``contextual.quality_tolerance`` of the best draw, ties to the higher score; a tolerance of 0
+takes the highest score, draw plus bonuses. The prediction is the
 deployment's learned mean (the arm the pool shows: forgetting and per-domain blend included) plus
 what the prompt's features say about it. The decision carries the request's vector, so that the
 engine can teach the chosen deployment's model its outcome (``Decision.context``)."""
@@ -10,6 +13,7 @@ engine can teach the chosen deployment's model its outcome (``Decision.context``
 from __future__ import annotations
 
 import math
+import random
 from statistics import NormalDist
 
 from ..contextual import LearnContext, cold_prior, request_vector
@@ -23,7 +27,8 @@ from .bandit import ThompsonStrategy, bandit_bonuses
 from .rules import explore
 
 # The alias's `contextual` settings when a test's context carries no policy (the schema's defaults).
-_DEFAULTS = tuple(float(defaults_of("Contextual")[k]) for k in ("prior_variance", "noise_variance", "exploration"))
+_DEFAULTS = tuple(float(defaults_of("Contextual")[k])
+                  for k in ("prior_variance", "noise_variance", "exploration", "quality_tolerance"))
 _COLD = ColdStart(**defaults_of("ColdStart"))
 
 
@@ -34,12 +39,28 @@ def _settings(context: RoutingContext):
     return getattr(ap, "contextual", None)
 
 
-def settings_of(context: RoutingContext) -> tuple[float, float, float]:
-    """(prior_variance, noise_variance, exploration) of the context's alias."""
+def settings_of(context: RoutingContext) -> tuple[float, float, float, float]:
+    """(prior_variance, noise_variance, exploration, quality_tolerance) of the context's alias."""
     c = _settings(context)
     if c is None:
         return _DEFAULTS
-    return c.prior_variance, c.noise_variance, c.exploration
+    return c.prior_variance, c.noise_variance, c.exploration, c.quality_tolerance
+
+
+def cheapest_within(draws, scores, costs, tolerance: float) -> int:
+    """The cost-aware choice (docs/quality.md#the-choice): among the members whose sampled
+    quality ``draws[j]`` is within `tolerance` of the highest draw, the cheapest by ``costs``
+    (USD per 1M tokens), ties to the higher score (draw plus bonuses), then to pool order. A
+    tolerance of 0 (or less) is the highest score, the plain Thompson choice. Pure."""
+    if tolerance <= 0.0:
+        return scores.index(max(scores))
+    floor = max(draws) - tolerance
+    best = None
+    for j, d in enumerate(draws):
+        if d >= floor and (best is None or costs[j] < costs[best]
+                           or (costs[j] == costs[best] and scores[j] > scores[best])):
+            best = j
+    return best
 
 
 def family_fits(pool: Pool, context: RoutingContext) -> list:
@@ -92,18 +113,34 @@ class ContextualStrategy:
             d.strategy = self.name
             return d
         pool = Pool.of(pool).not_open()
-        prior_var, noise_var, spread = settings_of(context)
+        prior_var, noise_var, spread, tolerance = settings_of(context)
+        if context.paced:  # the pacing multiplier steers cost through the bonus (docs/quality.md#the-choice)
+            tolerance = 0.0
         x = self.vector(context)
         if not all(i in models.ids for i in pool.ids):  # a deployment met for the first time: its prior
             start_cold(models, pool, context, prior_var)
-        mean_l, var, base = models.predict(pool.ids, x, pool.pulls, pool.rewards, pool.tick, pool.gamma, prior_var)
         sqrt = math.sqrt
-        sd = [sqrt(v) if v > 0.0 else 0.0 for v in var]
+        quality = context.quality
+        if quality is not None:
+            # The base is the quality estimate (prior and evidence, per domain), drawn with its own
+            # posterior spread; `exploration` scales the prompt's part only (docs/quality.md#the-choice).
+            # Its prior: the deployment's cold prior (task fitness, tier, price), set when first met.
+            base, base_var = quality.quality_columns(pool.ids, context.quality_domain or context.domain,
+                                                     models.priors(models.columns(pool.ids, prior_var))[0])
+            res, res_var = models.predict_residual(pool.ids, x, pool.tick, pool.gamma, prior_var)
+            mean_l = [b + r for b, r in zip(base, res)]
+            on = 1.0 if spread > 0.0 else 0.0  # exploration 0: always the best prediction
+            sd = [sqrt(max(on * bv + spread * spread * rv, 0.0)) for bv, rv in zip(base_var, res_var)]
+            spread = on
+        else:
+            mean_l, var, base = models.predict(pool.ids, x, pool.pulls, pool.rewards, pool.tick, pool.gamma, prior_var)
+            sd = [sqrt(v) if v > 0.0 else 0.0 for v in var]
         bonus = bandit_bonuses(pool, context)
         # One draw per candidate, rng.gauss(0, 1).
         draws = [m + spread * s * z for m, s, z in zip(mean_l, sd, gauss_draws(context.rng, len(sd)))]
         scores = [d + b for d, b in zip(draws, bonus)]
-        best = scores.index(max(scores))
+        costs = pool.costs
+        best = cheapest_within(draws, scores, costs, tolerance)
         picked = explore(pool, context)
         i = best if picked is None else picked
         ids = pool.ids
@@ -115,10 +152,12 @@ class ContextualStrategy:
         if getattr(context.features, "estimate_probability", False):
             moved = (models, context.features, context.domain, context.task_type, x)
         facts = (atoms(ids), tuple(scores), (), None, tuple(mean_l), tuple(sd), tuple(base), tuple(draws), tuple(bonus),
-                 best, i, context.exploration if i != best else None, moved, spread, context.exploration)
+                 best, i, context.exploration if i != best else None, moved, spread, context.exploration,
+                 tolerance, atoms(costs))
         decision = explained_decision(self.name, pool.deployments[i], scores[i], _EXPLAINED, facts,
                                       probability=FROM_FACTS)
-        decision.context = LearnContext(x, base[i], prior_var, noise_var)
+        decision.context = LearnContext(x, base[i], prior_var, noise_var,
+                                        (context.quality_domain or context.domain) if quality is not None else None)
         return decision
 
 
@@ -126,7 +165,7 @@ class _ContextualExplained(Explainer):
     """facts: (ids, scores, (), None, predicted rewards, their uncertainties, the learned means,
     draws, bonuses, the ranking's winner, the chosen, the epsilon that drew it instead (None:
     the winner stands), for `aisia explain` (models, features, domain, task type, vector) else
-    None, the draws' spread, the alias's epsilon)."""
+    None, the draws' spread, the alias's epsilon, the quality tolerance, the costs)."""
 
     __slots__ = ()
 
@@ -135,6 +174,10 @@ class _ContextualExplained(Explainer):
         (``win_probability``): what `aisia replay --logged` weighs the logged choice by."""
         mean_l, sd, bonus, i, spread, eps = facts[4], facts[5], facts[8], facts[10], facts[13], facts[14]
         eps = min(max(float(eps or 0.0), 0.0), 1.0)
+        tolerance, costs = facts[15], facts[16]
+        if tolerance > 0.0:  # the cost-aware choice: no closed form, estimated by draws
+            p = choice_probability(mean_l, [spread * x for x in sd], bonus, costs, tolerance, i)
+            return (1.0 - eps) * p + eps / len(mean_l)
         centres = [m + b for m, b in zip(mean_l, bonus)]
         return (1.0 - eps) * win_probability(centres, [spread * x for x in sd], i) + eps / len(centres)
 
@@ -142,6 +185,11 @@ class _ContextualExplained(Explainer):
         ids, mean_l, sd, base, draws, bonus, best, i, eps = facts[0], *facts[4:12]
         why = (f"contextual picked {ids[best]}: predicted reward {mean_l[best]:.3f} +/- {sd[best]:.3f} for this "
                f"prompt (its mean {base[best]:.3f}), sample {draws[best]:.3f} + bonus {bonus[best]:.3f}")
+        tolerance = facts[15]
+        top = draws.index(max(draws))
+        if tolerance > 0.0 and top != best:
+            why += (f"; the cheapest within the quality tolerance {tolerance:g} of the best sample "
+                    f"({ids[top]} {draws[top]:.3f})")
         if i == best:
             return why
         return f"exploration (epsilon {eps:g}) chose {ids[i]} at random instead; {why}"
@@ -200,6 +248,23 @@ def win_probability(means, sds, k: int) -> float:
             u = min(max(a + x * width, 1e-15), 1.0 - 1e-15)
             total += w * width * below(mk + sk * _NORMAL.inv_cdf(u))
     return min(1.0, total)
+
+
+CHOICE_DRAWS = 400  # draws estimating a cost-aware choice's probability (off the request path)
+
+
+def choice_probability(means, sds, bonus, costs, tolerance: float, k: int, draws: int = CHOICE_DRAWS) -> float:
+    """P(``cheapest_within`` picks member k) when each member j draws from N(means[j],
+    sds[j]**2): estimated from `draws` joint draws of a source seeded by the facts (the same
+    facts give the same value). For ``aisia replay --logged``; never on the request path."""
+    rng = random.Random(repr((tuple(means), tuple(sds), k)))
+    wins = 0
+    for _ in range(draws):
+        d = [m + s * rng.gauss(0.0, 1.0) for m, s in zip(means, sds)]
+        wins += cheapest_within(d, [x + b for x, b in zip(d, bonus)], costs, tolerance) == k
+    return wins / draws
+
+
 def gauss_draws(rng, n: int) -> list[float]:
     """`n` draws of ``rng.gauss(0.0, 1.0)``, in order (CPython's Box-Muller written out saved 34k
     instructions at 16 candidates, 0.08 % of an alias request: docs/benchmarks.md, "Fast paths")."""

@@ -1,0 +1,84 @@
+"""The contextual strategy's cost-aware choice (docs/quality.md#the-choice): the cheapest
+candidate whose sampled quality is within the tolerance of the best one's; the base drawn from
+the quality estimate's posterior, which only evidence narrows."""
+
+import random
+
+import pytest
+
+from aisia_plugin.decision import Deployment
+from aisia_plugin.engine import Engine
+from aisia_plugin.policy.loader import load_policy
+from aisia_plugin.quality import QualityStats, posterior
+from aisia_plugin.strategies.contextual import cheapest_within, choice_probability
+
+
+def test_the_cheapest_within_the_tolerance_of_the_best_draw_is_chosen():
+    draws, costs = [0.90, 0.84, 0.70], [30.0, 1.0, 0.1]
+    scores = list(draws)
+    assert cheapest_within(draws, scores, costs, 0.1) == 1  # 0.84 is within 0.1 of 0.90, and cheaper
+    assert cheapest_within(draws, scores, costs, 0.05) == 0  # 0.84 is not within 0.05
+    assert cheapest_within(draws, scores, costs, 0.25) == 2  # all within: the cheapest
+    assert cheapest_within(draws, [0.9, 0.84, 0.95], costs, 0.0) == 2  # 0: the highest score, bonuses included
+
+
+def test_equal_prices_go_to_the_higher_score_then_to_pool_order():
+    assert cheapest_within([0.8, 0.85], [0.8, 0.85], [1.0, 1.0], 0.1) == 1
+    assert cheapest_within([0.8, 0.8], [0.8, 0.8], [1.0, 1.0], 0.1) == 0
+
+
+def test_the_choice_probability_is_the_share_of_draws_the_rule_picks():
+    # Two candidates far apart in price, 0.05 apart in quality, tolerance 0.1: the cheap one
+    # nearly always; at tolerance 0 each wins as often as its draw is the higher.
+    means, sds, bonus, costs = [0.90, 0.85], [0.02, 0.02], [0.0, 0.0], [30.0, 1.0]
+    assert choice_probability(means, sds, bonus, costs, 0.1, 1) > 0.95
+    assert choice_probability(means, sds, bonus, costs, 0.1, 0) < 0.05
+    assert choice_probability(means, sds, bonus, costs, 0.1, 1) == choice_probability(means, sds, bonus, costs, 0.1, 1)
+
+
+def test_the_posterior_narrows_with_evidence_only():
+    m0, v0 = posterior(None, 0.5, 3.0, 0.0, 1.0)
+    assert m0 == 0.5 and v0 == pytest.approx(0.25 / 4.0)
+    q = QualityStats(weight=20.0, total=18.0)
+    m1, v1 = posterior(q, 0.5, 3.0, 0.0, 1.0)
+    assert m1 == pytest.approx((1.5 + 18.0) / 23.0) and v1 == pytest.approx(m1 * (1 - m1) / 24.0) and v1 < v0
+
+
+def _engine(seed: int) -> Engine:
+    return Engine(load_policy([]), clock=lambda: 0.0, rng=random.Random(seed))
+
+
+DEPS = [Deployment("frontier", "frontier", "x/frontier", "x", tier="ultra", input_cost_per_1m=10.0,
+                   output_cost_per_1m=30.0),
+        Deployment("cheap", "cheap", "x/cheap", "x", tier="free", input_cost_per_1m=0.3, output_cost_per_1m=0.9)]
+MSGS = [{"role": "user", "content": "Who was Ada Lovelace and why is she remembered?"}]
+
+
+def _share_cheap(evidence_cheap: float, seeds=range(60)) -> float:
+    got = 0
+    for seed in seeds:
+        e = _engine(seed)
+        for _ in range(int(evidence_cheap)):
+            e.record_quality("cheap", "auto", None, 0.95, "signal", 1.0)
+        for _ in range(40):
+            e.record_quality("frontier", "auto", None, 1.0, "signal", 1.0)
+        d = e.decide("auto", MSGS, DEPS)
+        got += d.deployment_id == "cheap"
+    return got / len(seeds)
+
+
+def test_a_cheap_deployment_with_good_evidence_takes_the_traffic_its_price_justifies():
+    # Unknown, the free tier's low prior keeps the cheap one to exploration; once its answers
+    # are judged good, it is within the tolerance of the frontier and, cheaper, chosen.
+    before, after = _share_cheap(0), _share_cheap(60)
+    assert 0.0 < before < 0.5 and after > 0.6, (before, after)
+
+
+def test_the_reason_says_when_a_cheaper_candidate_was_chosen_within_the_tolerance():
+    e = _engine(1)
+    for _ in range(60):
+        e.record_quality("cheap", "auto", None, 1.0, "signal", 1.0)
+        e.record_quality("frontier", "auto", None, 1.0, "signal", 1.0)
+    reasons = [e.decide("auto", MSGS, DEPS) for _ in range(20)]
+    within = [d for d in reasons if "within the quality tolerance 0.1" in d.reason]
+    assert within and all(d.deployment_id == "cheap" for d in within)
