@@ -13,7 +13,7 @@ from collections import OrderedDict, deque
 from dataclasses import replace
 from typing import Any, Mapping, Optional
 
-from ..blame import OutlierRule, RecentCalls, outlier_verdict
+from ..blame import PROVIDER, OutlierRule, RecentCalls, key_outlier, outlier_verdict
 from ..decision import Decision, Deployment
 from ..deployments import build_deployment
 from ..engine import Engine
@@ -247,6 +247,20 @@ class Runtime:
                                           self.recent.rule)
             self.recent.note(outcome.deployment_id, key, outcome.success, now)
         return verdict
+
+    def spares_cooldown(self, call: Call) -> bool:
+        """Whether LiteLLM's cooldown is to be spared the call's latest failed attempt: it is not the
+        provider's (blame.judge: the caller's, or LiteLLM's own refusal or guard), or it counts yet
+        the other keys' calls to its deployment show it is this key's (blame.key_outlier). A failure
+        of the provider's, held until the next outcome, reaches LiteLLM as it is
+        (docs/failures.md#litellms-own-cooldown)."""
+        failure = call.failures[-1] if call.failures else None
+        if failure is None or failure.verdict is None:
+            return False
+        if failure.verdict.fault != PROVIDER:
+            return True
+        return failure.verdict.counts and key_outlier(
+            self.recent.peers(failure.deployment_id, call.key, time.monotonic()), self.recent.rule)
 
     # -- calls ---------------------------------------------------------------------------------
     def session(self, ap, data: Mapping, user_api_key_dict) -> Optional[str]:

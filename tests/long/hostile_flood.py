@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[2] / "benchmarks")]
 import bench  # noqa: E402
-from hostile_tenant import (LITELLM_COOLDOWNS_OFF, NAMES, REDIS_STATE, TENANT_A, TenantB, breakers,  # noqa: E402
+from hostile_tenant import (LITELLM_COOLDOWNS_ON, NAMES, REDIS_STATE, TENANT_A, TenantB, breakers,  # noqa: E402
                             flood_job, policy, post, start_tenant_proxy, upstream_specs)
 from redis_server import RedisServer  # noqa: E402
 
@@ -47,7 +47,7 @@ def run(minutes: float, workers: int, out_dir) -> dict:
         with ThreadPoolExecutor(max_workers=2) as pool:
             proxies = list(pool.map(lambda i: start_tenant_proxy(
                 work / f"proxy-{i}", upstreams, policy(REDIS_STATE), env={"AISIA_REDIS_URL": redis.url},
-                router_settings=LITELLM_COOLDOWNS_OFF), range(2)))
+                router_settings=LITELLM_COOLDOWNS_ON), range(2)))
         statuses: Counter = Counter()
         samples, not_closed = [], []
         stop = threading.Event()
