@@ -13,7 +13,7 @@ from collections import OrderedDict, deque
 from dataclasses import replace
 from typing import Any, Mapping, Optional
 
-from ..blame import PROVIDER, OutlierRule, RecentCalls, key_outlier, outlier_verdict
+from ..blame import PROVIDER, OutlierRule, key_outlier, outlier_verdict
 from ..decision import Decision, Deployment
 from ..deployments import build_deployment
 from ..engine import Engine
@@ -141,9 +141,9 @@ class Runtime:
         self._deployments: dict[str, tuple[Any, Any, Deployment]] = {}
         self._names: dict[str, tuple] = {}
         self._providers: dict[str, str] = {}  # deployment id -> its provider (what blame calls "another provider")
-        # Each deployment's recent calls by key, for the peers' check before a failure counts
-        # (blame.outlier_verdict). Per process: each replica weighs the traffic it serves.
-        self.recent = RecentCalls(OutlierRule.of(self.policy.circuit_breaker))
+        # The peers' check before a failure counts (blame.outlier_verdict): its numbers; each
+        # deployment's recent calls by key are the store's (shared by the replicas of a Redis store).
+        self.outlier = OutlierRule.of(self.policy.circuit_breaker)
         self._unpriced_said: set[tuple[str, str]] = set()
         self.calls: "OrderedDict[str, Call]" = OrderedDict()
         self.explain: deque = deque(maxlen=self.policy.proxy.explain_history)
@@ -160,7 +160,7 @@ class Runtime:
         self.loaded = loaded
         self.policy = loaded.policy
         self.engine = engine if engine is not None else self.new_engine(self.policy)
-        self.recent.rule = OutlierRule.of(self.policy.circuit_breaker)
+        self.outlier = OutlierRule.of(self.policy.circuit_breaker)
         self._deployments.clear()
         if self.explain.maxlen != self.policy.proxy.explain_history:
             self.explain = deque(self.explain, maxlen=self.policy.proxy.explain_history)
@@ -228,7 +228,7 @@ class Runtime:
         """Forget what was learned of a deployment (an operator knows it is fixed): its arms and
         breaker in the store, its recent calls here."""
         self.store.reset(deployment_id)
-        self.recent.forget(deployment_id)
+        self.store.forget_peer_calls(deployment_id)
 
     def deployment_provider(self, deployment_id: Optional[str]) -> str:
         """The deployment's provider ('' when unknown): two failures of one request on two
@@ -240,12 +240,11 @@ class Runtime:
         deployment (blame.outlier_verdict: a key failing where the others are served does not
         count); the call is then noted among the deployment's recent calls when it is evidence of
         its health (a success, or a failure that counts)."""
-        now = time.monotonic()
         if outcome.success or (verdict is not None and verdict.counts):
+            store, rule, now = self.store, self.outlier, self.store.clock()
             if not outcome.success:
-                verdict = outlier_verdict(verdict, self.recent.peers(outcome.deployment_id, key, now),
-                                          self.recent.rule)
-            self.recent.note(outcome.deployment_id, key, outcome.success, now)
+                verdict = outlier_verdict(verdict, store.peer_calls(outcome.deployment_id, key, now, rule), rule)
+            store.note_peer_call(outcome.deployment_id, key, outcome.success, now, rule)
         return verdict
 
     def spares_cooldown(self, call: Call) -> bool:
@@ -260,7 +259,7 @@ class Runtime:
         if failure.verdict.fault != PROVIDER:
             return True
         return failure.verdict.counts and key_outlier(
-            self.recent.peers(failure.deployment_id, call.key, time.monotonic()), self.recent.rule)
+            self.store.peer_calls(failure.deployment_id, call.key, self.store.clock(), self.outlier), self.outlier)
 
     # -- calls ---------------------------------------------------------------------------------
     def session(self, ap, data: Mapping, user_api_key_dict) -> Optional[str]:
