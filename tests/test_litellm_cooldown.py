@@ -86,3 +86,54 @@ def test_a_streams_failure_event_marks_the_live_exception_which_litellm_neither_
     assert compat.litellm_cooldown_sees(event, exc, False)
     assert fail(r, event) is False
     assert cooled(r) == []
+
+
+# -- which failures LiteLLM's cooldown is spared (Runtime.spares_cooldown) ----------------------
+POLICY = """\
+version: 1
+defaults: false
+aliases:
+  t/all:
+    strategy: cost
+    candidates: {models: [d-a, d-b]}
+"""
+
+
+def runtime(tmp_path):
+    from aisia_plugin.litellm.runtime import Runtime
+    from aisia_plugin.policy.loader import load_policy_with_locations
+    from aisia_plugin.state.memory import MemoryState
+
+    (tmp_path / "policy.yaml").write_text(POLICY)
+    return Runtime(load_policy_with_locations([tmp_path / "policy.yaml"]), store=MemoryState())
+
+
+def failed_call(rt, status: int, error_type: str, facts=None, key: str = "key-a"):
+    """A call of `key` whose one attempt on d-a failed as given, judged by Call.fail."""
+    from aisia_plugin import blame
+    from aisia_plugin.decision import Decision
+    from aisia_plugin.litellm.lifecycle import Call
+    from aisia_plugin.outcome import Outcome
+
+    call = Call("t/all", "r1", None, 0.0, key=key)
+    attempt = call.decide(Decision.__new__(Decision), ("d-a", "d-b"), {})
+    attempt.send("d-a", 0.0)
+    failure = blame.AttemptFailure("d-a", "openai", status, error_type, "failed", ("x",), 1.0)
+    call.fail(attempt, Outcome.__new__(Outcome), failure, rt.policy.circuit_breaker, facts or blame.NO_FACTS)
+    return call
+
+
+def test_litellm_sees_the_providers_failure_and_is_spared_the_callers_and_a_key_outliers(tmp_path, monkeypatch):
+    from aisia_plugin import blame
+    from aisia_plugin.litellm import lifecycle
+
+    monkeypatch.setattr(lifecycle, "describe_failure", lambda outcome: "failed")
+    rt = runtime(tmp_path)
+    assert rt.spares_cooldown(failed_call(rt, 408, "Timeout", blame.RequestFacts(client_timeout=True))) is True
+    assert rt.spares_cooldown(failed_call(rt, 500, "InternalServerError")) is False  # the provider's: seen
+    assert rt.spares_cooldown(failed_call(rt, 429, "RateLimitError")) is False  # a rate limit: seen
+    now = rt.store.clock()
+    for _ in range(6):  # another key's calls to d-a are served
+        rt.store.note_peer_call("d-a", "key-b", True, now, rt.outlier)
+    assert rt.spares_cooldown(failed_call(rt, 500, "InternalServerError")) is True  # key-a's alone
+    assert rt.spares_cooldown(failed_call(rt, 500, "InternalServerError", key="key-b")) is False
