@@ -57,20 +57,28 @@ def proxies(tmp_path_factory, upstreams, redis):
             p.stop()
 
 
-@pytest.mark.parametrize("replicas", [1, 2])
-def test_a_flood_from_one_tenant_opens_no_breaker_and_the_other_is_always_served(proxies, upstreams, replicas):
+# one proxy; two sharing Redis behind a balancer that spreads both tenants over them; two behind one
+# that pins each key to its replica (A's on the first, B's on the second: only the shared peer counts
+# tell the first that B is served).
+LAYOUTS = {"one": (1, False), "spread": (2, False), "pinned": (2, True)}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_a_flood_from_one_tenant_opens_no_breaker_and_the_other_is_always_served(proxies, upstreams, layout):
+    replicas, pinned = LAYOUTS[layout]
     serving = proxies[:replicas]
+    a_to, b_to = (serving[:1], serving[1:]) if pinned else (serving, serving)
     for p in proxies:
         reset(p)
     for u in upstreams.values():
         u.reset()
-    with TenantB(serving) as b:
+    with TenantB(b_to) as b:
         b.served_some()
 
         def send(k: int) -> int:
             body, headers = flood_job(k)
             try:
-                return post(serving[k % replicas], TENANT_A, body, headers=headers).status_code
+                return post(a_to[k % len(a_to)], TENANT_A, body, headers=headers).status_code
             except Exception:  # noqa: BLE001 - a dropped stream may end the response abruptly
                 return -1
 
@@ -84,7 +92,7 @@ def test_a_flood_from_one_tenant_opens_no_breaker_and_the_other_is_always_served
     print("failed attempts in the explain log's last entries, by deployment and reason:", dict(reasons))
     b_failed = [r for r in b.results if r not in NAMES]
     b_served = Counter(r for r in b.results if r in NAMES)
-    print(f"\n{replicas} proxy(ies): tenant A {FLOOD} requests in {took:.1f} s, statuses {dict(statuses)}; "
+    print(f"\n{layout}: {replicas} proxy(ies): tenant A {FLOOD} requests in {took:.1f} s, statuses {dict(statuses)}; "
           f"tenant B {len(b.results)} requests, {len(b_failed)} failed, served by {dict(b_served)}; upstream calls "
           f"{ {n: u.stats()['calls'] for n, u in upstreams.items()} }; (breaker, outcomes, failures) {learned}")
     assert sum(statuses.values()) == FLOOD
@@ -93,5 +101,7 @@ def test_a_flood_from_one_tenant_opens_no_breaker_and_the_other_is_always_served
     # The cost strategy sends B to the cheapest deployment; B is served elsewhere only when it is
     # refused there: cooled down by LiteLLM, or its breaker open. Neither happened.
     assert set(b_served) == {NAMES[0]}, b_served
+    # Nothing learned against a deployment from A's failures (the breakers' net failures, shared).
+    assert {n: row[2] for n, row in learned.items()} == {n: 0 for n in NAMES}, learned
     for p in serving:  # every replica reads the shared breakers as CLOSED
         assert {n: row[0] for n, row in breakers(p).items()} == {n: "CLOSED" for n in NAMES}, breakers(p)
