@@ -33,11 +33,10 @@ toward the prior, precision P = P0 + (P - P0) * gamma**elapsed and the precision
 h = P * m likewise toward 0; both are stored scaled by one factor per deployment, so decaying a
 deployment is O(1). It is applied when the deployment next learns; a decision reads each slot's
 mean and variance as of that update (materialised then, once per outcome), so it costs one gather
-of its prompt's slots and one float32 product (``residual``; ``residual_reference`` is the same in
-float64, two dot products). Between two updates of a deployment, its forgetting shows through its
-base (the arm the bandit forgets). The words are found in a window of the prompt's first bytes
-(``_word_spans``) and hashed by one reduceat (``_word_hashes``); their ``_reference`` twins are the
-plain versions, equal to them (tests/test_contextual.py).
+of its prompt's slots and one float32 product (``residual``; its float64 reading, two dot
+products, is in tests/test_contextual.py). Between two updates of a deployment, its forgetting
+shows through its base (the arm the bandit forgets). The words are found by ``_word_spans`` and
+hashed by ``_word_hashes`` (prefix sums of the polynomial).
 
 Sharing (the Redis store): what an outcome does to a column is a change of its natural parameters
 (h, dp), so a replica's models, once ``track()`` is called, also keep what this process learned
@@ -104,58 +103,24 @@ _GOLD = np.uint64(0x9E3779B97F4A7C15)  # 2**64 / golden ratio, odd
 _BIGRAM = np.uint64(0xC2B2AE3D27D4EB4F)
 
 
-# The bytes a decision first looks at for its MAX_WORDS words (about 6 bytes a word in prose);
-# twice as many when they hold fewer words.
-SPAN_WINDOW = 8 * MAX_WORDS
-
-
-def _word_spans_reference(raw: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(bytes, starts, ends) of the first MAX_WORDS words of the lower-cased UTF-8 text: the
-    readable reference of ``_word_spans`` (which must give the same arrays), over the whole text."""
+def _word_spans(raw: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(bytes, starts, ends) of the first MAX_WORDS words of the lower-cased UTF-8 text."""
     flags = np.frombuffer(b"\0" + raw.translate(_WORD_BYTE) + b"\0", dtype=np.int8)
     # Runs of word bytes alternate with runs of separators: the changes are start, end, start...
     edges = np.flatnonzero(np.diff(flags))[:2 * MAX_WORDS]
     return np.frombuffer(raw, dtype=np.uint8), edges[0::2], edges[1::2]
 
 
-def _word_spans(raw: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``_word_spans_reference``, reading only a window of the text's first bytes, doubled until
-    it holds the start of a word after the MAX_WORDS-th (so that word ended inside) or the whole
-    text: the first words of a long prompt cost what a short prompt's do."""
-    n = len(raw)
-    w = min(n, SPAN_WINDOW)
-    while True:
-        flags = np.frombuffer(b"\0" + raw[:w].translate(_WORD_BYTE) + b"\0", dtype=np.bool_)
-        edges = np.flatnonzero(flags[1:] != flags[:-1])
-        if w == n or len(edges) > 2 * MAX_WORDS:
-            return np.frombuffer(raw, dtype=np.uint8), edges[:2 * MAX_WORDS:2], edges[1:2 * MAX_WORDS:2]
-        w = min(n, 2 * w)
-
-
-def _word_hashes_reference(b: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+def _word_hashes(b: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Each word's 64-bit hash: the polynomial of its bytes modulo 2**64 (stable across processes
     and versions), made independent of its position, times an odd constant (Fibonacci hashing:
-    a slot is read from the top bits, which the multiplication makes depend on every bit). The
-    readable reference of ``_word_hashes``: differences of the prefix sums."""
+    a slot is read from the top bits, which the multiplication makes depend on every bit): the
+    differences of the prefix sums."""
     n = int(ends[-1])  # the bytes up to the last word read
     prefix = np.zeros(n + 1, dtype=np.uint64)
     np.cumsum(b[:n] * _POW[:n], out=prefix[1:])  # wraps modulo 2**64, as intended
     h = np.take(prefix, ends)
     h -= np.take(prefix, starts)
-    h *= np.take(_INV, starts)
-    h *= _GOLD
-    return h
-
-
-def _word_hashes(b: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """``_word_hashes_reference`` (the same values), each word's sum taken by one reduceat over
-    the alternating starts and ends (the even segments are the words, the odd ones the
-    separators between them; the last segment runs to the last word's end)."""
-    n = int(ends[-1])
-    edges = np.empty(2 * len(starts) - 1, dtype=np.intp)
-    edges[0::2] = starts
-    edges[1::2] = ends[:-1]
-    h = np.add.reduceat(b[:n] * _POW[:n], edges)[0::2]  # wraps modulo 2**64, as intended
     h *= np.take(_INV, starts)
     h *= _GOLD
     return h
@@ -230,9 +195,11 @@ class RequestVector:
         return self.val * self.val
 
 
-def request_vector_reference(features, domain: Optional[str] = None, task_type: Optional[str] = None) -> RequestVector:
-    """The vector of one request (see the module docstring): the readable reference of
-    ``request_vector`` (which must give the same arrays), numpy over the prompt's bytes."""
+def request_vector(features, domain: Optional[str] = None, task_type: Optional[str] = None) -> RequestVector:
+    """The vector of one request (see the module docstring), numpy over the prompt's bytes. (A
+    windowed, cached twin with a windowed ``_word_spans`` and a reduceat ``_word_hashes`` saved
+    about 115k instructions, 0.3 % of an alias request, under the 1 % a fast path must save:
+    docs/benchmarks.md, "Fast paths".)"""
     raw = _raw(_text_of(features))
     b, starts, ends = _word_spans(raw)
     nw = len(starts)
@@ -259,100 +226,6 @@ def request_vector_reference(features, domain: Optional[str] = None, task_type: 
     val[nw:nw + nb] = 1.0 / math.sqrt(3.0 * nb) if nb else 0.0
     val[nw + nb:] = 1.0 / math.sqrt(3.0 * nd)
     return RequestVector(idx, val)
-
-
-# The named features' slots (int64, read-only) by what names them.
-_NAMED_SLOTS: dict[tuple, np.ndarray] = {}
-# The vector's values and their float32 (values; squares), read-only, by (words, named features).
-_VALUES: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
-# _INV times _GOLD (modulo 2**64): a word's sum made position-independent and mixed in one product.
-_INV_GOLD = _INV * _GOLD
-
-
-def _named_slots(features, domain: Optional[str], task_type: Optional[str], words: int, lines: int) -> np.ndarray:
-    """The slots of ``named_features``, kept by the names' inputs (a few task types, buckets and
-    domains: emptied past 4096)."""
-    key = (task_type or getattr(features, "task_type", "default"), getattr(features, "length_bucket", "short"),
-           getattr(features, "modality", "text"), domain, words, lines if lines < MAX_LINES else MAX_LINES,
-           bool(getattr(features, "has_code", False)))
-    slots = _NAMED_SLOTS.get(key)
-    if slots is None:
-        names = named_features(features, domain, task_type, words, lines)
-        slots = np.array([named_slot(n) for n in names], dtype=np.int64)
-        slots.setflags(write=False)
-        if len(_NAMED_SLOTS) > 4096:
-            _NAMED_SLOTS.clear()
-        _NAMED_SLOTS[key] = slots
-    return slots
-
-
-def _values(nw: int, nd: int) -> tuple[np.ndarray, np.ndarray]:
-    """(val, w32) of a vector of `nw` words, their bigrams and `nd` named features (as
-    ``request_vector_reference`` makes them), kept by (nw, nd): read-only."""
-    got = _VALUES.get((nw, nd))
-    if got is None:
-        nb = nw - 1
-        val = np.empty(nw + nb + nd)
-        val[:nw] = 1.0 / math.sqrt(3.0 * nw)
-        val[nw:nw + nb] = 1.0 / math.sqrt(3.0 * nb) if nb else 0.0
-        val[nw + nb:] = 1.0 / math.sqrt(3.0 * nd)
-        w32 = _w32(val)
-        val.setflags(write=False)
-        w32.setflags(write=False)
-        got = _VALUES[(nw, nd)] = (val, w32)
-    return got
-
-
-def _first_words(text: str) -> tuple[bytes, int, np.ndarray]:
-    """(bytes of ``_raw`` holding its first MAX_WORDS words, the lines of ``_raw``, the words'
-    starts and ends interleaved as ``_word_spans`` finds them), from a window of its first
-    bytes doubled as there. An ASCII text is encoded and lower-cased only as far as the window
-    (its characters are its bytes, one for one, and bytes.lower changes the same letters as
-    str.lower does on ASCII, with a table rather than Unicode's case mapping; newlines stay)."""
-    if text.isascii():
-        n = len(text) if len(text) < MAX_BYTES else MAX_BYTES
-        lines = text.count("\n", 0, n) + 1
-        whole = None
-    else:
-        whole = _raw(text)
-        n, lines = len(whole), whole.count(b"\n") + 1
-    w = n if n < SPAN_WINDOW else SPAN_WINDOW
-    while True:
-        raw = text[:w].encode("ascii").lower() if whole is None else whole[:w]
-        flags = np.frombuffer(b"\0" + raw.translate(_WORD_BYTE) + b"\0", dtype=np.bool_)
-        edges = np.flatnonzero(flags[1:] != flags[:-1])
-        if w == n or len(edges) > 2 * MAX_WORDS:
-            return raw, lines, edges[:2 * MAX_WORDS]
-        w = n if 2 * w > n else 2 * w
-
-
-def request_vector(features, domain: Optional[str] = None, task_type: Optional[str] = None) -> RequestVector:
-    """The vector of one request (see the module docstring): ``request_vector_reference``'s
-    arrays in fewer numpy calls (each costs about a microsecond): the words found in a window
-    (``_first_words``), their sums by one reduceat over the spans' edges as found, position and
-    mixing in one product, the named slots and the values kept by what makes them."""
-    raw, lines, edges = _first_words(_text_of(features))
-    nw = len(edges) >> 1
-    if not nw:
-        return request_vector_reference(features, domain, task_type)
-    dense = _named_slots(features, domain, task_type, nw, lines)
-    nd = len(dense)
-    nb = nw - 1
-    starts = edges[0::2]
-    n = int(edges[-1])  # the last word's end: the segments alternate word, separators, word...
-    sums = np.add.reduceat(np.frombuffer(raw, dtype=np.uint8, count=n) * _POW[:n], edges[:-1])
-    idx = np.empty(nw + nb + nd, dtype=np.uint64)  # words, bigrams, named: filled in place
-    hw = idx[:nw]
-    np.multiply(sums[0::2], _INV_GOLD.take(starts), out=hw)  # as _word_hashes (wraps modulo 2**64)
-    bg = idx[nw:nw + nb]
-    np.multiply(hw[:-1], _BIGRAM, out=bg)  # an ordered pair: "a b" and "b a" differ
-    bg += hw[1:]
-    bg *= _GOLD
-    idx[:nw + nb] >>= _SHIFT
-    idx = idx.view(np.int64)  # slots < 2**FEATURE_BITS: the same values as signed
-    idx[nw + nb:] = dense
-    val, w32 = _values(nw, nd)
-    return RequestVector(idx, val, w32)
 
 
 def feature_labels(features, domain: Optional[str] = None, task_type: Optional[str] = None) -> list[str]:
@@ -590,21 +463,15 @@ class ContextualModels:
             variances.append(m * (1.0 - m) / (n + k + 1.0))
         return means, variances
 
-    def residual_reference(self, cols: Sequence[int], x: RequestVector) -> tuple[np.ndarray, np.ndarray]:
-        """The residual's predictive mean and variance per column of `cols`, for the vector `x`:
-        one gather of the prompt's slots, two dot products. The slots are read as of each
-        column's last update: forgetting applies to a deployment's weights when it next learns
-        (``learn``), and between its updates through its base (the arm, forgotten by the bandit).
-        The readable reference of ``residual`` (float64 products)."""
-        g = np.take(self.mv, x.idx, axis=0)  # (slots, 2, columns); take: faster than indexing
-        mean = x.val @ g[:, 0, :]
-        var = x.sq @ g[:, 1, :]
-        return mean[cols], var[cols]
-
     def residual(self, cols: Sequence[int], x: RequestVector) -> tuple[np.ndarray, np.ndarray]:
-        """``residual_reference`` as one float32 product: the gathered rows hold every column's
-        means then its variances, (values; squares) times them gives both sums at once (and two
-        cross terms left unread). Within float32 rounding of the reference (a few 1e-7)."""
+        """The residual's predictive mean and variance per column of `cols`, for the vector `x`, as
+        one float32 product: the gathered rows hold every column's means then its variances,
+        (values; squares) times them gives both sums at once (and two cross terms left unread).
+        The slots are read as of each column's last update: forgetting applies to a deployment's
+        weights when it next learns (``learn``), and between its updates through its base (the
+        arm, forgotten by the bandit). It saves 36-43k instructions (0.1 % of an alias request,
+        docs/benchmarks.md, "Fast paths") over its float64 reading (tests/test_contextual.py),
+        which rounds the scores differently from their 7th digit: kept until they change anyway."""
         mean, var = self.residual_lists(cols, x)
         return np.array(mean, dtype=np.float32), np.array(var, dtype=np.float32)
 

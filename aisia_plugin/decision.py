@@ -6,7 +6,6 @@ Decision."""
 from __future__ import annotations
 
 import math
-import operator
 import random
 from collections.abc import Mapping as _MappingABC
 from collections.abc import Sequence as _SequenceABC
@@ -62,6 +61,11 @@ class Deployment:
     specialities: Mapping[str, Optional[str]] = field(default_factory=dict)
     # The most input tokens it takes (LiteLLM's model info); None when unknown.
     max_input_tokens: Optional[int] = None
+    # What it can take (capabilities.CAPABILITIES -> supported), from its annotation and LiteLLM's
+    # model info; a capability left out is unknown (docs/capabilities.md). Where each was read:
+    # an explanation only.
+    capabilities: Mapping[str, bool] = field(default_factory=dict)
+    capability_sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     # What set the prices (deployments.PRICE_BASES; said for a reader in price_source, e.g.
     # "litellm cost map: azure/gpt-4o (model_info.base_model)") and whether LiteLLM bills the
     # deployment at them (None: LiteLLM not asked); why it is local or not. Explanations only:
@@ -633,25 +637,7 @@ class Decision:
 def ranking_of(pairs, chosen: Optional[str]) -> list:
     """``Decision.ranking`` from the competing ``(id, score)`` pairs in pool order: `chosen`
     first, then the others by score, best first, ties in pool order, those without a numeric
-    score (None, NaN) last in pool order. When every score is a float and none is NaN (a sum is
-    NaN when one of its terms is; a built-in strategy's usual case), the positions are sorted on the
-    scores themselves, one call (a ranking per attempt over an alias's whole candidate list);
-    ``_ranking_plainly`` is the plain reading, for any scores."""
-    scores = list(map(_score, pairs))
-    if set(map(type, scores)) <= _FLOATS:
-        total = sum(scores)
-        if total == total:
-            best_first = sorted(pairs, key=_score, reverse=True)  # stable: ties stay in pool order
-            return [chosen] + [i for i, _ in best_first if i != chosen]
-    return _ranking_plainly(pairs, chosen)
-
-
-_FLOATS = {float}
-_score = operator.itemgetter(1)
-
-
-def _ranking_plainly(pairs, chosen: Optional[str]) -> list:
-    """``ranking_of``'s plain reading."""
+    score (None, NaN) last in pool order."""
     scored, unscored = [], []
     for k, (i, s) in enumerate(pairs):
         if i == chosen:

@@ -201,6 +201,18 @@ class DecisionLog:
             rec["response"] = response
         self._write(rec)
 
+    def local_first(self, request_id: str, *, alias: str, deployment_id: Optional[str], result: str,
+                    confidence: Optional[dict] = None, escalation_request_id: Optional[str] = None,
+                    escalated_to: Optional[str] = None, ts: Optional[float] = None) -> None:
+        """What became of a local-first call's local answer (docs/local-first.md): `result` (kept,
+        escalated, escalation_failed, not_local), its confidence and parts, the escalation's own
+        request id (its decision and outcome records) and the cloud deployment that answered."""
+        rec = {"v": FORMAT_VERSION, "type": "local_first", "ts": self.clock() if ts is None else ts,
+               "request_id": request_id, "alias": alias, "deployment": deployment_id, "result": result,
+               "confidence": confidence, "escalation_request_id": escalation_request_id,
+               "escalated_to": escalated_to}
+        self._write(rec)
+
     # -- writing -------------------------------------------------------------------------------
     def _write(self, rec: dict) -> None:
         line = json.dumps(_finite(rec), ensure_ascii=False, allow_nan=False, default=str) + "\n"

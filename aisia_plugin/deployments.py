@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional
 from urllib.parse import urlsplit
 
+from .capabilities import merged
 from .decision import Deployment
 from .globs import matches_any, most_specific
 from .policy.errors import PolicyError, PolicyIssue, dotted
@@ -330,10 +331,13 @@ def _build(raw, policy: Policy, price_lookup, source: Optional[Source], issues: 
                           litellm_asked=price_lookup is not None,
                           self_hosted=provider_in(model, params) in SELF_HOSTED_PROVIDERS,
                           annotation=origin("input_cost_per_1m" if annotated[0] is not None else "output_cost_per_1m"))
+    caps, cap_sources = merged((f"model_info.{ANNOTATION_KEY}.capabilities", own.get("capabilities")),
+                               (f"policy deployments.{ann_key}.capabilities", ann.capabilities if ann else None))
     return Deployment(id=dep_id, model_name=model_name, model=model, provider=provider, tier=field("tier"),
                       local=bool(local), tags=tags, input_cost_per_1m=price.input_per_1m,
                       output_cost_per_1m=price.output_per_1m, specialities=specialities, price_basis=price.basis,
-                      price_source=price.source, priced_by_litellm=price.billed, local_reason=local_reason)
+                      price_source=price.source, priced_by_litellm=price.billed, local_reason=local_reason,
+                      capabilities=caps, capability_sources=cap_sources)
 
 
 def _merged_field(ann: Optional[DeploymentAnnotation], own: dict, ann_key: Optional[str]):
@@ -494,7 +498,9 @@ def describe(d: Deployment) -> dict:
             "tags": list(d.tags), "input_cost_per_1m": d.input_cost_per_1m, "output_cost_per_1m": d.output_cost_per_1m,
             "price_basis": d.price_basis, "price_source": d.price_source, "priced_by_litellm": d.priced_by_litellm,
             "local": d.local,
-            "local_reason": d.local_reason}
+            "local_reason": d.local_reason,
+            "capabilities": {name: {"supported": value, "source": d.capability_sources.get(name, "")}
+                             for name, value in d.capabilities.items()}}
 
 
 def selects(selector: Selector, d: Deployment) -> bool:

@@ -1,6 +1,7 @@
 """The routing pipeline: the only place that orders the steps.
 
-    request -> features -> domain -> alias candidates -> specialists -> breaker -> budget
+    request -> features -> domain -> alias candidates -> what the request needs -> specialists
+            -> breaker -> context window -> budget
             -> strategy (plugins) -> Decision
     outcome -> failure class -> breaker -> reward -> bandit (global and per domain) -> LKGP
     quality evidence (feedback, a judge's grade, a signal) -> quality records (quality.py)
@@ -18,14 +19,16 @@ from typing import Callable, Iterable, Mapping, Optional, Sequence
 from . import blame, plugins
 from .bandit import ArmStats, gamma_for
 from .blame import Verdict
+from .capabilities import lacking, refusal, request_needs
 from .breaker import CLOSED, OPEN, CircuitBreaker, FailureKind
 from .decision import NO_SIGNALS, AliasSettings, CandidateScore, Decision, Deployment, Pool, RoutingContext
 from .deployments import selects
 from .features import RequestFeatures
 from .interfaces import StateStore
+from .key_share import EvidenceShares
 from .learning import LearningRules, learns_from, outcome_record
 from .outcome import Outcome, reward
-from .pacing import multiplier_of, rule_of
+from .pacing import TeamPace, above_floor, multiplier_of, pace_key, rule_of, team_multiplier
 from .quality import SOURCES, QualityPriors, QualityRecord, estimate, finite_unit
 from .schema_defaults import defaults_of
 from .policy.models import Policy
@@ -72,6 +75,7 @@ class Engine:
         # Each deployment's prior quality and each evidence source's weight (quality.py); the
         # store shows them beside the evidence in its stats.
         self.quality = QualityPriors(policy.quality, self.gamma)
+        self.shares = EvidenceShares()  # each key's share of a deployment's recent evidence (key_share.py)
         if hasattr(self.store, "quality_prior"):
             self.store.quality_prior = self.quality
         self._pools: dict[tuple, _AliasPool] = {}
@@ -101,12 +105,19 @@ class Engine:
     def decide(self, alias: str, messages, deployments: Sequence[Deployment], *, tools=None,
                exclude: Iterable[str] = (), request_modalities=None,
                features: Optional[RequestFeatures] = None, reserve: bool = True,
-               session: Optional[str] = None, signals: Optional[Mapping[str, Mapping[str, float]]] = None) -> Decision:
-        """`session` keys the last known good deployment per conversation (the alias's own pin
+               session: Optional[str] = None, signals: Optional[Mapping[str, Mapping[str, float]]] = None,
+               team: Optional[TeamPace] = None, request: Optional[Mapping] = None,
+               max_cost_usd: Optional[float] = None) -> Decision:
+        """`team`: whose spend the call paces (its own record and budgets: pacing.team_multiplier).
+        `request`: the rest of the request body (``response_format``, reasoning parameters),
+        read with `tools` and the messages for what the request needs (capabilities.py).
+        `session` keys the last known good deployment per conversation (the alias's own pin
         when None). `signals`, by deployment id, are what the caller knows of each deployment
         now, in [0, 1]: ``quota`` (its remaining quota share) and the rules strategy's supplied
         factors (``context_affinity``, ``cache_affinity``, ``session_availability``,
-        ``reset_window_affinity``); a deployment or a key left out keeps its default."""
+        ``reset_window_affinity``); a deployment or a key left out keeps its default.
+        `max_cost_usd`: the request's own cap on its estimated cost (docs/teams.md), strict, and
+        only ever lower than the alias's budget."""
         ap = self.policy.aliases.get(alias)
         if ap is None:
             raise UnknownAlias(alias)
@@ -124,6 +135,17 @@ class Engine:
         # specialist failed: everyone competes).
         group = self._alias_pool(alias, ap, deployments)
         left_out = _left_out(exclude)
+        # What the request needs (images, tools, a JSON schema...): a candidate known not to take
+        # it is left out; none can: the caller's 400 (docs/capabilities.md).
+        needs = request_needs(feats, messages, tools, request)
+        if needs:
+            unfit = lacking(group.selected, needs)
+            if unfit and len(unfit) == len(group.selected):
+                return self._finish(Decision(
+                    None, None, ap.strategy, refusal(needs, group.selected), 0, None,
+                    group.excluded + [CandidateScore(i, excluded=why) for i, why in unfit.items()], alias=alias,
+                    domain=domain, task_type=task, refused=UNSUPPORTED, status_code=400), feats)
+            left_out = {**unfit, **left_out}
         group = group.without(left_out, domain) if left_out else group.for_domain(domain)
         need = feats.input_tokens
         if need and group.specialised and not any(_holds(d, need) for d in group.deployments):
@@ -184,17 +206,19 @@ class Engine:
 
         # Budget cap (docs/design.md#budget-cap): estimated cost of this request per candidate.
         budget = ap.budget
-        if budget.max_cost_per_request_usd is not None and deps:
-            cap = budget.max_cost_per_request_usd
+        cap, strict, whose = budget.max_cost_per_request_usd, budget.mode == "strict", "strict budget"
+        if max_cost_usd is not None and (cap is None or max_cost_usd < cap):
+            cap, strict, whose = max_cost_usd, True, "the request's maximum cost"  # never served above it
+        if cap is not None and deps:
             est = [d.cost_usd(feats.input_tokens, budget.expected_output_tokens) for d in deps]
             within = [k for k, e in enumerate(est) if e <= cap]
             over = [CandidateScore(i, excluded=f"estimated ${e:.6f} over budget") for i, e in zip(ids, est)]
             if not within:
-                if budget.mode == "strict":
+                if strict:
                     return self._finish(Decision(
                         None, None, ap.strategy,
                         f"no candidate fits the budget of ${cap:g} per request "
-                        f"(cheapest estimate ${min(est):.6f}); strict budget refuses",
+                        f"(cheapest estimate ${min(est):.6f}); {whose} refuses",
                         0, None, excluded + over, alias=alias, domain=domain, task_type=task, refused="budget",
                         status_code=402), feats)
                 cheapest = est.index(min(est))
@@ -203,6 +227,18 @@ class Engine:
                 inside = set(within)
                 excluded = excluded + [row for k, row in enumerate(over) if k not in inside]
                 deps, ids, fits, states, global_arms, domain_arms = _take(within, deps, ids, fits, states,
+                                                                         global_arms, domain_arms)
+
+        pace_rule = self.pace_rules.get(alias)
+        paced = pace_rule is not None or (team is not None and bool(team.budgets))
+        if paced and budget.floor_tier is not None and deps:  # the cheapest tier pacing may lean to
+            keep = above_floor([d.tier for d in deps], budget.floor_tier)
+            if len(keep) != len(deps):
+                inside = set(keep)
+                why = f"below the budget's floor tier {budget.floor_tier}"
+                excluded = excluded + [CandidateScore(ids[k], excluded=why)
+                                       for k in range(len(deps)) if k not in inside]
+                deps, ids, fits, states, global_arms, domain_arms = _take(keep, deps, ids, fits, states,
                                                                          global_arms, domain_arms)
 
         if not deps:
@@ -225,8 +261,10 @@ class Engine:
         # about 5k instructions more per request (test_engine_context_by_position holds the order).
         ctx = RoutingContext(alias, ap.strategy, feats, domain, task, now, self.rng, self._settings[alias], last_good,
                              None, self.policy, self.contextual)
-        pace_rule = self.pace_rules.get(alias)
-        if pace_rule is not None:
+        if team is not None and (team.team or team.budgets):
+            ctx.cost_multiplier = team_multiplier(self.store.pace(pace_key(alias, team.team)), pace_rule, team.budgets,
+                                                  ap.budget.min_multiplier, ap.budget.max_multiplier)
+        elif pace_rule is not None:
             ctx.cost_multiplier = multiplier_of(self.store.pace(alias), pace_rule)
         decision = plugins.get_strategy(ap.strategy).select(pool, ctx)
         try:
@@ -250,7 +288,8 @@ class Engine:
                 # decision without this deployment.
                 return self.decide(alias, messages, deployments, tools=tools, exclude={**left_out, chosen.id: PROBE_TAKEN},
                                    request_modalities=request_modalities, features=feats, reserve=reserve,
-                                   session=session, signals=signals)
+                                   session=session, signals=signals, team=team, request=request,
+                                   max_cost_usd=max_cost_usd)
         return self._finish(decision, feats)
 
     def _breakers(self, ids, breakers, now: float):
@@ -330,7 +369,8 @@ class Engine:
         return estimate(q, prior, self.quality.strength, self.store.tick(), self.gamma)
 
     def record_quality(self, deployment_id: str, alias: Optional[str], domain: Optional[str], value: float,
-                       source: str, weight: Optional[float] = None, *, context=None) -> Optional[float]:
+                       source: str, weight: Optional[float] = None, *, context=None,
+                       key: Optional[str] = None) -> Optional[float]:
         """Record one piece of quality evidence about a deployment's answer: `value` in [0, 1]
         from `source` (``feedback``, ``judge`` or ``signal``), weighing `weight` observations
         (None: the policy's ``quality.evidence`` weight of the source). It moves the
@@ -341,7 +381,9 @@ class Engine:
         `context`, the answer's decision's ``Decision.context`` when the caller kept it (the
         contextual strategy's request vector), teaches the deployment's contextual model the
         value for that prompt as well: what a plain success, scored alike for every prompt,
-        cannot teach it."""
+        cannot teach it. `key`, the hash of the API key the evidence came from, weighs it by that
+        key's share of the deployment's recent evidence (key_share.py: one key moves a
+        deployment's quality by at most 0.10)."""
         if source not in SOURCES:
             raise ValueError(f"quality evidence source must be one of {', '.join(SOURCES)}, not {source!r}")
         v = finite_unit(value)
@@ -349,14 +391,17 @@ class Engine:
         if v is None or w is None or not deployment_id:
             return None
         dom = domain if (domain and self.policy.bandit.per_domain.enabled) else None
+        w = self.shares.admit(deployment_id, key, w, self.quality.strength)
         self.store.record_quality(QualityRecord(deployment_id, v, w, source, dom), self.rules)
         if context is not None and w > 0.0:
             self.contextual.learn(deployment_id, context, v, self.store.tick(), self.gamma)
         return v
 
     def record(self, decision_or_alias, outcome: Outcome, *, domain: Optional[str] = None,
-               session: Optional[str] = None, verdict: Optional[Verdict] = None) -> float | None:
-        """Learn from one outcome: its verdict (``blame``), its reward, and one record handed to
+               session: Optional[str] = None, verdict: Optional[Verdict] = None,
+               team: Optional[str] = None) -> float | None:
+        """Learn from one outcome (its cost paced on `team`'s record of the alias, pacing.pace_key):
+        its verdict (``blame``), its reward, and one record handed to
         the store to apply atomically (``learning.apply_outcome``). Returns the reward, or None
         when the failure does not count against the deployment (the caller's, a rate limit)."""
         if isinstance(decision_or_alias, Decision):
@@ -369,7 +414,7 @@ class Engine:
         tick = self.store.record_outcome(outcome_record(
             outcome.deployment_id, self.clock(), kind, value if value is not None else 0.0, outcome.latency_s,
             pin_key(alias, session) if alias else None, per_domain, outcome.retry_after_s, None,
-            alias if alias in self.pace_rules else None, outcome.cost_usd), self.rules)
+            pace_key(alias, team) if alias in self.pace_rules else None, outcome.cost_usd), self.rules)
         if outcome.quality is not None and value is not None and kind is None:
             # A graded success (a replay's, an evaluator's): its grade is a judge's evidence.
             self.record_quality(outcome.deployment_id, alias, domain, outcome.quality, "judge")
@@ -395,6 +440,7 @@ def _evidence_weight(weight) -> Optional[float]:
 
 
 ALREADY_FAILED = "already failed for this request"
+UNSUPPORTED = "unsupported_request"  # a refusal: no candidate can take what the request needs
 PROBE_TAKEN = "its half-open probe slot was taken by another request"
 
 

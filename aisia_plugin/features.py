@@ -230,6 +230,8 @@ def _content_parts(role: str, content):
             yield role, "image", ""
         elif kind in ("input_audio", "audio"):
             yield role, "audio", ""
+        elif kind in ("file", "input_file", "document"):
+            yield role, "file", ""
 
 
 def _role_content(m):
@@ -258,6 +260,12 @@ def _parts(messages):
             yield role, "text", content
         elif isinstance(content, (list, tuple)):
             yield from _content_parts(role, content)
+
+
+def content_kinds(messages) -> frozenset:
+    """The kinds of the non-text parts of OpenAI-format messages ("image", "audio", "file"); a
+    request whose ``RequestFeatures.modality`` is "text" has none. Never raises."""
+    return frozenset(kind for _, kind, _ in _parts(messages) if kind != "text")
 
 
 def message_text(messages) -> str:
@@ -397,7 +405,7 @@ def features_and_hits(messages, tools=None, request_modalities=None, *, max_char
     first, in order, then entries of its own (numbered from len(SCAN_ENTRIES), ignored here): one
     pass then answers the features' questions and the caller's (scan.PromptScanner adds the
     policy's domains). Default: the features' own Set."""
-    chars = images = audio = 0
+    chars = images = audio = files = 0
     user_texts, other_texts = [], []
     for role, kind, t in _parts(messages):
         if kind == "text":
@@ -406,8 +414,10 @@ def features_and_hits(messages, tools=None, request_modalities=None, *, max_char
                 (user_texts if role == "user" else other_texts).append(t)
         elif kind == "image":
             images += 1
-        else:
+        elif kind == "audio":
             audio += 1
+        else:
+            files += 1
     text = "\n".join(user_texts or other_texts)
     if type(max_chars) is not int or len(text) > max_chars:  # else _bounded would return text as is
         text = _bounded(text, max_chars)
@@ -415,8 +425,9 @@ def features_and_hits(messages, tools=None, request_modalities=None, *, max_char
     has_tools = isinstance(tools, (list, tuple)) and len(tools) > 0
     tokens = chars // 4 + 85 * images + (_tool_chars(tools) // 4 if has_tools else 0)
     bucket = "short" if tokens < 200 else "medium" if tokens < 2000 else "long" if tokens < 16000 else "very_long"
-    if images or audio:  # else kinds would be ["text"] or [] below: "text" either way
-        kinds = [k for k, present in (("text", chars), ("image", images), ("audio", audio)) if present]
+    if images or audio or files:  # else kinds would be ["text"] or [] below: "text" either way
+        kinds = [k for k, present in (("text", chars), ("image", images), ("audio", audio), ("file", files))
+                 if present]
         modality = "mixed" if len(kinds) > 1 else kinds[0]
     else:
         modality = "text"

@@ -7,12 +7,12 @@ store, so two replicas recording at once cannot lose each other's updates."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 from .bandit import ArmStats, update
 from .breaker import BreakerState, CircuitBreaker, FailureKind
-from .pacing import PaceRule, PaceState, pace
+from .pacing import PaceRule, PaceState, alias_of, pace
 
 
 def learns_from(kind: Optional[FailureKind]) -> bool:
@@ -31,8 +31,8 @@ class OutcomeRecord:
     learns from it (a success or a provider failure: a client error or a rate limit says nothing
     about quality). ``domain`` is the per-domain record to update as well (None: global only).
     ``id`` makes the record idempotent where a store replays batches (the Redis store).
-    ``pace_alias`` names the alias whose spend target this call's ``cost_usd`` counts against
-    (None: no target, or the cost is not paced)."""
+    ``pace_alias`` names the pacing record this call's ``cost_usd`` counts against: the alias's
+    with a spend target, ``alias|team:ID`` for a call of a team (pacing.pace_key; None: not paced)."""
 
     deployment_id: str
     now: float
@@ -55,34 +55,8 @@ class OutcomeRecord:
         return learns_from(self.kind)
 
 
-# The two records built per outcome, field by field through their slots' own setters: the same
-# frozen objects their __init__ builds (which sets each field with object.__setattr__, about
-# twice the instructions: ~9k more for an OutcomeRecord, ~4k for an Applied, per request). The
-# plain reading is the constructor; tests/test_core_fast_paths.py holds the two equal. Every
-# field by position; a field added to either class makes the unpacking below fail at import.
-_new = object.__new__
-(_r_deployment_id, _r_now, _r_kind, _r_reward, _r_latency_s, _r_alias, _r_domain, _r_retry_after_s, _r_id,
- _r_pace_alias, _r_cost_usd) = (getattr(OutcomeRecord, f.name).__set__ for f in fields(OutcomeRecord))
-
-
-def outcome_record(deployment_id: str, now: float, kind: Optional[FailureKind], reward: float,
-                   latency_s: Optional[float], alias: Optional[str], domain: Optional[str],
-                   retry_after_s: Optional[float], id: Optional[str], pace_alias: Optional[str],
-                   cost_usd: Optional[float]) -> "OutcomeRecord":
-    """``OutcomeRecord(deployment_id, now, ...)``, every field given, for half the work."""
-    rec = _new(OutcomeRecord)
-    _r_deployment_id(rec, deployment_id)
-    _r_now(rec, now)
-    _r_kind(rec, kind)
-    _r_reward(rec, reward)
-    _r_latency_s(rec, latency_s)
-    _r_alias(rec, alias)
-    _r_domain(rec, domain)
-    _r_retry_after_s(rec, retry_after_s)
-    _r_id(rec, id)
-    _r_pace_alias(rec, pace_alias)
-    _r_cost_usd(rec, cost_usd)
-    return rec
+# The engine's name for the record's constructor (every field given, in order).
+outcome_record = OutcomeRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,23 +86,6 @@ class Applied:
     pace: Optional[PaceState] = None  # the paced alias's record (None: not paced)
 
 
-(_a_breaker, _a_tick, _a_global_arm, _a_domain_arm, _a_last_known_good, _a_pace) = (
-    getattr(Applied, f.name).__set__ for f in fields(Applied))
-
-
-def _applied(breaker: BreakerState, tick: float, global_arm: Optional[ArmStats], domain_arm: Optional[ArmStats],
-             last_known_good: Optional[str], pace: Optional[PaceState]) -> "Applied":
-    """``Applied(breaker, tick, ...)``, every field given, for half the work (see outcome_record)."""
-    out = _new(Applied)
-    _a_breaker(out, breaker)
-    _a_tick(out, tick)
-    _a_global_arm(out, global_arm)
-    _a_domain_arm(out, domain_arm)
-    _a_last_known_good(out, last_known_good)
-    _a_pace(out, pace)
-    return out
-
-
 def apply_outcome(rec: OutcomeRecord, rules: LearningRules, breaker: Optional[BreakerState], tick: float,
                   global_arm: Optional[ArmStats], domain_arm: Optional[ArmStats],
                   pace_state: Optional[PaceState] = None) -> Applied:
@@ -143,11 +100,11 @@ def apply_outcome(rec: OutcomeRecord, rules: LearningRules, breaker: Optional[Br
     else:
         bs = cb.on_failure(bs, rec.now, rec.kind, rec.retry_after_s)
     paced = None
-    rule = rules.pacing.get(rec.pace_alias) if rec.pace_alias is not None else None
+    rule = rules.pacing.get(alias_of(rec.pace_alias)) if rec.pace_alias is not None else None
     if rule is not None:
         paced = pace(pace_state, rule, rec.cost_usd, rec.now)
     if not rec.learn:
-        return _applied(bs, tick, None, None, None, paced)
+        return Applied(bs, tick, None, None, None, paced)
     tick = tick + 1.0
     failed = rec.kind is not None
 
@@ -159,4 +116,4 @@ def apply_outcome(rec: OutcomeRecord, rules: LearningRules, breaker: Optional[Br
     g = step(global_arm)
     d = step(domain_arm) if rec.domain is not None else None
     lkgp = rec.alias if (rec.kind is None and rec.alias) else None
-    return _applied(bs, tick, g, d, lkgp, paced)
+    return Applied(bs, tick, g, d, lkgp, paced)

@@ -14,12 +14,15 @@ aggregate by the modes given here."""
 
 from __future__ import annotations
 
+import re
 from typing import Iterable, Optional
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 from .breaker import PROMETHEUS_CODE
+from .local_first import RESULTS as LOCAL_FIRST_RESULTS
 from .pacing import PaceState, multiplier_of
+from .signals import KINDS as SIGNAL_KINDS
 
 OTHER = "other"
 NO_DOMAIN = "none"  # also the deployment label of a refused decision
@@ -34,6 +37,12 @@ RELOAD_RESULTS = ("ok", "invalid", "unreadable")
 # reply out of format, the call failed or timed out (nothing learned), or no call: the queue
 # was full, the day's cap reached, no rubric for it.
 JUDGE_OUTCOMES = ("graded", "unparsed", "error", "timeout", "queue_full", "over_cap", "no_rubric")
+# A conversation signal's language label: the policy's lexicon languages (operator data, not a
+# client's), the first MAX_SIGNAL_LANGUAGES met kept, the others counted as ``other``; a structural
+# signal (regenerate, rephrase, an answer's own defect) has none.
+MAX_SIGNAL_LANGUAGES = 32
+NO_LANGUAGE = "none"
+_LANGUAGE = re.compile(r"[A-Za-z]{2,8}(?:[-_][A-Za-z0-9]{1,8})?")
 # At most this many label sets of the per-request metrics are kept resolved (each cache cleared
 # when full): a policy's aliases, domains, strategies and deployments make far fewer.
 _MAX_CHILDREN = 4096
@@ -47,8 +56,13 @@ EXPORTED = (
     "aisia_learned_latency_seconds", "aisia_learned_pulls", "aisia_state_store_events_total",
     "aisia_state_queue_depth", "aisia_policy_reloads_total", "aisia_spend_target_usd_per_1k_requests",
     "aisia_spend_usd_per_1k_requests", "aisia_spend_multiplier", "aisia_judge_calls_total",
-    "aisia_judge_spend_usd_total", "aisia_judge_agreement_total",
+    "aisia_judge_spend_usd_total", "aisia_judge_agreement_total", "aisia_conversation_signals_total",
+    "aisia_team_decisions_total", "aisia_team_outcomes_total", "aisia_local_first_total",
 )
+
+# A LiteLLM team's figures (docs/teams.md): a team's key reads its own team's rows of these only.
+TEAM_FAMILIES = ("aisia_team_decisions_total", "aisia_team_outcomes_total")
+MAX_TEAMS = 256  # distinct team labels kept; later teams read as ``other``
 
 # What the router learned and chose per deployment (rewards, latencies, pulls, breaker states,
 # choices, outcomes, decisions by deployment): the proxy admin's only (GET /aisia/metrics shows
@@ -71,6 +85,25 @@ class WithoutFamilies:
         for family in self.registry.collect():
             if family.name not in self.dropped:
                 yield family
+
+
+class OnlyTeam:
+    """A registry's view for a team's key: the samples of TEAM_FAMILIES labelled with its team,
+    nothing else, for ``prometheus_client.generate_latest``."""
+
+    def __init__(self, registry, team: str):
+        self.registry = registry
+        self.team = team
+        self.kept = frozenset(n[: -len("_total")] for n in TEAM_FAMILIES)
+
+    def collect(self):
+        from prometheus_client.core import Metric
+
+        for family in self.registry.collect():
+            if family.name in self.kept:
+                mine = Metric(family.name, family.documentation, family.type, family.unit)
+                mine.samples = [s for s in family.samples if s.labels.get("team") == self.team]
+                yield mine
 
 
 class _Names:
@@ -102,6 +135,12 @@ class RouterMetrics:
                                  registry=r)
         self.outcomes = Counter("aisia_outcomes_total", "Attempt outcomes by alias, deployment and result.",
                                 ["alias", "deployment", "result"], registry=r)
+        self.team_decisions = Counter("aisia_team_decisions_total", "Routed decisions of a LiteLLM team's keys, by "
+                                      "team, alias and chosen deployment.", ["team", "alias", "deployment"], registry=r)
+        self.team_outcomes = Counter("aisia_team_outcomes_total", "Attempt outcomes of a LiteLLM team's keys, by team, "
+                                     "alias, deployment and result.", ["team", "alias", "deployment", "result"],
+                                     registry=r)
+        self._teams: set = set()
         self.failovers = Counter("aisia_failovers_total", "Retries routed to another deployment after a failure.",
                                  ["alias"], registry=r)
         self.refusals = Counter("aisia_refusals_total", "Requests refused, by alias and reason.",
@@ -135,12 +174,21 @@ class RouterMetrics:
         self.judge_agreements = Counter("aisia_judge_agreement_total", "Answers both the judge and a conversation "
                                        "signal spoke about, by whether they agreed (good or bad).", ["result"],
                                        registry=r)
+        self.signals = Counter("aisia_conversation_signals_total", "Conversation signals recorded as quality "
+                               "evidence (docs/signals.md), by kind and by the lexicon language that said so "
+                               "('none' for a structural signal).", ["kind", "language"], registry=r)
+        self.local_first = Counter("aisia_local_first_total", "Local answers of local-first aliases by what "
+                                   "became of them (kept, escalated, escalation_failed, not_local: a cloud "
+                                   "candidate served the local side).", ["alias", "result"], registry=r)
         self._alias = self._domain = self._deployment = self._strategy = _Names()
         self._results = _Names(OUTCOME_RESULTS)
         self._reasons = _Names(REFUSAL_REASONS)
         self._events = _Names(STORE_EVENTS)
         self._reload = _Names(RELOAD_RESULTS)
         self._judged = _Names(JUDGE_OUTCOMES)
+        self._signal_kinds = _Names(SIGNAL_KINDS)
+        self._languages: set = set()
+        self._local_first = _Names(LOCAL_FIRST_RESULTS)
         # The children of the per-request metrics: timers by their (bounded) alias label; routed
         # decisions and outcomes by the names as given (see decision).
         self._timers: dict = {}
@@ -224,6 +272,23 @@ class RouterMetrics:
                                                                self._results(result))
         child.inc()
 
+    def _team(self, team: str) -> str:
+        if team not in self._teams and len(self._teams) >= MAX_TEAMS:
+            return OTHER
+        self._teams.add(team)
+        return team
+
+    def team_decision(self, team: Optional[str], decision) -> None:
+        """A routed decision of a team's key (refusals are counted by alias only)."""
+        if team and decision.deployment_id is not None and not decision.refused:
+            self.team_decisions.labels(self._team(team), self._alias(decision.alias),
+                                       self._deployment(decision.deployment_id)).inc()
+
+    def team_outcome(self, team: Optional[str], alias: str, deployment_id: str, result: str) -> None:
+        if team:
+            self.team_outcomes.labels(self._team(team), self._alias(alias), self._deployment(deployment_id),
+                                      self._results(result)).inc()
+
     def learned(self, stats: dict) -> None:
         """Gauges from a store's ``stats()`` (per deployment, with per-domain rows)."""
         for dep, row in stats.items():
@@ -265,6 +330,10 @@ class RouterMetrics:
     def reload(self, result: str) -> None:
         self.reloads.labels(self._reload(result)).inc()
 
+    def local_first_answer(self, alias: str, result: str) -> None:
+        """What became of a local-first call's local answer (local_first.RESULTS)."""
+        self.local_first.labels(self._alias(alias), self._local_first(result)).inc()
+
     def judge_call(self, outcome: str) -> None:
         """An answer sampled for the judge, and what became of it (JUDGE_OUTCOMES)."""
         self.judge_calls.labels(self._judged(outcome)).inc()
@@ -276,3 +345,13 @@ class RouterMetrics:
     def judge_agreement(self, agreed: bool) -> None:
         """The judge and a conversation signal both spoke about an answer: agreed or not."""
         self.judge_agreements.labels("agreed" if agreed else "disagreed").inc()
+
+    def signal(self, kind: str, language: str = "") -> None:
+        """A conversation signal recorded as quality evidence (litellm/conversations.py)."""
+        lang = language or NO_LANGUAGE
+        if lang != NO_LANGUAGE and lang not in self._languages:
+            if len(self._languages) >= MAX_SIGNAL_LANGUAGES or not _LANGUAGE.fullmatch(lang):
+                lang = OTHER
+            else:
+                self._languages.add(lang)
+        self.signals.labels(self._signal_kinds(kind), lang).inc()

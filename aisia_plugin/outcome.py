@@ -29,28 +29,7 @@ def reward(outcome: Outcome, cfg: Reward, target_p95_ms: float, plain_quality: f
     """Always in [0, 1]: failure_reward for a failed call, else the weighted mean of the known
     terms (quality: the graded score, else `plain_quality`, the deployment's quality estimate
     from its prior and the evidence so far -- never 1 for a mere success (docs/quality.md);
-    latency against the SLA target; feedback when given). The two sums kept as they go, in the
-    order of ``_reward`` (its plain reading: the terms as a list, then summed), so the same
-    floats: no list, no generators, once per outcome (tests/test_core_fast_paths.py holds the
-    two equal)."""
-    if not outcome.success:
-        return clamp01(cfg.failure_reward)
-    weight = cfg.quality_weight
-    total, weighted = weight, weight * clamp01(plain_quality if outcome.quality is None else outcome.quality)
-    if outcome.latency_s is not None and cfg.latency_weight > 0:
-        ms = max(outcome.latency_s * 1000.0, 1e-6)
-        weight = cfg.latency_weight
-        total, weighted = total + weight, weighted + weight * clamp01(target_p95_ms / ms)
-    if outcome.feedback is not None and cfg.feedback_weight > 0:
-        weight = cfg.feedback_weight
-        total, weighted = total + weight, weighted + weight * clamp01(outcome.feedback)
-    if total <= 0:
-        return 1.0
-    return clamp01(weighted / total)
-
-
-def _reward(outcome: Outcome, cfg: Reward, target_p95_ms: float, plain_quality: float) -> float:
-    """``reward``'s plain reading."""
+    latency against the SLA target; feedback when given)."""
     if not outcome.success:
         return clamp01(cfg.failure_reward)
     parts = [(cfg.quality_weight, clamp01(plain_quality if outcome.quality is None else outcome.quality))]

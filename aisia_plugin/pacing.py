@@ -29,9 +29,21 @@ spends less. Below 0 it is "mean spend = T" (a budget to be used): a negative la
 cost bonus into a bonus for the dearer deployments, so spend rises to the target too, and the
 window bound above holds in both directions while lambda stays inside [min, max].
 
-Bounded: lambda never leaves [min_multiplier, max_multiplier], so a price change (a call costing
-a thousand times the target) at most moves it to the bound for a while, never to a value the
-cost term cannot come back from. A cost that is not a finite number >= 0 changes nothing.
+Bounded: lambda never leaves [min_multiplier, max_multiplier], and one call moves it by at most
+``rate * MAX_STEP`` (4 with the defaults) whatever its cost: the relative overspend of a call is
+counted up to MAX_STEP (a call costing up to 5 x the target counts exactly, a dearer one as if it
+cost 5 x). So three 540 KB prompts from one key move it by at most 12 of its 100, not to its
+maximum (docs/security.md), and a price change moves it to a bound over several calls, never to
+a value the cost term cannot come back from. The telescoping bound above holds for every window
+whose calls each cost at most (1 + MAX_STEP) x the target. A cost that is not a finite number >= 0
+changes nothing.
+
+Per team: the record is kept per pace key, the alias alone for a call of no team and
+``alias|team:ID`` (:func:`pace_key`) for a call of team ID, so one team's calls move only its own
+multiplier (an alias name cannot hold ``|``: the schema's alias pattern). A team's (or key's)
+LiteLLM budget adds a second multiplier, :func:`budget_multiplier`, from how far its spend runs
+ahead of "budget x elapsed share of its period"; a decision applies the larger of the two
+(:func:`team_multiplier`).
 
 The record also keeps the realised spend per 1,000 outcomes, a running mean over the last
 ``SPEND_WINDOW`` outcomes (exactly the mean of all of them before that many), the exact count,
@@ -50,6 +62,17 @@ from .schema_defaults import defaults_of
 _BUDGET = defaults_of("Budget")
 # Outcomes the realised spend is averaged over (the issue's window of 1,000 requests).
 SPEND_WINDOW = 1000.0
+# The largest relative overspend one call counts for: one call moves the multiplier by at most
+# rate * MAX_STEP (state/lua/common.lua repeats it).
+MAX_STEP = 4.0
+# A team's pace key: the alias, the separator, the team id (state/lua/record.lua splits it alike).
+TEAM_SEPARATOR = "|team:"
+# How far behind "budget x elapsed share" (a share of the budget) a team's spend may run before its
+# budget makes the cost count at all: the budget multiplier rises linearly from the alias's floor
+# at BUDGET_BAND behind the pace line to its max_multiplier at BUDGET_RESERVE behind it (a reserve,
+# so that the period ends under its budget rather than on it, where LiteLLM refuses).
+BUDGET_BAND = 0.10
+BUDGET_RESERVE = 0.02
 PACE_FIELDS = ("multiplier", "spend_per_1k", "count", "spend_usd", "updated")
 
 
@@ -84,7 +107,8 @@ def clamp(x: float, lo: float, hi: float) -> float:
 def dual_step(multiplier: float, cost_usd: float, rule: PaceRule) -> float:
     """The multiplier after one outcome costing `cost_usd`."""
     target = rule.target_usd_per_1k
-    return clamp(multiplier + rule.rate * (1000.0 * cost_usd - target) / target, rule.min_multiplier,
+    over = (1000.0 * cost_usd - target) / target
+    return clamp(multiplier + rule.rate * (over if over < MAX_STEP else MAX_STEP), rule.min_multiplier,
                  rule.max_multiplier)
 
 
@@ -116,3 +140,74 @@ def rule_of(budget) -> Optional[PaceRule]:
         return None
     return PaceRule(float(target), float(budget.pacing_rate), float(budget.max_multiplier),
                     float(budget.min_multiplier))
+
+
+def pace_key(alias: str, team: Optional[str]) -> str:
+    """The key of the pacing record a call of `team` (None: no team) for `alias` moves."""
+    return alias if not team else f"{alias}{TEAM_SEPARATOR}{team}"
+
+
+def alias_of(key: str) -> str:
+    """The alias of a pace key (whose rule applies to it)."""
+    return key.split(TEAM_SEPARATOR, 1)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetStatus:
+    """A team's (or key's) budget at a decision: its maximum and current spend (USD) and the share
+    of its budget period elapsed, in [0, 1] (1 for a budget without a period)."""
+
+    max_budget: float
+    spend: float
+    elapsed: float
+
+
+def ahead_of_pace(status: BudgetStatus) -> float:
+    """How far the spend runs ahead of "budget x elapsed share", as a share of the budget
+    (negative: behind)."""
+    return status.spend / status.max_budget - status.elapsed
+
+
+def budget_multiplier(status: BudgetStatus, lo: float, hi: float) -> float:
+    """The multiplier a budget asks for: `lo` (the alias's floor: quality first, or below 0 the
+    dearer deployments) while the spend runs BUDGET_BAND or more behind the pace line, rising
+    linearly to `hi` (the alias's max_multiplier: the cheapest deployments) at BUDGET_RESERVE
+    behind the line and above. The integral of the spend rate against the budget's rate is the dual (sub)gradient sum
+    the spend target's step makes one call at a time, here read in one piece from the budget."""
+    share = (ahead_of_pace(status) + BUDGET_BAND) / (BUDGET_BAND - BUDGET_RESERVE)
+    return lo + (hi - lo) * clamp(share, 0.0, 1.0)
+
+
+def team_multiplier(state: Optional[PaceState], rule: Optional[PaceRule], budgets, lo: float,
+                    hi: float) -> float:
+    """The multiplier a decision of a team applies: the larger of its own spend-target record's
+    (:func:`multiplier_of`, 1 without a target) and each of its `budgets`' (BudgetStatus; the
+    team's, the key's); `lo`/`hi` the alias's bounds (budget.min_multiplier, max_multiplier)."""
+    ms = [budget_multiplier(b, lo, hi) for b in budgets]
+    if rule is not None or not ms:
+        ms.append(multiplier_of(state, rule))
+    return max(ms)
+
+
+@dataclass(frozen=True, slots=True)
+class TeamPace:
+    """Who a call paces for: its team's id (None: no team; its calls move the alias's own record)
+    and the budgets it spends against (BudgetStatus: the team's, the key's; empty: none known)."""
+
+    team: Optional[str] = None
+    budgets: tuple = ()
+
+
+# Tiers from the cheapest (the schema's deployment annotation `tier`).
+TIER_ORDER = ("free", "standard", "pro", "ultra")
+
+
+def above_floor(tiers, floor: Optional[str]) -> list[int]:
+    """The positions of `tiers` (each a tier or None) a paced decision keeps under the floor tier
+    `floor` (``budget.floor_tier``): those at or above it and the untiered; every position when
+    that would keep none, or without a floor."""
+    if floor is None:
+        return list(range(len(tiers)))
+    lowest = TIER_ORDER.index(floor)
+    keep = [k for k, t in enumerate(tiers) if t not in TIER_ORDER or TIER_ORDER.index(t) >= lowest]
+    return keep or list(range(len(tiers)))

@@ -56,6 +56,9 @@ TRUNCATED = "truncated"
 INVALID_JSON = "invalid_json"
 TOOL_ERROR = "tool_error"
 REPEATED_ANSWER = "repeated_answer"
+# Not a conversation signal (no weight, never recorded): an answer that opens by hedging, one of
+# the defects local-first's confidence reads (docs/local-first.md, ``SignalReader.hedges``).
+HEDGING = "hedging"
 
 KINDS = (CORRECTION, DISSATISFACTION, SATISFACTION, REGENERATE, REPHRASE, REFUSAL, EMPTY_ANSWER,
          TRUNCATED, INVALID_JSON, TOOL_ERROR, REPEATED_ANSWER)
@@ -65,7 +68,7 @@ NEGATIVE_FOLLOWUP = frozenset({CORRECTION, DISSATISFACTION})  # "negative signal
 # start, read on a tool result's start.
 USER_CATEGORIES = (CORRECTION, DISSATISFACTION, SATISFACTION)
 NEUTRAL = "neutral"
-CATEGORIES = (*USER_CATEGORIES, NEUTRAL, REFUSAL, TOOL_ERROR)
+CATEGORIES = (*USER_CATEGORIES, NEUTRAL, REFUSAL, TOOL_ERROR, HEDGING)
 
 _MAX_MEM = 32 << 20  # RE2's budget per program (its lazy DFA cache)
 # Apostrophes and quotes as people type them (phones, word processors): read as the ASCII ones
@@ -379,6 +382,7 @@ class SignalReader:
         self._user = _EntrySet([e for e in entries if e.category in USER_CATEGORIES])
         self._refusal = _EntrySet(by_category[REFUSAL])
         self._tool_error = _EntrySet(by_category[TOOL_ERROR])
+        self._hedging = _EntrySet(by_category[HEDGING])
 
     # -- the new user message ----------------------------------------------------------------
 
@@ -456,6 +460,16 @@ class SignalReader:
             return None
         found = self._tool_error.found(_utf8(normalised(text[:self.answer_lead_chars], self.answer_lead_chars)))
         return Signal(TOOL_ERROR, found[0].language, found[0].name) if found else None
+
+
+    def hedges(self, text) -> Optional[Signal]:
+        """An answer that opens by hedging ("I'm not sure", "je ne suis pas sûr"), read on its
+        first ``answer_lead_chars`` characters like a refusal; None otherwise. Read by
+        local-first's confidence only (docs/local-first.md): no conversation signal."""
+        if not self.enabled or not isinstance(text, str) or not text.strip():
+            return None
+        found = self._hedging.found(_utf8(normalised(text[:self.answer_lead_chars], self.answer_lead_chars)))
+        return Signal(HEDGING, found[0].language, found[0].name) if found else None
 
 
 _BUILT: dict = {}

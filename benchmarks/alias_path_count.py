@@ -69,8 +69,8 @@ def build(deployments: int = 1, wide_aliases: int = 0, plugin_loaded: bool = Tru
           one_group: bool = False):
     """The Router (the plain model and `deployments - 1` fillers, each its own model name, or with
     `one_group` all of them under the plain model's name) and the plugin (None without it); the
-    policy: the benchmark's alias (its strategy `strategy`) and `wide_aliases` aliases over every
-    deployment."""
+    policy: the benchmark's alias and `wide_aliases` aliases over every deployment, each with the
+    strategy `strategy`."""
     model_list = [_deployment(PLAIN, "bench-1")] + [_deployment(PLAIN if one_group else f"bench-filler-{i}",
                                                                 f"filler-{i}") for i in range(1, deployments)]
     router = litellm.Router(model_list=model_list, routing_strategy="simple-shuffle")
@@ -79,7 +79,7 @@ def build(deployments: int = 1, wide_aliases: int = 0, plugin_loaded: bool = Tru
     work = Path(tempfile.mkdtemp(prefix="aisia-count-"))
     wide = "".join(f"  auto/wide-{i}:\n    description: Every deployment.\n    strategy: ucb1\n"
                    for i in range(wide_aliases))
-    (work / "policy.yaml").write_text(POLICY.replace("strategy: ucb1", f"strategy: {strategy}", 1) + wide)
+    (work / "policy.yaml").write_text((POLICY + wide).replace("strategy: ucb1", f"strategy: {strategy}"))
     plugin = AisiaPlugin(load_policy_with_locations([work / "policy.yaml"]))
     plugin.boot()
     plugin.ensure_groups(router)

@@ -617,6 +617,7 @@ def render(results: list[dict], conditions: dict) -> str:
                              f"Replay wall time {r['wall_s']:.1f} s.", ""]
         L += sweep_lines(r) + heldout_lines(r) + diagnosis_lines(r)
     L += conversation_lines()
+    L += local_first_lines()
     # The decision overhead's one home is results/overhead.md (its ratio targets are quoted above).
     return "\n".join(L + ["## Decision overhead", "", "Per alias and pool size, ours beside LiteLLM's own selection in "
                           "the same run: [results/overhead.md](results/overhead.md) (`benchmarks/decision_overhead.py`, "
@@ -645,6 +646,18 @@ def conversation_lines() -> list[str]:
                 f"{conversation_bench.conditions_text(res['conditions'])}.", ""]
         out += conversation_bench.table(res) + [""] + conversation_bench.acceptance(res)
     return out
+
+
+def local_first_lines() -> list[str]:
+    """Local-first's threshold curve through a real proxy (benchmarks/local_first.py's last results,
+    not run here)."""
+    import local_first
+
+    try:
+        return local_first.results_lines(json.loads((RESULTS_DIR / "local_first.json").read_text()))
+    except (OSError, ValueError):
+        return ["## Local-first with escalation (issue 39)", "",
+                "`benchmarks/results/local_first.json` is absent (run `benchmarks/local_first.py`).", ""]
 
 
 def summary_blocks(results: list[dict], conditions: dict) -> dict[str, list[str]]:

@@ -123,3 +123,19 @@ def test_beta_draws_survive_unusable_shapes():
         for b in bad + [0.5, 1.0, 3.0, 1e300]:
             (x,) = beta_draws(r, [a], [b])
             assert 0.0 <= x <= 1.0, (a, b, x)
+
+
+def test_reward_is_the_weighted_mean_of_the_known_terms():
+    from aisia_plugin.outcome import Outcome, reward
+    from aisia_plugin.policy.models import Reward
+
+    cfg = Reward(quality_weight=0.5, latency_weight=0.25, feedback_weight=0.25, failure_reward=0.1)
+    # quality 0.8, latency at half the target (its term clamped to 1), no feedback: (0.5*0.8 + 0.25*1) / 0.75
+    assert reward(Outcome("a", True, latency_s=0.5, quality=0.8), cfg, 1000.0, 0.3) == pytest.approx(0.65 / 0.75)
+    # latency twice the target (0.5), feedback 0; no grade: the plain quality 0.3
+    assert reward(Outcome("a", True, latency_s=2.0, feedback=0.0), cfg, 1000.0, 0.3) == pytest.approx(
+        (0.5 * 0.3 + 0.25 * 0.5 + 0.0) / 1.0)
+    assert reward(Outcome("a", False, latency_s=0.1, quality=1.0), cfg, 1000.0, 0.3) == 0.1  # failure_reward
+    none = Reward(quality_weight=0.0, latency_weight=0.0, feedback_weight=0.0, failure_reward=0.0)
+    assert reward(Outcome("a", True, quality=0.2), none, 1000.0, 0.3) == 1.0  # no weight at all
+    assert reward(Outcome("a", True, quality=7.0, feedback=-3.0), cfg, 1000.0, 0.3) == pytest.approx(0.5 / 0.75)

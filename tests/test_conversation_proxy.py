@@ -10,7 +10,9 @@ from __future__ import annotations
 import itertools
 import time
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from fault_helpers import client_of, start_plugin_proxy, stats, wait_for
 from proxy_harness import upstreams_fixture
@@ -102,14 +104,25 @@ def settled_counts(proxy, want: dict) -> dict:
     return want
 
 
+def signal_metrics(proxy) -> dict:
+    """{(kind, language): count} of aisia_conversation_signals_total on the proxy's /aisia/metrics."""
+    r = httpx.get(proxy.url + "/aisia/metrics", headers=proxy.headers, timeout=30)
+    assert r.status_code == 200, r.text[:300]
+    return {(s.labels["kind"], s.labels["language"]): s.value for f in text_string_to_metric_families(r.text)
+            for s in f.samples if s.name == "aisia_conversation_signals_total"}
+
+
 def test_a_complaint_blames_the_answer_it_follows_not_the_turn_that_serves_it(client, proxy):
-    for complaint in ("That's wrong.", "C'est faux."):
+    for complaint, language in (("That's wrong.", "en"), ("C'est faux.", "fr")):
         history = opened(client, "c/x")
         before, x_estimate = counts(proxy), estimate(proxy, "cv-x")
+        counted = signal_metrics(proxy).get(("correction", language), 0.0)
         history.append({"role": "user", "content": complaint})
         ask(client, "c/y", history)  # the next turn is Y's
         settled_counts(proxy, {"cv-x": before["cv-x"] + 1, "cv-y": before["cv-y"]})
         assert estimate(proxy, "cv-x") < x_estimate, complaint
+        # /metrics counts the signal by kind and language (this proxy recorded it).
+        assert signal_metrics(proxy).get(("correction", language), 0.0) == counted + 1, complaint
 
 
 def test_thanks_credit_the_answer_they_follow(client, proxy):

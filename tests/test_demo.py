@@ -153,19 +153,33 @@ def test_main_job_shows_the_adaptation_and_ends_by_itself():
     # The run ends with the proxy: nothing printed tells how to call it or replay a removed log.
     assert "curl" not in out and "replay --logged /" not in out and "removed at exit" not in out, out
     assert "--serve keeps it serving" in out
-    # What the plugin learned: calls and feedback apart (docs/quality.md). Every attempt a provider
-    # received is a call learned; feedback comes only for answers (the demo scores each answer).
+    # What the plugin learned: health (calls) and quality evidence by source apart (docs/quality.md).
+    # Every attempt a provider received is a call learned; no grade is posted (no --feedback): the
+    # quality evidence is the conversation signals the proxy read in the users' messages.
     received = _table(out, "What each simulated provider received")
     learned = _table(out, "What the plugin learned")
-    assert learned[0][:4] == ["deployment", "calls", "feedback", "quality"], learned[0]
+    assert learned[0][:7] == ["deployment", "calls", "signals", "feedback", "judge", "prior", "quality"], learned[0]
     for row in learned[1:]:
-        name, calls, feedback = row[0], row[1], row[2]
+        name, calls, feedback = row[0], row[1], row[3]
         sent = next(r for r in received if r[0] == name)
         calls_received = sum(int(c.split("/")[0]) for c in sent[1:])
-        answered = sum(int(c.split("/")[0]) - int(c.split("/")[1]) for c in sent[1:])
         assert (calls if calls != "-" else "0") == str(calls_received), (row, sent)
-        assert feedback == "-" or float(feedback) <= answered, (row, sent)
-    assert any(r[2] != "-" and float(r[2]) > 0 for r in learned[1:]), learned
+        assert feedback in ("-", "0"), row
+    signals_by_deployment = sum(int(r[2]) for r in learned[1:] if r[2] != "-")
+    m = re.search(r"^It learned without feedback: no grade was posted to /aisia/feedback; .* from (\d+) conversation "
+                  r"signals the proxy read in the users' messages: (.*?)\. The users said: (\d+) complaints, "
+                  r"(\d+) regenerates and (\d+) thank-yous", out, re.M)
+    assert m, out
+    signals, kinds, complaints, regenerates, thanks = m.groups()
+    assert int(signals) > 0 and int(complaints) + int(thanks) > 0
+    assert signals_by_deployment >= int(signals), (signals_by_deployment, m.group(0))  # (read after the count)
+    assert re.search(r"(correction|dissatisfaction) \d+ \((en|fr) \d+", kinds) and "satisfaction" in kinds, kinds
+    # The frontier's share, early and late, on hard and easy prompts, per alias.
+    shares = _table(out, "The frontier's share per alias")
+    assert shares[0] == ["alias", "frontier", "hard", "early", "hard", "late", "easy", "early", "easy", "late"]
+    by_alias = {r[0]: r for r in shares[1:]}
+    assert by_alias["auto"][1] == "frontier" and by_alias["auto/coding"][1] == "frontier", shares
+    assert re.fullmatch(r"\d+/\d+", by_alias["auto/coding"][2]), shares  # coding prompts are hard ones
 
 
 def _table(out: str, title: str) -> list[list[str]]:

@@ -124,7 +124,7 @@ def test_caller_key_equals_its_plain_reading(monkeypatch):
     a raw api_key (no token) is hashed each time and never kept."""
     from types import SimpleNamespace
 
-    from aisia_plugin.litellm import runtime
+    from aisia_plugin.litellm import tenancy as runtime  # (the key hash's home)
 
     monkeypatch.setattr(runtime, "_MAX_CALLERS", 2)
     runtime._CALLERS.clear()

@@ -216,3 +216,25 @@ def test_configure_creates_the_known_children_once():
     assert labelled == []
     m.configure(**{**vocab, "aliases": ["auto", "auto/coding", "auto/fast"]})
     assert ("auto/fast",) in labelled
+
+
+def test_conversation_signals_are_counted_by_kind_and_language_with_bounded_labels(monkeypatch):
+    reg, m = _metrics()
+    m.signal("correction", "fr")
+    m.signal("correction", "fr")
+    m.signal("satisfaction", "en")
+    m.signal("regenerate", "")
+    m.signal("made-up kind", "en")
+    m.signal("correction", "<script> not a language")
+    assert _value(reg, "aisia_conversation_signals_total", kind="correction", language="fr") == 2
+    assert _value(reg, "aisia_conversation_signals_total", kind="satisfaction", language="en") == 1
+    assert _value(reg, "aisia_conversation_signals_total", kind="regenerate", language="none") == 1
+    assert _value(reg, "aisia_conversation_signals_total", kind="other", language="en") == 1
+    assert _value(reg, "aisia_conversation_signals_total", kind="correction", language="other") == 1
+    # The languages are the policy's lexicons' (operator data): bounded all the same.
+    monkeypatch.setattr("aisia_plugin.metrics.MAX_SIGNAL_LANGUAGES", 4)
+    for lang in ("de", "es", "it", "pt"):
+        m.signal("dissatisfaction", lang)
+    assert _value(reg, "aisia_conversation_signals_total", kind="dissatisfaction", language="de") == 1
+    assert _value(reg, "aisia_conversation_signals_total", kind="dissatisfaction", language="pt") == 0
+    assert _value(reg, "aisia_conversation_signals_total", kind="dissatisfaction", language="other") == 2

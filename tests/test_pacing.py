@@ -34,8 +34,10 @@ def test_the_dual_step_moves_by_rate_times_the_relative_overspend_within_its_bou
     # A free call underspends by 100 %: -1.0, and the multiplier stops at 0.
     assert dual_step(1.0, 0.0, RULE) == 0.0
     assert dual_step(0.25, 0.0, RULE) == 0.0
-    # A price shock (one call at $1,000 per 1k) takes it to the bound, never past it.
-    assert dual_step(1.0, 1.0, RULE) == 100.0
+    # A price shock (one call at $1,000 per 1k) counts as an overspend of MAX_STEP (4) only: one
+    # call moves it by a bounded step whatever its cost; repeated, it reaches the bound, never past it.
+    assert dual_step(1.0, 1.0, RULE) == 5.0
+    assert dual_step(98.0, 1.0, RULE) == 100.0
     assert dual_step(3.0, 0.001, PaceRule(2.0, rate=0.5, max_multiplier=10.0)) == 2.75
 
 

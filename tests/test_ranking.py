@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from aisia_plugin.decision import Decision
+from aisia_plugin.decision import Decision, ranking_of
 from aisia_plugin.engine import Engine
 from aisia_plugin.outcome import Outcome
 from aisia_plugin.policy import load_policy
@@ -52,3 +52,13 @@ def test_ranking_from_the_facts_equals_the_rows_reading(alias):
         assert fast == reference_ranking(d), (alias, k)
         assert fast[0] == d.deployment_id and len(set(fast)) == len(fast)
         assert "d1" not in fast or k % 3 != 0
+
+
+def test_ranking_of_puts_the_choice_first_then_scores_best_first_then_the_scoreless():
+    nan, inf = float("nan"), float("inf")
+    pairs = [("a", 0.5), ("b", None), ("c", 0.9), ("d", nan), ("e", 0.5), ("f", -inf), ("g", 1), ("h", -0.0),
+             ("i", 0.0)]
+    # ties (0.5, 0.5; -0.0, 0.0) in pool order; None and NaN last, in pool order; an int is a score
+    assert ranking_of(pairs, "e") == ["e", "g", "c", "a", "h", "i", "f", "b", "d"]
+    assert ranking_of(pairs, None) == [None, "g", "c", "a", "e", "h", "i", "f", "b", "d"]
+    assert ranking_of([], "z") == ["z"]

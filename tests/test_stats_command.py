@@ -10,6 +10,7 @@ from aisia_plugin.cli import main
 from aisia_plugin.engine import Engine
 from aisia_plugin.learning import OutcomeRecord
 from aisia_plugin.policy import load_policy
+from aisia_plugin.quality import QualityRecord
 from aisia_plugin.state.memory import MemoryState
 from aisia_plugin.state.redis import RedisStore
 from redis_server import redis_module  # noqa: F401  (a fixture)
@@ -23,6 +24,9 @@ def _learn(store):
         store.record_outcome(OutcomeRecord("gpt-4o", float(i), None, 0.75, 1.5, "auto", "coding"), RULES)
     for i in range(POLICY.circuit_breaker.failure_threshold):
         store.record_outcome(OutcomeRecord("groq-8b", 10.0 + i, FailureKind.PROVIDER, 0.0, 4.0, "auto"), RULES)
+    # Quality evidence about gpt-4o's coding answers: two complaints read in conversations, one grade.
+    for source, value in (("signal", 0.0), ("signal", 0.0), ("feedback", 1.0)):
+        store.record_quality(QualityRecord("gpt-4o", value, 1.0, source, "coding"), RULES)
 
 
 def test_memory_snapshot_table_json_and_reset(tmp_path, capsys):
@@ -33,12 +37,17 @@ def test_memory_snapshot_table_json_and_reset(tmp_path, capsys):
     assert main(["stats", "--state", str(path)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["deployment", "domain", "count", "pulls", "mean", "reward", "alpha", "beta", "avg",
-                              "latency", "s", "error", "rate", "breaker"]
+                              "latency", "s", "error", "rate", "quality", "prior", "signals", "feedback", "judge",
+                              "breaker"]
     rows = {(line.split()[0], line.split()[1]) if not line.startswith(" ") else ("", line.split()[0]): line.split()
             for line in out[2:]}
     assert rows[("gpt-4o", "(all)")][2] == "8" and rows[("gpt-4o", "(all)")][-1] == "CLOSED"
     assert rows[("", "coding")][1] == "8"
     assert rows[("groq-8b", "(all)")][-1] == "OPEN" and rows[("groq-8b", "(all)")][8] == "1.000"  # error rate
+    # Quality beside health: the evidence by source (signals, feedback, judge) and its estimate.
+    assert rows[("gpt-4o", "(all)")][11:14] == ["2", "1", "0"] and rows[("", "coding")][10:13] == ["2", "1", "0"]
+    assert rows[("gpt-4o", "(all)")][9] == "0.333"  # the evidence's mean (a snapshot holds no prior)
+    assert rows[("groq-8b", "(all)")][11:14] == ["0", "0", "0"]
     assert main(["stats", "--state", str(path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data == json.loads(json.dumps(st.stats()))

@@ -27,7 +27,7 @@ from aisia_plugin.blame import OutlierRule, PeerCalls
 from aisia_plugin.interfaces import StateStore
 from aisia_plugin.learning import OutcomeRecord
 from aisia_plugin.outcome import Outcome
-from aisia_plugin.pacing import PaceRule, PaceState
+from aisia_plugin.pacing import MAX_STEP, PaceRule, PaceState, pace_key
 from aisia_plugin.policy import load_policy
 from aisia_plugin.quality import QualityRecord
 from aisia_plugin.state import open_store
@@ -362,6 +362,16 @@ async def test_the_contextual_models_reach_every_view_and_the_dump(h):
     assert {dep: back.count[k] for dep, k in back.ids.items()} == {dep: ref.count[k] for dep, k in ref.ids.items()}
 
 
+def assert_same_paces(view, want: dict) -> dict:
+    """The view's pacing records (its dump's), every one equal to `want`'s; returned."""
+    got = view.dump()["pacing"]
+    assert set(got) == set(want)
+    for key, rec in want.items():
+        for field, v in rec.items():
+            assert got[key][field] == pytest.approx(v, rel=1e-12, abs=1e-12), (key, field)
+    return got
+
+
 async def test_the_spend_pacing_records_are_the_pure_update_and_every_view_shares_them(h):
     """Each paced alias's record (pacing.pace: the multiplier, the realised spend, the count) is
     what the pure update gives over the outcomes in order, also through a restart of Redis, and
@@ -375,11 +385,7 @@ async def test_the_spend_pacing_records_are_the_pure_update_and_every_view_share
     assert set(want) == {"auto", "auto/coding"}
     other = await h.other()
     for view in (h.store, other):
-        got = view.dump()["pacing"]
-        assert set(got) == set(want)
-        for alias, rec in want.items():
-            for field, v in rec.items():
-                assert got[alias][field] == pytest.approx(v, rel=1e-12, abs=1e-12), (alias, field)
+        got = assert_same_paces(view, want)
         assert view.pace("auto") == PaceState(**got["auto"])
     assert 0.0 <= other.pace("auto").multiplier <= 100.0 and -5.0 <= other.pace("auto/coding").multiplier <= 10.0
     # Another replica's calls move the same multiplier.
@@ -447,6 +453,38 @@ async def test_shared_lists_keep_their_newest_items_for_every_view_and_expire_wi
         await asyncio.sleep(0.05)
     assert await other.list_of("conv:short") == [] and await h.store.list_of("conv:short") == []
     assert [t["turn"] for t in await other.list_of("conv:a")] == [3, 4, 5]
+
+
+async def test_pacing_records_are_kept_per_team_and_a_call_moves_one_by_a_bounded_step(h):
+    """A team's calls move its own record of the alias (``alias|team:ID``, paced under the
+    alias's rule) and no other; one call's cost, however large, moves it by rate x MAX_STEP at
+    most; the records are the pure update's in every view (docs/security.md#tenants)."""
+    rules = replace(rules_of(h.policy), pacing={"auto": PaceRule(2.0)})
+    rng = random.Random(5)
+    teams = (None, "team-a", "team-b")
+    recs = [replace(rec, pace_alias=pace_key("auto", rng.choice(teams)), cost_usd=rng.choice((0.001, 0.004, 1.2)))
+            for rec in outcomes(12, 90)]
+    ref = await record_with_reference(h, recs, rules)
+    want = ref.dump()["pacing"]
+    assert set(want) == {"auto", "auto|team:team-a", "auto|team:team-b"}
+    other = await h.other()
+    for view in (h.store, other):
+        assert_same_paces(view, want)
+    # Three $1.2 calls (600 x the target each) of team-c: its own record moves by 3 x MAX_STEP,
+    # the others not at all.
+    before = {k: view_pace(other, k) for k in ("auto", "auto|team:team-a", "auto|team:team-b")}
+    for i in range(3):
+        other.record_outcome(OutcomeRecord("a", 9000.0 + i, None, 1.0, alias="auto",
+                                           pace_alias=pace_key("auto", "team-c"), cost_usd=1.2), rules)
+    await h.sync()
+    for view in (h.store, other):
+        assert view.pace("auto|team:team-c").multiplier == pytest.approx(1.0 + 3 * MAX_STEP, abs=1e-12)
+        assert {k: view_pace(view, k) for k in before} == before
+
+
+def view_pace(view, key):
+    p = view.pace(key)
+    return (p.multiplier, p.count)
 
 
 # -- quality evidence (aisia_plugin/quality.py): kept apart from the arms, the same in every store --

@@ -37,6 +37,20 @@ def test_snapshot_shares_breakers_and_stats():
     assert later["deployments"][1]["breaker"] == "HALF_OPEN"
 
 
+def test_snapshot_shows_quality_evidence_by_source_beside_health():
+    deps = [Deployment("a-1", "gpt", "openai/gpt-4o", "openai"), Deployment("b-2", "llama", "ollama/llama3", "ollama")]
+    quality = {"estimate": 0.7, "prior": 0.8, "evidence": {"prior": 10.0, "feedback": 1.0, "judge": 0.0, "signal": 12.0},
+               "evidence_weight": 6.5}
+    stats = {"a-1": {"count": 3, "error_rate": 0.0, "quality": quality}}
+    snap = snapshot(now=0.0, aliases={}, deployments=deps, stats=stats, breakers={},
+                    breaker=CircuitBreaker(POLICY.circuit_breaker), recent=[])
+    a, b = snap["deployments"]
+    assert a["quality"] == {"estimate": 0.7, "prior": 0.8, "evidence": {"signal": 12.0, "judge": 0.0, "feedback": 1.0}}
+    assert a["breaker"] == "CLOSED" and a["error_rate"] == 0.0  # beside its health
+    assert b["quality"] is None  # nothing learned: nothing claimed
+    assert "qualityCell(d.quality)" in page_html() and "signals" in page_html()
+
+
 def test_the_page_is_self_contained():
     html = page_html()
     assert "<script>" in html and "/data" in html

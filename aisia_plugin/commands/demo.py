@@ -2,14 +2,16 @@
 loopback, ready within a minute and without any API key.
 
     aisia demo                               serve until Ctrl-C (type `help` for the commands)
-    aisia demo --traffic 40 --break coder    sample traffic, make `coder` fail, the same traffic
-                                             again, print where it went, then stop
+    aisia demo --traffic 40 --break coder    simulated users converse (40 requests), `coder` is made
+                                             to fail, 40 more; print where they went and what the
+                                             router learned from the conversations, then stop
     aisia demo --traffic 40 --break coder --serve   the same, then keep serving
 
 Exit status: 0 done, 1 the demo could not start or failed, 2 usage error."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shlex
@@ -18,9 +20,12 @@ import sys
 import threading
 import time
 
+from ..demo.conversing import send_conversations
 from ..demo.proxy import ProxyError
+from ..demo.report import blended_price, candidates_by_alias, explained_decisions, frontier_shares, frontier_table, \
+    learned_how, settled_signal_counts
 from ..demo.scenario import DEMO_UPSTREAMS, Demo, DemoError, bandit_stats, learned_table, list_aliases, provider_table, \
-    routing_page, send_traffic, stats_delta, traffic_table, upstream_table
+    routing_page, stats_delta, traffic_table, upstream_table
 from ..demo.upstream import MODES
 
 BREAK_MODES = tuple(m for m in MODES if m != "ok")
@@ -32,16 +37,19 @@ def add_arguments(p):
                    help="port of the proxy on 127.0.0.1 (default 4000, or a free one if 4000 is taken; 0 picks a free one)")
     p.add_argument("--master-key", default=None, help="the proxy's master key (default: a random sk-aisia-... key)")
     p.add_argument("--traffic", type=int, default=0, metavar="N",
-                   help="send N sample requests of mixed domains and aliases and print where they went; with --break, "
-                        "N before and N after the break. The demo then stops unless --serve is given")
+                   help="simulated users converse with the aliases (N requests: questions, complaints, regenerates, "
+                        "thanks, in English and French) and the demo prints where they went and what the router "
+                        "learned; with --break, N before and N after the break. The demo then stops unless --serve")
     p.add_argument("--break", dest="break_", metavar="PROVIDER", default=None,
                    help="make one simulated provider fail (after the first traffic run, if any): "
                         "frontier, coder, swift, budget, flaky or local")
     p.add_argument("--break-mode", choices=BREAK_MODES, default="error",
                    help="how the broken provider fails (default: error, an HTTP 500 to every request)")
     p.add_argument("--serve", action="store_true", help="keep serving after the traffic runs, until Ctrl-C")
-    p.add_argument("--no-feedback", action="store_true",
-                   help="do not send the simulated replies' quality back as feedback (POST /aisia/feedback)")
+    p.add_argument("--feedback", action="store_true",
+                   help="also post each answer's simulated quality to POST /aisia/feedback (no chat client does: "
+                        "by default the router learns from the conversations alone)")
+    p.add_argument("--no-feedback", action="store_true", help=argparse.SUPPRESS)  # the default since --feedback
     p.add_argument("--seed", type=int, default=0, help="seed of the sample traffic and of the simulated providers")
     p.add_argument("--workdir", default=None,
                    help="where the proxy's config and log and the decision log (decisions.jsonl, for aisia replay --logged) "
@@ -146,20 +154,23 @@ AISIA demo: a LiteLLM proxy with the aisia plugin, in-memory state, {len(i['upst
 """
 
 
-def _traffic(demo: Demo, n: int, label: str, args):
-    progress = _Progress(f"sending {n} sample requests ({label})")
+def _traffic(demo: Demo, n: int, label: str, args, first: int = 0):
+    """`n` requests of conversing users (numbered from `first`): (their turns, what each
+    provider received meanwhile)."""
+    progress = _Progress(f"simulated users converse: {n} requests ({label})")
     started = time.monotonic()
     before = demo.upstream_stats()
-    outcomes = send_traffic(demo.proxy, n, seed=args.seed + (0 if label == "before" else 1),
-                            feedback=not args.no_feedback,
-                            on_done=lambda k: progress(time.monotonic() - started))
+    turns = send_conversations(demo.proxy, n, seed=args.seed + (0 if label == "before" else 1), first=first,
+                               feedback=args.feedback and not args.no_feedback,
+                               on_done=lambda k: progress(time.monotonic() - started))
+    outcomes = [t.outcome for t in turns]
     errors = sum(1 for o in outcomes if not o.ok)
     progress.done(f"{n} requests ({label}): {n - errors} answered, {errors} errors")
     for o in outcomes:
         if not o.ok:
             _say(f"  error {o.status} for {o.alias}: {o.error[:300]}", err=True)
             break
-    return outcomes, stats_delta(before, demo.upstream_stats())
+    return turns, stats_delta(before, demo.upstream_stats())
 
 
 def _break(demo: Demo, name: str, mode: str) -> str:
@@ -169,6 +180,29 @@ def _break(demo: Demo, name: str, mode: str) -> str:
             "slow": "answers after 3 s", "malformed": "answers invalid JSON", "stream_break": "drops its connections",
             "rate_limit": "answers 429 (rate limited)"}[mode]
     return f"provider {name} now {what} ({mode} mode)"
+
+
+def _learned(demo: Demo, turns: list, args) -> None:
+    """What the router learned from the conversations: the frontier shares, the evidence per
+    deployment, and what taught it (signals by kind and language; feedback only with --feedback)."""
+    feedback = args.feedback and not args.no_feedback
+    try:
+        prices = {name: blended_price(u) for name, u in demo.info()["upstreams"].items()}
+        rows = frontier_shares(turns, candidates_by_alias(explained_decisions(demo.proxy)), prices)
+        _say("\nThe frontier's share per alias (its most expensive candidate): of the answered requests on hard prompts "
+             "(coding, math: the cheap providers often get them wrong) and on easy ones, in the first and the last "
+             "third of the run" + (f" (the last third follows the break of {args.break_})" if args.break_ else ""))
+        _say(frontier_table(rows))
+        complaints = sum(1 for t in turns if t.said != "question")
+        counts = settled_signal_counts(demo.proxy, expected=complaints)
+        stats = bandit_stats(demo.proxy)
+        _say("\nWhat the plugin learned (GET /admin/bandit/stats): calls learned (health), and apart from them the quality "
+             "evidence by source (conversation signals, feedback, judge; docs/quality.md) and the estimate it gives from "
+             "the declared tier's prior; the breaker opens on repeated failures")
+        _say(learned_table(stats, [u.name for u in demo.upstreams]))
+        _say("\n" + learned_how(counts, turns, feedback))
+    except (DemoError, ValueError, OSError) as exc:
+        _say(f"(what the plugin learned could not be read: {exc})", err=True)
 
 
 def _summary(before, after, broken: str) -> str:
@@ -211,8 +245,8 @@ def _interactive(demo: Demo, args) -> None:
                 _say(f"provider {rest[0]} serves normally again")
             elif cmd == "traffic":
                 n = int(rest[0]) if rest else 20
-                outcomes, _ = _traffic(demo, n, "now", args)
-                _say(traffic_table([("now", outcomes)]))
+                turns, _ = _traffic(demo, n, "now", args)
+                _say(traffic_table([("now", [t.outcome for t in turns])]))
             elif cmd == "stats":
                 stats = bandit_stats(demo.proxy)
                 _say(json.dumps(stats, indent=2) if rest == ["--json"] else
@@ -265,28 +299,23 @@ def run(args) -> int:
         _say(_banner(demo, list_aliases(demo.proxy), routing_page(demo.proxy), serving=args.serve or not args.traffic))
 
         if args.traffic:
-            phases, provider_phases = [], []
+            phases, provider_phases, turns = [], [], []
             label = "before" if args.break_ else "traffic"
-            outcomes, delta = _traffic(demo, args.traffic, label, args)
-            phases.append((label, outcomes))
+            run, delta = _traffic(demo, args.traffic, label, args)
+            turns.extend(run)
+            phases.append((label, [t.outcome for t in run]))
             provider_phases.append((label, delta))
             if args.break_:
                 _say(_break(demo, args.break_, args.break_mode))
-                outcomes, delta = _traffic(demo, args.traffic, "after", args)
-                phases.append(("after", outcomes))
+                run, delta = _traffic(demo, args.traffic, "after", args, first=args.traffic)
+                turns.extend(run)
+                phases.append(("after", [t.outcome for t in run]))
                 provider_phases.append(("after", delta))
             _say("\nWhere the requests went (deployment that answered, per alias):")
             _say(traffic_table(phases))
             _say("\nWhat each simulated provider received (failed attempts were retried on another provider):")
             _say(provider_table(provider_phases))
-            try:
-                learned = learned_table(bandit_stats(demo.proxy), [u.name for u in demo.upstreams])
-                _say("\nWhat the plugin learned (GET /admin/bandit/stats): calls learned, feedback received (its weight as "
-                     "quality evidence, apart from calls: docs/quality.md), the quality estimate; the breaker opens "
-                     "on repeated failures")
-                _say(learned)
-            except (DemoError, ValueError, OSError) as exc:
-                _say(f"(the statistics could not be read: {exc})", err=True)
+            _learned(demo, turns, args)
             if args.break_:
                 _say("\n" + _summary(phases[0][1], phases[1][1], args.break_))
             if demo.keep_workdir or args.serve:

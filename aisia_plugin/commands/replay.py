@@ -68,66 +68,41 @@ def _stderr_is_tty() -> bool:
         return False
 
 
+class _Refused(Exception):
+    """The command stops: `message` to standard error, exit status `code` (2: usage, 1: input)."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
 def run(args) -> int:
+    try:
+        return _run(args)
+    except _Refused as refused:
+        _err(refused.message)
+        return refused.code
+
+
+def _run(args) -> int:
     if args.logged and args.scenario:
-        _err("aisia replay: --logged and --scenario exclude each other")
-        return 2
+        raise _Refused(2, "aisia replay: --logged and --scenario exclude each other")
     if args.logged:
         from .replay_logged import run_logged
 
         return run_logged(args)
     if bool(args.data) == bool(args.scenario):
-        _err("aisia replay: give one of --data FILE.jsonl (a trace), --scenario NAME (a synthetic one) or "
-             "--logged FILE.jsonl (a decision log)")
-        return 2
-    from ..policy import PolicyError, load_policy
-    from ..replay.report import (compare_dict, format_compare, format_replay, format_sweep, plot_sweep, progress_factory,
-                                 replay_dict, sweep_dict)
-    from ..replay.runner import ReplayError, build_scenario, parse_sweep, replay, sweep
+        raise _Refused(2, "aisia replay: give one of --data FILE.jsonl (a trace), --scenario NAME (a synthetic one) "
+                          "or --logged FILE.jsonl (a decision log)")
+    from ..replay.report import progress_factory
+    from ..replay.runner import ReplayError, build_scenario
 
-    # Usage first: nothing is loaded for a command line that cannot run.
-    if args.plot and not args.sweep:
-        _err("aisia replay: --plot needs --sweep (the curve is drawn from the swept runs)")
-        return 2
-    if not math.isfinite(args.seconds_per_request) or args.seconds_per_request <= 0:
-        _err("aisia replay: --seconds-per-request must be a number > 0")
-        return 2
-    problem = _scenario_usage(args)
-    if problem:
-        _err(f"aisia replay: {problem}")
-        return 2
-    sweep_spec = None
-    if args.sweep:
-        try:
-            sweep_spec = parse_sweep(args.sweep)
-        except ReplayError as exc:
-            _err(f"aisia replay: {exc}")
-            return 2
-
-    try:
-        policy = load_policy(args.policy)
-        other = load_policy(args.compare) if args.compare else None
-    except PolicyError as exc:
-        _err(str(exc))
-        return 1
-    for pol, which in ((policy, "--policy"), (other, "--compare")):
-        if pol is not None and args.alias not in pol.aliases:
-            _err(f"aisia replay: unknown alias {args.alias!r} in the {which} policy; known: {', '.join(pol.aliases)}")
-            return 2
-
-    if sweep_spec is not None:
-        from ..replay.runner import override_alias
-
-        for v in sweep_spec[1]:
-            try:
-                override_alias(policy, args.alias, sweep_spec[0], v)
-            except ReplayError as exc:
-                _err(f"aisia replay: --sweep: {exc}")
-                return 2
-
+    sweep_spec = _usage(args)  # usage first: nothing is loaded for a command line that cannot run
+    policy, other = _policies(args, sweep_spec)
     deployments_at = event = None
     if args.scenario:
-        from ..replay.scenarios import event_response, format_event_response, price_event
+        from ..replay.scenarios import price_event
 
         trace, specs, event = _scenario(args)
         deployments_at = price_event(event)
@@ -136,57 +111,127 @@ def run(args) -> int:
         if isinstance(loaded, int):
             return loaded
         trace, specs = loaded
-    scenario = build_scenario(trace, specs, policy, seed=args.seed, seconds_per_request=args.seconds_per_request)
-    progress = progress_factory(args.progress or _stderr_is_tty())
-    policy_label = " ".join(args.policy) if args.policy else "(configured policy)"
-    data_label = args.data or f"scenario {args.scenario}"
+    run = _Run(args, policy, build_scenario(trace, specs, policy, seed=args.seed,
+                                            seconds_per_request=args.seconds_per_request),
+               progress_factory(args.progress or _stderr_is_tty()), deployments_at)
     try:
         if sweep_spec is not None:
-            param, values = sweep_spec
-            result = sweep(policy, args.alias, scenario, param, values, seed=args.seed,
-                           progress=lambda i, v: progress(f"{param}={v:g}"), deployments_at=deployments_at)
-            if args.plot:
-                try:
-                    plot_sweep(result, args.plot)
-                except ImportError:
-                    _err("aisia replay: --plot needs matplotlib (pip install 'aisia_plugin[plot]')")
-                    return 1
-                except (OSError, ValueError) as exc:
-                    _err(f"aisia replay: cannot write the plot {args.plot}: {exc}")
-                    return 1
-            if args.json:
-                extra = {"plot": args.plot} if args.plot else {}
-                print(json.dumps(sweep_dict(result, data=data_label, **extra), indent=2))
-            else:
-                print(format_sweep(result))
-                if args.plot:
-                    print(f"\nplot saved to {args.plot}")
-            return 0
+            return run.sweep(*sweep_spec)
         if other is not None:
-            a = replay(policy, args.alias, scenario, seed=args.seed, progress=progress("base"), deployments_at=deployments_at)
-            b = replay(other, args.alias, scenario, seed=args.seed, progress=progress("other"), deployments_at=deployments_at)
-            other_label = " ".join(args.compare)
-            if args.json:
-                out = compare_dict(a, b)
-                out = {"data": data_label, "base_policy": policy_label, "other_policy": other_label, **out}
-                print(json.dumps(out, indent=2))
-            else:
-                print(format_compare(a, b, base_label=policy_label, other_label=other_label))
-            return 0
-        result = replay(policy, args.alias, scenario, seed=args.seed, progress=progress("replay"),
-                        deployments_at=deployments_at)
+            return run.compare(other)
+        return run.single(event)
     except ReplayError as exc:
-        _err(f"aisia replay: {exc}")
-        return 1
-    response = event_response(result.choices, event) if event else None
-    if args.json:
-        extra = {"event": {**event, "response": response}} if event else {}
-        print(json.dumps(replay_dict(result, data=data_label, policy=policy_label, **extra), indent=2))
-    else:
-        print(format_replay(result))
-        if event:
-            print(format_event_response(event, response))
-    return 0
+        raise _Refused(1, f"aisia replay: {exc}") from None
+
+
+def _usage(args):
+    """The parsed --sweep (None without it), once the options are known to fit together."""
+    from ..replay.runner import ReplayError, parse_sweep
+
+    if args.plot and not args.sweep:
+        raise _Refused(2, "aisia replay: --plot needs --sweep (the curve is drawn from the swept runs)")
+    if not math.isfinite(args.seconds_per_request) or args.seconds_per_request <= 0:
+        raise _Refused(2, "aisia replay: --seconds-per-request must be a number > 0")
+    problem = _scenario_usage(args)
+    if problem:
+        raise _Refused(2, f"aisia replay: {problem}")
+    if not args.sweep:
+        return None
+    try:
+        return parse_sweep(args.sweep)
+    except ReplayError as exc:
+        raise _Refused(2, f"aisia replay: {exc}") from None
+
+
+def _policies(args, sweep_spec):
+    """(the --policy policy, the --compare one or None), each knowing the alias, the swept
+    values applicable to the first."""
+    from ..policy import PolicyError, load_policy
+    from ..replay.runner import ReplayError, override_alias
+
+    try:
+        policy = load_policy(args.policy)
+        other = load_policy(args.compare) if args.compare else None
+    except PolicyError as exc:
+        raise _Refused(1, str(exc)) from None
+    for pol, which in ((policy, "--policy"), (other, "--compare")):
+        if pol is not None and args.alias not in pol.aliases:
+            raise _Refused(2, f"aisia replay: unknown alias {args.alias!r} in the {which} policy; "
+                              f"known: {', '.join(pol.aliases)}")
+    for v in (sweep_spec[1] if sweep_spec is not None else ()):
+        try:
+            override_alias(policy, args.alias, sweep_spec[0], v)
+        except ReplayError as exc:
+            raise _Refused(2, f"aisia replay: --sweep: {exc}") from None
+    return policy, other
+
+
+class _Run:
+    """One replay command's run over its scenario: a sweep, a comparison or a single replay,
+    printed as text or JSON."""
+
+    def __init__(self, args, policy, scenario, progress, deployments_at):
+        self.args, self.policy, self.scenario = args, policy, scenario
+        self.progress, self.deployments_at = progress, deployments_at
+        self.policy_label = " ".join(args.policy) if args.policy else "(configured policy)"
+        self.data_label = args.data or f"scenario {args.scenario}"
+
+    def _replay(self, policy, label: str):
+        from ..replay.runner import replay
+
+        return replay(policy, self.args.alias, self.scenario, seed=self.args.seed, progress=self.progress(label),
+                      deployments_at=self.deployments_at)
+
+    def sweep(self, param: str, values) -> int:
+        from ..replay.report import format_sweep, plot_sweep, sweep_dict
+        from ..replay.runner import sweep
+
+        args = self.args
+        result = sweep(self.policy, args.alias, self.scenario, param, values, seed=args.seed,
+                       progress=lambda i, v: self.progress(f"{param}={v:g}"), deployments_at=self.deployments_at)
+        if args.plot:
+            try:
+                plot_sweep(result, args.plot)
+            except ImportError:
+                raise _Refused(1, "aisia replay: --plot needs matplotlib (pip install 'aisia_plugin[plot]')") from None
+            except (OSError, ValueError) as exc:
+                raise _Refused(1, f"aisia replay: cannot write the plot {args.plot}: {exc}") from None
+        if args.json:
+            extra = {"plot": args.plot} if args.plot else {}
+            print(json.dumps(sweep_dict(result, data=self.data_label, **extra), indent=2))
+        else:
+            print(format_sweep(result))
+            if args.plot:
+                print(f"\nplot saved to {args.plot}")
+        return 0
+
+    def compare(self, other) -> int:
+        from ..replay.report import compare_dict, format_compare
+
+        a, b = self._replay(self.policy, "base"), self._replay(other, "other")
+        other_label = " ".join(self.args.compare)
+        if self.args.json:
+            out = {"data": self.data_label, "base_policy": self.policy_label, "other_policy": other_label,
+                   **compare_dict(a, b)}
+            print(json.dumps(out, indent=2))
+        else:
+            print(format_compare(a, b, base_label=self.policy_label, other_label=other_label))
+        return 0
+
+    def single(self, event) -> int:
+        from ..replay.report import format_replay, replay_dict
+        from ..replay.scenarios import event_response, format_event_response
+
+        result = self._replay(self.policy, "replay")
+        response = event_response(result.choices, event) if event else None
+        if self.args.json:
+            extra = {"event": {**event, "response": response}} if event else {}
+            print(json.dumps(replay_dict(result, data=self.data_label, policy=self.policy_label, **extra), indent=2))
+        else:
+            print(format_replay(result))
+            if event:
+                print(format_event_response(event, response))
+        return 0
 
 
 def _scenario_usage(args) -> str:

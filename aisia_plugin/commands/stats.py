@@ -1,5 +1,7 @@
 """`aisia stats`: what the router has learned, from the configured store (per deployment and per
-domain: count, discounted pulls, mean reward, Beta posterior, latency, error rate, breaker), a
+domain: count, discounted pulls, mean reward, Beta posterior, latency, error rate; beside that
+health, the quality estimate, its prior and the quality evidence by source: conversation signals,
+feedback, judge (docs/quality.md); the breaker), a
 summary of the contextual strategy's models when there are any and each spend target with its
 realised spend and multiplier (the table only), and `--reset DEPLOYMENT` for an operator who
 knows a provider is fixed."""
@@ -26,14 +28,27 @@ def add_arguments(p):
 
 
 COLUMNS = ("deployment", "domain", "count", "pulls", "mean reward", "alpha", "beta", "avg latency s", "error rate",
-           "breaker")
+           "quality", "prior", "signals", "feedback", "judge", "breaker")
+
+
+def _num(value, fmt: str) -> str:
+    return format(value, fmt) if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
+def quality_cells(row: dict) -> list[str]:
+    """A stats row's quality beside its health: the estimate, the prior (declared tier and
+    specialities; '-' when the store has no policy to read it from) and the evidence by source."""
+    q = row.get("quality") or {}
+    evidence = q.get("evidence") or {}
+    return [_num(q.get("estimate"), ".3f"), _num(q.get("prior"), ".2f"), _num(evidence.get("signal"), ".0f"),
+            _num(evidence.get("feedback"), ".0f"), _num(evidence.get("judge"), ".0f")]
 
 
 def table(stats: dict) -> str:
     """The stats as an aligned text table: a row per deployment, then a row per domain."""
     def cells(dep, dom, r, breaker):
         return [dep, dom, str(r["count"]), f"{r['pulls']:.2f}", f"{r['mean_reward']:.3f}", f"{r['alpha']:.2f}",
-                f"{r['beta']:.2f}", f"{r['avg_latency']:.3f}", f"{r['error_rate']:.3f}", breaker]
+                f"{r['beta']:.2f}", f"{r['avg_latency']:.3f}", f"{r['error_rate']:.3f}", *quality_cells(r), breaker]
 
     rows = []
     for dep, row in stats.items():
@@ -43,7 +58,7 @@ def table(stats: dict) -> str:
     if not rows:
         return "nothing learned yet"
     widths = [max(len(c), *(len(r[k]) for r in rows)) for k, c in enumerate(COLUMNS)]
-    left = {0, 1, 9}
+    left = {0, 1, len(COLUMNS) - 1}
 
     def line(values):
         return "  ".join(v.ljust(w) if k in left else v.rjust(w) for k, (v, w) in enumerate(zip(values, widths))).rstrip()

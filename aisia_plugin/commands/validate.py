@@ -216,7 +216,77 @@ def deployment_issues(loaded, path) -> tuple[list[PolicyIssue], list[PolicyIssue
                                f"aliases.{name}.candidates",
                                f"selects none of the {len(deps)} deployments of {path}: the alias would answer "
                                "every request with 'no deployment is available'", "semantic"))
-    return out, _unmatched_annotations(loaded, deps, path) + _unpriced(config, deps) + _free_under_a_target(loaded, deps)
+    out.extend(_empty_layer_aliases(loaded, config, deps, path))
+    return out, (_unmatched_annotations(loaded, deps, path) + _unpriced(config, deps)
+                 + _free_under_a_target(loaded, deps) + _required_capabilities(loaded, deps)
+                 + _local_first_sides(loaded, deps))
+
+
+def _required_capabilities(loaded, deps) -> list[PolicyIssue]:
+    """An alias whose `requires:` names a capability none of its candidates is known to have
+    (docs/capabilities.md): its requests needing it would be refused, or may be."""
+    from ..capabilities import gaps
+    from ..deployments import selects
+    from ..policy.yamlpos import position_of
+
+    out = []
+    for name, alias in loaded.policy.aliases.items():
+        if not alias.requires:
+            continue
+        for gap in gaps(name, alias.requires, [d for d in deps if selects(alias.candidates, d)]):
+            path = ("aliases", name, "requires")
+            pos = position_of(loaded.locations, path, key=True)
+            out.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0, pos.column if pos else 0,
+                                   ".".join(path), gap.message(), "warning"))
+    return out
+
+
+def _empty_layer_aliases(loaded, config, deps, path) -> list[PolicyIssue]:
+    """An alias of a team's or a named layer that selects none of the config's deployments the
+    operator's alias selects (a layer only narrows: docs/teams.md)."""
+    from ..deployments import selects
+    from ..litellm.costs import proxy_deployments
+    from ..policy.yamlpos import position_of
+
+    out = []
+    for ref, policy in loaded.layers.items():
+        raw = getattr(loaded.policy, ref.section)[ref.name]
+        views = proxy_deployments(config, policy) if raw.deployments else deps
+        for name in raw.aliases:
+            operator = {d.id for d in deps if selects(loaded.policy.aliases[name].candidates, d)}
+            if operator and not any(d.id in operator and selects(policy.aliases[name].candidates, d) for d in views):
+                where = (ref.section, ref.name, "aliases", name)
+                pos = position_of(loaded.locations, where + ("candidates",), key=True) \
+                    or position_of(loaded.locations, where, key=True)
+                out.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0,
+                                       pos.column if pos else 0, ".".join(where),
+                                       f"leaves alias '{name}' without candidates: none of the {len(operator)} "
+                                       f"deployments of {path} the operator's alias selects is selected by this "
+                                       "layer (a layer only narrows)", "semantic"))
+    return out
+
+
+def _local_first_sides(loaded, deps) -> list[PolicyIssue]:
+    """An alias with local-first on whose candidates hold no local deployment (local-first does
+    nothing) or no cloud one (an unsure local answer has nowhere to go: it is kept)."""
+    from ..deployments import selects
+    from ..policy.yamlpos import position_of
+
+    out = []
+    for name, alias in loaded.policy.aliases.items():
+        if not alias.local_first.enabled:
+            continue
+        chosen = [d for d in deps if selects(alias.candidates, d)]
+        local = [d.id for d in chosen if d.local]
+        if chosen and (not local or len(local) == len(chosen)):
+            what = ("no local candidate (locality local, declared or inferred from a self-hosted provider): "
+                    "local-first does nothing" if not local else
+                    "no cloud candidate: an unsure local answer cannot be escalated and is kept")
+            path = ("aliases", name, "local_first", "enabled")
+            pos = position_of(loaded.locations, path, key=True)
+            out.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0, pos.column if pos else 0,
+                                   ".".join(path), f"has {what} (docs/local-first.md)", "warning"))
+    return out
 
 
 def _free_under_a_target(loaded, deps) -> list[PolicyIssue]:

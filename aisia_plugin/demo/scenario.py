@@ -104,6 +104,7 @@ class Outcome:
     error: str = ""
     headers: dict = field(default_factory=dict)
     quality: Optional[float] = None
+    answer: Optional[str] = None  # the reply's text (a conversing user's chat client keeps it in its history)
 
     @property
     def ok(self) -> bool:
@@ -148,10 +149,13 @@ def bandit_stats(proxy: Proxy):
     return json.loads(body)
 
 
-def ask(proxy: Proxy, alias: str, prompt: str, domain: str = "", feedback: bool = True) -> Outcome:
-    """One chat request through the proxy; with `feedback`, the reply's simulated quality is
-    sent back as delayed feedback (`POST /aisia/feedback`) when the proxy names the request."""
-    body = {"model": alias, "messages": [{"role": "user", "content": prompt}]}
+def ask(proxy: Proxy, alias: str, prompt: str, domain: str = "", feedback: bool = False,
+        messages: Optional[list] = None) -> Outcome:
+    """One chat request through the proxy (`messages`, a conversation's history, else `prompt`
+    alone); with `feedback`, the reply's simulated quality is sent back as delayed feedback
+    (`POST /aisia/feedback`) when the proxy names the request: what no chat client does, so the
+    demo does it only when asked (--feedback)."""
+    body = {"model": alias, "messages": messages or [{"role": "user", "content": prompt}]}
     try:
         status, headers, raw = _http("POST", proxy.base_url + "/chat/completions", proxy.master_key, body)
     except (urllib.error.URLError, OSError) as exc:
@@ -168,7 +172,7 @@ def ask(proxy: Proxy, alias: str, prompt: str, domain: str = "", feedback: bool 
         return Outcome(alias, domain, status=status, error="unreadable reply", headers=headers)
     served, quality = parse_reply(text)
     out = Outcome(alias, domain, served_by=headers.get("x-litellm-model-id") or served, headers=headers,
-                  quality=quality)
+                  quality=quality, answer=text)
     request_id = headers.get("x-aisia-request-id")
     if feedback and request_id and quality is not None:
         _http("POST", proxy.url + "/aisia/feedback", proxy.master_key,
@@ -188,7 +192,7 @@ def sample_requests(n: int, seed: int = 0) -> list[tuple[str, str, str]]:
     return out
 
 
-def send_traffic(proxy: Proxy, n: int, seed: int = 0, concurrency: int = 4, feedback: bool = True,
+def send_traffic(proxy: Proxy, n: int, seed: int = 0, concurrency: int = 4, feedback: bool = False,
                  on_done: Optional[Callable[[int], None]] = None) -> list[Outcome]:
     samples = sample_requests(n, seed)
     done = 0
@@ -252,10 +256,12 @@ def provider_table(phases: list[tuple[str, dict[str, dict]]]) -> str:
 
 def learned_table(stats: dict, names: list[str]) -> str:
     """What the plugin has learned about each provider (`GET /admin/bandit/stats`)."""
-    # Calls and quality evidence are learned apart (docs/quality.md): "calls" counts the outcomes
-    # learned (the undiscounted count), "feedback" the weight of the feedback scores received (as
-    # the quality evidence holds it, discounted by its age), "quality" the estimate they give.
-    rows = [["deployment", "calls", "feedback", "quality", "mean reward", "error rate", "avg latency", "breaker"]]
+    # Health and quality are learned apart (docs/quality.md): "calls" counts the outcomes learned
+    # (the undiscounted count, health); "signals", "feedback" and "judge" how many pieces of
+    # quality evidence each source gave; "prior" the quality its declared tier gives, and
+    # "quality" the estimate the evidence moved it to.
+    rows = [["deployment", "calls", "signals", "feedback", "judge", "prior", "quality", "mean reward", "error rate",
+             "avg latency", "breaker"]]
 
     def num(v, fmt):
         return format(v, fmt) if isinstance(v, (int, float)) and not isinstance(v, bool) else "-"
@@ -264,12 +270,14 @@ def learned_table(stats: dict, names: list[str]) -> str:
         s = stats.get(name) or {}
         latency = s.get("avg_latency")
         quality = s.get("quality") or {}
-        rows.append([name, num(s.get("count"), ".0f"), num((quality.get("evidence") or {}).get("feedback"), ".1f"),
-                     num(quality.get("estimate"), ".3f"), num(s.get("mean_reward"), ".3f"),
-                     num(s.get("error_rate"), ".0%"),
+        evidence = quality.get("evidence") or {}
+        rows.append([name, num(s.get("count"), ".0f"), num(evidence.get("signal"), ".0f"),
+                     num(evidence.get("feedback"), ".0f"), num(evidence.get("judge"), ".0f"),
+                     num(quality.get("prior"), ".2f"), num(quality.get("estimate"), ".3f"),
+                     num(s.get("mean_reward"), ".3f"), num(s.get("error_rate"), ".0%"),
                      f"{latency * 1000:.0f} ms" if isinstance(latency, (int, float)) and latency else "-",
                      str(s.get("breaker") or "-")])
-    return _render(rows, right={1, 2, 3, 4, 5, 6})
+    return _render(rows, right=set(range(1, 10)))
 
 
 def upstream_table(stats: dict[str, dict]) -> str:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import random
 import re
 import socket
@@ -76,6 +77,13 @@ class UpstreamSpec:
     port: int = 0  # 0 lets the system choose a free port
     local: bool = False  # a "local" model (the demo annotates it for auto/offline)
     echo: bool = False  # the reply ends with the last user message (privacy tests: a marker in answers)
+    # Whether it returns its tokens' log-probabilities when a request asks (``logprobs: true``, as
+    # vLLM and Ollama do): each token's is log(the answer's quality), so its confidence tracks how
+    # good the answer is (local-first's tests and benchmark, docs/local-first.md).
+    logprobs: bool = False
+    # The spread of that confidence around the quality (a normal draw per answer, seeded by the
+    # prompt): a model's certainty tells its right answers from its wrong ones imperfectly.
+    logprob_noise: float = 0.0
     # A benchmark's own answers (benchmarks/conversation_bench.py): called with (upstream name, the
     # request's messages), returns the reply text instead of the quality line; Python only.
     responder: Optional[Callable[[str, list], str]] = field(default=None, compare=False, repr=False)
@@ -165,11 +173,35 @@ def _tokens(text: str) -> int:
     return max(1, len(text.split()))
 
 
+# The words of a simulated answer after its header: drawn per (seed, upstream, prompt), so that two
+# answers to different prompts differ as real ones do (a conversation's repeated-answer signal
+# compares an answer with the previous one, docs/signals.md) and the same prompt gets the same one.
+_ANSWER_WORDS = ("answer", "result", "because", "first", "then", "value", "function", "step", "note", "here",
+                 "example", "so", "we", "get", "list", "sum", "check", "case", "test", "return", "loop", "date",
+                 "order", "rule", "term", "point", "line", "table", "query", "index", "field", "range", "option",
+                 "reason", "source", "number", "method", "detail", "summary", "version")
+
+
+def answer_words(spec: UpstreamSpec, prompt: str, n: int) -> str:
+    rng = random.Random(f"{spec.seed}:{spec.name}:{prompt}:words")
+    return " ".join(rng.choice(_ANSWER_WORDS) for _ in range(max(0, n)))
+
+
 def quality_of(spec: UpstreamSpec, prompt: str, domain: Optional[str]) -> float:
     """The simulated answer quality: the upstream's strength in the domain, moved by at most
     0.1 by a draw that depends only on (seed, upstream, prompt)."""
     noise = random.Random(f"{spec.seed}:{spec.name}:{prompt}").uniform(-0.1, 0.1)
     return round(clamp01(spec.strength(domain) + noise), 3)
+
+
+def token_confidence(spec: UpstreamSpec, prompt: str, quality: float) -> float:
+    """The probability each token of an answer is reported with (``logprobs``): the answer's
+    quality moved by a normal draw of sd ``logprob_noise`` that depends only on (seed, upstream,
+    prompt), within [0.001, 1]."""
+    if spec.logprob_noise <= 0.0:
+        return quality
+    draw = random.Random(f"{spec.seed}:{spec.name}:{prompt}:logprob").gauss(0.0, spec.logprob_noise)
+    return min(1.0, max(0.001, quality + draw))
 
 
 # Azure's chat route: LiteLLM's `azure/NAME` calls `{api_base}/openai/deployments/NAME/chat/completions`.
@@ -405,12 +437,12 @@ class _Handler(BaseHTTPRequestHandler):
                        headers={"Retry-After": f"{ra:g}", "x-ratelimit-remaining-requests": "0"})
             return
 
+        quality = quality_of(spec, prompt, domain)
         if spec.responder is not None:
             text = spec.responder(spec.name, messages)
         else:
-            quality = quality_of(spec, prompt, domain)
             text = (f"served-by={spec.name} model={spec.model_id} domain={domain or 'general'} quality={quality:.3f} "
-                    + " ".join(["lorem"] * max(0, spec.reply_words - 5)))
+                    + answer_words(spec, prompt, spec.reply_words - 5))
         if spec.echo:
             text += " echo: " + prompt
         prompt_tokens = _tokens(_message_text(messages))
@@ -440,7 +472,12 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.flush()
                 self._drop()
                 return
-            self._json(200, self._completion(cid, created, text, usage))
+            completion = self._completion(cid, created, text, usage)
+            if spec.logprobs and body.get("logprobs"):
+                lp = math.log(max(token_confidence(spec, prompt, quality), 1e-6))
+                completion["choices"][0]["logprobs"] = {"content": [
+                    {"token": w, "logprob": lp, "bytes": list(w.encode()), "top_logprobs": []} for w in text.split(" ")]}
+            self._json(200, completion)
             return
 
         self._stream_start()

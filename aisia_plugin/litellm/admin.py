@@ -21,6 +21,7 @@ from litellm.proxy.auth.user_api_key_auth import user_api_key_auth
 
 from ..deployments import describe
 from ..numbers import within
+from .layering import layers_of
 
 if TYPE_CHECKING:
     from .host import PluginHost
@@ -99,11 +100,11 @@ async def optional_identity(**kwargs):
 
 async def feedback_caller(identity=Depends(litellm_identity)) -> Optional[str]:
     """Who may give feedback: the proxy admin for any served request (None), any other key
-    LiteLLM accepts for the requests it made itself (its hash, ``runtime.caller_key``)."""
+    LiteLLM accepts for the requests it made itself (its hash, ``tenancy.caller_key``)."""
     role = getattr(identity, "user_role", None)
     if role in (LitellmUserRoles.PROXY_ADMIN, LitellmUserRoles.PROXY_ADMIN.value):
         return None
-    from .runtime import caller_key
+    from .tenancy import caller_key
 
     key = caller_key(identity)
     if key is None:
@@ -195,7 +196,7 @@ class RefusalLimit:
         self.local = ExpiringCounts(limit=10000)
 
     async def spend(self, key: str, reason: str) -> bool:
-        """Count one refusal of `key` (a hash: runtime.caller_key); False once past the budget."""
+        """Count one refusal of `key` (a hash: tenancy.caller_key); False once past the budget."""
         name = "feedback-refused:" + key
         count = await self.plugin.runtime.store.count_up(name, self.window_s)
         if count is None:
@@ -233,7 +234,7 @@ def mount(app, plugin: "PluginHost") -> None:
         try:
             return await apply_feedback(request, key)
         except HTTPException as exc:
-            from .runtime import caller_key
+            from .tenancy import caller_key
 
             reason = str((exc.detail.get("error") or {}).get("message", "")) if isinstance(exc.detail, dict) else ""
             if exc.status_code < 500 and not await refusals.spend(caller_key(identity) or "-", reason):
@@ -259,7 +260,7 @@ def mount(app, plugin: "PluginHost") -> None:
                             "feedback already given, or made with another key)")
         # The score is quality evidence about the serving deployment (docs/quality.md).
         alias, dep = served.get("alias"), served.get("deployment_id")
-        reward = rt.engine.record_quality(dep, alias, served.get("domain"), float(score), "feedback")
+        reward = rt.engine.record_quality(dep, alias, served.get("domain"), float(score), "feedback", key=key)
         return {"request_id": rid, "deployment_id": dep, "alias": alias, "reward": reward}
 
     async def explain(limit: int = 50, _=Depends(require_admin)):
@@ -275,6 +276,7 @@ def mount(app, plugin: "PluginHost") -> None:
                 "deployments": [describe(d) for d in rt.deployments(llm_router.model_list if llm_router else [])],
                 "aliases": plugin.available_aliases(),
                 "aliases_without_candidates": list(plugin.empty_aliases),
+                "layers": layers_of(rt.policy),  # the teams' and the keys' layers (docs/teams.md)
                 "group_installs": plugin.group_installs, "reloads": watcher.reloads if watcher else 0, "checks": watcher.checks if watcher else 0,
                 "rejected_edit": watcher.last_error if watcher else None,
                 "restart_pending": watcher.restart_pending if watcher else []}

@@ -8,7 +8,8 @@ Router groups and standing aside are the base class's (startup.ProxyLife). In a 
 2. ``async_filter_deployments`` (per attempt): the engine decides (deciding.py): DECIDED;
 3. ``async_pre_call_deployment_hook``: SENT; the failure hook and event of an attempt: ``Call.fail``
    judges whose failure it is; the success hook and event: pending failures settled, LEARNED;
-4. ``async_post_call_response_headers_hook``: ANSWERED, the ``x-aisia-*`` headers;
+4. ``async_post_call_success_hook``: a local-first answer kept or escalated (escalation.py);
+   ``async_post_call_response_headers_hook``: ANSWERED, the ``x-aisia-*`` headers;
 5. ``async_post_call_failure_hook``: a refusal or an exhausted failover becomes one clear error.
 """
 
@@ -21,12 +22,12 @@ from typing import Optional
 from litellm.integrations.custom_logger import CustomLogger
 
 from ..policy.loader import LoadedPolicy
-from . import checks, compat, events
+from . import checks, escalation, events
 from .deciding import choose, handed_to_litellm
 from .headers import response_headers
 from .judge import served_answer
-from .lifecycle import SENT, Refused
-from .runtime import caller_key
+from .layering import scope_call
+from .lifecycle import CLOSED, SENT, Refused
 from .startup import FAIL_CLOSED_ENV, ProxyLife, fail_closed, http_error
 
 __all__ = ["AisiaPlugin", "FAIL_CLOSED_ENV", "Refused", "fail_closed"]
@@ -55,13 +56,14 @@ class AisiaPlugin(ProxyLife, CustomLogger):
         # to a deployment not yet tried for this request. A client's own num_retries is kept.
         if data.get("num_retries") is None:
             data["num_retries"] = ap.failover.attempts
-        # The plugin's own id of this request: LiteLLM's call id comes from the client's
-        # x-litellm-call-id header and is shared by as many requests as send the same one.
+        # Our own id of the request: LiteLLM's call id is the client's x-litellm-call-id, shared by many.
         rid = events.stamp_request_id(data)
         rt = self.runtime
         call = rt.open_call(rid, model, rt.session(ap, data, user_api_key_dict))
-        call.key = caller_key(user_api_key_dict)  # who may give feedback for it
+        if (bad := scope_call(rt, call, user_api_key_dict, data)) is not None:  # tenant, layer, limits, pacing
+            raise http_error(bad.status_code, bad.text, bad.kind)
         rt.conversations.opened(call, data, user_api_key_dict)  # the answer it judges, in the background
+        escalation.opened(call, ap, data, call_type)  # local-first: its local side, logprobs asked for
         return data
 
     # -- 2. the decision, per attempt: DECIDED ---------------------------------------------------
@@ -89,7 +91,7 @@ class AisiaPlugin(ProxyLife, CustomLogger):
         if messages is None:  # /v1/responses and /v1/completions carry the prompt elsewhere
             messages = events.prompt_messages(kwargs)
         decision = await choose(rt, self.observer, self._installed_router, call, healthy_deployments, messages,
-                                tried=tried, tools=kwargs.get("tools"),
+                                tried=tried, tools=kwargs.get("tools"), request=kwargs,
                                 client_timeout=events.request_facts(kwargs).client_timeout)
         ranked = decision.ranking()
         call.decide(decision, tuple(ranked), rt.explain_entry(call, decision, len(tried), tried))
@@ -97,8 +99,7 @@ class AisiaPlugin(ProxyLife, CustomLogger):
 
     # -- 3. each attempt: SENT, failed, answered, learned ----------------------------------------
     def _attempt_call(self, data):
-        """(the alias call, the deployment id) of a per-attempt hook's request; (None, None) for
-        a request no alias routed."""
+        """(the alias call, the deployment id) of a per-attempt hook's request; (None, None) if none."""
         rt = self.runtime
         if rt is None or not rt.calls:
             return None, None
@@ -109,8 +110,7 @@ class AisiaPlugin(ProxyLife, CustomLogger):
         return call, (str(dep) if dep is not None else None)
 
     def _call_of_event(self, kwargs):
-        """The alias call a logging event belongs to; None for any other request (a plain model
-        name, or a call whose record has expired): its outcome is not even read."""
+        """The alias call of a logging event; None for any other request (its outcome is not read)."""
         rt = self.runtime
         if rt is None or not rt.calls:
             return None
@@ -183,8 +183,7 @@ class AisiaPlugin(ProxyLife, CustomLogger):
         outcome = events.failure(kwargs, start_time, end_time)
         attempt = call.sent_attempt(outcome.deployment_id)
         if attempt is not None and attempt.state is SENT:
-            self._fail(call, attempt, outcome, events.request_facts(kwargs), events.is_stream(kwargs), kwargs,
-                       kwargs.get("exception"))
+            self._fail(call, attempt, outcome, events.request_facts(kwargs), events.is_stream(kwargs), kwargs)
         ap = self.runtime.policy.aliases.get(call.alias)
         if call.pending is not None and call.spent(ap.failover.attempts if ap is not None else None):
             # No attempt of this alias follows (its budget is spent, or every candidate was
@@ -192,18 +191,14 @@ class AisiaPlugin(ProxyLife, CustomLogger):
             # failure hook would settle it too; a Router used alone has no such hook.
             self._act(call.settle())
 
-    def _fail(self, call, attempt, outcome, facts, stream: bool, raw=None, exception=None) -> None:
-        """``Call.fail``; LiteLLM's cooldown (run next) is spared what ``Runtime.spares_cooldown`` says."""
-        rt = self.runtime
-        dep = attempt.deployment_id
+    def _fail(self, call, attempt, outcome, facts, stream: bool, raw, exception=None) -> None:
+        rt, dep = self.runtime, attempt.deployment_id
         failure = events.attempt_failure(outcome, rt.deployment_provider(dep), rt.deployment_names(dep), call.answered)
         self._act(call.fail(attempt, outcome, failure, rt.policy.circuit_breaker, facts), attempt if stream else None)
-        if raw is not None:  # (the hook's request, or the event's kwargs)
-            compat.litellm_cooldown_sees(raw, exception, not rt.spares_cooldown(call))
+        rt.tell_cooldown(call, raw, exception)  # before LiteLLM's cooldown reads the failure
 
     def _settle_request(self, call) -> None:
-        """An attempt of the request was answered: the failures pending before it were their
-        deployments'."""
+        """An attempt of the request was answered: the failures pending before it were their deployments'."""
         first = self.runtime.call(call.request_id) or call
         if first.pending is not None or first.branches:
             self._act(first.settle_request())
@@ -236,11 +231,11 @@ class AisiaPlugin(ProxyLife, CustomLogger):
         if outcome.success:
             outcome = rt.counted_cost(outcome)
         verdict = rt.weighed(call.key, outcome, verdict)
-        rt.after(self._learn, rt.engine, call, attempt, outcome, stream, ttft, verdict, time.time())
+        rt.after(self._learn, rt.scopes.engine(call.layer), call, attempt, outcome, stream, ttft, verdict, time.time())
 
     def _learn(self, engine, call, attempt, outcome, stream: bool, ttft, verdict, at: float) -> None:
         try:
-            reward = engine.record(attempt.decision, outcome, session=call.session, verdict=verdict)
+            reward = engine.record(attempt.decision, outcome, session=call.session, verdict=verdict, team=call.team)
             # Learned once: what learning needed of the decision (the contextual strategy's request
             # vector, its arrays) is spent; the explain log keeps the decision for hundreds of
             # requests, and nothing it renders reads it.
@@ -259,7 +254,10 @@ class AisiaPlugin(ProxyLife, CustomLogger):
         except Exception:  # learning must never break serving
             log.exception("aisia: could not learn from an outcome")
 
-    # -- 4. response headers: ANSWERED -----------------------------------------------------------
+    # -- 4. the answer kept, or escalated (local-first), then the response headers: ANSWERED ------
+    async def async_post_call_success_hook(self, data, user_api_key_dict, response):
+        return await escalation.after_answer(self, data, response) if self.runtime is not None else None
+
     async def async_post_call_response_headers_hook(self, data, user_api_key_dict, response, request_headers=None,
                                                     litellm_call_info=None):
         rt = self.runtime
@@ -273,6 +271,8 @@ class AisiaPlugin(ProxyLife, CustomLogger):
         a = call.attempts[-1]
         if first.answer() | call.answer():  # (both marked) the outcome was learned already: CLOSED
             rt.close_call(first)
+        if call.phase is CLOSED:  # (a local-first escalation: a call of its own)
+            rt.close_call(call)
         if response is not None:
             # The response is LiteLLM's answer: feedback may follow at once, before the success
             # event (logged in the background) arrives.
@@ -280,7 +280,7 @@ class AisiaPlugin(ProxyLife, CustomLogger):
             if served is not None:
                 rt.note_served(call, served)
             rt.conversations.answered(call, data, response, a.deployment_id, a.decision)
-        return response_headers(call, a, rt.policy.proxy.verbose_reason_header)
+        return response_headers(call, a, rt.policy.proxy.verbose_reason_header, rt.engine)
 
     # -- 5. errors: the request forgotten --------------------------------------------------------
     async def async_post_call_failure_hook(self, request_data, original_exception, user_api_key_dict,

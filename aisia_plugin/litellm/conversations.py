@@ -180,6 +180,7 @@ class Conversations:
     def __init__(self, runtime, judge_of: Callable[[], Any] = lambda: None):
         self.runtime = runtime
         self.judge_of = judge_of
+        self.metrics = None  # a metrics.RouterMetrics (the startup's observer's): signals counted by kind, language
         self._tasks: set = set()
         self.dropped = 0
 
@@ -316,6 +317,8 @@ class Conversations:
                 continue
             value, factor = evidence
             engine.record_quality(turn.deployment_id, turn.alias, turn.domain, value, "signal",
-                                  factor * source_weight)
+                                  factor * source_weight, key=caller.key_hash or None)
+            if self.metrics is not None:
+                self.metrics.signal(signal.kind, signal.language)
             if judge_runner is not None:
                 judge_runner.signalled(turn.answer_fingerprint, factor if value else -factor)

@@ -8,6 +8,9 @@ passes it (``get_llm_provider``: without its provider prefix), the provider, ``b
 Router registered under the deployment's id) and the provider-aware lookup of the cost map. So the
 price the router ranks and budgets with is the ``x-litellm-response-cost`` of the same tokens.
 
+The same model info gives a deployment's context window (``context_window``) and what it can
+take (``litellm_capabilities``: images, tools, a JSON schema...; docs/capabilities.md).
+
 Custom prices reach ``litellm.model_cost`` only when a Router registers its deployments: inside the
 proxy it has; outside it (``aisia explain``, ``aisia validate``) ``router_deployments`` builds a
 Router from the config's model list, as the proxy does at start."""
@@ -31,6 +34,7 @@ if "litellm" not in sys.modules:
 import litellm
 from litellm.litellm_core_utils.litellm_logging import use_custom_pricing_for_model
 
+from ..capabilities import LITELLM_KEYS, merged
 from ..deployments import ConfigFile, DeploymentError, Price, PriceLookup, config_deployments
 from ..policy.errors import PolicyIssue
 
@@ -44,20 +48,49 @@ def context_window(raw) -> Optional[int]:
     deployment's own ``model_info.max_input_tokens``, else LiteLLM's model info for its
     ``base_model`` or model. None when LiteLLM does not know."""
     info = raw.get("model_info") or {}
-    params = raw.get("litellm_params") or {}
     value = info.get("max_input_tokens")
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
+    for _, found in _model_infos(raw):
+        found = found.get("max_input_tokens")
+        if isinstance(found, int) and not isinstance(found, bool) and found > 0:
+            return found
+    return None
+
+
+def _model_infos(raw: Mapping):
+    """(name, LiteLLM's model info) of the names a deployment may be known by in LiteLLM's map:
+    ``model_info.base_model``, ``litellm_params.base_model``, its model; the names LiteLLM does
+    not know are skipped."""
+    info = raw.get("model_info") or {}
+    params = raw.get("litellm_params") or {}
     for name in (info.get("base_model"), params.get("base_model"), params.get("model")):
         if not isinstance(name, str) or not name:
             continue
         try:
-            found = litellm.get_model_info(name).get("max_input_tokens")
+            found = litellm.get_model_info(name)
         except Exception:  # LiteLLM raises for a model its map does not know
             continue
-        if isinstance(found, int) and not isinstance(found, bool) and found > 0:
-            return found
-    return None
+        if isinstance(found, Mapping):
+            yield name, found
+
+
+def litellm_capabilities(raw: Mapping) -> tuple[dict, dict]:
+    """What a deployment can take as LiteLLM reads it (docs/capabilities.md): the deployment's
+    own ``model_info.supports_*`` flags, else the model info of the first name LiteLLM's map
+    lists as a model (an entry with a ``mode``; the Router registers an empty one for every
+    model it serves, which says nothing), where a flag left out means no, as LiteLLM's own
+    ``supports_vision`` and the like read it. (capability -> bool, capability -> source); a
+    model LiteLLM does not list: nothing (unknown)."""
+    info = raw.get("model_info") or {}
+    own = {name: info.get(key) for name, key in LITELLM_KEYS.items()} if isinstance(info, Mapping) else {}
+    layers = [("model_info.supports_* of the deployment", own)]
+    for name, found in _model_infos(raw):
+        if isinstance(found.get("mode"), str):
+            layers.append((f"LiteLLM's model info for {found.get('key') or name}",
+                           {cap: found.get(key) is True for cap, key in LITELLM_KEYS.items()}))
+            break
+    return merged(*layers)
 
 
 def litellm_price(raw: Mapping) -> Optional[Price]:
@@ -203,6 +236,13 @@ def proxy_deployments(config: ConfigFile, policy) -> list:
 
 def with_context_window(dep, raw: Mapping):
     """`dep` knowing its context window as LiteLLM reads it (``context_window``), unless it
-    declares one itself: what the proxy and the command-line tools both decide with."""
+    declares one itself, and its capabilities (``litellm_capabilities``) where its annotation
+    does not set them: what the proxy and the command-line tools both decide with."""
     window = context_window(raw) if dep.max_input_tokens is None else None
-    return replace(dep, max_input_tokens=window) if window is not None else dep
+    if window is not None:
+        dep = replace(dep, max_input_tokens=window)
+    caps, sources = litellm_capabilities(raw)
+    if any(name not in dep.capabilities for name in caps):
+        dep = replace(dep, capabilities={**caps, **dep.capabilities},
+                      capability_sources={**sources, **dep.capability_sources})
+    return dep

@@ -9,26 +9,35 @@ import time
 from typing import Optional
 
 from ..decision import Decision
-from ..engine import ALREADY_FAILED, PROBE_TAKEN, UnknownAlias
+from ..engine import ALREADY_FAILED, PROBE_TAKEN, UNSUPPORTED, UnknownAlias
+from ..local_first import left_out as off_this_side
 from . import checks, compat
+from .layering import left_out as not_for_this_caller
 from .lifecycle import Call, Refused
 from .runtime import Runtime
 
+
 async def choose(rt: Runtime, observer, router, call: Call, healthy: list, messages: Optional[list], *,
-                 tried: list, tools=None, client_timeout: bool = False) -> Decision:
+                 tried: list, tools=None, client_timeout: bool = False, request=None) -> Decision:
     """The engine's decision for the call's next attempt (attempt number ``len(tried)``), over
     the `healthy` deployment dicts; raises Refused when none may serve (a strict budget, every
     candidate failed or at its rate limit, the alias gone from a reloaded policy). `router`: the
     Router the aliases were installed into (its usage-based limits are read). `client_timeout`:
-    the request set its own timeout (blame.RequestFacts), so it takes no half-open probe."""
+    the request set its own timeout (blame.RequestFacts), so it takes no half-open probe.
+    `request`: the request's keyword arguments, read for what it needs (capabilities.py)."""
     model, attempt = call.alias, len(tried)
     refused = call.refused_choices() if compat.FILTER_KEEPS_IDS_ONLY else []
-    deps = rt.deployments(healthy)
-    store, engine = rt.store, rt.engine
+    deps = rt.scopes.deployments(call.layer, healthy)  # as the call's layer sees them (layering.py)
+    store, engine = rt.store, rt.scopes.engine(call.layer)
     await store.prepare([d.id for d in deps], model)
     # Left out of this decision, each with why (the explain log and the decision log say it).
     exclude = {i: ALREADY_FAILED for i in tried}
+    narrowed = not_for_this_caller(rt, call.layer, model, healthy, call.tenant, call.limits)  # (a refusal when nothing is left)
+    exclude.update((i, why) for i, why in narrowed.items() if i not in exclude)
     exclude.update((i, "LiteLLM's checks after the filter refused it") for i in refused if i not in exclude)
+    if call.local_first is not None:  # local-first: one side of the alias (docs/local-first.md)
+        for i, why in off_this_side(deps, call.local_first.side, exclude).items():
+            exclude.setdefault(i, why)
     limited = await checks.over_usage_limits(router, healthy, messages)
     if limited:
         if all(d.id in limited or d.id in exclude for d in deps):
@@ -40,15 +49,19 @@ async def choose(rt: Runtime, observer, router, call: Call, healthy: list, messa
     while True:
         try:
             decision = engine.decide(model, messages or [], deps, tools=tools, exclude=exclude, reserve=False,
-                                     session=call.session)
+                                     session=call.session, team=call.pace, request=request,
+                                     max_cost_usd=call.limits.max_cost_usd if call.limits is not None else None)
         except UnknownAlias:  # the policy was reloaded without it between the hooks
             raise Refused(404, f"alias {model!r} is no longer defined by the policy", "aisia_unknown_alias", model)
         if decision.refused is not None:
             observer.decided(call, decision, attempt, time.perf_counter() - started)
             entry = rt.explain_entry(call, decision, attempt, tried)
             entry["outcome"] = {"refused": decision.refused}
-            if decision.refused == "no_candidates" and call.tried:
+            if decision.refused in ("no_candidates", UNSUPPORTED) and call.tried:
                 raise call.exhausted()
+            if decision.refused == UNSUPPORTED and _capable_elsewhere(rt, router, model, messages, tools, request):
+                raise Refused(503, f"alias {model!r}: the candidates that can take this request are unavailable "
+                              f"now (LiteLLM cools them down); {decision.reason}", "aisia_no_candidates", model)
             raise Refused(decision.status_code, f"alias {model!r}: {decision.reason}", f"aisia_{decision.refused}",
                           model, call.tried)
         if decision.probe and (client_timeout or not await store.reserve_probe_shared(
@@ -61,6 +74,17 @@ async def choose(rt: Runtime, observer, router, call: Call, healthy: list, messa
             continue
         observer.decided(call, decision, attempt, time.perf_counter() - started, messages)
         return decision
+
+
+def _capable_elsewhere(rt: Runtime, router, alias: str, messages, tools, request) -> bool:
+    """Whether a deployment of the alias that LiteLLM did not hand the filter (cooling down) can
+    take the request the healthy ones cannot: then it is no 400 (docs/capabilities.md)."""
+    everyone = getattr(router, "model_list", None) if router is not None else None
+    if not everyone:
+        return False
+    wider = rt.engine.decide(alias, messages or [], rt.deployments(everyone), tools=tools, reserve=False,
+                             request=request)
+    return wider.refused != UNSUPPORTED
 
 
 def handed_to_litellm(healthy: list, ranked: list, decision: Decision) -> list:

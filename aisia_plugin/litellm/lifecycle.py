@@ -211,11 +211,21 @@ class Call:
     latest: Optional["Call"] = None  # the branch that was decided last; None: this call (see decided)
     served: Optional[ServedAnswer] = None  # registered for feedback (serve)
     key: Optional[str] = None  # the hash of the API key that made it (caller_key): who may give feedback
+    pace: Optional[Any] = None  # pacing.TeamPace: whose spend it paces (team_budget.team_pace_of)
     conversation: Optional[tuple] = None  # (conversation.Caller, session id): its conversation (conversations.py)
     turn_noted: bool = False  # its answer was stored as a turn of that conversation
+    tenant: Optional[Any] = None  # tenancy.Tenant: who made it (LiteLLM's auth)
+    limits: Optional[Any] = None  # tenancy.RequestLimits: what the request asked within its key's layer
+    layer: Optional[Any] = None  # policy.layers.LayerRef: the layer that decides it (None: the operator's)
+    local_first: Optional[Any] = None  # local_first.Side: which side of local-first it routes (escalation.py)
     phase: Phase = ROUTING
 
     # -- where the request stands ---------------------------------------------------------------
+    @property
+    def team(self) -> Optional[str]:
+        """The team whose pacing record its costs move (None: the alias's own)."""
+        return self.pace.team if self.pace is not None else None
+
     @property
     def answered(self) -> bool:
         """The response headers were produced."""

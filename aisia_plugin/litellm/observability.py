@@ -38,12 +38,13 @@ def router_metrics() -> RouterMetrics:
     return _METRICS
 
 
-def metrics_text(per_deployment: bool = True) -> tuple[bytes, str]:
+def metrics_text(per_deployment: bool = True, team: Optional[str] = None) -> tuple[bytes, str]:
     """The metrics as Prometheus text; without `per_deployment`, without what the router learned
-    and chose per deployment (metrics.PER_DEPLOYMENT: the proxy admin's only)."""
+    and chose per deployment (metrics.PER_DEPLOYMENT: the proxy admin's only); for a `team`'s
+    key, that team's figures only (metrics.OnlyTeam, docs/teams.md)."""
     from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
-    from ..metrics import PER_DEPLOYMENT, WithoutFamilies
+    from ..metrics import PER_DEPLOYMENT, TEAM_FAMILIES, OnlyTeam, WithoutFamilies
 
     if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
         from prometheus_client import multiprocess
@@ -52,7 +53,10 @@ def metrics_text(per_deployment: bool = True) -> tuple[bytes, str]:
         multiprocess.MultiProcessCollector(registry)
     else:
         registry = REGISTRY
-    return generate_latest(registry if per_deployment else WithoutFamilies(registry, PER_DEPLOYMENT)), \
+    if team is not None and not per_deployment:
+        return generate_latest(OnlyTeam(registry, team)), CONTENT_TYPE_LATEST
+    hidden = PER_DEPLOYMENT + TEAM_FAMILIES  # (another team's figures: never a tenant's to read)
+    return generate_latest(registry if per_deployment else WithoutFamilies(registry, hidden)), \
         CONTENT_TYPE_LATEST
 
 
@@ -106,11 +110,14 @@ class Observer:
     # -- events ------------------------------------------------------------------------------
     def decided(self, call: "Call", decision, attempt: int, elapsed_s: float, messages=None) -> None:
         """A decision's metrics, routing-page point and log line, after the hook (runtime.AfterResponse)."""
-        self.runtime.after(self._decided, call.request_id, decision, attempt, elapsed_s, messages, time.time())
+        self.runtime.after(self._decided, call.request_id, decision, attempt, elapsed_s, messages, time.time(),
+                           call.tenant.team if call.tenant is not None else None)
 
-    def _decided(self, request_id: str, decision, attempt: int, elapsed_s: float, messages, at: float) -> None:
+    def _decided(self, request_id: str, decision, attempt: int, elapsed_s: float, messages, at: float,
+                 team: Optional[str] = None) -> None:
         try:
             self.metrics.decision(decision, elapsed_s, failover=attempt > 0)
+            self.metrics.team_decision(team, decision)
             if decision.deployment_id is not None and not decision.refused:
                 self.timeline.add(decision.alias, decision.deployment_id, at)
             if self.decision_log is not None:
@@ -140,6 +147,8 @@ class Observer:
                 result = {"provider": "provider_failure", "client": "client_error",
                           "rate_limit": "rate_limited"}.get(getattr(kind, "value", ""), "provider_failure")
             self.metrics.outcome(call.alias, outcome.deployment_id, result)
+            if call.tenant is not None:
+                self.metrics.team_outcome(call.tenant.team, call.alias, outcome.deployment_id, result)
             if self.decision_log is not None:
                 self.decision_log.outcome(call.request_id, outcome.deployment_id, alias=call.alias,
                                           success=outcome.success, status_code=outcome.status_code,
@@ -147,6 +156,25 @@ class Observer:
                                           attempt=attempt, ts=at)
         except Exception:
             log.exception("aisia: recording an outcome's metrics failed")
+
+    def local_first(self, call: "Call", attempt, result: str, conf, escalation: Optional["Call"]) -> None:
+        """What became of a local-first call's local answer: its metrics, its explain entry (the
+        routing page shows it) and its decision-log line."""
+        try:
+            parts = None if conf is None else {
+                "value": conf.value, "tokens": conf.token_part, "token_count": conf.tokens,
+                "learned": conf.learned_part, "defects": list(conf.defects), "defect_factor": conf.defect_factor}
+            served = escalation.attempts[-1].deployment_id if escalation is not None and escalation.attempts else None
+            attempt.explained["local_first"] = {"result": result, "confidence": parts, "note": call.local_first.note,
+                                                "escalation_request_id": getattr(escalation, "request_id", None),
+                                                "escalated_to": served}
+            self.metrics.local_first_answer(call.alias, result)
+            if self.decision_log is not None:
+                self.decision_log.local_first(call.request_id, alias=call.alias, deployment_id=attempt.deployment_id,
+                                              result=result, confidence=parts, escalated_to=served,
+                                              escalation_request_id=getattr(escalation, "request_id", None))
+        except Exception:
+            log.exception("aisia: recording a local-first answer failed")
 
     def reloaded(self, result: str) -> None:
         try:
@@ -189,13 +217,20 @@ class Observer:
         store, engine = rt.store, rt.engine
         recent = [{"ts": e["time"], "request_id": e["request_id"], "alias": e["decision"].alias,
                    "deployment": e["decision"].deployment_id, "domain": e["decision"].domain,
-                   "strategy": e["decision"].strategy, "reason": e["decision"].reason}
+                   "strategy": e["decision"].strategy,
+                   "reason": _with_local_first(e.get("local_first"), e["decision"].reason)}
                   for e in list(rt.explain)]
         deps = self.deployments()
         return snapshot(now=engine.clock(), aliases=rt.policy.aliases, deployments=deps, stats=store.stats(),
                         breakers={d.id: store.breaker(d.id) for d in deps}, breaker=engine.breaker, recent=recent,
                         store=type(store).__name__.replace("State", "").replace("Store", "").lower() or "memory",
                         timeline=self.timeline)
+
+
+def _with_local_first(local_first: Optional[dict], reason: str) -> str:
+    """A decision's reason on the routing page, after what became of its local answer."""
+    note = (local_first or {}).get("note")
+    return f"{note}; {reason}" if note else reason
 
 
 # -- HTTP routes -------------------------------------------------------------------------------
@@ -211,6 +246,7 @@ def mount(app, plugin) -> None:
     from ..ui import page_html
     from . import session
     from .admin import is_admin, jsonable, metrics_identity, require_admin
+    from .tenancy import tenant_of
 
     async def page(_=Depends(require_admin)):
         return HTMLResponse(page_html(), headers={"Cache-Control": "no-store"})
@@ -224,7 +260,7 @@ def mount(app, plugin) -> None:
         # Who may read them follows LiteLLM's /metrics (require_auth_for_metrics_endpoint); what
         # was learned per deployment, the proxy admin only (the check of /admin/bandit/stats).
         plugin.observer.refresh_gauges()
-        body, content_type = metrics_text(per_deployment=is_admin(identity))
+        body, content_type = metrics_text(per_deployment=is_admin(identity), team=tenant_of(identity).team)
         return Response(body, media_type=content_type)
 
     signed_in = session.page_route(plugin)

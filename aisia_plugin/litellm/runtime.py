@@ -5,7 +5,6 @@ and the recent decisions. Nothing here awaits I/O except the store's own async m
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
 import time
@@ -20,9 +19,12 @@ from ..engine import Engine
 from ..policy.loader import LoadedPolicy
 from ..policy.models import Policy
 from ..state import open_store
+from . import compat
 from .conversations import Conversations
 from .costs import litellm_price, with_context_window
 from .events import session_of
+from .layering import Scopes
+from .tenancy import session_key
 from .lifecycle import Call, ServedAnswer
 
 log = logging.getLogger("aisia_plugin.litellm")
@@ -105,33 +107,6 @@ def proxy_workers() -> int:
         return 1
 
 
-def session_key(value: str) -> str:
-    """A session as stored: hashed, so that an API key used as the session never sits in the
-    store or the explain log."""
-    return hashlib.sha256(value.encode("utf-8", "replace")).hexdigest()[:20]
-
-
-# LiteLLM's hash of a key (``token``) -> ours: every request of a key hashes the same value.
-# Only the token is kept, never a raw ``api_key``; bounded (cleared when full).
-_CALLERS: dict = {}
-_MAX_CALLERS = 4096
-
-
-def caller_key(user_api_key_auth) -> Optional[str]:
-    """The API key behind a request or a feedback, as stored beside a served request: hashed
-    (LiteLLM's own hash of it, ``token``, hashed again), never the key."""
-    token = getattr(user_api_key_auth, "token", None)
-    if token and type(token) is str:
-        hit = _CALLERS.get(token)
-        if hit is None:
-            if len(_CALLERS) >= _MAX_CALLERS:
-                _CALLERS.clear()
-            hit = _CALLERS[token] = session_key(token)
-        return hit
-    value = token or getattr(user_api_key_auth, "api_key", None)
-    return session_key(str(value)) if value else None
-
-
 class Runtime:
     def __init__(self, loaded: LoadedPolicy, store=None):
         self.loaded = loaded
@@ -149,6 +124,7 @@ class Runtime:
         self.explain: deque = deque(maxlen=self.policy.proxy.explain_history)
         self.after = AfterResponse()  # learning, logging and metrics, run after the hooks
         self.conversations = Conversations(self)  # conversation signals, in the background
+        self.scopes = Scopes(self)  # the teams' and the keys' layers: an engine each (layering.py)
 
     def new_engine(self, policy: Policy) -> Engine:
         """An engine for `policy` over this store (what was learned is kept). Compiling its
@@ -160,6 +136,7 @@ class Runtime:
         self.loaded = loaded
         self.policy = loaded.policy
         self.engine = engine if engine is not None else self.new_engine(self.policy)
+        self.scopes.clear()
         self.outlier = OutlierRule.of(self.policy.circuit_breaker)
         self._deployments.clear()
         if self.explain.maxlen != self.policy.proxy.explain_history:
@@ -220,6 +197,11 @@ class Runtime:
             return outcome
         return replace(outcome, cost_usd=hit[2].cost_usd(outcome.input_tokens or 0, outcome.output_tokens or 0))
 
+    def known(self, deployment_id: Optional[str]) -> Optional[Deployment]:
+        """The core's view of a deployment a decision met, by id; None for one never met."""
+        hit = self._deployments.get(deployment_id or "")
+        return hit[2] if hit is not None else None
+
     def deployment_names(self, deployment_id: Optional[str]) -> tuple:
         """The names a deployment's errors may quote (id, model group, model)."""
         return self._names.get(deployment_id or "", (deployment_id,))
@@ -261,6 +243,13 @@ class Runtime:
         return failure.verdict.counts and key_outlier(
             self.store.peer_calls(failure.deployment_id, call.key, self.store.clock(), self.outlier), self.outlier)
 
+    def tell_cooldown(self, call: Call, raw, exception=None) -> None:
+        """Tell LiteLLM's cooldown, before its failure callback runs, whether to see the call's
+        latest failed attempt (``spares_cooldown``); `raw` is the per-attempt hook's request or the
+        failure event's kwargs (whose own exception is the live one)."""
+        live = exception if exception is not None else raw.get("exception")
+        compat.litellm_cooldown_sees(raw, live, not self.spares_cooldown(call))
+
     # -- calls ---------------------------------------------------------------------------------
     def session(self, ap, data: Mapping, user_api_key_dict) -> Optional[str]:
         """The conversation an ``lkgp`` alias keeps on its last good deployment, hashed
@@ -295,7 +284,8 @@ class Runtime:
         branch = first.branches.get(alias)
         if branch is None and create:
             branch = first.branches[alias] = Call(alias, request_id, None, time.monotonic(), key=first.key,
-                                                  conversation=first.conversation)
+                                                  conversation=first.conversation, tenant=first.tenant,
+                                                  limits=first.limits, layer=first.layer, pace=first.pace)
         return branch
 
     def close_call(self, call: Call) -> None:
@@ -329,7 +319,7 @@ class Runtime:
         atoms: decision.Explainer), the deployments tried as a tuple of strings."""
         entry = {"request_id": call.request_id, "time": time.time(), "attempt": attempt,
                  "excluded": tuple(call.tried if excluded is None else excluded), "decision": decision,
-                 "outcome": None, "served_by": None}
+                 "outcome": None, "served_by": None, "layer": call.layer.label if call.layer is not None else None}
         self.explain.append(entry)
         return entry
 
@@ -343,7 +333,7 @@ class Runtime:
                 "alias": d.alias, "strategy": d.strategy, "domain": d.domain, "task_type": d.task_type,
                 "deployment_id": d.deployment_id, "model": d.model, "reason": d.reason, "probe": d.probe,
                 "refused": d.refused, "excluded_after_failure": list(entry["excluded"]),
-                "served_by": entry.get("served_by"),
+                "served_by": entry.get("served_by"), "layer": entry.get("layer"),
                 "candidates": [s.as_dict() for s in d.scores], "outcome": entry["outcome"],
             })
         return out

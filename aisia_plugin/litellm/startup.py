@@ -193,6 +193,7 @@ class ProxyLife:
         self.judge = JudgeRunner(lambda: self.runtime.engine, metrics=self.observer.metrics,
                                  prices_of=prices_by_name(self.observer.deployments))
         self.runtime.conversations.judge_of = lambda: self.judge  # signals compared with its grades
+        self.runtime.conversations.metrics = self.observer.metrics  # signals counted by kind and language
         self._in_proxy_loop(self._start)
 
     def _in_proxy_loop(self, start) -> None:

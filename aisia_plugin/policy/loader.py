@@ -28,6 +28,7 @@ from pydantic import ValidationError
 
 from ..resources import policies_dir
 from .errors import PolicyError, PolicyIssue, dotted
+from .layers import LayerRef, build_layers, split_layers, typed_sections
 from .models import Policy
 from .schema import fill_defaults, schema_issues
 from .semantic import inert_settings, semantic_issues
@@ -71,8 +72,9 @@ class LoadedPolicy:
     `default_files` the shipped defaults they were layered over (empty with `defaults: false`)."""
 
     def __init__(self, policy: Policy, locations: Locations, files: list[Path], default_files: list[Path] = (),
-                 warnings: list[PolicyIssue] = ()):
+                 warnings: list[PolicyIssue] = (), layers: dict | None = None):
         self.policy = policy
+        self.layers: dict[LayerRef, Policy] = dict(layers or {})  # each layer's effective policy
         self.locations = locations
         self.files = files
         self.default_files = list(default_files)
@@ -117,8 +119,11 @@ def load_policy_with_locations(paths=None, *, known_strategies: set[str] | None 
         known_strategies = set(strategy_names())
     # Semantic checks run even when the schema found problems, so that one run reports every
     # error; on a document the schema rejected they must tolerate odd shapes.
+    # The teams' and the named layers are laid over the operator's document once it is valid
+    # (policy/layers.py): their fields inherit, so no default is filled into them.
+    base, raw_layers = split_layers(merged)
     try:
-        filled = fill_defaults(merged)
+        filled = fill_defaults(base)
         issues.extend(semantic_issues(filled, merged_locs, known_strategies))
     except (AttributeError, TypeError, KeyError):
         if not issues:
@@ -126,7 +131,7 @@ def load_policy_with_locations(paths=None, *, known_strategies: set[str] | None 
     if issues:
         raise PolicyError(issues)
     try:
-        policy = Policy.model_validate(filled)
+        policy = Policy.model_validate({**filled, **typed_sections(raw_layers)})
     except ValidationError as exc:  # the schema should have caught it: report, located
         for e in exc.errors():
             pos = position_of(merged_locs, tuple(e["loc"]))
@@ -136,10 +141,14 @@ def load_policy_with_locations(paths=None, *, known_strategies: set[str] | None 
     issues.extend(_engine_issues(policy, merged_locs))
     if issues:
         raise PolicyError(issues)
+    layers, found = build_layers(base, merged_locs, raw_layers, policy, fill=fill_defaults, merge=_merge_into,
+                                 check=lambda doc, locs: semantic_issues(doc, locs, known_strategies))
+    if found:
+        raise PolicyError(found)
     from ..plugins import strategy_settings
 
-    warnings = inert_settings(merged, merged_locs, strategy_settings)
-    return LoadedPolicy(policy, merged_locs, files, default_files, warnings)
+    warnings = inert_settings(base, merged_locs, strategy_settings)
+    return LoadedPolicy(policy, merged_locs, files, default_files, warnings, layers)
 
 
 def peek_setting(path: tuple, paths=None):

@@ -11,6 +11,9 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict
 
 Tier = Literal["ultra", "pro", "standard", "free"]
+# What a deployment can take (capabilities.CAPABILITIES, docs/capabilities.md).
+Capability = Literal["vision", "audio_input", "pdf_input", "function_calling", "response_schema", "reasoning",
+                     "audio_output"]
 
 
 def _def(name: str):
@@ -52,12 +55,36 @@ class Budget(BaseModel):
     pacing_rate: float
     max_multiplier: float
     min_multiplier: float
+    floor_tier: Optional[Tier]
 
 
 @_def("Failover")
 class Failover(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     attempts: int
+
+
+@_def("LocalFirstPenalties")
+class LocalFirstPenalties(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    refusal: float
+    empty_answer: float
+    truncated: float
+    invalid_json: float
+    hedging: float
+
+
+@_def("LocalFirst")
+class LocalFirst(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    enabled: bool
+    min_confidence: float
+    streams: Literal["skip", "local"]
+    request_logprobs: bool
+    logprob_weight: float
+    learned_weight: float
+    penalties: LocalFirstPenalties
+    evidence_weight: float
 
 
 @_def("ColdStart")
@@ -99,6 +126,8 @@ class Alias(BaseModel):
     failover: Failover
     lkgp_enabled: bool
     contextual: Contextual
+    requires: list[Capability]
+    local_first: LocalFirst
 
 
 @_def("PerDomain")
@@ -267,6 +296,7 @@ class SignalLexicon(BaseModel):
     neutral: dict[str, Optional[str]]
     refusal: dict[str, Optional[str]]
     tool_error: dict[str, Optional[str]]
+    hedging: dict[str, Optional[str]]
 
 
 @_def("Signals")
@@ -298,6 +328,7 @@ class DeploymentAnnotation(BaseModel):
     specialities: dict[str, Optional[str]]
     input_cost_per_1m: Optional[float]
     output_cost_per_1m: Optional[float]
+    capabilities: dict[Capability, bool]
 
 
 @_def("Outlier")
@@ -392,6 +423,18 @@ class Logging(BaseModel):
     decisions: DecisionLog
 
 
+@_def("Layer")
+class Layer(BaseModel):
+    """A team's or a named layer as written: partial sections, each field inheriting the
+    operator's value (the loader builds the effective policy of each layer: policy/layers.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    description: str
+    aliases: dict[str, dict]
+    deployments: dict[str, dict]
+    reward: dict
+
+
 @_def("")
 class Policy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -413,13 +456,16 @@ class Policy(BaseModel):
     state: State
     proxy: Proxy
     logging: Logging
+    teams: dict[str, Layer]
+    layers: dict[str, Layer]
 
 
 # schema $defs name -> model, for the agreement test and the reference generator.
 MODELS_BY_DEF: dict[str, type[BaseModel]] = {
     cls.__schema_def__: cls
-    for cls in (Selector, Sla, Budget, Failover, ColdStart, Contextual, Alias, PerDomain, Forgetting, Bandit, Reward,
+    for cls in (Selector, Sla, Budget, Failover, LocalFirstPenalties, LocalFirst, ColdStart, Contextual, Alias,
+                PerDomain, Forgetting, Bandit, Reward,
                 QualityPrior, QualityEvidence, JudgeLanguage, Judge, Quality, Weights, Rules, ModePack, Domain, Domains,
                 SignalWeights, SignalLexicon, Signals, DeploymentAnnotation,
-                Outlier, CircuitBreaker, TaskFitness, Costs, State, Proxy, DecisionLog, Logging, Policy)
+                Outlier, CircuitBreaker, TaskFitness, Costs, State, Proxy, DecisionLog, Logging, Layer, Policy)
 }

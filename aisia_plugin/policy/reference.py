@@ -19,6 +19,8 @@ from .yamlpos import MAX_DEPTH, MAX_NODES
 # How the key of each map is shown in a field path (aliases.<alias>.strategy); `<name>` elsewhere.
 PLACEHOLDERS = {
     "aliases": "<alias>",
+    "teams": "<team>",
+    "layers": "<layer>",
     "mode_packs": "<pack>",
     "mode_packs.<pack>.weights": "<factor>",
     "domains.definitions": "<domain>",
@@ -172,6 +174,11 @@ def fields(schema: dict | None = None) -> list[Field]:
 
     def emit(section: str, path: str, prop: dict, required: bool):
         target = _resolve(prop, schema)
+        same = prop.get("x-aisia-layer-of")  # a layer's section: the fields of another, inherited (docs/teams.md)
+        if same:
+            out.append(Field(section, path, _type(prop, schema), "inherited", "-",
+                             f"{prop.get('description', '')} Its fields are those of `{same}`."))
+            return
         if "default" in prop:
             default = _json(prop["default"])
         elif "default" in target:

@@ -251,44 +251,8 @@ def _parse_latency(raw, path, bad) -> Optional[LatencyModel]:
     elif dist in ("normal", "lognormal") and raw.get("mean_ms") is None and raw.get("stddev_ms") is not None:
         bad(path, f"a {dist} distribution needs mean_ms")
         return None
-    outages = []
-    raw_out = raw.get("outages") or []
-    if not isinstance(raw_out, list):
-        bad(path + ("outages",), "must be a list of windows {start, end}")
-        return None
-    for i, o in enumerate(raw_out):
-        op = path + ("outages", i)
-        if isinstance(o, list) and len(o) == 2:
-            o = {"start": o[0], "end": o[1]}
-        if not isinstance(o, dict):
-            bad(op, "must be {start, end} (request indices) or [start, end]")
-            ok = False
-            continue
-        for k in sorted(set(o) - set(OUTAGE_FIELDS)):
-            bad(op + (k,), f"unknown field; known: {', '.join(OUTAGE_FIELDS)}")
-            ok = False
-        s, e = o.get("start"), o.get("end")
-        if not (_num(s) and _num(e) and float(s) == int(s) and float(e) == int(e) and 0 <= s < e):
-            bad(op, "start and end must be request indices with 0 <= start < end")
-            ok = False
-            continue
-        sc = o.get("status_code", 503)
-        if not (_num(sc) and float(sc) == int(sc) and 100 <= sc <= 599):
-            bad(op + ("status_code",), "must be an HTTP status (100-599)")
-            ok = False
-            continue
-        lat = o.get("latency_ms")
-        if lat is not None and (not _num(lat) or lat < 0):
-            bad(op + ("latency_ms",), "must be a number >= 0")
-            ok = False
-            continue
-        err = o.get("error", "simulated outage")
-        if not isinstance(err, str):
-            bad(op + ("error",), "must be a string")
-            ok = False
-            continue
-        outages.append(Outage(int(s), int(e), int(sc), None if lat is None else float(lat), err))
-    if not ok:
+    outages = _parse_outages(raw.get("outages") or [], path + ("outages",), bad)
+    if outages is None:
         return None
     return LatencyModel(
         distribution=dist,
@@ -297,8 +261,46 @@ def _parse_latency(raw, path, bad) -> Optional[LatencyModel]:
         min_ms=None if raw.get("min_ms") is None else float(raw["min_ms"]),
         max_ms=None if raw.get("max_ms") is None else float(raw["max_ms"]),
         drift_ms_per_request=float(drift),
-        outages=tuple(outages),
+        outages=outages,
     )
+
+
+def _parse_outages(raw_out, path, bad) -> Optional[tuple]:
+    """The outage windows at `path`; None when any of them is wrong (each problem reported)."""
+    if not isinstance(raw_out, list):
+        bad(path, "must be a list of windows {start, end}")
+        return None
+    parsed = [_parse_outage(o, path + (i,), bad) for i, o in enumerate(raw_out)]
+    return None if any(o is None for o in parsed) else tuple(parsed)
+
+
+def _parse_outage(o, op, bad) -> Optional[Outage]:
+    """One outage window: {start, end[, status_code, latency_ms, error]} or [start, end]."""
+    if isinstance(o, list) and len(o) == 2:
+        o = {"start": o[0], "end": o[1]}
+    if not isinstance(o, dict):
+        bad(op, "must be {start, end} (request indices) or [start, end]")
+        return None
+    unknown = sorted(set(o) - set(OUTAGE_FIELDS))
+    for k in unknown:
+        bad(op + (k,), f"unknown field; known: {', '.join(OUTAGE_FIELDS)}")
+    s, e = o.get("start"), o.get("end")
+    if not (_num(s) and _num(e) and float(s) == int(s) and float(e) == int(e) and 0 <= s < e):
+        bad(op, "start and end must be request indices with 0 <= start < end")
+        return None
+    sc = o.get("status_code", 503)
+    if not (_num(sc) and float(sc) == int(sc) and 100 <= sc <= 599):
+        bad(op + ("status_code",), "must be an HTTP status (100-599)")
+        return None
+    lat = o.get("latency_ms")
+    if lat is not None and (not _num(lat) or lat < 0):
+        bad(op + ("latency_ms",), "must be a number >= 0")
+        return None
+    err = o.get("error", "simulated outage")
+    if not isinstance(err, str):
+        bad(op + ("error",), "must be a string")
+        return None
+    return None if unknown else Outage(int(s), int(e), int(sc), None if lat is None else float(lat), err)
 
 
 def load_candidates(path, *, trace_names=None, policy=None) -> dict[str, CandidateSpec]:

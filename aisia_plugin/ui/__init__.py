@@ -61,12 +61,23 @@ class TrafficTimeline:
         return {"start": start, "end": end, "span_s": width, "decisions": len(kept), "bins": spans}
 
 
+def quality_row(quality: Optional[Mapping]) -> Optional[dict]:
+    """A stats row's quality as the page shows it beside health: the estimate, the declared prior
+    and the evidence by source (signals, judge, feedback); None when the store says nothing."""
+    if not quality:
+        return None
+    evidence = quality.get("evidence") or {}
+    return {"estimate": quality.get("estimate"), "prior": quality.get("prior"),
+            "evidence": {k: evidence.get(k, 0.0) for k in ("signal", "judge", "feedback")}}
+
+
 def snapshot(*, now: float, aliases: Mapping[str, object], deployments: Iterable[object], stats: Mapping[str, dict],
              breakers: Mapping[str, BreakerState], breaker: CircuitBreaker, recent: Iterable[Mapping],
              store: str = "memory", timeline: Optional[TrafficTimeline] = None) -> dict:
     """What the page shows: per alias its strategy and the share of its recent decisions per
-    deployment; per deployment its price, breaker (with the seconds until an OPEN one half-opens)
-    and learned statistics (global and per domain); the last decisions with their reasons.
+    deployment; per deployment its price, breaker (with the seconds until an OPEN one half-opens),
+    learned statistics (global and per domain) and, beside that health, its quality estimate with
+    the prior and the evidence by source; the last decisions with their reasons.
 
     ``aliases``: name -> the policy's Alias; ``deployments``: the proxy's Deployments;
     ``stats``: a store's ``stats()``; ``recent``: the explain entries, oldest first, each with at
@@ -101,6 +112,7 @@ def snapshot(*, now: float, aliases: Mapping[str, object], deployments: Iterable
             "rate_limited": now < bs.rate_limited_until,
             "count": s.get("count", 0), "pulls": s.get("pulls", 0.0), "mean_reward": s.get("mean_reward", 0.0),
             "avg_latency_s": s.get("avg_latency"), "error_rate": s.get("error_rate", 0.0),
+            "quality": quality_row(s.get("quality")),
             "domains": {dom: {"count": r.get("count", 0), "mean_reward": r.get("mean_reward", 0.0)}
                         for dom, r in sorted((s.get("domains") or {}).items())},
         })

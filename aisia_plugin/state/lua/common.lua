@@ -188,6 +188,7 @@ end
 local PACE = {'multiplier', 'spend_per_1k', 'count', 'spend_usd', 'updated'}
 local PACE_DEFAULT = {multiplier = 1, spend_per_1k = 0, count = 0, spend_usd = 0, updated = 0}
 local PACE_WINDOW = 1000
+local PACE_MAX_STEP = 4  -- pacing.MAX_STEP: the largest relative overspend one call counts for
 
 local function read_pace(key)
   local h = hash(key) or {}
@@ -200,7 +201,9 @@ local function pace_update(rule, s, cost, now)
   if type(cost) ~= 'number' or cost ~= cost or cost == math.huge or cost < 0 then return s end
   local count = s.count + 1
   local spend = s.spend_per_1k + (1000 * cost - s.spend_per_1k) / math.min(count, PACE_WINDOW)
-  local m = s.multiplier + rule.rate * (1000 * cost - rule.target) / rule.target
+  local over = (1000 * cost - rule.target) / rule.target
+  if not (over < PACE_MAX_STEP) then over = PACE_MAX_STEP end
+  local m = s.multiplier + rule.rate * over
   if m < rule.min then m = rule.min elseif m > rule.max then m = rule.max end
   return {multiplier = m, spend_per_1k = spend, count = count, spend_usd = s.spend_usd + cost, updated = now}
 end

@@ -103,7 +103,12 @@ for _, o in ipairs(ops) do
     if kind == '' then s = on_success(cfg, s, now) else s = on_failure(cfg, s, now, kind, retry_after) end
     cbs[dep], dirty_cbs[dep], deployments[dep] = s, true, true
     local paced = opt(o[10])
-    local rule = paced ~= nil and pace_rules[paced] or nil
+    local rule = nil
+    if paced ~= nil then
+      -- a team's record 'alias|team:ID' paces under its alias's rule (pacing.alias_of)
+      local cut = string.find(paced, '|team:', 1, true)
+      rule = pace_rules[cut and string.sub(paced, 1, cut - 1) or paced]
+    end
     if rule ~= nil then
       local p = paces[paced]
       if p == nil then p = read_pace(tag .. 'pace:' .. paced) end
