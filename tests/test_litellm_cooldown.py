@@ -137,3 +137,20 @@ def test_litellm_sees_the_providers_failure_and_is_spared_the_callers_and_a_key_
         rt.store.note_peer_call("d-a", "key-b", True, now, rt.outlier)
     assert rt.spares_cooldown(failed_call(rt, 500, "InternalServerError")) is True  # key-a's alone
     assert rt.spares_cooldown(failed_call(rt, 500, "InternalServerError", key="key-b")) is False
+
+
+def test_the_runtime_tells_litellm_before_its_callback_and_says_so_once(tmp_path, monkeypatch, caplog):
+    from aisia_plugin import blame
+    from aisia_plugin.litellm import lifecycle
+
+    monkeypatch.setattr(lifecycle, "describe_failure", lambda outcome: "failed")
+    rt = runtime(tmp_path)
+    caplog.set_level("INFO", logger="aisia_plugin.litellm")
+    for _ in range(2):
+        event = {"litellm_params": params(), "exception": rate_limited()}  # a failure event's kwargs
+        rt.tell_cooldown(failed_call(rt, 408, "Timeout", blame.RequestFacts(client_timeout=True)), event)
+        assert event["litellm_params"]["cooldown_time"] == 0
+    provider = {"litellm_params": params()}
+    rt.tell_cooldown(failed_call(rt, 500, "InternalServerError"), provider)
+    assert "cooldown_time" not in provider["litellm_params"]
+    assert sum("LiteLLM's cooldown is spared" in r.getMessage() for r in caplog.records) == 1

@@ -120,6 +120,7 @@ class Runtime:
         # deployment's recent calls by key are the store's (shared by the replicas of a Redis store).
         self.outlier = OutlierRule.of(self.policy.circuit_breaker)
         self._unpriced_said: set[tuple[str, str]] = set()
+        self._spared_said = False  # LiteLLM's cooldown spared a failure: logged once
         self.calls: "OrderedDict[str, Call]" = OrderedDict()
         self.explain: deque = deque(maxlen=self.policy.proxy.explain_history)
         self.after = AfterResponse()  # learning, logging and metrics, run after the hooks
@@ -248,7 +249,11 @@ class Runtime:
         latest failed attempt (``spares_cooldown``); `raw` is the per-attempt hook's request or the
         failure event's kwargs (whose own exception is the live one)."""
         live = exception if exception is not None else raw.get("exception")
-        compat.litellm_cooldown_sees(raw, live, not self.spares_cooldown(call))
+        sees = not self.spares_cooldown(call)
+        if compat.litellm_cooldown_sees(raw, live, sees) and not sees and not self._spared_said:
+            self._spared_said = True  # said once: never a setting changed in silence
+            log.info("aisia: LiteLLM's cooldown is spared the failures of alias requests the plugin does not hold "
+                     "against a deployment (the attempt's cooldown_time 0; docs/failures.md#litellms-own-cooldown)")
 
     # -- calls ---------------------------------------------------------------------------------
     def session(self, ap, data: Mapping, user_api_key_dict) -> Optional[str]:
