@@ -325,11 +325,16 @@ def outlier_verdict(verdict: Verdict, peers: PeerCalls, rule: OutlierRule, deplo
     """`verdict` unless it counts against the deployment while the other keys' calls to it
     succeed (``OutlierRule``): then the key's own (not counted, not learned; the request is still
     tried elsewhere, since the failure was not shown to be the request's)."""
-    if not (rule.enabled and verdict.counts) or peers.calls < rule.min_peer_calls:
-        return verdict
-    if peers.successes < rule.min_peer_success_rate * peers.calls:
+    if not (verdict.counts and key_outlier(peers, rule)):
         return verdict
     return replace(verdict, fault=CALLER, reason=KEY_OUTLIER, kind=FailureKind.CLIENT)
+
+
+def key_outlier(peers: PeerCalls, rule: OutlierRule) -> bool:
+    """Whether the other keys' calls (`peers`) show the deployment serving them (``OutlierRule``):
+    a key's failure there is then that key's."""
+    return rule.enabled and peers.calls >= rule.min_peer_calls \
+        and peers.successes >= rule.min_peer_success_rate * peers.calls
 
 
 class RecentCalls:
@@ -371,5 +376,5 @@ class RecentCalls:
 __all__ = [
     "AttemptFailure", "RequestFacts", "NO_FACTS", "Verdict", "judge", "plainly_provider_side",
     "is_litellm_refusal", "is_litellm_guard", "is_timeout", "signature", "describe", "OutlierRule", "PeerCalls",
-    "outlier_verdict", "RecentCalls", "PROVIDER", "CALLER", "LITELLM",
+    "outlier_verdict", "key_outlier", "RecentCalls", "PROVIDER", "CALLER", "LITELLM",
 ]

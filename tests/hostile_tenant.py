@@ -86,6 +86,22 @@ def served_by(r: httpx.Response):
     return text.split("served-by=", 1)[1].split()[0] if "served-by=" in text else None
 
 
+def wait_answering(proxy, limit_s: float = 180.0) -> None:
+    """Wait (bounded) until `proxy` serves tenant B's request for the alias: the process answers,
+    its plugin has installed the alias and reached its store."""
+    deadline, last = time.monotonic() + limit_s, "no answer"
+    while time.monotonic() < deadline:
+        try:
+            r = post(proxy, TENANT_B, ask("Are you ready?"), timeout=30)
+            if served_by(r) is not None:
+                return
+            last = f"{r.status_code}: {r.text[:200]}"
+        except httpx.HTTPError as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        time.sleep(0.2)
+    raise AssertionError(f"the proxy at {proxy.url} did not serve the alias within {limit_s:g} s: {last}")
+
+
 def breakers(proxy) -> dict:
     """deployment -> (breaker state, outcomes learned, failures learned) for the three upstreams."""
     rows = admin_get(proxy, "/admin/bandit/stats")
@@ -112,10 +128,9 @@ def error_text(r: httpx.Response) -> str:
         return r.text
 
 
-# LiteLLM's own cooldown is blind to whose failure it is: over 50 % failures of a deployment in a
-# minute cool it for every tenant. Where one tenant's traffic must not cost another its service,
-# the plugin's breakers are the only ones (docs/failures.md).
-LITELLM_COOLDOWNS_OFF = {"disable_cooldowns": True}
+# The proxies run LiteLLM's own cooldown as operators do (its default: on). The plugin spares it
+# the failures it does not hold against a deployment (docs/failures.md#litellms-own-cooldown).
+LITELLM_COOLDOWNS_ON = None  # no router_settings: LiteLLM's defaults
 REDIS_STATE = """\
 state:
   backend: redis

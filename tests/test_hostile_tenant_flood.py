@@ -2,11 +2,13 @@
 requests (client-set timeouts, inputs that crash every upstream, some with ``num_retries: 0`` so
 that only one deployment sees them, and streams that fail: LiteLLM's repeated-chunk guard, a
 connection dropped midway) leaves every breaker CLOSED and serves tenant B every one of its
-requests, sent at the same time: on one proxy, and on two proxies sharing one Redis.
+requests, sent at the same time: on one proxy, and on two proxies sharing one Redis. LiteLLM's own cooldown
+is on, as LiteLLM ships it and operators run it: the plugin spares it the failures that are not a
+deployment's (docs/failures.md#litellms-own-cooldown), so it cools nothing down either.
 
 What protects the breakers: the one rule (aisia_plugin/blame.py) for the timeouts, the inputs that
-fail on two providers and the guard; the peers' check (``circuit_breaker.outlier``) for what only
-one deployment sees (a single attempt, a stream broken midway) while tenant B's calls to it succeed.
+fail on two providers and the guard; the peers' check (``circuit_breaker.outlier``, its counts shared by the
+replicas through the store) for what only one deployment sees (a single attempt, a stream broken midway) while tenant B's calls to it succeed.
 The figures (A's statuses, B's count, what was learned) are printed (pytest -s)."""
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from fault_helpers import admin_get
-from hostile_tenant import (LITELLM_COOLDOWNS_OFF, NAMES, REDIS_STATE, TENANT_A, TenantB, breakers, flood, flood_job,
-                            policy, post, reset, start_tenant_proxy, upstream_specs)
+from hostile_tenant import (LITELLM_COOLDOWNS_ON, NAMES, REDIS_STATE, TENANT_A, TenantB, breakers, flood, flood_job,
+                            policy, post, reset, start_tenant_proxy, upstream_specs, wait_answering)
 from proxy_harness import upstreams_fixture
 from redis_server import RedisServer
+
+pytestmark = pytest.mark.proxy
 
 FLOOD = 1000
 
@@ -43,26 +47,38 @@ def proxies(tmp_path_factory, upstreams, redis):
     with ThreadPoolExecutor(max_workers=2) as pool:
         started = list(pool.map(lambda i: start_tenant_proxy(tmp_path_factory.mktemp(f"flood-{i}"), upstreams,
                                                              policy(REDIS_STATE), env=env,
-                                                             router_settings=LITELLM_COOLDOWNS_OFF), range(2)))
-    yield started
-    for p in started:
-        p.stop()
+                                                             router_settings=LITELLM_COOLDOWNS_ON), range(2)))
+    try:
+        for p in started:  # each one answers before any flood
+            wait_answering(p)
+        yield started
+    finally:
+        for p in started:
+            p.stop()
 
 
-@pytest.mark.parametrize("replicas", [1, 2])
-def test_a_flood_from_one_tenant_opens_no_breaker_and_the_other_is_always_served(proxies, upstreams, replicas):
+# one proxy; two sharing Redis behind a balancer that spreads both tenants over them; two behind one
+# that pins each key to its replica (A's on the first, B's on the second: only the shared peer counts
+# tell the first that B is served).
+LAYOUTS = {"one": (1, False), "spread": (2, False), "pinned": (2, True)}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_a_flood_from_one_tenant_opens_no_breaker_and_the_other_is_always_served(proxies, upstreams, layout):
+    replicas, pinned = LAYOUTS[layout]
     serving = proxies[:replicas]
+    a_to, b_to = (serving[:1], serving[1:]) if pinned else (serving, serving)
     for p in proxies:
         reset(p)
     for u in upstreams.values():
         u.reset()
-    with TenantB(serving) as b:
+    with TenantB(b_to) as b:
         b.served_some()
 
         def send(k: int) -> int:
             body, headers = flood_job(k)
             try:
-                return post(serving[k % replicas], TENANT_A, body, headers=headers).status_code
+                return post(a_to[k % len(a_to)], TENANT_A, body, headers=headers).status_code
             except Exception:  # noqa: BLE001 - a dropped stream may end the response abruptly
                 return -1
 
@@ -75,11 +91,17 @@ def test_a_flood_from_one_tenant_opens_no_breaker_and_the_other_is_always_served
                       if e.get("outcome") and not e["outcome"].get("success", True))
     print("failed attempts in the explain log's last entries, by deployment and reason:", dict(reasons))
     b_failed = [r for r in b.results if r not in NAMES]
-    print(f"\n{replicas} proxy(ies): tenant A {FLOOD} requests in {took:.1f} s, statuses {dict(statuses)}; "
-          f"tenant B {len(b.results)} requests, {len(b_failed)} failed; upstream calls "
+    b_served = Counter(r for r in b.results if r in NAMES)
+    print(f"\n{layout}: {replicas} proxy(ies): tenant A {FLOOD} requests in {took:.1f} s, statuses {dict(statuses)}; "
+          f"tenant B {len(b.results)} requests, {len(b_failed)} failed, served by {dict(b_served)}; upstream calls "
           f"{ {n: u.stats()['calls'] for n, u in upstreams.items()} }; (breaker, outcomes, failures) {learned}")
     assert sum(statuses.values()) == FLOOD
     assert b_failed == [], b_failed[:5]
     assert len(b.results) >= 10
+    # The cost strategy sends B to the cheapest deployment; B is served elsewhere only when it is
+    # refused there: cooled down by LiteLLM, or its breaker open. Neither happened.
+    assert set(b_served) == {NAMES[0]}, b_served
+    # Nothing learned against a deployment from A's failures (the breakers' net failures, shared).
+    assert {n: row[2] for n, row in learned.items()} == {n: 0 for n in NAMES}, learned
     for p in serving:  # every replica reads the shared breakers as CLOSED
         assert {n: row[0] for n, row in breakers(p).items()} == {n: "CLOSED" for n in NAMES}, breakers(p)

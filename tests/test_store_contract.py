@@ -23,6 +23,7 @@ from aisia_plugin.bandit import ArmStats
 from aisia_plugin.breaker import CLOSED, HALF_OPEN, OPEN, BreakerState, FailureKind
 from helpers import deployment
 from aisia_plugin.engine import Engine
+from aisia_plugin.blame import OutlierRule, PeerCalls
 from aisia_plugin.interfaces import StateStore
 from aisia_plugin.learning import OutcomeRecord
 from aisia_plugin.outcome import Outcome
@@ -235,6 +236,33 @@ async def test_reset_forgets_a_deployment_everywhere(h):
         assert view.arm("a") is None and view.arm("a", "coding") is None and view.breaker("a") == BreakerState()
         assert view.arm("b").count == 6 and view.arm("b", "coding").count == 6
         assert "a" not in view.stats()
+
+
+async def test_the_peers_calls_noted_by_one_view_are_weighed_by_another(h):
+    """The peers' check (blame.outlier_verdict) reads the other keys' recent calls to a
+    deployment as every view noted them: a replica weighs the calls the others served too."""
+    rule = OutlierRule(True, 10.0, 5, 0.8, 512)
+    other = await h.other()
+    now = h.store.clock()
+    h.store.note_peer_call("a", "key-b", True, now - 30.0, rule)  # out of the window
+    for i in range(6):
+        h.store.note_peer_call("a", "key-b", i != 0, now - 1.0, rule)  # tenant B's, one failed
+    other.note_peer_call("a", "key-a", False, now - 0.5, rule)  # tenant A's own failure
+    other.note_peer_call("b", "key-b", True, now - 0.5, rule)
+    await h.sync()
+    await h.sync()  # (each view has read what the other wrote)
+    for view in (h.store, other):
+        assert view.peer_calls("a", "key-a", now, rule) == PeerCalls(6, 5)  # B's, not A's own
+        assert view.peer_calls("a", "key-b", now, rule) == PeerCalls(1, 0)
+        assert view.peer_calls("a", None, now, rule) == PeerCalls(7, 5)
+        assert view.peer_calls("b", "key-a", now, rule) == PeerCalls(1, 1)
+        assert view.peer_calls("c", "key-a", now, rule) == PeerCalls()
+    h.store.forget_peer_calls("a")  # an operator's reset
+    await h.sync()
+    await h.sync()
+    for view in (h.store, other):
+        assert view.peer_calls("a", "key-a", now, rule) == PeerCalls()
+        assert view.peer_calls("b", "key-a", now, rule) == PeerCalls(1, 1)
 
 
 async def test_stats_keep_the_exact_count_beside_the_discounted_pulls(h):

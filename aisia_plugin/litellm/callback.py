@@ -135,7 +135,7 @@ class AisiaPlugin(ProxyLife, CustomLogger):
             return None
         latency = time.monotonic() - attempt.started if attempt.started is not None else None
         self._fail(call, attempt, events.from_exception(attempt.deployment_id, exception, latency),
-                   events.request_facts(request_data), False)
+                   events.request_facts(request_data), False, request_data, exception)
         return None
 
     async def async_post_call_success_deployment_hook(self, request_data, response, call_type):
@@ -183,7 +183,7 @@ class AisiaPlugin(ProxyLife, CustomLogger):
         outcome = events.failure(kwargs, start_time, end_time)
         attempt = call.sent_attempt(outcome.deployment_id)
         if attempt is not None and attempt.state is SENT:
-            self._fail(call, attempt, outcome, events.request_facts(kwargs), events.is_stream(kwargs))
+            self._fail(call, attempt, outcome, events.request_facts(kwargs), events.is_stream(kwargs), kwargs)
         ap = self.runtime.policy.aliases.get(call.alias)
         if call.pending is not None and call.spent(ap.failover.attempts if ap is not None else None):
             # No attempt of this alias follows (its budget is spent, or every candidate was
@@ -191,11 +191,11 @@ class AisiaPlugin(ProxyLife, CustomLogger):
             # failure hook would settle it too; a Router used alone has no such hook.
             self._act(call.settle())
 
-    def _fail(self, call, attempt, outcome, facts, stream: bool) -> None:
-        rt = self.runtime
-        dep = attempt.deployment_id
+    def _fail(self, call, attempt, outcome, facts, stream: bool, raw, exception=None) -> None:
+        rt, dep = self.runtime, attempt.deployment_id
         failure = events.attempt_failure(outcome, rt.deployment_provider(dep), rt.deployment_names(dep), call.answered)
         self._act(call.fail(attempt, outcome, failure, rt.policy.circuit_breaker, facts), attempt if stream else None)
+        rt.tell_cooldown(call, raw, exception)  # before LiteLLM's cooldown reads the failure
 
     def _settle_request(self, call) -> None:
         """An attempt of the request was answered: the failures pending before it were their deployments'."""

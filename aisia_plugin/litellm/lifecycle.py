@@ -160,6 +160,7 @@ class Failure(NamedTuple):
     kind: Any  # FailureKind, or None
     description: str  # "500 InternalServerError"
     judged: blame.AttemptFailure  # the failure as the rule read it (the next failures are judged against it)
+    verdict: Optional[blame.Verdict] = None  # whose it was when it failed (a later failure may acquit it)
 
 
 class CallerFault(NamedTuple):
@@ -350,7 +351,7 @@ class Call:
         if attempt.state is not SENT:
             raise IllegalTransition(f"attempt {attempt.state.value}: cannot fail")
         verdict = blame.judge(rules, failure, facts, [f.judged for f in self.failures], self.alias)
-        self.failures.append(Failure(attempt.deployment_id, verdict.kind, describe_failure(outcome), failure))
+        self.failures.append(Failure(attempt.deployment_id, verdict.kind, describe_failure(outcome), failure, verdict))
         if verdict.callers:
             self.caller_fault = CallerFault(verdict.client_status, verdict.client_message)
         if self.answered:

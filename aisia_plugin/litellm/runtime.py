@@ -12,13 +12,14 @@ from collections import OrderedDict, deque
 from dataclasses import replace
 from typing import Any, Mapping, Optional
 
-from ..blame import OutlierRule, RecentCalls, outlier_verdict
+from ..blame import PROVIDER, OutlierRule, key_outlier, outlier_verdict
 from ..decision import Decision, Deployment
 from ..deployments import build_deployment
 from ..engine import Engine
 from ..policy.loader import LoadedPolicy
 from ..policy.models import Policy
 from ..state import open_store
+from . import compat
 from .conversations import Conversations
 from .costs import litellm_price, with_context_window
 from .events import session_of
@@ -115,10 +116,11 @@ class Runtime:
         self._deployments: dict[str, tuple[Any, Any, Deployment]] = {}
         self._names: dict[str, tuple] = {}
         self._providers: dict[str, str] = {}  # deployment id -> its provider (what blame calls "another provider")
-        # Each deployment's recent calls by key, for the peers' check before a failure counts
-        # (blame.outlier_verdict). Per process: each replica weighs the traffic it serves.
-        self.recent = RecentCalls(OutlierRule.of(self.policy.circuit_breaker))
+        # The peers' check before a failure counts (blame.outlier_verdict): its numbers; each
+        # deployment's recent calls by key are the store's (shared by the replicas of a Redis store).
+        self.outlier = OutlierRule.of(self.policy.circuit_breaker)
         self._unpriced_said: set[tuple[str, str]] = set()
+        self._spared_said = False  # LiteLLM's cooldown spared a failure: logged once
         self.calls: "OrderedDict[str, Call]" = OrderedDict()
         self.explain: deque = deque(maxlen=self.policy.proxy.explain_history)
         self.after = AfterResponse()  # learning, logging and metrics, run after the hooks
@@ -136,7 +138,7 @@ class Runtime:
         self.policy = loaded.policy
         self.engine = engine if engine is not None else self.new_engine(self.policy)
         self.scopes.clear()
-        self.recent.rule = OutlierRule.of(self.policy.circuit_breaker)
+        self.outlier = OutlierRule.of(self.policy.circuit_breaker)
         self._deployments.clear()
         if self.explain.maxlen != self.policy.proxy.explain_history:
             self.explain = deque(self.explain, maxlen=self.policy.proxy.explain_history)
@@ -209,7 +211,7 @@ class Runtime:
         """Forget what was learned of a deployment (an operator knows it is fixed): its arms and
         breaker in the store, its recent calls here."""
         self.store.reset(deployment_id)
-        self.recent.forget(deployment_id)
+        self.store.forget_peer_calls(deployment_id)
 
     def deployment_provider(self, deployment_id: Optional[str]) -> str:
         """The deployment's provider ('' when unknown): two failures of one request on two
@@ -221,13 +223,37 @@ class Runtime:
         deployment (blame.outlier_verdict: a key failing where the others are served does not
         count); the call is then noted among the deployment's recent calls when it is evidence of
         its health (a success, or a failure that counts)."""
-        now = time.monotonic()
         if outcome.success or (verdict is not None and verdict.counts):
+            store, rule, now = self.store, self.outlier, self.store.clock()
             if not outcome.success:
-                verdict = outlier_verdict(verdict, self.recent.peers(outcome.deployment_id, key, now),
-                                          self.recent.rule)
-            self.recent.note(outcome.deployment_id, key, outcome.success, now)
+                verdict = outlier_verdict(verdict, store.peer_calls(outcome.deployment_id, key, now, rule), rule)
+            store.note_peer_call(outcome.deployment_id, key, outcome.success, now, rule)
         return verdict
+
+    def spares_cooldown(self, call: Call) -> bool:
+        """Whether LiteLLM's cooldown is to be spared the call's latest failed attempt: it is not the
+        provider's (blame.judge: the caller's, or LiteLLM's own refusal or guard), or it counts yet
+        the other keys' calls to its deployment show it is this key's (blame.key_outlier). A failure
+        of the provider's, held until the next outcome, reaches LiteLLM as it is
+        (docs/failures.md#litellms-own-cooldown)."""
+        failure = call.failures[-1] if call.failures else None
+        if failure is None or failure.verdict is None:
+            return False
+        if failure.verdict.fault != PROVIDER:
+            return True
+        return failure.verdict.counts and key_outlier(
+            self.store.peer_calls(failure.deployment_id, call.key, self.store.clock(), self.outlier), self.outlier)
+
+    def tell_cooldown(self, call: Call, raw, exception=None) -> None:
+        """Tell LiteLLM's cooldown, before its failure callback runs, whether to see the call's
+        latest failed attempt (``spares_cooldown``); `raw` is the per-attempt hook's request or the
+        failure event's kwargs (whose own exception is the live one)."""
+        live = exception if exception is not None else raw.get("exception")
+        sees = not self.spares_cooldown(call)
+        if compat.litellm_cooldown_sees(raw, live, sees) and not sees and not self._spared_said:
+            self._spared_said = True  # said once: never a setting changed in silence
+            log.info("aisia: LiteLLM's cooldown is spared the failures of alias requests the plugin does not hold "
+                     "against a deployment (the attempt's cooldown_time 0; docs/failures.md#litellms-own-cooldown)")
 
     # -- calls ---------------------------------------------------------------------------------
     def session(self, ap, data: Mapping, user_api_key_dict) -> Optional[str]:

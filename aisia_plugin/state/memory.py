@@ -18,6 +18,7 @@ from dataclasses import asdict
 from typing import Optional
 
 from ..bandit import ArmStats
+from ..blame import OutlierRule, PeerCalls, RecentCalls
 from ..breaker import BreakerState, CircuitBreaker
 from ..contextual import ContextualModels
 from ..learning import LearningRules, OutcomeRecord, apply_outcome
@@ -164,6 +165,7 @@ class MemoryState:
 
     def __init__(self, snapshot_path=None):
         self._lock = threading.Lock()
+        self._peers: Optional[RecentCalls] = None  # the deployments' recent calls by key
         self.snapshot_path = snapshot_path
         # domain (None: the global record) -> deployment -> record: a pool's read is then one
         # dict look-up per deployment, with no key to build.
@@ -291,6 +293,30 @@ class MemoryState:
     def clock(self) -> float:
         """The time the engine should decide with (a shared store gives its server's)."""
         return time.time()
+
+    # -- the deployments' recent calls by key (the peers' check: blame.outlier_verdict) ---------
+    def note_peer_call(self, deployment_id: str, key: Optional[str], success: bool, now: float,
+                       rule: OutlierRule) -> None:
+        """One call of `key` to the deployment at `now` (the store's clock), kept for the window of
+        `rule` (``circuit_breaker.outlier``)."""
+        with self._lock:
+            self._peers_of(rule).note(deployment_id, key, success, now)
+
+    def peer_calls(self, deployment_id: str, key: Optional[str], now: float, rule: OutlierRule) -> PeerCalls:
+        """The other keys' calls to the deployment in the window before `now`."""
+        with self._lock:
+            return self._peers_of(rule).peers(deployment_id, key, now)
+
+    def forget_peer_calls(self, deployment_id: str) -> None:
+        with self._lock:
+            if self._peers is not None:
+                self._peers.forget(deployment_id)
+
+    def _peers_of(self, rule: OutlierRule) -> RecentCalls:
+        if self._peers is None:
+            self._peers = RecentCalls(rule)
+        self._peers.rule = rule  # (a reloaded policy's numbers)
+        return self._peers
 
     async def start(self) -> None:
         """Open the store (a shared one connects; never raises for an unreachable server). With a

@@ -59,6 +59,7 @@ from urllib.parse import unquote, urlsplit
 import numpy as np
 
 from ..bandit import ArmStats
+from ..blame import OutlierRule, PeerCalls
 from ..breaker import BreakerState, CircuitBreaker, FailureKind
 from ..contextual import DIM, ColumnDelta, ContextualModels, SharedColumn
 from ..learning import LearningRules, OutcomeRecord
@@ -71,7 +72,7 @@ from .records import ARM_FIELDS, BREAKER_FIELDS, number, pairs, read_arm, read_b
 log = logging.getLogger("aisia.state")
 _timeout = getattr(asyncio, "timeout", None)  # Python 3.11+
 
-SCRIPTS = ("record", "refresh", "seed", "reserve", "contextual", "count")
+SCRIPTS = ("record", "refresh", "seed", "reserve", "contextual", "count", "peers")
 # A slot's record in a contextual fold: slot, h, dp (lua/contextual.lua unpacks '<i4dd').
 _SLOT_RECORD = np.dtype([("i", "<i4"), ("h", "<f8"), ("d", "<f8")])
 _FOLD_RECORDS = 4096  # most slot records one contextual script call applies (Redis runs it for ~2 ms)
@@ -277,6 +278,14 @@ class RedisStore:
         self._ctx_resend: dict[str, list[tuple[int, ColumnDelta]]] = {}  # acknowledged folds a column lost
         self._ctx_next_at = 0.0
         self._ctx_io: Optional[asyncio.Lock] = None
+        # The deployments' recent calls by key (the peers' check), shared: this process's calls not
+        # yet in Redis, those being written, and every process's as of the last exchange.
+        self._peers_out: list = []  # (deployment, key, success, time, member)
+        self._peers_sending: list = []
+        self._peers_view: dict[str, dict[str, tuple[int, int]]] = {}  # deployment -> key -> (calls, successes)
+        self._peers_forget: set[str] = set()
+        self._peers_rule: Optional[OutlierRule] = None
+        self._peers_seq = 0
         self._sources = {name: self._script(name) for name in SCRIPTS}
         self._shas = {name: hashlib.sha1(src.encode()).hexdigest() for name, src in self._sources.items()}
 
@@ -538,6 +547,89 @@ class RedisStore:
             except (ValueError, TypeError):
                 continue
         return out
+
+    # -- the deployments' recent calls by key (the peers' check: blame.outlier_verdict) ------------
+    def peers_key(self, deployment_id: str) -> str:
+        return f"{self.tag}peers:{deployment_id}"
+
+    def note_peer_call(self, deployment_id: str, key: Optional[str], success: bool, now: float,
+                       rule: OutlierRule) -> None:
+        """One call of `key` to the deployment at `now` (the store's clock): counted here at once,
+        written to Redis with the next exchange (``lua/peers.lua``), where every process reads it.
+        While Redis cannot be reached, this process's own calls are what it weighs (bounded)."""
+        with self._lock:
+            self._peers_rule = rule
+            self._peers_seq += 1
+            caller = key or ""
+            self._peers_out.append((deployment_id, caller, bool(success), now,
+                                    f"{self.process}:{self._peers_seq}|{caller}|{int(bool(success))}"))
+            if len(self._peers_out) > 4 * max(1, rule.max_calls) * max(1, len(self._peers_view) or 1):
+                del self._peers_out[: len(self._peers_out) // 2]  # an outage: the oldest go
+
+    def peer_calls(self, deployment_id: str, key: Optional[str], now: float, rule: OutlierRule) -> PeerCalls:
+        """The other keys' calls to the deployment in the window before `now`: every process's as
+        of the last exchange, and this process's since."""
+        mine = key or ""
+        calls = successes = 0
+        with self._lock:
+            for caller, (n, ok) in self._peers_view.get(deployment_id, {}).items():
+                if caller != mine:
+                    calls, successes = calls + n, successes + ok
+            since = now - rule.window_s
+            for dep, caller, ok, t, _ in (*self._peers_sending, *self._peers_out):
+                if dep == deployment_id and caller != mine and t >= since:
+                    calls, successes = calls + 1, successes + ok
+        return PeerCalls(calls, successes)
+
+    def forget_peer_calls(self, deployment_id: str) -> None:
+        """An operator reset the deployment: its recent calls go, here and (next exchange) in Redis."""
+        with self._lock:
+            self._peers_out = [e for e in self._peers_out if e[0] != deployment_id]
+            self._peers_view.pop(deployment_id, None)
+            self._peers_forget.add(deployment_id)
+
+    async def exchange_peers(self) -> bool:
+        """Write this process's recent calls and read every process's, for each deployment either
+        knows, in one script (``lua/peers.lua``); False while Redis cannot be reached (the calls
+        are kept to write later)."""
+        rule = self._peers_rule
+        if rule is None or self._client is None or self._down:
+            return False
+        with self._lock:
+            out, self._peers_out = self._peers_out, []
+            self._peers_sending = out
+            forget, self._peers_forget = self._peers_forget, set()
+            deps = sorted({*self._peers_view, *(e[0] for e in out)} - forget)
+        rows: list = []
+        index_key, named = self.peers_key("").rstrip(":"), len(self.peers_key(""))
+        try:
+            if forget:
+                await self._client.delete(*[self.peers_key(d) for d in forget])
+                await self._client.srem(index_key, *[self.peers_key(d) for d in forget])
+            listed = await self._client.smembers(index_key)  # the deployments other processes noted
+            deps = sorted({*deps, *((k.decode() if isinstance(k, bytes) else k)[named:] for k in listed)} - forget)
+            if deps:
+                index = {d: i + 2 for i, d in enumerate(deps)}
+                args = [repr(self.clock()), repr(float(rule.window_s)), str(max(1, rule.max_calls)),
+                        str(max(1, math.ceil(rule.window_s)) + 1)]
+                for dep, _, _, t, member in out:
+                    if dep in index:
+                        args += [str(index[dep]), member, repr(t)]
+                rows = await self._eval("peers", [index_key, *(self.peers_key(d) for d in deps)], args)
+        except Exception as exc:
+            with self._lock:
+                self._peers_out = out + self._peers_out
+                self._peers_sending = []
+            self._outage(exc)
+            return False
+        view = {}
+        for dep, flat in zip(deps, rows or ()):
+            flat = [v.decode() if isinstance(v, bytes) else v for v in flat or ()]
+            view[dep] = {flat[i]: (int(flat[i + 1]), int(flat[i + 2])) for i in range(0, len(flat) - 2, 3)}
+        with self._lock:
+            self._peers_view = view
+            self._peers_sending = []
+        return True
 
     def clock(self) -> float:
         """The server's time, as this process best knows it (local clock + measured offset)."""
@@ -853,6 +945,7 @@ class RedisStore:
                 break
             try:
                 await self._write_served()
+                await self.exchange_peers()
                 await self._write()
                 # Kept warm here too, so that a busy process's decisions rarely wait.
                 if not self._down and time.monotonic() >= self._fresh_until:
@@ -868,6 +961,7 @@ class RedisStore:
         """Write every queued outcome and fold the contextual models now; True when nothing is
         left. Never raises."""
         await self._write_served()
+        await self.exchange_peers()
         ok = await self._write()
         return await self.fold() and ok
 
