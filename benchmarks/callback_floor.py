@@ -44,6 +44,9 @@ class CallbackFloor(CustomLogger):
     async def async_log_failure_event(self, kwargs, response_obj, start_time, end_time):
         return None
 
+    async def async_post_call_success_hook(self, data, user_api_key_dict, response):
+        return None  # the answer as it is (the plugin's local-first may replace it)
+
     async def async_post_call_response_headers_hook(self, data, user_api_key_dict, response, request_headers=None,
                                                     litellm_call_info=None):
         return HEADERS if str(data.get("model", "")).startswith("auto/") else None
