@@ -206,6 +206,12 @@ def run(args) -> int:
         # Infinite scores (UCB1's untried candidates) become null: JSON has no infinity.
         print(json.dumps(_jsonable(out), indent=2))
         return EXIT_REFUSED if decision.refused else 0
+    return _print_text(args, operator, policy, ref, features, decision, deployments)
+
+
+def _print_text(args, operator, policy, ref, features: dict, decision, deployments) -> int:
+    """The decision as text: the alias and its layer, the features, each deployment's price,
+    locality and capabilities, each candidate's score or why it was left out, the choice."""
     print(f"alias:     {args.alias}  ({policy.aliases[args.alias].description})")
     if ref is not None:
         print(f"layer:     {ref.label} over the operator's policy ({getattr(operator, ref.section)[ref.name].description or '-'})")
