@@ -209,8 +209,6 @@ class RefusalLimit:
 
 
 def mount(app, plugin: "PluginHost") -> None:
-    refusals = RefusalLimit(plugin)
-
     async def bandit_stats(format: str = "stats", _=Depends(require_admin)):
         store = plugin.runtime.store
         await store.prepare()  # a shared store: what every worker learned, as of its cache bound
@@ -228,6 +226,66 @@ def mount(app, plugin: "PluginHost") -> None:
             raise _bad(422, "deployment_id must be a deployment id (a non-empty UTF-8 string of at most 512 characters)")
         plugin.runtime.reset(dep)
         return {"reset": dep}
+
+    async def explain(limit: int = 50, _=Depends(require_admin)):
+        limit = max(1, min(int(limit), 1000))
+        return {"decisions": jsonable(plugin.runtime.render_explain(limit))}
+
+    async def policy(_=Depends(require_admin)):
+        rt, watcher = plugin.runtime, plugin.watcher
+        from litellm.proxy.proxy_server import llm_router
+
+        return {"worker_pid": os.getpid(), "files": [str(f) for f in rt.loaded.files],
+                # Each deployment as the router prices it (and from which source) and whether it is local.
+                "deployments": [describe(d) for d in rt.deployments(llm_router.model_list if llm_router else [])],
+                "aliases": plugin.available_aliases(),
+                "aliases_without_candidates": list(plugin.empty_aliases),
+                "layers": layers_of(rt.policy),  # the teams' and the keys' layers (docs/teams.md)
+                "group_installs": plugin.group_installs, "reloads": watcher.reloads if watcher else 0, "checks": watcher.checks if watcher else 0,
+                "rejected_edit": watcher.last_error if watcher else None,
+                "restart_pending": watcher.restart_pending if watcher else []}
+
+    mount_health(app, plugin)
+    app.add_api_route("/aisia/policy", policy, methods=["GET"], include_in_schema=False)
+    for prefix in ("/aisia", "/admin"):
+        app.add_api_route(f"{prefix}/bandit/stats", bandit_stats, methods=["GET"], include_in_schema=False)
+        app.add_api_route(f"{prefix}/bandit/reset", bandit_reset, methods=["POST"], include_in_schema=False)
+    mount_feedback(app, plugin)
+    app.add_api_route("/aisia/explain", explain, methods=["GET"], include_in_schema=False)
+    _put_first(app)
+
+
+def _put_first(app) -> None:
+    """Our routes ahead of the first of the proxy's routes that would answer one of their paths
+    (its catch-all pass-through routes), and behind every other: a request to any other path,
+    /chat/completions included, is never matched against them first."""
+    routes = app.router.routes
+    paths = set(ROUTES) | set(UI_ROUTES) | {HEALTH_ROUTE}
+    ours = [r for r in routes if getattr(r, "path", None) in paths]
+    rest = [r for r in routes if getattr(r, "path", None) not in paths]
+    at = next((i for i, r in enumerate(rest) if _claims(r, paths)), len(rest))
+    routes[:] = rest[:at] + ours + rest[at:]
+
+
+def _claims(route, paths) -> bool:
+    """Whether `route` (Starlette's) matches a request for one of `paths`, in part or in full."""
+    from starlette.routing import Match
+
+    for path in paths:
+        for method in ("GET", "POST"):
+            scope = {"type": "http", "path": path, "root_path": "", "method": method, "headers": []}
+            try:
+                if route.matches(scope)[0] is not Match.NONE:
+                    return True
+            except Exception:  # a route that cannot read this scope does not claim it
+                continue
+    return False
+
+
+def mount_feedback(app, plugin: "PluginHost") -> None:
+    """POST /aisia/feedback: a client's score of one of its own served answers, quality evidence
+    about the deployment that served it (docs/quality.md); refused requests limited per key."""
+    refusals = RefusalLimit(plugin)
 
     async def feedback(request: Request, key: Optional[str] = Depends(feedback_caller),
                        identity=Depends(litellm_identity)):
@@ -263,59 +321,7 @@ def mount(app, plugin: "PluginHost") -> None:
         reward = rt.engine.record_quality(dep, alias, served.get("domain"), float(score), "feedback", key=key)
         return {"request_id": rid, "deployment_id": dep, "alias": alias, "reward": reward}
 
-    async def explain(limit: int = 50, _=Depends(require_admin)):
-        limit = max(1, min(int(limit), 1000))
-        return {"decisions": jsonable(plugin.runtime.render_explain(limit))}
-
-    async def policy(_=Depends(require_admin)):
-        rt, watcher = plugin.runtime, plugin.watcher
-        from litellm.proxy.proxy_server import llm_router
-
-        return {"worker_pid": os.getpid(), "files": [str(f) for f in rt.loaded.files],
-                # Each deployment as the router prices it (and from which source) and whether it is local.
-                "deployments": [describe(d) for d in rt.deployments(llm_router.model_list if llm_router else [])],
-                "aliases": plugin.available_aliases(),
-                "aliases_without_candidates": list(plugin.empty_aliases),
-                "layers": layers_of(rt.policy),  # the teams' and the keys' layers (docs/teams.md)
-                "group_installs": plugin.group_installs, "reloads": watcher.reloads if watcher else 0, "checks": watcher.checks if watcher else 0,
-                "rejected_edit": watcher.last_error if watcher else None,
-                "restart_pending": watcher.restart_pending if watcher else []}
-
-    mount_health(app, plugin)
-    app.add_api_route("/aisia/policy", policy, methods=["GET"], include_in_schema=False)
-    for prefix in ("/aisia", "/admin"):
-        app.add_api_route(f"{prefix}/bandit/stats", bandit_stats, methods=["GET"], include_in_schema=False)
-        app.add_api_route(f"{prefix}/bandit/reset", bandit_reset, methods=["POST"], include_in_schema=False)
     app.add_api_route("/aisia/feedback", feedback, methods=["POST"], include_in_schema=False)
-    app.add_api_route("/aisia/explain", explain, methods=["GET"], include_in_schema=False)
-    _put_first(app)
-
-
-def _put_first(app) -> None:
-    """Our routes ahead of the first of the proxy's routes that would answer one of their paths
-    (its catch-all pass-through routes), and behind every other: a request to any other path,
-    /chat/completions included, is never matched against them first."""
-    routes = app.router.routes
-    paths = set(ROUTES) | set(UI_ROUTES) | {HEALTH_ROUTE}
-    ours = [r for r in routes if getattr(r, "path", None) in paths]
-    rest = [r for r in routes if getattr(r, "path", None) not in paths]
-    at = next((i for i, r in enumerate(rest) if _claims(r, paths)), len(rest))
-    routes[:] = rest[:at] + ours + rest[at:]
-
-
-def _claims(route, paths) -> bool:
-    """Whether `route` (Starlette's) matches a request for one of `paths`, in part or in full."""
-    from starlette.routing import Match
-
-    for path in paths:
-        for method in ("GET", "POST"):
-            scope = {"type": "http", "path": path, "root_path": "", "method": method, "headers": []}
-            try:
-                if route.matches(scope)[0] is not Match.NONE:
-                    return True
-            except Exception:  # a route that cannot read this scope does not claim it
-                continue
-    return False
 
 
 def mount_health(app, plugin: "PluginHost") -> None:

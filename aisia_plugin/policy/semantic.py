@@ -70,48 +70,72 @@ def semantic_issues(data: dict, locs: Locations, known_strategies: set[str]) -> 
 
     packs = _map(data.get("mode_packs"))
     domains = _map(_map(data.get("domains")).get("definitions"))
+    _check_aliases(_map(data.get("aliases")), known_strategies, packs, domains, report)
+    _check_weights(_map(_map(data.get("rules")).get("weights")), ("rules", "weights"), report)
+    for pname, pack in packs.items():
+        if isinstance(pack, dict) and isinstance(pack.get("weights"), dict):
+            _check_weights(pack["weights"], ("mode_packs", pname, "weights"), report)
+    reward = _map(data.get("reward"))
+    terms = [reward.get(k) for k in ("quality_weight", "latency_weight", "feedback_weight")]
+    if all(_number(v) for v in terms) and sum(terms) <= 0:
+        report(("reward",), key=True, message="quality_weight, latency_weight and feedback_weight are all zero: "
+                            "a successful call would have no reward; give at least one of them a weight above 0")
+    _check_patterns(domains, _map(_map(data.get("signals")).get("lexicons")), report)
+    _check_domains_and_tasks(data, domains, report)
+    judge = _map(_map(data.get("quality")).get("judge"))
+    _check_judge(judge, _map(data.get("aliases")), report)
+    for language, spec in _map(judge.get("languages")).items():
+        for dom in _map(_map(spec).get("rubrics")):
+            if dom != "default" and dom not in domains:
+                report(("quality", "judge", "languages", language, "rubrics", dom),
+                       _unknown("domain", dom, domains, "domains (domains.definitions)") + " (or 'default')", key=True)
+    cb = _map(data.get("circuit_breaker"))
+    cap, cooldown = cb.get("max_retry_after_s"), cb.get("rate_limit_cooldown_s")
+    if _number(cap) and _number(cooldown) and cap < cooldown:
+        report(("circuit_breaker", "max_retry_after_s"),
+               f"value {cap} is below circuit_breaker.rate_limit_cooldown_s ({cooldown}): the cap on Retry-After "
+               "must be at least the default cooldown")
+    return issues
 
-    def unknown(kind: str, value, choices, plural: str) -> str:
-        choices = sorted(str(c) for c in choices)
-        meant = strategy_by_meaning(value, choices) if kind == "strategy" else None
-        close = [meant] if meant else difflib.get_close_matches(str(value), choices, n=1, cutoff=0.5)
-        if close:
-            hint = f"; did you mean '{close[0]}'?"
-        elif choices:
-            hint = f"; known: {', '.join(choices)}"
-        else:
-            hint = f"; the policy defines no {plural}"
-        return f"unknown {kind} '{value}'{hint}"
 
-    for name, alias in _map(data.get("aliases")).items():
+def _unknown(kind: str, value, choices, plural: str) -> str:
+    """'unknown KIND 'VALUE'' with the closest known name, else the known ones."""
+    choices = sorted(str(c) for c in choices)
+    meant = strategy_by_meaning(value, choices) if kind == "strategy" else None
+    close = [meant] if meant else difflib.get_close_matches(str(value), choices, n=1, cutoff=0.5)
+    if close:
+        hint = f"; did you mean '{close[0]}'?"
+    elif choices:
+        hint = f"; known: {', '.join(choices)}"
+    else:
+        hint = f"; the policy defines no {plural}"
+    return f"unknown {kind} '{value}'{hint}"
+
+
+def _check_aliases(aliases: dict, known_strategies: set[str], packs: dict, domains: dict, report) -> None:
+    """Each alias's strategy, mode pack, domain hint and task hint name something that exists."""
+    for name, alias in aliases.items():
         if not isinstance(alias, dict):
             continue
         base = ("aliases", name)
         strategy = alias.get("strategy")
         if isinstance(strategy, str) and strategy and strategy not in known_strategies:
             report(base + ("strategy",),
-                   unknown("strategy", strategy, known_strategies, "strategies") + " (no installed plugin provides it)")
+                   _unknown("strategy", strategy, known_strategies, "strategies") + " (no installed plugin provides it)")
         pack = alias.get("mode_pack")
         if isinstance(pack, str) and pack not in packs:
-            report(base + ("mode_pack",), unknown("mode pack", pack, packs, "mode packs (mode_packs)"))
+            report(base + ("mode_pack",), _unknown("mode pack", pack, packs, "mode packs (mode_packs)"))
         hint = alias.get("domain_hint")
         if isinstance(hint, str) and hint not in domains:
-            report(base + ("domain_hint",), unknown("domain", hint, domains, "domains (domains.definitions)"))
+            report(base + ("domain_hint",), _unknown("domain", hint, domains, "domains (domains.definitions)"))
         task = alias.get("task_hint")
         if isinstance(task, str) and task not in TASK_TYPES:
-            report(base + ("task_hint",), unknown("task type", task, TASK_TYPES, "task types"))
+            report(base + ("task_hint",), _unknown("task type", task, TASK_TYPES, "task types"))
 
-    _check_weights(_map(_map(data.get("rules")).get("weights")), ("rules", "weights"), report)
-    for pname, pack in packs.items():
-        if isinstance(pack, dict) and isinstance(pack.get("weights"), dict):
-            _check_weights(pack["weights"], ("mode_packs", pname, "weights"), report)
 
-    reward = _map(data.get("reward"))
-    terms = [reward.get(k) for k in ("quality_weight", "latency_weight", "feedback_weight")]
-    if all(_number(v) for v in terms) and sum(terms) <= 0:
-        report(("reward",), key=True, message="quality_weight, latency_weight and feedback_weight are all zero: "
-                            "a successful call would have no reward; give at least one of them a weight above 0")
-
+def _check_patterns(domains: dict, lexicons: dict, report) -> None:
+    """The domains' patterns and the signal lexicons' compile (RE2); a lexicon entry that
+    matches the empty string would fire on every message."""
     for dname, domain in domains.items():
         if not isinstance(domain, dict):
             continue
@@ -122,8 +146,6 @@ def semantic_issues(data: dict, locs: Locations, known_strategies: set[str]) -> 
                 compile_pattern(pattern)
             except PatternError as exc:
                 report(("domains", "definitions", dname, "patterns", i), str(exc))
-
-    lexicons = _map(_map(data.get("signals")).get("lexicons"))
     for language, lexicon in lexicons.items():
         for category, entries in _map(lexicon).items():
             for name, pattern in _map(entries).items():
@@ -138,41 +160,28 @@ def semantic_issues(data: dict, locs: Locations, known_strategies: set[str]) -> 
                 if matches_empty(pattern):
                     report(path, f"pattern '{pattern}' matches the empty string: it would fire on every message")
 
+
+def _check_domains_and_tasks(data: dict, domains: dict, report) -> None:
+    """The deployments' specialities name defined domains; the task-fitness table known task types."""
     for dep, ann in _map(data.get("deployments")).items():
         if not isinstance(ann, dict):
             continue
         for dom in _map(ann.get("specialities")):
             if dom not in domains:
                 report(("deployments", dep, "specialities", dom),
-                       unknown("domain", dom, domains, "domains (domains.definitions)"), key=True)
-
+                       _unknown("domain", dom, domains, "domains (domains.definitions)"), key=True)
     fitness = _map(data.get("task_fitness"))
     for model, tasks in _map(fitness.get("models")).items():
         for task in _map(tasks):
             if task not in TASK_TYPES:
-                report(("task_fitness", "models", model, task), unknown("task type", task, TASK_TYPES, "task types"), key=True)
+                report(("task_fitness", "models", model, task), _unknown("task type", task, TASK_TYPES, "task types"),
+                       key=True)
     for i, boost in enumerate(_seq(fitness.get("boosts"))):
         if not isinstance(boost, dict):
             continue
         for j, task in enumerate(_seq(boost.get("tasks"))):
             if isinstance(task, str) and task not in TASK_TYPES:
-                report(("task_fitness", "boosts", i, "tasks", j), unknown("task type", task, TASK_TYPES, "task types"))
-
-    judge = _map(_map(data.get("quality")).get("judge"))
-    _check_judge(judge, _map(data.get("aliases")), report)
-    for language, spec in _map(judge.get("languages")).items():
-        for dom in _map(_map(spec).get("rubrics")):
-            if dom != "default" and dom not in domains:
-                report(("quality", "judge", "languages", language, "rubrics", dom),
-                       unknown("domain", dom, domains, "domains (domains.definitions)") + " (or 'default')", key=True)
-
-    cb = _map(data.get("circuit_breaker"))
-    cap, cooldown = cb.get("max_retry_after_s"), cb.get("rate_limit_cooldown_s")
-    if _number(cap) and _number(cooldown) and cap < cooldown:
-        report(("circuit_breaker", "max_retry_after_s"),
-               f"value {cap} is below circuit_breaker.rate_limit_cooldown_s ({cooldown}): the cap on Retry-After "
-               "must be at least the default cooldown")
-    return issues
+                report(("task_fitness", "boosts", i, "tasks", j), _unknown("task type", task, TASK_TYPES, "task types"))
 
 
 def _check_judge(judge: dict, aliases: dict, report) -> None:
