@@ -264,6 +264,38 @@ def _wait_for_signal(stop: threading.Event) -> None:
         pass
 
 
+def _run_traffic(demo: Demo, args) -> None:
+    """The demo's traffic (before and after the break when there is one), then what it shows:
+    where the requests went, what each simulated provider received, what the router learned,
+    the break's summary and where the decision log is."""
+    phases, provider_phases, turns = [], [], []
+    label = "before" if args.break_ else "traffic"
+    run, delta = _traffic(demo, args.traffic, label, args)
+    turns.extend(run)
+    phases.append((label, [t.outcome for t in run]))
+    provider_phases.append((label, delta))
+    if args.break_:
+        _say(_break(demo, args.break_, args.break_mode))
+        run, delta = _traffic(demo, args.traffic, "after", args, first=args.traffic)
+        turns.extend(run)
+        phases.append(("after", [t.outcome for t in run]))
+        provider_phases.append(("after", delta))
+    _say("\nWhere the requests went (deployment that answered, per alias):")
+    _say(traffic_table(phases))
+    _say("\nWhat each simulated provider received (failed attempts were retried on another provider):")
+    _say(provider_table(provider_phases))
+    _learned(demo, turns, args)
+    if args.break_:
+        _say("\n" + _summary(phases[0][1], phases[1][1], args.break_))
+    if demo.keep_workdir or args.serve:
+        _say(f"\nThe decisions are logged in {demo.decision_log}"
+             + ("" if demo.keep_workdir else " (while the demo serves: --workdir DIR keeps it)")
+             + "; a policy edit estimated on them:\n    " + demo.replay_command())
+    else:
+        _say("\nThe decision log of this run is not kept: --workdir DIR keeps it, to estimate a policy edit "
+             "on it with aisia replay --logged")
+
+
 def run(args) -> int:
     if args.traffic < 0:
         _say("error: --traffic must be >= 0", err=True)
@@ -299,32 +331,7 @@ def run(args) -> int:
         _say(_banner(demo, list_aliases(demo.proxy), routing_page(demo.proxy), serving=args.serve or not args.traffic))
 
         if args.traffic:
-            phases, provider_phases, turns = [], [], []
-            label = "before" if args.break_ else "traffic"
-            run, delta = _traffic(demo, args.traffic, label, args)
-            turns.extend(run)
-            phases.append((label, [t.outcome for t in run]))
-            provider_phases.append((label, delta))
-            if args.break_:
-                _say(_break(demo, args.break_, args.break_mode))
-                run, delta = _traffic(demo, args.traffic, "after", args, first=args.traffic)
-                turns.extend(run)
-                phases.append(("after", [t.outcome for t in run]))
-                provider_phases.append(("after", delta))
-            _say("\nWhere the requests went (deployment that answered, per alias):")
-            _say(traffic_table(phases))
-            _say("\nWhat each simulated provider received (failed attempts were retried on another provider):")
-            _say(provider_table(provider_phases))
-            _learned(demo, turns, args)
-            if args.break_:
-                _say("\n" + _summary(phases[0][1], phases[1][1], args.break_))
-            if demo.keep_workdir or args.serve:
-                _say(f"\nThe decisions are logged in {demo.decision_log}"
-                     + ("" if demo.keep_workdir else " (while the demo serves: --workdir DIR keeps it)")
-                     + "; a policy edit estimated on them:\n    " + demo.replay_command())
-            else:
-                _say("\nThe decision log of this run is not kept: --workdir DIR keeps it, to estimate a policy edit "
-                     "on it with aisia replay --logged")
+            _run_traffic(demo, args)
             if not args.serve:
                 ok = True
                 return 0
