@@ -414,29 +414,8 @@ class _Handler(BaseHTTPRequestHandler):
         asked = _PROMPT_FAULT.search(prompt or "")
         if asked is not None and asked.group(1) in MODES:
             mode = asked.group(1)
-        if mode == "drop":
-            self._drop()  # no status line at all: the server went away on this input
+        if self._fault(mode, cfg):
             return
-
-        if mode == "timeout":
-            cfg["release"].wait(_TIMEOUT_HOLD_CAP_S)
-            self.close_connection = True
-            return  # no response at all: the client's own timeout fires
-        delay_ms = spec.latency_ms + cfg["latency_ms"]
-        if delay_ms > 0:
-            time.sleep(delay_ms / 1000.0)
-        if mode == "error" or mode == "random_error":
-            status = cfg["status"] if mode == "error" else 500
-            self._send(status, _error_body(f"simulated failure of upstream {spec.name} (status {status})",
-                                           "server_error" if status >= 500 else "invalid_request_error"))
-            return
-        if mode == "rate_limit":
-            ra = cfg["retry_after"]
-            self._send(429, _error_body(f"simulated rate limit of upstream {spec.name}", "rate_limit_error",
-                                        "rate_limit_exceeded"),
-                       headers={"Retry-After": f"{ra:g}", "x-ratelimit-remaining-requests": "0"})
-            return
-
         quality = quality_of(spec, prompt, domain)
         if spec.responder is not None:
             text = spec.responder(spec.name, messages)
@@ -452,37 +431,72 @@ class _Handler(BaseHTTPRequestHandler):
         cid = "chatcmpl-" + uuid.uuid4().hex[:24]
         created = int(time.time())
         if mode == "malformed":
-            if stream:
-                self._stream_start()
-                self._chunk(b"data: {\"id\": \"" + cid.encode() + b"\", \"choices\": [{\"delta\": {\"content\": \n\n")
-                self._chunk(b"data: [DONE]\n\n")
-                self._chunk(b"")
-            else:
-                self._send(200, b'{"id": "' + cid.encode() + b'", "object": "chat.completion", "choices": [{"message": ')
-            return
-        if not stream:
-            if mode == "stream_break":
-                # Headers promise more than is sent, then the connection drops.
-                full = json.dumps(self._completion(cid, created, text, usage)).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(full)))
-                self.end_headers()
-                self.wfile.write(full[: len(full) // 2])
-                self.wfile.flush()
-                self._drop()
-                return
+            self._malformed(cid, stream)
+        elif not stream:
             completion = self._completion(cid, created, text, usage)
+            if mode == "stream_break":
+                self._cut_short(json.dumps(completion).encode())
+                return
             if spec.logprobs and body.get("logprobs"):
                 lp = math.log(max(token_confidence(spec, prompt, quality), 1e-6))
                 completion["choices"][0]["logprobs"] = {"content": [
                     {"token": w, "logprob": lp, "bytes": list(w.encode()), "top_logprobs": []} for w in text.split(" ")]}
             self._json(200, completion)
-            return
+        else:
+            self._streamed(mode, body, cid, created, text, usage)
 
+    def _fault(self, mode: str, cfg: dict) -> bool:
+        """The simulated fault of `mode`, answered (True), or nothing to do but the latency (False)."""
+        spec = self.state.spec
+        if mode == "drop":
+            self._drop()  # no status line at all: the server went away on this input
+            return True
+        if mode == "timeout":
+            cfg["release"].wait(_TIMEOUT_HOLD_CAP_S)
+            self.close_connection = True
+            return True  # no response at all: the client's own timeout fires
+        delay_ms = spec.latency_ms + cfg["latency_ms"]
+        if delay_ms > 0:
+            time.sleep(delay_ms / 1000.0)
+        if mode == "error" or mode == "random_error":
+            status = cfg["status"] if mode == "error" else 500
+            self._send(status, _error_body(f"simulated failure of upstream {spec.name} (status {status})",
+                                           "server_error" if status >= 500 else "invalid_request_error"))
+            return True
+        if mode == "rate_limit":
+            ra = cfg["retry_after"]
+            self._send(429, _error_body(f"simulated rate limit of upstream {spec.name}", "rate_limit_error",
+                                        "rate_limit_exceeded"),
+                       headers={"Retry-After": f"{ra:g}", "x-ratelimit-remaining-requests": "0"})
+            return True
+        return False
+
+    def _malformed(self, cid: str, stream: bool) -> None:
+        """An answer cut inside its JSON, as a stream or whole."""
+        if stream:
+            self._stream_start()
+            self._chunk(b"data: {\"id\": \"" + cid.encode() + b"\", \"choices\": [{\"delta\": {\"content\": \n\n")
+            self._chunk(b"data: [DONE]\n\n")
+            self._chunk(b"")
+        else:
+            self._send(200, b'{"id": "' + cid.encode() + b'", "object": "chat.completion", "choices": [{"message": ')
+
+    def _cut_short(self, full: bytes) -> None:
+        """Headers that promise the whole answer, half of it, then the connection drops."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(full)))
+        self.end_headers()
+        self.wfile.write(full[: len(full) // 2])
+        self.wfile.flush()
+        self._drop()
+
+    def _streamed(self, mode: str, body: dict, cid: str, created: int, text: str, usage: dict) -> None:
+        """The answer as server-sent events, word by word (a `repeat` fault: one word again and
+        again; `stream_break`: dropped after two words)."""
         self._stream_start()
         words = text.split(" ")
-        base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": spec.model_id,
+        base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": self.state.spec.model_id,
                 "service_tier": SERVICE_TIER}
         self._event({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
         if mode == "repeat":
