@@ -25,8 +25,8 @@ FAILED_AS = {FailureKind.RATE_LIMIT: "was rate limited", FailureKind.CLIENT: "re
 def failed_attempts(call: Call, detail: bool = False) -> list[str]:
     """Each failed attempt of the call: ``a was rate limited`` (with ``(429 RateLimitError)``
     when `detail`)."""
-    return [f"{dep} {FAILED_AS.get(kind, 'failed')}" + (f" ({what})" if detail else "")
-            for dep, kind, what, _ in call.failures]
+    return [f"{f.deployment_id} {FAILED_AS.get(f.kind, 'failed')}" + (f" ({f.description})" if detail else "")
+            for f in call.failures]
 
 
 def _and(parts: list[str]) -> str:
