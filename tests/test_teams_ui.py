@@ -1,4 +1,4 @@
-"""The routing page per team through a real LiteLLM proxy (issue 37, section 3; docs/teams.md,
+"""The routing page per team through a real LiteLLM proxy (issue 37, one tenant cannot read another; docs/teams.md,
 docs/security.md): a team's key reads its own team's view of `/aisia/ui` (its team's decisions and
 outcomes per alias and deployment, its latest decisions, its policy layer), nothing of another team
 and none of the per-deployment learning; a key of no team is refused; the proxy admin reads every
