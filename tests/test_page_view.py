@@ -5,7 +5,10 @@ session opens with its role and team, and one whose role and team do not fit is 
 from __future__ import annotations
 
 import json
+import os
 import time
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # importing litellm must not reach the network
 
 from litellm.proxy._types import LitellmUserRoles, UserAPIKeyAuth
 

@@ -9,8 +9,11 @@ and a sign-out still revokes it. Keys and teams from LiteLLM's `custom_auth`
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # importing litellm must not reach the network
 
 import httpx
 import pytest
