@@ -106,6 +106,25 @@ class OnlyTeam:
                 yield mine
 
 
+def team_figures(registry, team: Optional[str] = None) -> dict:
+    """The TEAM_FAMILIES counters as the routing page shows them: {team: {alias: {deployment:
+    {"decisions": n, "outcomes": {result: n}}}}}, of every team, or of `team` only."""
+    out: dict = {}
+    source = OnlyTeam(registry, team) if team is not None else registry
+    for family in source.collect():
+        kind = {"aisia_team_decisions": "decisions", "aisia_team_outcomes": "outcomes"}.get(family.name)
+        for s in family.samples if kind else ():
+            if not s.name.endswith("_total"):
+                continue  # (a counter's ``_created`` samples)
+            row = out.setdefault(s.labels["team"], {}).setdefault(s.labels["alias"], {}).setdefault(
+                s.labels["deployment"], {"decisions": 0, "outcomes": {}})
+            if kind == "decisions":
+                row["decisions"] += int(s.value)
+            else:
+                row["outcomes"][s.labels["result"]] = row["outcomes"].get(s.labels["result"], 0) + int(s.value)
+    return out
+
+
 class _Names:
     """A bounded vocabulary: a value outside it reads as ``other``."""
 

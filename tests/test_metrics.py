@@ -238,3 +238,22 @@ def test_conversation_signals_are_counted_by_kind_and_language_with_bounded_labe
     assert _value(reg, "aisia_conversation_signals_total", kind="dissatisfaction", language="de") == 1
     assert _value(reg, "aisia_conversation_signals_total", kind="dissatisfaction", language="pt") == 0
     assert _value(reg, "aisia_conversation_signals_total", kind="dissatisfaction", language="other") == 2
+
+
+def test_team_figures_read_each_teams_counters_or_one_teams_only():
+    from aisia_plugin.metrics import team_figures
+
+    reg, m = _metrics()
+    d = Decision("a-1", "openai/x", "ucb1", "best", 2, 0.9, alias="auto", domain="coding")
+    for team in ("team-a", "team-a", "team-b"):
+        m.team_decision(team, d)
+    m.team_outcome("team-a", "auto", "a-1", "success")
+    m.team_outcome("team-a", "auto", "a-1", "provider_failure")
+    m.team_outcome("team-b", "auto", "b-2", "success")
+    m.team_decision(None, d)  # a key of no team: no team's row
+    every = team_figures(reg)
+    assert every == {"team-a": {"auto": {"a-1": {"decisions": 2, "outcomes": {"success": 1, "provider_failure": 1}}}},
+                     "team-b": {"auto": {"a-1": {"decisions": 1, "outcomes": {}},
+                                         "b-2": {"decisions": 0, "outcomes": {"success": 1}}}}}
+    assert team_figures(reg, "team-b") == {"team-b": every["team-b"]}
+    assert team_figures(reg, "team-c") == {}

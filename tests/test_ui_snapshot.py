@@ -82,3 +82,26 @@ def test_the_timeline_bins_each_aliass_decisions_over_equal_spans_of_time():
     snap = snapshot(now=0.0, aliases=POLICY.aliases, deployments=[], stats={}, breakers={},
                     breaker=CircuitBreaker(POLICY.circuit_breaker), recent=[], timeline=t)
     assert snap["aliases"]["auto"]["timeline"]["decisions"] == 8 and snap["aliases"]["auto/fast"]["timeline"] is None
+
+
+def test_a_teams_snapshot_holds_its_own_figures_and_no_learning():
+    from aisia_plugin.ui import TeamTimelines, team_snapshot
+
+    timelines = TeamTimelines(teams=2, per_alias=10)
+    for team, at in (("t-a", 1.0), ("t-b", 2.0), ("t-a", 3.0), ("t-c", 4.0)):
+        timelines.add(team, "auto", "a-1", at)
+    assert timelines.of("t-b") is None  # the team routed least recently was dropped
+    assert timelines.of("t-a").bins("auto")["decisions"] == 2 and timelines.of("t-c") is not None
+    recent = [{"ts": 1.0, "request_id": "r1", "alias": "auto", "deployment": "a-1", "domain": "coding",
+               "strategy": "ucb1", "layer": "teams.t-a", "team": "t-a", "reason": "ucb 0.91 (mean 0.80)"}]
+    figures = {"t-a": {"auto": {"a-1": {"decisions": 1, "outcomes": {"success": 1}}}}}
+    layer = {"label": "teams.t-a", "section": "teams", "name": "t-a", "description": "", "aliases": {}}
+    snap = team_snapshot(now=5.0, team="t-a", layer=layer, aliases=POLICY.aliases, figures=figures, recent=recent,
+                         timeline=timelines.of("t-a"))
+    assert snap["view"] == {"role": "team", "team": "t-a", "layer": layer}
+    assert snap["teams"] == figures and snap["deployments"] == []
+    assert snap["aliases"]["auto"]["share"] == {"a-1": 1.0} and snap["aliases"]["auto"]["timeline"]["decisions"] == 2
+    assert snap["recent"] == [{k: v for k, v in recent[0].items() if k not in ("reason", "team")}]
+    empty = team_snapshot(now=5.0, team="t-z", layer=None, aliases=POLICY.aliases, figures=figures, recent=[],
+                          timeline=None)
+    assert empty["teams"] == {"t-z": {}} and empty["view"]["layer"] is None

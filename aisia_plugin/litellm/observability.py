@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Optional
 
 from ..decision_log import DecisionLog
 from ..metrics import RouterMetrics
-from ..ui import TrafficTimeline
+from ..ui import TeamTimelines, TrafficTimeline
 
 if TYPE_CHECKING:
     from .lifecycle import Call
@@ -38,21 +38,29 @@ def router_metrics() -> RouterMetrics:
     return _METRICS
 
 
-def metrics_text(per_deployment: bool = True, team: Optional[str] = None) -> tuple[bytes, str]:
-    """The metrics as Prometheus text; without `per_deployment`, without what the router learned
-    and chose per deployment (metrics.PER_DEPLOYMENT: the proxy admin's only); for a `team`'s
-    key, that team's figures only (metrics.OnlyTeam, docs/teams.md)."""
-    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
-
-    from ..metrics import PER_DEPLOYMENT, TEAM_FAMILIES, OnlyTeam, WithoutFamilies
+def metrics_registry():
+    """What the metrics are read from: the default registry, or every worker's in
+    prometheus_client's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``)."""
+    from prometheus_client import REGISTRY, CollectorRegistry
 
     if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
         from prometheus_client import multiprocess
 
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
-    else:
-        registry = REGISTRY
+        return registry
+    return REGISTRY
+
+
+def metrics_text(per_deployment: bool = True, team: Optional[str] = None) -> tuple[bytes, str]:
+    """The metrics as Prometheus text; without `per_deployment`, without what the router learned
+    and chose per deployment (metrics.PER_DEPLOYMENT: the proxy admin's only); for a `team`'s
+    key, that team's figures only (metrics.OnlyTeam, docs/teams.md)."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    from ..metrics import PER_DEPLOYMENT, TEAM_FAMILIES, OnlyTeam, WithoutFamilies
+
+    registry = metrics_registry()
     if team is not None and not per_deployment:
         return generate_latest(OnlyTeam(registry, team)), CONTENT_TYPE_LATEST
     hidden = PER_DEPLOYMENT + TEAM_FAMILIES  # (another team's figures: never a tenant's to read)
@@ -74,6 +82,7 @@ class Observer:
         self.metrics = router_metrics()
         self.decision_log: Optional[DecisionLog] = None
         self.timeline = TrafficTimeline()  # this worker's routed decisions, for the routing page
+        self.team_timelines = TeamTimelines()  # each team's, for its view of the page (page_view.py)
         self._log_settings = None
         self.configure()
         store = runtime.store
@@ -120,6 +129,8 @@ class Observer:
             self.metrics.team_decision(team, decision)
             if decision.deployment_id is not None and not decision.refused:
                 self.timeline.add(decision.alias, decision.deployment_id, at)
+                if team:
+                    self.team_timelines.add(team, decision.alias, decision.deployment_id, at)
             if self.decision_log is not None:
                 prompt = None
                 if self.decision_log.log_prompts and messages is not None:
@@ -210,21 +221,47 @@ class Observer:
             await asyncio.sleep(GAUGE_INTERVAL_S)
 
     # -- the routing page ----------------------------------------------------------------------
+    def _recent(self, team: Optional[str] = None) -> list[dict]:
+        """The explain log's entries as the page lists them, oldest first (of `team`'s calls only)."""
+        return [{"ts": e["time"], "request_id": e["request_id"], "alias": e["decision"].alias,
+                 "deployment": e["decision"].deployment_id, "domain": e["decision"].domain,
+                 "strategy": e["decision"].strategy, "team": e.get("team"), "layer": e.get("layer"),
+                 "reason": _with_local_first(e.get("local_first"), e["decision"].reason)}
+                for e in list(self.runtime.explain) if team is None or e.get("team") == team]
+
+    def _store_name(self) -> str:
+        return type(self.runtime.store).__name__.replace("State", "").replace("Store", "").lower() or "memory"
+
     def snapshot(self) -> dict:
+        """The routing page's data for the proxy admin: everything, every team's figures too."""
+        from ..metrics import team_figures
         from ..ui import snapshot
 
         rt = self.runtime
         store, engine = rt.store, rt.engine
-        recent = [{"ts": e["time"], "request_id": e["request_id"], "alias": e["decision"].alias,
-                   "deployment": e["decision"].deployment_id, "domain": e["decision"].domain,
-                   "strategy": e["decision"].strategy,
-                   "reason": _with_local_first(e.get("local_first"), e["decision"].reason)}
-                  for e in list(rt.explain)]
         deps = self.deployments()
         return snapshot(now=engine.clock(), aliases=rt.policy.aliases, deployments=deps, stats=store.stats(),
-                        breakers={d.id: store.breaker(d.id) for d in deps}, breaker=engine.breaker, recent=recent,
-                        store=type(store).__name__.replace("State", "").replace("Store", "").lower() or "memory",
-                        timeline=self.timeline)
+                        breakers={d.id: store.breaker(d.id) for d in deps}, breaker=engine.breaker,
+                        recent=self._recent(), store=self._store_name(), timeline=self.timeline,
+                        teams=team_figures(metrics_registry()))
+
+    def team_snapshot(self, viewer) -> dict:
+        """The routing page's data for a team's key (page_view.Viewer): its own team's only."""
+        from ..metrics import team_figures
+        from ..ui import team_snapshot
+        from .layering import layers_of
+
+        rt = self.runtime
+        try:
+            ref = rt.scopes.layer_of(viewer.tenant)
+        except Exception:  # (a key naming an undeclared layer: its calls are refused, said on each)
+            ref = None
+        layer = next(({"label": ref.label, **x} for x in layers_of(rt.policy)
+                      if ref is not None and (x["section"], x["name"]) == (ref.section, ref.name)), None)
+        return team_snapshot(now=rt.engine.clock(), team=viewer.team, layer=layer,
+                             aliases=rt.scopes.policy(ref).aliases if ref is not None else rt.policy.aliases,
+                             figures=team_figures(metrics_registry(), viewer.team), recent=self._recent(viewer.team),
+                             timeline=self.team_timelines.of(viewer.team), store=self._store_name())
 
 
 def _with_local_first(local_first: Optional[dict], reason: str) -> str:
@@ -237,24 +274,28 @@ def _with_local_first(local_first: Optional[dict], reason: str) -> str:
 
 
 def mount(app, plugin) -> None:
-    """The routing page and its data for the proxy admin (signed in with the session cookie, or
-    an Authorization header: session.py), and the metrics, authenticated as LiteLLM's own
+    """The routing page and its data, all of it for the proxy admin, its own team's view for a
+    team's key (page_view.py; signed in with the session cookie, or an Authorization header:
+    session.py), and the metrics, authenticated as LiteLLM's own
     /metrics is (admin.metrics_identity), the per-deployment ones for the proxy admin only."""
     from fastapi import Depends
     from fastapi.responses import HTMLResponse, JSONResponse, Response
 
     from ..ui import page_html
     from . import session
-    from .admin import is_admin, jsonable, metrics_identity, require_admin
+    from .admin import is_admin, jsonable, metrics_identity
+    from .page_view import page_viewer
     from .tenancy import tenant_of
 
-    async def page(_=Depends(require_admin)):
+    async def page(_=Depends(page_viewer)):
         return HTMLResponse(page_html(), headers={"Cache-Control": "no-store"})
 
-    async def data(_=Depends(require_admin)):
+    async def data(viewer=Depends(page_viewer)):
+        # The proxy admin reads everything; a team's key its own team's view (page_view.py).
         observer = plugin.observer
         await plugin.runtime.store.prepare()
-        return JSONResponse(jsonable(observer.snapshot()), headers={"Cache-Control": "no-store"})
+        shown = observer.snapshot() if viewer.admin else observer.team_snapshot(viewer)
+        return JSONResponse(jsonable(shown), headers={"Cache-Control": "no-store"})
 
     async def metrics(identity=Depends(metrics_identity)):
         # Who may read them follows LiteLLM's /metrics (require_auth_for_metrics_endpoint); what

@@ -324,7 +324,8 @@ class Runtime:
         atoms: decision.Explainer), the deployments tried as a tuple of strings."""
         entry = {"request_id": call.request_id, "time": time.time(), "attempt": attempt,
                  "excluded": tuple(call.tried if excluded is None else excluded), "decision": decision,
-                 "outcome": None, "served_by": None, "layer": call.layer.label if call.layer is not None else None}
+                 "outcome": None, "served_by": None, "layer": call.layer.label if call.layer is not None else None,
+                 "team": call.tenant.team if call.tenant is not None else None}  # (whose view shows it: page_view.py)
         self.explain.append(entry)
         return entry
 

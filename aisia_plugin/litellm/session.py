@@ -7,7 +7,10 @@ over HTTPS, and expires after ``SESSION_S``. Its value is the key, its expiry an
 session id sealed with LiteLLM's own helper for its login tokens (``encrypt_bearer_token``:
 AES-256-GCM under ``LITELLM_SALT_KEY``, else the master key, with our prefix as the associated
 data, so that no token of another kind opens as ours), so the browser never holds the key in
-clear and every worker can open it. The page's routes present the opened key to LiteLLM's auth
+clear and every worker can open it. The seal also holds who signed in: the role (``admin`` or
+``team``) and the team (page_view.Viewer); a client cannot alter either without breaking the
+seal, and a request whose key LiteLLM now resolves to another role or team is refused
+(page_view.page_viewer): sign in again. The page's routes present the opened key to LiteLLM's auth
 as the request's ``Authorization`` header (a header the request brings wins), so the cookie
 grants exactly what the key grants now: a revoked key or a changed role ends the session at once.
 
@@ -31,7 +34,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 
 from ..ui import signin_html
-from .admin import RejectionBudget, require_admin
+from .admin import RejectionBudget
+from .page_view import ROLES, SESSION_SCOPE, Viewer, page_viewer
 
 PAGE = "/aisia/ui"
 SIGN_IN = PAGE + "/login"
@@ -52,13 +56,21 @@ class Session(NamedTuple):
     key: str  # the API key signed in with
     expires: int  # Unix time
     id: str  # random: what a sign-out revokes
+    role: str = "admin"  # who signed in: page_view.ROLES
+    team: Optional[str] = None  # the team of a "team" session
 
 
-def seal(key: str, now: float) -> str:
+def seal(key: str, now: float, viewer: Viewer) -> str:
     from litellm.proxy.common_utils.encrypt_decrypt_utils import encrypt_bearer_token
 
-    opened = {"key": key, "exp": math.floor(now + SESSION_S), "sid": secrets.token_urlsafe(16)}
+    opened = {"key": key, "exp": math.floor(now + SESSION_S), "sid": secrets.token_urlsafe(16),
+              "role": viewer.role, "team": viewer.team}
     return encrypt_bearer_token(json.dumps(opened), SEAL_PREFIX)
+
+
+def _well_formed(key, exp, sid, role, team, now: float) -> bool:
+    return (isinstance(key, str) and bool(key) and isinstance(exp, int) and now < exp and isinstance(sid, str)
+            and bool(sid) and role in ROLES and (team is None if role == "admin" else isinstance(team, str) and bool(team)))
 
 
 def unseal(value: str, now: float) -> Optional[Session]:
@@ -68,12 +80,10 @@ def unseal(value: str, now: float) -> Optional[Session]:
 
     try:
         opened = json.loads(decrypt_bearer_token(value, SEAL_PREFIX) or "")
-        key, exp, sid = opened["key"], opened["exp"], opened["sid"]
+        fields = opened["key"], opened["exp"], opened["sid"], opened["role"], opened["team"]
     except (ValueError, TypeError, KeyError):
-        return None
-    if not (isinstance(key, str) and key and isinstance(exp, int) and now < exp and isinstance(sid, str) and sid):
-        return None
-    return Session(key, exp, sid)
+        return None  # (a session sealed before roles were sealed too: signed in again)
+    return Session(*fields) if _well_formed(*fields, now) else None
 
 
 def _revoked_name(session: Session) -> str:
@@ -100,10 +110,10 @@ def _wants_html(request: Request) -> bool:
     return "text/html" in request.headers.get("accept", "")
 
 
-def _presenting(request: Request, key: str) -> Request:
+def _presenting(request: Request, key: str, session: Optional[Session] = None) -> Request:
     """The same request with ``key`` as its Authorization header and no body: what LiteLLM's auth
     reads then (the sign-in form's body, which holds the key, never reaches LiteLLM's request
-    parsing or its logs)."""
+    parsing or its logs); `session`, the cookie's, kept in its scope for page_view.page_viewer."""
     try:
         header = ("Bearer " + key).encode("latin-1")
     except UnicodeEncodeError:
@@ -112,6 +122,7 @@ def _presenting(request: Request, key: str) -> Request:
     headers = [(k, v) for k, v in request.scope["headers"] if k.lower() not in drop]
     scope = {k: v for k, v in request.scope.items() if k != "parsed_body"}
     scope["headers"] = headers + [(b"authorization", header)]
+    scope[SESSION_SCOPE] = session
 
     async def no_body():
         return {"type": "http.request", "body": b"", "more_body": False}
@@ -128,14 +139,15 @@ class SessionRoute(APIRoute):
 
     plugin = None
 
-    async def presented_key(self, request: Request) -> Optional[str]:
+    async def presented(self, request: Request) -> Optional[tuple[str, Optional[Session]]]:
+        """(the key to present, the session it comes from), or None: the request as it came."""
         if request.headers.get("authorization"):
             return None
         sealed = request.cookies.get(COOKIE)
         session = unseal(sealed, time.time()) if sealed else None
         if session is None or await revoked(self.plugin.runtime.store, session):
             return None
-        return session.key
+        return session.key, session
 
     async def refused(self, request: Request, exc: HTTPException) -> Response:
         if request.method == "GET" and _wants_html(request):
@@ -148,9 +160,9 @@ class SessionRoute(APIRoute):
         async def with_session(request: Request) -> Response:
             if "key" in request.query_params:
                 return RedirectResponse(_root(request) + SIGN_IN + "?refused=url", status_code=303, headers=NO_STORE)
-            key = await self.presented_key(request)
+            presented = await self.presented(request)
             try:
-                return await handler(_presenting(request, key) if key is not None else request)
+                return await handler(_presenting(request, *presented) if presented is not None else request)
             except HTTPException as exc:
                 if exc.status_code not in (401, 403):
                     raise
@@ -166,17 +178,17 @@ class SignInRoute(SessionRoute):
 
     failures = RejectionBudget(burst=20, per_s=0.5)
 
-    async def presented_key(self, request: Request) -> Optional[str]:
+    async def presented(self, request: Request) -> Optional[tuple[str, Optional[Session]]]:
         form = await request.form()
         key = form.get("key")
-        return key.strip() if isinstance(key, str) else ""
+        return (key.strip() if isinstance(key, str) else ""), None
 
     async def refused(self, request: Request, exc: HTTPException) -> Response:
         if not self.failures.spend():
             return HTMLResponse(signin_html("Too many refused sign-ins: try again in a minute."), status_code=429,
                                 headers={"Retry-After": "60", **NO_STORE})
-        message = ("This key is not the proxy admin's." if exc.status_code == 403
-                   else "This key was refused: use the proxy's master key or a proxy_admin key.")
+        message = ("This key is neither the proxy admin's nor a LiteLLM team's." if exc.status_code == 403
+                   else "This key was refused: use the proxy's master key, a proxy_admin key or a team's key.")
         return HTMLResponse(signin_html(message), status_code=exc.status_code, headers=NO_STORE)
 
 
@@ -198,11 +210,11 @@ def mount(app, plugin) -> None:
         note = "Keys in the page's address are not accepted: sign in here instead." if refused == "url" else ""
         return HTMLResponse(signin_html(note), headers=NO_STORE)
 
-    async def sign_in(request: Request, _=Depends(require_admin)):
+    async def sign_in(request: Request, viewer: Viewer = Depends(page_viewer)):
         # The request here is the one SignInRoute made: the form's key is its Authorization header.
         key = request.headers["authorization"][len("Bearer "):]
         response = RedirectResponse(_root(request) + PAGE, status_code=303, headers=NO_STORE)
-        response.set_cookie(COOKIE, seal(key, time.time()), max_age=SESSION_S, **_cookie_attributes(request))
+        response.set_cookie(COOKIE, seal(key, time.time(), viewer), max_age=SESSION_S, **_cookie_attributes(request))
         return response
 
     async def sign_out(request: Request):
