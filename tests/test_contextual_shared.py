@@ -417,9 +417,9 @@ def test_an_engine_decides_with_the_shared_models_and_dumps_them(redis_module, t
         s1, s2 = await started(pol, redis_module.url), await started(pol, redis_module.url)
         engine = Engine(pol, clock=s1.clock, rng=random.Random(2), store=s1)
         assert engine.contextual is s1.contextual
-        for _ in range(20):
+        for _ in range(20):  # graded answers: a plain success teaches the per-prompt model nothing (docs/quality.md)
             d = engine.decide("auto", msgs, deps, reserve=False)
-            engine.record(d, Outcome(d.deployment_id, success=True, latency_s=0.2))
+            engine.record(d, Outcome(d.deployment_id, success=True, latency_s=0.2, quality=0.9))
         await s1.flush()
         await s2.refresh()
         e2 = Engine(pol, clock=s2.clock, rng=random.Random(2), store=s2)
