@@ -435,37 +435,50 @@ class CandidateScore:
         return d
 
 
-def explored_reason(why: str, drew) -> str:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Draw:
+    """What epsilon-greedy exploration drew, as ``strategies.rules.exploration`` records it: the
+    alias's epsilon, the id drawn, the ranking's id, how many candidates it drew from, and
+    whether the draw is the ranking's choice."""
+
+    epsilon: float
+    picked: str
+    best: str
+    candidates: int
+    same: bool
+
+
+def explored_reason(why: str, drew: Optional[Draw]) -> str:
     """A ranking's reason once epsilon-greedy exploration had its say: `drew` is None (the
-    ranking's winner stands: `why` as is) or ``(epsilon, drawn id, the ranking's id, candidates,
-    whether they are the same)``, as ``strategies.rules.exploration`` records the draw. The one
-    home of this wording (the contextual strategy keeps its own shorter one, unchanged)."""
+    ranking's winner stands: `why` as is) or the ``Draw``. The one home of this wording (the
+    contextual strategy keeps its own shorter one, unchanged)."""
     if drew is None:
         return why
-    eps, picked, best, n, same = drew
-    if same:
+    eps, picked, n = drew.epsilon, drew.picked, drew.candidates
+    if drew.same:
         return (f"exploration (epsilon {eps:g}) drew {picked} at random from {n} candidates, "
                 f"which is also the ranking's choice; {why}")
     return (f"exploration (epsilon {eps:g}) chose {picked} at random from {n} candidates "
-            f"instead of the ranking's {best}; ranking: {why}")
+            f"instead of the ranking's {drew.best}; ranking: {why}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Facts:
     """What a built-in strategy's decision keeps to explain itself (``Explainer``), built by
-    keyword when it decides: atoms (str, numbers, bools, None, and tuples of them) and, where a
-    strategy says so, dicts of numbers. Every strategy's record begins with these four fields;
-    each strategy family extends it with its own (``strategies/*.py``).
+    keyword when it decides: atoms (str, numbers, bools, None, and tuples of them), the
+    exploration's ``Draw``, and, where a strategy says so, dicts of numbers. Every strategy's
+    record begins with these four fields; each strategy family extends it with its own
+    (``strategies/*.py``).
 
     `ids`: the pool's ids (the rows' order); `scores`: the scores in pool order (None where a
     candidate has none; the whole field None when the explainer computes them); `excluded`:
     ``(id, why)`` pairs of the pool members that did not compete; `drew`: the exploration's
-    draw (``explored_reason``; None: the ranking's winner stands)."""
+    ``Draw`` (``explored_reason``; None: the ranking's winner stands)."""
 
     ids: tuple
     scores: Optional[tuple] = None
     excluded: tuple = ()
-    drew: Optional[tuple] = None
+    drew: Optional[Draw] = None
 
 
 class Explainer:

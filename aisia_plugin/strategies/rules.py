@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..breaker import OPEN
-from ..decision import Candidate, Decision, Explainer, Facts, Pool, RoutingContext, atoms, explained_decision
+from ..decision import Candidate, Decision, Draw, Explainer, Facts, Pool, RoutingContext, atoms, explained_decision
 from ..numbers import clamp01, finite  # noqa: F401 (the strategies import them from here)
 from ..policy.models import FACTORS
 
@@ -87,13 +87,14 @@ def exploration(eligible, best: int, context: RoutingContext):
     """``(chosen, drew, probability)`` once epsilon-greedy exploration (``explore``) had its say
     over the ranking's winner `best`: every strategy that honours an alias's ``exploration``
     goes through here, bandits included (there it is a floor under their own exploration).
-    `drew` is None when the winner stands, else what the reason says of the draw
-    (``decision.explored_reason``): atoms, for a decision's facts."""
+    `drew` is None when the winner stands, else the ``decision.Draw`` the reason tells of
+    (``decision.explored_reason``), for a decision's facts."""
     picked = explore(eligible, context)
     if picked is None:
         return best, None, selection_probability(len(eligible), True, context)
     ids = eligible.ids
-    drew = (finite(context.exploration), ids[picked], ids[best], len(eligible), picked == best)
+    drew = Draw(epsilon=finite(context.exploration), picked=ids[picked], best=ids[best], candidates=len(eligible),
+                same=picked == best)
     return picked, drew, selection_probability(len(eligible), picked == best, context)
 
 
