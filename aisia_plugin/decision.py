@@ -435,43 +435,69 @@ class CandidateScore:
         return d
 
 
-def explored_reason(why: str, drew) -> str:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Draw:
+    """What epsilon-greedy exploration drew, as ``strategies.rules.exploration`` records it: the
+    alias's epsilon, the id drawn, the ranking's id, how many candidates it drew from, and
+    whether the draw is the ranking's choice."""
+
+    epsilon: float
+    picked: str
+    best: str
+    candidates: int
+    same: bool
+
+
+def explored_reason(why: str, drew: Optional[Draw]) -> str:
     """A ranking's reason once epsilon-greedy exploration had its say: `drew` is None (the
-    ranking's winner stands: `why` as is) or ``(epsilon, drawn id, the ranking's id, candidates,
-    whether they are the same)``, as ``strategies.rules.exploration`` records the draw. The one
-    home of this wording (the contextual strategy keeps its own shorter one, unchanged)."""
+    ranking's winner stands: `why` as is) or the ``Draw``. The one home of this wording (the
+    contextual strategy keeps its own shorter one, unchanged)."""
     if drew is None:
         return why
-    eps, picked, best, n, same = drew
-    if same:
+    eps, picked, n = drew.epsilon, drew.picked, drew.candidates
+    if drew.same:
         return (f"exploration (epsilon {eps:g}) drew {picked} at random from {n} candidates, "
                 f"which is also the ranking's choice; {why}")
     return (f"exploration (epsilon {eps:g}) chose {picked} at random from {n} candidates "
-            f"instead of the ranking's {best}; ranking: {why}")
+            f"instead of the ranking's {drew.best}; ranking: {why}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Facts:
+    """What a built-in strategy's decision keeps to explain itself (``Explainer``), built by
+    keyword when it decides: atoms (str, numbers, bools, None, and tuples of them), the
+    exploration's ``Draw``, and, where a strategy says so, dicts of numbers. Every strategy's
+    record begins with these four fields; each strategy family extends it with its own
+    (``strategies/*.py``).
+
+    `ids`: the pool's ids (the rows' order); `scores`: the scores in pool order (None where a
+    candidate has none; the whole field None when the explainer computes them); `excluded`:
+    ``(id, why)`` pairs of the pool members that did not compete; `drew`: the exploration's
+    ``Draw`` (``explored_reason``; None: the ranking's winner stands)."""
+
+    ids: tuple
+    scores: Optional[tuple] = None
+    excluded: tuple = ()
+    drew: Optional[Draw] = None
 
 
 class Explainer:
-    """How a built-in strategy's decision explains itself, from its *facts*: a plain tuple of
-    atoms (str, numbers, bools, None, and tuples of them) the strategy fills when it decides
-    (more only where no proxy reads it: the contextual strategy's under ``aisia explain``).
+    """How a built-in strategy's decision explains itself, from its *facts* (a ``Facts`` record,
+    of the strategy's own kind) that the strategy fills when it decides (more only where no
+    proxy reads it: the contextual strategy's under ``aisia explain``).
     A decision stays in the proxy's explain log for hundreds of requests; closures over the
     pool's lists (the earlier form) kept ~40 objects per decision that the cyclic collector
-    tracks, promoted to its oldest generation and walked by every full collection. CPython stops
-    tracking a tuple of atoms at the first collection that finds its items untracked (a level of
-    nesting may take one more), so the facts cost the collector nothing once young; an Explainer is one module-level object per strategy, shared by its decisions.
-    The reason and the rows are rendered from the facts when first read, never on the request
-    path (``Decision.reason``, ``Decision.scores``).
-
-    Every explainer's facts begin ``(ids, scores, excluded, drew, ...)``: the pool's ids (the rows'
-    order), the scores in pool order (None where a candidate has none; the whole slot None when
-    ``scores`` computes them), ``(id, why)`` pairs of the pool members that did not compete, and
-    the exploration's draw (``explored_reason``); each strategy's own facts follow."""
+    tracks, promoted to its oldest generation and walked by every full collection. The facts
+    record is one tracked object per decision, its tuples of atoms untracked by the first
+    collections that find their items untracked; an Explainer is one module-level object per
+    strategy, shared by its decisions. The reason and the rows are rendered from the facts when
+    first read, never on the request path (``Decision.reason``, ``Decision.scores``)."""
 
     __slots__ = ()
 
     def scores(self, facts) -> Sequence:
         """The scores in pool order."""
-        return facts[1]
+        return facts.scores
 
     def probability(self, facts) -> Optional[float]:
         """The chosen candidate's selection probability (a decision made with ``FROM_FACTS``)."""
@@ -486,25 +512,24 @@ class Explainer:
         raise NotImplementedError
 
     def reason(self, facts) -> str:
-        return explored_reason(self.why(facts), facts[3])
+        return explored_reason(self.why(facts), facts.drew)
 
     def rows(self, facts) -> list["CandidateScore"]:
         """Every pool member's row: its score, why it did not compete (None: it did), its terms."""
-        ids, excluded = facts[0], facts[2]
-        out = dict(excluded) if excluded else {}
+        out = dict(facts.excluded) if facts.excluded else {}
         tm = self.terms(facts) or {}
-        return [CandidateScore(i, s, out.get(i), tm.get(i, {})) for i, s in zip(ids, self.scores(facts))]
+        return [CandidateScore(i, s, out.get(i), tm.get(i, {})) for i, s in zip(facts.ids, self.scores(facts))]
 
     def ranked(self, facts) -> list[tuple]:
         """(id, score) of the candidates that competed, in pool order."""
-        pairs = zip(facts[0], self.scores(facts))
-        if not facts[2]:
+        pairs = zip(facts.ids, self.scores(facts))
+        if not facts.excluded:
             return list(pairs)
-        out = {i for i, _ in facts[2]}
+        out = {i for i, _ in facts.excluded}
         return [(i, s) for i, s in pairs if i not in out]
 
 
-# The rows of facts with scores and no terms, for a reason given as a string.
+# The rows of facts with scores and no terms (``Facts`` itself), for a reason given as a string.
 PLAIN = Explainer()
 # A Decision's probability left to its explainer (``Decision.probability``).
 FROM_FACTS = object()
@@ -535,7 +560,7 @@ class Decision:
                  candidates_considered: int, final_score: Optional[float], scores: Optional[list] = None,
                  probability: Optional[float] = None, alias: str = "", domain: Optional[str] = None,
                  task_type: str = "default", refused: Optional[str] = None, status_code: int = 200, *,
-                 build_scores=None, explainer: Optional[Explainer] = None, facts: tuple = ()):
+                 build_scores=None, explainer: Optional[Explainer] = None, facts: Optional[Facts] = None):
         self.deployment_id = deployment_id
         self.model = model
         self.strategy = strategy
@@ -660,10 +685,10 @@ def ranking_of(pairs, chosen: Optional[str]) -> list:
 
 
 def explained_decision(strategy: str, chosen: Deployment, final_score: Optional[float], explainer: Explainer,
-                       facts: tuple, reason: Optional[str] = None, *, probability: Optional[float] = None) -> Decision:
+                       facts: Facts, reason: Optional[str] = None, *, probability: Optional[float] = None) -> Decision:
     """A built-in strategy's Decision, explained by `explainer` from `facts` (``Explainer``);
     `reason`: the reason when it is already a string (None: the explainer's)."""
-    return Decision(chosen.id, chosen.model, strategy, reason, len(facts[0]), final_score, probability=probability,
+    return Decision(chosen.id, chosen.model, strategy, reason, len(facts.ids), final_score, probability=probability,
                     explainer=explainer, facts=facts)
 
 

@@ -198,10 +198,10 @@ class Engine:
 
     def _read(self, group: "_DomainPool", task: str, learn_domain: Optional[str], pin: str, now: float) -> "_Slate":
         """The group's columns and what the store holds of them (one read), with their breakers."""
-        tick, breakers, global_arms, domain_arms, last_good = self.store.read_pool(group.ids, learn_domain, pin)
-        states, held, blocked = self._breakers(group.ids, breakers, now)
-        return _Slate(group, group.fits(self.fitness, task), states, global_arms, domain_arms, tick, last_good,
-                      held, blocked)
+        read = self.store.read_pool(group.ids, learn_domain, pin)
+        states, held, blocked = self._breakers(group.ids, read.breakers, now)
+        return _Slate(group, group.fits(self.fitness, task), states, read.global_arms, read.domain_arms, read.tick,
+                      read.last_known_good, held, blocked)
 
     @staticmethod
     def _fit_window(slate: "_Slate", need: int) -> None:

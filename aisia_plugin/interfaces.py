@@ -5,7 +5,7 @@ against them in tests (tests/test_interfaces.py)."""
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol, Sequence, runtime_checkable
+from typing import Any, NamedTuple, Optional, Protocol, Sequence, runtime_checkable
 
 from .bandit import ArmStats
 from .breaker import BreakerState, CircuitBreaker
@@ -14,10 +14,17 @@ from .learning import LearningRules, OutcomeRecord
 from .pacing import PaceState
 from .quality import QualityRecord, QualityStats
 
-# read_pool's answer: (tick, breakers, global arms, per-domain arms, the alias's last known
-# good), the lists in the order of the ids asked for, None where nothing is stored.
-PoolState = tuple[float, list[Optional[BreakerState]], list[Optional[ArmStats]], list[Optional[ArmStats]],
-                  Optional[str]]
+class PoolState(NamedTuple):
+    """``StateStore.read_pool``'s answer: everything one decision reads of the store. The lists
+    are in the order of the ids asked for, None where nothing is stored (a default breaker, an
+    unseen arm); `domain_arms` is all None without a domain; `last_known_good` is the alias's
+    LKGP pin (None without an alias or a pin)."""
+
+    tick: float
+    breakers: list[Optional[BreakerState]]
+    global_arms: list[Optional[ArmStats]]
+    domain_arms: list[Optional[ArmStats]]
+    last_known_good: Optional[str]
 
 
 @runtime_checkable

@@ -237,12 +237,14 @@ def test_read_pool_answers_a_decision_in_one_call(policy_file):
     deps = [dep("a-x"), dep("b-y")]
     d = eng.decide("auto", [{"role": "user", "content": "write a python function"}], deps)
     eng.record(d, Outcome(d.deployment_id, success=False, status_code=503))
-    tick, breakers, g, dom, lkg = eng.store.read_pool(["b-y", "a-x", "nope"], "coding", "auto")
-    assert tick == 1.0 and breakers[2] is None and g[2] is None and dom[2] is None and lkg is None
+    read = eng.store.read_pool(["b-y", "a-x", "nope"], "coding", "auto")  # a PoolState, read by name
+    breakers, g, dom = read.breakers, read.global_arms, read.domain_arms
+    assert read.tick == 1.0 and breakers[2] is None and g[2] is None and dom[2] is None
+    assert read.last_known_good is None
     failed = ["b-y", "a-x"].index(d.deployment_id)
     assert breakers[failed].failures == 1 and breakers[1 - failed] is None
     assert g[failed].pulls == 1.0 and dom[failed] is not None and dom[failed].pulls == 1.0
-    assert eng.store.read_pool(["a-x"], None, None)[3] == [None]
+    assert eng.store.read_pool(["a-x"], None, None).domain_arms == [None]
 
 
 def test_retry_without_the_failed_specialist_falls_back_to_everyone(policy_file):

@@ -21,6 +21,7 @@ from ..bandit import ArmStats
 from ..blame import OutlierRule, PeerCalls, RecentCalls
 from ..breaker import BreakerState, CircuitBreaker
 from ..contextual import ContextualModels
+from ..interfaces import PoolState
 from ..learning import LearningRules, OutcomeRecord, apply_outcome
 from ..pacing import PaceState
 from ..quality import QualityRecord, QualityStats, apply_evidence, quality_view
@@ -211,18 +212,17 @@ class MemoryState:
             if d is not None:
                 self.quality.setdefault(rec.domain, {})[dep] = d
 
-    def read_pool(self, deployment_ids, domain: Optional[str] = None, alias: Optional[str] = None):
-        """Everything a decision reads, in one call (the Redis store answers it in one round
-        trip): ``(tick, breakers, global_arms, domain_arms, last_known_good)``, the lists in the
-        order of ``deployment_ids`` with None where nothing is stored (a default breaker, an
-        unseen arm); ``domain_arms`` is all None when ``domain`` is None, ``last_known_good`` is
-        the alias's (None without an alias)."""
+    def read_pool(self, deployment_ids, domain: Optional[str] = None, alias: Optional[str] = None) -> PoolState:
+        """Everything a decision reads, in one call (the Redis store answers it from its mirror):
+        a ``PoolState``, the lists in the order of ``deployment_ids`` with None where nothing is
+        stored (a default breaker, an unseen arm); ``domain_arms`` is all None when ``domain`` is
+        None, ``last_known_good`` is the alias's (None without an alias)."""
         arms, breakers = self.arms, self.breakers.get
         g = list(map(arms[None].get, deployment_ids))
         by_domain = arms.get(domain) if domain is not None else None
         d = list(map(by_domain.get, deployment_ids)) if by_domain is not None else [None] * len(g)
-        return (self.ticks, list(map(breakers, deployment_ids)), g, d,
-                self.lkgp.get(alias) if alias is not None else None)
+        return PoolState(tick=self.ticks, breakers=list(map(breakers, deployment_ids)), global_arms=g, domain_arms=d,
+                         last_known_good=self.lkgp.get(alias) if alias is not None else None)
 
     def record_outcome(self, rec: OutcomeRecord, rules: LearningRules) -> float:
         with self._lock:

@@ -6,9 +6,10 @@ Both read the pool's columns (decision.Pool): the arms' views, costs and latenci
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from ..bandit import ArmStats, beta_draws, bonus_columns, ucb1_scores, ucb1_terms
-from ..decision import PLAIN, Decision, Explainer, Pool, RoutingContext, atoms, explained_decision
+from ..decision import PLAIN, Decision, Explainer, Facts, Pool, RoutingContext, atoms, explained_decision
 from ..quality import prior_quality
 from .rules import clamp01, exploration, finite
 
@@ -29,8 +30,8 @@ class UCB1Strategy:
         if min(pulls) <= 0:
             first, why = first_untried(pool, pulls, context)
             untried = pool.deployments[first]
-            return explained_decision(self.name, untried, math.inf, PLAIN,
-                                      (atoms(pool.ids), tuple([math.inf if n <= 0 else None for n in pulls]), (), None),
+            facts = Facts(ids=atoms(pool.ids), scores=tuple([math.inf if n <= 0 else None for n in pulls]))
+            return explained_decision(self.name, untried, math.inf, PLAIN, facts,
                                       f"{untried.id} has never been tried: explored first{why}", probability=1.0)
         total = context.total_pulls
         if total is None:
@@ -48,8 +49,9 @@ class UCB1Strategy:
         best = scores.index(top)
 
         chosen, drew, probability = exploration(pool, best, context)
-        facts = (atoms(pool.ids), tuple(scores), (), drew, tuple(pulls), tuple(rewards), tuple(latencies), tuple(costs),
-                 total, c, cw, lw, cs, ls, best)
+        facts = UCB1Facts(ids=atoms(pool.ids), scores=tuple(scores), drew=drew, pulls=tuple(pulls),
+                          rewards=tuple(rewards), latencies=tuple(latencies), costs=tuple(costs), total=total,
+                          c=c, cost_weight=cw, latency_weight=lw, cost_scale=cs, latency_scale=ls, best=best)
         return explained_decision(self.name, pool.deployments[chosen], scores[chosen], _UCB1, facts,
                                   probability=probability)
 
@@ -70,24 +72,42 @@ def first_untried(pool: Pool, pulls, context: RoutingContext) -> tuple[int, str]
     return untried[priors.index(top)], f" (the highest declared prior quality, {top:.2f}, of the untried)"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UCB1Facts(Facts):
+    """A UCB1 decision's facts: each arm's pulls, rewards, latencies and costs (pool order), the
+    formula's N and settings, and the ranking's winner (its index)."""
+
+    pulls: tuple
+    rewards: tuple
+    latencies: tuple
+    costs: tuple
+    total: float
+    c: float
+    cost_weight: float
+    latency_weight: float
+    cost_scale: float
+    latency_scale: float
+    best: int
+
+
 class _UCB1Explained(Explainer):
-    """facts: (ids, scores, (), drew, pulls, rewards, latencies, costs, N, c, cost_weight,
-    latency_weight, cost_scale, latency_scale, the ranking's winner)."""
+    """Explains a UCB1 decision from its ``UCB1Facts``."""
 
     __slots__ = ()
 
-    def _terms(self, facts, i: int) -> dict:
-        pulls, rewards, latencies, costs, total, c, cw, lw, cs, ls = facts[4:14]
-        arm = ArmStats(pulls=pulls[i], total_reward=rewards[i], avg_latency=latencies[i])
+    def _terms(self, facts: UCB1Facts, i: int) -> dict:
+        pulls, total = facts.pulls, facts.total
+        arm = ArmStats(pulls=pulls[i], total_reward=facts.rewards[i], avg_latency=facts.latencies[i])
         # n and N as the formula used them: discounted by age when forgetting is on.
-        return {**ucb1_terms(arm, total, c=c, cost_per_1m=costs[i], cost_weight=cw, latency_weight=lw,
-                             cost_scale=cs, latency_scale=ls), "n": pulls[i], "N": total}
+        return {**ucb1_terms(arm, total, c=facts.c, cost_per_1m=facts.costs[i], cost_weight=facts.cost_weight,
+                             latency_weight=facts.latency_weight, cost_scale=facts.cost_scale,
+                             latency_scale=facts.latency_scale), "n": pulls[i], "N": total}
 
-    def terms(self, facts):
-        return {i: self._terms(facts, k) for k, i in enumerate(facts[0])}
+    def terms(self, facts: UCB1Facts):
+        return {i: self._terms(facts, k) for k, i in enumerate(facts.ids)}
 
-    def why(self, facts) -> str:
-        ids, scores, best = facts[0], facts[1], facts[14]
+    def why(self, facts: UCB1Facts) -> str:
+        ids, scores, best = facts.ids, facts.scores, facts.best
         top = scores[best]
         t = self._terms(facts, best)
         runner = max(scores[:best] + scores[best + 1:], default=None)
@@ -107,19 +127,31 @@ def bandit_bonuses(pool: Pool, context: RoutingContext) -> list[float]:
     return [cb + lb for cb, lb in zip(cbs, lbs)]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThompsonFacts(Facts):
+    """A Thompson decision's facts: each arm's posterior draw, Beta parameters and cost and
+    latency bonus (pool order), and the ranking's winner (its index)."""
+
+    draws: tuple
+    alphas: tuple
+    betas: tuple
+    bonuses: tuple
+    best: int
+
+
 class _ThompsonExplained(Explainer):
-    """facts: (ids, scores, (), drew, draws, alphas, betas, bonuses, the ranking's winner)."""
+    """Explains a Thompson decision from its ``ThompsonFacts``."""
 
     __slots__ = ()
 
-    def why(self, facts) -> str:
-        ids, draws, alphas, betas, bonus, best = facts[0], *facts[4:]
-        return (f"Thompson picked {ids[best]}: sample {draws[best]:.3f} from "
-                f"Beta({alphas[best]:.1f}, {betas[best]:.1f}) + bonus {bonus[best]:.3f}")
+    def why(self, facts: ThompsonFacts) -> str:
+        ids, best = facts.ids, facts.best
+        return (f"Thompson picked {ids[best]}: sample {facts.draws[best]:.3f} from "
+                f"Beta({facts.alphas[best]:.1f}, {facts.betas[best]:.1f}) + bonus {facts.bonuses[best]:.3f}")
 
-    def terms(self, facts):
+    def terms(self, facts: ThompsonFacts):
         return {i: {"sample": round(d, 6), "alpha": round(a, 4), "beta": round(b, 4), "bonus": round(x, 6)}
-                for i, d, a, b, x in zip(facts[0], *facts[4:8])}
+                for i, d, a, b, x in zip(facts.ids, facts.draws, facts.alphas, facts.betas, facts.bonuses)}
 
 
 _THOMPSON = _ThompsonExplained()
@@ -152,7 +184,8 @@ class ThompsonStrategy:
             # (1 - epsilon) P(the posterior draws choose it) + epsilon / n
             eps = clamp01(finite(getattr(context, "exploration", 0.0)))
             probability = (1.0 - eps) * self._probability(alphas, betas, bonus, i, rng) + eps / len(pool)
-        facts = (atoms(pool.ids), tuple(scores), (), drew, tuple(draws), atoms(alphas), atoms(betas), tuple(bonus), best)
+        facts = ThompsonFacts(ids=atoms(pool.ids), scores=tuple(scores), drew=drew, draws=tuple(draws),
+                              alphas=atoms(alphas), betas=atoms(betas), bonuses=tuple(bonus), best=best)
         return explained_decision(self.name, pool.deployments[i], scores[i], _THOMPSON, facts, probability=probability)
 
     def _probability(self, alphas, betas, bonus, best: int, rng) -> float:

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import dataclass
 from statistics import NormalDist
+from typing import Any, Optional
 
 from ..contextual import LearnContext, cold_prior, request_vector
 import numpy as np
 
-from ..decision import FROM_FACTS, Decision, Explainer, Pool, RoutingContext, atoms, explained_decision
+from ..decision import FROM_FACTS, Decision, Explainer, Facts, Pool, RoutingContext, atoms, explained_decision
 from ..policy.models import ColdStart
 from ..schema_defaults import defaults_of
 from ..task_fitness import TaskFitnessTable
@@ -151,9 +153,10 @@ class ContextualStrategy:
         moved = None
         if getattr(context.features, "estimate_probability", False):
             moved = (models, context.features, context.domain, context.task_type, x)
-        facts = (atoms(ids), tuple(scores), (), None, tuple(mean_l), tuple(sd), tuple(base), tuple(draws), tuple(bonus),
-                 best, i, context.exploration if i != best else None, moved, spread, context.exploration,
-                 tolerance, atoms(costs))
+        facts = ContextualFacts(ids=atoms(ids), scores=tuple(scores), predicted=tuple(mean_l), uncertainty=tuple(sd),
+                                base=tuple(base), draws=tuple(draws), bonus=tuple(bonus), best=best, chosen=i,
+                                moved=moved, spread=spread, epsilon=context.exploration, tolerance=tolerance,
+                                costs=atoms(costs))
         decision = explained_decision(self.name, pool.deployments[i], scores[i], _EXPLAINED, facts,
                                       probability=FROM_FACTS)
         decision.context = LearnContext(x, base[i], prior_var, noise_var,
@@ -161,42 +164,63 @@ class ContextualStrategy:
         return decision
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextualFacts(Facts):
+    """A contextual decision's facts (its own exploration wording: `drew` stays None). In pool
+    order: the predicted rewards, their uncertainties, the learned means (base), the draws and
+    the bonuses; the ranking's winner and the chosen (indexes: they differ when exploration drew
+    another); for `aisia explain` only, what names the features that moved each prediction
+    (models, features, domain, task type, vector; None on the request path); the draws' spread,
+    the alias's epsilon, the quality tolerance and the costs (``cheapest_within``)."""
+
+    predicted: tuple
+    uncertainty: tuple
+    base: tuple
+    draws: tuple
+    bonus: tuple
+    best: int
+    chosen: int
+    moved: Optional[tuple[Any, ...]]
+    spread: float
+    epsilon: float
+    tolerance: float
+    costs: tuple
+
+
 class _ContextualExplained(Explainer):
-    """facts: (ids, scores, (), None, predicted rewards, their uncertainties, the learned means,
-    draws, bonuses, the ranking's winner, the chosen, the epsilon that drew it instead (None:
-    the winner stands), for `aisia explain` (models, features, domain, task type, vector) else
-    None, the draws' spread, the alias's epsilon, the quality tolerance, the costs)."""
+    """Explains a contextual decision from its ``ContextualFacts``."""
 
     __slots__ = ()
 
-    def probability(self, facts) -> float:
+    def probability(self, facts: ContextualFacts) -> float:
         """P(the chosen is chosen) = (1 - epsilon) P(its draw + bonus is the highest) + epsilon / n
         (``win_probability``): what `aisia replay --logged` weighs the logged choice by."""
-        mean_l, sd, bonus, i, spread, eps = facts[4], facts[5], facts[8], facts[10], facts[13], facts[14]
-        eps = min(max(float(eps or 0.0), 0.0), 1.0)
-        tolerance, costs = facts[15], facts[16]
+        mean_l, bonus, i, tolerance = facts.predicted, facts.bonus, facts.chosen, facts.tolerance
+        eps = min(max(float(facts.epsilon or 0.0), 0.0), 1.0)
+        sds = [facts.spread * x for x in facts.uncertainty]
         if tolerance > 0.0:  # the cost-aware choice: no closed form, estimated by draws
-            p = choice_probability(mean_l, [spread * x for x in sd], bonus, costs, tolerance, i)
+            p = choice_probability(mean_l, sds, bonus, facts.costs, tolerance, i)
             return (1.0 - eps) * p + eps / len(mean_l)
         centres = [m + b for m, b in zip(mean_l, bonus)]
-        return (1.0 - eps) * win_probability(centres, [spread * x for x in sd], i) + eps / len(centres)
+        return (1.0 - eps) * win_probability(centres, sds, i) + eps / len(centres)
 
-    def reason(self, facts) -> str:
-        ids, mean_l, sd, base, draws, bonus, best, i, eps = facts[0], *facts[4:12]
-        why = (f"contextual picked {ids[best]}: predicted reward {mean_l[best]:.3f} +/- {sd[best]:.3f} for this "
-               f"prompt (its mean {base[best]:.3f}), sample {draws[best]:.3f} + bonus {bonus[best]:.3f}")
-        tolerance = facts[15]
+    def reason(self, facts: ContextualFacts) -> str:
+        ids, draws, best, i, tolerance = facts.ids, facts.draws, facts.best, facts.chosen, facts.tolerance
+        why = (f"contextual picked {ids[best]}: predicted reward {facts.predicted[best]:.3f} +/- "
+               f"{facts.uncertainty[best]:.3f} for this prompt (its mean {facts.base[best]:.3f}), "
+               f"sample {draws[best]:.3f} + bonus {facts.bonus[best]:.3f}")
         top = draws.index(max(draws))
         if tolerance > 0.0 and top != best:
             why += (f"; the cheapest within the quality tolerance {tolerance:g} of the best sample "
                     f"({ids[top]} {draws[top]:.3f})")
         if i == best:
             return why
-        return f"exploration (epsilon {eps:g}) chose {ids[i]} at random instead; {why}"
+        return f"exploration (epsilon {facts.epsilon:g}) chose {ids[i]} at random instead; {why}"
 
-    def terms(self, facts):
-        ids, mean_l, sd, base, draws, bonus = facts[0], *facts[4:9]
-        moved = facts[12] and moved_by(facts[12][0], ids, *facts[12][1:])
+    def terms(self, facts: ContextualFacts):
+        ids, mean_l, sd, base, draws, bonus = (facts.ids, facts.predicted, facts.uncertainty, facts.base, facts.draws,
+                                               facts.bonus)
+        moved = facts.moved and moved_by(facts.moved[0], ids, *facts.moved[1:])
         out = {}
         for j, dep in enumerate(ids):
             row = {"predicted": round(mean_l[j], 6), "uncertainty": round(sd[j], 6), "base": round(base[j], 6),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..breaker import OPEN
 from ..decision import Decision, Pool, RoutingContext, atoms
-from .rules import OwnScores, finish, lower_is_better, relative_score
+from .rules import LowestFacts, LowestWins, finish, lower_is_better, relative_score
 
 
 class CostStrategy:
@@ -23,29 +23,25 @@ class CostStrategy:
         low = min(keys)
         i = keys.index(low)  # the first of equals: pool order
         all_open = eligible.breakers[i] == OPEN
-        return finish(self.name, pool, eligible, _COST, (atoms(eligible.ids), atoms(keys), low, i, all_open), i,
-                      context, final_score=lambda j: relative_score(low, keys[j]))
+        return finish(self.name, pool, eligible, _COST, i, context, final_score=lambda j: relative_score(low, keys[j]),
+                      facts=LowestFacts, competing=atoms(eligible.ids), keys=atoms(keys), lowest=low, winner=i,
+                      all_open=all_open)
 
 
-class _CostExplained(OwnScores):
-    """facts: (ids, None, excluded, drew, competing ids, their costs per 1M, the lowest, the
-    winner's index among them, whether every candidate is OPEN)."""
+class _CostExplained(LowestWins):
+    """Explains a cost decision from its ``LowestFacts`` (the keys: costs per 1M tokens)."""
 
     __slots__ = ()
 
-    def own_scores(self, facts):
-        low = facts[6]
-        return [relative_score(low, k) for k in facts[5]]
-
-    def why(self, facts) -> str:
-        ids, keys, low, i, all_open = facts[4:]
+    def why(self, facts: LowestFacts) -> str:
+        keys, i = facts.keys, facts.winner
         nxt = min(keys[:i] + keys[i + 1:], default=None)
         vs = f" (next cheapest ${nxt:.4g})" if nxt is not None else ""
-        every = "; every candidate is OPEN" if all_open else ""
-        return f"cost picked {ids[i]}: cheapest at ${low:.4g} per 1M tokens{vs}{every}"
+        every = "; every candidate is OPEN" if facts.all_open else ""
+        return f"cost picked {facts.competing[i]}: cheapest at ${facts.lowest:.4g} per 1M tokens{vs}{every}"
 
-    def terms(self, facts):
-        return {c: {"cost_per_1m": k} for c, k in zip(facts[4], facts[5])}
+    def terms(self, facts: LowestFacts):
+        return {c: {"cost_per_1m": k} for c, k in zip(facts.competing, facts.keys)}
 
 
 _COST = _CostExplained()

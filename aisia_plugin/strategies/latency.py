@@ -8,10 +8,11 @@ winner, higher is better); the parts are in the terms."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from ..breaker import OPEN
 from ..decision import Candidate, Decision, Pool, RoutingContext, atoms
-from .rules import OwnScores, finish, finite, relative_score, sort_key
+from .rules import LowestFacts, LowestWins, finish, finite, relative_score, sort_key
 
 ERROR_PENALTY_MS = 1000.0
 
@@ -46,32 +47,37 @@ class LatencyStrategy:
         low = min(keys)
         i = keys.index(low)  # first of equals: pool order
         all_open = eligible.breakers[i] == OPEN
-        own = (atoms(eligible.ids), atoms(keys), atoms(eligible.p95_ms), atoms(eligible.error_rates), low, i, all_open)
-        return finish(self.name, pool, eligible, _LATENCY, own, i, context,
-                      final_score=lambda j: relative_score(low, keys[j]))
+        return finish(self.name, pool, eligible, _LATENCY, i, context, final_score=lambda j: relative_score(low, keys[j]),
+                      facts=LatencyFacts, competing=atoms(eligible.ids), keys=atoms(keys), p95s=atoms(eligible.p95_ms),
+                      error_rates=atoms(eligible.error_rates), lowest=low, winner=i, all_open=all_open)
 
 
-class _LatencyExplained(OwnScores):
-    """facts: (ids, None, excluded, drew, competing ids, their effective latencies, p95s and
-    error rates, the lowest, the winner's index among them, whether every candidate is OPEN)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LatencyFacts(LowestFacts):
+    """A latency decision's facts: ``LowestFacts`` whose keys are the effective latencies, with
+    the competing members' p95s and error rates."""
+
+    p95s: tuple
+    error_rates: tuple
+
+
+class _LatencyExplained(LowestWins):
+    """Explains a latency decision from its ``LatencyFacts``."""
 
     __slots__ = ()
 
-    def own_scores(self, facts):
-        low = facts[8]
-        return [relative_score(low, k) for k in facts[5]]
-
-    def why(self, facts) -> str:
-        ids, keys, p95s, errs, low, i, all_open = facts[4:]
+    def why(self, facts: LatencyFacts) -> str:
+        keys, i = facts.keys, facts.winner
         nxt = min(keys[:i] + keys[i + 1:], default=None)
         vs = f" (next {nxt:.0f} ms)" if nxt is not None else ""
-        every = "; every candidate is OPEN" if all_open else ""
-        return (f"latency picked {ids[i]}: p95 {sort_key(p95s[i]):.0f} ms + error rate "
-                f"{finite(errs[i]):.3f} x 1000 = {low:.0f} ms, the lowest{vs}{every}")
+        every = "; every candidate is OPEN" if facts.all_open else ""
+        return (f"latency picked {facts.competing[i]}: p95 {sort_key(facts.p95s[i]):.0f} ms + error rate "
+                f"{finite(facts.error_rates[i]):.3f} x 1000 = {facts.lowest:.0f} ms, the lowest{vs}{every}")
 
-    def terms(self, facts):
+    def terms(self, facts: LatencyFacts):
         return {c: {"p95_latency_ms": round(sort_key(p), 3), "error_rate": round(finite(e), 6),
-                    "effective_ms": round(k, 3)} for c, k, p, e in zip(*facts[4:8])}
+                    "effective_ms": round(k, 3)}
+                for c, k, p, e in zip(facts.competing, facts.keys, facts.p95s, facts.error_rates)}
 
 
 _LATENCY = _LatencyExplained()

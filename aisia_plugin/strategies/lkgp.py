@@ -9,8 +9,11 @@ is sticky: epsilon-greedy exploration applies only to the rules fallback."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Optional
+
 from ..breaker import CLOSED, OPEN
-from ..decision import Decision, Explainer, Pool, RoutingContext, atoms, explained_decision
+from ..decision import Decision, Explainer, Facts, Pool, RoutingContext, atoms, explained_decision
 
 
 class LkgpStrategy:
@@ -52,28 +55,37 @@ class LkgpStrategy:
             return self._rules(pool, context, f"the LKGP {what} {lkg!r} is OPEN, not pinning to it")
         k = usable[0]
         ids = atoms(ids)
-        return explained_decision(self.name, pool.deployments[k], 1.0, _PINNED, (ids, None, (), None, ids[k], breakers[k],
-                                  None if by_id else lkg), probability=1.0)
+        facts = PinnedFacts(ids=ids, chosen=ids[k], breaker=breakers[k], provider=None if by_id else lkg)
+        return explained_decision(self.name, pool.deployments[k], 1.0, _PINNED, facts, probability=1.0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PinnedFacts(Facts):
+    """A pin's facts (no scores: the explainer gives 1 to the pinned id, 0 to the others): the
+    pinned id, its breaker, and the provider matched (None: the id itself)."""
+
+    chosen: str
+    breaker: str
+    provider: Optional[str]
 
 
 class _PinnedExplained(Explainer):
-    """facts: (ids, None, (), None, the pinned id, its breaker, the provider matched (None: the id))."""
+    """Explains a pin from its ``PinnedFacts``."""
 
     __slots__ = ()
 
-    def scores(self, facts):
-        chosen = facts[4]
-        return [1.0 if i == chosen else 0.0 for i in facts[0]]
+    def scores(self, facts: PinnedFacts):
+        chosen = facts.chosen
+        return [1.0 if i == chosen else 0.0 for i in facts.ids]
 
-    def why(self, facts) -> str:
-        chosen, breaker, provider = facts[4:]
-        state = "" if breaker == CLOSED else f" (breaker {breaker})"
-        via = "" if provider is None else f" via provider {provider!r}"
-        return f"last known good {chosen}{via} is not OPEN{state}: pinned to it"
+    def why(self, facts: PinnedFacts) -> str:
+        state = "" if facts.breaker == CLOSED else f" (breaker {facts.breaker})"
+        via = "" if facts.provider is None else f" via provider {facts.provider!r}"
+        return f"last known good {facts.chosen}{via} is not OPEN{state}: pinned to it"
 
-    def terms(self, facts):
-        chosen = facts[4]
-        return {i: {"last_known_good": i == chosen} for i in facts[0]}
+    def terms(self, facts: PinnedFacts):
+        chosen = facts.chosen
+        return {i: {"last_known_good": i == chosen} for i in facts.ids}
 
 
 _PINNED = _PinnedExplained()

@@ -28,10 +28,11 @@ score = clamp01(sum(w_i * f_i)) with the context's (normalised) weights."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Optional
 
 from ..breaker import OPEN
-from ..decision import Candidate, Decision, Explainer, Pool, RoutingContext, atoms, explained_decision
+from ..decision import Candidate, Decision, Draw, Explainer, Facts, Pool, RoutingContext, atoms, explained_decision
 from ..numbers import clamp01, finite  # noqa: F401 (the strategies import them from here)
 from ..policy.models import FACTORS
 
@@ -86,13 +87,14 @@ def exploration(eligible, best: int, context: RoutingContext):
     """``(chosen, drew, probability)`` once epsilon-greedy exploration (``explore``) had its say
     over the ranking's winner `best`: every strategy that honours an alias's ``exploration``
     goes through here, bandits included (there it is a floor under their own exploration).
-    `drew` is None when the winner stands, else what the reason says of the draw
-    (``decision.explored_reason``): atoms, for a decision's facts."""
+    `drew` is None when the winner stands, else the ``decision.Draw`` the reason tells of
+    (``decision.explored_reason``), for a decision's facts."""
     picked = explore(eligible, context)
     if picked is None:
         return best, None, selection_probability(len(eligible), True, context)
     ids = eligible.ids
-    drew = (finite(context.exploration), ids[picked], ids[best], len(eligible), picked == best)
+    drew = Draw(epsilon=finite(context.exploration), picked=ids[picked], best=ids[best], candidates=len(eligible),
+                same=picked == best)
     return picked, drew, selection_probability(len(eligible), picked == best, context)
 
 
@@ -103,12 +105,13 @@ def selection_probability(n_eligible: int, chosen_is_best: bool, context) -> flo
     return (1.0 - eps) + share if chosen_is_best else share
 
 
-def finish(strategy: str, pool: Pool, eligible: Pool, explainer: Explainer, own: tuple, best: int,
-           context: RoutingContext, *, scores=None, final_score=None, why: Optional[str] = None) -> Decision:
+def finish(strategy: str, pool: Pool, eligible: Pool, explainer: Explainer, best: int, context: RoutingContext, *,
+           facts: type[Facts], scores=None, final_score=None, why: Optional[str] = None, **own) -> Decision:
     """The Decision of a ranking strategy whose winner is ``eligible``'s member `best`:
     epsilon-greedy exploration over `eligible`, every pool member listed, and the candidates that
-    did not compete (OPEN breakers) marked excluded. Explained by `explainer` from the facts
-    ``(pool ids, scores, excluded, drew, *own)`` (``decision.Explainer``).
+    did not compete (OPEN breakers) marked excluded. Explained by `explainer` from a `facts`
+    record (a ``decision.Facts`` kind) of the pool's ids, `scores`, the exclusions, the draw, and
+    the strategy's `own` fields, by name (``decision.Explainer``).
 
     `scores`: the pool's scores in pool order (None where a member has none), or None when the
     explainer computes them; then `final_score(j)` gives eligible member j's score. `why`: the
@@ -126,22 +129,33 @@ def finish(strategy: str, pool: Pool, eligible: Pool, explainer: Explainer, own:
     else:
         final = scores[ids.index(eligible.ids[chosen])] if excluded else scores[chosen]
     return explained_decision(strategy, eligible.deployments[chosen], final, explainer,
-                              (ids, scores, excluded, drew, *own), why if drew is None else None,
-                              probability=probability)
+                              facts(ids=ids, scores=scores, excluded=excluded, drew=drew, **own),
+                              why if drew is None else None, probability=probability)
 
 
-class OwnScores(Explainer):
-    """An explainer whose scores come from its own facts (``scores`` over the competing ids
-    ``facts[4]``), the members that did not compete without one."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LowestFacts(Facts):
+    """The facts of a ranking by a lower-is-better key (cost, latency; no scores: the explainer
+    computes them): the competing ids, their keys, the lowest, the winner's index among them,
+    and whether every candidate is OPEN."""
+
+    competing: tuple
+    keys: tuple
+    lowest: float
+    winner: int
+    all_open: bool
+
+
+class LowestWins(Explainer):
+    """An explainer of a ``LowestFacts`` ranking: each competing member scores lowest key / its
+    key (``relative_score``), the members that did not compete without a score."""
 
     __slots__ = ()
 
-    def scores(self, facts):
-        by_id = dict(zip(facts[4], self.own_scores(facts)))
-        return [by_id.get(i) for i in facts[0]]
-
-    def own_scores(self, facts) -> list:
-        raise NotImplementedError
+    def scores(self, facts: LowestFacts):
+        lowest = facts.lowest
+        by_id = {i: relative_score(lowest, k) for i, k in zip(facts.competing, facts.keys)}
+        return [by_id.get(i) for i in facts.ids]
 
 
 # -- factors ---------------------------------------------------------------------------------------
@@ -245,25 +259,34 @@ class RulesStrategy:
         margin = f", {scores[best.id] - runner:.3f} ahead of the next" if runner is not None else ""
         all_open = " (every candidate is OPEN)" if best.breaker == OPEN else ""
         reason = f"rules picked {best.id}: score {scores[best.id]:.3f} (largest parts: {parts or 'none'}){margin}{all_open}"
-        # The candidates' factor dicts as they are, last (numbers: dicts CPython does not track;
-        # the facts tuple holding them stays tracked, one object per decision, which costs less
-        # than copying 16 factors per candidate into a flat tuple on the request path).
-        own = (atoms(ids), reason, *factors.values())
-        return finish(self.name, pool, eligible, _RULES, own, b, context, why=reason,
-                      scores=tuple(values) if len(eligible) == len(pool) else tuple([scores.get(i) for i in pool.ids]))
+        # The candidates' factor dicts as they are (numbers: dicts CPython does not track; the
+        # tuple holding them stays tracked, one object per decision, which costs less than
+        # copying 16 factors per candidate into a flat tuple on the request path).
+        return finish(self.name, pool, eligible, _RULES, b, context, why=reason,
+                      scores=tuple(values) if len(eligible) == len(pool) else tuple([scores.get(i) for i in pool.ids]),
+                      facts=RulesFacts, competing=atoms(ids), reason=reason, factors=tuple(factors.values()))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RulesFacts(Facts):
+    """A rules decision's facts: the competing ids, the ranking's reason, and each competing
+    member's factors (factor_table's dicts, in the competing order)."""
+
+    competing: tuple
+    reason: str
+    factors: tuple
 
 
 class _RulesExplained(Explainer):
-    """facts: (ids, scores, excluded, drew, competing ids, reason, then each one's factors:
-    factor_table's dicts)."""
+    """Explains a rules decision from its ``RulesFacts``."""
 
     __slots__ = ()
 
-    def why(self, facts) -> str:
-        return facts[5]
+    def why(self, facts: RulesFacts) -> str:
+        return facts.reason
 
-    def terms(self, facts):
-        return {cid: {k: round(v, 6) for k, v in f.items()} for cid, f in zip(facts[4], facts[6:])}
+    def terms(self, facts: RulesFacts):
+        return {cid: {k: round(v, 6) for k, v in f.items()} for cid, f in zip(facts.competing, facts.factors)}
 
 
 _RULES = _RulesExplained()

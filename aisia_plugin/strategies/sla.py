@@ -19,8 +19,10 @@ an SLA in the context: target 2000 ms, max error rate 0.05, no cost cap, soft co
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..breaker import OPEN
-from ..decision import Candidate, Decision, Explainer, Pool, RoutingContext
+from ..decision import Candidate, Decision, Explainer, Facts, Pool, RoutingContext
 from ..schema_defaults import defaults_of
 from .rules import clamp01, finish, finite, sort_key
 
@@ -104,23 +106,33 @@ class SlaStrategy:
                       f"(score {tb['score']:.4f}, violation {tb['violation']:.3f}; limits {limits})")
         if best.breaker == OPEN:
             reason += "; every candidate is OPEN"
-        # Every pool member is scored (t is in pool order); its terms kept as sla_terms' dicts,
-        # last (numbers: untracked; the facts tuple holding them stays tracked, one object per
-        # decision, which costs less than copying them into a flat tuple on the request path).
-        return finish(self.name, pool, eligible, _SLA, (reason, *t.values()), b, context, why=reason,
-                      scores=tuple([v["score"] for v in t.values()]))
+        # Every pool member is scored (t is in pool order); its terms kept as sla_terms' dicts
+        # (numbers: untracked; the tuple holding them stays tracked, one object per decision,
+        # which costs less than copying them into a flat tuple on the request path).
+        return finish(self.name, pool, eligible, _SLA, b, context, why=reason,
+                      scores=tuple([v["score"] for v in t.values()]), facts=SlaFacts, reason=reason,
+                      terms=tuple(t.values()))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SlaFacts(Facts):
+    """An sla-aware decision's facts: the ranking's reason and every pool member's sla_terms
+    dict (pool order)."""
+
+    reason: str
+    terms: tuple
 
 
 class _SlaExplained(Explainer):
-    """facts: (ids, scores, excluded, drew, reason, then each member's sla_terms dict)."""
+    """Explains an sla-aware decision from its ``SlaFacts``."""
 
     __slots__ = ()
 
-    def why(self, facts) -> str:
-        return facts[4]
+    def why(self, facts: SlaFacts) -> str:
+        return facts.reason
 
-    def terms(self, facts):
-        return {cid: {k: round(v, 6) for k, v in d.items() if k != "score"} for cid, d in zip(facts[0], facts[5:])}
+    def terms(self, facts: SlaFacts):
+        return {cid: {k: round(v, 6) for k, v in d.items() if k != "score"} for cid, d in zip(facts.ids, facts.terms)}
 
 
 _SLA = _SlaExplained()
