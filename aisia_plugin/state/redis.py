@@ -52,7 +52,6 @@ import time
 import uuid
 from collections import deque
 from dataclasses import replace
-from importlib import resources
 from typing import Callable, Optional
 from urllib.parse import unquote, urlsplit
 
@@ -66,13 +65,13 @@ from ..learning import LearningRules, OutcomeRecord
 from ..numbers import clamp01
 from ..pacing import PACE_FIELDS, PaceState
 from ..quality import QUALITY_FIELDS, QualityRecord, QualityStats
+from . import scripts
 from .memory import MemoryState, ServedRequests
 from .records import ARM_FIELDS, BREAKER_FIELDS, number, pairs, read_arm, read_breaker, read_pace, read_quality
 
 log = logging.getLogger("aisia.state")
 _timeout = getattr(asyncio, "timeout", None)  # Python 3.11+
 
-SCRIPTS = ("record", "refresh", "seed", "reserve", "contextual", "count", "peers")
 # A slot's record in a contextual fold: slot, h, dp (lua/contextual.lua unpacks '<i4dd').
 _SLOT_RECORD = np.dtype([("i", "<i4"), ("h", "<f8"), ("d", "<f8")])
 _FOLD_RECORDS = 4096  # most slot records one contextual script call applies (Redis runs it for ~2 ms)
@@ -263,7 +262,7 @@ class RedisStore:
         self._retry_at = 0.0
         self._backoff = 0.1
         self._overflowing = False
-        self._rules_args: dict[int, tuple[LearningRules, list[str]]] = {}
+        self._rules_docs: dict[int, tuple[Optional[LearningRules], dict]] = {}
         self.counters = {"batches": 0, "outcomes_written": 0, "duplicates_skipped": 0, "queue_full": 0,
                          "outages": 0, "reseeded": 0, "refreshes": 0, "folds": 0, "columns_read": 0}
         # The contextual models the engine decides with (contextual_io reads ``store.contextual``):
@@ -286,7 +285,7 @@ class RedisStore:
         self._peers_forget: set[str] = set()
         self._peers_rule: Optional[OutlierRule] = None
         self._peers_seq = 0
-        self._sources = {name: self._script(name) for name in SCRIPTS}
+        self._sources = {name: scripts.source(name) for name in scripts.NAMES}
         self._shas = {name: hashlib.sha1(src.encode()).hexdigest() for name, src in self._sources.items()}
 
     def use_url(self, url: str, source: str, cluster: bool = False) -> None:
@@ -314,11 +313,6 @@ class RedisStore:
 
     def served_key(self, request_id: str) -> str:
         return f"{self.tag}served:{request_id}"
-
-    @staticmethod
-    def _script(name: str) -> str:
-        base = resources.files("aisia_plugin.state") / "lua"
-        return (base / "common.lua").read_text(encoding="utf-8") + "\n" + (base / f"{name}.lua").read_text(encoding="utf-8")
 
     # -- the synchronous contract: answered by the mirror --------------------------------------
     def read_pool(self, deployment_ids, domain: Optional[str] = None, alias: Optional[str] = None):
@@ -1014,30 +1008,16 @@ class RedisStore:
             self._batches.append(batch)
             return batch
 
-    def _rule_args(self, rules: Optional[LearningRules]) -> list[str]:
-        if rules is None:  # a batch of resets only: the script reads rules it will not use
-            return ["1", "0", "1", "0", "0", "0", "1", "0", "0.5", *("0",) * len(ARM_FIELDS)]
-        hit = self._rules_args.get(id(rules))
+    def _rules_doc(self, rules: Optional[LearningRules]) -> dict:
+        """The batch's rules as record.lua reads them (scripts.record_rules), built once per rules."""
+        hit = self._rules_docs.get(id(rules))
         if hit is not None and hit[0] is rules:
             return hit[1]
-        cb, fresh = rules.breaker, rules.fresh
-        args = [str(cb.failure_threshold), _f(cb.timeout_s), str(cb.half_open_max_calls), _f(cb.rate_limit_cooldown_s),
-                _f(cb.max_retry_after_s), _f(cb.probe_lease_s), _f(rules.gamma), _f(rules.ema_weight),
-                _f(rules.success_threshold)]
-        args += [str(fresh.count) if f == "count" else _f(getattr(fresh, f)) for f in ARM_FIELDS]
-        if len(self._rules_args) > 64:
-            self._rules_args.clear()
-        self._rules_args[id(rules)] = (rules, args)
-        return args
-
-    @staticmethod
-    def _pace_args(rules: Optional[LearningRules]) -> str:
-        """The batch's spend targets as the script reads them: {alias: [target, rate, max, min]}."""
-        if rules is None or not rules.pacing:
-            return "{}"
-        return json.dumps({a: [r.target_usd_per_1k, r.rate, r.max_multiplier, r.min_multiplier]
-                           for a, r in rules.pacing.items()},
-                          allow_nan=False)
+        doc = scripts.record_rules(rules)
+        if len(self._rules_docs) > 64:
+            self._rules_docs.clear()
+        self._rules_docs[id(rules)] = (rules, doc)
+        return doc
 
     async def _send(self, batch: _Batch) -> str:
         ops = []
@@ -1045,18 +1025,20 @@ class RedisStore:
         for op in batch.ops:
             if isinstance(op, OutcomeRecord):
                 kind = op.kind
-                add(("o", op.deployment_id, _opt(op.now) or 0.0, "" if kind is None else FailureKind(kind).value,
-                     clamp01(op.reward), _opt(op.latency_s),
-                     op.alias or None, op.domain, _opt(op.retry_after_s), op.pace_alias, _opt(op.cost_usd)))
+                add(scripts.outcome_op(
+                    deployment=op.deployment_id, now=_opt(op.now) or 0.0,
+                    kind="" if kind is None else FailureKind(kind).value, reward=clamp01(op.reward),
+                    latency=_opt(op.latency_s), alias=op.alias or None, domain=op.domain,
+                    retry_after=_opt(op.retry_after_s), pace_alias=op.pace_alias, cost=_opt(op.cost_usd)))
             elif isinstance(op, QualityRecord):
-                add(("q", op.deployment_id, clamp01(op.value), _opt(op.weight) or 0.0, op.source, op.domain))
+                add(scripts.quality_op(deployment=op.deployment_id, value=clamp01(op.value),
+                                       weight=_opt(op.weight) or 0.0, source=op.source, domain=op.domain))
             else:
-                add(("r", op[1]))
-        # json.dumps writes floats with repr (exact) and refuses none that is not finite here.
-        args = [self.tag, self._epoch or "", self.process, str(batch.seq), str(self.cfg.bandit_ttl_s),
-                str(self.cfg.breaker_ttl_s), *self._rule_args(batch.rules), json.dumps(ops, allow_nan=False),
-                self._pace_args(batch.rules)]
-        reply = await self._eval("record", [self.key("tick")], args)
+                add(scripts.reset_op(deployment=op[1]))
+        doc = scripts.record_doc(tag=self.tag, epoch=self._epoch or "", process=self.process, seq=batch.seq,
+                                 bandit_ttl=self.cfg.bandit_ttl_s, breaker_ttl=self.cfg.breaker_ttl_s,
+                                 rules=self._rules_doc(batch.rules), ops=ops)
+        reply = await self._eval("record", [self.key("tick")], [doc])
         self._recovered()
         status = reply[0].decode()
         if status in ("ok", "dup"):
