@@ -477,7 +477,7 @@ class RedisStore:
         if self._client is None or (self._down and time.monotonic() < self._retry_at):
             return None
         try:
-            count = await self._eval("count", [self.count_key(name)], [str(max(1, math.ceil(ttl_s)))])
+            count = await self._eval("count", [self.count_key(name)], [scripts.count_doc(ttl=max(1, math.ceil(ttl_s)))])
         except Exception as exc:
             self._outage(exc)
             return None
@@ -604,12 +604,11 @@ class RedisStore:
             deps = sorted({*deps, *((k.decode() if isinstance(k, bytes) else k)[named:] for k in listed)} - forget)
             if deps:
                 index = {d: i + 2 for i, d in enumerate(deps)}
-                args = [repr(self.clock()), repr(float(rule.window_s)), str(max(1, rule.max_calls)),
-                        str(max(1, math.ceil(rule.window_s)) + 1)]
-                for dep, _, _, t, member in out:
-                    if dep in index:
-                        args += [str(index[dep]), member, repr(t)]
-                rows = await self._eval("peers", [index_key, *(self.peers_key(d) for d in deps)], args)
+                calls = [scripts.peer_call(key_index=index[dep], member=member, score=t)
+                         for dep, _, _, t, member in out if dep in index]
+                doc = scripts.peers_doc(now=self.clock(), window=float(rule.window_s), max_calls=max(1, rule.max_calls),
+                                        ttl=max(1, math.ceil(rule.window_s)) + 1, calls=calls)
+                rows = await self._eval("peers", [index_key, *(self.peers_key(d) for d in deps)], [doc])
         except Exception as exc:
             with self._lock:
                 self._peers_out = out + self._peers_out
@@ -773,9 +772,10 @@ class RedisStore:
 
     async def _reserve(self, deployment_id, now, breaker) -> bool:
         keys = self.keys(deployment_id)
-        reply = await self._eval("reserve", [keys["cb"]], [
-            self.tag, deployment_id, _f(now), _f(breaker.timeout_s), str(breaker.half_open_max_calls),
-            _f(breaker.probe_lease_s), str(self.cfg.breaker_ttl_s)])
+        reply = await self._eval("reserve", [keys["cb"]], [scripts.reserve_doc(
+            tag=self.tag, deployment=deployment_id, now=float(now), timeout=float(breaker.timeout_s),
+            max_calls=breaker.half_open_max_calls, lease=float(breaker.probe_lease_s),
+            breaker_ttl=self.cfg.breaker_ttl_s)])
         self._recovered()
         state = read_breaker(dict(zip(BREAKER_FIELDS, reply[1:])))
         with self._lock:
@@ -825,7 +825,8 @@ class RedisStore:
     async def _refresh_once(self, force: bool) -> bool:
         """One read; True when the store had to be re-seeded (read again)."""
         sent_mono, sent = time.monotonic(), time.time()
-        reply = await self._eval("refresh", [self.key("tick")], [self.tag, "" if force else self._version])
+        reply = await self._eval("refresh", [self.key("tick")],
+                                [scripts.refresh_doc(tag=self.tag, known_version="" if force else self._version)])
         received = time.time()
         self._recovered()
         self.counters["refreshes"] += 1
@@ -894,33 +895,22 @@ class RedisStore:
 
     async def _seed(self) -> None:
         """Write the last shared view into a Redis that has none (another replica may win)."""
-        base, tag = self._base, self.tag
-        args = [tag, uuid.uuid4().hex, str(self.cfg.bandit_ttl_s), str(self.cfg.breaker_ttl_s), _f(base.ticks)]
-        args.append(str(len(self._base_applied)))
-        for proc, seq in self._base_applied.items():
-            args += (proc, str(seq))
-        args.append(str(len(base.lkgp)))
-        for alias, dep in base.lkgp.items():
-            args += (alias, dep)
-        arms = [(dep, dom, s) for dom, by_dep in base.arms.items() for dep, s in by_dep.items()]
-        args.append(str(len(arms)))
-        for dep, dom, s in arms:
-            args += (dep, dom or "")
-            args += [repr(float(getattr(s, f))) if f != "count" else str(s.count) for f in ARM_FIELDS]
-        args.append(str(len(base.breakers)))
-        for dep, b in base.breakers.items():
-            args.append(dep)
-            args += [b.state if f == "state" else repr(getattr(b, f)) for f in BREAKER_FIELDS]
-        args.append(str(len(base.paces)))
-        for alias, p in base.paces.items():
-            args.append(alias)
-            args += [repr(float(getattr(p, f))) for f in PACE_FIELDS]
-        quality = [(dep, dom, q) for dom, by_dep in base.quality.items() for dep, q in by_dep.items()]
-        args.append(str(len(quality)))
-        for dep, dom, q in quality:
-            args += (dep, dom or "")
-            args += [repr(float(getattr(q, f))) for f in QUALITY_FIELDS]
-        reply = await self._eval("seed", [self.key("epoch")], args)
+        base, rec = self._base, scripts.seeded_record
+        arms = [rec(deployment=dep, domain=dom or "",
+                    fields={f: repr(float(getattr(s, f))) if f != "count" else str(s.count) for f in ARM_FIELDS})
+                for dom, by_dep in base.arms.items() for dep, s in by_dep.items()]
+        breakers = [rec(deployment=dep, fields={f: b.state if f == "state" else repr(getattr(b, f))
+                                                for f in BREAKER_FIELDS})
+                    for dep, b in base.breakers.items()]
+        paces = [rec(alias=alias, fields={f: repr(float(getattr(p, f))) for f in PACE_FIELDS})
+                 for alias, p in base.paces.items()]
+        quality = [rec(deployment=dep, domain=dom or "", fields={f: repr(float(getattr(q, f))) for f in QUALITY_FIELDS})
+                   for dom, by_dep in base.quality.items() for dep, q in by_dep.items()]
+        doc = scripts.seed_doc(tag=self.tag, epoch=uuid.uuid4().hex, bandit_ttl=self.cfg.bandit_ttl_s,
+                               breaker_ttl=self.cfg.breaker_ttl_s, tick=_f(base.ticks),
+                               applied=[(proc, str(seq)) for proc, seq in self._base_applied.items()],
+                               lkgp=base.lkgp, arms=arms, breakers=breakers, paces=paces, quality=quality)
+        reply = await self._eval("seed", [self.key("epoch")], [doc])
         if reply[0] == b"seeded" and self._epoch is not None:
             self.counters["reseeded"] += 1
             self._event("reseeded")

@@ -132,3 +132,54 @@ def record_doc(*, tag: str, epoch: str, process: str, seq: int, bandit_ttl: int,
     once per (process, seq) when the store's epoch is `epoch`; `rules` from record_rules."""
     return _doc(tag=tag, epoch=epoch, process=process, seq=seq, bandit_ttl=bandit_ttl, breaker_ttl=breaker_ttl,
                 **rules, ops=ops)
+
+
+# -- reserve.lua, count.lua, refresh.lua -----------------------------------------------------------
+def reserve_doc(*, tag: str, deployment: str, now: float, timeout: float, max_calls: int, lease: float,
+                breaker_ttl: int) -> str:
+    """reserve.lua's document: take a half-open probe slot of `deployment`'s breaker at `now`
+    (breaker.CircuitBreaker's timeout_s, half_open_max_calls, probe_lease_s)."""
+    return _doc(tag=tag, deployment=deployment, now=now, timeout=timeout, max_calls=max_calls, lease=lease,
+                breaker_ttl=breaker_ttl)
+
+
+def count_doc(*, ttl: int) -> str:
+    """count.lua's document: the counter's TTL in whole seconds, set with its first count."""
+    return _doc(ttl=ttl)
+
+
+def refresh_doc(*, tag: str, known_version: str) -> str:
+    """refresh.lua's document: `known_version` '' reads everything."""
+    return _doc(tag=tag, known_version=known_version)
+
+
+# -- peers.lua -------------------------------------------------------------------------------------
+def peer_call(*, key_index: int, member: str, score: float) -> dict[str, Any]:
+    """One call to add: `member` ('<process>:<seq>|<key hash>|<1|0>') to the sorted set
+    KEYS[key_index], scored `score` (the store's clock)."""
+    return {"key_index": key_index, "member": member, "score": score}
+
+
+def peers_doc(*, now: float, window: float, max_calls: int, ttl: int, calls: list) -> str:
+    """peers.lua's document: add `calls` (peer_call), keep each deployment's last `window`
+    seconds and at most `max_calls`, each set living `ttl` whole seconds."""
+    return _doc(now=now, window=window, max_calls=max_calls, ttl=ttl, calls=calls)
+
+
+# -- seed.lua --------------------------------------------------------------------------------------
+def seeded_record(*, fields: Mapping[str, str], **names: str) -> dict[str, Any]:
+    """One record to seed: its names (deployment, domain '' for the global one, alias) and its
+    stored fields as exact text."""
+    return {**names, "fields": dict(fields)}
+
+
+def seed_doc(*, tag: str, epoch: str, bandit_ttl: int, breaker_ttl: int, tick: str,
+             applied: Iterable[tuple[str, str]], lkgp: Mapping[str, str], arms: list, breakers: list,
+             paces: list, quality: list) -> str:
+    """seed.lua's document: a replica's copy of the store, written where nothing is yet under the
+    new `epoch`. `applied`: (process, last sequence applied); `arms`, `breakers`, `paces`,
+    `quality`: seeded_record lists."""
+    return _doc(tag=tag, epoch=epoch, bandit_ttl=bandit_ttl, breaker_ttl=breaker_ttl, tick=tick,
+                applied=[{"process": p, "seq": s} for p, s in applied],
+                lkgp=[{"alias": a, "deployment": d} for a, d in lkgp.items()],
+                arms=arms, breakers=breakers, paces=paces, quality=quality)
