@@ -1107,12 +1107,16 @@ class RedisStore:
             if known == "":
                 view = models.shared_view(dep, [mine[dep]] if dep in mine else [], gamma)
                 slots = np.flatnonzero((view.values[:, 0] != 0.0) | (view.values[:, 1] != 0.0))
-                flat = [x for proc, seq in self._ctx_view.get(dep, {}).items() for x in (proc, seq)]
-                base = [view.p0, view.scale, view.tick, view.count, view.prior_mean, view.prior_count, flat]
+                base = scripts.context_base(p0=view.p0, scale=view.scale, tick=view.tick, count=view.count,
+                                            prior_mean=view.prior_mean, prior_count=view.prior_count,
+                                            applied=self._ctx_view.get(dep, {}))
                 blobs.append(_records(slots, view.values[slots]))
             for _, d in folds:
                 blobs.append(_records(d.slots, d.values))
-            entry = ([dep, known, base, [[seq, d.tick, d.scale, d.count] for seq, d in folds]], blobs)
+            entry = (scripts.context_column(
+                deployment=dep, known=known, base=base,
+                folds=[scripts.context_fold(seq=seq, tick=d.tick, scale=d.scale, count=d.count) for seq, d in folds]),
+                blobs)
             n = sum(len(b) for b in blobs) // _SLOT_RECORD.itemsize
             (heavy if n else light).append((n, entry))
         groups, size = [[]], 0
@@ -1125,13 +1129,14 @@ class RedisStore:
         if light or not groups[-1]:
             groups.append([e for _, e in light])
         groups = [g for g in groups[:-1] if g] + groups[-1:]
-        others = [e[0][0] for g in groups[:-1] for e in g]
+        others = [e[0]["deployment"] for g in groups[:-1] for e in g]
         calls = []
         for k, g in enumerate(groups):
             last = k == len(groups) - 1
-            calls.append([self.tag, self.process, _f(gamma), str(self.cfg.bandit_ttl_s),
-                          json.dumps(others) if last else "", json.dumps([c for c, _ in g], allow_nan=False),
-                          *(b for _, blobs in g for b in blobs)])
+            doc = scripts.contextual_doc(tag=self.tag, process=self.process, gamma=float(gamma),
+                                         ttl=self.cfg.bandit_ttl_s, others=others if last else None,
+                                         columns=[c for c, _ in g])
+            calls.append([doc, *(b for _, blobs in g for b in blobs)])
         return calls
 
     def _fold_acked(self) -> None:

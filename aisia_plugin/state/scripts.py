@@ -183,3 +183,30 @@ def seed_doc(*, tag: str, epoch: str, bandit_ttl: int, breaker_ttl: int, tick: s
                 applied=[{"process": p, "seq": s} for p, s in applied],
                 lkgp=[{"alias": a, "deployment": d} for a, d in lkgp.items()],
                 arms=arms, breakers=breakers, paces=paces, quality=quality)
+
+
+# -- contextual.lua --------------------------------------------------------------------------------
+def context_base(*, p0: float, scale: float, tick: float, count: float, prior_mean: float, prior_count: float,
+                 applied: Mapping[str, int]) -> dict[str, Any]:
+    """A client's view of a shared contextual column (it re-creates a column nobody holds);
+    `applied`: process -> the last fold of it the view holds. Its records are the column's first blob."""
+    return {"p0": p0, "scale": scale, "tick": tick, "count": count, "prior_mean": prior_mean,
+            "prior_count": prior_count, "applied": dict(applied)}
+
+
+def context_fold(*, seq: int, tick: float, scale: float, count: float) -> dict[str, Any]:
+    """One fold of a column (contextual.ColumnDelta); its records are the column's next blob."""
+    return {"seq": seq, "tick": tick, "scale": scale, "count": count}
+
+
+def context_column(*, deployment: str, known: str, base: Optional[dict], folds: list) -> dict[str, Any]:
+    """One deployment's column in a fold call: `known` the version this process holds ('' none:
+    `base` is its view; '?' read it back), `folds` (context_fold) to apply."""
+    return {"deployment": deployment, "known": known, "base": base, "folds": folds}
+
+
+def contextual_doc(*, tag: str, process: str, gamma: float, ttl: int, others: Optional[list],
+                   columns: list) -> str:
+    """contextual.lua's document (the blobs follow as ARGV[2..]): `others` None answers these
+    `columns` only, a list (the columns of this fold's other calls) every column Redis holds."""
+    return _doc(tag=tag, process=process, gamma=gamma, ttl=ttl, others=others, columns=columns)
