@@ -1,8 +1,9 @@
--- Shared by every script of the Redis store (redis.py prepends this file to each): reading and
--- writing records, and the step-by-step mirror of aisia_plugin/breaker.py's transitions and
+-- Shared by every script of the Redis store (state/scripts.py puts this file before each): reading
+-- and writing records, and the step-by-step mirror of aisia_plugin/breaker.py's transitions and
 -- aisia_plugin/bandit.py's update (tests/test_redis_store.py holds the two equal on random
 -- outcome sequences). Each script reads its arguments as one named JSON document,
--- cjson.decode(ARGV[1]), built by state/scripts.py (docs/state.md#the-scripts). Floats travel as %.17g text, which reads back as the same double.
+-- cjson.decode(ARGV[1]), built by state/scripts.py (docs/state.md#the-scripts). Floats are stored
+-- as %.17g text, which reads back as the same double.
 
 local function num(v, default)
   local n = tonumber(v)
@@ -14,10 +15,11 @@ local function fmt(x)
   return string.format('%.17g', x)
 end
 
--- The record field tables and their defaults (ARM, ARM_DEFAULT, CB, CB_DEFAULT, PACE, PACE_DEFAULT,
--- PACE_WINDOW, PACE_MAX_STEP, QUALITY, QUALITY_SOURCES) are not written here: state/scripts.py
--- generates them from the Python records (records.py, bandit.ArmStats, breaker.BreakerState,
--- pacing.PaceState, quality.py) and puts them before this file when a script is loaded.
+-- The record field tables and their defaults (ARM, ARM_DEFAULT, CB, CB_DEFAULT, PACE,
+-- PACE_DEFAULT, PACE_WINDOW, PACE_MAX_STEP, TEAM_SEPARATOR, QUALITY, QUALITY_SOURCES) are not
+-- written here: state/scripts.py generates them from the Python records (records.py,
+-- bandit.ArmStats, breaker.BreakerState, pacing.PaceState, quality.py) and puts them before this
+-- file when a script is loaded.
 
 local function hash(key)
   local flat = redis.call('HGETALL', key)

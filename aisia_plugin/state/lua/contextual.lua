@@ -35,6 +35,8 @@
 local a = cjson.decode(ARGV[1])
 local tag, process, gamma, ttl, cols = a.tag, a.process, a.gamma, a.ttl, a.columns
 local RESCALE_BELOW = 1e-20  -- contextual.py's _RESCALE_BELOW (the local copies are float32)
+-- The column's hash; full_row answers its first six in this order, which RedisStore._fold_rows
+-- (state/redis.py) reads back as scale, tick, count, p0, prior_mean, prior_count.
 local META = {'scale', 'tick', 'count', 'p0', 'prior_mean', 'prior_count', 'version', 'created'}
 
 local function key(kind, dep)

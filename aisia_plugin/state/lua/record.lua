@@ -100,7 +100,7 @@ for _, o in ipairs(ops) do
     local rule = nil
     if paced ~= nil then
       -- a team's record 'alias|team:ID' paces under its alias's rule (pacing.alias_of)
-      local cut = string.find(paced, '|team:', 1, true)
+      local cut = string.find(paced, TEAM_SEPARATOR, 1, true)
       rule = pace_rules[cut and string.sub(paced, 1, cut - 1) or paced]
     end
     if rule ~= nil then
