@@ -3,6 +3,7 @@
 -- KEYS[1] = <tag>count:<name>
 -- ARGV[1] = one JSON document (scripts.count_doc): {ttl (whole seconds)}
 -- Returns the count after it.
+local a = cjson.decode(ARGV[1])
 local n = redis.call('INCR', KEYS[1])
-if n == 1 then redis.call('EXPIRE', KEYS[1], cjson.decode(ARGV[1]).ttl) end
+if n == 1 then redis.call('EXPIRE', KEYS[1], a.ttl) end
 return n
