@@ -63,9 +63,10 @@ _BUDGET = defaults_of("Budget")
 # Outcomes the realised spend is averaged over (the window of 1,000 requests).
 SPEND_WINDOW = 1000.0
 # The largest relative overspend one call counts for: one call moves the multiplier by at most
-# rate * MAX_STEP (state/lua/common.lua repeats it).
+# rate * MAX_STEP (state/scripts.py hands it to the Redis scripts).
 MAX_STEP = 4.0
-# A team's pace key: the alias, the separator, the team id (state/lua/record.lua splits it alike).
+# A team's pace key: the alias, the separator, the team id (state/scripts.py hands it to
+# lua/record.lua, which splits it alike).
 TEAM_SEPARATOR = "|team:"
 # How far behind "budget x elapsed share" (a share of the budget) a team's spend may run before its
 # budget makes the cost count at all: the budget multiplier rises linearly from the alias's floor

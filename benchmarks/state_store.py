@@ -42,6 +42,7 @@ from aisia_plugin.learning import OutcomeRecord  # noqa: E402
 from aisia_plugin.outcome import Outcome  # noqa: E402
 from aisia_plugin.policy import load_policy  # noqa: E402
 from aisia_plugin.state.memory import MemoryState  # noqa: E402
+from aisia_plugin.state import scripts  # noqa: E402
 from aisia_plugin.state.records import read_arm  # noqa: E402
 from aisia_plugin.state.redis import RedisStore, key_tag  # noqa: E402
 
@@ -107,7 +108,8 @@ async def decision_costs(url: str, calls: int) -> dict:
     refreshes_before = cold.counters["refreshes"]
     cells = {"memory": memory_step, "redis cached": cached_step, "redis cold, unchanged": cold_step,
              "loopback round trip": cold._client.ping,  # and the refresh's EVALSHA alone:
-             "refresh script round trip": lambda: cold._eval("refresh", [cold.key("tick")], [cold.tag, cold._version])}
+             "refresh script round trip": lambda: cold._eval(
+                 "refresh", [cold.key("tick")], [scripts.refresh_doc(tag=cold.tag, known_version=cold._version)])}
     results = {name: [] for name in [*cells, "redis cold, changed"]}
     for step in cells.values():  # warm-up, untimed
         for _ in range(200):

@@ -52,7 +52,6 @@ import time
 import uuid
 from collections import deque
 from dataclasses import replace
-from importlib import resources
 from typing import Callable, Optional
 from urllib.parse import unquote, urlsplit
 
@@ -66,13 +65,13 @@ from ..learning import LearningRules, OutcomeRecord
 from ..numbers import clamp01
 from ..pacing import PACE_FIELDS, PaceState
 from ..quality import QUALITY_FIELDS, QualityRecord, QualityStats
+from . import scripts
 from .memory import MemoryState, ServedRequests
 from .records import ARM_FIELDS, BREAKER_FIELDS, number, pairs, read_arm, read_breaker, read_pace, read_quality
 
 log = logging.getLogger("aisia.state")
 _timeout = getattr(asyncio, "timeout", None)  # Python 3.11+
 
-SCRIPTS = ("record", "refresh", "seed", "reserve", "contextual", "count", "peers")
 # A slot's record in a contextual fold: slot, h, dp (lua/contextual.lua unpacks '<i4dd').
 _SLOT_RECORD = np.dtype([("i", "<i4"), ("h", "<f8"), ("d", "<f8")])
 _FOLD_RECORDS = 4096  # most slot records one contextual script call applies (Redis runs it for ~2 ms)
@@ -263,7 +262,7 @@ class RedisStore:
         self._retry_at = 0.0
         self._backoff = 0.1
         self._overflowing = False
-        self._rules_args: dict[int, tuple[LearningRules, list[str]]] = {}
+        self._rules_docs: dict[int, tuple[Optional[LearningRules], dict]] = {}
         self.counters = {"batches": 0, "outcomes_written": 0, "duplicates_skipped": 0, "queue_full": 0,
                          "outages": 0, "reseeded": 0, "refreshes": 0, "folds": 0, "columns_read": 0}
         # The contextual models the engine decides with (contextual_io reads ``store.contextual``):
@@ -286,7 +285,7 @@ class RedisStore:
         self._peers_forget: set[str] = set()
         self._peers_rule: Optional[OutlierRule] = None
         self._peers_seq = 0
-        self._sources = {name: self._script(name) for name in SCRIPTS}
+        self._sources = {name: scripts.source(name) for name in scripts.NAMES}
         self._shas = {name: hashlib.sha1(src.encode()).hexdigest() for name, src in self._sources.items()}
 
     def use_url(self, url: str, source: str, cluster: bool = False) -> None:
@@ -314,11 +313,6 @@ class RedisStore:
 
     def served_key(self, request_id: str) -> str:
         return f"{self.tag}served:{request_id}"
-
-    @staticmethod
-    def _script(name: str) -> str:
-        base = resources.files("aisia_plugin.state") / "lua"
-        return (base / "common.lua").read_text(encoding="utf-8") + "\n" + (base / f"{name}.lua").read_text(encoding="utf-8")
 
     # -- the synchronous contract: answered by the mirror --------------------------------------
     def read_pool(self, deployment_ids, domain: Optional[str] = None, alias: Optional[str] = None):
@@ -483,7 +477,7 @@ class RedisStore:
         if self._client is None or (self._down and time.monotonic() < self._retry_at):
             return None
         try:
-            count = await self._eval("count", [self.count_key(name)], [str(max(1, math.ceil(ttl_s)))])
+            count = await self._eval("count", [self.count_key(name)], [scripts.count_doc(ttl=max(1, math.ceil(ttl_s)))])
         except Exception as exc:
             self._outage(exc)
             return None
@@ -610,12 +604,11 @@ class RedisStore:
             deps = sorted({*deps, *((k.decode() if isinstance(k, bytes) else k)[named:] for k in listed)} - forget)
             if deps:
                 index = {d: i + 2 for i, d in enumerate(deps)}
-                args = [repr(self.clock()), repr(float(rule.window_s)), str(max(1, rule.max_calls)),
-                        str(max(1, math.ceil(rule.window_s)) + 1)]
-                for dep, _, _, t, member in out:
-                    if dep in index:
-                        args += [str(index[dep]), member, repr(t)]
-                rows = await self._eval("peers", [index_key, *(self.peers_key(d) for d in deps)], args)
+                calls = [scripts.peer_call(key_index=index[dep], member=member, score=t)
+                         for dep, _, _, t, member in out if dep in index]
+                doc = scripts.peers_doc(now=self.clock(), window=float(rule.window_s), max_calls=max(1, rule.max_calls),
+                                        ttl=max(1, math.ceil(rule.window_s)) + 1, calls=calls)
+                rows = await self._eval("peers", [index_key, *(self.peers_key(d) for d in deps)], [doc])
         except Exception as exc:
             with self._lock:
                 self._peers_out = out + self._peers_out
@@ -779,9 +772,10 @@ class RedisStore:
 
     async def _reserve(self, deployment_id, now, breaker) -> bool:
         keys = self.keys(deployment_id)
-        reply = await self._eval("reserve", [keys["cb"]], [
-            self.tag, deployment_id, _f(now), _f(breaker.timeout_s), str(breaker.half_open_max_calls),
-            _f(breaker.probe_lease_s), str(self.cfg.breaker_ttl_s)])
+        reply = await self._eval("reserve", [keys["cb"]], [scripts.reserve_doc(
+            tag=self.tag, deployment=deployment_id, now=float(now), timeout=float(breaker.timeout_s),
+            max_calls=breaker.half_open_max_calls, lease=float(breaker.probe_lease_s),
+            breaker_ttl=self.cfg.breaker_ttl_s)])
         self._recovered()
         state = read_breaker(dict(zip(BREAKER_FIELDS, reply[1:])))
         with self._lock:
@@ -831,7 +825,8 @@ class RedisStore:
     async def _refresh_once(self, force: bool) -> bool:
         """One read; True when the store had to be re-seeded (read again)."""
         sent_mono, sent = time.monotonic(), time.time()
-        reply = await self._eval("refresh", [self.key("tick")], [self.tag, "" if force else self._version])
+        reply = await self._eval("refresh", [self.key("tick")],
+                                [scripts.refresh_doc(tag=self.tag, known_version="" if force else self._version)])
         received = time.time()
         self._recovered()
         self.counters["refreshes"] += 1
@@ -900,33 +895,22 @@ class RedisStore:
 
     async def _seed(self) -> None:
         """Write the last shared view into a Redis that has none (another replica may win)."""
-        base, tag = self._base, self.tag
-        args = [tag, uuid.uuid4().hex, str(self.cfg.bandit_ttl_s), str(self.cfg.breaker_ttl_s), _f(base.ticks)]
-        args.append(str(len(self._base_applied)))
-        for proc, seq in self._base_applied.items():
-            args += (proc, str(seq))
-        args.append(str(len(base.lkgp)))
-        for alias, dep in base.lkgp.items():
-            args += (alias, dep)
-        arms = [(dep, dom, s) for dom, by_dep in base.arms.items() for dep, s in by_dep.items()]
-        args.append(str(len(arms)))
-        for dep, dom, s in arms:
-            args += (dep, dom or "")
-            args += [repr(float(getattr(s, f))) if f != "count" else str(s.count) for f in ARM_FIELDS]
-        args.append(str(len(base.breakers)))
-        for dep, b in base.breakers.items():
-            args.append(dep)
-            args += [b.state if f == "state" else repr(getattr(b, f)) for f in BREAKER_FIELDS]
-        args.append(str(len(base.paces)))
-        for alias, p in base.paces.items():
-            args.append(alias)
-            args += [repr(float(getattr(p, f))) for f in PACE_FIELDS]
-        quality = [(dep, dom, q) for dom, by_dep in base.quality.items() for dep, q in by_dep.items()]
-        args.append(str(len(quality)))
-        for dep, dom, q in quality:
-            args += (dep, dom or "")
-            args += [repr(float(getattr(q, f))) for f in QUALITY_FIELDS]
-        reply = await self._eval("seed", [self.key("epoch")], args)
+        base, rec = self._base, scripts.seeded_record
+        arms = [rec(deployment=dep, domain=dom or "",
+                    fields={f: repr(float(getattr(s, f))) if f != "count" else str(s.count) for f in ARM_FIELDS})
+                for dom, by_dep in base.arms.items() for dep, s in by_dep.items()]
+        breakers = [rec(deployment=dep, fields={f: b.state if f == "state" else repr(getattr(b, f))
+                                                for f in BREAKER_FIELDS})
+                    for dep, b in base.breakers.items()]
+        paces = [rec(alias=alias, fields={f: repr(float(getattr(p, f))) for f in PACE_FIELDS})
+                 for alias, p in base.paces.items()]
+        quality = [rec(deployment=dep, domain=dom or "", fields={f: repr(float(getattr(q, f))) for f in QUALITY_FIELDS})
+                   for dom, by_dep in base.quality.items() for dep, q in by_dep.items()]
+        doc = scripts.seed_doc(tag=self.tag, epoch=uuid.uuid4().hex, bandit_ttl=self.cfg.bandit_ttl_s,
+                               breaker_ttl=self.cfg.breaker_ttl_s, tick=_f(base.ticks),
+                               applied=[(proc, str(seq)) for proc, seq in self._base_applied.items()],
+                               lkgp=base.lkgp, arms=arms, breakers=breakers, paces=paces, quality=quality)
+        reply = await self._eval("seed", [self.key("epoch")], [doc])
         if reply[0] == b"seeded" and self._epoch is not None:
             self.counters["reseeded"] += 1
             self._event("reseeded")
@@ -1014,30 +998,16 @@ class RedisStore:
             self._batches.append(batch)
             return batch
 
-    def _rule_args(self, rules: Optional[LearningRules]) -> list[str]:
-        if rules is None:  # a batch of resets only: the script reads rules it will not use
-            return ["1", "0", "1", "0", "0", "0", "1", "0", "0.5", *("0",) * len(ARM_FIELDS)]
-        hit = self._rules_args.get(id(rules))
+    def _rules_doc(self, rules: Optional[LearningRules]) -> dict:
+        """The batch's rules as record.lua reads them (scripts.record_rules), built once per rules."""
+        hit = self._rules_docs.get(id(rules))
         if hit is not None and hit[0] is rules:
             return hit[1]
-        cb, fresh = rules.breaker, rules.fresh
-        args = [str(cb.failure_threshold), _f(cb.timeout_s), str(cb.half_open_max_calls), _f(cb.rate_limit_cooldown_s),
-                _f(cb.max_retry_after_s), _f(cb.probe_lease_s), _f(rules.gamma), _f(rules.ema_weight),
-                _f(rules.success_threshold)]
-        args += [str(fresh.count) if f == "count" else _f(getattr(fresh, f)) for f in ARM_FIELDS]
-        if len(self._rules_args) > 64:
-            self._rules_args.clear()
-        self._rules_args[id(rules)] = (rules, args)
-        return args
-
-    @staticmethod
-    def _pace_args(rules: Optional[LearningRules]) -> str:
-        """The batch's spend targets as the script reads them: {alias: [target, rate, max, min]}."""
-        if rules is None or not rules.pacing:
-            return "{}"
-        return json.dumps({a: [r.target_usd_per_1k, r.rate, r.max_multiplier, r.min_multiplier]
-                           for a, r in rules.pacing.items()},
-                          allow_nan=False)
+        doc = scripts.record_rules(rules)
+        if len(self._rules_docs) > 64:
+            self._rules_docs.clear()
+        self._rules_docs[id(rules)] = (rules, doc)
+        return doc
 
     async def _send(self, batch: _Batch) -> str:
         ops = []
@@ -1045,18 +1015,20 @@ class RedisStore:
         for op in batch.ops:
             if isinstance(op, OutcomeRecord):
                 kind = op.kind
-                add(("o", op.deployment_id, _opt(op.now) or 0.0, "" if kind is None else FailureKind(kind).value,
-                     clamp01(op.reward), _opt(op.latency_s),
-                     op.alias or None, op.domain, _opt(op.retry_after_s), op.pace_alias, _opt(op.cost_usd)))
+                add(scripts.outcome_op(
+                    deployment=op.deployment_id, now=_opt(op.now) or 0.0,
+                    kind="" if kind is None else FailureKind(kind).value, reward=clamp01(op.reward),
+                    latency=_opt(op.latency_s), alias=op.alias or None, domain=op.domain,
+                    retry_after=_opt(op.retry_after_s), pace_alias=op.pace_alias, cost=_opt(op.cost_usd)))
             elif isinstance(op, QualityRecord):
-                add(("q", op.deployment_id, clamp01(op.value), _opt(op.weight) or 0.0, op.source, op.domain))
+                add(scripts.quality_op(deployment=op.deployment_id, value=clamp01(op.value),
+                                       weight=_opt(op.weight) or 0.0, source=op.source, domain=op.domain))
             else:
-                add(("r", op[1]))
-        # json.dumps writes floats with repr (exact) and refuses none that is not finite here.
-        args = [self.tag, self._epoch or "", self.process, str(batch.seq), str(self.cfg.bandit_ttl_s),
-                str(self.cfg.breaker_ttl_s), *self._rule_args(batch.rules), json.dumps(ops, allow_nan=False),
-                self._pace_args(batch.rules)]
-        reply = await self._eval("record", [self.key("tick")], args)
+                add(scripts.reset_op(deployment=op[1]))
+        doc = scripts.record_doc(tag=self.tag, epoch=self._epoch or "", process=self.process, seq=batch.seq,
+                                 bandit_ttl=self.cfg.bandit_ttl_s, breaker_ttl=self.cfg.breaker_ttl_s,
+                                 rules=self._rules_doc(batch.rules), ops=ops)
+        reply = await self._eval("record", [self.key("tick")], [doc])
         self._recovered()
         status = reply[0].decode()
         if status in ("ok", "dup"):
@@ -1135,12 +1107,16 @@ class RedisStore:
             if known == "":
                 view = models.shared_view(dep, [mine[dep]] if dep in mine else [], gamma)
                 slots = np.flatnonzero((view.values[:, 0] != 0.0) | (view.values[:, 1] != 0.0))
-                flat = [x for proc, seq in self._ctx_view.get(dep, {}).items() for x in (proc, seq)]
-                base = [view.p0, view.scale, view.tick, view.count, view.prior_mean, view.prior_count, flat]
+                base = scripts.context_base(p0=view.p0, scale=view.scale, tick=view.tick, count=view.count,
+                                            prior_mean=view.prior_mean, prior_count=view.prior_count,
+                                            applied=self._ctx_view.get(dep, {}))
                 blobs.append(_records(slots, view.values[slots]))
             for _, d in folds:
                 blobs.append(_records(d.slots, d.values))
-            entry = ([dep, known, base, [[seq, d.tick, d.scale, d.count] for seq, d in folds]], blobs)
+            entry = (scripts.context_column(
+                deployment=dep, known=known, base=base,
+                folds=[scripts.context_fold(seq=seq, tick=d.tick, scale=d.scale, count=d.count) for seq, d in folds]),
+                blobs)
             n = sum(len(b) for b in blobs) // _SLOT_RECORD.itemsize
             (heavy if n else light).append((n, entry))
         groups, size = [[]], 0
@@ -1153,13 +1129,14 @@ class RedisStore:
         if light or not groups[-1]:
             groups.append([e for _, e in light])
         groups = [g for g in groups[:-1] if g] + groups[-1:]
-        others = [e[0][0] for g in groups[:-1] for e in g]
+        others = [e[0]["deployment"] for g in groups[:-1] for e in g]
         calls = []
         for k, g in enumerate(groups):
             last = k == len(groups) - 1
-            calls.append([self.tag, self.process, _f(gamma), str(self.cfg.bandit_ttl_s),
-                          json.dumps(others) if last else "", json.dumps([c for c, _ in g], allow_nan=False),
-                          *(b for _, blobs in g for b in blobs)])
+            doc = scripts.contextual_doc(tag=self.tag, process=self.process, gamma=float(gamma),
+                                         ttl=self.cfg.bandit_ttl_s, others=others if last else None,
+                                         columns=[c for c, _ in g])
+            calls.append([doc, *(b for _, blobs in g for b in blobs)])
         return calls
 
     def _fold_acked(self) -> None:

@@ -1,7 +1,9 @@
--- Shared by every script of the Redis store (redis.py prepends this file to each): reading and
--- writing records, and the step-by-step mirror of aisia_plugin/breaker.py's transitions and
+-- Shared by every script of the Redis store (state/scripts.py puts this file before each): reading
+-- and writing records, and the step-by-step mirror of aisia_plugin/breaker.py's transitions and
 -- aisia_plugin/bandit.py's update (tests/test_redis_store.py holds the two equal on random
--- outcome sequences). Floats travel as %.17g text, which reads back as the same double.
+-- outcome sequences). Each script reads its arguments as one named JSON document,
+-- cjson.decode(ARGV[1]), built by state/scripts.py (docs/state.md#the-scripts). Floats are stored
+-- as %.17g text, which reads back as the same double.
 
 local function num(v, default)
   local n = tonumber(v)
@@ -13,11 +15,11 @@ local function fmt(x)
   return string.format('%.17g', x)
 end
 
-local ARM = {'pulls', 'total_reward', 'alpha', 'beta', 'avg_latency', 'latency_var', 'failures', 'count', 'tick'}
-local ARM_DEFAULT = {pulls = 0, total_reward = 0, alpha = 1, beta = 1, avg_latency = 5, latency_var = 0,
-                     failures = 0, count = 0, tick = 0}
-local CB = {'state', 'failures', 'last_failure_time', 'success_count', 'probes_in_flight', 'rate_limited_until',
-            'rate_limits', 'probe_reserved_at'}
+-- The record field tables and their defaults (ARM, ARM_DEFAULT, CB, CB_DEFAULT, PACE,
+-- PACE_DEFAULT, PACE_WINDOW, PACE_MAX_STEP, TEAM_SEPARATOR, QUALITY, QUALITY_SOURCES) are not
+-- written here: state/scripts.py generates them from the Python records (records.py,
+-- bandit.ArmStats, breaker.BreakerState, pacing.PaceState, quality.py) and puts them before this
+-- file when a script is loaded.
 
 local function hash(key)
   local flat = redis.call('HGETALL', key)
@@ -43,10 +45,11 @@ local function read_cb(key)
   local h = hash(key) or {}
   local state = string.upper(string.gsub(h.state or 'CLOSED', '-', '_'))
   if state ~= 'CLOSED' and state ~= 'HALF_OPEN' and state ~= 'OPEN' then state = 'CLOSED' end
-  return {state = state, failures = num(h.failures, 0), last_failure_time = num(h.last_failure_time, 0),
-          success_count = num(h.success_count, 0), probes_in_flight = num(h.probes_in_flight, 0),
-          rate_limited_until = num(h.rate_limited_until, 0), rate_limits = num(h.rate_limits, 0),
-          probe_reserved_at = num(h.probe_reserved_at, 0)}
+  local s = {state = state}
+  for _, f in ipairs(CB) do
+    if f ~= 'state' then s[f] = num(h[f], CB_DEFAULT[f]) end
+  end
+  return s
 end
 
 local function write(key, fields, rec, ttl)
@@ -185,11 +188,6 @@ end
 
 -- pacing.pace (aisia_plugin/pacing.py), the same operations in the same order; rule = {target,
 -- rate, max, min}; a cost that is not a number >= 0 changes nothing.
-local PACE = {'multiplier', 'spend_per_1k', 'count', 'spend_usd', 'updated'}
-local PACE_DEFAULT = {multiplier = 1, spend_per_1k = 0, count = 0, spend_usd = 0, updated = 0}
-local PACE_WINDOW = 1000
-local PACE_MAX_STEP = 4  -- pacing.MAX_STEP: the largest relative overspend one call counts for
-
 local function read_pace(key)
   local h = hash(key) or {}
   local s = {}
@@ -210,11 +208,11 @@ end
 
 -- quality.add_evidence (aisia_plugin/quality.py): the quality evidence kept beside an arm, in the
 -- same hash as q_<field>; learn = {gamma, ...}
-local QUALITY = {'weight', 'total', 'feedback', 'judge', 'signal', 'tick'}
-local QUALITY_SOURCES = {feedback = 3, judge = 4, signal = 5}
 
 local function read_quality(key)
-  local got = redis.call('HMGET', key, 'q_weight', 'q_total', 'q_feedback', 'q_judge', 'q_signal', 'q_tick')
+  local names = {}
+  for i, f in ipairs(QUALITY) do names[i] = 'q_' .. f end
+  local got = redis.call('HMGET', key, unpack(names))
   local q = {}
   for i, f in ipairs(QUALITY) do
     local v = num(got[i], 0)

@@ -17,24 +17,26 @@
 -- script for long, and each column applies each fold once whichever call carries it.
 --
 -- KEYS[1] = <tag>ctxdeps
--- ARGV: tag, process, gamma, ttl, others, the columns as one JSON array, then the binary record
---   blobs. others: '' (answer these columns only), or a JSON array of the columns the client sent
---   in its other calls: every column Redis holds besides them and these is answered in full.
---   column: [dep, known version ('' never seen: a base follows; '?' read it back), base|null,
---            [[seq, tick, scale, count], ...]]
---   base:   [p0, scale, tick, count, prior_mean, prior_count, [process, seq, ...]] (the client's
---            view of the shared column: it re-creates a column nobody holds)
---   blobs, in the order of the columns: the base's records (when a base), then each fold's;
---   a record is struct '<i4dd': slot, h, dp.
+-- ARGV[1] = one JSON document (scripts.contextual_doc):
+--   {tag, process, gamma, ttl, others, columns = [column, ...]}
+--   others: null (answer these columns only), or an array of the columns the client sent in its
+--   other calls: every column Redis holds besides them and these is answered in full.
+--   column: {deployment, known (version; '' never seen: a base follows; '?' read it back),
+--            base|null, folds = [{seq, tick, scale, count}, ...]}
+--   base:   {p0, scale, tick, count, prior_mean, prior_count, applied = {process = seq}} (the
+--            client's view of the shared column: it re-creates a column nobody holds)
+-- ARGV[2..] = the binary record blobs, in the order of the columns: the base's records (when a
+--   base), then each fold's; a record is struct '<i4dd': slot, h, dp.
 -- Reply: {'absent', [dep, ...]} when a column the client knows is gone (nothing applied: the client
 -- sends its view as a base), else {'ok', rows}, a row {dep, version, 0} when the client's view plus
 -- its folds is the column, or {dep, version, 1, scale, tick, count, p0, prior_mean, prior_count,
 -- applied (flat), the weights string} for one it must read (with `others`, also every column it
 -- did not send).
-local tag, process = ARGV[1], ARGV[2]
-local gamma, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
-local cols = cjson.decode(ARGV[6])
+local a = cjson.decode(ARGV[1])
+local tag, process, gamma, ttl, cols = a.tag, a.process, a.gamma, a.ttl, a.columns
 local RESCALE_BELOW = 1e-20  -- contextual.py's _RESCALE_BELOW (the local copies are float32)
+-- The column's hash; full_row answers its first six in this order, which RedisStore._fold_rows
+-- (state/redis.py) reads back as scale, tick, count, p0, prior_mean, prior_count.
 local META = {'scale', 'tick', 'count', 'p0', 'prior_mean', 'prior_count', 'version', 'created'}
 
 local function key(kind, dep)
@@ -43,8 +45,8 @@ end
 
 local absent = {}
 for _, c in ipairs(cols) do
-  if c[2] ~= '' and c[3] == cjson.null and redis.call('EXISTS', key('ctx', c[1])) == 0 then
-    absent[#absent + 1] = c[1]
+  if c.known ~= '' and c.base == cjson.null and redis.call('EXISTS', key('ctx', c.deployment)) == 0 then
+    absent[#absent + 1] = c.deployment
   end
 end
 if #absent > 0 then return {'absent', absent} end
@@ -145,9 +147,9 @@ local function full_row(dep)
 end
 
 local rows, sent = {}, {}
-local b = 7
+local b = 2  -- the next blob
 for _, c in ipairs(cols) do
-  local dep, known, base, folds = c[1], c[2], c[3], c[4]
+  local dep, known, base, folds = c.deployment, c.known, c.base, c.folds
   sent[dep] = true
   local mkey, wkey, akey = key('ctx', dep), key('ctxw', dep), key('ctxa', dep)
   local m
@@ -165,15 +167,14 @@ for _, c in ipairs(cols) do
   if base ~= cjson.null then
     local blob = ARGV[b]; b = b + 1
     if m == nil and (#blob > 0 or #folds > 0) then  -- nobody holds it: the client's view starts it
-      m = {p0 = base[1], scale = base[2], tick = base[3], count = base[4], prior_mean = base[5],
-           prior_count = base[6], version = 0}
+      m = {p0 = base.p0, scale = base.scale, tick = base.tick, count = base.count, prior_mean = base.prior_mean,
+           prior_count = base.prior_count, version = 0}
       local t = redis.call('TIME')
       m.created = t[1] .. '.' .. t[2]
       redis.call('DEL', wkey, akey)  -- leftovers of a column whose meta expired first
       w = weights(wkey, n >= DENSE_FROM)
       each_record(blob, w.put)
-      local ap = base[7]
-      for j = 1, #ap, 2 do redis.call('HSET', akey, ap[j], ap[j + 1]) end
+      for proc, seq in pairs(base.applied) do redis.call('HSET', akey, proc, seq) end
       changed = true
     end
   end
@@ -185,7 +186,7 @@ for _, c in ipairs(cols) do
     local applied = last
     for _, f in ipairs(folds) do
       local blob = ARGV[b]; b = b + 1
-      local seq, ftick, fscale, fcount = f[1], f[2], f[3], f[4]
+      local seq, ftick, fscale, fcount = f.seq, f.tick, f.scale, f.count
       if seq > applied then
         if ftick > m.tick then
           if gamma < 1 then m.scale = m.scale * gamma ^ (ftick - m.tick) end
@@ -229,8 +230,8 @@ for _, c in ipairs(cols) do
     end
   end
 end
-if ARGV[5] == '' then return {'ok', rows} end
-for _, dep in ipairs(cjson.decode(ARGV[5])) do sent[dep] = true end
+if a.others == cjson.null then return {'ok', rows} end
+for _, dep in ipairs(a.others) do sent[dep] = true end
 for _, dep in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   if not sent[dep] then
     if redis.call('EXISTS', key('ctx', dep)) == 1 then

@@ -4,13 +4,13 @@
 -- scored by the store's clock, none older than the window, at most max_calls kept.
 -- KEYS[1] = <tag>peers (the set of the deployments that have recent calls), then
 -- KEYS[i] = <tag>peers:<deployment>, i > 1
--- ARGV: now, window_s, max_calls, ttl in whole seconds, then triples
---       (index into KEYS, member, score) to add.
+-- ARGV[1] = one JSON document (scripts.peers_doc): {now, window (seconds), max_calls, ttl (whole
+--   seconds), calls = [{key_index (into KEYS), member, score}, ...] to add}.
 -- Returns, per KEYS[i] (i > 1), the window's calls by key: a flat list {key, calls, successes, ...}.
-local now, window = tonumber(ARGV[1]), tonumber(ARGV[2])
-local keep, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
-for i = 5, #ARGV, 3 do
-  redis.call('ZADD', KEYS[tonumber(ARGV[i])], tonumber(ARGV[i + 2]), ARGV[i + 1])
+local a = cjson.decode(ARGV[1])
+local now, window, keep, ttl = a.now, a.window, a.max_calls, a.ttl
+for _, c in ipairs(a.calls) do
+  redis.call('ZADD', KEYS[c.key_index], c.score, c.member)
 end
 local out = {}
 for i = 2, #KEYS do

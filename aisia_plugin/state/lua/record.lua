@@ -4,33 +4,27 @@
 -- skipped). Refused when the store's epoch is not the client's (Redis came back empty: the
 -- client re-seeds it first).
 -- KEYS[1] = <tag>tick
--- ARGV: tag, epoch, process, seq, bandit_ttl, breaker_ttl,
---       threshold, timeout, max_calls, cooldown, max_retry, lease, gamma, ema, success_threshold,
---       fresh (9 arm fields), then the ops as one JSON array (one argument: packing thousands of
---       arguments costs the client more than the script), each op
---       ["o", deployment, now, kind ("" success | provider | client | rate_limit), reward,
---        latency|null, alias|null, domain|null, retry_after|null, paced alias|null, cost|null]
---       or ["r", deployment] (a reset)
---       or ["q", deployment, value, weight, source, domain|null] (quality evidence: quality.py);
---       then the spend targets as JSON {alias: [target, rate, max]}
-local tag = ARGV[1]
+-- ARGV[1] = one JSON document (scripts.record_doc builds it):
+--   {tag, epoch, process, seq, bandit_ttl, breaker_ttl,
+--    breaker = {threshold, timeout, max_calls, cooldown, max_retry, lease},
+--    learn = {gamma, ema, threshold (the success threshold)},
+--    fresh = {the ARM fields: the arm a first outcome starts from},
+--    pace_rules = {alias = {target, rate, max, min}} (the spend targets: pacing.PaceRule),
+--    ops = [op, ...] in order, each one of
+--      {op = 'outcome', deployment, now, kind ('' success | provider | client | rate_limit), reward,
+--       latency|null, alias|null, domain|null, retry_after|null, pace_alias|null, cost|null}
+--      {op = 'reset', deployment}
+--      {op = 'quality', deployment, value, weight, source, domain|null} (quality evidence: quality.py)}
+local a = cjson.decode(ARGV[1])
+local tag = a.tag
 local epoch = redis.call('GET', tag .. 'epoch')
-if epoch ~= ARGV[2] then return {'epoch', epoch or ''} end
-local process, seq = ARGV[3], tonumber(ARGV[4])
+if epoch ~= a.epoch then return {'epoch', epoch or ''} end
+local process, seq = a.process, a.seq
 local version = redis.call('GET', tag .. 'version') or '0'
 local last = tonumber(redis.call('HGET', tag .. 'applied', process) or '0')
 if seq <= last then return {'dup', version} end
-local bandit_ttl, breaker_ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
-local cfg = {threshold = tonumber(ARGV[7]), timeout = tonumber(ARGV[8]), max_calls = tonumber(ARGV[9]),
-             cooldown = tonumber(ARGV[10]), max_retry = tonumber(ARGV[11]), lease = tonumber(ARGV[12])}
-local learn = {gamma = tonumber(ARGV[13]), ema = tonumber(ARGV[14]), threshold = tonumber(ARGV[15])}
-local fresh = {}
-for i, f in ipairs(ARM) do fresh[f] = tonumber(ARGV[15 + i]) end
-local ops = cjson.decode(ARGV[25])
-local pace_rules = {}
-for alias, r in pairs(cjson.decode(ARGV[26] or '{}')) do
-  pace_rules[alias] = {target = r[1], rate = r[2], max = r[3], min = r[4]}
-end
+local bandit_ttl, breaker_ttl = a.bandit_ttl, a.breaker_ttl
+local cfg, learn, fresh, pace_rules, ops = a.breaker, a.learn, a.fresh, a.pace_rules, a.ops
 local function opt(v)
   if v == cjson.null then return nil end
   return v
@@ -72,8 +66,8 @@ local function cb(dep)
 end
 
 for _, o in ipairs(ops) do
-  local op, dep = o[1], o[2]
-  if op == 'r' then
+  local op, dep = o.op, o.deployment
+  if op == 'reset' then
     local keys = {tag .. 'bandit:' .. dep, tag .. 'cb:' .. dep}
     local known = {}
     for _, dom in ipairs(redis.call('SMEMBERS', tag .. 'domains')) do known[dom] = true end
@@ -86,8 +80,8 @@ for _, o in ipairs(ops) do
     end
     cbs[dep], dirty_cbs[dep], deployments[dep] = nil, nil, nil
     redis.call('SREM', tag .. 'deployments', dep)
-  elseif op == 'q' then
-    local value, weight, source, domain = o[3], o[4], o[5], opt(o[6])
+  elseif op == 'quality' then
+    local value, weight, source, domain = o.value, o.weight, o.source, opt(o.domain)
     local gkey = tag .. 'bandit:' .. dep
     quals[gkey] = quality_update(learn, qual(gkey), value, weight, source, tick)
     dirty_quals[gkey], deployments[dep] = true, true
@@ -97,22 +91,22 @@ for _, o in ipairs(ops) do
       dirty_quals[dkey], domains[domain] = true, true
     end
   else
-    local now, kind, reward = o[3], o[4], o[5]
-    local latency, alias, domain, retry_after = opt(o[6]), opt(o[7]), opt(o[8]), opt(o[9])
+    local now, kind, reward = o.now, o.kind, o.reward
+    local latency, alias, domain, retry_after = opt(o.latency), opt(o.alias), opt(o.domain), opt(o.retry_after)
     local s = cb(dep)
     if kind == '' then s = on_success(cfg, s, now) else s = on_failure(cfg, s, now, kind, retry_after) end
     cbs[dep], dirty_cbs[dep], deployments[dep] = s, true, true
-    local paced = opt(o[10])
+    local paced = opt(o.pace_alias)
     local rule = nil
     if paced ~= nil then
       -- a team's record 'alias|team:ID' paces under its alias's rule (pacing.alias_of)
-      local cut = string.find(paced, '|team:', 1, true)
+      local cut = string.find(paced, TEAM_SEPARATOR, 1, true)
       rule = pace_rules[cut and string.sub(paced, 1, cut - 1) or paced]
     end
     if rule ~= nil then
       local p = paces[paced]
       if p == nil then p = read_pace(tag .. 'pace:' .. paced) end
-      paces[paced] = pace_update(rule, p, opt(o[11]), now)
+      paces[paced] = pace_update(rule, p, opt(o.cost), now)
     end
     if kind == '' or kind == 'provider' then
       tick = tick + 1
@@ -161,7 +155,7 @@ if #members > 0 then
   redis.call('SADD', tag .. 'domains', unpack(members))
   redis.call('EXPIRE', tag .. 'domains', bandit_ttl)
 end
-redis.call('HSET', tag .. 'applied', process, ARGV[4])
+redis.call('HSET', tag .. 'applied', process, string.format('%d', seq))
 redis.call('EXPIRE', tag .. 'applied', bandit_ttl)
 -- Processes come and go (restarts, scaling): forget those silent for a bandit TTL, so that the
 -- applied hash (read by every refresh) holds the living ones only.

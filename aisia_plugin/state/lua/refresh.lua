@@ -1,11 +1,13 @@
 -- Everything a replica's local copy holds, in one round trip, with the server's clock; only the
 -- version, epoch and clock when nothing was written since the version the client has.
--- KEYS[1] = <tag>tick; ARGV: tag, known version ('' reads everything)
-local tag = ARGV[1]
+-- KEYS[1] = <tag>tick
+-- ARGV[1] = one JSON document (scripts.refresh_doc): {tag, known_version ('' reads everything)}
+local a = cjson.decode(ARGV[1])
+local tag = a.tag
 local t = redis.call('TIME')
 local version = redis.call('GET', tag .. 'version') or '0'
 local epoch = redis.call('GET', tag .. 'epoch') or ''
-if version == ARGV[2] then return {version, epoch, t[1], t[2]} end
+if version == a.known_version then return {version, epoch, t[1], t[2]} end
 local domains = redis.call('SMEMBERS', tag .. 'domains')
 local rows = {}
 for _, dep in ipairs(redis.call('SMEMBERS', tag .. 'deployments')) do

@@ -1,13 +1,15 @@
 -- Take a half-open probe slot (CircuitBreaker.reserve), atomically across every replica.
 -- KEYS[1] = <tag>cb:<deployment>
--- ARGV: tag, deployment, now, timeout, max_calls, lease, breaker_ttl
--- Returns {allowed (1|0), the breaker's 8 fields as stored after it}.
-local tag, dep, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local cfg = {timeout = tonumber(ARGV[4]), max_calls = tonumber(ARGV[5]), lease = tonumber(ARGV[6])}
+-- ARGV[1] = one JSON document (scripts.reserve_doc): {tag, deployment, now, timeout, max_calls, lease,
+--   breaker_ttl}
+-- Returns {allowed (1|0), the breaker's fields (CB) as stored after it}.
+local a = cjson.decode(ARGV[1])
+local tag, dep, now = a.tag, a.deployment, a.now
+local cfg = {timeout = a.timeout, max_calls = a.max_calls, lease = a.lease}
 local s = read_cb(KEYS[1])
 local allowed, n = reserve(cfg, s, now)
 if n ~= s then
-  write(KEYS[1], CB, n, tonumber(ARGV[7]))
+  write(KEYS[1], CB, n, a.breaker_ttl)
   redis.call('SADD', tag .. 'deployments', dep)
   redis.call('INCR', tag .. 'version')
 end

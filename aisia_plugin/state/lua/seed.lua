@@ -1,77 +1,71 @@
 -- Re-seed a store that has no epoch (a new Redis, or one restarted without persistence) from a
 -- replica's local copy, unless another replica did it first. A record already present is kept.
 -- KEYS[1] = <tag>epoch
--- ARGV: tag, new epoch, bandit_ttl, breaker_ttl, tick, then counted sections:
---   n_applied, (process, seq)...; n_lkgp, (alias, deployment)...;
---   n_arms, (deployment, domain or '', 9 arm fields)...; n_cbs, (deployment, 8 breaker fields)...;
---   n_paces, (alias, 5 pacing fields)...; n_quality, (deployment, domain or '', 6 quality fields)...
-local tag = ARGV[1]
+-- ARGV[1] = one JSON document (scripts.seed_doc):
+--   {tag, epoch (the new one), bandit_ttl, breaker_ttl, tick (text),
+--    applied = [{process, seq (text)}], lkgp = [{alias, deployment}],
+--    arms = [{deployment, domain ('' global), fields = {ARM field = text}}],
+--    breakers = [{deployment, fields = {CB field = text}}], paces = [{alias, fields = {PACE field = text}}],
+--    quality = [{deployment, domain ('' global), fields = {QUALITY field = text}}]}
+local a = cjson.decode(ARGV[1])
+local tag = a.tag
 local current = redis.call('GET', KEYS[1])
 if current then return {'exists', current} end
-local bandit_ttl, breaker_ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
-local i = 6
-local function section()
-  local count = tonumber(ARGV[i]); i = i + 1
-  return count
-end
+local bandit_ttl, breaker_ttl = a.bandit_ttl, a.breaker_ttl
 local function member(set, value)
   redis.call('SADD', tag .. set, value)
   redis.call('EXPIRE', tag .. set, bandit_ttl)
 end
-for _ = 1, section() do
-  local proc, seq = ARGV[i], tonumber(ARGV[i + 1]); i = i + 2
+for _, r in ipairs(a.applied) do
+  local proc, seq = r.process, tonumber(r.seq)
   if tonumber(redis.call('HGET', tag .. 'applied', proc) or '0') < seq then
-    redis.call('HSET', tag .. 'applied', proc, ARGV[i - 1])
+    redis.call('HSET', tag .. 'applied', proc, r.seq)
   end
   redis.call('EXPIRE', tag .. 'applied', bandit_ttl)
   redis.call('ZADD', tag .. 'applied_seen', 'NX', redis.call('TIME')[1], proc)
   redis.call('EXPIRE', tag .. 'applied_seen', bandit_ttl)
 end
-for _ = 1, section() do
-  redis.call('HSETNX', tag .. 'lkgp', ARGV[i], ARGV[i + 1]); i = i + 2
+for _, r in ipairs(a.lkgp) do
+  redis.call('HSETNX', tag .. 'lkgp', r.alias, r.deployment)
   redis.call('EXPIRE', tag .. 'lkgp', bandit_ttl)
 end
--- A record from ARGV[first ..] unless the key holds one already.
-local function keep_or_write(key, fields, first, ttl)
+-- A record's fields (text, in the order of `fields`) unless the key holds one already.
+local function keep_or_write(key, fields, values, ttl)
   if redis.call('EXISTS', key) == 0 then
     local args = {}
-    for k, f in ipairs(fields) do args[#args + 1] = f; args[#args + 1] = ARGV[first + k - 1] end
+    for _, f in ipairs(fields) do args[#args + 1] = f; args[#args + 1] = values[f] end
     redis.call('HSET', key, unpack(args))
     redis.call('EXPIRE', key, ttl)
   end
 end
-for _ = 1, section() do
-  local dep, dom = ARGV[i], ARGV[i + 1]
-  local key = tag .. 'bandit:' .. dep
-  if dom ~= '' then key = key .. ':' .. dom; member('domains', dom) end
-  keep_or_write(key, ARM, i + 2, bandit_ttl)
-  member('deployments', dep)
-  i = i + 2 + #ARM
+-- The key of a deployment's arm (its domain's, when one), the domain noted.
+local function arm_key(r)
+  local key = tag .. 'bandit:' .. r.deployment
+  if r.domain ~= '' then key = key .. ':' .. r.domain; member('domains', r.domain) end
+  return key
 end
--- A section of (name, fields...) records kept at <tag><kind>:<name>, each name added to <set>.
-local function named_records(kind, fields, set, ttl)
-  for _ = 1, section() do
-    local name = ARGV[i]
-    keep_or_write(tag .. kind .. ':' .. name, fields, i + 1, ttl)
-    member(set, name)
-    i = i + 1 + #fields
-  end
+for _, r in ipairs(a.arms) do
+  keep_or_write(arm_key(r), ARM, r.fields, bandit_ttl)
+  member('deployments', r.deployment)
 end
-named_records('cb', CB, 'deployments', breaker_ttl)
-named_records('pace', PACE, 'paced', bandit_ttl)
+for _, r in ipairs(a.breakers) do
+  keep_or_write(tag .. 'cb:' .. r.deployment, CB, r.fields, breaker_ttl)
+  member('deployments', r.deployment)
+end
+for _, r in ipairs(a.paces) do
+  keep_or_write(tag .. 'pace:' .. r.alias, PACE, r.fields, bandit_ttl)
+  member('paced', r.alias)
+end
 -- Quality evidence (q_* fields beside the arm's), each field kept when the hash holds it already.
-for _ = 1, section() do
-  local dep, dom = ARGV[i], ARGV[i + 1]
-  local key = tag .. 'bandit:' .. dep
-  if dom ~= '' then key = key .. ':' .. dom; member('domains', dom) end
-  for k, f in ipairs(QUALITY) do redis.call('HSETNX', key, 'q_' .. f, ARGV[i + 1 + k]) end
+for _, r in ipairs(a.quality) do
+  local key = arm_key(r)
+  for _, f in ipairs(QUALITY) do redis.call('HSETNX', key, 'q_' .. f, r.fields[f]) end
   redis.call('EXPIRE', key, bandit_ttl)
-  member('deployments', dep)
-  i = i + 2 + #QUALITY
+  member('deployments', r.deployment)
 end
-if num(redis.call('GET', tag .. 'tick'), 0) < tonumber(ARGV[5]) then
-  redis.call('SET', tag .. 'tick', ARGV[5], 'EX', bandit_ttl)
+if num(redis.call('GET', tag .. 'tick'), 0) < tonumber(a.tick) then
+  redis.call('SET', tag .. 'tick', a.tick, 'EX', bandit_ttl)
 end
-redis.call('SET', KEYS[1], ARGV[2])
+redis.call('SET', KEYS[1], a.epoch)
 redis.call('INCR', tag .. 'version')
-return {'seeded', ARGV[2]}
+return {'seeded', a.epoch}
