@@ -63,7 +63,7 @@ class AisiaPlugin(ProxyLife, CustomLogger):
         if (bad := scope_call(rt, call, user_api_key_dict, data)) is not None:  # tenant, layer, limits, pacing
             raise http_error(bad.status_code, bad.text, bad.kind)
         rt.conversations.opened(call, data, user_api_key_dict)  # the answer it judges, in the background
-        escalation.opened(call, ap, data, call_type)  # local-first: its local side, logprobs asked for
+        escalation.opened(call, rt.scopes.policy(call.layer).aliases.get(model, ap), data, call_type)  # local-first
         return data
 
     # -- 2. the decision, per attempt: DECIDED ---------------------------------------------------

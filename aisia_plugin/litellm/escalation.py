@@ -116,7 +116,7 @@ async def after_answer(plugin, data: dict, response) -> Optional[Any]:
     mark = first.local_first if first is not None else None
     if mark is None or mark.side != LOCAL or not first.attempts:
         return None
-    ap = rt.policy.aliases.get(first.alias)
+    ap = rt.scopes.policy(first.layer).aliases.get(first.alias)  # the call's layer's settings (docs/teams.md)
     attempt = first.current.attempts[-1] if first.current.attempts else first.attempts[-1]
     dep = rt.known(attempt.deployment_id)
     if ap is None or dep is None or not dep.local:

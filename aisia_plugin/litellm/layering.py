@@ -53,7 +53,9 @@ class Scopes:
         return ref
 
     def policy(self, ref: Optional[LayerRef]) -> Policy:
-        return self.runtime.policy if ref is None else self.runtime.loaded.layers[ref]
+        """The layer's policy; the operator's for None, or for a layer a reload removed."""
+        layers = self.runtime.loaded.layers
+        return self.runtime.policy if ref is None or ref not in layers else layers[ref]
 
     def engine(self, ref: Optional[LayerRef]) -> Engine:
         """The layer's engine; the operator's for None, or for a layer a reload removed."""
