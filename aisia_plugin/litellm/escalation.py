@@ -169,8 +169,10 @@ async def _cloud_answer(plugin, first, data: dict, mark: Side) -> tuple:
     if mark.added_logprobs:
         request.pop("logprobs", None)
     escalation = rt.open_call(rid, first.alias, first.session)
-    # the same caller: who may give feedback, whose team's spend it paces, its conversation
+    # the same caller: who may give feedback, whose team's spend it paces, its conversation, and
+    # what it may use (its tenant's models, its policy layer, its request's limits)
     escalation.key, escalation.pace, escalation.conversation = first.key, first.pace, first.conversation
+    escalation.tenant, escalation.layer, escalation.limits = first.tenant, first.layer, first.limits
     escalation.local_first = Side(CLOUD)
     started = time.monotonic()
     try:
