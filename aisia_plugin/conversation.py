@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from .signals import content_text
+from .signals import NEGATIVE_FOLLOWUP, content_text
 
 _DIGEST_BYTES = 16  # 128-bit fingerprints: collisions are out of reach, and a Turn stays small
 
@@ -161,6 +161,25 @@ def new_user_text(messages: Sequence) -> Optional[str]:
     """The new user message: the last one, when nothing but tool results follows it."""
     end = last_user_index(messages)
     return content_text(messages[end].get("content")) if end >= 0 else None
+
+
+def question_text(messages: Sequence, reader) -> Optional[str]:
+    """The text a conversation's request asks about, for its domain: the new user message alone
+    (a new question after an answer is about itself, not about the conversation's earlier
+    topics), or, when `reader` (a ``signals.SignalReader``) reads a correction or a
+    dissatisfaction in it, the previous user message and it: "that's wrong" asks the previous
+    question again. None when the request holds fewer than two user messages (its whole text is
+    the question) or its new user message holds no text."""
+    users = [i for i, m in enumerate(messages) if _role(m) == "user"]
+    if len(users) < 2:
+        return None
+    new = content_text(messages[users[-1]].get("content"))
+    if not new.strip():
+        return None
+    said = {signal.kind for signal in reader.read_followup(new)}
+    if said & NEGATIVE_FOLLOWUP:
+        return content_text(messages[users[-2]].get("content")) + "\n" + new
+    return new
 
 
 def tool_results(messages: Sequence) -> list:

@@ -540,6 +540,13 @@ def atoms(column) -> tuple:
     return column if type(column) is tuple else tuple(column)
 
 
+def learned_domain(decision) -> Optional[str]:
+    """The domain the quality evidence about `decision`'s answer is recorded under: the one its
+    strategy read the quality in (the contextual strategy's ``LearnContext.domain``: the detected
+    domain, a single domain's words, or quality.OTHER_PROMPTS), else the detected domain."""
+    return getattr(getattr(decision, "context", None), "domain", None) or getattr(decision, "domain", None)
+
+
 class Decision:
     """The outcome of routing one request, explaining itself.
 

@@ -20,8 +20,10 @@ from . import blame, plugins
 from .bandit import ArmStats, gamma_for
 from .blame import Verdict
 from .capabilities import lacking, refusal, request_needs
+from .conversation import question_text
 from .breaker import CLOSED, OPEN, CircuitBreaker, FailureKind
-from .decision import NO_SIGNALS, AliasSettings, CandidateScore, Decision, Deployment, Pool, RoutingContext
+from .decision import (NO_SIGNALS, AliasSettings, CandidateScore, Decision, Deployment, Pool, RoutingContext,
+                       learned_domain)
 from .deployments import selects
 from .features import RequestFeatures
 from .interfaces import StateStore
@@ -29,10 +31,11 @@ from .key_share import EvidenceShares
 from .learning import LearningRules, learns_from, outcome_record
 from .outcome import Outcome, reward
 from .pacing import TeamPace, above_floor, multiplier_of, pace_key, rule_of, team_multiplier
-from .quality import SOURCES, QualityPriors, QualityRecord, estimate, finite_unit
+from .quality import OTHER_PROMPTS, SOURCES, QualityPriors, QualityRecord, estimate, finite_unit
 from .schema_defaults import defaults_of
 from .policy.models import Policy
 from .scan import scanner_for
+from .signals import reader_for
 from .state.memory import MemoryState
 from .contextual_io import contextual_models_for
 from .task_fitness import TaskFitnessTable
@@ -60,6 +63,9 @@ class Engine:
         self.breaker = CircuitBreaker(policy.circuit_breaker)
         self.scanner = scanner_for(policy.domains)  # the programs the policy loader checked
         self.detector = self.scanner.detector
+        # Reads whether a conversation's new message says the answer was wrong (its domain is
+        # then the previous question's): the policy's signal lexicons, compiled once per policy.
+        self.signal_reader = reader_for(policy.signals)
         self.fitness = TaskFitnessTable(policy.task_fitness)
         self.gamma = gamma_for(policy.bandit.forgetting.half_life_requests if policy.bandit.forgetting.enabled else None)
         self._fallback_weights = policy.rules.weights.model_dump()
@@ -91,6 +97,17 @@ class Engine:
         its text, from one pass over it (scan.PromptScanner)."""
         feats, present = self.scanner.scan(messages, tools, request_modalities)
         return self._contributed(messages, feats), present
+
+    def _asked_domain(self, messages, feats: RequestFeatures, present) -> tuple[Optional[str], Optional[set]]:
+        """The request's domain and the domains whose words occur in what it asks: in a
+        conversation, its new question's (``conversation.question_text``: the new user message,
+        with the previous one when it says the answer was wrong), not the whole history's: a
+        general question after a math one is no math request (docs/quality.md#the-choice)."""
+        question = question_text(messages, self.signal_reader) if isinstance(messages, (list, tuple)) else None
+        if question is None:
+            return self.detector.detect(feats.text, present), present
+        asked, present = self.scanner.scan([{"role": "user", "content": question}])
+        return self.detector.detect(asked.text, present), present
 
     def _contributed(self, messages, feats: RequestFeatures) -> RequestFeatures:
         hook = self._hook.extract_features
@@ -130,8 +147,10 @@ class Engine:
             feats, present = self._scan(messages, tools, request_modalities)
         else:
             feats, present = features, None
-        asked = _Asked(alias, ap, ap.domain_hint or self.detector.detect(feats.text, present),
-                       ap.task_hint or feats.task_type, feats, present)
+        domain = ap.domain_hint
+        if domain is None:
+            domain, present = self._asked_domain(messages, feats, present)
+        asked = _Asked(alias, ap, domain, ap.task_hint or feats.task_type, feats, present)
         left_out = _left_out(exclude)
         needs = request_needs(feats, messages, tools, request)
         if needs:  # a candidate known not to take what the request needs is left out (docs/capabilities.md)
@@ -273,8 +292,8 @@ class Engine:
         ctx = RoutingContext(alias, ap.strategy, asked.feats, asked.domain, asked.task, now, self.rng,
                              self._settings[alias], slate.last_good, None, self.policy, self.contextual)
         ctx.quality = self
-        ctx.quality_domain = asked.domain if asked.domain is not None or not asked.present \
-            else self.quality_domain(asked.present)
+        ctx.quality_domain = asked.domain if asked.domain is not None \
+            else (self.quality_domain(asked.present) if asked.present else None) or OTHER_PROMPTS
         pace_rule = self.pace_rules.get(alias)
         if team is not None and (team.team or team.budgets):
             ctx.paced = pace_rule is not None or bool(team.budgets)
@@ -434,8 +453,9 @@ class Engine:
         when the failure does not count against the deployment (the caller's, a rate limit)."""
         if isinstance(decision_or_alias, Decision):
             alias, domain = decision_or_alias.alias, decision_or_alias.domain
+            evidence_domain = learned_domain(decision_or_alias)
         else:
-            alias = decision_or_alias
+            alias, evidence_domain = decision_or_alias, domain
         ap = self.policy.aliases.get(alias)
         kind, value = self.judge(ap, outcome, domain, verdict)
         per_domain = domain if (domain and self.policy.bandit.per_domain.enabled) else None
@@ -445,7 +465,7 @@ class Engine:
             pace_key(alias, team) if alias in self.pace_rules else None, outcome.cost_usd), self.rules)
         if outcome.quality is not None and value is not None and kind is None:
             # A graded success (a replay's, an evaluator's): its grade is a judge's evidence.
-            self.record_quality(outcome.deployment_id, alias, domain, outcome.quality, "judge")
+            self.record_quality(outcome.deployment_id, alias, evidence_domain, outcome.quality, "judge")
         learn = getattr(decision_or_alias, "context", None)
         # The contextual strategy's: teach the chosen model what says something of this prompt's
         # answer (a failure, a grade, feedback); a plain success, scored with the quality estimate

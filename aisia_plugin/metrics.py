@@ -22,7 +22,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 from .breaker import PROMETHEUS_CODE
 from .local_first import RESULTS as LOCAL_FIRST_RESULTS
 from .pacing import PaceState, multiplier_of
-from .signals import KINDS as SIGNAL_KINDS
+from .signals import WEIGHTED_KINDS as SIGNAL_KINDS
 
 OTHER = "other"
 NO_DOMAIN = "none"  # also the deployment label of a refused decision

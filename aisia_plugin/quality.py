@@ -23,6 +23,12 @@ from .numbers import clamp01
 
 # Where quality evidence comes from (the prior is not evidence: it is the starting point).
 SOURCES = ("feedback", "judge", "signal")
+# The record of the prompts of no declared domain (none detected, no single domain's words in
+# them): kept apart from the deployment's global record, which sums every domain's evidence. A
+# deployment poor at math and good at everything else would otherwise be read, on a general
+# question, at its average over both (docs/quality.md#the-choice). Outside the schema's domain
+# names (^[a-z]...), so no operator's domain shares it.
+OTHER_PROMPTS = "_other"
 
 
 @dataclass(frozen=True, slots=True)

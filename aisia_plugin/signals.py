@@ -56,12 +56,17 @@ TRUNCATED = "truncated"
 INVALID_JSON = "invalid_json"
 TOOL_ERROR = "tool_error"
 REPEATED_ANSWER = "repeated_answer"
+# Not read from any text: the user went on (a new message with no signal in it) after the answer.
+# Weak evidence (users also move on after a wrong answer), weighted 0 unless a policy sets it.
+NO_COMPLAINT = "no_complaint"
 # Not a conversation signal (no weight, never recorded): an answer that opens by hedging, one of
 # the defects local-first's confidence reads (docs/local-first.md, ``SignalReader.hedges``).
 HEDGING = "hedging"
 
 KINDS = (CORRECTION, DISSATISFACTION, SATISFACTION, REGENERATE, REPHRASE, REFUSAL, EMPTY_ANSWER,
          TRUNCATED, INVALID_JSON, TOOL_ERROR, REPEATED_ANSWER)
+# Every kind a policy weighs (signals.weights): the ones read, and the absence of any.
+WEIGHTED_KINDS = (*KINDS, NO_COMPLAINT)
 NEGATIVE_FOLLOWUP = frozenset({CORRECTION, DISSATISFACTION})  # "negative signals" of the precision target
 
 # Lexicon categories: read on the new user message, blanked before it, read on an answer's

@@ -14,8 +14,8 @@ from aisia_plugin.litellm.conversations import (Conversations, answer_defects, a
                                                 client_cut, evidence_of, session_id_of)
 from aisia_plugin.policy import load_policy
 from aisia_plugin.policy.loader import default_signal_reader
-from aisia_plugin.signals import (CORRECTION, EMPTY_ANSWER, INVALID_JSON, REGENERATE, REPHRASE, SATISFACTION, TOOL_ERROR,
-                                  TRUNCATED)
+from aisia_plugin.signals import (CORRECTION, EMPTY_ANSWER, INVALID_JSON, NO_COMPLAINT, REGENERATE, REPHRASE, SATISFACTION,
+                                  TOOL_ERROR, TRUNCATED)
 from aisia_plugin.state.memory import MemoryState
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
@@ -46,8 +46,20 @@ def test_nothing_is_judged_that_the_proxy_did_not_answer_or_nobody_said():
     assert attribute([SYSTEM, Q1, forged, WRONG], [STORED], READER) is None  # the client's own text
     assert attribute([SYSTEM, Q1, A1, WRONG], [], READER) is None  # nothing stored
     assert attribute([SYSTEM, Q1], [STORED], READER) is None  # a one-shot prompt sent again: no regenerate
+    blank = {"role": "user", "content": "  "}
+    assert attribute([SYSTEM, Q1, A1, blank], [STORED], READER) is None  # nothing written
+
+
+def test_a_new_question_with_no_signal_in_it_is_the_weak_no_complaint():
     neutral = {"role": "user", "content": "Now write a haiku about autumn leaves."}
-    assert attribute([SYSTEM, Q1, A1, neutral], [STORED], READER) is None  # a new question says nothing
+    found = attribute([SYSTEM, Q1, A1, neutral], [STORED], READER)
+    assert found.turn == STORED and kinds(found) == [NO_COMPLAINT]
+    # A message that says something is that signal only, never also "no complaint".
+    assert kinds(attribute([SYSTEM, Q1, A1, WRONG], [STORED], READER)) == [CORRECTION]
+    weights = load_policy().signals.weights
+    assert weights.no_complaint == 0.2  # weak (docs/signals.md#no-complaint)
+    assert evidence_of(found.signals[0], weights) == (1.0, 0.2)
+    assert evidence_of(found.signals[0], weights.model_copy(update={"no_complaint": 0.0})) is None
 
 
 def test_a_regenerate_blames_the_answer_it_replaces_and_a_rephrase_is_read():
@@ -129,6 +141,41 @@ def test_the_steps_store_a_turn_and_record_its_judgement_once():
         assert signal_evidence(rt, "other") == 0.0
         assert judge.seen == [(answer_fingerprint("Sydney."), -1.0)]
     asyncio.run(run())
+
+
+def test_no_complaint_counts_only_when_weighted_and_never_claims_the_answer_otherwise():
+    neutral = {"role": "user", "content": "Now write a haiku about autumn leaves."}
+
+    async def judged(weight):
+        policy = load_policy()
+        if weight is not None:
+            signals = policy.signals.model_copy(update={"weights": policy.signals.weights.model_copy(
+                update={"no_complaint": weight})})
+            policy = policy.model_copy(update={"signals": signals})
+        rt = runtime(policy)
+        judge = Judge()
+        conv = Conversations(rt, lambda: judge)
+        call = SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False, request_id=f"r{next(RIDS)}")
+        conv.opened(call, {"messages": [SYSTEM, Q1]}, None)
+        answer = SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content="Sydney.", tool_calls=None))])
+        conv.answered(call, {"messages": [SYSTEM, Q1]}, answer, "cheap", SimpleNamespace(domain="general"))
+        await conv.drain()
+        nxt = SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False, request_id=f"r{next(RIDS)}")
+        conv.opened(nxt, {"messages": [SYSTEM, Q1, A1, neutral]}, None)
+        await conv.drain()
+        moved_on = signal_evidence(rt, "cheap")
+        # Then the user complains about the same answer after all (re-sending the history with a
+        # complaint): with no_complaint unweighted, the answer was never claimed and the complaint counts.
+        last = SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False, request_id=f"r{next(RIDS)}")
+        conv.opened(last, {"messages": [SYSTEM, Q1, A1, WRONG]}, None)
+        await conv.drain()
+        return moved_on, signal_evidence(rt, "cheap"), judge.seen
+
+    off = asyncio.run(judged(0.0))
+    assert off[0] == 0 and off[1] == 1 and off[2] == [(answer_fingerprint("Sydney."), -1.0)]
+    on = asyncio.run(judged(0.25))
+    assert on[0] == 1 and on[1] == 1  # counted once: the later complaint finds the answer judged
+    assert on[2] == []  # the judge's agreement counts what users said, never their silence
 
 
 def test_a_request_never_judges_its_own_answer():

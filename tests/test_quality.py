@@ -12,7 +12,7 @@ import pytest
 from aisia_plugin.engine import Engine
 from aisia_plugin.outcome import Outcome
 from aisia_plugin.policy import load_policy
-from aisia_plugin.quality import QualityStats, add_evidence, estimate, prior_quality
+from aisia_plugin.quality import OTHER_PROMPTS, QualityStats, add_evidence, estimate, prior_quality
 from helpers import deployment
 
 POLICY = load_policy()
@@ -20,9 +20,11 @@ PRIOR = POLICY.quality.prior
 MSGS = [{"role": "user", "content": "what is the capital of France?"}]
 
 
-# The seed's UCB1, by name (auto itself is contextual).
-UCB1 = POLICY.model_copy(update={"aliases": {**POLICY.aliases, "auto/ucb1": POLICY.aliases["auto"].model_copy(
-    update={"strategy": "ucb1"})}})
+# The seed's UCB1, by name (auto itself is contextual); the arithmetic below is written for a
+# prior of strength 10 (the shipped one is 3: test_the_prior_comes_from_the_declared_tier_and_specialities).
+UCB1 = POLICY.model_copy(update={
+    "aliases": {**POLICY.aliases, "auto/ucb1": POLICY.aliases["auto"].model_copy(update={"strategy": "ucb1"})},
+    "quality": POLICY.quality.model_copy(update={"prior": PRIOR.model_copy(update={"strength": 10.0})})})
 
 
 def engine(policy=UCB1, seed: int = 0) -> Engine:
@@ -30,7 +32,7 @@ def engine(policy=UCB1, seed: int = 0) -> Engine:
 
 
 def test_the_prior_comes_from_the_declared_tier_and_specialities():
-    assert PRIOR.by_tier == {"ultra": 0.9, "pro": 0.8, "standard": 0.65, "free": 0.5} and PRIOR.strength == 10
+    assert PRIOR.by_tier == {"ultra": 0.9, "pro": 0.8, "standard": 0.65, "free": 0.5} and PRIOR.strength == 3
     assert prior_quality(deployment("a", tier="ultra"), None, PRIOR) == 0.9
     assert prior_quality(deployment("a", tier="free"), "coding", PRIOR) == 0.5
     assert prior_quality(deployment("a"), None, PRIOR) == PRIOR.untiered == 0.6
@@ -98,7 +100,7 @@ def test_evidence_is_kept_per_domain_when_per_domain_learning_is_on():
     # the global record learns it too, from its own prior (no speciality bonus)
     assert e.quality_estimate(coder.id) == pytest.approx((6.5 + 1.5) / 20)
     assert e.quality_estimate(coder.id, "math") == 0.65  # no evidence in math
-    off = POLICY.model_copy(update={"bandit": POLICY.bandit.model_copy(update={
+    off = UCB1.model_copy(update={"bandit": POLICY.bandit.model_copy(update={
         "per_domain": POLICY.bandit.per_domain.model_copy(update={"enabled": False})})})
     e2 = engine(off)
     e2.quality.know([coder])
@@ -159,12 +161,21 @@ def test_without_declared_tiers_untried_deployments_go_in_pool_order_as_in_the_s
 def test_the_declared_tiers_order_the_first_choices_of_the_contextual_default():
     assert POLICY.aliases["auto"].strategy == "contextual"
     pool = [deployment("free-a", tier="free"), deployment("std-b", tier="standard"),
-            deployment("ultra-c", tier="ultra")]
+            deployment("ultra-c", tier="ultra")]  # the same prices: no cheaper one to prefer
     firsts = [engine(POLICY, seed).decide("auto", MSGS, pool).deployment_id for seed in range(200)]
-    # Thompson on each estimate's posterior: mostly the highest tier, the others explored less
-    # the lower their tier (so that a cheap one can earn evidence), never a free-for-all.
+    # Mostly the highest tier; a lower one explored when its optimistic quality (its prior plus
+    # one standard deviation) is within the tolerance of the highest tier's; the free tier's is
+    # not while nothing is known of the ultra one (docs/quality.md#the-choice).
     counts = {d.id: firsts.count(d.id) for d in pool}
-    assert counts["ultra-c"] > 100 and counts["ultra-c"] > counts["std-b"] > counts["free-a"] > 0, counts
+    assert counts["ultra-c"] > 100 and counts["ultra-c"] > counts["std-b"] > counts["free-a"], counts
+    # Once the ultra one's answers are known (its posterior narrows), the free one is tried too.
+    later = []
+    for seed in range(200):
+        e = engine(POLICY, seed)
+        for _ in range(30):
+            e.record_quality("ultra-c", "auto", OTHER_PROMPTS, 0.8, "signal", 1.0)
+        later.append(e.decide("auto", MSGS, pool).deployment_id)
+    assert later.count("free-a") > 0, {d.id: later.count(d.id) for d in pool}
 
 
 def test_the_contextual_decision_states_its_selection_probability():

@@ -9,30 +9,41 @@ import pytest
 from aisia_plugin.decision import Deployment
 from aisia_plugin.engine import Engine
 from aisia_plugin.policy.loader import load_policy
-from aisia_plugin.quality import QualityStats, posterior
+from aisia_plugin.quality import OTHER_PROMPTS, QualityStats, posterior
 from aisia_plugin.strategies.contextual import cheapest_within, choice_probability
 
 
-def test_the_cheapest_within_the_tolerance_of_the_best_draw_is_chosen():
-    draws, costs = [0.90, 0.84, 0.70], [30.0, 1.0, 0.1]
-    scores = list(draws)
-    assert cheapest_within(draws, scores, costs, 0.1) == 1  # 0.84 is within 0.1 of 0.90, and cheaper
-    assert cheapest_within(draws, scores, costs, 0.05) == 0  # 0.84 is not within 0.05
-    assert cheapest_within(draws, scores, costs, 0.25) == 2  # all within: the cheapest
-    assert cheapest_within(draws, [0.9, 0.84, 0.95], costs, 0.0) == 2  # 0: the highest score, bonuses included
+def test_the_cheapest_within_the_tolerance_of_the_best_prediction_is_chosen():
+    means, costs, none = [0.90, 0.84, 0.70], [30.0, 1.0, 0.1], [0.0, 0.0, 0.0]
+    scores = list(means)
+    assert cheapest_within(means, none, scores, costs, 0.1) == 1  # 0.84 is within 0.1 of 0.90, and cheaper
+    assert cheapest_within(means, none, scores, costs, 0.05) == 0  # 0.84 is not within 0.05
+    assert cheapest_within(means, none, scores, costs, 0.25) == 2  # all within: the cheapest
+    assert cheapest_within(means, none, [0.9, 0.84, 0.95], costs, 0.0) == 2  # 0: the highest score, bonuses included
+
+
+def test_a_candidate_with_thin_evidence_may_be_within_and_narrower_evidence_decides():
+    # 0.15 below the best: one standard deviation of 0.10 reaches the floor (0.80), 0.02 does not.
+    means, costs, scores = [0.90, 0.75], [30.0, 1.0], [0.9, 0.75]
+    assert cheapest_within(means, [0.02, 0.10], scores, costs, 0.1) == 1
+    assert cheapest_within(means, [0.02, 0.02], scores, costs, 0.1) == 0
+    # The best prediction always qualifies, whatever its spread.
+    assert cheapest_within([0.5, 0.2], [0.0, 0.0], [0.5, 0.2], [1.0, 0.1], 0.1) == 0
 
 
 def test_equal_prices_go_to_the_higher_score_then_to_pool_order():
-    assert cheapest_within([0.8, 0.85], [0.8, 0.85], [1.0, 1.0], 0.1) == 1
-    assert cheapest_within([0.8, 0.8], [0.8, 0.8], [1.0, 1.0], 0.1) == 0
+    assert cheapest_within([0.8, 0.85], [0.0, 0.0], [0.8, 0.85], [1.0, 1.0], 0.1) == 1
+    assert cheapest_within([0.8, 0.8], [0.0, 0.0], [0.8, 0.8], [1.0, 1.0], 0.1) == 0
 
 
 def test_the_choice_probability_is_the_share_of_draws_the_rule_picks():
     # Two candidates far apart in price, 0.05 apart in quality, tolerance 0.1: the cheap one
-    # nearly always; at tolerance 0 each wins as often as its draw is the higher.
+    # always (the rule reads the predictions); equal prices: each as often as its score is the higher.
     means, sds, bonus, costs = [0.90, 0.85], [0.02, 0.02], [0.0, 0.0], [30.0, 1.0]
-    assert choice_probability(means, sds, bonus, costs, 0.1, 1) > 0.95
-    assert choice_probability(means, sds, bonus, costs, 0.1, 0) < 0.05
+    assert choice_probability(means, sds, bonus, costs, 0.1, 1) == 1.0
+    assert choice_probability(means, sds, bonus, costs, 0.1, 0) == 0.0
+    tied = choice_probability(means, [0.05, 0.05], bonus, [1.0, 1.0], 0.1, 1)
+    assert 0.1 < tied < 0.45, tied  # 0.05 behind with a 0.07 spread of the difference: about 0.24
     assert choice_probability(means, sds, bonus, costs, 0.1, 1) == choice_probability(means, sds, bonus, costs, 0.1, 1)
 
 
@@ -54,31 +65,34 @@ DEPS = [Deployment("frontier", "frontier", "x/frontier", "x", tier="ultra", inpu
 MSGS = [{"role": "user", "content": "Who was Ada Lovelace and why is she remembered?"}]
 
 
-def _share_cheap(evidence_cheap: float, seeds=range(60)) -> float:
+def _share_cheap(evidence_cheap: float, value: float = 0.95, seeds=range(60)) -> float:
     got = 0
     for seed in seeds:
         e = _engine(seed)
+        # Recorded where the proxy records what is said of answers to prompts of no declared
+        # domain, such as MSGS: their own record (quality.OTHER_PROMPTS). The frontier's answers
+        # read as conversation signals read a good deployment's (about 0.85).
         for _ in range(int(evidence_cheap)):
-            e.record_quality("cheap", "auto", None, 0.95, "signal", 1.0)
+            e.record_quality("cheap", "auto", OTHER_PROMPTS, value, "signal", 1.0)
         for _ in range(40):
-            e.record_quality("frontier", "auto", None, 1.0, "signal", 1.0)
+            e.record_quality("frontier", "auto", OTHER_PROMPTS, 0.85, "signal", 1.0)
         d = e.decide("auto", MSGS, DEPS)
         got += d.deployment_id == "cheap"
     return got / len(seeds)
 
 
-def test_a_cheap_deployment_with_good_evidence_takes_the_traffic_its_price_justifies():
-    # Unknown, the free tier's low prior keeps the cheap one to exploration; once its answers
-    # are judged good, it is within the tolerance of the frontier and, cheaper, chosen.
-    before, after = _share_cheap(0), _share_cheap(60)
-    assert 0.0 < before < 0.5 and after > 0.6, (before, after)
+def test_a_cheap_deployment_is_tried_then_kept_or_dropped_by_its_evidence():
+    # Unknown, the cheap one's wide posterior reaches the tolerance (optimism): it is tried. Its
+    # answers judged poor, it is left out; judged good, it keeps the traffic its price justifies.
+    unknown, poor, good = _share_cheap(0), _share_cheap(60, 0.3), _share_cheap(60, 0.9)
+    assert unknown > 0.9 and poor < 0.05 and good > 0.9, (unknown, poor, good)
 
 
 def test_the_reason_says_when_a_cheaper_candidate_was_chosen_within_the_tolerance():
     e = _engine(1)
     for _ in range(60):
-        e.record_quality("cheap", "auto", None, 1.0, "signal", 1.0)
-        e.record_quality("frontier", "auto", None, 1.0, "signal", 1.0)
+        e.record_quality("cheap", "auto", OTHER_PROMPTS, 1.0, "signal", 1.0)
+        e.record_quality("frontier", "auto", OTHER_PROMPTS, 1.0, "signal", 1.0)
     reasons = [e.decide("auto", MSGS, DEPS) for _ in range(20)]
     within = [d for d in reasons if "within the quality tolerance 0.1" in d.reason]
     assert within and all(d.deployment_id == "cheap" for d in within)

@@ -18,7 +18,7 @@ from aisia_plugin.policy import PolicyError, load_policy
 from aisia_plugin.policy.loader import default_signal_reader
 from aisia_plugin.signal_eval import NEGATIVE, PRECISION_FLOOR, evaluate, held_out, load_items
 from aisia_plugin.signals import (CORRECTION, DISSATISFACTION, EMPTY_ANSWER, INVALID_JSON, KINDS, REFUSAL,
-                                  REPEATED_ANSWER, REPHRASE, SATISFACTION, TOOL_ERROR, TRUNCATED, AnswerView,
+                                  REPEATED_ANSWER, REPHRASE, SATISFACTION, TOOL_ERROR, TRUNCATED, WEIGHTED_KINDS, AnswerView,
                                   SignalReader, own_words, reader_for, similarity, unicode_boundaries)
 
 LANGUAGES = ("en", "fr", "es", "de", "it", "pt")
@@ -326,7 +326,7 @@ def test_a_turn_record_is_small_and_plain():
 
 def test_the_shipped_policy_holds_every_kind_and_language():
     policy = load_policy()
-    assert set(type(policy.signals.weights).model_fields) == set(KINDS)
+    assert set(type(policy.signals.weights).model_fields) == set(WEIGHTED_KINDS)
     assert set(LANGUAGES) <= set(policy.signals.lexicons)
     for lang in LANGUAGES:
         lexicon = policy.signals.lexicons[lang]

@@ -545,8 +545,9 @@ async def test_evidence_moves_quality_and_never_the_health_and_the_stats_show_it
                         "domains", "quality"}
     prior = engine.quality.prior("a", None)
     q = row["quality"]
-    assert q["prior"] == prior and q["evidence"] == {"prior": 10.0, "feedback": 1.0, "judge": 1.0, "signal": 1.0}
-    # strength 10 at the prior, feedback 0 (weight 1), judge 1 (weight 1), signal 0 (weight 0.5)
-    assert q["estimate"] == pytest.approx((10 * prior + 1.0) / 12.5, rel=1e-3)
+    strength = engine.quality.strength
+    assert q["prior"] == prior and q["evidence"] == {"prior": strength, "feedback": 1.0, "judge": 1.0, "signal": 1.0}
+    # the prior's strength at the prior, feedback 0 (weight 1), judge 1 (weight 1), signal 0 (weight 0.5)
+    assert q["estimate"] == pytest.approx((strength * prior + 1.0) / (strength + 2.5), rel=1e-3)
     assert row["domains"]["coding"]["quality"]["evidence"]["judge"] == 1.0
     assert row["count"] == 20  # the health beside it, unchanged

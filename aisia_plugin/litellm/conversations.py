@@ -27,7 +27,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from ..conversation import (Caller, Judgement, Turn, answer_fingerprint, conversation_key, judge, judged_turn, new_user_text,
                             previous_user_text, prompt_fingerprint, tool_results)
-from ..signals import REGENERATE, TRUNCATED, AnswerView, Signal, content_text, reader_for
+from ..decision import learned_domain
+from ..signals import NO_COMPLAINT, REGENERATE, TRUNCATED, AnswerView, Signal, content_text, reader_for
 
 log = logging.getLogger("aisia_plugin.litellm")
 
@@ -54,7 +55,9 @@ def attribute(messages: Sequence, stored: Sequence[Turn], reader) -> Optional[At
     satisfaction; a rephrase of the previous question) and, in an agent loop, the tool results of
     the answer's calls. None on a conversation's first turn (a one-shot prompt sent again is no
     regenerate: API clients repeat prompts), when no stored answer matches (a client's own text),
-    or when nothing was said."""
+    or when nothing was said in an agent loop's tool results. A new user message in which no
+    signal is read is itself one: ``no_complaint`` (the user went on), weak evidence its weight
+    says how far to count."""
     judged = judged_turn(messages)
     if judged is None:
         return None
@@ -78,6 +81,8 @@ def attribute(messages: Sequence, stored: Sequence[Turn], reader) -> Optional[At
         if error is not None:
             said.append(error)
             break
+    if not said and not results and new_text and new_text.strip():
+        said.append(Signal(NO_COMPLAINT, "", "a new user message with no signal in it"))
     return Attribution(found.turn, tuple(said)) if said else None
 
 
@@ -218,8 +223,7 @@ class Conversations:
             call.turn_noted = True
             self._keep_context(call.request_id, getattr(decision, "context", None))
             # (what is read of the response and the request now; fingerprints and defects in the task)
-            turn = Turn("", 0, str(deployment_id), "", "", call.alias, getattr(decision, "domain", None),
-                        call.request_id)
+            turn = Turn("", 0, str(deployment_id), "", "", call.alias, learned_domain(decision), call.request_id)
             self._spawn(self._note(call.conversation, list(messages), turn, answer,
                                    answer_view(request, response, answer), client_cut(request)))
         except Exception:
@@ -312,6 +316,8 @@ class Conversations:
 
     async def _record(self, key: str, caller: Caller, found: Attribution, section) -> None:
         store, turn = self.runtime.store, found.turn
+        if all(evidence_of(s, section.weights) is None for s in found.signals):
+            return  # every kind said weighs 0 (no_complaint by default): nothing to claim
         # Judged once: the first process to claim this answer records its signals.
         claim = await store.count_up(f"judged:{key}:{turn.turn_index}:{turn.answer_fingerprint}",
                                      section.conversation_ttl_s)
@@ -341,5 +347,5 @@ class Conversations:
                                   factor * source_weight, key=caller.key_hash or None, context=self.context_of(turn))
             if self.metrics is not None:
                 self.metrics.signal(signal.kind, signal.language)
-            if judge_runner is not None:
+            if judge_runner is not None and signal.kind != NO_COMPLAINT:  # agreement: what users said
                 judge_runner.signalled(turn.answer_fingerprint, factor if value else -factor)

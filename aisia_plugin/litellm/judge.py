@@ -24,6 +24,7 @@ from typing import Callable, Optional
 from ..judging import (AgreementBook, DailyCap, ServedAnswer, call_cost, judge_messages, new_tag, parse_grade,
                        prompt_language, rubric_for, sampled)
 from ..conversation import answer_fingerprint
+from ..decision import learned_domain
 from ..signals import content_text
 
 log = logging.getLogger("aisia_plugin.litellm")
@@ -216,7 +217,7 @@ def served_answer(kwargs, response, decision, deployment_id: str) -> Optional[Se
     messages = kwargs.get("messages") if isinstance(kwargs, dict) else None
     if not text or not text.strip() or not isinstance(messages, list) or not deployment_id:
         return None
-    return ServedAnswer(deployment_id, decision.alias, decision.domain, messages, text,
+    return ServedAnswer(deployment_id, decision.alias, learned_domain(decision), messages, text,
                         context=getattr(decision, "context", None), answer_key=answer_fingerprint(text))
 
 

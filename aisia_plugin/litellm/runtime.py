@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any, Mapping, Optional
 
 from ..blame import PROVIDER, OutlierRule, key_outlier, outlier_verdict
-from ..decision import Decision, Deployment
+from ..decision import Decision, Deployment, learned_domain
 from ..deployments import build_deployment
 from ..engine import Engine
 from ..policy.loader import LoadedPolicy
@@ -303,7 +303,7 @@ class Runtime:
         ``serve`` transition): kept in the store (every worker of a shared store resolves it),
         with the hash of the key that made it."""
         self.store.note_served(call.request_id, {"alias": call.alias, "deployment_id": served.deployment_id,
-                                                 "domain": served.decision.domain, "session": call.session,
+                                                 "domain": learned_domain(served.decision), "session": call.session,
                                                  "key": call.key}, SERVED_TTL_S)
 
     def _trim(self, now: float) -> None:

@@ -286,6 +286,7 @@ class SignalWeights(BaseModel):
     invalid_json: float
     tool_error: float
     repeated_answer: float
+    no_complaint: float
 
 
 @_def("SignalLexicon")

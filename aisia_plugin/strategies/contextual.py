@@ -3,9 +3,10 @@ prompt (aisia_plugin/contextual.py), plus the bandits' cost and latency bonuses.
 
 Per candidate: a draw from N(predicted reward, exploration**2 * its variance) + the cost bonus +
 the latency bonus (``bandit_bonuses``, the bandits' own). The choice is cost-aware
-(``cheapest_within``, docs/quality.md#the-choice): the cheapest candidate whose draw is within
-``contextual.quality_tolerance`` of the best draw, ties to the higher score; a tolerance of 0
-takes the highest score, draw plus bonuses. The prediction is the
+(``cheapest_within``, docs/quality.md#the-choice): the cheapest candidate whose prediction plus
+one standard deviation (its optimistic quality) is within ``contextual.quality_tolerance`` of the
+highest optimistic quality, ties to the higher score; a tolerance of 0 takes the highest score,
+draw plus bonuses. The prediction is the
 deployment's learned mean (the arm the pool shows: forgetting and per-domain blend included) plus
 what the prompt's features say about it. The decision carries the request's vector, so that the
 engine can teach the chosen deployment's model its outcome (``Decision.context``)."""
@@ -49,17 +50,25 @@ def settings_of(context: RoutingContext) -> tuple[float, float, float, float]:
     return c.prior_variance, c.noise_variance, c.exploration, c.quality_tolerance
 
 
-def cheapest_within(draws, scores, costs, tolerance: float) -> int:
-    """The cost-aware choice (docs/quality.md#the-choice): among the members whose sampled
-    quality ``draws[j]`` is within `tolerance` of the highest draw, the cheapest by ``costs``
-    (USD per 1M tokens), ties to the higher score (draw plus bonuses), then to pool order. A
-    tolerance of 0 (or less) is the highest score, the plain Thompson choice. Pure."""
+def cheapest_within(means, sds, scores, costs, tolerance: float) -> int:
+    """The cost-aware choice (docs/quality.md#the-choice): each member's optimistic quality for
+    this prompt is its prediction ``means[j]`` plus one standard deviation ``sds[j]``; among the
+    members whose optimistic quality is within `tolerance` of the highest one, the cheapest by
+    ``costs`` (USD per 1M tokens), ties to the higher score (draw plus bonuses), then to pool
+    order. A tolerance of 0 (or less) is the highest score, the plain Thompson choice. Pure.
+
+    Why not the draws: two draws compared with each other add both spreads to the gap the
+    tolerance judges (and the highest of several draws sits above every mean), so a cheap
+    candidate as good as the best one lost about a third of the time. Optimism on both sides
+    keeps the exploring: a candidate little is known about has a wide spread, so a cheap one is
+    tried and a dear one may raise the bar until it is known (measured: docs/quality.md#the-choice)."""
     if tolerance <= 0.0:
         return scores.index(max(scores))
-    floor = max(draws) - tolerance
+    optimistic = [m + s for m, s in zip(means, sds)]
+    floor = max(optimistic) - tolerance
     best = None
-    for j, d in enumerate(draws):
-        if d >= floor and (best is None or costs[j] < costs[best]
+    for j, o in enumerate(optimistic):
+        if o >= floor and (best is None or costs[j] < costs[best]
                            or (costs[j] == costs[best] and scores[j] > scores[best])):
             best = j
     return best
@@ -142,7 +151,7 @@ class ContextualStrategy:
         draws = [m + spread * s * z for m, s, z in zip(mean_l, sd, gauss_draws(context.rng, len(sd)))]
         scores = [d + b for d, b in zip(draws, bonus)]
         costs = pool.costs
-        best = cheapest_within(draws, scores, costs, tolerance)
+        best = cheapest_within(mean_l, [spread * s for s in sd], scores, costs, tolerance)
         picked = explore(pool, context)
         i = best if picked is None else picked
         ids = pool.ids
@@ -209,10 +218,11 @@ class _ContextualExplained(Explainer):
         why = (f"contextual picked {ids[best]}: predicted reward {facts.predicted[best]:.3f} +/- "
                f"{facts.uncertainty[best]:.3f} for this prompt (its mean {facts.base[best]:.3f}), "
                f"sample {draws[best]:.3f} + bonus {facts.bonus[best]:.3f}")
-        top = draws.index(max(draws))
+        optimistic = [m + facts.spread * s for m, s in zip(facts.predicted, facts.uncertainty)]
+        top = optimistic.index(max(optimistic))
         if tolerance > 0.0 and top != best:
-            why += (f"; the cheapest within the quality tolerance {tolerance:g} of the best sample "
-                    f"({ids[top]} {draws[top]:.3f})")
+            why += (f"; the cheapest within the quality tolerance {tolerance:g} of the best prediction plus "
+                    f"one standard deviation ({ids[top]} {optimistic[top]:.3f})")
         if i == best:
             return why
         return f"exploration (epsilon {facts.epsilon:g}) chose {ids[i]} at random instead; {why}"
@@ -285,7 +295,7 @@ def choice_probability(means, sds, bonus, costs, tolerance: float, k: int, draws
     wins = 0
     for _ in range(draws):
         d = [m + s * rng.gauss(0.0, 1.0) for m, s in zip(means, sds)]
-        wins += cheapest_within(d, [x + b for x, b in zip(d, bonus)], costs, tolerance) == k
+        wins += cheapest_within(means, sds, [x + b for x, b in zip(d, bonus)], costs, tolerance) == k
     return wins / draws
 
 
