@@ -1,11 +1,10 @@
 """examples/: the real-provider LiteLLM config and the team policy are valid as shipped, checked
-offline with the same commands a user runs (`aisia validate`, `aisia explain --deployments`)."""
+offline with the same commands a user runs (`aisia validate`, `aisia explain --deployments`),
+run in this process from the repository's root (the console script itself: test_validate.py)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,29 +12,32 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-AISIA = str(Path(sys.executable).parent / "aisia")
-OFFLINE = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "PATH": "/usr/bin:/bin"}
 
 
-def _aisia(*argv):
-    return subprocess.run([AISIA, *argv], capture_output=True, text=True, timeout=120, cwd=ROOT, env=OFFLINE)
+@pytest.fixture
+def at_root(aisia, monkeypatch):
+    """The command line, run from the repository's root (the paths below are relative to it),
+    offline (LiteLLM reads its local price map)."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    return aisia
 
 
-def test_team_policy_and_config_validate_over_the_shipped_defaults():
-    run = _aisia("validate", "--deployments", "examples/litellm_config.yaml", "examples/team-policy.yaml")
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert "8 aliases" in run.stdout  # the 7 shipped auto/* aliases and the team's auto/review
+def test_team_policy_and_config_validate_over_the_shipped_defaults(at_root):
+    code, out, err = at_root("validate", "--deployments", "examples/litellm_config.yaml", "examples/team-policy.yaml")
+    assert code == 0, out + err
+    assert "8 aliases" in out  # the 7 shipped auto/* aliases and the team's auto/review
 
 
-def test_a_typo_in_the_configs_annotation_is_located(tmp_path):
+def test_a_typo_in_the_configs_annotation_is_located(tmp_path, at_root):
     text = (EXAMPLES / "litellm_config.yaml").read_text()
     assert "        tier: pro\n" in text
     bad = tmp_path / "litellm_config.yaml"
     bad.write_text(text.replace("        tier: pro\n", "        teir: pro\n"))
-    run = _aisia("validate", "--deployments", str(bad), "examples/team-policy.yaml")
-    assert run.returncode == 1
+    code, out, _ = at_root("validate", "--deployments", str(bad), "examples/team-policy.yaml")
+    assert code == 1
     line = text[: text.index("        tier: pro\n")].count("\n") + 1
-    assert f"{bad}:{line}:" in run.stdout and "teir" in run.stdout, run.stdout
+    assert f"{bad}:{line}:" in out and "teir" in out, out
 
 
 def test_config_enables_the_plugin_with_keys_from_the_environment():
@@ -53,14 +55,13 @@ def test_config_enables_the_plugin_with_keys_from_the_environment():
     assert annotated <= set(ids), "every annotation names a deployment of the config"
 
 
-def _explain(alias, prompt):
-    run = _aisia("explain", "--json", "--policy", "examples/team-policy.yaml", "--deployments",
-                 "examples/litellm_config.yaml", "--alias", alias, prompt)
-    assert run.returncode == 0, run.stdout + run.stderr
-    return json.loads(run.stdout)
+def test_the_config_routes_the_shipped_and_the_team_aliases(at_root):
+    def _explain(alias, prompt):
+        code, out, err = at_root("explain", "--json", "--policy", "examples/team-policy.yaml", "--deployments",
+                                 "examples/litellm_config.yaml", "--alias", alias, prompt)
+        assert code == 0, out + err
+        return json.loads(out)
 
-
-def test_the_config_routes_the_shipped_and_the_team_aliases():
     # The coding specialists: deepseek-coder annotated in its model_info.aisia, claude-sonnet in
     # the team policy.
     coding = _explain("auto/coding", "Écris une fonction Python qui trie une liste")["decision"]

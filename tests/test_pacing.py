@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import textwrap
 
 from pathlib import Path
 
@@ -219,24 +220,29 @@ HAND_CANDIDATES = """
     """
 
 
-def two_candidate_trace(tmp_path, write_file, name, cheap_score, dear_score):
+def two_candidate_trace(folder: Path, name, cheap_score, dear_score):
     """N requests each answered by `cheap-small` ($0.001) and `dear-large` ($0.005) with these
-    scores, under HAND_POLICY: (policy, scenario, policy file, trace file, candidates file)."""
+    scores, under HAND_POLICY, written in `folder`: (policy, scenario, policy file, trace file,
+    candidates file)."""
     rows = [{"id": f"r{i}", "messages": [{"role": "user", "content": f"question {i % 7}"}],
              "outcomes": {"cheap-small": {"score": cheap_score, "cost_usd": 0.001, "latency_ms": 400},
                           "dear-large": {"score": dear_score, "cost_usd": 0.005, "latency_ms": 400}}} for i in range(N)]
-    trace = tmp_path / f"{name}.jsonl"
+    trace = folder / f"{name}.jsonl"
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cands = write_file(HAND_CANDIDATES, f"{name}.candidates.yaml")
-    pol_path = write_file(HAND_POLICY)
+    cands = folder / f"{name}.candidates.yaml"
+    cands.write_text(textwrap.dedent(HAND_CANDIDATES))
+    pol_path = folder / "policy.yaml"
+    pol_path.write_text(textwrap.dedent(HAND_POLICY))
     pol = load_policy([pol_path])
     scenario = build_scenario(load_trace(str(trace)), load_candidates(str(cands)), pol)
     return pol, scenario, pol_path, trace, cands
 
 
-@pytest.fixture
-def hand(tmp_path, write_file):
-    return two_candidate_trace(tmp_path, write_file, "hand", 0.5, 1.0)
+# Built once for the module's tests (a trace of 3,000 requests each): what they replay is read,
+# never changed (the policy is a frozen model; the sweeps and floors below make altered copies).
+@pytest.fixture(scope="module")
+def hand(tmp_path_factory):
+    return two_candidate_trace(tmp_path_factory.mktemp("hand"), "hand", 0.5, 1.0)
 
 
 def windows(costs):
@@ -318,10 +324,10 @@ def test_a_sweep_over_the_target_spends_more_for_each_higher_target(hand, aisia)
     assert "gain_over_mixing" in data["quality"]["runs"][0] and "cpt" in data["quality"]["two_models"]
 
 
-@pytest.fixture
-def mirror(tmp_path, write_file):
+@pytest.fixture(scope="module")
+def mirror(tmp_path_factory):
     """The hand trace's mirror image: the cheaper candidate is the better one."""
-    return two_candidate_trace(tmp_path, write_file, "mirror", 1.0, 0.5)[:2]
+    return two_candidate_trace(tmp_path_factory.mktemp("mirror"), "mirror", 1.0, 0.5)
 
 
 def floored(pol, floor):
@@ -339,7 +345,7 @@ def floored(pol, floor):
 # one ($2 per 1k), inside (-10, 100), and a window misses the target by its move / 1,000.
 @pytest.mark.parametrize("alias", ["auto", "auto/ctx"])
 def test_with_a_floor_below_0_every_window_also_spends_up_to_within_10_percent_of_the_target(mirror, alias):
-    pol, scenario = mirror
+    pol, scenario, *_ = mirror
     capped = windows([s.cost_usd for s in run_router(pol, alias, scenario)])
     assert max(capped) < 0.6 * TARGET  # a cap: the better, cheaper model, whatever the target
     served = run_router(floored(pol, -10.0), alias, scenario)
@@ -351,7 +357,7 @@ def test_with_a_floor_below_0_every_window_also_spends_up_to_within_10_percent_o
 
 
 def test_with_a_floor_below_0_each_window_misses_the_target_by_exactly_the_multipliers_move(mirror):
-    pol, scenario = mirror
+    pol, scenario, *_ = mirror
     lam, costs = paced_through_the_engine(floored(pol, -10.0), scenario)
     later = [p.multiplier for p in lam[1000:]]
     assert all(-10.0 < m < 100.0 for m in later) and max(later) < 0.0  # negative throughout, at neither bound
@@ -371,11 +377,9 @@ def test_a_floor_above_0_or_below_minus_1000_cannot_be_swept(hand, floor):
         override_alias(pol, "auto", "budget.min_multiplier", floor)
 
 
-def test_the_floor_can_be_swept_from_the_command_line(mirror, tmp_path, write_file, aisia):
-    _, scenario = mirror
-    trace = tmp_path / "mirror.jsonl"
-    code, out, err = aisia("replay", "--policy", write_file(HAND_POLICY), "--alias", "auto", "--data", trace,
-                           "--deployments", tmp_path / "mirror.candidates.yaml",
+def test_the_floor_can_be_swept_from_the_command_line(mirror, aisia):
+    _, _, pol_path, trace, cands = mirror
+    code, out, err = aisia("replay", "--policy", pol_path, "--alias", "auto", "--data", trace, "--deployments", cands,
                            "--sweep", "budget.min_multiplier=0,-10", "--json")
     assert code == 0, err
     points = json.loads(out)["points"]

@@ -398,16 +398,14 @@ def test_a_malformed_signals_section_is_reported_field_by_field(tmp_path):
     assert ("signals.lexicons.fr.neutral.x", 12) in found
 
 
-def test_aisia_validate_accepts_the_shipped_policies_and_rejects_a_bad_section(tmp_path):
-    ok = subprocess.run([sys.executable, "-m", "aisia_plugin.cli", "validate"], capture_output=True, text=True,
-                        timeout=300)
-    assert ok.returncode == 0, ok.stdout + ok.stderr
+def test_aisia_validate_accepts_the_shipped_policies_and_rejects_a_bad_section(tmp_path, aisia):
+    code, out, err = aisia("validate")
+    assert code == 0, out + err
     bad = tmp_path / "bad.yaml"
     bad.write_text("version: 1\nsignals:\n  weights:\n    correction: 7\n", encoding="utf-8")
-    out = subprocess.run([sys.executable, "-m", "aisia_plugin.cli", "validate", str(bad)], capture_output=True,
-                         text=True, timeout=300)
-    assert out.returncode != 0
-    assert f"{bad}:4:17: signals.weights.correction: value 7 is out of range: must be <= 1" in out.stdout + out.stderr
+    code, out, err = aisia("validate", bad)
+    assert code != 0
+    assert f"{bad}:4:17: signals.weights.correction: value 7 is out of range: must be <= 1" in out + err
 
 
 # -- RE2 only, bounded input --------------------------------------------------------------------
@@ -462,8 +460,10 @@ def test_negative_signal_precision_floor_in_every_language(reader, items):
         assert count.precision >= PRECISION_FLOOR, f"{lang}: {count.as_dict()}"
 
 
-def test_the_report_script_writes_its_tables(tmp_path):
-    bench = Path(__file__).resolve().parent.parent / "benchmarks" / "signal_precision.py"
-    out = subprocess.run([sys.executable, str(bench), "--no-write"], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert "## Held-out third" in out.stdout and "| **negative** (correction or dissatisfaction) |" in out.stdout
+def test_the_report_script_writes_its_tables(tmp_path, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from signal_precision import main as report
+
+    assert report(["--no-write"]) == 0
+    out = capsys.readouterr().out
+    assert "## Held-out third" in out and "| **negative** (correction or dissatisfaction) |" in out

@@ -18,7 +18,6 @@ themselves (`aisia validate policies/`) count as the user's and are not layered 
 
 from __future__ import annotations
 
-import copy
 import os
 import stat
 from functools import lru_cache
@@ -272,7 +271,19 @@ def _read_shipped(f: Path):
             _SHIPPED.clear()
         hit = _SHIPPED[key] = _read_document(f)
     # The merge builds the policy inside the documents' own mappings: hand out a copy.
-    return copy.deepcopy(hit)
+    data, locs, issues = hit
+    return _copy_tree(data), dict(locs), list(issues)
+
+
+def _copy_tree(value):
+    """A copy of a YAML document's mappings and lists, which a merge changes; its scalars are
+    immutable and shared (copy.deepcopy took half of a policy load's time). The locations'
+    table above is copied the same way: the merge replaces its entries, never changes one."""
+    if isinstance(value, dict):
+        return {k: _copy_tree(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy_tree(v) for v in value]
+    return value
 
 
 def _read_named(f: Path):

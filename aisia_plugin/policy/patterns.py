@@ -4,6 +4,8 @@ lookaround) is rejected instead of being handed to a backtracking engine."""
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import re2
 
 _OPTIONS = re2.Options()
@@ -18,9 +20,18 @@ class PatternError(ValueError):
 
 def compile_pattern(pattern: str):
     try:
-        return re2.compile(pattern, _OPTIONS)
+        return _compiled(pattern)
     except re2.error as exc:
         raise PatternError(f"pattern '{pattern}' is rejected: {_reason(exc)}") from None
+
+
+# RE2's own cache keeps the last 128 programs; a policy load checks some 280 (the shipped
+# domains' and signals' patterns, then their alternations), in the same order each time, so that
+# cache never hit and every load (each reload, each `aisia validate`) compiled them all again.
+# A compiled program is immutable and shared the same way RE2's cache shares it.
+@lru_cache(maxsize=4096)
+def _compiled(pattern: str):
+    return re2.compile(pattern, _OPTIONS)
 
 
 _HINT = "patterns must be RE2 syntax, which matches in linear time: no backreferences or lookaround"
