@@ -9,6 +9,7 @@ import itertools
 from types import SimpleNamespace
 
 from aisia_plugin.conversation import Caller, Turn, answer_fingerprint, conversation_key, prompt_fingerprint
+from aisia_plugin.decision import Deployment
 from aisia_plugin.engine import Engine
 from aisia_plugin.litellm.conversations import (Conversations, answer_defects, answer_of, answer_view, attribute,
                                                 client_cut, evidence_of, session_id_of)
@@ -259,3 +260,33 @@ def test_an_empty_answer_is_evidence_against_its_deployment_once():
         assert signal_evidence(rt, "cheap") == 1
         assert rt.engine.quality_estimate("cheap") < before
     asyncio.run(run())
+
+
+# -- what a conversation's request asks about (its domain) ------------------------------------------
+MATH_Q = {"role": "user", "content": "Solve the equation 3x + 5 = 20 and compute the derivative of x^2."}
+MATH_A = {"role": "assistant", "content": "x = 5; the derivative is 2x."}
+GENERAL_Q = {"role": "user", "content": "Who was Ada Lovelace and why is she remembered?"}
+
+
+def test_the_question_is_the_new_message_or_with_a_complaint_the_one_it_is_about():
+    from aisia_plugin.conversation import question_text
+    assert question_text([SYSTEM, MATH_Q], READER) is None  # one user message: the whole text is the question
+    assert question_text([SYSTEM, MATH_Q, MATH_A, GENERAL_Q], READER) == GENERAL_Q["content"]
+    for complaint in ("That's wrong.", "Non, c'est faux.", "Das stimmt nicht.", "Eso está mal."):
+        asked = question_text([SYSTEM, MATH_Q, MATH_A, {"role": "user", "content": complaint}], READER)
+        assert asked == MATH_Q["content"] + "\n" + complaint, complaint
+    thanks = {"role": "user", "content": "Thanks, that works!"}
+    assert question_text([SYSTEM, MATH_Q, MATH_A, thanks], READER) == thanks["content"]
+    assert question_text([SYSTEM, MATH_Q, MATH_A, {"role": "user", "content": " "}], READER) is None
+
+
+def test_a_general_question_after_a_math_one_is_learned_apart_from_math():
+    from aisia_plugin.quality import OTHER_PROMPTS
+    engine = Engine(load_policy())
+    deps = [Deployment("only", "only", "openai/only", "openai")]
+    first = engine.decide("auto", [SYSTEM, MATH_Q], deps)
+    assert first.domain == "math"
+    after = engine.decide("auto", [SYSTEM, MATH_Q, MATH_A, GENERAL_Q], deps)
+    assert after.domain is None and after.context.domain == OTHER_PROMPTS  # not "math" from the history
+    again = engine.decide("auto", [SYSTEM, MATH_Q, MATH_A, WRONG], deps)
+    assert again.domain == "math"  # "that's wrong" asks the math question again
