@@ -222,7 +222,8 @@ def bench_ours(report: dict, policy, sizes, calls, messages) -> None:
         # out), then warm_engine.
         specs, usable = pool_specs(n), []
         eng, clock, deps = build_engine(specs, policy)
-        for alias, strat in [(a, s) for a, s in ALIASES if a in policy.aliases]:
+        # (each alias's strategy as the policy ships it: `auto` and `auto/smart` became contextual)
+        for alias, strat in [(a, policy.aliases[a].strategy) for a, _ in ALIASES if a in policy.aliases]:
             try:
                 eng.decide(alias, messages, deps)
                 usable.append((alias, strat))
