@@ -122,16 +122,27 @@ def signal_evidence(rt, dep):
     return row["quality"]["evidence"]["signal"] if row else 0.0
 
 
+def new_call():
+    return SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False, request_id=f"r{next(RIDS)}")
+
+
+def sydney_answered(conv, *deployments):
+    """Q1 asked and answered "Sydney." by the first of `deployments` (the others: the same call
+    answered again, which stores nothing more)."""
+    call = new_call()
+    conv.opened(call, {"messages": [SYSTEM, Q1]}, None)
+    answer = SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content="Sydney.", tool_calls=None))])
+    conv.answered(call, {"messages": [SYSTEM, Q1]}, answer, deployments[0], SimpleNamespace(domain="general"))
+    for dep in deployments[1:]:
+        conv.answered(call, {"messages": [SYSTEM, Q1]}, answer, dep, None)
+
+
 def test_the_steps_store_a_turn_and_record_its_judgement_once():
     async def run():
         rt = runtime()
         judge = Judge()
         conv = Conversations(rt, lambda: judge)
-        call = SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False, request_id=f"r{next(RIDS)}")
-        conv.opened(call, {"messages": [SYSTEM, Q1]}, None)
-        answer = SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content="Sydney.", tool_calls=None))])
-        conv.answered(call, {"messages": [SYSTEM, Q1]}, answer, "cheap", SimpleNamespace(domain="general"))
-        conv.answered(call, {"messages": [SYSTEM, Q1]}, answer, "other", None)  # once per call
+        sydney_answered(conv, "cheap", "other")  # stored once per call
         await conv.drain()
         assert len(await rt.store.list_of("conversation:" + KEY)) == 1
         for _ in range(3):  # the complaint re-sent (a regenerate of the follow-up) judges the answer once
@@ -156,19 +167,14 @@ def test_no_complaint_counts_only_when_weighted_and_never_claims_the_answer_othe
         rt = runtime(policy)
         judge = Judge()
         conv = Conversations(rt, lambda: judge)
-        call = SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False, request_id=f"r{next(RIDS)}")
-        conv.opened(call, {"messages": [SYSTEM, Q1]}, None)
-        answer = SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content="Sydney.", tool_calls=None))])
-        conv.answered(call, {"messages": [SYSTEM, Q1]}, answer, "cheap", SimpleNamespace(domain="general"))
+        sydney_answered(conv, "cheap")
         await conv.drain()
-        nxt = SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False, request_id=f"r{next(RIDS)}")
-        conv.opened(nxt, {"messages": [SYSTEM, Q1, A1, neutral]}, None)
+        conv.opened(new_call(), {"messages": [SYSTEM, Q1, A1, neutral]}, None)
         await conv.drain()
         moved_on = signal_evidence(rt, "cheap")
         # Then the user complains about the same answer after all (re-sending the history with a
         # complaint): with no_complaint unweighted, the answer was never claimed and the complaint counts.
-        last = SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False, request_id=f"r{next(RIDS)}")
-        conv.opened(last, {"messages": [SYSTEM, Q1, A1, WRONG]}, None)
+        conv.opened(new_call(), {"messages": [SYSTEM, Q1, A1, WRONG]}, None)
         await conv.drain()
         return moved_on, signal_evidence(rt, "cheap"), judge.seen
 
