@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any, Callable, Optional, Sequence
 
 from ..conversation import (Caller, Judgement, Turn, answer_fingerprint, conversation_key, judge, judged_turn, new_user_text,
@@ -269,8 +269,8 @@ class Conversations:
             caller, session = who
             section = self.runtime.policy.signals
             key = conversation_key(caller, messages, session)
-            record = asdict(turn)
-            record.pop("conversation")
+            # (the fields read one by one: dataclasses.asdict deep-copies, 6 us where this takes 0.6)
+            record = {name: getattr(turn, name) for name in _TURN_FIELDS}
             record["turn_index"] = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
             record["prompt_fingerprint"] = prompt_fingerprint(messages)
             record["answer_fingerprint"] = answer_fingerprint(*answer)
