@@ -27,6 +27,7 @@ import uuid
 from typing import Any, Optional
 
 from ..confidence import confidence, escalates
+from ..decision import learned_domain
 from ..local_first import (CLOUD, ESCALATED_RESULT, ESCALATION_FAILED, KEPT, LOCAL, NOT_LOCAL, Side,
                            escalation_note, kept_note, side_of)
 from ..signals import HEDGING, reader_for
@@ -123,14 +124,14 @@ async def after_answer(plugin, data: dict, response) -> Optional[Any]:
         plugin.observer.local_first(first, attempt, NOT_LOCAL, None, None)
         return _kept(mark, response)
     settings = ap.local_first
-    conf = assess(rt, settings, data, response, dep.id, attempt.decision.domain)
+    conf = assess(rt, settings, data, response, dep.id, learned_domain(attempt.decision))
     explained = conf.explain(settings.min_confidence)
     if not escalates(conf, settings.min_confidence):
         mark.note = kept_note(dep.id, explained)
         plugin.observer.local_first(first, attempt, KEPT, conf, None)
         return _kept(mark, response)
     if settings.evidence_weight > 0:  # evidence against the local deployment for that prompt
-        rt.after(_evidence, rt.engine, dep.id, first.alias, attempt.decision.domain, conf.value,
+        rt.after(_evidence, rt.engine, dep.id, first.alias, learned_domain(attempt.decision), conf.value,
                  float(settings.evidence_weight))
     escalation, cloud = await _cloud_answer(plugin, first, data, mark)
     if cloud is None:
