@@ -349,11 +349,11 @@ def acceptance(res: dict) -> list[str]:
         # the fixed arms at one's own cost (a router nearly always on the cheapest deployment
         # cannot be beaten on cost by one that sends the hard questions to the frontier).
         both = ours["quality_share"] >= adaptive["quality_share"] and ours["cost_share"] <= adaptive["cost_share"]
-        gain = lambda a: a["quality_share"] - a["mixing_quality_share"]  # noqa: E731
+        above = [a["quality_share"] - a["mixing_quality_share"] for a in (ours, adaptive)]
         line += (f" Against `litellm-adaptive` ({adaptive['quality_share']:.2f} at {adaptive['cost_share']:.2f}): "
                  f"higher quality {'yes' if ours['quality_share'] > adaptive['quality_share'] else 'no'}, "
-                 f"lower cost too {'yes' if both else 'no'}; above mixing at its own cost {gain(ours):+.2f} "
-                 f"against {gain(adaptive):+.2f}.")
+                 f"lower cost too {'yes' if both else 'no'}; above mixing at its own cost {above[0]:+.2f} "
+                 f"against {above[1]:+.2f}.")
     return [line, ""]
 
 
