@@ -159,11 +159,16 @@ def test_main_job_shows_the_adaptation_and_ends_by_itself():
     received = _table(out, "What each simulated provider received")
     learned = _table(out, "What the plugin learned")
     assert learned[0][:7] == ["deployment", "calls", "signals", "feedback", "judge", "prior", "quality"], learned[0]
+    # A failed attempt the request itself caused (it failed on coder, then flaky's random error:
+    # two providers) is not learned against either; the demo names those attempts.
+    m = re.search(r"^Failed attempts not counted against their deployment \(.*\): (.*)\.$", out, re.M)
+    uncounted = {name: int(n) for name, n in re.findall(r"(\w+) (\d+)", m.group(1))} if m else {}
     for row in learned[1:]:
         name, calls, feedback = row[0], row[1], row[3]
         sent = next(r for r in received if r[0] == name)
         calls_received = sum(int(c.split("/")[0]) for c in sent[1:])
-        assert (calls if calls != "-" else "0") == str(calls_received), (row, sent)
+        learned_calls = int(calls) if calls != "-" else 0
+        assert learned_calls + uncounted.get(name, 0) == calls_received, (row, sent, uncounted)
         assert feedback in ("-", "0"), row
     signals_by_deployment = sum(int(r[2]) for r in learned[1:] if r[2] != "-")
     m = re.search(r"^It learned without feedback: no grade was posted to /aisia/feedback; .* from (\d+) conversation "

@@ -127,3 +127,22 @@ def test_the_demo_says_what_taught_the_router():
     assert "correction 5 (fr 3, en 2), regenerate 1" in said and "1 complaints" in said
     said = learned_how(counts, turns, feedback=True)
     assert "2 grades posted to /aisia/feedback" in said and "without feedback" not in said
+
+
+def test_the_demo_names_the_failed_attempts_learned_as_the_requests_own():
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from aisia_plugin.demo.report import parse_uncounted_failures, uncounted_line
+    from aisia_plugin.metrics import RouterMetrics
+
+    reg = CollectorRegistry()
+    m = RouterMetrics(reg)
+    m.configure(aliases=["auto"], domains=["coding"], deployments=["coder", "flaky"], strategies=["contextual"])
+    for result in ("success", "success", "provider_failure", "client_error"):
+        m.outcome("auto", "coder", result)
+    m.outcome("auto", "flaky", "success")
+    uncounted = parse_uncounted_failures(generate_latest(reg).decode())
+    assert uncounted == {"coder": 1}
+    line = uncounted_line(uncounted)
+    assert line.startswith("Failed attempts not counted against their deployment") and line.endswith(": coder 1.")
+    assert uncounted_line({}) == "" and uncounted_line({"flaky": 0}) == ""

@@ -23,7 +23,7 @@ import time
 from ..demo.conversing import send_conversations
 from ..demo.proxy import ProxyError
 from ..demo.report import blended_price, candidates_by_alias, explained_decisions, frontier_shares, frontier_table, \
-    learned_how, settled_signal_counts
+    learned_how, settled_signal_counts, uncounted_failures, uncounted_line
 from ..demo.scenario import DEMO_UPSTREAMS, Demo, DemoError, bandit_stats, learned_table, list_aliases, provider_table, \
     routing_page, stats_delta, traffic_table, upstream_table
 from ..demo.upstream import MODES
@@ -200,6 +200,9 @@ def _learned(demo: Demo, turns: list, args) -> None:
              "evidence by source (conversation signals, feedback, judge; docs/quality.md) and the estimate it gives from "
              "the declared tier's prior; the breaker opens on repeated failures")
         _say(learned_table(stats, [u.name for u in demo.upstreams]))
+        uncounted = uncounted_line(uncounted_failures(demo.proxy))
+        if uncounted:
+            _say("\n" + uncounted)
         _say("\n" + learned_how(counts, turns, feedback))
     except (DemoError, ValueError, OSError) as exc:
         _say(f"(what the plugin learned could not be read: {exc})", err=True)

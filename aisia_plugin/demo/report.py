@@ -15,6 +15,9 @@ from .conversing import COMPLAINT, REGENERATE, THANKS_AND_QUESTION, THANKS_ONLY,
 from .scenario import TRAFFIC_MIX, DemoError, _http, _render
 
 SIGNALS_METRIC = "aisia_conversation_signals_total"
+# An attempt's outcome learned as not its deployment's fault (metrics.Metrics.outcome's result).
+OUTCOMES_METRIC = "aisia_outcomes_total"
+UNCOUNTED_RESULT = "client_error"
 # How long the demo waits for the proxy's conversation steps (run after each answer) to settle.
 SETTLE_LIMIT_S = 15.0
 SETTLE_EVERY_S = 0.5
@@ -100,12 +103,43 @@ def parse_signal_metrics(text: str) -> Counter:
     return out
 
 
-def signal_counts(proxy) -> Counter:
-    """What the proxy counted (``GET /aisia/metrics``)."""
+def parse_uncounted_failures(text: str) -> Counter:
+    """{deployment: failed attempts} the proxy learned as not the deployment's fault
+    (``aisia_outcomes_total`` with result ``client_error``) in Prometheus text."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: Counter = Counter()
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == OUTCOMES_METRIC and s.labels.get("result") == UNCOUNTED_RESULT and s.value:
+                out[s.labels.get("deployment", "")] += int(s.value)
+    return out
+
+
+def _metrics_text(proxy) -> str:
     status, _, body = _http("GET", proxy.url + "/aisia/metrics", proxy.master_key, timeout=15)
     if status != 200:
         raise DemoError(f"GET /aisia/metrics answered {status}")
-    return parse_signal_metrics(body.decode("utf-8", errors="replace"))
+    return body.decode("utf-8", errors="replace")
+
+
+def signal_counts(proxy) -> Counter:
+    """What the proxy counted (``GET /aisia/metrics``)."""
+    return parse_signal_metrics(_metrics_text(proxy))
+
+
+def uncounted_failures(proxy) -> Counter:
+    """Failed attempts the proxy did not count against their deployment (``GET /aisia/metrics``)."""
+    return parse_uncounted_failures(_metrics_text(proxy))
+
+
+def uncounted_line(uncounted: Mapping[str, int]) -> str:
+    """Why a provider received more attempts than the plugin learned calls of it; "" when none."""
+    shown = ", ".join(f"{name} {n}" for name, n in sorted(uncounted.items()) if n)
+    if not shown:
+        return ""
+    return (f"Failed attempts not counted against their deployment (the request's own failure: it failed on two "
+            f"providers, or the same way twice; docs/failures.md): {shown}.")
 
 
 def settled_signal_counts(proxy, expected: int, clock: Callable[[], float] = time.monotonic,
