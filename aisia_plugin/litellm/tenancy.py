@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Mapping, NamedTuple, Optional, Union
 
 from ..policy.layers import TIER_ORDER
+from .events import is_mapping
 
 # The key metadata field naming the key's layer (policy `layers:`), set by whoever issues keys.
 KEY_LAYER_FIELD = "aisia_policy"
@@ -80,7 +81,7 @@ def _text(value) -> Optional[str]:
 def tenant_of(user_api_key_dict) -> Tenant:
     """The Tenant LiteLLM's auth resolved a request's key to (absent fields: none)."""
     meta = getattr(user_api_key_dict, "metadata", None)
-    layer = meta.get(KEY_LAYER_FIELD) if isinstance(meta, Mapping) else None
+    layer = meta.get(KEY_LAYER_FIELD) if is_mapping(meta) else None
     models = getattr(user_api_key_dict, "models", None) or getattr(user_api_key_dict, "team_models", None) or ()
     models = tuple(str(m) for m in models if isinstance(m, str))
     if any(m in ALL_MODELS for m in models):
@@ -114,28 +115,37 @@ class LimitProblem(NamedTuple):
     message: str
 
 
-def _asked(data: Mapping, header: str, field: str):
-    """(where, value) of a limit: the request's header, else its metadata; (None, None)."""
-    headers = (data.get("proxy_server_request") or {}).get("headers") or {}
-    for k, v in headers.items():
-        if isinstance(k, str) and k.lower() == header:
-            return header, v
+def _headers(data: Mapping) -> dict:
+    """The request's headers by lower-case name (the first of a name repeated in other cases)."""
+    out = {}
+    for k, v in ((data.get("proxy_server_request") or {}).get("headers") or {}).items():
+        if isinstance(k, str):
+            out.setdefault(k.lower(), v)
+    return out
+
+
+def _asked(data: Mapping, headers: dict, header: str, field: str):
+    """(where, value) of a limit: the request's header (`headers`, ``_headers``), else its
+    metadata; (None, None)."""
+    if header in headers:
+        return header, headers[header]
     for key in ("metadata", "litellm_metadata"):
         meta = data.get(key)
-        if isinstance(meta, Mapping) and meta.get(field) is not None:
+        if is_mapping(meta) and meta.get(field) is not None:
             return f"metadata.{field}", meta[field]
     return None, None
 
 
 def request_limits(data: Mapping) -> Union[RequestLimits, LimitProblem]:
     """The request's limits, or the problem with one of them."""
-    where, tier = _asked(data, MIN_TIER_HEADER, MIN_TIER_FIELD)
+    headers = _headers(data)  # (read once for both limits)
+    where, tier = _asked(data, headers, MIN_TIER_HEADER, MIN_TIER_FIELD)
     if where is not None:
         tier = str(tier).strip().lower()
         if tier not in TIER_ORDER:
             return LimitProblem(where, f"{where} must be one of {', '.join(TIER_ORDER)} (the lowest tier the "
                                        f"request accepts); got {str(tier)[:40]!r}")
-    cost_where, cost = _asked(data, MAX_COST_HEADER, MAX_COST_FIELD)
+    cost_where, cost = _asked(data, headers, MAX_COST_HEADER, MAX_COST_FIELD)
     if cost_where is not None:
         try:
             cost = float(cost) if not isinstance(cost, bool) else math.nan
