@@ -23,7 +23,7 @@ from ..policy.models import Policy
 from .costs import litellm_price, with_context_window
 from .lifecycle import Refused
 from .team_budget import team_pace_of
-from .tenancy import LimitProblem, RequestLimits, Tenant, request_limits, tenant_of
+from .tenancy import NO_LIMITS, LimitProblem, RequestLimits, Tenant, request_limits, tenant_of
 
 
 class Scopes:
@@ -90,9 +90,12 @@ def left_out(runtime, ref: Optional[LayerRef], alias: str, raws, tenant: Optiona
              limits: Optional[RequestLimits]) -> dict:
     """id -> why, of the deployments this request may not use (policy/layers.left_out); raises
     the refusal (``refusal``) when they are every candidate the deciding alias has."""
+    models = tenant.models if tenant is not None else ()
+    min_tier = limits.min_tier if limits is not None else None
+    if ref is None and not models and min_tier is None:
+        return {}  # the operator's policy, a key of any model, no minimum tier (most requests): none
     views = runtime.scopes.deployments(ref, raws)
-    out = narrowed(alias, ref, runtime.policy.aliases.get(alias), runtime.deployments(raws), views,
-                   tenant.models if tenant is not None else (), limits.min_tier if limits is not None else None)
+    out = narrowed(alias, ref, runtime.policy.aliases.get(alias), runtime.deployments(raws), views, models, min_tier)
     ap = runtime.scopes.policy(ref).aliases.get(alias)
     if out and ap is not None:
         candidates = [d.id for d in views if selects(ap.candidates, d)]
@@ -119,7 +122,7 @@ def scope_call(runtime, call, user_api_key_dict, data) -> Optional[Refused]:
     limits = request_limits(data)
     if isinstance(limits, LimitProblem):
         return Refused(400, limits.message, "invalid_request_error", call.alias)
-    call.limits = limits if limits != RequestLimits() else None
+    call.limits = limits if limits != NO_LIMITS else None
     try:
         call.layer = runtime.scopes.layer_of(tenant, call.alias)
     except Refused as exc:

@@ -83,17 +83,23 @@ def budget_status(max_budget: Any, spend: Any, reset_at: Any, duration: Any, now
 
 def team_budget_of(auth, now: float) -> Optional[BudgetStatus]:
     """The team's budget as it stands at `now` (None: no team budget)."""
+    top = getattr(auth, "team_max_budget", None)
+    if top is None:  # (most teams: no budget; its period is not read)
+        return None
     meta = getattr(auth, "team_metadata", None) or {}
     snapshot = getattr(auth, "team_budget_snapshot", None)
     reset = getattr(snapshot, "budget_reset_at", None) if snapshot is not None else None
-    return budget_status(getattr(auth, "team_max_budget", None), getattr(auth, "team_spend", None),
+    return budget_status(top, getattr(auth, "team_spend", None),
                          reset if reset is not None else meta.get("budget_reset_at"), meta.get("budget_duration"), now)
 
 
 def key_budget_of(auth, now: float) -> Optional[BudgetStatus]:
     """The key's own budget as it stands at `now` (None: no key budget)."""
-    return budget_status(getattr(auth, "max_budget", None), getattr(auth, "spend", None),
-                         getattr(auth, "budget_reset_at", None), getattr(auth, "budget_duration", None), now)
+    top = getattr(auth, "max_budget", None)
+    if top is None:  # (most keys: no budget; its period is not read)
+        return None
+    return budget_status(top, getattr(auth, "spend", None), getattr(auth, "budget_reset_at", None),
+                         getattr(auth, "budget_duration", None), now)
 
 
 def team_pace_of(auth, now: float) -> Optional[TeamPace]:
@@ -101,6 +107,6 @@ def team_pace_of(auth, now: float) -> Optional[TeamPace]:
     request of no team and no budget (the alias's own record)."""
     if auth is None:
         return None
-    budgets = tuple(b for b in (team_budget_of(auth, now), key_budget_of(auth, now)) if b is not None)
+    budgets = tuple(filter(None, (team_budget_of(auth, now), key_budget_of(auth, now))))  # (those that are not None)
     team = team_id_of(auth)
     return TeamPace(team, budgets) if (team or budgets) else None

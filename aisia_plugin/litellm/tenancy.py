@@ -83,9 +83,10 @@ def tenant_of(user_api_key_dict) -> Tenant:
     meta = getattr(user_api_key_dict, "metadata", None)
     layer = meta.get(KEY_LAYER_FIELD) if is_mapping(meta) else None
     models = getattr(user_api_key_dict, "models", None) or getattr(user_api_key_dict, "team_models", None) or ()
-    models = tuple(str(m) for m in models if isinstance(m, str))
-    if any(m in ALL_MODELS for m in models):
-        models = ()
+    if models:  # (most keys: none listed)
+        models = tuple(str(m) for m in models if isinstance(m, str))
+        if any(m in ALL_MODELS for m in models):
+            models = ()
     role = getattr(user_api_key_dict, "user_role", None)
     role = str(getattr(role, "value", role) or "")
     return Tenant(_text(getattr(user_api_key_dict, "team_id", None)),
@@ -106,6 +107,9 @@ class RequestLimits(NamedTuple):
 
     min_tier: Optional[str] = None
     max_cost_usd: Optional[float] = None
+
+
+NO_LIMITS = RequestLimits()  # a request that asks nothing
 
 
 class LimitProblem(NamedTuple):
