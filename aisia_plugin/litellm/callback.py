@@ -199,7 +199,7 @@ class AisiaPlugin(ProxyLife, CustomLogger):
 
     def _settle_request(self, call) -> None:
         """An attempt of the request was answered: the failures pending before it were their deployments'."""
-        first = self.runtime.call(call.request_id) or call
+        first = self.runtime.calls.get(call.request_id) or call
         if first.pending is not None or first.branches:
             self._act(first.settle_request())
 

@@ -31,10 +31,12 @@ async def choose(rt: Runtime, observer, router, call: Call, healthy: list, messa
     store, engine = rt.store, rt.scopes.engine(call.layer)
     await store.prepare([d.id for d in deps], model)
     # Left out of this decision, each with why (the explain log and the decision log say it).
-    exclude = {i: ALREADY_FAILED for i in tried}
+    exclude = {i: ALREADY_FAILED for i in tried} if tried else {}
     narrowed = not_for_this_caller(rt, call.layer, model, healthy, call.tenant, call.limits)  # (a refusal when nothing is left)
-    exclude.update((i, why) for i, why in narrowed.items() if i not in exclude)
-    exclude.update((i, "LiteLLM's checks after the filter refused it") for i in refused if i not in exclude)
+    for i, why in narrowed.items():
+        exclude.setdefault(i, why)
+    for i in refused:
+        exclude.setdefault(i, "LiteLLM's checks after the filter refused it")
     if call.local_first is not None:  # local-first: one side of the alias (docs/local-first.md)
         for i, why in off_this_side(deps, call.local_first.side, exclude).items():
             exclude.setdefault(i, why)

@@ -50,9 +50,9 @@ def opened(call, ap, data: dict, call_type=None) -> None:
     """The pre-call hook opened `call` for the alias settings `ap`: its local-first side, if any
     (a chat completion only)."""
     settings = ap.local_first
-    if str(getattr(call_type, "value", call_type) or "") not in CHAT_CALL_TYPES or not isinstance(
-            data.get("messages"), list):
-        return
+    if not settings.enabled or str(getattr(call_type, "value", call_type) or "") not in CHAT_CALL_TYPES \
+            or not isinstance(data.get("messages"), list):
+        return  # (most aliases: local-first off)
     side = side_of(settings, events.is_stream(data))
     if side is None:
         return

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
 from typing import Mapping, NamedTuple, Optional, Union
 
 from ..policy.layers import TIER_ORDER
@@ -55,11 +54,11 @@ def caller_key(user_api_key_auth) -> Optional[str]:
     return session_key(str(value)) if value else None
 
 
-@dataclass(frozen=True)
-class Tenant:
+class Tenant(NamedTuple):
     """The tenant of a request: its LiteLLM team (id and alias), the hash of its key
     (caller_key), the layer its key's metadata names (``aisia_policy``), the models it
-    may use (the key's list, else its team's; empty: any), and whether it is the proxy admin."""
+    may use (the key's list, else its team's; empty: any), and whether it is the proxy admin.
+    (A NamedTuple: one is made per request, at a third of a frozen dataclass's cost.)"""
 
     team_id: Optional[str] = None
     team_alias: Optional[str] = None
