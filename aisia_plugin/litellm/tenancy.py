@@ -127,28 +127,29 @@ def _headers(data: Mapping) -> dict:
     return out
 
 
-def _asked(data: Mapping, headers: dict, header: str, field: str):
+def _asked(headers: dict, metadata: list, header: str, field: str):
     """(where, value) of a limit: the request's header (`headers`, ``_headers``), else its
-    metadata; (None, None)."""
+    `metadata` (its mappings, ``metadata`` then ``litellm_metadata``); (None, None)."""
     if header in headers:
         return header, headers[header]
-    for key in ("metadata", "litellm_metadata"):
-        meta = data.get(key)
-        if is_mapping(meta) and meta.get(field) is not None:
+    for meta in metadata:
+        if meta.get(field) is not None:
             return f"metadata.{field}", meta[field]
     return None, None
 
 
 def request_limits(data: Mapping) -> Union[RequestLimits, LimitProblem]:
     """The request's limits, or the problem with one of them."""
-    headers = _headers(data)  # (read once for both limits)
-    where, tier = _asked(data, headers, MIN_TIER_HEADER, MIN_TIER_FIELD)
+    # The headers and the metadata read once for both limits.
+    headers = _headers(data)
+    metadata = [m for m in (data.get("metadata"), data.get("litellm_metadata")) if is_mapping(m)]
+    where, tier = _asked(headers, metadata, MIN_TIER_HEADER, MIN_TIER_FIELD)
     if where is not None:
         tier = str(tier).strip().lower()
         if tier not in TIER_ORDER:
             return LimitProblem(where, f"{where} must be one of {', '.join(TIER_ORDER)} (the lowest tier the "
                                        f"request accepts); got {str(tier)[:40]!r}")
-    cost_where, cost = _asked(data, headers, MAX_COST_HEADER, MAX_COST_FIELD)
+    cost_where, cost = _asked(headers, metadata, MAX_COST_HEADER, MAX_COST_FIELD)
     if cost_where is not None:
         try:
             cost = float(cost) if not isinstance(cost, bool) else math.nan
@@ -157,4 +158,6 @@ def request_limits(data: Mapping) -> Union[RequestLimits, LimitProblem]:
         if not math.isfinite(cost) or cost <= 0:
             return LimitProblem(cost_where, f"{cost_where} must be a number of USD above 0 (the most the request "
                                             "accepts to pay, estimated before the call)")
+    if where is None and cost_where is None:
+        return NO_LIMITS
     return RequestLimits(tier if where is not None else None, cost if cost_where is not None else None)
