@@ -126,10 +126,10 @@ class Observer:
                  team: Optional[str] = None) -> None:
         try:
             self.metrics.decision(decision, elapsed_s, failover=attempt > 0)
-            self.metrics.team_decision(team, decision)
             if decision.deployment_id is not None and not decision.refused:
                 self.timeline.add(decision.alias, decision.deployment_id, at)
                 if team:
+                    self.metrics.team_decision(team, decision)
                     self.team_timelines.add(team, decision.alias, decision.deployment_id, at)
             if self.decision_log is not None:
                 prompt = None
@@ -158,8 +158,9 @@ class Observer:
                 result = {"provider": "provider_failure", "client": "client_error",
                           "rate_limit": "rate_limited"}.get(getattr(kind, "value", ""), "provider_failure")
             self.metrics.outcome(call.alias, outcome.deployment_id, result)
-            if call.tenant is not None:
-                self.metrics.team_outcome(call.tenant.team, call.alias, outcome.deployment_id, result)
+            team = call.tenant.team if call.tenant is not None else None
+            if team:
+                self.metrics.team_outcome(team, call.alias, outcome.deployment_id, result)
             if self.decision_log is not None:
                 self.decision_log.outcome(call.request_id, outcome.deployment_id, alias=call.alias,
                                           success=outcome.success, status_code=outcome.status_code,
