@@ -27,6 +27,10 @@ from typing import Optional, Sequence
 from .signals import NEGATIVE_FOLLOWUP, content_text
 
 _DIGEST_BYTES = 16  # 128-bit fingerprints: collisions are out of reach, and a Turn stays small
+# A fingerprint's JSON of each part: json.dumps(part, sort_keys=True, ensure_ascii=False,
+# separators=(",", ":"), default=str), whose bytes stored fingerprints hold (replicas of two
+# versions share conversations), by one encoder (json.dumps builds one per call).
+_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,7 @@ class JudgedTurn:
 def _digest(*parts) -> str:
     h = hashlib.blake2b(digest_size=_DIGEST_BYTES)
     for part in parts:
-        data = json.dumps(part, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+        data = _JSON.encode(part)
         h.update(len(data).to_bytes(8, "big"))  # length-prefixed: ("ab", "c") != ("a", "bc")
         h.update(data.encode("utf-8", "replace"))
     return h.hexdigest()
