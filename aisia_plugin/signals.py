@@ -212,7 +212,8 @@ class _EntrySet:
     def found(self, data: bytes) -> list[LexiconEntry]:
         if self._match is None or not data:
             return []
-        return [self.entries[k] for k in sorted(self._match(data))]
+        hits = self._match(data)
+        return [self.entries[k] for k in sorted(hits)] if hits else []
 
 
 class _Mask:
@@ -394,6 +395,10 @@ class SignalReader:
         self._refusal = _EntrySet(by_category[REFUSAL])
         self._tool_error = _EntrySet(by_category[TOOL_ERROR])
         self._hedging = _EntrySet(by_category[HEDGING])
+        # The last new user message read and its signals, as one tuple (replaced whole): a
+        # multi-turn request's is read twice, by the engine for its domain (conversation.question_text)
+        # and by the conversation step that judges the previous answer.
+        self._last_followup: tuple = (None, ())
 
     # -- the new user message ----------------------------------------------------------------
 
@@ -409,13 +414,18 @@ class SignalReader:
         one per kind (the first entry in policy order that fired), negative before positive."""
         if not self.enabled or not isinstance(text, str) or not text.strip():
             return ()
+        last_text, last_said = self._last_followup
+        if text == last_text:
+            return last_said
         found = self._user.found(self._mask.blank(_utf8(self.followup_text(text))))
         first: dict[str, LexiconEntry] = {}
         for entry in found:
             first.setdefault(entry.category, entry)
         if first.keys() & NEGATIVE_FOLLOWUP:
             first.pop(SATISFACTION, None)
-        return tuple(_signal(first[c]) for c in USER_CATEGORIES if c in first)
+        said = tuple(_signal(first[c]) for c in USER_CATEGORIES if c in first)
+        self._last_followup = (text, said)
+        return said
 
     def rephrase_of(self, new_text, previous_text) -> Optional[Signal]:
         """A rephrase: the new user message asks the previous user message's question again
