@@ -395,10 +395,6 @@ class SignalReader:
         self._refusal = _EntrySet(by_category[REFUSAL])
         self._tool_error = _EntrySet(by_category[TOOL_ERROR])
         self._hedging = _EntrySet(by_category[HEDGING])
-        # The last new user message read and its signals, as one tuple (replaced whole): a
-        # multi-turn request's is read twice, by the engine for its domain (conversation.question_text)
-        # and by the conversation step that judges the previous answer.
-        self._last_followup: tuple = (None, ())
 
     # -- the new user message ----------------------------------------------------------------
 
@@ -414,18 +410,13 @@ class SignalReader:
         one per kind (the first entry in policy order that fired), negative before positive."""
         if not self.enabled or not isinstance(text, str) or not text.strip():
             return ()
-        last_text, last_said = self._last_followup
-        if text == last_text:
-            return last_said
         found = self._user.found(self._mask.blank(_utf8(self.followup_text(text))))
         first: dict[str, LexiconEntry] = {}
         for entry in found:
             first.setdefault(entry.category, entry)
         if first.keys() & NEGATIVE_FOLLOWUP:
             first.pop(SATISFACTION, None)
-        said = tuple(_signal(first[c]) for c in USER_CATEGORIES if c in first)
-        self._last_followup = (text, said)
-        return said
+        return tuple(_signal(first[c]) for c in USER_CATEGORIES if c in first)
 
     def rephrase_of(self, new_text, previous_text) -> Optional[Signal]:
         """A rephrase: the new user message asks the previous user message's question again
