@@ -27,6 +27,10 @@ from typing import Optional, Sequence
 from .signals import NEGATIVE_FOLLOWUP, content_text
 
 _DIGEST_BYTES = 16  # 128-bit fingerprints: collisions are out of reach, and a Turn stays small
+# A fingerprint's JSON of each part: json.dumps(part, sort_keys=True, ensure_ascii=False,
+# separators=(",", ":"), default=str), whose bytes stored fingerprints hold (replicas of two
+# versions share conversations), by one encoder (json.dumps builds one per call).
+_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,7 @@ class JudgedTurn:
 def _digest(*parts) -> str:
     h = hashlib.blake2b(digest_size=_DIGEST_BYTES)
     for part in parts:
-        data = json.dumps(part, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+        data = _JSON.encode(part)
         h.update(len(data).to_bytes(8, "big"))  # length-prefixed: ("ab", "c") != ("a", "bc")
         h.update(data.encode("utf-8", "replace"))
     return h.hexdigest()
@@ -201,7 +205,7 @@ class Judgement:
     regenerate: bool
 
 
-def judge(messages: Sequence, stored: Sequence[Turn]) -> Optional[Judgement]:
+def judge(messages: Sequence, stored: Sequence[Turn], judged: Optional[JudgedTurn] = None) -> Optional[Judgement]:
     """Which of the conversation's stored turns (oldest first) the new request judges:
 
     - a regenerate (its history up to the last user message is a stored turn's prompt): that turn,
@@ -210,7 +214,8 @@ def judge(messages: Sequence, stored: Sequence[Turn]) -> Optional[Judgement]:
       message (``judged_turn``), the latest one when the same answer was given several times.
 
     None when no stored turn matches: a first turn, or an answer the proxy did not give (a
-    client cannot have a deployment blamed for text it wrote into the history)."""
+    client cannot have a deployment blamed for text it wrote into the history). `judged`: the
+    request's ``judged_turn`` when the caller has read it already."""
     prompt = prompt_fingerprint(messages) if last_user_index(messages) >= 0 else None
     replaced: Optional[Turn] = None
     by_answer: dict[str, Turn] = {}  # answer fingerprint -> its latest turn
@@ -220,7 +225,8 @@ def judge(messages: Sequence, stored: Sequence[Turn]) -> Optional[Judgement]:
         by_answer[turn.answer_fingerprint] = turn
     if replaced is not None:
         return Judgement(replaced, True)
-    judged = judged_turn(messages)
+    if judged is None:
+        judged = judged_turn(messages)
     if judged is not None and judged.answer_fingerprint in by_answer:
         return Judgement(by_answer[judged.answer_fingerprint], False)
     return None

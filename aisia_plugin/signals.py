@@ -34,6 +34,7 @@ imported here)."""
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
@@ -211,7 +212,8 @@ class _EntrySet:
     def found(self, data: bytes) -> list[LexiconEntry]:
         if self._match is None or not data:
             return []
-        return [self.entries[k] for k in sorted(self._match(data))]
+        hits = self._match(data)
+        return [self.entries[k] for k in sorted(hits)] if hits else []
 
 
 class _Mask:
@@ -324,11 +326,16 @@ def _utf8(text: str) -> bytes:
 
 # -- similarity (rephrase, repeated answer) ---------------------------------------------------
 
+# What is not a letter or a digit (str.isalnum: re's \w is exactly isalnum and "_"). A fixed
+# class, linear in the text.
+_NOT_ALNUM = re.compile(r"[\W_]")
+
+
 def _shingles(text: str, max_chars: int) -> set[str]:
     # casefold, accents kept (they distinguish words), whitespace and punctuation collapsed.
-    words = "".join(c if c.isalnum() else " " for c in text[:max_chars].casefold()).split()
+    words = _NOT_ALNUM.sub(" ", text[:max_chars].casefold()).split()
     flat = " " + " ".join(words) + " "
-    return {flat[i:i + 3] for i in range(len(flat) - 2)}
+    return set(map("".join, zip(flat, flat[1:], flat[2:])))  # every 3 characters in a row
 
 
 def similarity(a: str, b: str, max_chars: int = 4000) -> float:

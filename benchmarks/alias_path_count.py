@@ -87,11 +87,44 @@ def build(deployments: int = 1, wide_aliases: int = 0, plugin_loaded: bool = Tru
     return router, plugin
 
 
-async def one(router, plugin, model: str):
+ANSWER = "one two three four five six seven eight"  # every request's mocked answer (but a second turn's)
+SECOND_ANSWER = "nine ten eleven twelve thirteen fourteen fifteen sixteen"  # not a repeat of the first
+FOLLOW_UP = "Thanks, that works."
+
+
+def conversation_body(model: str, conversation: int, second: bool) -> dict:
+    """--history: conversation number `conversation`'s first turn (its own question), or its second
+    turn: the question, the first turn's answer, a follow-up."""
     data = body(model)
+    first = {"role": "user", "content": f"{data['messages'][0]['content']} ({conversation})"}
+    followed = [{"role": "assistant", "content": ANSWER}, {"role": "user", "content": FOLLOW_UP}] if second else []
+    data["messages"] = [first, *followed]
+    return data
+
+
+class Conversations:
+    """--history: each request is the second turn of a conversation of its own whose first turn
+    (one stored answer) was answered beforehand, outside the measured requests (``first_turns``)."""
+
+    def __init__(self):
+        self.started = self.judged = 0
+
+    async def first_turns(self, router, plugin, model: str, n: int) -> None:
+        for _ in range(n):
+            self.started += 1
+            await one(router, plugin, model, conversation_body(model, self.started, False))
+
+    def next_body(self, model: str) -> dict:
+        self.judged += 1
+        return conversation_body(model, self.judged, True)
+
+
+async def one(router, plugin, model: str, data=None):
+    data = body(model) if data is None else data
+    answer = SECOND_ANSWER if len(data["messages"]) > 1 else ANSWER
     if plugin is not None:
         data = await plugin.async_pre_call_hook(Key(), None, data, "acompletion")
-    resp = await router.acompletion(**data, mock_response="one two three four five six seven eight")
+    resp = await router.acompletion(**data, mock_response=answer)
     if plugin is not None:
         await plugin.async_post_call_response_headers_hook(data, Key(), resp)
     for _ in range(20):  # LiteLLM's logging worker and the plugin's after-response steps
@@ -188,14 +221,19 @@ async def run(a) -> None:
     router, plugin = build(deployments, max(a.wide_aliases, int(arm == "wide")), plugin_loaded=arm not in ("litellm", "group"),
                            strategy=a.strategy, one_group=arm == "group")
     model = {"alias": ALIAS, "wide": "auto/wide-0"}.get(arm, PLAIN)
+    talks = Conversations() if a.history else None
+    if talks is not None:
+        await talks.first_turns(router, plugin, model, a.warmup)
     for _ in range(a.warmup):
-        await one(router, plugin, model)
+        await one(router, plugin, model, talks.next_body(model) if talks else None)
     if a.gc:
         await gc_counts(a, router, plugin, model)
         return
     if a.collect:
-        await collect_each(router, plugin, model, requests, a.collect)
+        await collect_each(router, plugin, model, requests, a.collect, talks)
         return
+    if talks is not None:
+        await talks.first_turns(router, plugin, model, requests)
     if a.cprofile:
         import cProfile
         import pstats
@@ -205,7 +243,7 @@ async def run(a) -> None:
     cg = Callgrind()  # instrumentation on around the measured requests (--instr-atstart=no)
     cg.request(cg.START)
     for _ in range(requests):
-        await one(router, plugin, model)
+        await one(router, plugin, model, talks.next_body(model) if talks else None)
     cg.request(cg.STOP)
     if a.cprofile:
         prof.disable()
@@ -223,24 +261,27 @@ async def run(a) -> None:
         print("learned:", plugin.runtime.store.stats().get("bench-1", {}).get("count"), file=sys.stderr)
 
 
-async def collect_each(router, plugin, model: str, requests: int, targets) -> None:
-    """One pass of `requests` per target, collected inside it only, dumped under its name."""
+async def collect_each(router, plugin, model: str, requests: int, targets, talks=None) -> None:
+    """One pass of `requests` per target, collected inside it only, dumped under its name (with
+    --history, each pass's first turns answered before it, uncollected)."""
     cg = Callgrind()
     if not cg.request(cg.RUNNING):
         print("--collect: not under valgrind; the passes run uncounted", file=sys.stderr)
     cg.request(cg.START)
     for target in targets:
+        if talks is not None:
+            await talks.first_turns(router, plugin, model, requests)
         if target == "-":
             cg.request(cg.TOGGLE_COLLECT)
             for _ in range(requests):
-                await one(router, plugin, model)
+                await one(router, plugin, model, talks.next_body(model) if talks else None)
             cg.request(cg.TOGGLE_COLLECT)
         else:
             entries = [0]
             undo = collecting(cg, f"{__name__}:_nothing" if target == "wrapper" else target, entries)
             call_nothing = globals()["_nothing"] if target == "wrapper" else None
             for _ in range(requests):
-                await one(router, plugin, model)
+                await one(router, plugin, model, talks.next_body(model) if talks else None)
                 if call_nothing is not None:
                     call_nothing()
             undo()
@@ -344,6 +385,7 @@ def main(argv=None) -> int:
                         wide_aliases=(0, "more aliases, each over every deployment"),
                         collect=([], "module:Qualname: collect inside it only, one pass each (callgrind)"),
                         strategy=("ucb1", "the alias's strategy"),
+                        history=(False, "each request a conversation's second turn, judging its stored first answer"),
                         gc=(False, "count what the requests leave to the garbage collector"), kinds=(False, "with --gc: by kind"),
                         threshold=(100, "with --gc: the young generation's threshold (gc.set_threshold)"))
     if a.arm not in ("alias", "plain", "litellm", "wide", "group"):

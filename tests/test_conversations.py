@@ -296,3 +296,25 @@ def test_a_general_question_after_a_math_one_is_learned_apart_from_math():
     assert after.domain is None and after.context.domain == OTHER_PROMPTS  # not "math" from the history
     again = engine.decide("auto", [SYSTEM, MATH_Q, MATH_A, WRONG], deps)
     assert again.domain == "math"  # "that's wrong" asks the math question again
+
+
+def test_keys_and_fingerprints_keep_their_stored_values():
+    """Replicas of two versions share conversations in the store during a rolling upgrade: a
+    conversation key and the fingerprints are these bytes (non-ASCII text, content parts, tool
+    calls, an object JSON cannot hold: read by str)."""
+    class Odd:
+        def __str__(self):
+            return "odd"
+
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1.5}"}}
+    messages = [{"role": "system", "content": "Tu es concis. ✓"},
+                {"role": "user", "content": "Quelle est la capitale de l'Australie ?", "name": "x"},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "content": [{"type": "text", "text": "ok"}, {"type": "image_url", "image_url": {"url": "u"}}]},
+                {"role": "user", "content": ["x", 3, 2.5, None, True, Odd()]}]
+    caller = Caller("k", "team", "")
+    assert conversation_key(caller, messages) == "c:58a6b3cb0e499f0285029c43cae05c3d"
+    assert conversation_key(caller, messages, " sess ") == "s:15530830b84436b27b3573925f558370"
+    assert prompt_fingerprint(messages) == "ee4fc3eb800bf25bb7df7b92bdc81c94"
+    assert answer_fingerprint(" Sydney.\n") == "a80b9ff39a5f9fd9c32c78c36e1e1461"
+    assert answer_fingerprint(None, [call]) == "25b0a7e2d76a5b80283386ad85af9c3d"

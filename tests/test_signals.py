@@ -19,7 +19,7 @@ from aisia_plugin.policy.loader import default_signal_reader
 from aisia_plugin.signal_eval import NEGATIVE, PRECISION_FLOOR, evaluate, held_out, load_items
 from aisia_plugin.signals import (CORRECTION, DISSATISFACTION, EMPTY_ANSWER, INVALID_JSON, KINDS, REFUSAL,
                                   REPEATED_ANSWER, REPHRASE, SATISFACTION, TOOL_ERROR, TRUNCATED, WEIGHTED_KINDS, AnswerView,
-                                  SignalReader, own_words, reader_for, similarity, unicode_boundaries)
+                                  SignalReader, _NOT_ALNUM, own_words, reader_for, similarity, unicode_boundaries)
 
 LANGUAGES = ("en", "fr", "es", "de", "it", "pt")
 
@@ -166,6 +166,11 @@ def test_rephrase_is_the_previous_question_in_other_words(reader):
     assert reader.rephrase_of("thanks a lot", "thanks") is None  # too short to compare
     assert similarity("abc def", "abc def") == 1.0 and similarity("", "abc") == 0.0
     assert 0.0 < similarity("reverse a list", "reverse the list") < 1.0
+
+
+def test_similarity_reads_as_words_what_str_isalnum_calls_letters_and_digits():
+    text = "".join(map(chr, range(sys.maxunicode + 1)))  # every code point
+    assert _NOT_ALNUM.sub(" ", text) == "".join(c if c.isalnum() else " " for c in text)
 
 
 SYSTEM = {"role": "system", "content": "You are terse."}

@@ -66,7 +66,7 @@ def attribute(messages: Sequence, stored: Sequence[Turn], reader) -> Optional[At
         turns = [t for t in stored if t.answer_fingerprint == judged.answer_fingerprint]
         found = Judgement(turns[-1], False) if turns else None
     else:
-        found = judge(messages, stored)
+        found = judge(messages, stored, judged)
     if found is None:
         return None
     if found.regenerate:
@@ -169,10 +169,13 @@ def answer_defects(reader, view: AnswerView, capped_by_client: bool, messages) -
     """The signals an answer carries by itself (``read_answer``: refusal, empty, cut, invalid JSON,
     a repeat of the history's last answer). A cut the client asked for is the client's choice,
     not the deployment's defect."""
-    previous = next((content_text(m.get("content")) for m in reversed(messages)
-                     if isinstance(m, dict) and m.get("role") == "assistant"), None)
+    previous = None
+    for m in reversed(messages):
+        if isinstance(m, dict) and m.get("role") == "assistant":
+            previous = content_text(m.get("content"))
+            break
     found = reader.read_answer(view, previous)
-    if capped_by_client:
+    if capped_by_client and found:
         found = tuple(s for s in found if s.kind != TRUNCATED)
     return found
 
@@ -222,9 +225,11 @@ class Conversations:
                 return
             call.turn_noted = True
             self._keep_context(call.request_id, getattr(decision, "context", None))
-            # (what is read of the response and the request now; fingerprints and defects in the task)
-            turn = Turn("", 0, str(deployment_id), "", "", call.alias, learned_domain(decision), call.request_id)
-            self._spawn(self._note(call.conversation, list(messages), turn, answer,
+            # What is read of the response and the request now: the stored turn's fields but those
+            # the task reads of the history and the answer (fingerprints; defects too).
+            record = {"deployment_id": str(deployment_id), "alias": call.alias, "domain": learned_domain(decision),
+                      "request_id": call.request_id}
+            self._spawn(self._note(call.conversation, list(messages), record, answer,
                                    answer_view(request, response, answer), client_cut(request)))
         except Exception:
             log.exception("aisia: storing a conversation turn failed")
@@ -264,13 +269,13 @@ class Conversations:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     # -- the steps ----------------------------------------------------------------------------------
-    async def _note(self, who, messages, turn: Turn, answer: tuple, view: AnswerView, capped: bool) -> None:
+    async def _note(self, who, messages, record: dict, answer: tuple, view: AnswerView, capped: bool) -> None:
+        """Store the answered turn (`record`: a ``Turn``'s fields as the store keeps them, completed
+        here) and record the answer's own defects."""
         try:
             caller, session = who
             section = self.runtime.policy.signals
             key = conversation_key(caller, messages, session)
-            # (the fields read one by one: dataclasses.asdict deep-copies, 6 us where this takes 0.6)
-            record = {name: getattr(turn, name) for name in _TURN_FIELDS}
             record["turn_index"] = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
             record["prompt_fingerprint"] = prompt_fingerprint(messages)
             record["answer_fingerprint"] = answer_fingerprint(*answer)
