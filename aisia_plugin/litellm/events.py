@@ -5,7 +5,7 @@ One success or failure event arrives per attempt (a retry is a new attempt of th
 
 from __future__ import annotations
 
-import os
+import uuid
 from datetime import datetime
 from typing import Any, Iterable, Mapping, Optional
 
@@ -31,9 +31,8 @@ def is_mapping(v: Any) -> bool:
 
 
 def _dict(v: Any) -> Mapping:
-    """`v` when it is a mapping, else an empty one (told as ``is_mapping`` tells it, inline: it is
-    called a dozen times per request)."""
-    return v if type(v) is dict or (v is not None and isinstance(v, Mapping)) else {}
+    """`v` when it is a mapping, else an empty one."""
+    return v if is_mapping(v) else {}
 
 
 def deployment_id(kwargs: Mapping) -> Optional[str]:
@@ -164,10 +163,6 @@ def attempt_failure(outcome: Outcome, provider: str, names: Iterable[str], answe
                                 outcome.message, failure_signature(outcome, names), outcome.latency_s, answered)
 
 
-# A UUID4 of 128 random bits: the version (4) in bits 76-79, the variant (RFC 4122) in bits 62-63.
-_UUID4_KEEP = ~((0xF000 << 64) | (0xC000 << 48))
-_UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
-
 REQUEST_ID_KEY = "aisia_request_id"  # the plugin's id of a client request, in its metadata
 
 
@@ -175,7 +170,7 @@ def request_metadata(data: Mapping) -> Mapping:
     """A request's metadata as LiteLLM carries it: ``litellm_metadata`` on the routes that use
     it, else ``metadata``; inside a logging event, under ``litellm_params``."""
     for meta in (data.get("litellm_metadata"), data.get("metadata")):
-        if type(meta) is dict or (meta is not None and isinstance(meta, Mapping)):  # (is_mapping, inline)
+        if is_mapping(meta):
             return meta
     return _dict(_dict(data.get("litellm_params")).get("metadata"))
 
@@ -195,9 +190,8 @@ def request_id_in(meta: Mapping) -> Optional[str]:
 def stamp_request_id(data: dict) -> str:
     """Give a request the plugin's own id, in the metadata LiteLLM hands every attempt of it
     (``litellm_metadata`` where the route uses it, else ``metadata``, made when missing): a
-    random UUID4's hex, made from the random bytes as ``uuid.uuid4`` makes it (its version and
-    variant bits set), without building a UUID object."""
-    rid = f"{int.from_bytes(os.urandom(16), 'big') & _UUID4_KEEP | _UUID4_SET:032x}"
+    random UUID4's hex."""
+    rid = uuid.uuid4().hex
     meta = data.get("litellm_metadata")
     if not isinstance(meta, dict):
         meta = data.get("metadata")
