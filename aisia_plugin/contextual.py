@@ -36,7 +36,7 @@ mean and variance as of that update (materialised then, once per outcome), so it
 of its prompt's slots and one float32 product (``residual``; its float64 reading, two dot
 products, is in tests/test_contextual.py). Between two updates of a deployment, its forgetting
 shows through its base (the arm the bandit forgets). The words are found by ``_word_spans`` and
-hashed by ``_word_hashes`` (prefix sums of the polynomial).
+hashed by ``_word_hashes`` (the polynomial's terms summed per word, one numpy reduceat).
 
 Sharing (the Redis store): what an outcome does to a column is a change of its natural parameters
 (h, dp), so a replica's models, once ``track()`` is called, also keep what this process learned
@@ -81,15 +81,19 @@ _NO_SLOTS = np.zeros(0, dtype=np.int64)
 
 # Bytes that separate words: ASCII blanks and punctuation (UTF-8 multi-byte letters never are).
 _SEPARATORS = b" \t\n\r\f\v.,;:!?()[]{}<>\"'`*#=/\\|+~^&%$@"
-# bytes.translate table: 1 for a byte that belongs to a word, 0 for a separator.
+# bytes.translate tables: 1 for a byte that belongs to a word, 0 for a separator; and a word's
+# byte as itself, a separator as 0 (what the hash reads).
 _WORD_BYTE = bytes(0 if c in _SEPARATORS else 1 for c in range(256))
+_WORD_ONLY = bytes(0 if c in _SEPARATORS else c for c in range(256))
 
 _P = 0x100000001B3  # the polynomial hash's base (odd: invertible modulo 2**64)
 _MASK64 = (1 << 64) - 1
+_GOLD = np.uint64(0x9E3779B97F4A7C15)  # 2**64 / golden ratio, odd
 
 
 def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
-    pw, inv = [1] * n, [1] * n
+    """P**k and P**-k * _GOLD modulo 2**64, for k < n."""
+    pw, inv = [1] * n, [int(_GOLD)] * n
     pinv = pow(_P, -1, 1 << 64)
     for k in range(1, n):
         pw[k] = (pw[k - 1] * _P) & _MASK64
@@ -97,33 +101,28 @@ def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
     return np.array(pw, dtype=np.uint64), np.array(inv, dtype=np.uint64)
 
 
-_POW, _INV = _powers(MAX_BYTES + 1)
+_POW, _INV_GOLD = _powers(MAX_BYTES + 1)
 _SHIFT = np.uint64(64 - FEATURE_BITS)
-_GOLD = np.uint64(0x9E3779B97F4A7C15)  # 2**64 / golden ratio, odd
 _BIGRAM = np.uint64(0xC2B2AE3D27D4EB4F)
 
 
-def _word_spans(raw: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(bytes, starts, ends) of the first MAX_WORDS words of the lower-cased UTF-8 text."""
-    flags = np.frombuffer(b"\0" + raw.translate(_WORD_BYTE) + b"\0", dtype=np.int8)
+def _word_spans(raw: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the first MAX_WORDS words of the lower-cased UTF-8 text."""
+    flags = np.frombuffer(b"\0" + raw.translate(_WORD_BYTE) + b"\0", np.int8)
     # Runs of word bytes alternate with runs of separators: the changes are start, end, start...
-    edges = np.flatnonzero(np.diff(flags))[:2 * MAX_WORDS]
-    return np.frombuffer(raw, dtype=np.uint8), edges[0::2], edges[1::2]
+    edges = (flags[1:] != flags[:-1]).nonzero()[0][:2 * MAX_WORDS]
+    return edges[0::2], edges[1::2]
 
 
-def _word_hashes(b: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Each word's 64-bit hash: the polynomial of its bytes modulo 2**64 (stable across processes
-    and versions), made independent of its position, times an odd constant (Fibonacci hashing:
-    a slot is read from the top bits, which the multiplication makes depend on every bit): the
-    differences of the prefix sums."""
-    n = int(ends[-1])  # the bytes up to the last word read
-    prefix = np.zeros(n + 1, dtype=np.uint64)
-    np.cumsum(b[:n] * _POW[:n], out=prefix[1:])  # wraps modulo 2**64, as intended
-    h = np.take(prefix, ends)
-    h -= np.take(prefix, starts)
-    h *= np.take(_INV, starts)
-    h *= _GOLD
-    return h
+def _word_hashes(raw: bytes, starts: np.ndarray, end: int, out: np.ndarray) -> np.ndarray:
+    """Each word's 64-bit hash into `out` (`starts`: the words' starts in `raw`, `end`: the last
+    one's end): the polynomial of its bytes modulo 2**64 (stable across processes and versions),
+    times an odd constant (Fibonacci hashing: a slot is read from the top bits, which the
+    multiplication makes depend on every bit). Each byte times P to the power of its place, summed
+    from a word's start to the next one's (the separators between them read as 0), times P to the
+    minus its start."""
+    terms = np.frombuffer(raw[:end].translate(_WORD_ONLY), np.uint8) * _POW[:end]  # wraps modulo 2**64, as intended
+    return np.multiply(np.add.reduceat(terms, starts), _INV_GOLD.take(starts), out=out)
 
 
 def _text_of(features) -> str:
@@ -152,6 +151,12 @@ def named_slot(name: str) -> int:
     return s
 
 
+def named_slots(names: list[str]) -> list[int]:
+    """``named_slot`` of each of `names`."""
+    slots = list(map(_NAMED.get, names))
+    return slots if None not in slots else [named_slot(n) for n in names]
+
+
 MAX_LINES = 64  # the lines bucket's last one: "lines>=64"
 
 
@@ -174,10 +179,7 @@ def named_features(features, domain: Optional[str], task_type: Optional[str], wo
 
 def _w32(val: np.ndarray) -> np.ndarray:
     """(2, len(val)) float32: the values and their squares."""
-    w = np.empty((2, len(val)), dtype=np.float32)
-    w[0] = val
-    np.multiply(val, val, out=w[1], casting="same_kind")
-    return w
+    return np.array((val, val * val), dtype=np.float32)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,22 +202,22 @@ class RequestVector:
 
 
 def request_vector(features, domain: Optional[str] = None, task_type: Optional[str] = None) -> RequestVector:
-    """The vector of one request (see the module docstring), numpy over the prompt's bytes. (A
-    windowed, cached twin with a windowed ``_word_spans`` and a reduceat ``_word_hashes`` saved
-    about 115k instructions, 0.3 % of an alias request, under the 1 % a fast path must save:
-    docs/benchmarks.md, "Fast paths".)"""
+    """The vector of one request (see the module docstring), numpy over the prompt's bytes, in as
+    few numpy calls as it takes (each costs thousands of instructions, whatever its length). (A
+    windowed, cached twin saved about 115k instructions over the prefix sums this reading
+    replaced, 0.3 % of an alias request, under the 1 % a fast path must save: docs/benchmarks.md,
+    "Fast paths".)"""
     raw = _raw(_text_of(features))
-    b, starts, ends = _word_spans(raw)
+    starts, ends = _word_spans(raw)
     nw = len(starts)
     names = named_features(features, domain, task_type, nw, raw.count(b"\n") + 1)
     nd = len(names)
-    dense = [named_slot(n) for n in names]
+    dense = named_slots(names)
     if not nw:
         return RequestVector(np.array(dense, dtype=np.int64), np.full(nd, 1.0 / math.sqrt(nd)))
-    hw = _word_hashes(b, starts, ends)
     nb = nw - 1
     idx = np.empty(nw + nb + nd, dtype=np.uint64)  # words, bigrams, named: filled in place
-    idx[:nw] = hw
+    hw = _word_hashes(raw, starts, int(ends[-1]), idx[:nw])
     bg = idx[nw:nw + nb]
     np.multiply(hw[:-1], _BIGRAM, out=bg)  # an ordered pair: "a b" and "b a" differ
     bg += hw[1:]
@@ -225,18 +227,15 @@ def request_vector(features, domain: Optional[str] = None, task_type: Optional[s
     idx[nw + nb:] = dense
     # The three groups' values: each group's squared norm is 1/3 (an empty bigram group gives
     # nothing, a one-word prompt).
-    val = np.empty(nw + nb + nd)
-    val[:nw] = 1.0 / math.sqrt(3.0 * nw)
-    val[nw:nw + nb] = 1.0 / math.sqrt(3.0 * nb) if nb else 0.0
-    val[nw + nb:] = 1.0 / math.sqrt(3.0 * nd)
-    return RequestVector(idx, val)
+    values = (1.0 / math.sqrt(3.0 * nw), 1.0 / math.sqrt(3.0 * nb) if nb else 0.0, 1.0 / math.sqrt(3.0 * nd))
+    return RequestVector(idx, np.array(values).repeat((nw, nb, nd)))
 
 
 def feature_labels(features, domain: Optional[str] = None, task_type: Optional[str] = None) -> list[str]:
     """The label of each entry of ``request_vector``'s vector, in the same order (for explain:
     words, "a b" bigrams, then the named features). Off the request path."""
     raw = _raw(_text_of(features))
-    _, starts, ends = _word_spans(raw)
+    starts, ends = _word_spans(raw)
     words = [raw[s:e].decode("utf-8", "replace") for s, e in zip(starts.tolist(), ends.tolist())]
     return (words + [f"{a} {b}" for a, b in zip(words, words[1:])]
             + named_features(features, domain, task_type, len(words), raw.count(b"\n") + 1))
