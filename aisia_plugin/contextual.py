@@ -455,7 +455,11 @@ class ContextualModels:
     # -- predicting ---------------------------------------------------------------------------------
     def priors(self, cols: Sequence[int]) -> tuple[list[float], list[float]]:
         """Each column's prior model mean and its weight (pseudo-observations), as lists."""
-        return self.prior_mean.take(cols).tolist(), self.prior_count.take(cols).tolist()
+        return self.prior_means(cols), self.prior_count.take(cols).tolist()
+
+    def prior_means(self, cols: Sequence[int]) -> list[float]:
+        """Each column's prior model mean, as a list."""
+        return self.prior_mean.take(cols).tolist()
 
     def base(self, cols: Sequence[int], pulls: Sequence[float], rewards: Sequence[float]) -> tuple[list[float], list[float]]:
         """Each column's base mean and its variance, from the arms' (pulls, total reward) with the

@@ -137,7 +137,7 @@ class ContextualStrategy:
             # posterior spread; `exploration` scales the prompt's part only (docs/quality.md#the-choice).
             # Its prior: the deployment's cold prior (task fitness, tier, price), set when first met.
             base, base_var = quality.quality_columns(pool.ids, context.quality_domain or context.domain,
-                                                     models.priors(models.columns(pool.ids, prior_var))[0])
+                                                     models.prior_means(models.columns(pool.ids, prior_var)))
             res, res_var = models.predict_residual(pool.ids, x, pool.tick, pool.gamma, prior_var)
             mean_l = [b + r for b, r in zip(base, res)]
             on = 1.0 if spread > 0.0 else 0.0  # exploration 0: always the best prediction
