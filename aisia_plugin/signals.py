@@ -485,29 +485,18 @@ class SignalReader:
 
 
 _BUILT: dict = {}
-# The last section asked for and its reader, as one tuple (replaced whole: threads never see a
-# section paired with another's reader). The proxy's conversation steps ask for the policy's own
-# section object on every request, and serialising it to find its reader (its lexicons, some
-# 30 kB of JSON) was the largest single cost the conversation steps added to an alias request
-# (about 170 us of 1.1 ms under cProfile, benchmarks/alias_path_count.py --cprofile).
-_LAST: tuple = (None, None)
 
 
 def reader_for(section: Signals) -> SignalReader:
     """The SignalReader of a policy's ``signals`` section, compiled once per distinct section (the
-    policy loader builds it to check that it can be built, the proxy reuses it). A section is
-    immutable (the policy's models are frozen), so the same object is the same section."""
-    global _LAST
-    last_section, last_reader = _LAST
-    if last_section is section:
-        return last_reader
+    policy loader builds it to check that it can be built, each engine keeps its policy's as
+    ``Engine.signal_reader``, which the proxy's steps read: this is not called per request)."""
     key = section.model_dump_json()
     hit = _BUILT.get(key)
     if hit is None:
         if len(_BUILT) >= 8:
             _BUILT.clear()
         hit = _BUILT[key] = SignalReader(section)
-    _LAST = (section, hit)
     return hit
 
 
