@@ -33,7 +33,7 @@ _DIGEST_BYTES = 16  # 128-bit fingerprints: collisions are out of reach, and a T
 _JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
-@dataclass(frozen=True)
+@dataclass  # (treated as immutable, not frozen: built per request; as bandit.ArmStats)
 class Caller:
     """Who sends a request, as LiteLLM's auth resolved it (never what the body claims)."""
 

@@ -356,7 +356,7 @@ def word_count(text: str) -> int:
 
 # -- the reader ---------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@dataclass  # (treated as immutable, not frozen: built per answered request; as bandit.ArmStats)
 class AnswerView:
     """What the reader needs of an answer: its text, LiteLLM's finish_reason, whether the answer
     called tools, and whether the request asked for JSON (``response_format`` json_object or
