@@ -331,11 +331,16 @@ def _utf8(text: str) -> bytes:
 _NOT_ALNUM = re.compile(r"[\W_]")
 
 
-def _shingles(text: str, max_chars: int) -> set[str]:
+_BLANK = (" ", " ", " ")  # three spaces in a row: no letter or digit in it
+
+
+def _shingles(text: str, max_chars: int) -> set[tuple]:
     # casefold, accents kept (they distinguish words), whitespace and punctuation collapsed.
     words = _NOT_ALNUM.sub(" ", text[:max_chars].casefold()).split()
     flat = " " + " ".join(words) + " "
-    return set(map("".join, zip(flat, flat[1:], flat[2:])))  # every 3 characters in a row
+    # Every 3 characters in a row, as zip's tuples (one tuple per trigram, one to one with its
+    # string): the coefficient only counts them, and joining each one costs more than the tuple.
+    return set(zip(flat, flat[1:], flat[2:]))
 
 
 def similarity(a: str, b: str, max_chars: int = 4000) -> float:
@@ -343,8 +348,8 @@ def similarity(a: str, b: str, max_chars: int = 4000) -> float:
     ignored), in [0, 1]: cheap, linear in the texts, indifferent to the language and tolerant of
     inflections and typos. 0 when either text has no letter or digit."""
     sa, sb = _shingles(a, max_chars), _shingles(b, max_chars)
-    sa.discard("   ")
-    sb.discard("   ")
+    sa.discard(_BLANK)
+    sb.discard(_BLANK)
     if not sa or not sb:
         return 0.0
     return 2 * len(sa & sb) / (len(sa) + len(sb))
