@@ -84,7 +84,7 @@ _PUNCTUATION = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\u00
                               "\u00a0": " ", "\u202f": " "})
 
 
-@dataclass(frozen=True)
+@dataclass  # (treated as immutable, not frozen: built per request; as bandit.ArmStats)
 class Signal:
     """One piece of evidence about an answer: its kind, the lexicon language that said so ("" for
     a structural signal) and what fired (a lexicon entry's name, or the rule)."""

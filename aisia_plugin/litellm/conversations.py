@@ -41,7 +41,7 @@ SIGNAL_BOUND_WINDOW_S = 3600.0  # the per-key bound's window (signals.max_signal
 _TURN_FIELDS = tuple(f.name for f in fields(Turn) if f.name != "conversation")
 
 
-@dataclass(frozen=True)
+@dataclass  # (treated as immutable, not frozen: built per request; as bandit.ArmStats)
 class Attribution:
     """What a new request says of one stored answer: the turn and the signals read."""
 
