@@ -33,7 +33,7 @@ _DIGEST_BYTES = 16  # 128-bit fingerprints: collisions are out of reach, and a T
 _JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
-@dataclass(frozen=True)
+@dataclass  # (treated as immutable, not frozen: built per request; as bandit.ArmStats)
 class Caller:
     """Who sends a request, as LiteLLM's auth resolved it (never what the body claims)."""
 
@@ -57,7 +57,7 @@ class Turn:
     request_id: str = ""  # the proxy's id of the request it answered (a request never judges its own answer)
 
 
-@dataclass(frozen=True)
+@dataclass  # (treated as immutable, not frozen: built per request; as bandit.ArmStats)
 class JudgedTurn:
     """Which earlier answer a new request judges: the assistant message at ``message_index`` of
     the new request's messages, its ``turn_index`` and fingerprint (to find the stored ``Turn``)."""
@@ -197,7 +197,7 @@ def tool_results(messages: Sequence) -> list:
     return out[::-1]
 
 
-@dataclass(frozen=True)
+@dataclass  # (treated as immutable, not frozen: built per request; as bandit.ArmStats)
 class Judgement:
     """The stored turn a new request judges, and whether the request is a regenerate of it."""
 

@@ -23,7 +23,10 @@ def learns_from(kind: Optional[FailureKind]) -> bool:
     return kind is None or kind is FailureKind.PROVIDER
 
 
-@dataclass(frozen=True, slots=True)
+# Treated as immutable (nothing changes one once built) but not frozen, as bandit.ArmStats: a
+# frozen dataclass's __init__ goes through object.__setattr__ per field, several times the cost,
+# and one of each is built per learned outcome.
+@dataclass(slots=True)
 class OutcomeRecord:
     """One classified outcome, as a store records it.
 
@@ -74,7 +77,7 @@ class LearningRules:
     pacing: Mapping[str, PaceRule] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # (not frozen: as OutcomeRecord)
 class Applied:
     """The records after one outcome (arms None where they did not change)."""
 

@@ -84,7 +84,7 @@ _PUNCTUATION = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\u00
                               "\u00a0": " ", "\u202f": " "})
 
 
-@dataclass(frozen=True)
+@dataclass  # (treated as immutable, not frozen: built per request; as bandit.ArmStats)
 class Signal:
     """One piece of evidence about an answer: its kind, the lexicon language that said so ("" for
     a structural signal) and what fired (a lexicon entry's name, or the rule)."""
@@ -331,11 +331,16 @@ def _utf8(text: str) -> bytes:
 _NOT_ALNUM = re.compile(r"[\W_]")
 
 
-def _shingles(text: str, max_chars: int) -> set[str]:
+_BLANK = (" ", " ", " ")  # three spaces in a row: no letter or digit in it
+
+
+def _shingles(text: str, max_chars: int) -> set[tuple]:
     # casefold, accents kept (they distinguish words), whitespace and punctuation collapsed.
     words = _NOT_ALNUM.sub(" ", text[:max_chars].casefold()).split()
     flat = " " + " ".join(words) + " "
-    return set(map("".join, zip(flat, flat[1:], flat[2:])))  # every 3 characters in a row
+    # Every 3 characters in a row, as zip's tuples (one tuple per trigram, one to one with its
+    # string): the coefficient only counts them, and joining each one costs more than the tuple.
+    return set(zip(flat, flat[1:], flat[2:]))
 
 
 def similarity(a: str, b: str, max_chars: int = 4000) -> float:
@@ -343,8 +348,8 @@ def similarity(a: str, b: str, max_chars: int = 4000) -> float:
     ignored), in [0, 1]: cheap, linear in the texts, indifferent to the language and tolerant of
     inflections and typos. 0 when either text has no letter or digit."""
     sa, sb = _shingles(a, max_chars), _shingles(b, max_chars)
-    sa.discard("   ")
-    sb.discard("   ")
+    sa.discard(_BLANK)
+    sb.discard(_BLANK)
     if not sa or not sb:
         return 0.0
     return 2 * len(sa & sb) / (len(sa) + len(sb))
@@ -356,7 +361,7 @@ def word_count(text: str) -> int:
 
 # -- the reader ---------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@dataclass  # (treated as immutable, not frozen: built per answered request; as bandit.ArmStats)
 class AnswerView:
     """What the reader needs of an answer: its text, LiteLLM's finish_reason, whether the answer
     called tools, and whether the request asked for JSON (``response_format`` json_object or
@@ -485,29 +490,18 @@ class SignalReader:
 
 
 _BUILT: dict = {}
-# The last section asked for and its reader, as one tuple (replaced whole: threads never see a
-# section paired with another's reader). The proxy's conversation steps ask for the policy's own
-# section object on every request, and serialising it to find its reader (its lexicons, some
-# 30 kB of JSON) was the largest single cost the conversation steps added to an alias request
-# (about 170 us of 1.1 ms under cProfile, benchmarks/alias_path_count.py --cprofile).
-_LAST: tuple = (None, None)
 
 
 def reader_for(section: Signals) -> SignalReader:
     """The SignalReader of a policy's ``signals`` section, compiled once per distinct section (the
-    policy loader builds it to check that it can be built, the proxy reuses it). A section is
-    immutable (the policy's models are frozen), so the same object is the same section."""
-    global _LAST
-    last_section, last_reader = _LAST
-    if last_section is section:
-        return last_reader
+    policy loader builds it to check that it can be built, each engine keeps its policy's as
+    ``Engine.signal_reader``, which the proxy's steps read: this is not called per request)."""
     key = section.model_dump_json()
     hit = _BUILT.get(key)
     if hit is None:
         if len(_BUILT) >= 8:
             _BUILT.clear()
         hit = _BUILT[key] = SignalReader(section)
-    _LAST = (section, hit)
     return hit
 
 

@@ -472,3 +472,20 @@ def test_the_report_script_writes_its_tables(tmp_path, capsys, monkeypatch):
     assert report(["--no-write"]) == 0
     out = capsys.readouterr().out
     assert "## Held-out third" in out and "| **negative** (correction or dissatisfaction) |" in out
+
+
+def test_similarity_is_the_dice_coefficient_of_string_trigrams():
+    # The shingles are kept as tuples of characters: the same counts as the strings they spell.
+    def reference(a, b, max_chars=4000):
+        def grams(text):
+            flat = " " + " ".join(_NOT_ALNUM.sub(" ", text[:max_chars].casefold()).split()) + " "
+            return {flat[i:i + 3] for i in range(len(flat) - 2)} - {"   "}
+        sa, sb = grams(a), grams(b)
+        return 2 * len(sa & sb) / (len(sa) + len(sb)) if sa and sb else 0.0
+
+    texts = ["", "   ", "a", "ab", "That's wrong, try again.", "that is WRONG -- try again!", "Straße naïve été",
+             "STRASSE naive ete", "日本語のテキスト 🙂", "x_y x y", "one two three four five six seven eight"]
+    for a in texts:
+        for b in texts:
+            assert similarity(a, b) == reference(a, b), (a, b)
+            assert similarity(a, b, 7) == reference(a, b, 7), (a, b)

@@ -14,7 +14,7 @@ from aisia_plugin.commands import validate
 from aisia_plugin.decision import Deployment
 from aisia_plugin.litellm.tenancy import LimitProblem, RequestLimits, Tenant, request_limits, tenant_of
 from aisia_plugin.policy import PolicyError
-from aisia_plugin.policy.layers import LayerRef, layer_for, left_out
+from aisia_plugin.policy.layers import LayerRef, layer_for, left_out, narrows
 from aisia_plugin.policy.loader import load_policy_with_locations
 
 OPERATOR = """\
@@ -181,6 +181,8 @@ def test_narrowing_never_widens_and_says_why(tmp_path):
     why = left_out("t/main", ref, op, deps, deps)
     assert list(why) == ["other"] and "operator's alias" in why["other"]
     assert left_out("t/main", None, op, deps, deps) == {}  # the operator's own selector is the engine's
+    # What the proxy skips the views for (litellm/layering.left_out): nothing narrows, nothing left out.
+    assert not narrows(None, (), None) and narrows(ref) and narrows(None, ["tm-top"]) and narrows(None, (), "pro")
     why = left_out("t/main", None, op, deps, deps, models=["t/main", "tm-top"], min_tier="pro")
     assert why == {"tm-cheap": "not among the models the key may use", "tm-mid": "not among the models the key may use",
                    "other": "not among the models the key may use"}

@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional, Sequence
 from ..conversation import (Caller, Judgement, Turn, answer_fingerprint, conversation_key, judge, judged_turn, new_user_text,
                             previous_user_text, prompt_fingerprint, tool_results)
 from ..decision import learned_domain
-from ..signals import NO_COMPLAINT, REGENERATE, TRUNCATED, AnswerView, Signal, content_text, reader_for
+from ..signals import NO_COMPLAINT, REGENERATE, TRUNCATED, AnswerView, Signal, content_text
 
 log = logging.getLogger("aisia_plugin.litellm")
 
@@ -41,7 +41,7 @@ SIGNAL_BOUND_WINDOW_S = 3600.0  # the per-key bound's window (signals.max_signal
 _TURN_FIELDS = tuple(f.name for f in fields(Turn) if f.name != "conversation")
 
 
-@dataclass(frozen=True)
+@dataclass  # (treated as immutable, not frozen: built per request; as bandit.ArmStats)
 class Attribution:
     """What a new request says of one stored answer: the turn and the signals read."""
 
@@ -279,7 +279,7 @@ class Conversations:
             record["turn_index"] = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
             record["prompt_fingerprint"] = prompt_fingerprint(messages)
             record["answer_fingerprint"] = answer_fingerprint(*answer)
-            defects = answer_defects(reader_for(section), view, capped, messages)
+            defects = answer_defects(self.runtime.engine.signal_reader, view, capped, messages)
             await self.runtime.store.add_to_list(list_name(key), record, section.conversation_ttl_s,
                                                  section.conversation_max_turns)
             if defects:
@@ -307,7 +307,7 @@ class Conversations:
             rt = self.runtime
             section = rt.policy.signals
             key = conversation_key(caller, messages, session)
-            reader = reader_for(section)
+            reader = rt.engine.signal_reader  # (the policy's, built with its engine)
             found = attribute(messages, await self._stored(key, request_id), reader)
             for delay in RETRY_DELAYS_S:
                 if found is not None:

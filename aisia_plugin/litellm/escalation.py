@@ -30,7 +30,7 @@ from ..confidence import confidence, escalates
 from ..decision import learned_domain
 from ..local_first import (CLOUD, ESCALATED_RESULT, ESCALATION_FAILED, KEPT, LOCAL, NOT_LOCAL, Side,
                            escalation_note, kept_note, side_of)
-from ..signals import HEDGING, reader_for
+from ..signals import HEDGING
 from . import events
 from .conversations import answer_defects, answer_of, answer_view, client_cut
 
@@ -93,7 +93,7 @@ def strip_logprobs(response) -> None:
 
 def assess(rt, settings, data: dict, response, deployment_id: str, domain: Optional[str]):
     """The local answer's ``confidence.Confidence``."""
-    reader = reader_for(rt.policy.signals)
+    reader = rt.engine.signal_reader
     answer = answer_of(response)
     defects: set = set()
     if answer is None:

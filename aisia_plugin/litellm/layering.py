@@ -17,7 +17,7 @@ from typing import Optional
 from ..decision import Deployment
 from ..deployments import build_deployment, selects
 from ..engine import Engine
-from ..policy.layers import LayerRef, layer_for
+from ..policy.layers import LayerRef, layer_for, narrows
 from ..policy.layers import left_out as narrowed
 from ..policy.models import Policy
 from .costs import litellm_price, with_context_window
@@ -92,8 +92,8 @@ def left_out(runtime, ref: Optional[LayerRef], alias: str, raws, tenant: Optiona
     the refusal (``refusal``) when they are every candidate the deciding alias has."""
     models = tenant.models if tenant is not None else ()
     min_tier = limits.min_tier if limits is not None else None
-    if ref is None and not models and min_tier is None:
-        return {}  # the operator's policy, a key of any model, no minimum tier (most requests): none
+    if not narrows(ref, models, min_tier):
+        return {}
     views = runtime.scopes.deployments(ref, raws)
     out = narrowed(alias, ref, runtime.policy.aliases.get(alias), runtime.deployments(raws), views, models, min_tier)
     ap = runtime.scopes.policy(ref).aliases.get(alias)

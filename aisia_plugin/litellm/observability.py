@@ -128,8 +128,8 @@ class Observer:
             self.metrics.decision(decision, elapsed_s, failover=attempt > 0)
             if decision.deployment_id is not None and not decision.refused:
                 self.timeline.add(decision.alias, decision.deployment_id, at)
+                self.metrics.team_decision(team, decision)  # (a team's key's only: it tests the team)
                 if team:
-                    self.metrics.team_decision(team, decision)
                     self.team_timelines.add(team, decision.alias, decision.deployment_id, at)
             if self.decision_log is not None:
                 prompt = None
@@ -158,9 +158,8 @@ class Observer:
                 result = {"provider": "provider_failure", "client": "client_error",
                           "rate_limit": "rate_limited"}.get(getattr(kind, "value", ""), "provider_failure")
             self.metrics.outcome(call.alias, outcome.deployment_id, result)
-            team = call.tenant.team if call.tenant is not None else None
-            if team:
-                self.metrics.team_outcome(team, call.alias, outcome.deployment_id, result)
+            self.metrics.team_outcome(call.tenant.team if call.tenant is not None else None, call.alias,
+                                      outcome.deployment_id, result)  # (a team's key's only: it tests the team)
             if self.decision_log is not None:
                 self.decision_log.outcome(call.request_id, outcome.deployment_id, alias=call.alias,
                                           success=outcome.success, status_code=outcome.status_code,

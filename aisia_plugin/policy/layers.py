@@ -162,6 +162,14 @@ def meets_tier(tier, min_tier) -> bool:
     return tier in TIER_ORDER and TIER_ORDER.index(tier) >= TIER_ORDER.index(min_tier)
 
 
+def narrows(ref, models=(), min_tier=None) -> bool:
+    """Whether ``left_out`` can leave any deployment out for a request: a layer decides it, its
+    key may use some models only, or it asks for a minimum tier. When none holds (the
+    operator's policy, a key of any model, no minimum tier: most requests) it leaves none out,
+    and a caller need not build the deployment views it reads."""
+    return ref is not None or bool(models) or min_tier is not None
+
+
 def left_out(alias: str, ref, operator_alias, operator_deps, layer_deps, models=(), min_tier=None) -> dict:
     """id -> why, of the deployments a request may not use (docs/teams.md#narrowing): those the
     operator's selector of the alias does not keep when a layer decides (judged on the operator's
