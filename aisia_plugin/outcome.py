@@ -9,8 +9,12 @@ from .numbers import clamp01
 from .policy.models import Reward
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Outcome:
+    """What one call came to. Treated as immutable (``dataclasses.replace`` makes a changed copy),
+    as bandit.ArmStats is, but not frozen: a frozen dataclass's __init__ pays an
+    object.__setattr__ per field, and one is built per call (about 16k instructions a request)."""
+
     deployment_id: str
     success: bool
     latency_s: Optional[float] = None
