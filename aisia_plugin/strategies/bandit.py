@@ -72,7 +72,7 @@ def first_untried(pool: Pool, pulls, context: RoutingContext) -> tuple[int, str]
     return untried[priors.index(top)], f" (the highest declared prior quality, {top:.2f}, of the untried)"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class UCB1Facts(Facts):
     """A UCB1 decision's facts: each arm's pulls, rewards, latencies and costs (pool order), the
     formula's N and settings, and the ranking's winner (its index)."""
@@ -127,7 +127,7 @@ def bandit_bonuses(pool: Pool, context: RoutingContext) -> list[float]:
     return [cb + lb for cb, lb in zip(cbs, lbs)]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ThompsonFacts(Facts):
     """A Thompson decision's facts: each arm's posterior draw, Beta parameters and cost and
     latency bonus (pool order), and the ranking's winner (its index)."""

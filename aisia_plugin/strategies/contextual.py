@@ -173,7 +173,7 @@ class ContextualStrategy:
         return decision
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ContextualFacts(Facts):
     """A contextual decision's facts (its own exploration wording: `drew` stays None). In pool
     order: the predicted rewards, their uncertainties, the learned means (base), the draws and

@@ -133,7 +133,7 @@ def finish(strategy: str, pool: Pool, eligible: Pool, explainer: Explainer, best
                               why if drew is None else None, probability=probability)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class LowestFacts(Facts):
     """The facts of a ranking by a lower-is-better key (cost, latency; no scores: the explainer
     computes them): the competing ids, their keys, the lowest, the winner's index among them,
@@ -267,7 +267,7 @@ class RulesStrategy:
                       facts=RulesFacts, competing=atoms(ids), reason=reason, factors=tuple(factors.values()))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class RulesFacts(Facts):
     """A rules decision's facts: the competing ids, the ranking's reason, and each competing
     member's factors (factor_table's dicts, in the competing order)."""
