@@ -10,6 +10,7 @@ import random
 from collections.abc import Mapping as _MappingABC
 from collections.abc import Sequence as _SequenceABC
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Mapping, Optional, Sequence
 
 from .bandit import EMPTY, arm_view, arm_weights, beta_params, pulls_and_rewards
@@ -292,9 +293,13 @@ class Pool(_SequenceABC):
 
     @property
     def latencies(self) -> list[float]:
-        if self._latencies is None:
-            self._views()
-        return self._latencies
+        # A view's latency is its global record's (``bandit.arm_weights``): read from the records
+        # when no view has been computed (the contextual strategy reads the latencies, never the
+        # pulls), not through the whole pass over the arms.
+        lat = self._latencies
+        if lat is None:
+            lat = self._latencies = [g.avg_latency for g in self._records()]
+        return lat
 
     def _latency_columns(self) -> None:
         # The deployment-wide figures come from the global record; forgetting scales failures
@@ -367,7 +372,7 @@ DEFAULT_SETTINGS = AliasSettings()
 
 
 def _setting(name: str) -> property:
-    return property(lambda self: getattr(self.settings, name), doc=f"The alias's {name} (``AliasSettings``).")
+    return property(attrgetter(f"settings.{name}"), doc=f"The alias's {name} (``AliasSettings``).")
 
 
 @dataclass(slots=True)

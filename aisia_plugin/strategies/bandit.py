@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from operator import add
 
 from ..bandit import ArmStats, beta_draws, bonus_columns, ucb1_scores, ucb1_terms
 from ..decision import PLAIN, Decision, Explainer, Facts, Pool, RoutingContext, atoms, explained_decision
@@ -124,7 +125,7 @@ def bandit_bonuses(pool: Pool, context: RoutingContext) -> list[float]:
     """Each member's seed cost bonus plus latency bonus (``bandit.bonus_columns``)."""
     cbs, lbs = bonus_columns(pool.costs, pool.latencies, context.cost_weight, context.latency_weight,
                              context.cost_scale_per_1m, context.latency_scale_s)
-    return [cb + lb for cb, lb in zip(cbs, lbs)]
+    return list(map(add, cbs, lbs))
 
 
 @dataclass(slots=True, kw_only=True)
