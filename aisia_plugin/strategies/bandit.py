@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from operator import add
 
 from ..bandit import ArmStats, beta_draws, bonus_columns, ucb1_scores, ucb1_terms
 from ..decision import PLAIN, Decision, Explainer, Facts, Pool, RoutingContext, atoms, explained_decision
@@ -72,7 +73,7 @@ def first_untried(pool: Pool, pulls, context: RoutingContext) -> tuple[int, str]
     return untried[priors.index(top)], f" (the highest declared prior quality, {top:.2f}, of the untried)"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class UCB1Facts(Facts):
     """A UCB1 decision's facts: each arm's pulls, rewards, latencies and costs (pool order), the
     formula's N and settings, and the ranking's winner (its index)."""
@@ -124,10 +125,10 @@ def bandit_bonuses(pool: Pool, context: RoutingContext) -> list[float]:
     """Each member's seed cost bonus plus latency bonus (``bandit.bonus_columns``)."""
     cbs, lbs = bonus_columns(pool.costs, pool.latencies, context.cost_weight, context.latency_weight,
                              context.cost_scale_per_1m, context.latency_scale_s)
-    return [cb + lb for cb, lb in zip(cbs, lbs)]
+    return list(map(add, cbs, lbs))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ThompsonFacts(Facts):
     """A Thompson decision's facts: each arm's posterior draw, Beta parameters and cost and
     latency bonus (pool order), and the ranking's winner (its index)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from operator import add
 from statistics import NormalDist
 from typing import Any, Optional
 
@@ -64,7 +65,7 @@ def cheapest_within(means, sds, scores, costs, tolerance: float) -> int:
     tried and a dear one may raise the bar until it is known (measured: docs/quality.md#the-choice)."""
     if tolerance <= 0.0:
         return scores.index(max(scores))
-    optimistic = [m + s for m, s in zip(means, sds)]
+    optimistic = list(map(add, means, sds))
     floor = max(optimistic) - tolerance
     best = None
     for j, o in enumerate(optimistic):
@@ -128,7 +129,7 @@ class ContextualStrategy:
         if context.paced:  # the pacing multiplier steers cost through the bonus (docs/quality.md#the-choice)
             tolerance = 0.0
         x = self.vector(context)
-        if not all(i in models.ids for i in pool.ids):  # a deployment met for the first time: its prior
+        if not models.ids.keys() >= set(pool.ids):  # a deployment met for the first time: its prior
             start_cold(models, pool, context, prior_var)
         sqrt = math.sqrt
         quality = context.quality
@@ -139,17 +140,22 @@ class ContextualStrategy:
             base, base_var = quality.quality_columns(pool.ids, context.quality_domain or context.domain,
                                                      models.prior_means(models.columns(pool.ids, prior_var)))
             res, res_var = models.predict_residual(pool.ids, x, pool.tick, pool.gamma, prior_var)
-            mean_l = [b + r for b, r in zip(base, res)]
             on = 1.0 if spread > 0.0 else 0.0  # exploration 0: always the best prediction
-            sd = [sqrt(max(on * bv + spread * spread * rv, 0.0)) for bv, rv in zip(base_var, res_var)]
+            mean_l, sd = [], []
+            for b, r, bv, rv in zip(base, res, base_var, res_var):
+                mean_l.append(b + r)
+                sd.append(sqrt(max(on * bv + spread * spread * rv, 0.0)))
             spread = on
         else:
             mean_l, var, base = models.predict(pool.ids, x, pool.pulls, pool.rewards, pool.tick, pool.gamma, prior_var)
             sd = [sqrt(v) if v > 0.0 else 0.0 for v in var]
         bonus = bandit_bonuses(pool, context)
-        # One draw per candidate, rng.gauss(0, 1).
-        draws = [m + spread * s * z for m, s, z in zip(mean_l, sd, gauss_draws(context.rng, len(sd)))]
-        scores = [d + b for d, b in zip(draws, bonus)]
+        # One draw per candidate, rng.gauss(0, 1); its score adds the bonuses.
+        draws, scores = [], []
+        for m, s, z, b in zip(mean_l, sd, gauss_draws(context.rng, len(sd)), bonus):
+            d = m + spread * s * z
+            draws.append(d)
+            scores.append(d + b)
         costs = pool.costs
         best = cheapest_within(mean_l, [spread * s for s in sd], scores, costs, tolerance)
         picked = explore(pool, context)
@@ -173,7 +179,7 @@ class ContextualStrategy:
         return decision
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ContextualFacts(Facts):
     """A contextual decision's facts (its own exploration wording: `drew` stays None). In pool
     order: the predicted rewards, their uncertainties, the learned means (base), the draws and

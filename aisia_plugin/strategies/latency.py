@@ -52,7 +52,7 @@ class LatencyStrategy:
                       error_rates=atoms(eligible.error_rates), lowest=low, winner=i, all_open=all_open)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class LatencyFacts(LowestFacts):
     """A latency decision's facts: ``LowestFacts`` whose keys are the effective latencies, with
     the competing members' p95s and error rates."""

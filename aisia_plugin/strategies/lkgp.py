@@ -59,7 +59,7 @@ class LkgpStrategy:
         return explained_decision(self.name, pool.deployments[k], 1.0, _PINNED, facts, probability=1.0)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class PinnedFacts(Facts):
     """A pin's facts (no scores: the explainer gives 1 to the pinned id, 0 to the others): the
     pinned id, its breaker, and the provider matched (None: the id itself)."""

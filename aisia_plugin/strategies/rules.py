@@ -75,7 +75,11 @@ def explore(eligible, context: RoutingContext) -> Optional[int]:
 
     Uses context.rng (two draws when epsilon > 0: the coin, then the pick); epsilon 0 draws
     nothing, so a seeded test is exact either way."""
-    eps = finite(getattr(context, "exploration", 0.0))
+    return _draw(eligible, finite(getattr(context, "exploration", 0.0)), context)
+
+
+def _draw(eligible, eps: float, context) -> Optional[int]:
+    # ``explore`` with the epsilon `eps` (finite) its caller read.
     if eps <= 0.0 or not len(eligible):
         return None
     if context.rng.random() < eps:
@@ -89,18 +93,19 @@ def exploration(eligible, best: int, context: RoutingContext):
     goes through here, bandits included (there it is a floor under their own exploration).
     `drew` is None when the winner stands, else the ``decision.Draw`` the reason tells of
     (``decision.explored_reason``), for a decision's facts."""
-    picked = explore(eligible, context)
+    eps = finite(getattr(context, "exploration", 0.0))
+    picked, n = _draw(eligible, eps, context), len(eligible)
     if picked is None:
-        return best, None, selection_probability(len(eligible), True, context)
+        return best, None, selection_probability(n, True, eps)
     ids = eligible.ids
-    drew = Draw(epsilon=finite(context.exploration), picked=ids[picked], best=ids[best], candidates=len(eligible),
-                same=picked == best)
-    return picked, drew, selection_probability(len(eligible), picked == best, context)
+    drew = Draw(epsilon=eps, picked=ids[picked], best=ids[best], candidates=n, same=picked == best)
+    return picked, drew, selection_probability(n, picked == best, eps)
 
 
-def selection_probability(n_eligible: int, chosen_is_best: bool, context) -> float:
-    """P(chosen) under epsilon-greedy over `n_eligible` candidates with ranking winner `best`."""
-    eps = clamp01(finite(getattr(context, "exploration", 0.0)))
+def selection_probability(n_eligible: int, chosen_is_best: bool, epsilon: float) -> float:
+    """P(chosen) under epsilon-greedy with `epsilon` (clamped to [0, 1]) over `n_eligible`
+    candidates, the chosen one being the ranking's winner or not."""
+    eps = clamp01(epsilon)
     share = eps / n_eligible if n_eligible else 0.0
     return (1.0 - eps) + share if chosen_is_best else share
 
@@ -133,7 +138,7 @@ def finish(strategy: str, pool: Pool, eligible: Pool, explainer: Explainer, best
                               why if drew is None else None, probability=probability)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class LowestFacts(Facts):
     """The facts of a ranking by a lower-is-better key (cost, latency; no scores: the explainer
     computes them): the competing ids, their keys, the lowest, the winner's index among them,
@@ -267,7 +272,7 @@ class RulesStrategy:
                       facts=RulesFacts, competing=atoms(ids), reason=reason, factors=tuple(factors.values()))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class RulesFacts(Facts):
     """A rules decision's facts: the competing ids, the ranking's reason, and each competing
     member's factors (factor_table's dicts, in the competing order)."""

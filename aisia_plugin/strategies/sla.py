@@ -114,7 +114,7 @@ class SlaStrategy:
                       terms=tuple(t.values()))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class SlaFacts(Facts):
     """An sla-aware decision's facts: the ranking's reason and every pool member's sla_terms
     dict (pool order)."""
