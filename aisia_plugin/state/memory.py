@@ -221,8 +221,8 @@ class MemoryState:
         g = list(map(arms[None].get, deployment_ids))
         by_domain = arms.get(domain) if domain is not None else None
         d = list(map(by_domain.get, deployment_ids)) if by_domain is not None else [None] * len(g)
-        return PoolState(self.ticks, list(map(breakers, deployment_ids)), g, d,  # (by position: its field order)
-                         self.lkgp.get(alias) if alias is not None else None)
+        return PoolState(tick=self.ticks, breakers=list(map(breakers, deployment_ids)), global_arms=g, domain_arms=d,
+                         last_known_good=self.lkgp.get(alias) if alias is not None else None)
 
     def record_outcome(self, rec: OutcomeRecord, rules: LearningRules) -> float:
         with self._lock:
