@@ -293,13 +293,9 @@ class Pool(_SequenceABC):
 
     @property
     def latencies(self) -> list[float]:
-        # A view's latency is its global record's (``bandit.arm_weights``): read from the records
-        # when no view has been computed (the contextual strategy reads the latencies, never the
-        # pulls), not through the whole pass over the arms.
-        lat = self._latencies
-        if lat is None:
-            lat = self._latencies = [g.avg_latency for g in self._records()]
-        return lat
+        if self._latencies is None:
+            self._views()
+        return self._latencies
 
     def _latency_columns(self) -> None:
         # The deployment-wide figures come from the global record; forgetting scales failures

@@ -42,15 +42,13 @@ def engine_pools(draw):
 
 
 @settings(max_examples=300, deadline=None)
-@given(built=engine_pools(), beta_first=st.booleans(), latencies_first=st.booleans())
-def test_columns_equal_the_candidates_fields(built, beta_first, latencies_first):
+@given(built=engine_pools(), beta_first=st.booleans())
+def test_columns_equal_the_candidates_fields(built, beta_first):
     pool, (globals_, domains, tick, gamma, prior) = built
     fresh = FRESH
     assert (pool.tick, pool.gamma) == (tick, gamma)
     # Read the columns first (a Pool keeps them; the first bandit column read decides which sums
-    # the views' pass computes; the latencies read before any view come from the global records),
-    # then build the Candidates.
-    first_latencies = list(pool.latencies) if latencies_first else None
+    # the views' pass computes), then build the Candidates.
     if beta_first:
         alphas, betas = pool.beta_params
         pulls, rewards = list(pool.pulls), list(pool.rewards)
@@ -61,7 +59,6 @@ def test_columns_equal_the_candidates_fields(built, beta_first, latencies_first)
     cands = list(pool)
     assert len(cands) == len(pool) and pool[0] is cands[0]
     latencies, p95, sd, err, ids, costs = cols
-    assert first_latencies in (None, latencies)
     for i, (c, g, d) in enumerate(zip(cands, globals_, domains)):
         view = arm_view(g, d, tick, gamma, prior, fresh)
         assert c.stats == view
