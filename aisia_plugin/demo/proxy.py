@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -38,10 +39,25 @@ class ProxyError(RuntimeError):
     """The proxy could not be started (the message says why, with the log's tail when it ran)."""
 
 
+# The ports free_port has handed out in this process (a few per proxy started: far below the range).
+_HANDED_OUT: set[int] = set()
+_HANDED_OUT_LOCK = threading.Lock()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A port nothing listens on now, and never one this process handed out before: the kernel
+    gives a port just released to a later bind as readily as any other, and two proxies made
+    side by side were once given the same one (the second then refused to start: "already in
+    use"). After 100 draws of known ports, the last one drawn (the range is then nearly spent)."""
+    with _HANDED_OUT_LOCK:
+        for _ in range(100):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind((host, 0))
+                port = s.getsockname()[1]
+            if port not in _HANDED_OUT:
+                break
+        _HANDED_OUT.add(port)
+        return port
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
