@@ -32,6 +32,8 @@ from typing import Optional
 
 import pytest
 
+from aisia_plugin.demo.proxy import free_port as proxy_free_port
+
 BINARY = os.environ.get("AISIA_TEST_REDIS_SERVER", "redis-server")
 
 
@@ -49,11 +51,10 @@ def redis_binary() -> str:
 
 
 def free_port(cluster: bool = False) -> int:
-    """A free loopback port (for a Cluster node, its bus port +10000 is free too)."""
+    """A free loopback port, never one handed out before in this process (``demo.proxy.free_port``,
+    the one home of that rule); for a Cluster node, its bus port +10000 is free too."""
     for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = proxy_free_port()
         if port + 10000 > 65535 and cluster:
             continue
         if not cluster:
