@@ -151,12 +151,6 @@ def named_slot(name: str) -> int:
     return s
 
 
-def named_slots(names: list[str]) -> list[int]:
-    """``named_slot`` of each of `names`."""
-    slots = list(map(_NAMED.get, names))
-    return slots if None not in slots else [named_slot(n) for n in names]
-
-
 MAX_LINES = 64  # the lines bucket's last one: "lines>=64"
 
 
@@ -212,7 +206,7 @@ def request_vector(features, domain: Optional[str] = None, task_type: Optional[s
     nw = len(starts)
     names = named_features(features, domain, task_type, nw, raw.count(b"\n") + 1)
     nd = len(names)
-    dense = named_slots(names)
+    dense = [named_slot(n) for n in names]
     if not nw:
         return RequestVector(np.array(dense, dtype=np.int64), np.full(nd, 1.0 / math.sqrt(nd)))
     nb = nw - 1
