@@ -67,7 +67,11 @@ class Engine:
         # then the previous question's): the policy's signal lexicons, compiled once per policy.
         self.signal_reader = reader_for(policy.signals)
         self.fitness = TaskFitnessTable(policy.task_fitness)
-        self.gamma = gamma_for(policy.bandit.forgetting.half_life_requests if policy.bandit.forgetting.enabled else None)
+        forgets = policy.bandit.forgetting.enabled
+        self.gamma = gamma_for(policy.bandit.forgetting.half_life_requests if forgets else None)
+        # Quality evidence (its sums, the contextual model's prompt weights) forgets more slowly than
+        # health: docs/quality.md#how-long-evidence-counts.
+        self.quality_gamma = gamma_for(policy.quality.half_life_requests if forgets else None)
         self._fallback_weights = policy.rules.weights.model_dump()
         self._weights = {name: normalise(weights_for_alias(policy, a), self._fallback_weights)
                          for name, a in policy.aliases.items()}
@@ -76,11 +80,11 @@ class Engine:
         # Per alias with a spend target, how its multiplier moves (pacing.py).
         self.pace_rules = {name: r for name, a in policy.aliases.items() if (r := rule_of(a.budget)) is not None}
         self.rules = LearningRules(self.breaker, self.gamma, bp.latency_ema_weight, bp.thompson_success_threshold,
-                                   self._fresh, self.pace_rules)
+                                   self._fresh, self.pace_rules, self.quality_gamma)
         self._hook = plugins.hook()
         # Each deployment's prior quality and each evidence source's weight (quality.py); the
         # store shows them beside the evidence in its stats.
-        self.quality = QualityPriors(policy.quality, self.gamma)
+        self.quality = QualityPriors(policy.quality, self.quality_gamma)
         self.shares = EvidenceShares()  # each key's share of a deployment's recent evidence (key_share.py)
         if hasattr(self.store, "quality_prior"):
             self.store.quality_prior = self.quality
@@ -392,7 +396,7 @@ class Engine:
         dom = domain if (domain and self.policy.bandit.per_domain.enabled) else None
         q = self.store.quality_of(deployment_id, dom)
         prior = self.quality.prior(deployment_id, dom)
-        return estimate(q, prior, self.quality.strength, self.store.tick(), self.gamma)
+        return estimate(q, prior, self.quality.strength, self.store.tick(), self.quality_gamma)
 
     def quality_domain(self, present) -> Optional[str]:
         """The domain a request the detector left without one is learned under: the one domain
@@ -441,7 +445,7 @@ class Engine:
         w = self.shares.admit(deployment_id, key, w, self.quality.strength)
         self.store.record_quality(QualityRecord(deployment_id, v, w, source, dom), self.rules)
         if context is not None and w > 0.0:
-            self.contextual.learn(deployment_id, context, v, self.store.tick(), self.gamma)
+            self.contextual.learn(deployment_id, context, v, self.store.tick(), self.quality_gamma)
         return v
 
     def record(self, decision_or_alias, outcome: Outcome, *, domain: Optional[str] = None,
@@ -472,7 +476,7 @@ class Engine:
         # its base already is, teaches it nothing (its signals do, through record_quality).
         if learn is not None and value is not None and (
                 kind is not None or outcome.quality is not None or outcome.feedback is not None):
-            self.contextual.learn(outcome.deployment_id, learn, value, tick, self.gamma)
+            self.contextual.learn(outcome.deployment_id, learn, value, tick, self.quality_gamma)
         observe = self._hook.observe_outcome
         if observe.get_hookimpls():
             decision = decision_or_alias

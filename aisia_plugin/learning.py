@@ -66,8 +66,9 @@ outcome_record = OutcomeRecord
 class LearningRules:
     """The policy's parameters of an update, handed to the store with each record (so that a
     reloaded policy applies from the next outcome on): the breaker's transitions, forgetting,
-    the latency EMA weight, Thompson's success threshold, the record of an unseen arm and the
-    aliases' spend targets (alias -> pacing.PaceRule)."""
+    the latency EMA weight, Thompson's success threshold, the record of an unseen arm, the
+    aliases' spend targets (alias -> pacing.PaceRule) and the quality evidence's forgetting
+    (``quality_gamma``: slower than the arms', quality.half_life_requests)."""
 
     breaker: CircuitBreaker
     gamma: float = 1.0
@@ -75,6 +76,7 @@ class LearningRules:
     success_threshold: float = 0.5
     fresh: ArmStats = field(default_factory=ArmStats)
     pacing: Mapping[str, PaceRule] = field(default_factory=dict)
+    quality_gamma: float = 1.0
 
 
 @dataclass(slots=True)  # (not frozen: as OutcomeRecord)

@@ -12,7 +12,9 @@ and again when the contextual choice became cost-aware on the quality estimate's
 docs/quality.md#the-choice: only the engine's ``explain/round`` cases moved; and when the
 explain entry gained the policy layer that decided it, docs/teams.md: every case's ``layer``,
 null here, and nothing else; and when the prior's strength became 3 and the cost-aware choice
-read the predictions, docs/quality.md#the-choice: only the engine's ``explain/round`` cases moved).
+read the predictions, docs/quality.md#the-choice: only the engine's ``explain/round`` cases moved; and
+when quality evidence got its own, longer memory and a candidate's draw could reach the bar,
+docs/quality.md#how-long-evidence-counts: only the engine's ``explain/round`` cases moved).
 Every built-in strategy is covered (ucb1, thompson, cost, latency, sla-aware, lkgp, rules,
 contextual), with untried arms, learned arms, OPEN breakers, every candidate OPEN, epsilon-greedy
 exploration drawing and not drawing, ties, and the engine's own exclusions; the contextual

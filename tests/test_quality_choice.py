@@ -16,24 +16,38 @@ from aisia_plugin.strategies.contextual import cheapest_within, choice_probabili
 def test_the_cheapest_within_the_tolerance_of_the_best_prediction_is_chosen():
     means, costs, none = [0.90, 0.84, 0.70], [30.0, 1.0, 0.1], [0.0, 0.0, 0.0]
     scores = list(means)
-    assert cheapest_within(means, none, scores, costs, 0.1) == 1  # 0.84 is within 0.1 of 0.90, and cheaper
-    assert cheapest_within(means, none, scores, costs, 0.05) == 0  # 0.84 is not within 0.05
-    assert cheapest_within(means, none, scores, costs, 0.25) == 2  # all within: the cheapest
-    assert cheapest_within(means, none, [0.9, 0.84, 0.95], costs, 0.0) == 2  # 0: the highest score, bonuses included
+    draws = list(means)  # (no spread: each draw is its mean)
+    assert cheapest_within(means, none, draws, scores, costs, 0.1) == 1  # 0.84 is within 0.1 of 0.90, and cheaper
+    assert cheapest_within(means, none, draws, scores, costs, 0.05) == 0  # 0.84 is not within 0.05
+    assert cheapest_within(means, none, draws, scores, costs, 0.25) == 2  # all within: the cheapest
+    assert cheapest_within(means, none, draws, [0.9, 0.84, 0.95], costs, 0.0) == 2  # 0: the highest score, bonuses included
 
 
 def test_a_candidate_with_thin_evidence_may_be_within_and_narrower_evidence_decides():
     # 0.15 below the best: one standard deviation of 0.10 reaches the floor (0.80), 0.02 does not.
     means, costs, scores = [0.90, 0.75], [30.0, 1.0], [0.9, 0.75]
-    assert cheapest_within(means, [0.02, 0.10], scores, costs, 0.1) == 1
-    assert cheapest_within(means, [0.02, 0.02], scores, costs, 0.1) == 0
+    assert cheapest_within(means, [0.02, 0.10], means, scores, costs, 0.1) == 1
+    assert cheapest_within(means, [0.02, 0.02], means, scores, costs, 0.1) == 0
     # The best prediction always qualifies, whatever its spread.
-    assert cheapest_within([0.5, 0.2], [0.0, 0.0], [0.5, 0.2], [1.0, 0.1], 0.1) == 0
+    assert cheapest_within([0.5, 0.2], [0.0, 0.0], [0.5, 0.2], [0.5, 0.2], [1.0, 0.1], 0.1) == 0
+
+
+def test_a_candidate_below_the_bar_is_within_when_its_draw_reaches_it():
+    # The bar: 0.92 + 0.02 - 0.15 = 0.79. The cheap one's optimistic quality (0.50 + 0.20) is below
+    # it: in on a draw of 0.80, out on one of 0.60 (a run of bad first answers is not final).
+    means, sds, scores, costs = [0.92, 0.50], [0.02, 0.20], [0.92, 0.5], [30.0, 1.0]
+    assert cheapest_within(means, sds, [0.92, 0.80], scores, costs, 0.15) == 1
+    assert cheapest_within(means, sds, [0.92, 0.60], scores, costs, 0.15) == 0
+    # As often as its posterior reaches the bar: P(N(0.5, 0.2) >= 0.79) = 0.074.
+    p = choice_probability(means, sds, [0.0, 0.0], costs, 0.15, 1, draws=4000)
+    assert 0.055 < p < 0.095
+    # Narrower evidence at the same mean: almost never.
+    assert choice_probability(means, [0.02, 0.05], [0.0, 0.0], costs, 0.15, 1, draws=4000) < 0.001
 
 
 def test_equal_prices_go_to_the_higher_score_then_to_pool_order():
-    assert cheapest_within([0.8, 0.85], [0.0, 0.0], [0.8, 0.85], [1.0, 1.0], 0.1) == 1
-    assert cheapest_within([0.8, 0.8], [0.0, 0.0], [0.8, 0.8], [1.0, 1.0], 0.1) == 0
+    assert cheapest_within([0.8, 0.85], [0.0, 0.0], [0.8, 0.85], [0.8, 0.85], [1.0, 1.0], 0.1) == 1
+    assert cheapest_within([0.8, 0.8], [0.0, 0.0], [0.8, 0.8], [0.8, 0.8], [1.0, 1.0], 0.1) == 0
 
 
 def test_the_choice_probability_is_the_share_of_draws_the_rule_picks():

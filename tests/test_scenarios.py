@@ -84,7 +84,10 @@ def test_prompt_aware_difficulty_shows_in_the_prompt_and_in_the_scores():
 
 def test_replay_a_scenario_with_no_data_of_ones_own(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    assert aisia(["replay", "--scenario", "outage", "--requests", "300", "--seed", "2", "--json"]) == 0
+    # auto/smart (quality first): the best provider is its choice before the outage, so the response
+    # has something to move away from (auto's cost-aware choice shares it with cheaper ones).
+    assert aisia(["replay", "--alias", "auto/smart", "--scenario", "outage", "--requests", "300", "--seed", "2",
+                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["data"] == "scenario outage" and out["requests"] == 300
     assert set(out["baselines"]["fixed"]) == {p.name for p in scenarios.providers()}  # the default 11

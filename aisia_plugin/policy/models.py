@@ -214,6 +214,7 @@ class Quality(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     prior: QualityPrior
     evidence: QualityEvidence
+    half_life_requests: float
     judge: Judge
 
 

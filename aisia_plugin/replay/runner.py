@@ -262,7 +262,7 @@ def teach_others(engine, alias: str, decision, row: dict) -> None:
         if value is None:
             continue
         engine.contextual.learn(cand.id, LearnContext(ctx.vector, cand.terms["base"], ctx.prior_variance,
-                                                      ctx.noise_variance), value, tick, engine.gamma)
+                                                      ctx.noise_variance), value, tick, engine.quality_gamma)
 
 
 class RequestJudge:

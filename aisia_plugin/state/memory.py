@@ -206,7 +206,7 @@ class MemoryState:
         current tick: it moves the quality records only, never an arm, a breaker or the tick."""
         with self._lock:
             dep = rec.deployment_id
-            g, d = apply_evidence(rec, self.ticks, rules.gamma, self.quality_of(dep),
+            g, d = apply_evidence(rec, self.ticks, rules.quality_gamma, self.quality_of(dep),
                                   self.quality_of(dep, rec.domain) if rec.domain is not None else None)
             self.quality[None][dep] = g
             if d is not None:

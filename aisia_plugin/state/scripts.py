@@ -91,7 +91,7 @@ def record_rules(rules: Optional[LearningRules]) -> dict[str, Any]:
     if rules is None:
         return {"breaker": {"threshold": 1, "timeout": 0.0, "max_calls": 1, "cooldown": 0.0, "max_retry": 0.0,
                             "lease": 0.0},
-                "learn": {"gamma": 1.0, "ema": 0.0, "threshold": 0.5},
+                "learn": {"gamma": 1.0, "ema": 0.0, "threshold": 0.5, "quality_gamma": 1.0},
                 "fresh": {f: 0 for f in ARM_FIELDS}, "pace_rules": {}}
     cb, fresh = rules.breaker, rules.fresh
     return {
@@ -99,7 +99,7 @@ def record_rules(rules: Optional[LearningRules]) -> dict[str, Any]:
                     "max_calls": cb.half_open_max_calls, "cooldown": float(cb.rate_limit_cooldown_s),
                     "max_retry": float(cb.max_retry_after_s), "lease": float(cb.probe_lease_s)},
         "learn": {"gamma": float(rules.gamma), "ema": float(rules.ema_weight),
-                  "threshold": float(rules.success_threshold)},
+                  "threshold": float(rules.success_threshold), "quality_gamma": float(rules.quality_gamma)},
         "fresh": {f: fresh.count if f == "count" else float(getattr(fresh, f)) for f in ARM_FIELDS},
         "pace_rules": {alias: {"target": r.target_usd_per_1k, "rate": r.rate, "max": r.max_multiplier,
                                "min": r.min_multiplier}

@@ -4,9 +4,9 @@ prompt (aisia_plugin/contextual.py), plus the bandits' cost and latency bonuses.
 Per candidate: a draw from N(predicted reward, exploration**2 * its variance) + the cost bonus +
 the latency bonus (``bandit_bonuses``, the bandits' own). The choice is cost-aware
 (``cheapest_within``, docs/quality.md#the-choice): the cheapest candidate whose prediction plus
-one standard deviation (its optimistic quality) is within ``contextual.quality_tolerance`` of the
-highest optimistic quality, ties to the higher score; a tolerance of 0 takes the highest score,
-draw plus bonuses. The prediction is the
+one standard deviation (its optimistic quality), or whose draw, is within
+``contextual.quality_tolerance`` of the highest optimistic quality, ties to the higher score; a
+tolerance of 0 takes the highest score, draw plus bonuses. The prediction is the
 deployment's learned mean (the arm the pool shows: forgetting and per-domain blend included) plus
 what the prompt's features say about it. The decision carries the request's vector, so that the
 engine can teach the chosen deployment's model its outcome (``Decision.context``)."""
@@ -51,26 +51,32 @@ def settings_of(context: RoutingContext) -> tuple[float, float, float, float]:
     return c.prior_variance, c.noise_variance, c.exploration, c.quality_tolerance
 
 
-def cheapest_within(means, sds, scores, costs, tolerance: float) -> int:
+def cheapest_within(means, sds, draws, scores, costs, tolerance: float) -> int:
     """The cost-aware choice (docs/quality.md#the-choice): each member's optimistic quality for
-    this prompt is its prediction ``means[j]`` plus one standard deviation ``sds[j]``; among the
-    members whose optimistic quality is within `tolerance` of the highest one, the cheapest by
-    ``costs`` (USD per 1M tokens), ties to the higher score (draw plus bonuses), then to pool
-    order. A tolerance of 0 (or less) is the highest score, the plain Thompson choice. Pure.
+    this prompt is its prediction ``means[j]`` plus one standard deviation ``sds[j]``; the bar
+    is the highest optimistic quality less `tolerance`. A member is within the tolerance when
+    its optimistic quality or its posterior draw ``draws[j]`` (from N(means[j], sds[j]**2))
+    reaches the bar; among those, the cheapest by ``costs`` (USD per 1M tokens), ties to the
+    higher score (draw plus bonuses), then to pool order. A tolerance of 0 (or less) is the
+    highest score, the plain Thompson choice. Pure.
 
-    Why not the draws: two draws compared with each other add both spreads to the gap the
+    Why not the draws alone: two draws compared with each other add both spreads to the gap the
     tolerance judges (and the highest of several draws sits above every mean), so a cheap
     candidate as good as the best one lost about a third of the time. Optimism on both sides
     keeps the exploring: a candidate little is known about has a wide spread, so a cheap one is
-    tried and a dear one may raise the bar until it is known (measured: docs/quality.md#the-choice)."""
+    tried and a dear one may raise the bar until it is known. Why the draw as well: one standard
+    deviation is a fixed reach, so a cheap candidate whose first answers went badly stayed below
+    the bar until forgetting widened its spread (with a quality memory of 10,000 requests, one run
+    of twelve never came back); its draw reaches the bar as often as its posterior says it may be
+    within the tolerance, less often as evidence narrows it (docs/quality.md#how-steady-it-is)."""
     if tolerance <= 0.0:
         return scores.index(max(scores))
     optimistic = list(map(add, means, sds))
     floor = max(optimistic) - tolerance
     best = None
     for j, o in enumerate(optimistic):
-        if o >= floor and (best is None or costs[j] < costs[best]
-                           or (costs[j] == costs[best] and scores[j] > scores[best])):
+        if (o >= floor or draws[j] >= floor) and (best is None or costs[j] < costs[best]
+                                                  or (costs[j] == costs[best] and scores[j] > scores[best])):
             best = j
     return best
 
@@ -139,7 +145,7 @@ class ContextualStrategy:
             # Its prior: the deployment's cold prior (task fitness, tier, price), set when first met.
             base, base_var = quality.quality_columns(pool.ids, context.quality_domain or context.domain,
                                                      models.prior_means(models.columns(pool.ids, prior_var)))
-            res, res_var = models.predict_residual(pool.ids, x, pool.tick, pool.gamma, prior_var)
+            res, res_var = models.predict_residual(pool.ids, x, pool.tick, quality.quality_gamma, prior_var)
             on = 1.0 if spread > 0.0 else 0.0  # exploration 0: always the best prediction
             mean_l, sd = [], []
             for b, r, bv, rv in zip(base, res, base_var, res_var):
@@ -157,7 +163,7 @@ class ContextualStrategy:
             draws.append(d)
             scores.append(d + b)
         costs = pool.costs
-        best = cheapest_within(mean_l, [spread * s for s in sd], scores, costs, tolerance)
+        best = cheapest_within(mean_l, [spread * s for s in sd], draws, scores, costs, tolerance)
         picked = explore(pool, context)
         i = best if picked is None else picked
         ids = pool.ids
@@ -229,6 +235,8 @@ class _ContextualExplained(Explainer):
         if tolerance > 0.0 and top != best:
             why += (f"; the cheapest within the quality tolerance {tolerance:g} of the best prediction plus "
                     f"one standard deviation ({ids[top]} {optimistic[top]:.3f})")
+            if optimistic[best] < optimistic[top] - tolerance:
+                why += " by its draw"  # (its optimistic quality alone was below the bar: cheapest_within)
         if i == best:
             return why
         return f"exploration (epsilon {facts.epsilon:g}) chose {ids[i]} at random instead; {why}"
@@ -301,7 +309,7 @@ def choice_probability(means, sds, bonus, costs, tolerance: float, k: int, draws
     wins = 0
     for _ in range(draws):
         d = [m + s * rng.gauss(0.0, 1.0) for m, s in zip(means, sds)]
-        wins += cheapest_within(means, sds, [x + b for x, b in zip(d, bonus)], costs, tolerance) == k
+        wins += cheapest_within(means, sds, d, [x + b for x, b in zip(d, bonus)], costs, tolerance) == k
     return wins / draws
 
 

@@ -234,8 +234,8 @@ local function write_quality(key, q, ttl)
 end
 
 local function quality_update(learn, q, value, weight, source, tick)
-  if learn.gamma < 1 and tick > q.tick then
-    local f = learn.gamma ^ (tick - q.tick)
+  if learn.quality_gamma < 1 and tick > q.tick then
+    local f = learn.quality_gamma ^ (tick - q.tick)
     q = {weight = q.weight * f, total = q.total * f, feedback = q.feedback, judge = q.judge, signal = q.signal,
          tick = tick}
   end

@@ -7,7 +7,7 @@
 -- ARGV[1] = one JSON document (scripts.record_doc builds it):
 --   {tag, epoch, process, seq, bandit_ttl, breaker_ttl,
 --    breaker = {threshold, timeout, max_calls, cooldown, max_retry, lease},
---    learn = {gamma, ema, threshold (the success threshold)},
+--    learn = {gamma, ema, threshold (the success threshold), quality_gamma (the quality evidence's forgetting)},
 --    fresh = {the ARM fields: the arm a first outcome starts from},
 --    pace_rules = {alias = {target, rate, max, min}} (the spend targets: pacing.PaceRule),
 --    ops = [op, ...] in order, each one of
