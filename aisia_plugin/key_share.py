@@ -19,6 +19,17 @@ its evidence counts fully, as a single tenant's must for quality to be learned a
 the window as other keys' evidence arrives. The same principle as the breaker's per-key outlier
 rule (blame.OutlierRule): a key's word is weighed against its peers'.
 
+Each deployment's window (``_Window``) holds its pieces, (key, weight counted) oldest first, with
+each key's running sum of weight, each key's count of pieces weighing > 0 and the running total,
+all updated as a piece enters and as the oldest leaves: admitting a piece is O(1), amortised, for
+the sums are taken afresh from the pieces once every ``window`` pieces dropped (adding and
+subtracting leaves rounding that would otherwise build up). Whether others > 0 is read from the
+counts (another key has a piece weighing > 0 in the window), never from a float difference, so a
+key alone counts fully whatever the sums' rounding; a key whose count falls to 0 leaves both maps
+(its weight is exactly 0). Measured with callgrind (a window of 1,000 pieces from 7 keys, then 100
+calls, less the same run with none), ``admit`` took about 413k instructions a call when it scanned
+the window (about 1 % of an alias request through the proxy, 40 M) and takes about 16k now.
+
 Pure: plain data, no clock; the caller says which key."""
 
 from __future__ import annotations
@@ -39,41 +50,102 @@ class ShareRule:
     window: int = 1000
 
 
+class _Window:
+    """One deployment's recent keyed evidence and its running sums. ``pieces``: (key, weight
+    counted), oldest first, at most ``rule.window``; ``sums``: each key's weight in the window;
+    ``speaking``: how many of each key's pieces weigh > 0, which decides others > 0 exactly (a
+    count, never a float difference); ``total``: every key's weight. A key with no piece of weight
+    > 0 in the window has no entry in either map: its weight is exactly 0."""
+
+    __slots__ = ("size", "pieces", "sums", "speaking", "total", "evicted")
+
+    def __init__(self, size: int):
+        self.size = size  # the most pieces held: ShareRule.window
+        self.pieces: deque[tuple[str, float]] = deque()
+        self.sums: dict[str, float] = {}
+        self.speaking: dict[str, int] = {}
+        self.total = 0.0
+        self.evicted = 0  # pieces dropped since the sums were last computed afresh
+
+    def others_spoke(self, key: str) -> bool:
+        """Whether another key has a piece of weight > 0 here (others > 0), from the counts."""
+        return len(self.speaking) > (key in self.speaking)
+
+    def weights(self, key: str) -> tuple[float, float]:
+        """(this key's weight, every other key's weight): others is 0.0 exactly when no other key
+        has a piece weighing > 0 here, else the total less mine, within the total's rounding (at 0
+        or above: a 2e-16 piece beside a sum of 50 may read 0.0, so others_spoke decides)."""
+        mine = self.sums.get(key, 0.0)
+        return mine, (max(0.0, self.total - mine) if self.others_spoke(key) else 0.0)
+
+    def append(self, key: str, weight: float) -> None:
+        """Note a piece, dropping the oldest once the window is full."""
+        if len(self.pieces) >= self.size:
+            self._drop_oldest()
+        self.pieces.append((key, weight))
+        if weight > 0.0:
+            self.sums[key] = self.sums.get(key, 0.0) + weight
+            self.speaking[key] = self.speaking.get(key, 0) + 1
+            self.total += weight
+
+    def _drop_oldest(self) -> None:
+        key, weight = self.pieces.popleft()
+        if weight > 0.0:
+            left = self.speaking[key] - 1
+            if left:
+                self.speaking[key] = left
+                self.sums[key] -= weight
+            else:  # the key's last weighed piece: its weight is exactly 0, not a rounding residue
+                del self.speaking[key], self.sums[key]
+            self.total -= weight
+        self.evicted += 1
+        if self.evicted >= self.size:
+            self._sum_afresh()
+
+    def _sum_afresh(self) -> None:
+        """Each sum kept by adding and subtracting drifts from a fresh sum of the same pieces by
+        rounding (an ulp or so per step, without end over a long-lived deployment); summed afresh
+        once every `size` dropped pieces, the drift stays within a window's steps, for O(1)
+        amortised per piece."""
+        sums: dict[str, float] = {}
+        for k, w in self.pieces:
+            if w > 0.0:
+                sums[k] = sums.get(k, 0.0) + w
+        self.sums = sums
+        self.total = sum(w for _, w in self.pieces)
+        self.evicted = 0
+
+
 class EvidenceShares:
-    """Each deployment's recent keyed evidence: (key, weight counted), the last ``rule.window``."""
+    """Each deployment's recent keyed evidence (``_Window``), the last ``rule.window`` pieces."""
 
     __slots__ = ("rule", "_recent")
 
     def __init__(self, rule: ShareRule = ShareRule()):
         self.rule = rule
-        self._recent: dict[str, deque] = {}
+        self._recent: dict[str, _Window] = {}
 
     def weights(self, deployment_id: str, key: str) -> tuple[float, float]:
         """(this key's weight, every other key's weight) in the deployment's window."""
-        mine = others = 0.0
-        for k, w in self._recent.get(deployment_id, ()):
-            if k == key:
-                mine += w
-            else:
-                others += w
-        return mine, others
+        recent = self._recent.get(deployment_id)
+        return (0.0, 0.0) if recent is None else recent.weights(key)
 
     def admit(self, deployment_id: str, key: Optional[str], base: float, strength: float) -> float:
         """The weight `key`'s next piece of evidence about the deployment counts with (`base`, the
         source's weight, at most), noted in the window. No key (an in-process caller): `base`."""
         if key is None:
             return base
-        mine, others = self.weights(deployment_id, key)
-        w = base
-        if others > 0.0:
-            s = self.rule.max_share
-            w = min(base, max(0.0, s / (1.0 - s) * (strength + others) - mine))
         recent = self._recent.get(deployment_id)
         if recent is None:
             if len(self._recent) >= MAX_DEPLOYMENTS:
                 self._recent.clear()
-            recent = self._recent[deployment_id] = deque(maxlen=max(1, self.rule.window))
-        recent.append((key, w))
+            recent = self._recent[deployment_id] = _Window(max(1, self.rule.window))
+        w = base
+        if recent.others_spoke(key):
+            mine, others = recent.weights(key)
+            s = self.rule.max_share
+            w = min(base, max(0.0, s / (1.0 - s) * (strength + others) - mine))
+        recent.append(key, w)
         return w
 
     def forget(self, deployment_id: str) -> None:
