@@ -5,6 +5,7 @@ through the engine by a key giving 0 on every answer after another key's feedbac
 from __future__ import annotations
 
 import random
+from collections import deque
 
 import pytest
 
@@ -49,3 +50,79 @@ def test_a_key_giving_0_on_every_answer_moves_the_estimate_by_at_most_the_bound(
         eng.record_quality(dep, "auto", None, 0.0, "signal", key="hostile")
     moved = before - eng.quality_estimate(dep, None)
     assert 0.0 < moved <= ShareRule().max_share + 1e-9
+
+
+def _full_scan(pieces, key):
+    """(mine, others) as the rule read before the running sums: each admit scanned the window."""
+    mine = others = 0.0
+    for k, w in pieces:
+        if k == key:
+            mine += w
+        else:
+            others += w
+    return mine, others
+
+
+def _bounded(base, strength, mine, others, s=0.10):
+    return min(base, max(0.0, s / (1.0 - s) * (strength + others) - mine))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_running_sums_agree_with_a_scan_of_the_window(seed):
+    """Many thousand admits of several keys over a window of 50 (so pieces leave it, and the sums
+    are taken afresh, again and again), in phases where one key speaks alone, one key presses
+    against the bound (weights of 0) and all mix, against a full scan of the same window (the
+    weights admitted, the last 50 per deployment): others > 0 is decided as the scan decides it
+    every time, each weight admitted is the scan's rule's within 1e-12, and right after the sums
+    are taken afresh (every 50 pieces dropped) each key's weight equals the scan's exactly.
+
+    The scan follows the pieces admitted rather than its own: two windows apart drift by ulps, and
+    a piece at the bound may be 0.0 in one and 2.2e-16 in the other, which decides others > 0."""
+    rng = random.Random(seed)
+    window = 50
+    sh = EvidenceShares(ShareRule(max_share=0.10, window=window))
+    admitted = {"d1": deque(maxlen=window), "d2": deque(maxlen=window)}
+    count = {"d1": 0, "d2": 0}
+    keys = ["a", "b", "c", "d", "e"]
+    zeros = bounded = alone = 0
+    for step in range(12_000):
+        phase = (step // 400) % 3
+        key = "a" if phase == 0 else ("a" if phase == 1 and rng.random() < 0.8 else rng.choice(keys))
+        dep = "d1" if rng.random() < 0.75 else "d2"
+        base = rng.choice([0.0, 0.3, 1.0, 1.0, 2.5, rng.uniform(0.0, 3.0)])
+        strength = rng.choice([0.0, 2.0, 10.0])
+        mine, others = _full_scan(admitted[dep], key)
+        if dep in sh._recent:  # the decision itself: an others' weight rounded to 0.0 must not hide it
+            assert sh._recent[dep].others_spoke(key) == (others > 0.0)
+        got_mine, got_others = sh.weights(dep, key)
+        assert got_mine == pytest.approx(mine, abs=1e-12) and got_others == pytest.approx(others, abs=1e-12)
+        want = _bounded(base, strength, mine, others) if others > 0.0 else base
+        got = sh.admit(dep, key, base, strength)
+        assert got == pytest.approx(want, abs=1e-12)
+        admitted[dep].append((key, got))
+        count[dep] += 1
+        zeros += want == 0.0 and base > 0.0
+        bounded += others > 0.0 and want < base
+        alone += others == 0.0
+        if count[dep] > window and (count[dep] - window) % window == 0:  # the sums just taken afresh
+            for k in keys:
+                assert sh.weights(dep, k)[0] == _full_scan(admitted[dep], k)[0]
+    assert zeros > 3000 and bounded > 5000 and alone > 2000  # every case met, many times (about 5200, 6700, 3300)
+
+
+def test_a_key_alone_is_never_bounded_however_often_its_window_rolls_over():
+    """Once another key's pieces have left the window, a lone key's evidence counts fully (its
+    weight equal to the source's) however long it goes on: no rounding residue of the sums it
+    and the other key left behind reads as another key's weight."""
+    window = 50
+    sh = EvidenceShares(ShareRule(max_share=0.10, window=window))
+    for _ in range(10):
+        sh.admit("d", "other", 0.3, 10.0)
+    rng = random.Random(7)
+    got = []
+    for _ in range(200 * window):
+        base = rng.choice([0.1, 0.7, 1 / 3, 2.9, rng.uniform(0.0, 3.0)])
+        got.append((sh.admit("d", "solo", base, 10.0), base))
+    assert any(w < base for w, base in got[:10])  # bounded while the other key's pieces were there
+    assert all(w == base for w, base in got[window:])
+    assert sh.weights("d", "solo")[1] == 0.0 and sh.weights("d", "other") == (0.0, sh.weights("d", "solo")[0])
