@@ -126,8 +126,8 @@ def _word_hashes(raw: bytes, starts: np.ndarray, end: int, out: np.ndarray) -> n
 
 
 def _text_of(features) -> str:
-    """The text the vector reads: the latest turn's question in a conversation (its last
-    ``turn_chars`` characters, features.TURN_MESSAGES user messages), else the whole text."""
+    """The text the vector reads: what a conversation's request asks (its last ``turn_chars``
+    characters: ``conversation.question_text``, as the engine marks it), else the whole text."""
     text = getattr(features, "text", "") or ""
     n = getattr(features, "turn_chars", 0) or 0
     return text[-n:] if 0 < n < len(text) else text

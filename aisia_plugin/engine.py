@@ -94,20 +94,27 @@ class Engine:
 
     # -- deciding ------------------------------------------------------------------------------
     def features(self, messages, tools=None, request_modalities=None) -> RequestFeatures:
-        return self._scan(messages, tools, request_modalities)[0]
+        return self._scan(messages, tools, request_modalities, self._question(messages))[0]
 
-    def _scan(self, messages, tools, request_modalities) -> tuple[RequestFeatures, set]:
-        """The request's features (with the plugins' contributions) and the domains occurring in
-        its text, from one pass over it (scan.PromptScanner)."""
-        feats, present = self.scanner.scan(messages, tools, request_modalities)
+    def _question(self, messages) -> Optional[str]:
+        """What a conversation's request asks (``conversation.question_text``: its new user
+        message, with the previous one when it says the answer was wrong), None outside a
+        conversation: its domain and the prompt the contextual model reads are this, not the
+        whole history (docs/quality.md#the-choice)."""
+        return question_text(messages, self.signal_reader) if isinstance(messages, (list, tuple)) else None
+
+    def _scan(self, messages, tools, request_modalities, question: Optional[str]) -> tuple[RequestFeatures, set]:
+        """The request's features (with the plugins' contributions; `question` marked in its
+        text, ``features.features_and_hits``) and the domains occurring in its text, from one
+        pass over it (scan.PromptScanner)."""
+        feats, present = self.scanner.scan(messages, tools, request_modalities, question)
         return self._contributed(messages, feats), present
 
-    def _asked_domain(self, messages, feats: RequestFeatures, present) -> tuple[Optional[str], Optional[set]]:
-        """The request's domain and the domains whose words occur in what it asks: in a
-        conversation, its new question's (``conversation.question_text``: the new user message,
-        with the previous one when it says the answer was wrong), not the whole history's: a
-        general question after a math one is no math request (docs/quality.md#the-choice)."""
-        question = question_text(messages, self.signal_reader) if isinstance(messages, (list, tuple)) else None
+    def _asked_domain(self, question: Optional[str], feats: RequestFeatures,
+                      present) -> tuple[Optional[str], Optional[set]]:
+        """The request's domain and the domains whose words occur in what it asks (`question`,
+        ``_question``; None: its whole text): a general question after a math one is no math
+        request (docs/quality.md#the-choice)."""
         if question is None:
             return self.detector.detect(feats.text, present), present
         asked, present = self.scanner.scan([{"role": "user", "content": question}])
@@ -147,13 +154,14 @@ class Engine:
         if ap is None:
             raise UnknownAlias(alias)
         now = self.clock()
+        question = self._question(messages)
         if features is None:
-            feats, present = self._scan(messages, tools, request_modalities)
+            feats, present = self._scan(messages, tools, request_modalities, question)
         else:
             feats, present = features, None
         domain = ap.domain_hint
         if domain is None:
-            domain, present = self._asked_domain(messages, feats, present)
+            domain, present = self._asked_domain(question, feats, present)
         asked = _Asked(alias, ap, domain, ap.task_hint or feats.task_type, feats, present)
         left_out = _left_out(exclude)
         needs = request_needs(feats, messages, tools, request)

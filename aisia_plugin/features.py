@@ -181,8 +181,9 @@ class RequestFeatures:
         self.text = text
         self.extra = {} if extra is None else extra
         self.estimate_probability = estimate_probability
-        # The last characters of `text` that hold this turn's question (TURN_MESSAGES user
-        # messages; 0: the whole text): what the contextual model reads (contextual.py).
+        # The last characters of `text` that hold what a conversation's request asks (its
+        # `question`, conversation.question_text; 0: the whole text): what the contextual model
+        # reads (contextual.py), as the request's quality domain is read on it (engine.py).
         self.turn_chars = turn_chars
 
     @property
@@ -394,11 +395,6 @@ def _specificity(raw: bytes, has_code: bool) -> float:
     return round(0.0 if score <= 0.0 else score if score < 1.0 else 1.0, 4)
 
 
-# The user messages that make a conversation turn's question: the latest and the one it follows
-# (a complaint re-asks the previous question; a new question after thanks stands mostly alone).
-TURN_MESSAGES = 2
-
-
 def extract_features(messages, tools=None, request_modalities=None, *, max_chars: int = 8000) -> RequestFeatures:
     """Features of one request. ``text`` is the user messages' text (latest last; all the text
     when there is no user message), bounded to ``max_chars`` keeping its start and its end; the
@@ -407,8 +403,11 @@ def extract_features(messages, tools=None, request_modalities=None, *, max_chars
 
 
 def features_and_hits(messages, tools=None, request_modalities=None, *, max_chars: int = 8000,
-                      scan=None) -> tuple[RequestFeatures, tuple | list]:
+                      scan=None, question: Optional[str] = None) -> tuple[RequestFeatures, tuple | list]:
     """``extract_features``, and the matched entry numbers of the scan of ``text``'s UTF-8 bytes.
+    ``question``: what the request asks in a conversation (``conversation.question_text``, the
+    caller's: it reads the policy's signal lexicons), marked as ``turn_chars`` when ``text`` ends
+    with it.
 
     ``scan`` (bytes -> matched entry numbers, a Set's Match) may be a Set holding SCAN_ENTRIES
     first, in order, then entries of its own (numbered from len(SCAN_ENTRIES), ignored here): one
@@ -428,13 +427,10 @@ def features_and_hits(messages, tools=None, request_modalities=None, *, max_char
         else:
             files += 1
     text = "\n".join(user_texts or other_texts)
-    turn_chars = 0
-    if len(user_texts) > TURN_MESSAGES:  # a conversation: its latest turn's question
-        turn_chars = sum(len(t) + 1 for t in user_texts[-TURN_MESSAGES:]) - 1
     if type(max_chars) is not int or len(text) > max_chars:  # else _bounded would return text as is
         text = _bounded(text, max_chars)
-        if turn_chars >= len(text):
-            turn_chars = 0
+    # (a question the bounded text does not end with, or all of it: the whole text is read)
+    turn_chars = len(question) if question and len(question) < len(text) and text.endswith(question) else 0
 
     has_tools = isinstance(tools, (list, tuple)) and len(tools) > 0
     tokens = chars // 4 + 85 * images + (_tool_chars(tools) // 4 if has_tools else 0)

@@ -70,12 +70,13 @@ class PromptScanner:
         # Entry number -> its domain, None for the features' entries (read with one C-level map).
         self._domain_of_entry = ([None] * self._first_domain + self._owner).__getitem__
 
-    def scan(self, messages, tools=None, request_modalities=None) -> tuple[RequestFeatures, set]:
+    def scan(self, messages, tools=None, request_modalities=None,
+             question: Optional[str] = None) -> tuple[RequestFeatures, set]:
         """``features.extract_features`` of the request, and the domains (indices in policy
         order) occurring in its text, for ``DomainDetector.detect(features.text, present)``; one
-        pass over the text."""
+        pass over the text. ``question``: ``features.features_and_hits``'."""
         feats, hits = features_and_hits(messages, tools, request_modalities, max_chars=self.max_chars,
-                                        scan=self._match)
+                                        scan=self._match, question=question)
         present = set(map(self._domain_of_entry, hits))
         present.discard(None)
         return feats, present

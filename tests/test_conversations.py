@@ -298,6 +298,25 @@ def test_a_general_question_after_a_math_one_is_learned_apart_from_math():
     assert again.domain == "math"  # "that's wrong" asks the math question again
 
 
+def test_the_words_the_model_reads_are_the_question_too():
+    """The contextual model's prompt is what the request asks, as its domain is: on a new question
+    after a math one it read the math question's words as well (the last two user messages), so a
+    general question after a hard one looked hard (docs/quality.md#how-steady-it-is)."""
+    from aisia_plugin.contextual import _text_of, request_vector
+    engine = Engine(load_policy())
+    assert _text_of(engine.features([SYSTEM, MATH_Q, MATH_A, GENERAL_Q])) == GENERAL_Q["content"]
+    assert _text_of(engine.features([SYSTEM, MATH_Q, MATH_A, WRONG])) == MATH_Q["content"] + "\n" + WRONG["content"]
+    assert engine.features([SYSTEM, MATH_Q]).turn_chars == 0  # one user message: the whole text
+    # The learned vector's words and bigrams (its first entries; the request's named features
+    # last) are those of the new question asked alone, none of the math question's.
+    deps = [Deployment("only", "only", "openai/only", "openai")]
+    after = engine.decide("auto", [SYSTEM, MATH_Q, MATH_A, GENERAL_Q], deps).context.vector
+    alone = engine.decide("auto", [SYSTEM, GENERAL_Q], deps).context.vector
+    words = 2 * len(GENERAL_Q["content"].split()) - 1
+    assert after.idx[:words].tolist() == alone.idx[:words].tolist()
+    assert after.val[:words].tolist() == alone.val[:words].tolist()
+
+
 def test_keys_and_fingerprints_keep_their_stored_values():
     """Replicas of two versions share conversations in the store during a rolling upgrade: a
     conversation key and the fingerprints are these bytes (non-ASCII text, content parts, tool
