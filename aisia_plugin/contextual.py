@@ -59,6 +59,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 import numpy as np
 
 from .numbers import clamp01
+from .quality import prior_quality
 
 FEATURE_BITS = 14
 DIM = 1 << FEATURE_BITS
@@ -236,13 +237,14 @@ def feature_labels(features, domain: Optional[str] = None, task_type: Optional[s
 
 
 # -- a deployment's prior, known without traffic ---------------------------------------------------
-def cold_prior(deployments: Sequence, fits: Sequence[Optional[float]], settings) -> list[float]:
+def cold_prior(deployments: Sequence, fits: Sequence[Optional[float]], settings, prior) -> list[float]:
     """The prior mean reward of each of a pool's `deployments` (its ``decision.Deployment``) the
     model has not met, from what is known without traffic (`settings`: the alias's
     ``contextual.cold_start``): its model family's score in the task-fitness table (`fits`:
     ``TaskFitnessTable.family_fitness`` for this request's task, None where the table does not
-    know the family) when ``from_task_fitness`` is on, else its tier's ``by_tier`` value, else
-    ``mean``; plus ``price_slope`` per doubling of its price over the pool's median price;
+    know the family) when ``from_task_fitness`` is on, else its declared prior quality (`prior`:
+    the policy's ``quality.prior``, ``quality.prior_quality``: its tier's value, ``untiered``
+    without one); plus ``price_slope`` per doubling of its price over the pool's median price;
     within [0, 1]."""
     slope = settings.price_slope
     median = 0.0
@@ -255,7 +257,7 @@ def cold_prior(deployments: Sequence, fits: Sequence[Optional[float]], settings)
         if settings.from_task_fitness and fit is not None:
             m = float(fit)
         else:
-            m = settings.by_tier.get(d.tier, settings.mean) if d.tier is not None else settings.mean
+            m = prior_quality(d, None, prior)
         if slope and median > 0.0 and d.cost_per_1m > 0.0:
             m += slope * math.log2(d.cost_per_1m / median)
         out.append(clamp01(m))

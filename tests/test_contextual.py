@@ -439,7 +439,9 @@ COLD_POLICY = """
         contextual:
           exploration: 0.0
           quality_tolerance: 0.0
-          cold_start: {mean: 0.4, count: 3, by_tier: {ultra: 0.9, free: 0.6}, price_slope: 0.1}
+          cold_start: {count: 3, price_slope: 0.1}
+    quality:
+      prior: {by_tier: {ultra: 0.9, free: 0.6}, untiered: 0.4}
     task_fitness:
       default: 0.5
       models:
@@ -448,24 +450,28 @@ COLD_POLICY = """
 
 
 def test_cold_prior_by_family_tier_price_and_default():
-    cold = load_policy([]).aliases["auto"].contextual.cold_start
-    assert (cold.mean, cold.count, cold.price_slope) == (0.5, 2.0, 0.0)  # the schema's defaults
+    policy = load_policy([])
+    cold, prior = policy.aliases["auto"].contextual.cold_start, policy.quality.prior
+    assert (cold.count, cold.price_slope, prior.untiered) == (2.0, 0.0, 0.5)  # the schema's defaults
     fam = Deployment("fam", "fam", "openai/gpt-4o", "openai", tier="free", input_cost_per_1m=4.0, output_cost_per_1m=4.0)
     tier = Deployment("tier", "tier", "x/y", "x", tier="ultra", input_cost_per_1m=1.0, output_cost_per_1m=1.0)
     plain = Deployment("plain", "plain", "x/z", "x", input_cost_per_1m=1.0, output_cost_per_1m=1.0)
     free = Deployment("free", "free", "ollama/q", "ollama", input_cost_per_1m=0.0, output_cost_per_1m=0.0)
     deps = [fam, tier, plain, free]
-    # defaults: no price slope; the family's fitness (0.9 here), else the tier's, else the mean
-    assert cold_prior(deps, [0.9, None, None, None], cold) == [0.9, 0.85, 0.5, 0.5]
-    c = cold.model_copy(update={"mean": 0.4, "by_tier": {"ultra": 0.9}, "price_slope": 0.1})
+    # defaults: no price slope; the family's fitness (0.9 here), else the declared prior quality
+    # (quality.prior: the tier's, else untiered)
+    assert cold_prior(deps, [0.9, None, None, None], cold, prior) == [0.9, 0.85, 0.5, 0.5]
+    c = cold.model_copy(update={"price_slope": 0.1})
+    p = prior.model_copy(update={"untiered": 0.4, "by_tier": {"ultra": 0.9}})
     # prices 4, 1, 1, 0: median 1; fam 2 doublings over it (+0.2), free: no price, no slope;
-    # a tier by_tier does not name falls back to the mean
-    got = cold_prior(deps, [0.7, None, None, None], c)
+    # a tier by_tier does not name falls back to untiered
+    got = cold_prior(deps, [0.7, None, None, None], c, p)
     assert got == pytest.approx([0.9, 0.9, 0.4, 0.4])
-    assert cold_prior([fam, plain], [0.95, None], c)[0] == 1.0  # median 2.5: 0.95 + 0.068, clamped
-    assert cold_prior([fam], [None], c) == pytest.approx([0.4])  # the table does not know it: no family fitness
-    # the family's fitness left out: fam falls back to its tier (free: the mean, by_tier has none)
-    assert cold_prior(deps, [0.9, None, None, None], cold.model_copy(update={"from_task_fitness": False})) == [0.55, 0.85, 0.5, 0.5]
+    assert cold_prior([fam, plain], [0.95, None], c, p)[0] == 1.0  # median 2.5: 0.95 + 0.068, clamped
+    assert cold_prior([fam], [None], c, p) == pytest.approx([0.4])  # the table does not know it: no family fitness
+    # the family's fitness left out: fam falls back to its tier (free: untiered, by_tier has none)
+    assert cold_prior(deps, [0.9, None, None, None], cold.model_copy(update={"from_task_fitness": False}),
+                      prior) == [0.55, 0.85, 0.5, 0.5]
 
 
 def test_the_family_fitness_of_a_task_the_row_does_not_score_is_the_rows_mean():
@@ -497,7 +503,7 @@ def test_a_known_family_starts_from_its_rows_mean_on_a_prompt_of_no_particular_t
     m = engine.contextual
     llama = TaskFitnessTable(policy.task_fitness).family_fitness("fireworks-llama-405b", "default")
     assert float(m.prior_mean[m.ids["fw"]]) == pytest.approx(llama) and llama > 0.7  # not the table's 0.5
-    assert float(m.prior_mean[m.ids["ds"]]) == 0.5  # a family the table does not know: the cold mean
+    assert float(m.prior_mean[m.ids["ds"]]) == 0.5  # a family the table does not know, no tier: quality.prior.untiered
 
 
 def test_a_deployment_met_for_the_first_time_starts_from_its_cold_prior(tmp_path):

@@ -14,7 +14,10 @@ explain entry gained the policy layer that decided it, docs/teams.md: every case
 null here, and nothing else; and when the prior's strength became 3 and the cost-aware choice
 read the predictions, docs/quality.md#the-choice: only the engine's ``explain/round`` cases moved; and
 when quality evidence got its own, longer memory and a candidate's draw could reach the bar,
-docs/quality.md#how-long-evidence-counts: only the engine's ``explain/round`` cases moved).
+docs/quality.md#how-long-evidence-counts: only the engine's ``explain/round`` cases moved; and when
+the contextual cold start's tier table folded into ``quality.prior``, whose defaults became its
+values (ultra 0.85, pro 0.75, free 0.55, untiered 0.5): only the engine's ``explain/round`` cases
+moved).
 Every built-in strategy is covered (ucb1, thompson, cost, latency, sla-aware, lkgp, rules,
 contextual), with untried arms, learned arms, OPEN breakers, every candidate OPEN, epsilon-greedy
 exploration drawing and not drawing, ties, and the engine's own exclusions; the contextual

@@ -32,10 +32,10 @@ def engine(policy=UCB1, seed: int = 0) -> Engine:
 
 
 def test_the_prior_comes_from_the_declared_tier_and_specialities():
-    assert PRIOR.by_tier == {"ultra": 0.9, "pro": 0.8, "standard": 0.65, "free": 0.5} and PRIOR.strength == 3
-    assert prior_quality(deployment("a", tier="ultra"), None, PRIOR) == 0.9
-    assert prior_quality(deployment("a", tier="free"), "coding", PRIOR) == 0.5
-    assert prior_quality(deployment("a"), None, PRIOR) == PRIOR.untiered == 0.6
+    assert PRIOR.by_tier == {"ultra": 0.85, "pro": 0.75, "standard": 0.65, "free": 0.55} and PRIOR.strength == 3
+    assert prior_quality(deployment("a", tier="ultra"), None, PRIOR) == 0.85
+    assert prior_quality(deployment("a", tier="free"), "coding", PRIOR) == 0.55
+    assert prior_quality(deployment("a"), None, PRIOR) == PRIOR.untiered == 0.5
     coder = deployment("a", tier="standard", specialities={"coding": None})
     assert prior_quality(coder, "coding", PRIOR) == pytest.approx(0.75)
     assert prior_quality(coder, "math", PRIOR) == prior_quality(coder, None, PRIOR) == 0.65
@@ -61,12 +61,12 @@ def test_a_thousand_plain_successes_keep_the_prior_quality():
     pro = deployment("pro-a", tier="pro")
     e.quality.know([pro])  # (a decision remembers the deployments it meets: here none is made)
     for _ in range(1000):
-        assert e.record("auto", Outcome(pro.id, True, latency_s=0.3, status_code=200)) == pytest.approx(0.8)
-    assert e.quality_estimate(pro.id) == 0.8
+        assert e.record("auto", Outcome(pro.id, True, latency_s=0.3, status_code=200)) == pytest.approx(0.75)
+    assert e.quality_estimate(pro.id) == 0.75
     row = e.store.stats()[pro.id]
     assert row["count"] == 1000 and row["error_rate"] == 0.0  # the health learned from every call
-    assert row["mean_reward"] == pytest.approx(0.8)  # not 1.0: a success is no quality evidence
-    assert row["quality"]["estimate"] == 0.8 and row["quality"]["prior"] == 0.8
+    assert row["mean_reward"] == pytest.approx(0.75)  # not 1.0: a success is no quality evidence
+    assert row["quality"]["estimate"] == 0.75 and row["quality"]["prior"] == 0.75
     assert row["quality"]["evidence"] == {"prior": 10.0, "feedback": 0.0, "judge": 0.0, "signal": 0.0}
     assert e.store.quality_of(pro.id) is None
 
@@ -79,13 +79,13 @@ def test_feedback_moves_the_estimate_and_the_next_successes_reward():
         e.record("auto", Outcome(pro.id, True))
     for _ in range(10):
         assert e.record_quality(pro.id, "auto", None, 0.0, "feedback") == 0.0
-    assert e.quality_estimate(pro.id) == pytest.approx(0.8 * 10 / 20)
+    assert e.quality_estimate(pro.id) == pytest.approx(0.75 * 10 / 20)
     assert e.store.arm(pro.id).count == 1000  # evidence is no call: the health is untouched
-    assert e.record("auto", Outcome(pro.id, True)) == pytest.approx(0.4)
+    assert e.record("auto", Outcome(pro.id, True)) == pytest.approx(0.375)
     for _ in range(30):
         e.record_quality(pro.id, "auto", None, 1.0, "feedback")
     # (the ten zeros were forgotten by one tick's worth: the success in between)
-    assert e.quality_estimate(pro.id) == pytest.approx((8.0 + 30.0) / 50.0, rel=1e-3)
+    assert e.quality_estimate(pro.id) == pytest.approx((7.5 + 30.0) / 50.0, rel=1e-3)
     assert e.store.stats()[pro.id]["quality"]["evidence"]["feedback"] == 40.0
 
 
@@ -143,7 +143,7 @@ def test_the_declared_tiers_order_the_first_choices_of_ucb1():
     assert chosen == ["ultra-c", "std-b", "free-a", "ultra-c"]
     d = engine().decide("auto/ucb1", MSGS, [pool[0], deployment("pro-d", tier="pro")])
     assert d.deployment_id == "pro-d"
-    assert d.reason.endswith("(the highest declared prior quality, 0.80, of the untried)")
+    assert d.reason.endswith("(the highest declared prior quality, 0.75, of the untried)")
 
 
 def test_without_declared_tiers_untried_deployments_go_in_pool_order_as_in_the_seed():

@@ -90,9 +90,7 @@ class LocalFirst(BaseModel):
 @_def("ColdStart")
 class ColdStart(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    mean: float
     count: float
-    by_tier: dict[Tier, float]
     from_task_fitness: bool
     price_slope: float
 

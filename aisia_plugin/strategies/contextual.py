@@ -24,7 +24,7 @@ from ..contextual import LearnContext, cold_prior, request_vector
 import numpy as np
 
 from ..decision import FROM_FACTS, Decision, Explainer, Facts, Pool, RoutingContext, atoms, explained_decision
-from ..policy.models import ColdStart
+from ..policy.models import ColdStart, QualityPrior
 from ..schema_defaults import defaults_of
 from ..task_fitness import TaskFitnessTable
 from .bandit import ThompsonStrategy, bandit_bonuses
@@ -34,6 +34,7 @@ from .rules import explore
 _DEFAULTS = tuple(float(defaults_of("Contextual")[k])
                   for k in ("prior_variance", "noise_variance", "exploration", "quality_tolerance"))
 _COLD = ColdStart(**defaults_of("ColdStart"))
+_PRIOR = QualityPrior(**defaults_of("QualityPrior"))
 
 
 def _settings(context: RoutingContext):
@@ -93,10 +94,12 @@ def family_fits(pool: Pool, context: RoutingContext) -> list:
 
 def start_cold(models, pool: Pool, context: RoutingContext, prior_variance: float) -> None:
     """Start the columns of the pool's deployments the model has not met from their prior
-    (``contextual.cold_prior``, with the alias's ``contextual.cold_start``)."""
+    (``contextual.cold_prior``, with the alias's ``contextual.cold_start`` and the policy's
+    ``quality.prior``)."""
     c = _settings(context)
     cold = c.cold_start if c is not None else _COLD
-    means = cold_prior(pool.deployments, family_fits(pool, context), cold)
+    prior = context.policy.quality.prior if context.policy is not None else _PRIOR
+    means = cold_prior(pool.deployments, family_fits(pool, context), cold, prior)
     for dep, m in zip(pool.ids, means):
         models.start(dep, prior_variance, m, cold.count)
 
