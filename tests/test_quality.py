@@ -56,6 +56,25 @@ def test_the_estimate_weighs_the_prior_as_strength_pseudo_observations():
     assert estimate(q, 0.8, 10.0, 100.0, gamma) == pytest.approx((8.0 + 0.5) / 11.5)
 
 
+def test_quality_evidence_forgets_with_its_own_slower_half_life():
+    """Health forgets with bandit.forgetting (1,000 requests), quality evidence with
+    quality.half_life_requests (10,000): docs/quality.md#how-long-evidence-counts."""
+    e = Engine(POLICY, clock=lambda: 1000.0, rng=random.Random(0))
+    assert (POLICY.bandit.forgetting.half_life_requests, POLICY.quality.half_life_requests) == (1000, 10000)
+    e.record_quality("a", "auto", None, 1.0, "feedback")
+    weight = e.store.quality_of("a").weight
+    for _ in range(1000):  # a thousand ticks of the store, on another deployment
+        e.record("auto", Outcome("b", True, latency_s=0.2))
+    # as the stats read it, and as the store adds the next piece to it: a tenth of its half-life
+    assert e.store.stats()["a"]["quality"]["evidence_weight"] == pytest.approx(weight * 0.5 ** 0.1)
+    e.record_quality("a", "auto", None, 1.0, "feedback")
+    assert e.store.quality_of("a").weight == pytest.approx(weight * 0.5 ** 0.1 + weight)
+    assert e.gamma ** 1000 == pytest.approx(0.5)  # the arms': one half-life
+    off = POLICY.model_copy(update={"bandit": POLICY.bandit.model_copy(update={
+        "forgetting": POLICY.bandit.forgetting.model_copy(update={"enabled": False})})})
+    assert Engine(off).quality_gamma == 1.0  # forgetting off turns both off
+
+
 def test_a_thousand_plain_successes_keep_the_prior_quality():
     e = engine()
     pro = deployment("pro-a", tier="pro")

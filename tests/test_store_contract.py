@@ -504,7 +504,9 @@ def assert_same_quality(got: dict, want: dict):
 
 async def test_quality_evidence_interleaved_with_outcomes_equals_the_pure_update(h):
     rules = rules_of(h.policy)
-    assert rules.gamma < 1.0  # the evidence is forgotten at the shared tick, as the arms are
+    # The evidence is forgotten at the shared tick, as the arms are, with its own, slower gamma
+    # (quality.half_life_requests): record.lua must read that one, not the arms'.
+    assert rules.quality_gamma < 1.0 and rules.quality_gamma != rules.gamma
     ref = MemoryState()
     ops = list(outcomes(5, 80)) + list(evidence(6, 60))
     random.Random(7).shuffle(ops)
