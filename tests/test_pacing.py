@@ -408,3 +408,18 @@ def test_a_replayed_failure_is_not_paced_as_the_proxy_does_not_pace_it(tmp_path,
     served = run_router(pol, "auto", scenario, observe=lambda i, engine: paced.append(engine.store.pace("auto")))
     assert sum(s.cost_usd for s in served) == pytest.approx(20 * 0.002 + 20 * 0.004)
     assert paced[-1].count == 20 and paced[-1].spend_usd == pytest.approx(20 * 0.002)
+
+
+@pytest.mark.parametrize("setting, field", [
+    ("quality: {half_life_requests: 5000}", "quality.half_life_requests"),
+    ("bandit: {forgetting: {enabled: false, half_life_requests: 500}}", "bandit.forgetting.half_life_requests"),
+])
+def test_a_half_life_with_forgetting_off_is_a_warning_naming_its_line(write_file, aisia, setting, field):
+    off = "bandit: {forgetting: {enabled: false}}\n" if setting.startswith("quality") else ""
+    path = write_file("version: 1\n" + off + setting + "\n")
+    code, out, err = aisia("validate", path)
+    assert code == 0 and "Traceback" not in out + err
+    assert field in out + err and "bandit.forgetting.enabled is false" in out + err
+    on = write_file("version: 1\n" + setting.replace("enabled: false, ", "") + "\n")
+    code, out, err = aisia("validate", on)
+    assert code == 0 and "has no effect" not in out + err

@@ -216,11 +216,28 @@ PACING = ("pacing_rate", "max_multiplier", "min_multiplier")
 TUNING = ("exploration", "exploration_c", "cost_weight", "latency_weight", "mode_pack", "tier_hint", "lkgp_enabled")
 
 
+# Half-lives that forgetting switched off leaves unread (engine.py: both gammas are 1 then).
+HALF_LIVES = (("bandit", "forgetting", "half_life_requests"), ("quality", "half_life_requests"))
+
+
 def inert_settings(data: dict, locs: Locations, settings_of) -> list[PolicyIssue]:
-    """Warnings for alias settings the alias's strategy does not read (accepted, and doing
-    nothing). `data` is the merged document before defaults (only what a file sets counts);
+    """Warnings for settings that are accepted and do nothing: alias settings the alias's
+    strategy does not read, a budget's pacing without a target, a half-life with forgetting off.
+    `data` is the merged document before defaults (only what a file sets counts);
     `settings_of(strategy)` is the strategy's `settings`, None when it does not say."""
     out = []
+    if _map(_map(data.get("bandit")).get("forgetting")).get("enabled") is False:
+        for path in HALF_LIVES:
+            *parents, key = path
+            node = data
+            for p in parents:
+                node = _map(node.get(p))
+            if node.get(key) is not None:
+                pos = position_of(locs, path, key=True)
+                out.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0,
+                                       pos.column if pos else 0, dotted(path),
+                                       "has no effect: bandit.forgetting.enabled is false, so nothing is "
+                                       "forgotten; enable forgetting, or remove it", "warning"))
     for name, alias in _map(data.get("aliases")).items():
         if not isinstance(alias, dict) or not isinstance(alias.get("strategy", "ucb1"), str):
             continue
