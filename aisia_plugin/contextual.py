@@ -69,8 +69,9 @@ BASE_PSEUDO_COUNT = 2.0
 MODEL_FORMAT = "aisia-contextual-model"
 MODEL_VERSION = 1
 # A decision reads a column as of its last update until its forgetting since then passes this
-# factor (gamma**elapsed < STALE_BELOW: a tenth of what it learned forgotten, 152 requests at the
-# default half-life of 1000); it then brings the column to its tick first (refresh_stale).
+# factor (gamma**elapsed < STALE_BELOW: a tenth of what it learned forgotten, 1,520 requests at
+# quality.half_life_requests' default of 10,000, the gamma the engine learns it with); it then
+# brings the column to its tick first (refresh_stale).
 STALE_BELOW = 0.9
 # Below this scale a deployment's stored columns are rescaled to 1 (a long run of forgetting). The
 # columns are float32, stored as true value / scale: at 1e-150 they overflowed (inf, then NaN) once
