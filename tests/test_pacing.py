@@ -18,7 +18,7 @@ from aisia_plugin.decision import AliasSettings, RoutingContext
 from aisia_plugin.engine import Engine
 from aisia_plugin.learning import LearningRules, OutcomeRecord, apply_outcome
 from aisia_plugin.breaker import CircuitBreaker, FailureKind
-from aisia_plugin.pacing import FRESH, PaceRule, PaceState, dual_step, multiplier_of, pace, rule_of
+from aisia_plugin.pacing import FRESH, MAX_CARRY, PaceRule, PaceState, dual_step, multiplier_of, pace, rule_of
 from aisia_plugin.policy import load_policy
 from aisia_plugin.replay.candidates import load_candidates
 from aisia_plugin.replay.runner import ReplayError, build_scenario, override_alias, run_router, sweep
@@ -31,23 +31,50 @@ RULE = PaceRule(target_usd_per_1k=2.0, rate=1.0, max_multiplier=100.0)
 # -- the update, exactly ---------------------------------------------------------------------------
 def test_the_dual_step_moves_by_rate_times_the_relative_overspend_within_its_bounds():
     # A call at $4 per 1k against a $2 target overspends by 100 %: +1.0 at rate 1.
-    assert dual_step(1.0, 0.004, RULE) == 2.0
+    assert dual_step(1.0, 0.004, RULE).multiplier == 2.0
     # A free call underspends by 100 %: -1.0, and the multiplier stops at 0.
-    assert dual_step(1.0, 0.0, RULE) == 0.0
-    assert dual_step(0.25, 0.0, RULE) == 0.0
+    assert dual_step(1.0, 0.0, RULE).multiplier == 0.0
+    assert dual_step(0.25, 0.0, RULE).multiplier == 0.0
     # A price shock (one call at $1,000 per 1k) counts as an overspend of MAX_STEP (4) only: one
     # call moves it by a bounded step whatever its cost; repeated, it reaches the bound, never past it.
-    assert dual_step(1.0, 1.0, RULE) == 5.0
-    assert dual_step(98.0, 1.0, RULE) == 100.0
-    assert dual_step(3.0, 0.001, PaceRule(2.0, rate=0.5, max_multiplier=10.0)) == 2.75
+    assert dual_step(1.0, 1.0, RULE).multiplier == 5.0
+    assert dual_step(98.0, 1.0, RULE).multiplier == 100.0
+    assert dual_step(3.0, 0.001, PaceRule(2.0, rate=0.5, max_multiplier=10.0)).multiplier == 2.75
+
+
+def test_a_dear_calls_overspend_beyond_the_step_is_carried_to_the_next_calls_up_to_max_carry():
+    # $30 per 1k against $2: 14 over; 4 counted now, 8 (MAX_CARRY) carried, 2 beyond it lost.
+    first = dual_step(1.0, 0.030, RULE)
+    assert first == (5.0, MAX_CARRY) and MAX_CARRY == 8.0
+    # The next call, on target (0 over), counts 4 of the carry; the one after it the last 4.
+    second = dual_step(first.multiplier, 0.002, RULE, first.carry)
+    assert second == (9.0, 4.0)
+    assert dual_step(second.multiplier, 0.002, RULE, second.carry) == (13.0, 0.0)
+    # A cheap call pays part of the carry back: a free call's -1 with 3 carried counts 2.
+    assert dual_step(1.0, 0.0, RULE, 3.0) == (3.0, 0.0)
+
+
+def test_without_the_carry_a_target_the_dear_calls_exceed_five_times_is_overspent():
+    # Calls alternating $12 and $0.5 per 1k against $2: with the carry the multiplier's moves are
+    # the whole overspend, and the record's mean spend is what they telescope to.
+    rule = PaceRule(2.0, rate=1.0, max_multiplier=1000.0)
+    s, counted = FRESH, 0.0
+    for i in range(200):
+        cost = 0.012 if i % 2 == 0 else 0.0005
+        before = s.multiplier
+        s = pace(s, rule, cost, float(i))
+        counted += s.multiplier - before
+    over = sum((12.0 - 2.0) / 2.0 + (0.5 - 2.0) / 2.0 for _ in range(100))  # 5 - 0.75 per pair
+    assert counted + s.carry == pytest.approx(over)
+    assert counted > over - MAX_CARRY
 
 
 def test_below_a_floor_under_0_the_multiplier_goes_negative_and_stops_at_the_floor():
     floored = PaceRule(2.0, rate=1.0, max_multiplier=100.0, min_multiplier=-3.0)
-    assert dual_step(1.0, 0.0, floored) == 0.0  # a free call underspends by 100 %: -1.0
-    assert dual_step(0.25, 0.0, floored) == -0.75
-    assert dual_step(-2.5, 0.0, floored) == -3.0  # the floor, never past it
-    assert dual_step(-3.0, 0.004, floored) == -2.0  # an overspending call brings it back up
+    assert dual_step(1.0, 0.0, floored).multiplier == 0.0  # a free call underspends by 100 %: -1.0
+    assert dual_step(0.25, 0.0, floored).multiplier == -0.75
+    assert dual_step(-2.5, 0.0, floored).multiplier == -3.0  # the floor, never past it
+    assert dual_step(-3.0, 0.004, floored).multiplier == -2.0  # an overspending call brings it back up
 
 
 def test_pace_counts_the_call_and_keeps_the_realised_spend_per_1k():
