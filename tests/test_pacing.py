@@ -43,13 +43,16 @@ def test_the_dual_step_moves_by_rate_times_the_relative_overspend_within_its_bou
 
 
 def test_a_dear_calls_overspend_beyond_the_step_is_carried_to_the_next_calls_up_to_max_carry():
-    # $30 per 1k against $2: 14 over; 4 counted now, 8 (MAX_CARRY) carried, 2 beyond it lost.
+    # $30 per 1k against $2: 14 over; 4 counted now, 10 carried.
     first = dual_step(1.0, 0.030, RULE)
-    assert first == (5.0, MAX_CARRY) and MAX_CARRY == 8.0
-    # The next call, on target (0 over), counts 4 of the carry; the one after it the last 4.
+    assert first == (5.0, 10.0)
+    # The next calls, on target (0 over), count 4 of the carry each, the third the last 2.
     second = dual_step(first.multiplier, 0.002, RULE, first.carry)
-    assert second == (9.0, 4.0)
-    assert dual_step(second.multiplier, 0.002, RULE, second.carry) == (13.0, 0.0)
+    assert second == (9.0, 6.0)
+    third = dual_step(second.multiplier, 0.002, RULE, second.carry)
+    assert dual_step(third.multiplier, 0.002, RULE, third.carry) == (15.0, 0.0)
+    # $100 per 1k: 49 over; 4 counted, 32 (MAX_CARRY) carried, 13 lost.
+    assert dual_step(1.0, 0.100, RULE) == (5.0, MAX_CARRY) and MAX_CARRY == 32.0
     # A cheap call pays part of the carry back: a free call's -1 with 3 carried counts 2.
     assert dual_step(1.0, 0.0, RULE, 3.0) == (3.0, 0.0)
 

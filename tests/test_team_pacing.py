@@ -67,7 +67,7 @@ def test_three_huge_calls_move_the_alias_multiplier_by_a_bounded_step_only(engin
     # Fresh record at 1, then three steps of at most rate x MAX_STEP each (rate 1): 13, not 100.
     assert m == pytest.approx(1.0 + 3 * MAX_STEP) and m < 100.0 / 5
     # What they overspent beyond that was carried (capped at MAX_CARRY, shared): calls on target
-    # after them count it, and the multiplier stops at 1 + 3 x 4 + 8 = 21, not 100.
+    # after them count it, and the multiplier stops at 1 + 3 x 4 + 32 = 45, not 100.
     for _ in range(10):
         engine.record("auto/paced", Outcome("dear-large", success=True, latency_s=2.0, cost_usd=TARGET / 1000.0))
     assert engine.store.pace("auto/paced").multiplier == pytest.approx(1.0 + 3 * MAX_STEP + MAX_CARRY)
