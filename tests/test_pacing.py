@@ -203,6 +203,26 @@ def test_a_target_over_a_cost_weight_of_zero_is_a_warning_naming_its_line(write_
     assert (f"{path}:{line}:" in out + err and "cost weight is 0" in out + err) is idle, out + err
 
 
+@pytest.mark.parametrize("settings, cost_weight_idle, target_idle", [
+    # The cheapest within a tolerance: the cost weight orders equal prices only; the target widens the tolerance.
+    ("cost_weight: 0.5", True, False),
+    ("cost_weight: 0", True, False),
+    # Tolerance 0, the highest score: the cost weight counts, and a target over a weight of 0 does nothing.
+    ("cost_weight: 0.5, contextual: {quality_tolerance: 0}", False, False),
+    ("cost_weight: 0, contextual: {quality_tolerance: 0}", False, True),
+    # A floor below 0 takes the multiplier, and so the tolerance, to 0 and the cost bonus below it.
+    ("cost_weight: 0.5, budget: {target_usd_per_1k_requests: 1.5, min_multiplier: -5}", False, False),
+])
+def test_a_contextual_cost_weight_or_target_that_does_nothing_is_a_warning(write_file, aisia, settings,
+                                                                         cost_weight_idle, target_idle):
+    budget = "" if "budget" in settings else ", budget: {target_usd_per_1k_requests: 1.5}"
+    path = write_file("version: 1\naliases:\n  auto/c: {strategy: contextual, " + settings + budget + "}\n")
+    code, out, err = aisia("validate", path)
+    assert code == 0 and "Traceback" not in out + err
+    assert ("aliases.auto/c.cost_weight: warning: has no effect" in out + err) is cost_weight_idle, out + err
+    assert ("aliases.auto/c.budget.target_usd_per_1k_requests: warning" in out + err) is target_idle, out + err
+
+
 def test_apply_outcome_paces_every_priced_call_of_the_paced_alias_learning_or_not():
     rules = LearningRules(CircuitBreaker(load_policy().circuit_breaker), pacing={"auto": RULE})
     ok = OutcomeRecord("d", 10.0, None, 1.0, 0.5, alias="auto", pace_alias="auto", cost_usd=0.004)
