@@ -16,6 +16,10 @@ import pytest
 # spins against the other processes of a shared machine: on two busy cores one holdout fit took
 # 26 s instead of 5 s of a single thread. A value the caller set wins.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# Set before LiteLLM is first imported: a test that imports LiteLLM's types directly (before
+# aisia_plugin.litellm.costs sets it) made LiteLLM fetch its model cost map from GitHub in a
+# background thread; the tests run offline.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from aisia_plugin.cli import main
 

@@ -18,7 +18,7 @@ from aisia_plugin.decision import AliasSettings, RoutingContext
 from aisia_plugin.engine import Engine
 from aisia_plugin.learning import LearningRules, OutcomeRecord, apply_outcome
 from aisia_plugin.breaker import CircuitBreaker, FailureKind
-from aisia_plugin.pacing import FRESH, PaceRule, PaceState, dual_step, multiplier_of, pace, rule_of
+from aisia_plugin.pacing import FRESH, MAX_CARRY, PaceRule, PaceState, dual_step, multiplier_of, pace, rule_of
 from aisia_plugin.policy import load_policy
 from aisia_plugin.replay.candidates import load_candidates
 from aisia_plugin.replay.runner import ReplayError, build_scenario, override_alias, run_router, sweep
@@ -31,23 +31,53 @@ RULE = PaceRule(target_usd_per_1k=2.0, rate=1.0, max_multiplier=100.0)
 # -- the update, exactly ---------------------------------------------------------------------------
 def test_the_dual_step_moves_by_rate_times_the_relative_overspend_within_its_bounds():
     # A call at $4 per 1k against a $2 target overspends by 100 %: +1.0 at rate 1.
-    assert dual_step(1.0, 0.004, RULE) == 2.0
+    assert dual_step(1.0, 0.004, RULE).multiplier == 2.0
     # A free call underspends by 100 %: -1.0, and the multiplier stops at 0.
-    assert dual_step(1.0, 0.0, RULE) == 0.0
-    assert dual_step(0.25, 0.0, RULE) == 0.0
+    assert dual_step(1.0, 0.0, RULE).multiplier == 0.0
+    assert dual_step(0.25, 0.0, RULE).multiplier == 0.0
     # A price shock (one call at $1,000 per 1k) counts as an overspend of MAX_STEP (4) only: one
     # call moves it by a bounded step whatever its cost; repeated, it reaches the bound, never past it.
-    assert dual_step(1.0, 1.0, RULE) == 5.0
-    assert dual_step(98.0, 1.0, RULE) == 100.0
-    assert dual_step(3.0, 0.001, PaceRule(2.0, rate=0.5, max_multiplier=10.0)) == 2.75
+    assert dual_step(1.0, 1.0, RULE).multiplier == 5.0
+    assert dual_step(98.0, 1.0, RULE).multiplier == 100.0
+    assert dual_step(3.0, 0.001, PaceRule(2.0, rate=0.5, max_multiplier=10.0)).multiplier == 2.75
+
+
+def test_a_dear_calls_overspend_beyond_the_step_is_carried_to_the_next_calls_up_to_max_carry():
+    # $30 per 1k against $2: 14 over; 4 counted now, 10 carried.
+    first = dual_step(1.0, 0.030, RULE)
+    assert first == (5.0, 10.0)
+    # The next calls, on target (0 over), count 4 of the carry each, the third the last 2.
+    second = dual_step(first.multiplier, 0.002, RULE, first.carry)
+    assert second == (9.0, 6.0)
+    third = dual_step(second.multiplier, 0.002, RULE, second.carry)
+    assert dual_step(third.multiplier, 0.002, RULE, third.carry) == (15.0, 0.0)
+    # $100 per 1k: 49 over; 4 counted, 32 (MAX_CARRY) carried, 13 lost.
+    assert dual_step(1.0, 0.100, RULE) == (5.0, MAX_CARRY) and MAX_CARRY == 32.0
+    # A cheap call pays part of the carry back: a free call's -1 with 3 carried counts 2.
+    assert dual_step(1.0, 0.0, RULE, 3.0) == (3.0, 0.0)
+
+
+def test_without_the_carry_a_target_the_dear_calls_exceed_five_times_is_overspent():
+    # Calls alternating $12 and $0.5 per 1k against $2: with the carry the multiplier's moves are
+    # the whole overspend, and the record's mean spend is what they telescope to.
+    rule = PaceRule(2.0, rate=1.0, max_multiplier=1000.0)
+    s, counted = FRESH, 0.0
+    for i in range(200):
+        cost = 0.012 if i % 2 == 0 else 0.0005
+        before = s.multiplier
+        s = pace(s, rule, cost, float(i))
+        counted += s.multiplier - before
+    over = sum((12.0 - 2.0) / 2.0 + (0.5 - 2.0) / 2.0 for _ in range(100))  # 5 - 0.75 per pair
+    assert counted + s.carry == pytest.approx(over)
+    assert counted > over - MAX_CARRY
 
 
 def test_below_a_floor_under_0_the_multiplier_goes_negative_and_stops_at_the_floor():
     floored = PaceRule(2.0, rate=1.0, max_multiplier=100.0, min_multiplier=-3.0)
-    assert dual_step(1.0, 0.0, floored) == 0.0  # a free call underspends by 100 %: -1.0
-    assert dual_step(0.25, 0.0, floored) == -0.75
-    assert dual_step(-2.5, 0.0, floored) == -3.0  # the floor, never past it
-    assert dual_step(-3.0, 0.004, floored) == -2.0  # an overspending call brings it back up
+    assert dual_step(1.0, 0.0, floored).multiplier == 0.0  # a free call underspends by 100 %: -1.0
+    assert dual_step(0.25, 0.0, floored).multiplier == -0.75
+    assert dual_step(-2.5, 0.0, floored).multiplier == -3.0  # the floor, never past it
+    assert dual_step(-3.0, 0.004, floored).multiplier == -2.0  # an overspending call brings it back up
 
 
 def test_pace_counts_the_call_and_keeps_the_realised_spend_per_1k():
@@ -171,6 +201,26 @@ def test_a_target_over_a_cost_weight_of_zero_is_a_warning_naming_its_line(write_
     line = next(n for n, text in enumerate(Path(path).read_text().splitlines(), 1) if "target_usd" in text)
     assert code == 0 and "Traceback" not in out + err
     assert (f"{path}:{line}:" in out + err and "cost weight is 0" in out + err) is idle, out + err
+
+
+@pytest.mark.parametrize("settings, cost_weight_idle, target_idle", [
+    # The cheapest within a tolerance: the cost weight orders equal prices only; the target widens the tolerance.
+    ("cost_weight: 0.5", True, False),
+    ("cost_weight: 0", True, False),
+    # Tolerance 0, the highest score: the cost weight counts, and a target over a weight of 0 does nothing.
+    ("cost_weight: 0.5, contextual: {quality_tolerance: 0}", False, False),
+    ("cost_weight: 0, contextual: {quality_tolerance: 0}", False, True),
+    # A floor below 0 takes the multiplier, and so the tolerance, to 0 and the cost bonus below it.
+    ("cost_weight: 0.5, budget: {target_usd_per_1k_requests: 1.5, min_multiplier: -5}", False, False),
+])
+def test_a_contextual_cost_weight_or_target_that_does_nothing_is_a_warning(write_file, aisia, settings,
+                                                                         cost_weight_idle, target_idle):
+    budget = "" if "budget" in settings else ", budget: {target_usd_per_1k_requests: 1.5}"
+    path = write_file("version: 1\naliases:\n  auto/c: {strategy: contextual, " + settings + budget + "}\n")
+    code, out, err = aisia("validate", path)
+    assert code == 0 and "Traceback" not in out + err
+    assert ("aliases.auto/c.cost_weight: warning: has no effect" in out + err) is cost_weight_idle, out + err
+    assert ("aliases.auto/c.budget.target_usd_per_1k_requests: warning" in out + err) is target_idle, out + err
 
 
 def test_apply_outcome_paces_every_priced_call_of_the_paced_alias_learning_or_not():

@@ -10,7 +10,8 @@ from aisia_plugin.decision import Deployment
 from aisia_plugin.engine import Engine
 from aisia_plugin.policy.loader import load_policy
 from aisia_plugin.quality import OTHER_PROMPTS, QualityStats, posterior
-from aisia_plugin.strategies.contextual import cheapest_within, choice_probability
+from aisia_plugin.outcome import Outcome
+from aisia_plugin.strategies.contextual import cheapest_within, choice_probability, paced_tolerance
 
 
 def test_the_cheapest_within_the_tolerance_of_the_best_prediction_is_chosen():
@@ -110,3 +111,35 @@ def test_the_reason_says_when_a_cheaper_candidate_was_chosen_within_the_toleranc
     reasons = [e.decide("auto", MSGS, DEPS) for _ in range(20)]
     within = [d for d in reasons if "within the quality tolerance 0.1" in d.reason]
     assert within and all(d.deployment_id == "cheap" for d in within)
+
+
+def test_a_paced_decision_scales_the_tolerance_by_the_pacing_multiplier():
+    assert paced_tolerance(0.18, 1.0) == 0.18  # the alias's own
+    assert paced_tolerance(0.18, 3.0) == pytest.approx(0.54)  # a target to keep under: wider, cheaper
+    assert paced_tolerance(0.18, 0.0) == 0.0 and paced_tolerance(0.18, -2.0) == 0.0  # the highest score
+
+
+def _paced_engine(tmp_path, seed: int, cost_usd: float) -> Engine:
+    # `auto` (contextual, tolerance 0.18) with a spend target of $2 per 1k; the frontier's answers
+    # read 0.9, the cheap one's 0.6: 0.3 apart, outside the alias's own tolerance. One call at
+    # `cost_usd` moves the multiplier from 1: at twice the target to 2, free to 0.
+    (tmp_path / "paced.yaml").write_text("version: 1\naliases:\n  auto: {budget: {target_usd_per_1k_requests: 2}}\n")
+    e = Engine(load_policy([tmp_path / "paced.yaml"]), clock=lambda: 0.0, rng=random.Random(seed))
+    for _ in range(200):
+        e.record_quality("cheap", "auto", OTHER_PROMPTS, 0.6, "signal", 1.0)
+        e.record_quality("frontier", "auto", OTHER_PROMPTS, 0.9, "signal", 1.0)
+    e.record("auto", Outcome("frontier", success=True, latency_s=0.5, cost_usd=cost_usd))
+    return e
+
+
+def test_a_spend_target_overspent_sends_the_contextual_choice_to_the_cheaper_deployment(tmp_path):
+    over = [_paced_engine(tmp_path, s, 0.004) for s in range(20)]
+    under = [_paced_engine(tmp_path, s, 0.0) for s in range(20)]
+    assert all(e.store.pace("auto").multiplier == 2.0 for e in over)
+    assert all(e.store.pace("auto").multiplier == 0.0 for e in under)
+    cheap_over = sum(e.decide("auto", MSGS, DEPS).deployment_id == "cheap" for e in over)
+    cheap_under = sum(e.decide("auto", MSGS, DEPS).deployment_id == "cheap" for e in under)
+    # Unpaced, 0.3 apart is outside the tolerance: the frontier. At a multiplier of 2 the tolerance
+    # is 0.36: the cheap one (its cost bonus, 2 x the weight, could not bridge 0.3 alone); at 0 the
+    # highest score: the frontier.
+    assert cheap_over == 20 and cheap_under == 0, (cheap_over, cheap_under)

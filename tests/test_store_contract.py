@@ -27,7 +27,7 @@ from aisia_plugin.blame import OutlierRule, PeerCalls
 from aisia_plugin.interfaces import StateStore
 from aisia_plugin.learning import OutcomeRecord
 from aisia_plugin.outcome import Outcome
-from aisia_plugin.pacing import MAX_STEP, PaceRule, PaceState, pace_key
+from aisia_plugin.pacing import MAX_STEP, PaceRule, PaceState, pace, pace_key
 from aisia_plugin.policy import load_policy
 from aisia_plugin.quality import QualityRecord
 from aisia_plugin.state import open_store
@@ -396,7 +396,13 @@ async def test_the_spend_pacing_records_are_the_pure_update_and_every_view_share
     await h.sync()
     after = h.store.pace("auto")
     assert after.count == before.count + 5
-    assert after.multiplier == pytest.approx(min(100.0, before.multiplier + 5.0), abs=1e-9)
+    # Each moves it by (4 - 2) / 2 = 1 plus what the price shocks carried (pacing.MAX_CARRY).
+    want_after = before
+    for i in range(5):
+        want_after = pace(want_after, PaceRule(2.0), 0.004, 5000.0 + i)
+    assert after.multiplier == pytest.approx(want_after.multiplier, abs=1e-9)
+    assert after.carry == pytest.approx(want_after.carry, abs=1e-9)
+    assert after.multiplier >= min(100.0, before.multiplier + 5.0) - 1e-9
     # A floor below 0 (budget.min_multiplier): free calls take the multiplier down to it and no
     # further (each moves it by 0.5 x (0 - 0.5) / 0.5 = -0.5), a call at $1 per 1k back up by 0.5;
     # every view reads the negative multiplier as stored.

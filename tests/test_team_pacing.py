@@ -15,7 +15,7 @@ import pytest
 from helpers import deployment
 from aisia_plugin.engine import Engine
 from aisia_plugin.outcome import Outcome
-from aisia_plugin.pacing import (BUDGET_BAND, BUDGET_RESERVE, MAX_STEP, BudgetStatus, PaceRule, TeamPace, alias_of, budget_multiplier,
+from aisia_plugin.pacing import (BUDGET_BAND, BUDGET_RESERVE, MAX_CARRY, MAX_STEP, BudgetStatus, PaceRule, TeamPace, alias_of, budget_multiplier,
                                  dual_step, pace_key, team_multiplier)
 from aisia_plugin.policy import load_policy
 
@@ -66,6 +66,11 @@ def test_three_huge_calls_move_the_alias_multiplier_by_a_bounded_step_only(engin
     m = engine.store.pace("auto/paced").multiplier
     # Fresh record at 1, then three steps of at most rate x MAX_STEP each (rate 1): 13, not 100.
     assert m == pytest.approx(1.0 + 3 * MAX_STEP) and m < 100.0 / 5
+    # What they overspent beyond that was carried (capped at MAX_CARRY, shared): calls on target
+    # after them count it, and the multiplier stops at 1 + 3 x 4 + 32 = 45, not 100.
+    for _ in range(10):
+        engine.record("auto/paced", Outcome("dear-large", success=True, latency_s=2.0, cost_usd=TARGET / 1000.0))
+    assert engine.store.pace("auto/paced").multiplier == pytest.approx(1.0 + 3 * MAX_STEP + MAX_CARRY)
     # The callers of no team share the alias's record: they feel the bounded move (the cost term at
     # 13 x outweighs this pool's quality gap); a team's calls do not (the next test).
 
@@ -87,9 +92,9 @@ def test_one_teams_huge_calls_leave_another_teams_multiplier_and_choices_unchang
 
 def test_the_step_is_capped_and_below_the_cap_it_is_the_dual_step():
     rule = PaceRule(TARGET, rate=1.0, max_multiplier=100.0)
-    assert dual_step(0.0, HUGE, rule) == MAX_STEP
-    assert dual_step(0.0, 0.006, rule) == pytest.approx(2.0)  # (6 - 2) / 2, under the cap: exact
-    assert dual_step(0.0, 0.0, rule) == 0.0  # floor 0
+    assert dual_step(0.0, HUGE, rule).multiplier == MAX_STEP
+    assert dual_step(0.0, 0.006, rule).multiplier == pytest.approx(2.0)  # (6 - 2) / 2, under the cap: exact
+    assert dual_step(0.0, 0.0, rule).multiplier == 0.0  # floor 0
 
 
 def test_pace_keys_name_their_alias():

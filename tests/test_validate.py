@@ -84,9 +84,9 @@ def test_a_team_file_adds_an_alias_and_its_values_win_without_overrides(aisia):
     assert [Path(f).name for f in report["default_files"]] == SHIPPED
     policy = load_policy([f"{FIX}/layered/team.yaml"])
     assert policy.aliases["auto/team"].strategy == "cost"
-    # The shipped auto/coding says contextual with cost_weight 0.05; the team's value wins, key by key.
+    # The shipped auto/coding says contextual with domain_hint coding; the team's value wins, key by key.
     coding = policy.aliases["auto/coding"]
-    assert (coding.strategy, coding.cost_weight, coding.domain_hint) == ("thompson", 0.05, "coding")
+    assert (coding.strategy, coding.domain_hint) == ("thompson", "coding")
     assert policy.costs.by_provider_prefix["openai"] == 4.0  # the shipped file says 5.0
     assert policy.costs.by_provider_prefix["groq"] == 0.30  # kept
 

@@ -245,6 +245,16 @@ def inert_settings(data: dict, locs: Locations, settings_of) -> list[PolicyIssue
         reads = settings_of(strategy)
         if reads is None:
             continue
+        if strategy == "contextual" and alias.get("cost_weight") is not None and _tolerance(alias) > 0 \
+                and not _spends_up(alias):
+            pos = position_of(locs, ("aliases", name, "cost_weight"), key=True)
+            out.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0, pos.column if pos else 0,
+                                   dotted(("aliases", name, "cost_weight")),
+                                   "has no effect: with contextual.quality_tolerance above 0 the contextual choice is "
+                                   "the cheapest candidate within the tolerance, and the cost weight only orders "
+                                   "candidates of equal price, whose cost bonuses are equal; set the tolerance "
+                                   "instead (0: the highest score, where the cost weight counts), or remove it",
+                                   "warning"))
         for key in TUNING:
             if alias.get(key) is not None and key not in reads:
                 pos = position_of(locs, ("aliases", name, key), key=True)
@@ -267,7 +277,7 @@ def inert_settings(data: dict, locs: Locations, settings_of) -> list[PolicyIssue
         if "cost_weight" not in reads:
             why = (f"strategy '{strategy}' does not read cost_weight; choose ucb1, thompson or "
                    "contextual")
-        elif _cost_weight(alias, data) == 0:
+        elif _cost_weight(alias, data) == 0 and not (strategy == "contextual" and _tolerance(alias) > 0):
             why = ("the alias's cost weight is 0, and a multiple of 0 is 0; give the alias a cost_weight "
                    "above 0 (the multiplier then scales it)")
         else:
@@ -278,6 +288,25 @@ def inert_settings(data: dict, locs: Locations, settings_of) -> list[PolicyIssue
                                dotted(path), f"has no effect: the spend target paces the cost weight, and {why}",
                                "warning"))
     return out
+
+
+def _tolerance(alias: dict) -> float:
+    """A contextual alias's quality tolerance: its own, else the schema's default."""
+    own = _map(alias.get("contextual")).get("quality_tolerance")
+    if own is None:
+        return float(defaults_of("Contextual")["quality_tolerance"])
+    return float(own) if _number(own) else 0.0  # a wrong type: the schema step reports it
+
+
+def _spends_up(alias: dict) -> bool:
+    """Whether the alias's spend target may take its multiplier below 0 (budget.min_multiplier < 0),
+    where a contextual decision takes the highest score and the cost weight counts."""
+    budget = _map(alias.get("budget"))
+    if budget.get("target_usd_per_1k_requests") is None:
+        return False
+    floor = budget.get("min_multiplier")
+    floor = defaults_of("Budget")["min_multiplier"] if floor is None else floor
+    return _number(floor) and floor < 0
 
 
 def _cost_weight(alias: dict, data: dict):

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 from ..bandit import ArmStats
 from ..breaker import CLOSED, PROMETHEUS_CODE, BreakerState
-from ..pacing import PACE_FIELDS, PaceState
+from ..pacing import MAX_CARRY, PACE_FIELDS, PaceState
 from ..quality import QUALITY_FIELDS, QualityStats
 from ..schema_defaults import range_of
 
@@ -216,7 +216,7 @@ def read_pace(raw: Any, notes: list | None = None) -> PaceState:
     if d is None:
         return base
     bounds = {"multiplier": MAX_MULTIPLIER, "spend_per_1k": MAX_SPEND_USD, "count": MAX_COUNT,
-              "spend_usd": MAX_SPEND_USD, "updated": MAX_TIME}
+              "spend_usd": MAX_SPEND_USD, "updated": MAX_TIME, "carry": MAX_CARRY}
     got = {}
     for name in PACE_FIELDS:
         r = d.get(name)

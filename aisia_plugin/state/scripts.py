@@ -12,7 +12,7 @@ float as its ``repr``, which cjson reads back as the same double).
 
 The record field tables and their defaults, which common.lua reads and writes, are not written a
 second time in Lua: :func:`record_tables` generates them from the Python records (``ArmStats``,
-``records.BREAKER_FIELDS``, ``PaceState``, ``pacing.SPEND_WINDOW`` / ``MAX_STEP`` /
+``records.BREAKER_FIELDS``, ``PaceState``, ``pacing.SPEND_WINDOW`` / ``MAX_STEP`` / ``MAX_CARRY`` /
 ``TEAM_SEPARATOR``,
 ``QUALITY_FIELDS`` / ``SOURCES``) and :func:`source` puts them before common.lua when a script is
 loaded."""
@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping, Optional
 from ..bandit import ArmStats
 from ..breaker import BreakerState
 from ..learning import LearningRules
-from ..pacing import MAX_STEP, PACE_FIELDS, SPEND_WINDOW, TEAM_SEPARATOR, PaceState
+from ..pacing import MAX_CARRY, MAX_STEP, PACE_FIELDS, SPEND_WINDOW, TEAM_SEPARATOR, PaceState
 from ..quality import QUALITY_FIELDS, SOURCES
 from .records import ARM_FIELDS, BREAKER_FIELDS
 
@@ -61,6 +61,7 @@ def record_tables() -> str:
         "PACE_DEFAULT": _defaults(PaceState()),
         "PACE_WINDOW": SPEND_WINDOW,
         "PACE_MAX_STEP": MAX_STEP,
+        "PACE_MAX_CARRY": MAX_CARRY,
         "TEAM_SEPARATOR": TEAM_SEPARATOR,  # a team's pace key: alias, separator, team id
         "QUALITY": QUALITY_FIELDS,  # quality.QUALITY_FIELDS, quality.QualityStats
         # each evidence source (quality.SOURCES) -> the index in QUALITY of the count it adds one to

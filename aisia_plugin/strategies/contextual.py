@@ -82,6 +82,14 @@ def cheapest_within(means, sds, draws, scores, costs, tolerance: float) -> int:
     return best
 
 
+def paced_tolerance(tolerance: float, multiplier: float) -> float:
+    """The quality tolerance of a paced decision: the alias's own times the pacing multiplier,
+    as the bandits' cost weight is (1: the alias's own, above it a wider tolerance, cheaper
+    choices, 0 or below: none, the highest score, whose cost bonus a negative multiplier turns
+    towards the dearer candidates). Pure."""
+    return tolerance * multiplier if multiplier > 0.0 else 0.0
+
+
 def family_fits(pool: Pool, context: RoutingContext) -> list:
     """Each pool member's model family score for the request's task in the policy's task-fitness
     table (``TaskFitnessTable.family_fitness``; None: the family is unknown, or no policy). Read
@@ -135,8 +143,8 @@ class ContextualStrategy:
             return d
         pool = Pool.of(pool).not_open()
         prior_var, noise_var, spread, tolerance = settings_of(context)
-        if context.paced:  # the pacing multiplier steers cost through the bonus (docs/quality.md#the-choice)
-            tolerance = 0.0
+        if context.paced:  # the pacing multiplier scales the tolerance (docs/quality.md#the-choice)
+            tolerance = paced_tolerance(tolerance, context.cost_multiplier)
         x = self.vector(context)
         if not models.ids.keys() >= set(pool.ids):  # a deployment met for the first time: its prior
             start_cold(models, pool, context, prior_var)

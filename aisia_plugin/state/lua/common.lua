@@ -16,7 +16,7 @@ local function fmt(x)
 end
 
 -- The record field tables and their defaults (ARM, ARM_DEFAULT, CB, CB_DEFAULT, PACE,
--- PACE_DEFAULT, PACE_WINDOW, PACE_MAX_STEP, TEAM_SEPARATOR, QUALITY, QUALITY_SOURCES) are not
+-- PACE_DEFAULT, PACE_WINDOW, PACE_MAX_STEP, PACE_MAX_CARRY, TEAM_SEPARATOR, QUALITY, QUALITY_SOURCES) are not
 -- written here: state/scripts.py generates them from the Python records (records.py,
 -- bandit.ArmStats, breaker.BreakerState, pacing.PaceState, quality.py) and puts them before this
 -- file when a script is loaded.
@@ -199,11 +199,17 @@ local function pace_update(rule, s, cost, now)
   if type(cost) ~= 'number' or cost ~= cost or cost == math.huge or cost < 0 then return s end
   local count = s.count + 1
   local spend = s.spend_per_1k + (1000 * cost - s.spend_per_1k) / math.min(count, PACE_WINDOW)
-  local over = (1000 * cost - rule.target) / rule.target
-  if not (over < PACE_MAX_STEP) then over = PACE_MAX_STEP end
-  local m = s.multiplier + rule.rate * over
+  local carry = s.carry
+  if not (carry >= 0 and carry <= PACE_MAX_CARRY) then carry = 0 end  -- records.read_pace's bounds
+  local over = (1000 * cost - rule.target) / rule.target + carry
+  local counted = over
+  if not (over < PACE_MAX_STEP) then counted = PACE_MAX_STEP end
+  local rest = over - counted
+  if not (rest < PACE_MAX_CARRY) then rest = PACE_MAX_CARRY end
+  local m = s.multiplier + rule.rate * counted
   if m < rule.min then m = rule.min elseif m > rule.max then m = rule.max end
-  return {multiplier = m, spend_per_1k = spend, count = count, spend_usd = s.spend_usd + cost, updated = now}
+  return {multiplier = m, spend_per_1k = spend, count = count, spend_usd = s.spend_usd + cost, updated = now,
+          carry = rest}
 end
 
 -- quality.add_evidence (aisia_plugin/quality.py): the quality evidence kept beside an arm, in the
