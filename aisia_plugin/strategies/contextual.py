@@ -343,14 +343,3 @@ def moved_by(models, ids, features, domain, task_type, x, top: int = 3) -> dict:
             merged[lab] = merged.get(lab, 0.0) + c
         out[dep] = [(lab, c) for lab, c in sorted(merged.items(), key=lambda kv: -abs(kv[1]))[:top] if c != 0.0]
     return out
-
-
-def explain_prompt(models, ids, features, domain, task_type, pulls, rewards, tick, gamma, prior_var,
-                   top: int = 5) -> dict:
-    """For `aisia explain`: per deployment the predicted reward, its uncertainty, and the
-    features that moved it most (label, contribution), off the request path."""
-    x = request_vector(features, domain, task_type)
-    mean, var, base = models.predict(list(ids), x, pulls, rewards, tick, gamma, prior_var)
-    moved = moved_by(models, ids, features, domain, task_type, x, top)
-    return {dep: {"predicted": mean[k], "uncertainty": math.sqrt(var[k]), "base": base[k],
-                  "moved_by": [list(p) for p in moved[dep]]} for k, dep in enumerate(ids)}
