@@ -220,7 +220,7 @@ async def run(a) -> None:
         gc.set_threshold(a.threshold, 10, 10)
     router, plugin = build(deployments, max(a.wide_aliases, int(arm == "wide")), plugin_loaded=arm not in ("litellm", "group"),
                            strategy=a.strategy, one_group=arm == "group")
-    model = {"alias": ALIAS, "wide": "auto/wide-0"}.get(arm, PLAIN)
+    model = {"alias": ALIAS, "wide": "auto/wide-0", "auto": "auto"}.get(arm, PLAIN)
     talks = Conversations() if a.history else None
     if talks is not None:
         await talks.first_turns(router, plugin, model, a.warmup)
@@ -378,7 +378,9 @@ async def gc_counts(a, router, plugin, model: str) -> None:
 
 def main(argv=None) -> int:
     a = bench.arguments(__doc__, argv, arm=("alias", "alias, plain, litellm (a Router without the plugin), wide (an alias over every "
-                                                 "deployment) or group (LiteLLM alone, one group of them all)"),
+                                                 "deployment), auto (the shipped auto, as the proxy count's "
+                                                 "wide arm; --strategy does not apply) or group (LiteLLM alone, one "
+                                                 "group of them all)"),
                         requests=(int, "measured requests (default 100, with --gc 600)"),
                         warmup=(int, "warm-up requests (default 30, with --gc 300)"), cprofile=False,
                         deployments=(1, "deployments in the Router (fillers added)"),
@@ -388,8 +390,8 @@ def main(argv=None) -> int:
                         history=(False, "each request a conversation's second turn, judging its stored first answer"),
                         gc=(False, "count what the requests leave to the garbage collector"), kinds=(False, "with --gc: by kind"),
                         threshold=(100, "with --gc: the young generation's threshold (gc.set_threshold)"))
-    if a.arm not in ("alias", "plain", "litellm", "wide", "group"):
-        raise SystemExit(f"--arm {a.arm}: choose alias, plain, litellm, wide or group")
+    if a.arm not in ("alias", "plain", "litellm", "wide", "auto", "group"):
+        raise SystemExit(f"--arm {a.arm}: choose alias, plain, litellm, wide, auto or group")
     a.requests = (600 if a.gc else 100) if a.requests is None else a.requests
     a.warmup = (300 if a.gc else 30) if a.warmup is None else a.warmup
     asyncio.run(run(a))
