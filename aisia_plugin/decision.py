@@ -392,9 +392,10 @@ class RoutingContext:
     contextual: Any = None  # contextual.ContextualModels the contextual strategy reads (the engine's)
     # The spend target's multiplier of the cost weight (pacing.py; 1 for an alias without a target).
     cost_multiplier: float = 1.0
-    # Whether pacing steers this decision's cost (a spend target or a team's budget): then the
-    # multiplier, not a fixed quality tolerance, says how much quality a lower price may cost.
-    paced: bool = False
+    # What paces this decision's cost (pacing.BY_TARGET: a spend target; pacing.BY_BUDGET: a
+    # team's or key's LiteLLM budget; None: nothing): then the multiplier says how much quality a
+    # lower price may cost (the contextual strategy: docs/quality.md#the-choice).
+    paced: Optional[str] = None
     # The deployments' quality estimates for this request (``QualityColumns``: the engine's reader
     # of quality.py's records; None outside an engine): the contextual strategy's base.
     quality: Any = None

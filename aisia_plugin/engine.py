@@ -30,7 +30,7 @@ from .interfaces import StateStore
 from .key_share import EvidenceShares
 from .learning import LearningRules, learns_from, outcome_record
 from .outcome import Outcome, reward
-from .pacing import TeamPace, above_floor, multiplier_of, pace_key, rule_of, team_multiplier
+from .pacing import BY_TARGET, TeamPace, above_floor, multiplier_of, pace_key, rule_of, team_multiplier
 from .quality import OTHER_PROMPTS, SOURCES, QualityPriors, QualityRecord, estimate, finite_unit
 from .schema_defaults import defaults_of
 from .policy.models import Policy
@@ -308,11 +308,11 @@ class Engine:
             else (self.quality_domain(asked.present) if asked.present else None) or OTHER_PROMPTS
         pace_rule = self.pace_rules.get(alias)
         if team is not None and (team.team or team.budgets):
-            ctx.paced = pace_rule is not None or bool(team.budgets)
-            ctx.cost_multiplier = team_multiplier(self.store.pace(pace_key(alias, team.team)), pace_rule, team.budgets,
-                                                  ap.budget.min_multiplier, ap.budget.max_multiplier)
+            ctx.cost_multiplier, ctx.paced = team_multiplier(self.store.pace(pace_key(alias, team.team)), pace_rule,
+                                                             team.budgets, ap.budget.min_multiplier,
+                                                             ap.budget.max_multiplier)
         elif pace_rule is not None:
-            ctx.paced = True
+            ctx.paced = BY_TARGET
             ctx.cost_multiplier = multiplier_of(self.store.pace(alias), pace_rule)
         decision = plugins.get_strategy(ap.strategy).select(pool, ctx)
         try:

@@ -202,15 +202,27 @@ def budget_multiplier(status: BudgetStatus, lo: float, hi: float) -> float:
     return lo + (hi - lo) * clamp(share, 0.0, 1.0)
 
 
+# What governs a paced decision's multiplier (``Pacing.by``).
+BY_TARGET = "target"  # the spend target's dual variable: it settles wherever the spend meets the target
+BY_BUDGET = "budget"  # a LiteLLM budget's ramp (budget_multiplier), shaped for the cost bonus
+
+
+class Pacing(NamedTuple):
+    """A decision's multiplier and what governs it (BY_TARGET, BY_BUDGET; None: nothing paces it)."""
+
+    multiplier: float
+    by: Optional[str]
+
+
 def team_multiplier(state: Optional[PaceState], rule: Optional[PaceRule], budgets, lo: float,
-                    hi: float) -> float:
+                    hi: float) -> Pacing:
     """The multiplier a decision of a team applies: the larger of its own spend-target record's
     (:func:`multiplier_of`, 1 without a target) and each of its `budgets`' (BudgetStatus; the
     team's, the key's); `lo`/`hi` the alias's bounds (budget.min_multiplier, max_multiplier)."""
-    ms = [budget_multiplier(b, lo, hi) for b in budgets]
-    if rule is not None or not ms:
-        ms.append(multiplier_of(state, rule))
-    return max(ms)
+    budget = max((budget_multiplier(b, lo, hi) for b in budgets), default=None)
+    if budget is not None and (rule is None or budget >= multiplier_of(state, rule)):
+        return Pacing(budget, BY_BUDGET)
+    return Pacing(multiplier_of(state, rule), BY_TARGET if rule is not None else None)
 
 
 @dataclass(frozen=True, slots=True)

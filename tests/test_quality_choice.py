@@ -11,6 +11,7 @@ from aisia_plugin.engine import Engine
 from aisia_plugin.policy.loader import load_policy
 from aisia_plugin.quality import OTHER_PROMPTS, QualityStats, posterior
 from aisia_plugin.outcome import Outcome
+from aisia_plugin.pacing import BY_BUDGET, BY_TARGET
 from aisia_plugin.strategies.contextual import cheapest_within, choice_probability, paced_tolerance
 
 
@@ -117,6 +118,8 @@ def test_a_paced_decision_scales_the_tolerance_by_the_pacing_multiplier():
     assert paced_tolerance(0.18, 1.0) == 0.18  # the alias's own
     assert paced_tolerance(0.18, 3.0) == pytest.approx(0.54)  # a target to keep under: wider, cheaper
     assert paced_tolerance(0.18, 0.0) == 0.0 and paced_tolerance(0.18, -2.0) == 0.0  # the highest score
+    # A budget's ramp acts through the cost bonus alone: the highest score at any multiplier.
+    assert paced_tolerance(0.18, 3.0, BY_BUDGET) == 0.0 and paced_tolerance(0.18, 3.0, BY_TARGET) == pytest.approx(0.54)
 
 
 def _paced_engine(tmp_path, seed: int, cost_usd: float) -> Engine:

@@ -15,7 +15,7 @@ import pytest
 from helpers import deployment
 from aisia_plugin.engine import Engine
 from aisia_plugin.outcome import Outcome
-from aisia_plugin.pacing import (BUDGET_BAND, BUDGET_RESERVE, MAX_CARRY, MAX_STEP, BudgetStatus, PaceRule, TeamPace, alias_of, budget_multiplier,
+from aisia_plugin.pacing import (BY_BUDGET, BY_TARGET, BUDGET_BAND, BUDGET_RESERVE, MAX_CARRY, MAX_STEP, BudgetStatus, PaceRule, TeamPace, alias_of, budget_multiplier,
                                  dual_step, pace_key, team_multiplier)
 from aisia_plugin.policy import load_policy
 
@@ -119,10 +119,10 @@ def test_the_budget_multiplier_rises_through_the_band_to_the_line(spend, elapsed
 def test_a_team_applies_the_larger_of_its_record_and_its_budgets():
     rule = PaceRule(TARGET, max_multiplier=100.0)
     behind, ahead = BudgetStatus(100.0, 0.0, 0.9), BudgetStatus(100.0, 95.0, 0.9)
-    assert team_multiplier(None, rule, (behind,), 0.0, 100.0) == 1.0  # the fresh record's 1
-    assert team_multiplier(None, rule, (behind, ahead), 0.0, 100.0) == 100.0
-    assert team_multiplier(None, None, (behind,), 0.0, 100.0) == 0.0  # no target: the budget alone
-    assert team_multiplier(None, None, (), 0.0, 100.0) == 1.0
+    assert team_multiplier(None, rule, (behind,), 0.0, 100.0) == (1.0, BY_TARGET)  # the fresh record's 1
+    assert team_multiplier(None, rule, (behind, ahead), 0.0, 100.0) == (100.0, BY_BUDGET)
+    assert team_multiplier(None, None, (behind,), 0.0, 100.0) == (0.0, BY_BUDGET)  # no target: the budget alone
+    assert team_multiplier(None, None, (), 0.0, 100.0) == (1.0, None)
 
 
 def test_a_team_over_its_budget_pace_gets_the_cheap_deployment_one_behind_the_dear_one(engine):
