@@ -123,7 +123,10 @@ def worker_and(proxy, call):
 
 def test_every_worker_resolves_every_request_id_for_feedback_once(proxy, redis_module):  # noqa: F811
     served = []
-    for _ in range(12):
+    # At least 12 requests, each on a new connection, until both workers have served some: which
+    # worker accepts a connection is the kernel's choice, and on a loaded machine one worker took
+    # all of 12 in a row (CI, 2026-12-06).
+    while len(served) < 12 or (len({pid for _, pid in served}) < 2 and len(served) < 120):
         pid, r = worker_and(proxy, lambda c: c.post("/v1/chat/completions", json={
             "model": "test/shared", "messages": [{"role": "user", "content": "hello"}]}))
         assert r.status_code == 200, r.text[:300]
