@@ -219,7 +219,8 @@ def test_a_contextual_cost_weight_or_target_that_does_nothing_is_a_warning(write
     path = write_file("version: 1\naliases:\n  auto/c: {strategy: contextual, " + settings + budget + "}\n")
     code, out, err = aisia("validate", path)
     assert code == 0 and "Traceback" not in out + err
-    assert ("aliases.auto/c.cost_weight: warning: has no effect" in out + err) is cost_weight_idle, out + err
+    assert ("aliases.auto/c.cost_weight: warning: has an effect only on decisions a LiteLLM team or key budget "
+            "paces" in out + err) is cost_weight_idle, out + err
     assert ("aliases.auto/c.budget.target_usd_per_1k_requests: warning" in out + err) is target_idle, out + err
 
 

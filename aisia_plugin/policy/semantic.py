@@ -250,10 +250,12 @@ def inert_settings(data: dict, locs: Locations, settings_of) -> list[PolicyIssue
             pos = position_of(locs, ("aliases", name, "cost_weight"), key=True)
             out.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0, pos.column if pos else 0,
                                    dotted(("aliases", name, "cost_weight")),
-                                   "has no effect: with contextual.quality_tolerance above 0 the contextual choice is "
-                                   "the cheapest candidate within the tolerance, and the cost weight only orders "
-                                   "candidates of equal price, whose cost bonuses are equal; set the tolerance "
-                                   "instead (0: the highest score, where the cost weight counts), or remove it",
+                                   "has an effect only on decisions a LiteLLM team or key budget paces (they take the "
+                                   "highest score, cost bonus included): otherwise, with contextual.quality_tolerance "
+                                   "above 0, the contextual choice is the cheapest candidate within the tolerance, "
+                                   "and the cost weight only orders candidates of equal price, whose cost bonuses "
+                                   "are equal; set the tolerance instead (0: the highest score, where the cost "
+                                   "weight counts), or remove it",
                                    "warning"))
         for key in TUNING:
             if alias.get(key) is not None and key not in reads:
