@@ -119,6 +119,9 @@ def clamp(x: float, lo: float, hi: float) -> float:
 
 
 class Step(NamedTuple):
+    """What one paced outcome leaves (``dual_step``): the new multiplier, and the overspend not
+    yet counted in it (``PaceState.carry``, at most MAX_CARRY), counted by the next outcomes."""
+
     multiplier: float
     carry: float
 

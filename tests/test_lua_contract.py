@@ -84,3 +84,13 @@ def test_the_record_tables_are_generated_once_and_written_nowhere_in_lua():
         loaded = scripts.source(name)
         assert all(loaded.count(f"local {t} = ") == 1 for t in tables)
         assert loaded.index("local ARM = ") < loaded.index("local function read_arm")
+
+
+def test_a_reply_is_read_by_name_and_a_name_out_of_contract_is_a_clear_error():
+    ok = scripts.read_reply(scripts.RecordReply, [b"status", b"ok", b"version", b"7", b"tick", b"3"], "record")
+    assert (ok.status, ok.version, ok.tick, ok.epoch) == (b"ok", b"7", b"3", None)
+    with pytest.raises(scripts.ReplyError, match=r"record\.lua answered bogus, status.*RecordReply"):
+        scripts.read_reply(scripts.RecordReply, [b"status", b"ok", b"bogus", b"1"], "record")
+    with pytest.raises(scripts.ReplyError, match=r"seed\.lua answered status.*SeedReply.*epoch"):
+        scripts.read_reply(scripts.SeedReply, [b"status", b"seeded"], "seed")
+

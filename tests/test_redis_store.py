@@ -22,7 +22,7 @@ from aisia_plugin.learning import LearningRules, OutcomeRecord
 from aisia_plugin.bandit import ArmStats
 from aisia_plugin.outcome import Outcome
 from aisia_plugin.policy import load_policy
-from aisia_plugin.state import open_store
+from aisia_plugin.state import open_store, scripts
 from aisia_plugin.state.memory import MemoryState
 from aisia_plugin.state.records import ARM_FIELDS, BREAKER_FIELDS, read_arm, read_breaker, read_quality
 from aisia_plugin.state.redis import RedisStore, StoreConfigError, key_tag, redact
@@ -407,6 +407,34 @@ def test_a_batch_replayed_after_a_lost_reply_is_applied_once(redis_module):
     store = asyncio.run(main())
     assert store.counters["duplicates_skipped"] == 1
     assert read_arm(redis_module.client().hgetall(key_tag(pol.state.key_prefix) + "bandit:a")).count == 1
+
+
+def test_the_replies_the_store_rarely_sees_read_by_name(redis_module):
+    """Each script answers name/value pairs (scripts.read_reply): the answers the other tests
+    seldom reach, run on the server and read as the store reads them."""
+    r, tag = redis_module.client(), "replies:"
+
+    def answer(record, name, key, doc):
+        return scripts.read_reply(record, r.eval(scripts.source(name), 1, tag + key, doc), name)
+
+    def seed(epoch):
+        return scripts.seed_doc(tag=tag, epoch=epoch, bandit_ttl=60, breaker_ttl=60, tick="0.0", applied=[],
+                                lkgp={}, arms=[], breakers=[], paces=[], quality=[])
+
+    first, again = (answer(scripts.SeedReply, "seed", "epoch", seed(e)) for e in ("e1", "e2"))
+    assert (first.status, first.epoch, again.status, again.epoch) == (b"seeded", b"e1", b"exists", b"e1")
+    stale = answer(scripts.RecordReply, "record", "tick", scripts.record_doc(
+        tag=tag, epoch="e0", process="p", seq=1, bandit_ttl=60, breaker_ttl=60, rules=scripts.record_rules(None), ops=[]))
+    assert (stale.status, stale.epoch, stale.version) == (b"epoch", b"e1", None)
+    gone = answer(scripts.FoldReply, "contextual", "ctxdeps", scripts.contextual_doc(
+        tag=tag, process="p", gamma=1.0, ttl=60, others=None,
+        columns=[scripts.context_column(deployment="a", known="1:1", base=None, folds=[])]))
+    assert (gone.status, gone.absent, gone.rows) == (b"absent", [b"a"], None)
+    nothing = answer(scripts.FoldReply, "contextual", "ctxdeps", scripts.contextual_doc(
+        tag=tag, process="p", gamma=1.0, ttl=60, others=None,
+        columns=[scripts.context_column(deployment="b", known="", base=None, folds=[])]))
+    row = scripts.read_reply(scripts.FoldRow, nothing.rows[0], "contextual")
+    assert nothing.status == b"ok" and (row.deployment, row.version, row.full, row.weights) == (b"b", b"", 0, None)
 
 
 def test_scripts_are_reloaded_after_script_flush(redis_module):

@@ -93,7 +93,6 @@ def _about_key(err: jsonschema.ValidationError) -> bool:
 def _to_issue(err: jsonschema.ValidationError, locations: Locations, file: str, prefix: tuple) -> PolicyIssue:
     path = prefix + tuple(err.absolute_path)
     validator = err.validator
-    schema = err.schema if isinstance(err.schema, dict) else {}
     if _about_key(err):
         # jsonschema reports the failing keyword of the propertyNames subschema, at the path of
         # the mapping, with the offending name as the instance.

@@ -616,9 +616,11 @@ class RedisStore:
             self._outage(exc)
             return False
         view = {}
-        for dep, flat in zip(deps, rows or ()):
-            flat = [v.decode() if isinstance(v, bytes) else v for v in flat or ()]
-            view[dep] = {flat[i]: (int(flat[i + 1]), int(flat[i + 2])) for i in range(0, len(flat) - 2, 3)}
+        for dep, entries in zip(deps, rows or ()):
+            view[dep] = {}
+            for raw in entries or ():
+                e = scripts.read_reply(scripts.PeerEntry, raw, "peers")
+                view[dep][e.caller.decode()] = (int(e.calls), int(e.successes))
         with self._lock:
             self._peers_view = view
             self._peers_sending = []
@@ -772,15 +774,15 @@ class RedisStore:
 
     async def _reserve(self, deployment_id, now, breaker) -> bool:
         keys = self.keys(deployment_id)
-        reply = await self._eval("reserve", [keys["cb"]], [scripts.reserve_doc(
+        reply = scripts.read_reply(scripts.ReserveReply, await self._eval("reserve", [keys["cb"]], [scripts.reserve_doc(
             tag=self.tag, deployment=deployment_id, now=float(now), timeout=float(breaker.timeout_s),
             max_calls=breaker.half_open_max_calls, lease=float(breaker.probe_lease_s),
-            breaker_ttl=self.cfg.breaker_ttl_s)])
+            breaker_ttl=self.cfg.breaker_ttl_s)]), "reserve")
         self._recovered()
-        state = read_breaker(dict(zip(BREAKER_FIELDS, reply[1:])))
+        state = read_breaker(pairs(reply.breaker))
         with self._lock:
             self._mirror.put_breaker(deployment_id, state)
-        return bool(int(reply[0]))
+        return bool(int(reply.granted))
 
     # -- Redis calls ------------------------------------------------------------------------------
     async def _eval(self, name: str, keys: list, args: list):
@@ -825,42 +827,45 @@ class RedisStore:
     async def _refresh_once(self, force: bool) -> bool:
         """One read; True when the store had to be re-seeded (read again)."""
         sent_mono, sent = time.monotonic(), time.time()
-        reply = await self._eval("refresh", [self.key("tick")],
-                                [scripts.refresh_doc(tag=self.tag, known_version="" if force else self._version)])
+        reply = scripts.read_reply(scripts.RefreshReply, await self._eval(
+            "refresh", [self.key("tick")], [scripts.refresh_doc(tag=self.tag, known_version="" if force else self._version)]),
+            "refresh")
         received = time.time()
         self._recovered()
         self.counters["refreshes"] += 1
-        self._offset = int(reply[2]) + int(reply[3]) / 1e6 - (sent + received) / 2.0
+        self._offset = int(reply.seconds) + int(reply.microseconds) / 1e6 - (sent + received) / 2.0
         self._fresh_until = sent_mono + self.cfg.cache_ttl_ms / 1000.0
-        version, epoch = reply[0].decode(), reply[1].decode()
+        version, epoch = reply.version.decode(), reply.epoch.decode()
         if not epoch:
             await self._seed()
             return True
-        if len(reply) == 4:  # nothing written since our version: read again only for another epoch
+        if not reply.changed:  # nothing written since our version: read again only for another epoch
             return epoch != self._epoch
         self._epoch, self._version = epoch, version
         base = MemoryState()
-        tick = number(reply[4], 0.0, 1e15)
+        tick = number(reply.tick, 0.0, 1e15)
         base.ticks = tick if tick is not None else 0.0
-        applied = {k: int(number(v, 0, 1e18) or 0) for k, v in pairs(reply[5]).items()}
-        base.lkgp = {str(k): v.decode("utf-8", "replace") for k, v in pairs(reply[6]).items()}
-        for dep_raw, g, cb, per_domain in reply[7]:
-            dep = dep_raw.decode("utf-8", "replace")
-            if g:
-                fields = pairs(g)
+        applied = {k: int(number(v, 0, 1e18) or 0) for k, v in pairs(reply.applied).items()}
+        base.lkgp = {str(k): v.decode("utf-8", "replace") for k, v in pairs(reply.lkgp).items()}
+        for raw in reply.deployments:
+            row = scripts.read_reply(scripts.RefreshRow, raw, "refresh")
+            dep = row.deployment.decode("utf-8", "replace")
+            if row.arm:
+                fields = pairs(row.arm)
                 _install_quality(base, dep, None, fields)
                 if _holds_arm(fields):
                     base.put_arm(dep, None, read_arm(fields))
-            if cb:
-                base.breakers[dep] = read_breaker(pairs(cb))
-            for dom, h in pairs(per_domain).items():
+            if row.breaker:
+                base.breakers[dep] = read_breaker(pairs(row.breaker))
+            for dom, h in pairs(row.domains).items():
                 fields = pairs(h)
                 _install_quality(base, dep, dom, fields)
                 if _holds_arm(fields):
                     base.put_arm(dep, dom, read_arm(fields))
-        for alias_raw, h in (reply[8] if len(reply) > 8 else ()):
-            if h:
-                base.paces[alias_raw.decode("utf-8", "replace")] = read_pace(pairs(h))
+        for raw in reply.paces or ():
+            paced = scripts.read_reply(scripts.PaceRow, raw, "refresh")
+            if paced.pace:
+                base.paces[paced.alias.decode("utf-8", "replace")] = read_pace(pairs(paced.pace))
         self._install(base, applied)
         return False
 
@@ -910,8 +915,8 @@ class RedisStore:
                                breaker_ttl=self.cfg.breaker_ttl_s, tick=_f(base.ticks),
                                applied=[(proc, str(seq)) for proc, seq in self._base_applied.items()],
                                lkgp=base.lkgp, arms=arms, breakers=breakers, paces=paces, quality=quality)
-        reply = await self._eval("seed", [self.key("epoch")], [doc])
-        if reply[0] == b"seeded" and self._epoch is not None:
+        reply = scripts.read_reply(scripts.SeedReply, await self._eval("seed", [self.key("epoch")], [doc]), "seed")
+        if reply.status == b"seeded" and self._epoch is not None:
             self.counters["reseeded"] += 1
             self._event("reseeded")
             log.warning("Redis state store %s came back empty: re-seeded from this process's state", self.shown_url)
@@ -1028,9 +1033,9 @@ class RedisStore:
         doc = scripts.record_doc(tag=self.tag, epoch=self._epoch or "", process=self.process, seq=batch.seq,
                                  bandit_ttl=self.cfg.bandit_ttl_s, breaker_ttl=self.cfg.breaker_ttl_s,
                                  rules=self._rules_doc(batch.rules), ops=ops)
-        reply = await self._eval("record", [self.key("tick")], [doc])
+        reply = scripts.read_reply(scripts.RecordReply, await self._eval("record", [self.key("tick")], [doc]), "record")
         self._recovered()
-        status = reply[0].decode()
+        status = reply.status.decode()
         if status in ("ok", "dup"):
             with self._lock:
                 if self._batches and self._batches[0] is batch:
@@ -1074,17 +1079,18 @@ class RedisStore:
                 again = False
                 for args in self._fold_calls(gamma):
                     try:
-                        reply = await self._eval("contextual", [self.key("ctxdeps")], args)
+                        raw = await self._eval("contextual", [self.key("ctxdeps")], args)
                     except Exception as exc:
                         self._outage(exc)
                         return False
                     self._recovered()
-                    if reply[0] == b"absent":
-                        for dep in reply[1]:
+                    reply = scripts.read_reply(scripts.FoldReply, raw, "contextual")
+                    if reply.status == b"absent":
+                        for dep in reply.absent:
                             self._ctx_known[dep.decode("utf-8", "replace")] = ""
                         again = True
                         break
-                    self._fold_rows(reply[1], gamma)
+                    self._fold_rows(reply.rows, gamma)
                 if not again:
                     self._fold_acked()
                     return True
@@ -1155,23 +1161,25 @@ class RedisStore:
         """One call of the fold is in Redis: install the columns its reply carries."""
         fold = self._ctx_unacked
         folded = {d.dep for d in fold.deltas} if fold is not None else set()
-        for row in rows:
-            dep, version = row[0].decode("utf-8", "replace"), row[1].decode()
+        for raw in rows:
+            row = scripts.read_reply(scripts.FoldRow, raw, "contextual")
+            dep, version = row.deployment.decode("utf-8", "replace"), row.version.decode()
             resent = self._ctx_resend.pop(dep, ())
-            if not int(row[2]):
+            if not int(row.full):
                 self._ctx_known[dep] = version
                 if version and (dep in folded or resent):  # this process's folds are in that version
                     view = self._ctx_view.setdefault(dep, {})
                     view[self.process] = max([view.get(self.process, 0)] + [s for s, _ in resent]
                                              + ([fold.seq] if dep in folded else []))
                 continue
-            scale, tick, count, p0, prior_mean, prior_count = (number(v, 0.0, 1e300) for v in row[3:9])
-            applied = {k: int(number(v, 0, 1e18) or 0) for k, v in pairs(row[9]).items()}
+            scale, tick, count, p0, prior_mean, prior_count = (number(v, 0.0, 1e300) for v in (
+                row.scale, row.tick, row.count, row.p0, row.prior_mean, row.prior_count))
+            applied = {k: int(number(v, 0, 1e18) or 0) for k, v in pairs(row.applied).items()}
             if not p0 or not scale:  # not a column this package wrote: start it again from a view
                 self._ctx_known[dep] = ""
                 continue
             col = SharedColumn(p0, scale, tick or 0.0, count or 0.0, prior_mean if prior_mean is not None else 0.5,
-                               prior_count or 0.0, _weights(row[10]))
+                               prior_count or 0.0, _weights(row.weights))
             self.contextual.adopt(dep, col, gamma)
             self.counters["columns_read"] += 1
             self._ctx_view[dep] = applied

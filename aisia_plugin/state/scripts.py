@@ -15,21 +15,25 @@ second time in Lua: :func:`record_tables` generates them from the Python records
 ``records.BREAKER_FIELDS``, ``PaceState``, ``pacing.SPEND_WINDOW`` / ``MAX_STEP`` / ``MAX_CARRY`` /
 ``TEAM_SEPARATOR``,
 ``QUALITY_FIELDS`` / ``SOURCES``) and :func:`source` puts them before common.lua when a script is
-loaded."""
+loaded.
+
+Each script answers by name too: a flat list of name/value pairs ``{'status', 'ok', 'rows',
+rows}`` (a Lua table with string keys cannot cross to Redis; a list of pairs can, as HGETALL's
+does), read here into a named record (``RefreshReply``, ``FoldRow``...) by :func:`read_reply`."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import fields
 from importlib import resources
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, NamedTuple, Optional
 
 from ..bandit import ArmStats
 from ..breaker import BreakerState
 from ..learning import LearningRules
 from ..pacing import MAX_CARRY, MAX_STEP, PACE_FIELDS, SPEND_WINDOW, TEAM_SEPARATOR, PaceState
 from ..quality import QUALITY_FIELDS, SOURCES
-from .records import ARM_FIELDS, BREAKER_FIELDS
+from .records import ARM_FIELDS, BREAKER_FIELDS, pairs
 
 NAMES = ("record", "refresh", "seed", "reserve", "contextual", "count", "peers")
 
@@ -213,3 +217,119 @@ def contextual_doc(*, tag: str, process: str, gamma: float, ttl: int, others: Op
     """contextual.lua's document (the blobs follow as ARGV[2..]): `others` None answers these
     `columns` only, a list (the columns of this fold's other calls) every column Redis holds."""
     return _doc(tag=tag, process=process, gamma=gamma, ttl=ttl, others=others, columns=columns)
+
+
+# -- the replies -----------------------------------------------------------------------------------
+class ReplyError(ValueError):
+    """A script answered with names its reply record does not have, or without one it needs: the
+    scripts and this module disagree (they are loaded together, so a bug, never the data)."""
+
+
+def read_reply(record, raw, script: str):
+    """`raw`, a script's name/value pairs, as `record` (a NamedTuple of the names; a missing one
+    takes the record's default)."""
+    named = pairs(raw)
+    try:
+        return record(**named)
+    except TypeError as exc:
+        raise ReplyError(f"{script}.lua answered {', '.join(sorted(named)) or 'nothing'}, "
+                         f"which {record.__name__} does not read: {exc}") from None
+
+
+class ReserveReply(NamedTuple):
+    """reserve.lua's answer: whether the probe slot was taken (1 / 0), and the breaker's fields as
+    stored after it (flat pairs, records.BREAKER_FIELDS)."""
+
+    granted: int
+    breaker: list
+
+
+class RefreshReply(NamedTuple):
+    """refresh.lua's answer: the store's version and epoch, the server's clock (TIME's seconds and
+    microseconds); unless nothing was written since the version the client has (``changed``
+    false), the shared records: the tick, each process's last batch applied and the pins (flat
+    pairs), the deployments (``RefreshRow`` pairs) and the paces (``PaceRow`` pairs)."""
+
+    version: bytes
+    epoch: bytes
+    seconds: bytes
+    microseconds: bytes
+    tick: Optional[bytes] = None
+    applied: Optional[list] = None
+    lkgp: Optional[list] = None
+    deployments: Optional[list] = None
+    paces: Optional[list] = None
+
+    @property
+    def changed(self) -> bool:
+        return self.deployments is not None
+
+
+class RefreshRow(NamedTuple):
+    """One deployment in a refresh: its arm and quality hash, its breaker hash and, per domain,
+    that domain's hash (flat pairs each: domain, hash, domain, hash...)."""
+
+    deployment: bytes
+    arm: list
+    breaker: list
+    domains: list
+
+
+class PaceRow(NamedTuple):
+    """One paced alias (or a team's pace key) in a refresh, and its pace hash (flat pairs)."""
+
+    alias: bytes
+    pace: list
+
+
+class SeedReply(NamedTuple):
+    """seed.lua's answer: ``seeded`` (this call seeded, under `epoch`) or ``exists`` (another
+    replica did first: its epoch)."""
+
+    status: bytes
+    epoch: bytes
+
+
+class RecordReply(NamedTuple):
+    """record.lua's answer: ``ok`` (applied: the store's new version and tick), ``dup`` (the batch
+    was applied before: the version) or ``epoch`` (the store has another epoch: it)."""
+
+    status: bytes
+    version: Optional[bytes] = None
+    tick: Optional[bytes] = None
+    epoch: Optional[bytes] = None
+
+
+class FoldReply(NamedTuple):
+    """contextual.lua's answer: ``absent`` (these columns are in no store: send them with a
+    view) or ``ok`` with a ``FoldRow`` (pairs) per column read back."""
+
+    status: bytes
+    absent: Optional[list] = None
+    rows: Optional[list] = None
+
+
+class FoldRow(NamedTuple):
+    """One column of a fold's answer: its version ('<created>:<n>'); when ``full`` is 1, its
+    stored meta, the last fold of each process it holds (flat pairs) and its slot weights (the
+    records, binary); 0: unchanged since the version the client knew."""
+
+    deployment: bytes
+    version: bytes
+    full: int
+    scale: Optional[bytes] = None
+    tick: Optional[bytes] = None
+    count: Optional[bytes] = None
+    p0: Optional[bytes] = None
+    prior_mean: Optional[bytes] = None
+    prior_count: Optional[bytes] = None
+    applied: Optional[list] = None
+    weights: Optional[bytes] = None
+
+
+class PeerEntry(NamedTuple):
+    """One caller in a deployment's recent calls (peers.lua): its calls and successes."""
+
+    caller: bytes
+    calls: int
+    successes: int

@@ -27,16 +27,16 @@
 --            client's view of the shared column: it re-creates a column nobody holds)
 -- ARGV[2..] = the binary record blobs, in the order of the columns: the base's records (when a
 --   base), then each fold's; a record is struct '<i4dd': slot, h, dp.
--- Reply: {'absent', [dep, ...]} when a column the client knows is gone (nothing applied: the client
--- sends its view as a base), else {'ok', rows}, a row {dep, version, 0} when the client's view plus
--- its folds is the column, or {dep, version, 1, scale, tick, count, p0, prior_mean, prior_count,
--- applied (flat), the weights string} for one it must read (with `others`, also every column it
+-- Reply, name/value pairs (scripts.FoldReply): status 'absent' and absent = [dep, ...] when a column
+-- the client knows is gone (nothing applied: the client sends its view as a base), else status 'ok'
+-- and rows, each a scripts.FoldRow: deployment, version, full = 0 when the client's view plus its
+-- folds is the column, or full = 1 with scale, tick, count, p0, prior_mean, prior_count, applied
+-- (flat pairs) and weights (the string) for one it must read (with `others`, also every column it
 -- did not send).
 local a = cjson.decode(ARGV[1])
 local tag, process, gamma, ttl, cols = a.tag, a.process, a.gamma, a.ttl, a.columns
 local RESCALE_BELOW = 1e-20  -- contextual.py's _RESCALE_BELOW (the local copies are float32)
--- The column's hash; full_row answers its first six in this order, which RedisStore._fold_rows
--- (state/redis.py) reads back as scale, tick, count, p0, prior_mean, prior_count.
+-- The column's hash fields (full_row answers the first six by name).
 local META = {'scale', 'tick', 'count', 'p0', 'prior_mean', 'prior_count', 'version', 'created'}
 
 local function key(kind, dep)
@@ -49,7 +49,7 @@ for _, c in ipairs(cols) do
     absent[#absent + 1] = c.deployment
   end
 end
-if #absent > 0 then return {'absent', absent} end
+if #absent > 0 then return {'status', 'absent', 'absent', absent} end
 
 -- struct.pack / unpack many values per call (a call per slot costs more than the arithmetic),
 -- in chunks well inside Lua's C stack (8000 values).
@@ -142,8 +142,9 @@ end
 
 local function full_row(dep)
   local v = redis.call('HMGET', key('ctx', dep), unpack(META))
-  return {dep, (v[8] or '') .. ':' .. (v[7] or '0'), 1, v[1], v[2], v[3], v[4], v[5], v[6], redis.call('HGETALL', key('ctxa', dep)),
-          redis.call('GET', key('ctxw', dep)) or ''}
+  return {'deployment', dep, 'version', (v[8] or '') .. ':' .. (v[7] or '0'), 'full', 1, 'scale', v[1], 'tick', v[2],
+          'count', v[3], 'p0', v[4], 'prior_mean', v[5], 'prior_count', v[6], 'applied', redis.call('HGETALL', key('ctxa', dep)),
+          'weights', redis.call('GET', key('ctxw', dep)) or ''}
 end
 
 local rows, sent = {}, {}
@@ -180,7 +181,7 @@ for _, c in ipairs(cols) do
   end
   if m == nil then
     b = b + #folds  -- nothing to fold into, nothing to start it from (the client has learned nothing)
-    rows[#rows + 1] = {dep, '', 0}
+    rows[#rows + 1] = {'deployment', dep, 'version', '', 'full', 0}
   else
     local last = tonumber(redis.call('HGET', akey, process) or '0')
     local applied = last
@@ -224,13 +225,13 @@ for _, c in ipairs(cols) do
       redis.call('EXPIRE', KEYS[1], ttl)
     end
     if known ~= '' and known == m.created .. ':' .. before then
-      rows[#rows + 1] = {dep, m.created .. ':' .. m.version, 0}
+      rows[#rows + 1] = {'deployment', dep, 'version', m.created .. ':' .. m.version, 'full', 0}
     else
       rows[#rows + 1] = full_row(dep)
     end
   end
 end
-if a.others == cjson.null then return {'ok', rows} end
+if a.others == cjson.null then return {'status', 'ok', 'rows', rows} end
 for _, dep in ipairs(a.others) do sent[dep] = true end
 for _, dep in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   if not sent[dep] then
@@ -241,4 +242,4 @@ for _, dep in ipairs(redis.call('SMEMBERS', KEYS[1])) do
     end
   end
 end
-return {'ok', rows}
+return {'status', 'ok', 'rows', rows}

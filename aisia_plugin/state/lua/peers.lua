@@ -6,7 +6,8 @@
 -- KEYS[i] = <tag>peers:<deployment>, i > 1
 -- ARGV[1] = one JSON document (scripts.peers_doc): {now, window (seconds), max_calls, ttl (whole
 --   seconds), calls = [{key_index (into KEYS), member, score}, ...] to add}.
--- Returns, per KEYS[i] (i > 1), the window's calls by key: a flat list {key, calls, successes, ...}.
+-- Returns, per KEYS[i] (i > 1), the window's calls by key: a list of name/value pairs each
+-- (scripts.PeerEntry): caller (the key hash), calls, successes.
 local a = cjson.decode(ARGV[1])
 local now, window, keep, ttl = a.now, a.window, a.max_calls, a.ttl
 for _, c in ipairs(a.calls) do
@@ -17,7 +18,7 @@ for i = 2, #KEYS do
   local k = KEYS[i]
   redis.call('ZREMRANGEBYSCORE', k, '-inf', '(' .. tostring(now - window))
   redis.call('ZREMRANGEBYRANK', k, 0, -keep - 1)
-  local flat = {}
+  local entries = {}
   if redis.call('EXISTS', k) == 0 then
     redis.call('SREM', KEYS[1], k)
   else
@@ -36,11 +37,9 @@ for i = 2, #KEYS do
       end
     end
     for _, caller in ipairs(order) do
-      flat[#flat + 1] = caller
-      flat[#flat + 1] = calls[caller]
-      flat[#flat + 1] = successes[caller]
+      entries[#entries + 1] = {'caller', caller, 'calls', calls[caller], 'successes', successes[caller]}
     end
   end
-  out[i - 1] = flat
+  out[i - 1] = entries
 end
 return out

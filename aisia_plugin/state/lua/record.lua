@@ -15,14 +15,15 @@
 --       latency|null, alias|null, domain|null, retry_after|null, pace_alias|null, cost|null}
 --      {op = 'reset', deployment}
 --      {op = 'quality', deployment, value, weight, source, domain|null} (quality evidence: quality.py)}
+-- Returns name/value pairs (scripts.RecordReply): status ('ok' | 'dup' | 'epoch') and version, tick, epoch.
 local a = cjson.decode(ARGV[1])
 local tag = a.tag
 local epoch = redis.call('GET', tag .. 'epoch')
-if epoch ~= a.epoch then return {'epoch', epoch or ''} end
+if epoch ~= a.epoch then return {'status', 'epoch', 'epoch', epoch or ''} end
 local process, seq = a.process, a.seq
 local version = redis.call('GET', tag .. 'version') or '0'
 local last = tonumber(redis.call('HGET', tag .. 'applied', process) or '0')
-if seq <= last then return {'dup', version} end
+if seq <= last then return {'status', 'dup', 'version', version} end
 local bandit_ttl, breaker_ttl = a.bandit_ttl, a.breaker_ttl
 local cfg, learn, fresh, pace_rules, ops = a.breaker, a.learn, a.fresh, a.pace_rules, a.ops
 local function opt(v)
@@ -168,4 +169,4 @@ if #gone > 0 then
   redis.call('ZREM', tag .. 'applied_seen', unpack(gone))
 end
 version = redis.call('INCR', tag .. 'version')
-return {'ok', tostring(version), fmt(tick)}
+return {'status', 'ok', 'version', tostring(version), 'tick', fmt(tick)}

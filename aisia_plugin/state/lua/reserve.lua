@@ -2,7 +2,7 @@
 -- KEYS[1] = <tag>cb:<deployment>
 -- ARGV[1] = one JSON document (scripts.reserve_doc): {tag, deployment, now, timeout, max_calls, lease,
 --   breaker_ttl}
--- Returns {allowed (1|0), the breaker's fields (CB) as stored after it}.
+-- Returns name/value pairs (scripts.ReserveReply): granted (1|0), breaker (its CB fields as stored after it).
 local a = cjson.decode(ARGV[1])
 local tag, dep, now = a.tag, a.deployment, a.now
 local cfg = {timeout = a.timeout, max_calls = a.max_calls, lease = a.lease}
@@ -13,9 +13,10 @@ if n ~= s then
   redis.call('SADD', tag .. 'deployments', dep)
   redis.call('INCR', tag .. 'version')
 end
-local out = {allowed and 1 or 0}
+local fields = {}
 for _, f in ipairs(CB) do
   local v = n[f]
-  out[#out + 1] = type(v) == 'number' and fmt(v) or v
+  fields[#fields + 1] = f
+  fields[#fields + 1] = type(v) == 'number' and fmt(v) or v
 end
-return out
+return {'granted', allowed and 1 or 0, 'breaker', fields}

@@ -7,10 +7,11 @@
 --    arms = [{deployment, domain ('' global), fields = {ARM field = text}}],
 --    breakers = [{deployment, fields = {CB field = text}}], paces = [{alias, fields = {PACE field = text}}],
 --    quality = [{deployment, domain ('' global), fields = {QUALITY field = text}}]}
+-- Returns name/value pairs (scripts.SeedReply): status ('seeded' | 'exists'), epoch.
 local a = cjson.decode(ARGV[1])
 local tag = a.tag
 local current = redis.call('GET', KEYS[1])
-if current then return {'exists', current} end
+if current then return {'status', 'exists', 'epoch', current} end
 local bandit_ttl, breaker_ttl = a.bandit_ttl, a.breaker_ttl
 local function member(set, value)
   redis.call('SADD', tag .. set, value)
@@ -68,4 +69,4 @@ if num(redis.call('GET', tag .. 'tick'), 0) < tonumber(a.tick) then
 end
 redis.call('SET', KEYS[1], a.epoch)
 redis.call('INCR', tag .. 'version')
-return {'seeded', a.epoch}
+return {'status', 'seeded', 'epoch', a.epoch}
