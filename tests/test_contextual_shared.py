@@ -23,6 +23,7 @@ from aisia_plugin.engine import Engine
 from aisia_plugin.features import RequestFeatures
 from aisia_plugin.outcome import Outcome
 from aisia_plugin.policy import load_policy
+from aisia_plugin.state import scripts
 from aisia_plugin.state.redis import RedisStore, _weights, key_tag
 from redis_server import RedisServer, redis_module  # noqa: F401  (a fixture)
 
@@ -294,7 +295,8 @@ def test_a_fold_resent_after_a_lost_reply_is_counted_once(redis_module):
 
         store._eval = reply_lost
         assert not await store.fold()  # an outage, as far as this process can tell
-        assert lost and lost[0][0] == b"ok" and store._ctx_unacked is not None
+        assert lost and scripts.read_reply(scripts.FoldReply, lost[0], "contextual").status == b"ok"
+        assert store._ctx_unacked is not None
         store._retry_at = 0.0  # the backoff's wait, skipped
         assert await store.fold()  # the same fold again: already applied, so skipped
         assert store._ctx_unacked is None
