@@ -129,6 +129,16 @@ def test_the_demo_says_what_taught_the_router():
     assert "2 grades posted to /aisia/feedback" in said and "without feedback" not in said
 
 
+def test_the_users_languages_are_those_of_their_written_replies():
+    turns = [_turn(0, "auto", "coder", True, cv.COMPLAINT, "fr"), _turn(1, "auto", "coder", True, cv.THANKS_ONLY, "en"),
+             _turn(2, "auto", "coder", True, cv.THANKS_AND_QUESTION, "en"), _turn(3, "auto", "coder", True, cv.REGENERATE, "fr"),
+             _turn(4, "auto", "coder", True, cv.QUESTION, "fr")]
+    said = learned_how({}, turns, feedback=False)
+    # (the regenerate and the question are no reply in words: 3 written, not 5)
+    assert ("The users said: 1 complaints, 1 regenerates and 2 thank-yous; of these 3 written replies, "
+            "2 in English and 1 in French") in said, said
+
+
 def test_the_demo_names_the_failed_attempts_learned_as_the_requests_own():
     from prometheus_client import CollectorRegistry, generate_latest
 

@@ -176,10 +176,12 @@ def users_line(turns: list[Turn]) -> str:
     """What the simulated users said after an answer (the demo's own count)."""
     said = Counter(t.said for t in turns)
     thanks = said[THANKS_ONLY] + said[THANKS_AND_QUESTION]
+    # The languages are those of the written replies (complaints and thanks; a regenerate has no words).
     langs = Counter(t.language for t in turns if t.said in (COMPLAINT, THANKS_ONLY, THANKS_AND_QUESTION))
-    by_lang = ", ".join(f"{n} in {'French' if lang == 'fr' else 'English'}" for lang, n in sorted(langs.items()))
+    by_lang = " and ".join(f"{n} in {'French' if lang == 'fr' else 'English'}" for lang, n in sorted(langs.items()))
+    written = said[COMPLAINT] + thanks
     return (f"{said[COMPLAINT]} complaints, {said[REGENERATE]} regenerates and {thanks} thank-yous"
-            + (f" ({by_lang})" if by_lang else ""))
+            + (f"; of these {written} written replies, {by_lang}" if by_lang else ""))
 
 
 def learned_how(counts: Mapping[tuple, int], turns: list[Turn], feedback: bool) -> str:
