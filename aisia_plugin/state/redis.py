@@ -1079,12 +1079,12 @@ class RedisStore:
                 again = False
                 for args in self._fold_calls(gamma):
                     try:
-                        raw = await self._eval("contextual", [self.key("ctxdeps")], args)
-                    except Exception as exc:
+                        reply = scripts.read_reply(scripts.FoldReply, await self._eval(
+                            "contextual", [self.key("ctxdeps")], args), "contextual")
+                    except Exception as exc:  # (a ReplyError too: logged, and this method never raises)
                         self._outage(exc)
                         return False
                     self._recovered()
-                    reply = scripts.read_reply(scripts.FoldReply, raw, "contextual")
                     if reply.status == b"absent":
                         for dep in reply.absent:
                             self._ctx_known[dep.decode("utf-8", "replace")] = ""
