@@ -437,6 +437,36 @@ def test_the_replies_the_store_rarely_sees_read_by_name(redis_module):
     assert nothing.status == b"ok" and (row.deployment, row.version, row.full, row.weights) == (b"b", b"", 0, None)
 
 
+def test_a_peers_reply_out_of_contract_keeps_the_calls_for_the_next_exchange(redis_module):
+    from aisia_plugin.blame import OutlierRule
+
+    pol, rule = policy(), OutlierRule(True, 10.0, 5, 0.8, 512)
+
+    async def main():
+        store = await started(pol, redis_module.url)
+        real = store._eval
+
+        async def out_of_contract(name, keys, args):
+            reply = await real(name, keys, args)
+            return [[[b"who", b"k"]] for _ in reply] if name == "peers" else reply
+
+        store._eval = out_of_contract
+        store.note_peer_call("a", "key-b", True, store.clock(), rule)
+        failed = await store.exchange_peers()
+        kept = len(store._peers_out)
+        store._eval = real
+        store._retry_at = 0.0  # the backoff's wait, skipped: the next read reconnects
+        assert await store.refresh()
+        again = await store.exchange_peers()
+        seen = store.peer_calls("a", "key-a", store.clock(), rule)
+        await store.aclose()
+        return failed, kept, again, seen
+
+    failed, kept, again, seen = asyncio.run(main())
+    assert (failed, kept, again) == (False, 1, True)
+    assert seen.calls == 1 and seen.successes == 1, seen
+
+
 def test_scripts_are_reloaded_after_script_flush(redis_module):
     pol = policy()
 

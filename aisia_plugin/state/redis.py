@@ -177,6 +177,15 @@ def _records(slots: np.ndarray, values: np.ndarray) -> bytes:
     return rec.tobytes()
 
 
+def _peer_entries(entries) -> dict:
+    """peers.lua's calls of one deployment, by caller: (calls, successes)."""
+    out = {}
+    for raw in entries or ():
+        e = scripts.read_reply(scripts.PeerEntry, raw, "peers")
+        out[e.caller.decode()] = (int(e.calls), int(e.successes))
+    return out
+
+
 def _weights(blob: bytes) -> np.ndarray:
     """A stored weights string as (DIM, 2) float64 (the slots past its end are 0)."""
     v = np.zeros((DIM, 2))
@@ -609,18 +618,13 @@ class RedisStore:
                 doc = scripts.peers_doc(now=self.clock(), window=float(rule.window_s), max_calls=max(1, rule.max_calls),
                                         ttl=max(1, math.ceil(rule.window_s)) + 1, calls=calls)
                 rows = await self._eval("peers", [index_key, *(self.peers_key(d) for d in deps)], [doc])
-        except Exception as exc:
+            view = {dep: _peer_entries(entries) for dep, entries in zip(deps, rows or ())}
+        except Exception as exc:  # (a ReplyError too: the calls are kept for the next exchange)
             with self._lock:
                 self._peers_out = out + self._peers_out
                 self._peers_sending = []
             self._outage(exc)
             return False
-        view = {}
-        for dep, entries in zip(deps, rows or ()):
-            view[dep] = {}
-            for raw in entries or ():
-                e = scripts.read_reply(scripts.PeerEntry, raw, "peers")
-                view[dep][e.caller.decode()] = (int(e.calls), int(e.successes))
         with self._lock:
             self._peers_view = view
             self._peers_sending = []
@@ -774,10 +778,11 @@ class RedisStore:
 
     async def _reserve(self, deployment_id, now, breaker) -> bool:
         keys = self.keys(deployment_id)
-        reply = scripts.read_reply(scripts.ReserveReply, await self._eval("reserve", [keys["cb"]], [scripts.reserve_doc(
+        raw = await self._eval("reserve", [keys["cb"]], [scripts.reserve_doc(
             tag=self.tag, deployment=deployment_id, now=float(now), timeout=float(breaker.timeout_s),
             max_calls=breaker.half_open_max_calls, lease=float(breaker.probe_lease_s),
-            breaker_ttl=self.cfg.breaker_ttl_s)]), "reserve")
+            breaker_ttl=self.cfg.breaker_ttl_s)])
+        reply = scripts.read_reply(scripts.ReserveReply, raw, "reserve")
         self._recovered()
         state = read_breaker(pairs(reply.breaker))
         with self._lock:
@@ -827,9 +832,9 @@ class RedisStore:
     async def _refresh_once(self, force: bool) -> bool:
         """One read; True when the store had to be re-seeded (read again)."""
         sent_mono, sent = time.monotonic(), time.time()
-        reply = scripts.read_reply(scripts.RefreshReply, await self._eval(
-            "refresh", [self.key("tick")], [scripts.refresh_doc(tag=self.tag, known_version="" if force else self._version)]),
-            "refresh")
+        raw = await self._eval("refresh", [self.key("tick")],
+                               [scripts.refresh_doc(tag=self.tag, known_version="" if force else self._version)])
+        reply = scripts.read_reply(scripts.RefreshReply, raw, "refresh")
         received = time.time()
         self._recovered()
         self.counters["refreshes"] += 1
@@ -1033,7 +1038,8 @@ class RedisStore:
         doc = scripts.record_doc(tag=self.tag, epoch=self._epoch or "", process=self.process, seq=batch.seq,
                                  bandit_ttl=self.cfg.bandit_ttl_s, breaker_ttl=self.cfg.breaker_ttl_s,
                                  rules=self._rules_doc(batch.rules), ops=ops)
-        reply = scripts.read_reply(scripts.RecordReply, await self._eval("record", [self.key("tick")], [doc]), "record")
+        raw = await self._eval("record", [self.key("tick")], [doc])
+        reply = scripts.read_reply(scripts.RecordReply, raw, "record")
         self._recovered()
         status = reply.status.decode()
         if status in ("ok", "dup"):
@@ -1079,8 +1085,8 @@ class RedisStore:
                 again = False
                 for args in self._fold_calls(gamma):
                     try:
-                        reply = scripts.read_reply(scripts.FoldReply, await self._eval(
-                            "contextual", [self.key("ctxdeps")], args), "contextual")
+                        raw = await self._eval("contextual", [self.key("ctxdeps")], args)
+                        reply = scripts.read_reply(scripts.FoldReply, raw, "contextual")
                     except Exception as exc:  # (a ReplyError too: logged, and this method never raises)
                         self._outage(exc)
                         return False
