@@ -222,10 +222,11 @@ def team_multiplier(state: Optional[PaceState], rule: Optional[PaceRule], budget
     """The multiplier a decision of a team applies: the larger of its own spend-target record's
     (:func:`multiplier_of`, 1 without a target) and each of its `budgets`' (BudgetStatus; the
     team's, the key's); `lo`/`hi` the alias's bounds (budget.min_multiplier, max_multiplier)."""
+    target = multiplier_of(state, rule)
     budget = max((budget_multiplier(b, lo, hi) for b in budgets), default=None)
-    if budget is not None and (rule is None or budget >= multiplier_of(state, rule)):
+    if budget is not None and (rule is None or budget >= target):
         return Pacing(budget, BY_BUDGET)
-    return Pacing(multiplier_of(state, rule), BY_TARGET if rule is not None else None)
+    return Pacing(target, BY_TARGET if rule is not None else None)
 
 
 @dataclass(frozen=True, slots=True)
