@@ -43,15 +43,16 @@ _DEFAULTS = defaults_of("DecisionLog")
 FORMAT_VERSION = 1
 
 
-def _finite(value):
+def strict_json(value):
     """``value`` with every infinite or NaN float replaced by None: strict JSON has no such
-    numbers, and UCB1 scores a deployment it never tried +inf (its decision would go unlogged)."""
+    numbers, and UCB1 scores a deployment it never tried +inf (its decision would go unlogged;
+    `aisia replay --logged --json` prints an estimate on no usable event as null)."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: strict_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
+        return [strict_json(v) for v in value]
     return value
 
 
@@ -215,7 +216,7 @@ class DecisionLog:
 
     # -- writing -------------------------------------------------------------------------------
     def _write(self, rec: dict) -> None:
-        line = json.dumps(_finite(rec), ensure_ascii=False, allow_nan=False, default=str) + "\n"
+        line = json.dumps(strict_json(rec), ensure_ascii=False, allow_nan=False, default=str) + "\n"
         if self._queue is not None:
             if self._queue.qsize() < self.max_queued:
                 self._queue.put(line)

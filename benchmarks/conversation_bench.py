@@ -13,8 +13,13 @@ the task's group; the verdict stays in this process (no router receives it).
 
 Arms (``--arms``, default all; each on a fresh proxy of its kind, so no arm learns from another):
   ours                 the plugin's ``auto`` alias as shipped (the deployments' tiers declared in a team
-                       policy, as an operator would); when the conversation-signal integration lands,
-                       this arm is "ours with signals" with no change here
+                       policy, as an operator would): it learns from the conversation signals alone
+  ours+judge           the same with a sampled judge (``quality.judge``): the frontier deployment grades
+                       2 % of the answers in the background (``conversations.grader_reply``: a judge that
+                       agrees with the truth on 90 % of the answers); its calls' cost is the arm's too
+  ours+feedback        the same with explicit feedback: the client posts each task answer's verdict to
+                       ``/aisia/feedback`` (1 right, 0 wrong), as a client with a thumbs-up button
+                       that every user pressed would: the ceiling of what a router can be told
   always:<id>          every turn to one deployment (one arm per deployment)
   oracle               knows each turn's task group: the cheapest deployment within the workload's
                        oracle tolerance of the best accuracy on it (a turn without a task: the cheapest)
@@ -41,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import subprocess
 import sys
 import time
@@ -50,28 +56,35 @@ from typing import Callable, Optional
 
 import bench  # first: LiteLLM offline, the repository importable
 import yaml
-from conversations import WORKLOADS, Conversation, QuestionBank, TruthRegistry, Turn, Workload, answer_text
+from conversations import (GRADER_AGREEMENT, WORKLOADS, Conversation, QuestionBank, TruthRegistry, Turn, Workload,
+                           answer_text, grader_reply, quoted_answer)
 
 from aisia_plugin.demo.proxy import Proxy, deployment
-from aisia_plugin.demo.upstream import UpstreamSpec, start_upstreams, stop_upstreams
+from aisia_plugin.demo.upstream import UpstreamSpec, start_upstreams, stop_upstreams, usage_of
 
 FULL_CONVERSATIONS, QUICK_CONVERSATIONS = 1500, 150
 PLUGIN_CALLBACK = "aisia_plugin.litellm.plugin"
 ADAPTIVE, COMPLEXITY = "adaptive-router", "complexity-router"
-BASE_ARMS = ("ours", "always", "oracle", "random", "litellm-adaptive", "litellm-complexity")
+BASE_ARMS = ("ours", "ours+judge", "ours+feedback", "always", "oracle", "random", "litellm-adaptive",
+             "litellm-complexity")
 UPSTREAM_LATENCY_MS = 15.0
 TRUSTED_KEY_SIGNALS_PER_HOUR = 100000  # the bench's one key stands for a chat front-end (team_policy)
+JUDGE_SAMPLE_RATE = 0.02  # ours+judge: the share of answers graded (issue 40's "2 % judge")
+JUDGE_DAILY_USD_CAP = 1000.0  # far above what a run spends: the cap never binds here
 
 
 # -- the arms -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Arm:
     """``proxy``: the kind of proxy it runs on (ours, plain, adaptive, complexity); ``model(turn,
-    rng)``: the model name it asks the proxy for."""
+    rng)``: the model name it asks the proxy for; ``policy``: settings laid over the team policy
+    (``ours`` only); ``feedback``: the client posts each task answer's verdict to the proxy."""
 
     name: str
     proxy: str
     model: Callable[[Turn, random.Random], str]
+    policy: Optional[dict] = None
+    feedback: bool = False
 
 
 def arms_of(workload: Workload, names: list[str], n: int) -> list[Arm]:
@@ -80,6 +93,12 @@ def arms_of(workload: Workload, names: list[str], n: int) -> list[Arm]:
     for name in names:
         if name == "ours":
             out.append(Arm("ours", "ours", lambda t, r: "auto"))
+        elif name == "ours+judge":
+            judge = {"deployment": workload.frontier.id, "sample_rate": JUDGE_SAMPLE_RATE,
+                     "daily_usd_cap": JUDGE_DAILY_USD_CAP}
+            out.append(Arm(name, "ours", lambda t, r: "auto", policy={"quality": {"judge": judge}}))
+        elif name == "ours+feedback":
+            out.append(Arm(name, "ours", lambda t, r: "auto", feedback=True))
         elif name == "always":
             out += [Arm(f"always:{d}", "plain", lambda t, r, d=d: d) for d in ids]
         elif name.startswith("always:") and name[7:] in ids:
@@ -132,13 +151,15 @@ def proxy_config(workload: Workload, upstreams: dict, kind: str) -> dict:
     return config
 
 
-def team_policy(workload: Workload) -> str:
-    """What an operator declares about the deployments (their tiers), layered over the shipped policy."""
+def team_policy(workload: Workload, settings: Optional[dict] = None) -> str:
+    """What an operator declares about the deployments (their tiers), layered over the shipped
+    policy, with an arm's own `settings` (``Arm.policy``)."""
     # The simulated users all come through one API key, as a chat front-end's do: its operator
     # lifts the per-key bound on signals (signals.max_signals_per_key_hour, 20 by default), which
     # would otherwise keep 20 signals an hour per deployment of the whole front-end's traffic.
     return yaml.safe_dump({"version": 1, "deployments": {d.id: {"tier": d.tier} for d in workload.deployments},
-                           "signals": {"max_signals_per_key_hour": TRUSTED_KEY_SIGNALS_PER_HOUR}}, sort_keys=False)
+                           "signals": {"max_signals_per_key_hour": TRUSTED_KEY_SIGNALS_PER_HOUR},
+                           **(settings or {})}, sort_keys=False)
 
 
 # -- one arm's run --------------------------------------------------------------------------------
@@ -159,6 +180,7 @@ class TurnRecord:
 
 async def run_arm(proxy: Proxy, arm: Arm, workload: Workload, registry_holder: dict, n: int, seed: int,
                   concurrency: int) -> tuple[list[TurnRecord], dict]:
+    import httpx
     from openai import AsyncOpenAI
 
     registry = registry_holder["registry"] = TruthRegistry(workload, seed, n)
@@ -166,7 +188,22 @@ async def run_arm(proxy: Proxy, arm: Arm, workload: Workload, registry_holder: d
     conversations = [Conversation(i, workload, bank, seed, n) for i in range(n)]  # drawn in order: seeded
     records: list[TurnRecord] = []
     client = AsyncOpenAI(base_url=proxy.base_url, api_key=proxy.master_key, max_retries=0, timeout=120)
+    admin = httpx.AsyncClient(base_url=proxy.url, headers={"Authorization": f"Bearer {proxy.master_key}"}, timeout=30)
     queue = list(range(n))[::-1]
+    feedback = {"posted": 0, "refused": 0}
+
+    async def ask(model: str, turn: Turn):
+        """The reply, and the plugin's id of the request when the arm posts feedback."""
+        if not arm.feedback:
+            return await client.chat.completions.create(model=model, messages=turn.request_messages()), None
+        raw = await client.chat.completions.with_raw_response.create(model=model, messages=turn.request_messages())
+        return raw.parse(), raw.headers.get("x-aisia-request-id")
+
+    async def post_feedback(request_id: Optional[str], correct: Optional[bool]) -> None:
+        if request_id is None or correct is None:
+            return
+        r = await admin.post("/aisia/feedback", json={"request_id": request_id, "score": 1.0 if correct else 0.0})
+        feedback["posted" if r.status_code == 200 else "refused"] += 1
 
     async def worker():
         while queue:
@@ -176,7 +213,7 @@ async def run_arm(proxy: Proxy, arm: Arm, workload: Workload, registry_holder: d
                 key = registry.expect(turn)
                 model = arm.model(turn, rng)
                 try:
-                    reply = await client.chat.completions.create(model=model, messages=turn.request_messages())
+                    reply, request_id = await ask(model, turn)
                 except Exception as exc:  # counted, and the user leaves
                     registry.take(key)
                     records.append(TurnRecord(conv.index, turn.number, turn.kind, turn.task and turn.task.group,
@@ -191,19 +228,57 @@ async def run_arm(proxy: Proxy, arm: Arm, workload: Workload, registry_holder: d
                 records.append(TurnRecord(conv.index, turn.number, turn.kind, turn.task and turn.task.group,
                                           turn.attempt, served, verdict.correct if verdict else None, pt, ct, cost,
                                           None if verdict else "no verdict (the upstream did not recognise the request)"))
+                if arm.feedback:
+                    await post_feedback(request_id, verdict.correct if verdict else None)
                 conv.answered(reply.choices[0].message.content or "", verdict.correct if verdict else None)
 
     t0 = time.monotonic()
     try:
         await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = round(time.monotonic() - t0, 1)
+        run = {"wall_s": wall, "unknown_requests": registry.unknown_requests}
+        if arm.feedback:
+            run["feedback"] = feedback
+        if arm.policy and "judge" in arm.policy.get("quality", {}):
+            run["judge"] = await judge_counts(admin)
     finally:
         await client.close()
-    return records, {"wall_s": round(time.monotonic() - t0, 1), "unknown_requests": registry.unknown_requests}
+        await admin.aclose()
+    return records, {**run, "grades": list(registry.grades)}
+
+
+# The proxy's judge series (metrics.py), as /aisia/metrics exports them: name, one label, value.
+_JUDGE_SAMPLE = re.compile(r'^aisia_judge_(calls|spend_usd|agreement)_total(?:\{\w+="([^"]*)"\})? (\S+)$')
+
+
+async def judge_counts(admin, settle_s: float = 30.0) -> dict:
+    """The proxy's own account of its judge (``/aisia/metrics``): calls by outcome, spend, and
+    agreement with the conversation signals by result; read once the judge's queue has settled
+    (two equal reads a second apart, within `settle_s`)."""
+    last, deadline = None, time.monotonic() + settle_s
+    while True:
+        r = await admin.get("/aisia/metrics")
+        r.raise_for_status()
+        counts: dict = {"calls": {}, "spend_usd": 0.0, "agreement": {}}
+        for line in r.text.splitlines():
+            found = _JUDGE_SAMPLE.match(line)
+            if found is None:
+                continue
+            series, label, value = found.groups()
+            if series == "spend_usd":
+                counts["spend_usd"] = float(value)
+            elif float(value):
+                counts[series][label] = float(value)
+        if counts == last or time.monotonic() > deadline:
+            return counts
+        last = counts
+        await asyncio.sleep(1.0)
 
 
 # -- measures -------------------------------------------------------------------------------------
-def measure(records: list[TurnRecord], workload: Workload, n: int) -> dict:
-    """The figures of one arm over the last half of the conversations."""
+def measure(records: list[TurnRecord], workload: Workload, n: int, grades: Optional[list] = None) -> dict:
+    """The figures of one arm over the last half of the conversations; `grades`, the judge's calls
+    as (conversation, USD) (``TruthRegistry.grades``): their cost in the last half is the arm's too."""
     half = [r for r in records if r.conversation >= n // 2]
     scored = [r for r in half if r.group is not None and r.correct is not None]
     hard = set(workload.hard_groups(1.0))
@@ -220,9 +295,12 @@ def measure(records: list[TurnRecord], workload: Workload, n: int) -> dict:
     for r in half:
         if r.deployment:
             served[r.deployment] = served.get(r.deployment, 0) + 1
+    judged = [usd for conversation, usd in grades or () if conversation is not None and conversation >= n // 2]
+    judge = {"judge_calls": len(judged), "judge_usd": sum(judged), "judge_calls_all": len(grades),
+             "judge_usd_all": sum(usd for _, usd in grades)} if grades else {}
     return {"conversations": n - n // 2, "requests": len(half), "answers_scored": len(scored),
             "quality": sum(r.correct for r in scored) / len(scored) if scored else None,
-            "cost_usd": sum(r.cost_usd for r in half),
+            "cost_usd": sum(r.cost_usd for r in half) + sum(judged), **judge,
             "frontier_share_hard": frontier_share([r for r in tasks if r.group in hard]),
             "frontier_share_easy": frontier_share([r for r in tasks if r.group not in hard]),
             "served": dict(sorted(served.items())), "turns_by_kind": dict(sorted(by_kind.items())),
@@ -278,8 +356,19 @@ def run_workload(workload: Workload, arm_names: list[str], n: int, seed: int, co
 
     def responder(name: str, messages: list) -> str:
         registry = holder.get("registry")
-        turn, _ = registry.judge(name, messages) if registry else (None, None)
-        return answer_text(name, turn, seed)
+        if registry is None:
+            return answer_text(name, None, seed)
+        graded = quoted_answer(messages)
+        if graded is not None:  # a call of the router's judge (ours+judge), priced as the deployment's
+            reply, conversation = grader_reply(registry, graded, seed)
+            usage = usage_of(messages, reply)
+            registry.graded(conversation, workload.deployment(name).cost_usd(usage["prompt_tokens"],
+                                                                             usage["completion_tokens"]))
+            return reply
+        turn, right = registry.judge(name, messages)
+        text = answer_text(name, turn, seed)
+        registry.answered(text, turn, right)
+        return text
 
     specs = [UpstreamSpec(d.id, input_cost_per_1m=d.input_per_1m, output_cost_per_1m=d.output_per_1m,
                           latency_ms=UPSTREAM_LATENCY_MS, responder=responder, seed=seed) for d in workload.deployments]
@@ -294,7 +383,7 @@ def run_workload(workload: Workload, arm_names: list[str], n: int, seed: int, co
                 folder.mkdir(parents=True, exist_ok=True)
                 env = None
                 if kind == "ours":
-                    (policy := folder / "team-policy.yaml").write_text(team_policy(workload))
+                    (policy := folder / "team-policy.yaml").write_text(team_policy(workload, arm.policy))
                     env = {"AISIA_POLICY": str(policy)}
                 bench.progress(f"{workload.name} / {arm.name}: starting a {kind} proxy")
                 proxy = Proxy(proxy_config(workload, upstreams, kind), folder, env=env, timeout_s=180)
@@ -303,7 +392,9 @@ def run_workload(workload: Workload, arm_names: list[str], n: int, seed: int, co
                     records, run = asyncio.run(run_arm(proxy, arm, workload, holder, n, seed, concurrency))
                 finally:
                     proxy.stop()
-                results[arm.name] = {**measure(records, workload, n), **run, "commit": commit,
+                grades = run.pop("grades")
+                results[arm.name] = {**measure(records, workload, n, grades if arm.policy else None), **run,
+                                     "commit": commit,
                                      "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
                 r = results[arm.name]
                 bench.progress(f"{workload.name} / {arm.name}: quality {r['quality']:.3f}, cost ${r['cost_usd']:.3f}, "
@@ -378,10 +469,15 @@ def markdown(report: dict) -> str:
            "deployment's prices; both over the last half of the conversations and as a share of the always-best "
            "deployment's; mixing: the quality share of the best random mixture of the fixed arms at the same cost; "
            "frontier share: the most expensive deployment's share of the task turns of the hard groups (those the oracle "
-           "does not send to the cheapest deployment) and of the easy ones. No feedback call; the verdicts stay in the "
-           "benchmark. `ours` runs the shipped policy under a team file declaring the deployments' tiers and, since every "
-           "simulated user comes through one API key (a chat front-end's), lifting that key's bound on signals "
-           f"(`signals.max_signals_per_key_hour: {TRUSTED_KEY_SIGNALS_PER_HOUR}`; from commit db55070 on).", ""]
+           "does not send to the cheapest deployment) and of the easy ones. The verdicts stay in the benchmark: no arm "
+           "posts feedback but `ours+feedback`. `ours` runs the shipped policy under a team file declaring the "
+           "deployments' tiers and, since every simulated user comes through one API key (a chat front-end's), lifting "
+           f"that key's bound on signals (`signals.max_signals_per_key_hour: {TRUSTED_KEY_SIGNALS_PER_HOUR}`; from commit "
+           "db55070 on); it learns from the conversation signals alone. `ours+judge`: the same with `quality.judge` "
+           f"naming the frontier deployment, `sample_rate: {JUDGE_SAMPLE_RATE:g}`: a simulated judge that agrees with the "
+           f"truth on {GRADER_AGREEMENT:.0%} of the answers it grades (an assumption of this benchmark), its calls priced "
+           "as the frontier's and counted in the arm's cost. `ours+feedback`: the same with the client posting each task "
+           "answer's verdict to `/aisia/feedback` (1 or 0), every answer rated: the most a router can be told.", ""]
     for res in report["workloads"]:
         u = res["users"]
         out += [f"## {title(res)}", "",
@@ -391,8 +487,29 @@ def markdown(report: dict) -> str:
                 f"and ask {u['thank_and_ask']:.0%}, ask {u['ask']:.0%}; silent users {u['silent']:.0%}; always-best: "
                 f"`{res['always_best']}`; oracle tolerance {res['oracle_tolerance']:g}.", "",
                 f"Conditions: {conditions_text(res['conditions'])}.", ""]
-        out += table(res) + [""] + acceptance(res)
+        out += table(res) + [""] + arm_notes(res) + acceptance(res)
     return "\n".join(out)
+
+
+def arm_notes(res: dict) -> list[str]:
+    """What the judge and the feedback arms were told, in the proxy's own counts."""
+    lines = []
+    judged = res["arms"].get("ours+judge")
+    if judged and "judge" in judged:
+        c = judged["judge"]
+        outcomes = ", ".join(f"{k} {v:.0f}" for k, v in sorted(c["calls"].items()))
+        agreed, disagreed = (c["agreement"].get(r, 0.0) for r in ("agreed", "disagreed"))
+        lines.append(f"`ours+judge`: {judged['judge_calls_all']} answers graded over the run, "
+                     f"{judged['judge_calls']} in the last half (${judged['judge_usd']:.3f} of its cost), "
+                     f"${judged['judge_usd_all']:.3f} in all; the proxy's count of its judge calls: {outcomes or 'none'}, "
+                     f"spend ${c['spend_usd']:.3f}; the judge and the "
+                     f"conversation signals agreed on {agreed:.0f} of the {agreed + disagreed:.0f} answers both "
+                     "spoke about.")
+    fed = res["arms"].get("ours+feedback")
+    if fed and "feedback" in fed:
+        lines.append(f"`ours+feedback`: {fed['feedback']['posted']} verdicts posted to `/aisia/feedback` "
+                     f"({fed['feedback']['refused']} refused).")
+    return lines + [""] if lines else []
 
 
 def ordered(workloads: list[dict]) -> list[dict]:

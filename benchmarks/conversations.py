@@ -18,6 +18,11 @@ What it models
   that serves the request answers right, by that deployment's accuracy on the task's group; the
   driver reads the verdict back from the registry. No router ever receives it: a benchmark must
   not feed the router what production cannot.
+* **A judge, when the router asks one.** A router configured with a sampled judge
+  (``quality.judge``) sends a share of its answers to a deployment for grading; the fake upstream
+  answers such a call as an LLM judge would (``grader_reply``): by the answer's truth, which the
+  registry keeps by the answer's text, agreeing with it ``GRADER_AGREEMENT`` of the time. That is
+  what a production judge gives the router (a grade of the answer it reads), not the truth itself.
 
 The user phrase bank is written for this benchmark, independently of ``policies/signals.yaml``:
 a share of phrasings the lexicon may not know is the honest test of its recall.
@@ -28,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
@@ -499,6 +505,8 @@ class TruthRegistry:
         self._lock = threading.Lock()
         self._expected: dict[str, Turn] = {}
         self._verdicts: dict[str, Verdict] = {}
+        self._answers: dict[str, tuple[Optional[int], Optional[bool]]] = {}
+        self.grades: list[tuple[Optional[int], float]] = []  # the judge's calls: (conversation, USD)
         self.unknown_requests = 0
 
     def expect(self, turn: Turn) -> str:
@@ -530,6 +538,56 @@ class TruthRegistry:
         with self._lock:
             self._expected.pop(key, None)
             return self._verdicts.pop(key, None)
+
+    def answered(self, text: str, turn: Optional[Turn], correct: Optional[bool]) -> None:
+        """The upstream sent `text` for `turn`: kept by its words, for a judge that reads it later."""
+        with self._lock:
+            self._answers[_words(text)] = (turn.conversation if turn is not None else None, correct)
+
+    def answer_of(self, text: str) -> tuple[Optional[int], Optional[bool]]:
+        """(the conversation, whether it was right) of an answer the upstreams sent; (None, None)
+        for a text they did not send."""
+        with self._lock:
+            return self._answers.get(_words(text), (None, None))
+
+    def graded(self, conversation: Optional[int], usd: float) -> None:
+        """One judge call was answered, for an answer of `conversation`, at `usd`."""
+        with self._lock:
+            self.grades.append((conversation, usd))
+
+
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+# -- a judge's grades ------------------------------------------------------------------------------
+# The simulated judge's verdict matches the truth on this share of the answers it grades: an
+# assumption of this benchmark (a capable LLM judge on short factual answers), stated with its results.
+GRADER_AGREEMENT = 0.9
+GRADES = {True: 9, False: 2, None: 8}  # out of 10: judged right, judged wrong, no task (a thanks' reply)
+# How the plugin's judge quotes the answer it grades (aisia_plugin/judging.py, judge_messages).
+_QUOTED_ANSWER = re.compile(r"<<answer-([0-9a-f]+)>>\n(.*)\n<</answer-\1>>", re.DOTALL)
+
+
+def quoted_answer(messages: Sequence[Mapping]) -> Optional[str]:
+    """The answer a judge's prompt quotes; None when `messages` are no judge's prompt."""
+    last = messages[-1] if messages else None
+    content = last.get("content") if isinstance(last, Mapping) else None
+    found = _QUOTED_ANSWER.search(content) if isinstance(content, str) else None
+    return found.group(2) if found else None
+
+
+def grader_reply(registry: TruthRegistry, answer: str, seed: int) -> tuple[str, Optional[int]]:
+    """(the judge's reply, the answer's conversation) for a judge's call grading `answer`: the
+    answer's truth read as a judge would, right or wrong as it was with probability
+    ``GRADER_AGREEMENT`` (drawn per answer, seeded), in the ``{"score": N}`` the plugin asks for."""
+    conversation, correct = registry.answer_of(answer)
+    verdict = correct
+    if correct is not None:
+        h = hashlib.sha256(f"grader:{seed}:{_words(answer)}".encode()).digest()
+        agrees = int.from_bytes(h[:8], "big") / 2.0 ** 64 < GRADER_AGREEMENT
+        verdict = correct if agrees else not correct
+    return json.dumps({"score": GRADES[verdict]}), conversation
 
 
 _ANSWER_WORDS = ("the", "result", "is", "because", "so", "we", "get", "first", "then", "note", "that", "here",

@@ -15,7 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import conversation_bench  # noqa: E402
 from conversations import (  # noqa: E402
-    PHRASES, WORKLOADS, Conversation, QuestionBank, TruthRegistry, Users, answer_text,
+    GRADER_AGREEMENT, PHRASES, WORKLOADS, Conversation, QuestionBank, TruthRegistry, Users, answer_text,
+    grader_reply, quoted_answer,
 )
 
 TWO_TIER = WORKLOADS["two_tier"]
@@ -141,6 +142,75 @@ def test_mixing_quality_is_the_upper_hull_of_the_fixed_arms():
     fixed = [(1.0, 0.5), (10.0, 0.9), (5.0, 0.6)]  # the middle one is under the line: not on the hull
     assert conversation_bench.mixing_quality(fixed, 5.5) == pytest.approx(0.5 + 0.4 * 0.5)
     assert conversation_bench.mixing_quality(fixed, 0.5) == 0.5 and conversation_bench.mixing_quality(fixed, 20) == 0.9
+
+
+def _judge_prompt(answer: str, tag: str = "0123456789abcdef") -> list[dict]:
+    """The messages the plugin's judge sends to grade `answer` (aisia_plugin/judging.py)."""
+    from aisia_plugin.judging import Rubric, ServedAnswer, judge_messages
+
+    served = ServedAnswer("frontier", "auto", None, [{"role": "user", "content": "What is 2 + 2?"}], answer)
+    return judge_messages(Rubric("en", "default", "You grade answers.", "Grade it."), served, tag, 6000)
+
+
+def test_the_simulated_judge_reads_the_answer_the_plugins_judge_quotes_and_agrees_at_its_rate():
+    registry, answers = TruthRegistry(TWO_TIER, 0, 10), {}
+    for turn, right, _ in simulate(TWO_TIER, 300):
+        text = answer_text("cheap", turn, 0)
+        registry.answered(text, turn, right)
+        if right is not None:
+            answers[text] = right
+    assert quoted_answer([{"role": "user", "content": "What is 2 + 2?"}]) is None  # no judge's prompt
+    agree = scored = 0
+    for text, right in answers.items():
+        quoted = quoted_answer(_judge_prompt(text))
+        assert quoted == text
+        reply, _ = grader_reply(registry, quoted, 0)
+        score = json.loads(reply)["score"]
+        assert score in (2, 9)
+        scored += 1
+        agree += (score == 9) == right
+    assert scored > 300 and abs(agree / scored - GRADER_AGREEMENT) < 0.04
+    # A reply to a thanks: no task, graded as a fine answer; a text no upstream sent names no conversation.
+    assert grader_reply(registry, "Glad I could help.", 0)[0] == '{"score": 8}'
+    assert grader_reply(registry, "an answer nobody sent", 0) == ('{"score": 8}', None)
+
+
+def test_the_judge_arm_names_the_frontier_as_judge_in_a_policy_the_proxy_loads(tmp_path):
+    from aisia_plugin.policy.loader import load_policy
+
+    judge, feedback = conversation_bench.arms_of(TWO_TIER, ["ours+judge", "ours+feedback"], 10)
+    assert judge.proxy == feedback.proxy == "ours" and feedback.feedback and not judge.feedback
+    (path := tmp_path / "team.yaml").write_text(conversation_bench.team_policy(TWO_TIER, judge.policy))
+    settings = load_policy([path]).quality.judge
+    assert settings.deployment == TWO_TIER.frontier.id and settings.sample_rate == conversation_bench.JUDGE_SAMPLE_RATE
+    (path := tmp_path / "plain.yaml").write_text(conversation_bench.team_policy(TWO_TIER, feedback.policy))
+    assert load_policy([path]).quality.judge.deployment is None
+
+
+def test_the_judges_calls_of_the_last_half_count_in_the_arms_cost():
+    rec = conversation_bench.TurnRecord
+    records = [rec(c, 1, "ask", "math", 1, "cheap", True, 10, 10, 1.0) for c in range(4)]
+    plain = conversation_bench.measure(records, TWO_TIER, 4)
+    judged = conversation_bench.measure(records, TWO_TIER, 4, [(0, 0.5), (3, 0.25), (None, 0.125)])
+    assert plain["cost_usd"] == 2.0 and "judge_calls" not in plain
+    assert judged["cost_usd"] == 2.25 and judged["judge_calls"] == 1 and judged["judge_usd"] == 0.25
+    assert judged["judge_calls_all"] == 3 and judged["judge_usd_all"] == 0.875
+
+
+@pytest.mark.proxy
+def test_the_judge_and_feedback_arms_through_a_real_proxy(tmp_path, monkeypatch):
+    """Every answer sampled for the judge (rate 1 here): the proxy's judge calls are the simulated
+    judge's, all graded, at the spend the benchmark counts; every task answer's verdict is posted."""
+    monkeypatch.setattr(conversation_bench, "JUDGE_SAMPLE_RATE", 1.0)
+    res = conversation_bench.run_workload(TWO_TIER, ["ours+judge", "ours+feedback"], 8, 0, 4, tmp_path)
+    judged, fed = res["arms"]["ours+judge"], res["arms"]["ours+feedback"]
+    assert judged["errors"] == fed["errors"] == 0 and judged["unknown_requests"] == fed["unknown_requests"] == 0
+    counts = judged["judge"]
+    assert judged["judge_calls_all"] >= judged["requests_all"] - 2  # (the last answers may be in flight at the end)
+    assert counts["calls"] == {"graded": judged["judge_calls_all"]}
+    assert counts["spend_usd"] == pytest.approx(judged["judge_usd_all"], rel=1e-6)
+    assert fed["feedback"]["refused"] == 0 and fed["feedback"]["posted"] > 0
+    assert "ours+judge`: " in "\n".join(conversation_bench.arm_notes(res))
 
 
 @pytest.mark.proxy

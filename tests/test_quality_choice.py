@@ -115,11 +115,12 @@ def test_the_reason_says_when_a_cheaper_candidate_was_chosen_within_the_toleranc
 
 
 def test_a_paced_decision_scales_the_tolerance_by_the_pacing_multiplier():
-    assert paced_tolerance(0.18, 1.0) == 0.18  # the alias's own
-    assert paced_tolerance(0.18, 3.0) == pytest.approx(0.54)  # a target to keep under: wider, cheaper
-    assert paced_tolerance(0.18, 0.0) == 0.0 and paced_tolerance(0.18, -2.0) == 0.0  # the highest score
+    assert paced_tolerance(0.18, 1.0, BY_TARGET) == 0.18  # the alias's own
+    assert paced_tolerance(0.18, 3.0, BY_TARGET) == pytest.approx(0.54)  # a target to keep under: wider, cheaper
+    # At 0 or below: the highest score.
+    assert paced_tolerance(0.18, 0.0, BY_TARGET) == 0.0 and paced_tolerance(0.18, -2.0, BY_TARGET) == 0.0
     # A budget's ramp acts through the cost bonus alone: the highest score at any multiplier.
-    assert paced_tolerance(0.18, 3.0, BY_BUDGET) == 0.0 and paced_tolerance(0.18, 3.0, BY_TARGET) == pytest.approx(0.54)
+    assert paced_tolerance(0.18, 3.0, BY_BUDGET) == 0.0
 
 
 def _paced_engine(tmp_path, seed: int, cost_usd: float) -> Engine:

@@ -38,17 +38,6 @@ def _paths(values) -> list[str]:
     return [part for v in values or () for part in str(v).split(os.pathsep) if part]
 
 
-def _finite(value):
-    """NaN and infinities (an estimate on no usable event) as null: --json prints strict JSON."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
-
-
 def _logged_deployments(events) -> list:
     """The logged candidates, each at the price the proxy gave it (logged with each decision:
     LiteLLM's prices first), the latest logged; a log written before prices were logged leaves
@@ -95,7 +84,7 @@ def run_logged(args) -> int:
             _err(f"aisia replay: unknown alias {args.alias!r} in --{name} {labels[name]}; "
                  f"known: {', '.join(pol.aliases)}")
             return 2
-    from ..decision_log import logged_files
+    from ..decision_log import logged_files, strict_json
 
     # The configured path stands for every worker's file too (decisions.<pid>.jsonl beside it).
     files = logged_files(args.logged) or [args.logged]
@@ -135,7 +124,7 @@ def run_logged(args) -> int:
         else:
             out = {"alias": args.alias, "log": args.logged, "policies": results,
                    "paths": {name: labels[name] for name in results}}
-        print(json.dumps(_finite(out), indent=1))
+        print(json.dumps(strict_json(out), indent=1))
         return 0
     first = results["policy"]
     print(f"off-policy estimates for {args.alias} on {args.logged}: {first['events']} logged attempts with an outcome "

@@ -173,6 +173,14 @@ def _tokens(text: str) -> int:
     return max(1, len(text.split()))
 
 
+def usage_of(messages, text: str) -> dict:
+    """The ``usage`` a simulated upstream reports for answering `messages` with `text`: a token
+    per word (what LiteLLM prices, and what a benchmark prices a call by)."""
+    prompt_tokens, completion_tokens = _tokens(_message_text(messages)), _tokens(text)
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
 # The words of a simulated answer after its header: drawn per (seed, upstream, prompt), so that two
 # answers to different prompts differ as real ones do (a conversation's repeated-answer signal
 # compares an answer with the previous one, docs/signals.md) and the same prompt gets the same one.
@@ -424,10 +432,7 @@ class _Handler(BaseHTTPRequestHandler):
                     + answer_words(spec, prompt, spec.reply_words - 5))
         if spec.echo:
             text += " echo: " + prompt
-        prompt_tokens = _tokens(_message_text(messages))
-        completion_tokens = _tokens(text)
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                 "total_tokens": prompt_tokens + completion_tokens}
+        usage = usage_of(messages, text)
         cid = "chatcmpl-" + uuid.uuid4().hex[:24]
         created = int(time.time())
         if mode == "malformed":

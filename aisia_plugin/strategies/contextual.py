@@ -83,7 +83,7 @@ def cheapest_within(means, sds, draws, scores, costs, tolerance: float) -> int:
     return best
 
 
-def paced_tolerance(tolerance: float, multiplier: float, by: str = BY_TARGET) -> float:
+def paced_tolerance(tolerance: float, multiplier: float, by: str) -> float:
     """The quality tolerance of a paced decision. Paced by a spend target (`by` BY_TARGET): the
     alias's own times the multiplier, as the bandits' cost weight is (1: the alias's own, above it
     a wider tolerance, cheaper choices; 0 or below: none, the highest score, whose cost bonus a
