@@ -1,5 +1,7 @@
 """The decision log: one JSON line per decision and one per outcome, for audits and for offline
-evaluation of another policy on the same traffic (``aisia replay --logged``).
+evaluation of another policy on the same traffic (``aisia replay --logged``); one per piece of
+quality evidence recorded about an answer after it was served (a conversation signal, a judge's
+grade, feedback), which that evaluation values the answer by.
 
 No prompt or response text is written unless the operator turns ``log_prompts`` on. Writing never
 fails a request: an unwritable path or a full disk is reported once (a warning, and the
@@ -200,6 +202,17 @@ class DecisionLog:
                "status": status_code, "latency_s": latency_s, "cost_usd": cost_usd, "reward": reward}
         if self.log_prompts and response is not None:
             rec["response"] = response
+        self._write(rec)
+
+    def evidence(self, request_id: str, deployment_id: str, *, alias: Optional[str], domain: Optional[str],
+                 source: str, value: float, weight: float, kind: Optional[str] = None,
+                 language: Optional[str] = None, ts: Optional[float] = None) -> None:
+        """Quality evidence about the answer `deployment_id` gave the request `request_id`, recorded
+        after it (``Engine.record_quality``): its `source` (signal, judge, feedback), `value` in
+        [0, 1] and `weight`; a signal's `kind` and `language`."""
+        rec = {"v": FORMAT_VERSION, "type": "evidence", "ts": self.clock() if ts is None else ts,
+               "request_id": request_id, "deployment": deployment_id, "alias": alias, "domain": domain,
+               "source": source, "kind": kind, "language": language, "value": value, "weight": weight}
         self._write(rec)
 
     def local_first(self, request_id: str, *, alias: str, deployment_id: Optional[str], result: str,

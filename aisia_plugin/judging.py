@@ -36,8 +36,9 @@ class ServedAnswer:
     """An alias answer as it was sent to its client, offered to the judge: which deployment
     answered for which alias, in which domain, the request's messages and the answer's text,
     the decision's ``Decision.context`` (the contextual strategy's request vector, None for the
-    other strategies) and ``answer_key``, what names this answer for the agreement with the
-    conversation signals (the conversation's ``Turn.answer_fingerprint``; None: not compared)."""
+    other strategies), ``answer_key``, what names this answer for the agreement with the
+    conversation signals (the conversation's ``Turn.answer_fingerprint``; None: not compared),
+    and ``request_id``, the proxy's id of the request it answered (its grade's decision-log line)."""
 
     deployment_id: str
     alias: str
@@ -46,6 +47,7 @@ class ServedAnswer:
     answer: str
     context: Any = None
     answer_key: Optional[str] = None
+    request_id: Optional[str] = None
 
 
 # -- the judge's deployment -----------------------------------------------------------------------

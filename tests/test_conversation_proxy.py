@@ -3,11 +3,13 @@ sent as chat clients send them (a system message, the whole history re-sent, no 
 aliases served by two deployments, X and Y. The next user turn's complaint or thanks is quality
 evidence against the deployment that produced the answer it follows, whoever serves the new turn;
 a forged assistant message moves nothing; a re-sent follow-up counts once; two proxies sharing
-one Redis attribute a turn served by one and judged at the other."""
+one Redis attribute a turn served by one and judged at the other; each signal is a decision-log
+line that `aisia replay --logged` values the answer by."""
 
 from __future__ import annotations
 
 import itertools
+import json
 import time
 
 import httpx
@@ -29,6 +31,8 @@ state:
   flush_ms: 50
 signals:
   max_signals_per_key_hour: 12
+logging:
+  decisions: {path: DECISIONS}
 aliases:
   c/x:
     description: served by X
@@ -54,8 +58,11 @@ def redis(redis_module):
 
 
 def _proxy(tmp_path_factory, upstreams, redis, name):
-    return start_plugin_proxy(tmp_path_factory.mktemp(name), upstreams, POLICY,
-                              env={"AISIA_REDIS_URL": f"redis://127.0.0.1:{redis.port}/0"})
+    work = tmp_path_factory.mktemp(name)
+    p = start_plugin_proxy(work, upstreams, POLICY.replace("DECISIONS", str(work / "decisions.jsonl")),
+                           env={"AISIA_REDIS_URL": f"redis://127.0.0.1:{redis.port}/0"})
+    p.decisions = work / "decisions.jsonl"
+    return p
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +130,35 @@ def test_a_complaint_blames_the_answer_it_follows_not_the_turn_that_serves_it(cl
         assert estimate(proxy, "cv-x") < x_estimate, complaint
         # /metrics counts the signal by kind and language (this proxy recorded it).
         assert signal_metrics(proxy).get(("correction", language), 0.0) == counted + 1, complaint
+
+
+def logged(proxy) -> list:
+    return [json.loads(line) for line in proxy.decisions.read_text().splitlines() if line.strip()]
+
+
+def test_a_signal_is_a_decision_log_line_that_values_the_answer_it_judged(client, proxy):
+    history = opened(client, "c/x")
+    before = counts(proxy)
+    history.append({"role": "user", "content": "No, that's wrong."})
+    ask(client, "c/y", history)
+    settled_counts(proxy, {"cv-x": before["cv-x"] + 1, "cv-y": before["cv-y"]})
+    wait_for(lambda: any(r["type"] == "evidence" for r in logged(proxy)), "an evidence line", limit_s=10)
+    records = logged(proxy)
+    lines = [r for r in records if r["type"] == "evidence"]
+    line = lines[-1]
+    assert (line["source"], line["kind"], line["language"], line["deployment"], line["alias"]) == \
+        ("signal", "correction", "en", "cv-x", "c/x")
+    assert line["value"] == 0.0 and line["weight"] > 0
+    # It names the request whose answer it judged: c/x's, served by X, not the turn that said so.
+    judged = [r for r in records if r["type"] == "decision" and r["request_id"] == line["request_id"]]
+    assert [(r["alias"], r["deployment"]) for r in judged] == [("c/x", "cv-x")]
+    # Off-policy replay values that answer by the evidence (a success's logged reward is an estimate).
+    from aisia_plugin.replay.offpolicy import read_log
+
+    text = proxy.decisions.read_text().splitlines()
+    valued = {e.request_id: e for e in read_log(text)}[line["request_id"]]
+    plain = {e.request_id: e for e in read_log(text, evidence=False)}[line["request_id"]]
+    assert valued.evidence >= 1 and valued.reward == 0.0 < plain.reward
 
 
 def test_thanks_credit_the_answer_they_follow(client, proxy):

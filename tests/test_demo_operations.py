@@ -246,7 +246,19 @@ def test_replay_logged_on_the_demo_log(demo, traffic):
     _, info = demo
     log = Path(info["decision_log"])
     assert log.parent == Path(info["config"]).parent  # in the demo's folder
-    lines = _wait_for_log(info, _requests(traffic[0] + traffic[1]))
+    # One conversation too, whose second turn says the first answer was wrong: a signal, logged as
+    # evidence about that answer.
+    client = openai.OpenAI(base_url=info["base_url"], api_key=info["master_key"], max_retries=0, timeout=30)
+    history = [{"role": "user", "content": "What is the capital of Australia?"}]
+    answer = client.chat.completions.create(model="auto", messages=history).choices[0].message.content
+    history += [{"role": "assistant", "content": answer}, {"role": "user", "content": "That's wrong."}]
+    client.chat.completions.create(model="auto", messages=history)
+    for _ in range(120):
+        if any(x["type"] == "evidence" for x in _log(info)):
+            break
+        time.sleep(0.25)
+    lines = _wait_for_log(info, _requests(traffic[0] + traffic[1]) + 2)
+    assert any(x["type"] == "evidence" and x["source"] == "signal" for x in lines)
     pairs = {(x["request_id"], x["attempt"]) for x in lines if x["type"] == "decision" and not x["refused"]}
     attempts = [x for x in lines if x["type"] == "outcome" and x["reward"] is not None
                 and (x["request_id"], x["attempt"]) in pairs]
@@ -256,7 +268,7 @@ def test_replay_logged_on_the_demo_log(demo, traffic):
     run = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     out = run.stdout
-    assert f"{len(attempts)} logged attempts with an outcome (0 without a selection probability skipped)" in out, out
+    assert f"{len(attempts)} logged attempts with an outcome (0 without a selection probability skipped; " in out, out
     _estimate(out, "logged policy (observed)")
     sections = re.split(r"^--(policy|compare) ", out, flags=re.M)
     assert [s for s in sections[1::2]] == ["policy", "compare"], out
@@ -270,10 +282,17 @@ def test_replay_logged_on_the_demo_log(demo, traffic):
     report = json.loads(run.stdout)
     assert set(report["policies"]) == {"policy", "compare"}
     assert report["paths"]["compare"].endswith("demo-edit.yaml")
-    observed = sum(x["reward"] for x in attempts) / len(attempts)
+    answered = sum(1 for x in attempts if x["success"])
     for name, r in report["policies"].items():
         assert r["events"] == len(attempts) and r["skipped_no_propensity"] == 0
-        assert r["logged"]["value"] == pytest.approx(observed)
+        # The complaint values the answer it follows (the log's evidence line).
+        assert 1 <= r["valued_by_evidence"] <= answered, (name, r["valued_by_evidence"], answered)
         for est in ("ips", "snips", "dr"):
             lo, hi = r[est]["ci95"]
             assert lo <= r[est]["value"] <= hi and hi - lo > 0, (name, est, r[est])
+    # Without the evidence, each answer is valued by the reward logged with its outcome.
+    run = subprocess.run(argv + ["--json", "--no-evidence"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    observed = sum(x["reward"] for x in attempts) / len(attempts)
+    for name, r in json.loads(run.stdout)["policies"].items():
+        assert r["logged"]["value"] == pytest.approx(observed) and r["valued_by_evidence"] == 0, name

@@ -11,6 +11,7 @@ import json
 import os
 import threading
 import time
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # importing litellm must not reach the network
@@ -149,9 +150,10 @@ def litellm_log():
 async def test_an_offered_answer_is_graded_through_the_router_and_recorded_as_judge_evidence(tmp_path, upstream,
                                                                                            litellm_log):
     engine = _engine(tmp_path)
-    runner, reg = _runner(engine, _router(upstream))
+    told = []
+    runner, reg = _runner(engine, _router(upstream), evidence_log=lambda *a, **kw: told.append((a, kw)))
     assert engine.store.quality_of("cheap-1") is None
-    assert runner.offer(_served()) is True
+    assert runner.offer(replace(_served(), request_id="req-1")) is True
     await runner.drain()
     try:
         (request,) = upstream.requests
@@ -166,6 +168,9 @@ async def test_an_offered_answer_is_graded_through_the_router_and_recorded_as_ju
         assert (q.judge, q.feedback, q.signal) == (1.0, 0.0, 0.0)
         assert q.total / q.weight == pytest.approx(0.2)
         assert runner.counts == {"graded": 1} and _calls(reg, "graded") == 1
+        # The grade is told for the decision log, under the id of the request it graded.
+        assert told == [(("req-1", "cheap-1"), {"alias": "auto", "domain": "reasoning", "source": "judge",
+                                                 "value": pytest.approx(0.2), "weight": 1.0})]
         # Its cost as LiteLLM reported it, counted against the day's cap and exported.
         assert runner.cap.spent_usd == pytest.approx(COST)
         assert reg.get_sample_value("aisia_judge_spend_usd_total") == pytest.approx(COST)

@@ -318,10 +318,24 @@ def test_routing_page_charts_the_move_away_from_a_broken_deployment(proxy, clien
 def test_decision_log_and_replay_logged(proxy, client, work):
     path = work / "decisions.jsonl"
     _send(client, "obs/ucb", 4)
-    lines = wait_for(lambda: [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else None,
-                     "the decision log's lines")
+    # Feedback on one more answer: quality evidence, logged under the id of the request it rates.
+    raw = client.chat.completions.with_raw_response.create(
+        model="obs/ucb", messages=[{"role": "user", "content": f"Rate this {MARKER}"}])
+    rid = raw.headers["x-aisia-request-id"]
+    r = httpx.post(proxy.url + "/aisia/feedback", headers=proxy.headers, json={"request_id": rid, "score": 0.25},
+                   timeout=30)
+    assert r.status_code == 200, r.text
+
+    def read():
+        found = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+        return found if any(x["type"] == "evidence" for x in found) else None
+
+    lines = wait_for(read, "the decision log's lines")
     kinds = {x["type"] for x in lines}
-    assert kinds == {"decision", "outcome"}
+    assert kinds == {"decision", "outcome", "evidence"}
+    (rated,) = [x for x in lines if x["type"] == "evidence"]
+    assert (rated["request_id"], rated["source"], rated["value"], rated["alias"]) == (rid, "feedback", 0.25, "obs/ucb")
+    assert rated["deployment"] in [x["deployment"] for x in lines if x["type"] == "decision" and x["request_id"] == rid]
     assert MARKER not in path.read_text()
     decisions = [x for x in lines if x["type"] == "decision" and x["alias"] == "obs/ucb"]
     assert decisions and all(x["probability"] is not None for x in decisions)
@@ -331,7 +345,7 @@ def test_decision_log_and_replay_logged(proxy, client, work):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
-    assert report["events"] >= 4
+    assert report["events"] >= 5 and report["valued_by_evidence"] == 1
     for est in ("ips", "dr"):
         lo, hi = report[est]["ci95"]
         assert lo <= report[est]["value"] <= hi

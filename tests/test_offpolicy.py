@@ -105,6 +105,41 @@ def test_read_log_joins_decisions_and_outcomes(tmp_path):
         read_log([json.dumps(lines[0]), "{oops"], "log.jsonl")
 
 
+def test_an_answer_is_valued_by_the_evidence_logged_about_it():
+    """A signal, a judge's grade or feedback recorded after the answer (the log's evidence lines)
+    values it: their weighted mean; a failed attempt, another deployment's evidence, a malformed
+    line or --no-evidence leave the logged reward; the log's other records are skipped."""
+    def decided(rid, dep):
+        return {"type": "decision", "request_id": rid, "attempt": 0, "alias": "auto", "deployment": dep,
+                "probability": 0.5, "candidates": ["a-1", "b-2"]}
+
+    def evidence(rid, dep, value, weight, source="signal"):
+        return {"type": "evidence", "request_id": rid, "deployment": dep, "alias": "auto", "source": source,
+                "value": value, "weight": weight}
+
+    lines = [
+        decided("x", "a-1"), {"type": "outcome", "request_id": "x", "attempt": 0, "deployment": "a-1",
+                              "reward": 0.8, "success": True},
+        evidence("x", "a-1", 0.0, 1.0), evidence("x", "a-1", 1.0, 3.0, "judge"),
+        evidence("x", "b-2", 0.0, 5.0),  # another deployment's answer
+        evidence("x", "a-1", 2.0, 1.0), evidence("x", "a-1", 0.5, 0.0), evidence("x", "a-1", "bad", 1.0),
+        decided("y", "b-2"), {"type": "outcome", "request_id": "y", "attempt": 0, "deployment": "b-2",
+                              "reward": 0.0, "success": False},
+        evidence("y", "b-2", 1.0, 1.0),  # (about no answer: the attempt failed)
+        {"type": "local_first", "request_id": "y", "alias": "auto", "result": "kept"},
+        evidence("z", "a-1", 1.0, 1.0),  # a request the log holds no decision of
+    ]
+    text = [json.dumps(x) for x in lines]
+    by_id = {e.request_id: e for e in read_log(text)}
+    assert (by_id["x"].reward, by_id["x"].evidence) == (pytest.approx(0.75), 2)
+    assert (by_id["y"].reward, by_id["y"].evidence) == (0.0, 0)
+    plain = {e.request_id: e for e in read_log(text, evidence=False)}
+    assert (plain["x"].reward, plain["x"].evidence) == (0.8, 0)
+    assert evaluate(read_log(text), lambda e: {e.chosen: 1.0})["valued_by_evidence"] == 1
+    with pytest.raises(LogError, match="log.jsonl:1: not a decision-log record"):
+        read_log([json.dumps({"type": "trace", "request_id": "x"})], "log.jsonl")
+
+
 def test_events_without_propensity_are_skipped_and_counted():
     events = [_ev("a-1", math.nan, 1.0), _ev("a-1", 0.0, 1.0), _ev("a-1", 1.0, 0.5)]
     out = evaluate(events, lambda e: {"a-1": 1.0})

@@ -29,7 +29,12 @@ def add_arguments(p):
                         "policy's alias would have earned on that traffic (IPS, SNIPS, doubly robust, 95%% intervals); "
                         "--deployments is then the LiteLLM config; with --compare, each policy. The configured "
                         "path also reads the per-worker files beside it (DECISIONS.<pid>.jsonl, several proxy "
-                        "workers); a directory or a glob pattern reads every file it names")
+                        "workers); a directory or a glob pattern reads every file it names. An answer that "
+                        "quality evidence spoke about after it was served (a conversation signal, a judge's grade, "
+                        "feedback) is valued by that evidence")
+    p.add_argument("--no-evidence", action="store_true",
+                   help="with --logged: value each answer by the reward logged with its outcome only (a success's "
+                        "quality estimate then), not by the evidence recorded about it later")
     p.add_argument("--scenario", metavar="NAME",
                    help="instead of --data, a seeded synthetic scenario generated in memory (no data of your own): "
                         "stationary, degrade (the best provider's quality drops, then recovers), outage (it answers "

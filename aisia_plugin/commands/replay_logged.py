@@ -68,6 +68,7 @@ def run_logged(args) -> int:
         if getattr(args, flag, None):
             _err(f"aisia replay: --{flag} does not apply to --logged")
             return 2
+    use_evidence = not getattr(args, "no_evidence", False)
     base_paths = _paths(args.policy)
     labels = {"policy": " ".join(base_paths) if base_paths else "(the configured policy)"}
     try:
@@ -92,7 +93,7 @@ def run_logged(args) -> int:
         events = []
         for name in files:
             with open(name, encoding="utf-8") as fh:
-                events.extend(read_log(fh, name))
+                events.extend(read_log(fh, name, evidence=use_evidence))
     except LogError as exc:
         _err(str(exc))
         return 1
@@ -128,7 +129,9 @@ def run_logged(args) -> int:
         return 0
     first = results["policy"]
     print(f"off-policy estimates for {args.alias} on {args.logged}: {first['events']} logged attempts with an outcome "
-          f"({first['skipped_no_propensity']} without a selection probability skipped); mean reward, 95 % interval")
+          f"({first['skipped_no_propensity']} without a selection probability skipped; "
+          f"{first['valued_by_evidence']} answers valued by the evidence recorded about them later: signals, judge, "
+          f"feedback{'' if use_evidence else ' (not read: --no-evidence)'}); mean reward, 95 % interval")
     print(f"  {'logged policy (observed)':<28}  {_fmt(first['logged'])}")
     for name, r in results.items():
         print(f"\n--{name} {labels[name]}: gives the logged choice a positive probability in "

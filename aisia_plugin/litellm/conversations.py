@@ -191,7 +191,9 @@ class Conversations:
     def __init__(self, runtime, judge_of: Callable[[], Any] = lambda: None):
         self.runtime = runtime
         self.judge_of = judge_of
-        self.metrics = None  # a metrics.RouterMetrics (the startup's observer's): signals counted by kind, language
+        # The startup's observability.Observer: signals counted by kind and language, each piece of
+        # evidence a decision-log line (None: neither, as for a Router used without the proxy).
+        self.observer = None
         self._tasks: set = set()
         self.dropped = 0
         # request id -> the answer's decision's context (insertion order: the oldest first)
@@ -348,9 +350,13 @@ class Conversations:
                 continue
             value, factor = evidence
             # The judged turn's domain and prompt vector, not the new turn's: the model learns per prompt.
-            engine.record_quality(turn.deployment_id, turn.alias, turn.domain, value, "signal",
-                                  factor * source_weight, key=caller.key_hash or None, context=self.context_of(turn))
-            if self.metrics is not None:
-                self.metrics.signal(signal.kind, signal.language)
+            weight = factor * source_weight
+            engine.record_quality(turn.deployment_id, turn.alias, turn.domain, value, "signal", weight,
+                                  key=caller.key_hash or None, context=self.context_of(turn))
+            if self.observer is not None:
+                self.observer.metrics.signal(signal.kind, signal.language)
+                self.observer.evidence(turn.request_id, turn.deployment_id, alias=turn.alias, domain=turn.domain,
+                                       source="signal", value=value, weight=weight, kind=signal.kind,
+                                       language=signal.language)
             if judge_runner is not None and signal.kind != NO_COMPLAINT:  # agreement: what users said
                 judge_runner.signalled(turn.answer_fingerprint, factor if value else -factor)

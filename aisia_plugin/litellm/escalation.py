@@ -131,8 +131,8 @@ async def after_answer(plugin, data: dict, response) -> Optional[Any]:
         plugin.observer.local_first(first, attempt, KEPT, conf, None)
         return _kept(mark, response)
     if settings.evidence_weight > 0:  # evidence against the local deployment for that prompt
-        rt.after(_evidence, rt.engine, dep.id, first.alias, learned_domain(attempt.decision), conf.value,
-                 float(settings.evidence_weight))
+        rt.after(_evidence, plugin, first.request_id, dep.id, first.alias, learned_domain(attempt.decision),
+                 conf.value, float(settings.evidence_weight))
     escalation, cloud = await _cloud_answer(plugin, first, data, mark)
     if cloud is None:
         mark.note = f"local-first: {dep.id} {explained}: the escalation failed, the local answer is kept"
@@ -152,8 +152,12 @@ def _kept(mark: Side, response):
     return None
 
 
-def _evidence(engine, deployment_id: str, alias: str, domain: Optional[str], value: float, weight: float) -> None:
-    engine.record_quality(deployment_id, alias, domain, value, "signal", weight)
+def _evidence(plugin, request_id: str, deployment_id: str, alias: str, domain: Optional[str], value: float,
+              weight: float) -> None:
+    """The local answer's confidence as signal evidence against its deployment, and its decision-log line."""
+    if plugin.runtime.engine.record_quality(deployment_id, alias, domain, value, "signal", weight) is not None:
+        plugin.observer.evidence(request_id, deployment_id, alias=alias, domain=domain, source="signal",
+                                 value=value, weight=weight, kind="local_first_escalated")
 
 
 async def _cloud_answer(plugin, first, data: dict, mark: Side) -> tuple:

@@ -49,15 +49,17 @@ class JudgeRunner:
     is recorded through it); `router_of()` the LiteLLM Router that calls the judge deployment
     (the proxy's by default); `metrics` a ``RouterMetrics`` (None: not counted); `prices_of(name)`
     the judge deployment's (input, output) USD per 1M tokens, for a call LiteLLM reports no cost
-    for (None: such a call counts 0); `clock` and `rng` as ``time.time`` and
+    for (None: such a call counts 0); `evidence_log` is told each grade recorded
+    (``Observer.evidence``: its decision-log line); `clock` and `rng` as ``time.time`` and
     ``random.Random``."""
 
     def __init__(self, engine_of: Callable, router_of: Callable = proxy_router, metrics=None,
                  prices_of: Optional[Callable] = None, clock: Callable[[], float] = time.time,
-                 rng: Optional[random.Random] = None):
+                 rng: Optional[random.Random] = None, evidence_log: Optional[Callable] = None):
         self.engine_of = engine_of
         self.router_of = router_of
         self.metrics = metrics
+        self.evidence_log = evidence_log
         self.prices_of = prices_of
         self.rng = rng if rng is not None else random.Random()
         self.cap = DailyCap(0.0, clock)
@@ -183,6 +185,9 @@ class JudgeRunner:
         if engine.record_quality(served.deployment_id, served.alias, served.domain, grade, "judge",
                                  context=served.context) is None:
             return UNPARSED
+        if self.evidence_log is not None:
+            self.evidence_log(served.request_id, served.deployment_id, alias=served.alias, domain=served.domain,
+                              source="judge", value=grade, weight=engine.quality.weight("judge"))
         self._agreed(self.agreement.judged(served.answer_key, grade))
         return GRADED
 
@@ -207,18 +212,20 @@ class JudgeRunner:
             self.metrics.judge_agreement(agreed)
 
 
-def served_answer(kwargs, response, decision, deployment_id: str) -> Optional[ServedAnswer]:
+def served_answer(kwargs, response, decision, deployment_id: str,
+                  request_id: Optional[str] = None) -> Optional[ServedAnswer]:
     """The record ``JudgeRunner.offer`` takes, from an alias call's LiteLLM success event
     (``async_log_success_event(kwargs, response_obj, ...)``: the request's messages, the response
     as sent, a stream's assembled) and its ``Decision``. Read before the learning step drops the
-    decision's ``context``. None when there is no text answer to grade (a tool call alone, an
-    embedding): the judge grades what a user read."""
+    decision's ``context``; `request_id`, the proxy's id of the request. None when there is no
+    text answer to grade (a tool call alone, an embedding): the judge grades what a user read."""
     text = _reply_text(response)
     messages = kwargs.get("messages") if isinstance(kwargs, dict) else None
     if not text or not text.strip() or not isinstance(messages, list) or not deployment_id:
         return None
     return ServedAnswer(deployment_id, decision.alias, learned_domain(decision), messages, text,
-                        context=getattr(decision, "context", None), answer_key=answer_fingerprint(text))
+                        context=getattr(decision, "context", None), answer_key=answer_fingerprint(text),
+                        request_id=request_id)
 
 
 def prices_by_name(deployments_of: Callable) -> Callable:

@@ -143,6 +143,18 @@ class Observer:
         except Exception:
             log.exception("aisia: recording a decision's metrics failed")
 
+    def evidence(self, request_id: Optional[str], deployment_id: str, *, alias: Optional[str],
+                 domain: Optional[str], source: str, value: float, weight: float, kind: Optional[str] = None,
+                 language: Optional[str] = None) -> None:
+        """Quality evidence recorded about a served answer (``Engine.record_quality``): its
+        decision-log line, which ``aisia replay --logged`` values the answer by."""
+        try:
+            if self.decision_log is not None and request_id:
+                self.decision_log.evidence(request_id, deployment_id, alias=alias, domain=domain, source=source,
+                                           value=value, weight=weight, kind=kind, language=language)
+        except Exception:
+            log.exception("aisia: recording quality evidence failed")
+
     def refused(self, alias: str, reason: str) -> None:
         try:
             self.metrics.refused(alias, reason)

@@ -191,9 +191,10 @@ class ProxyLife:
 
         self.observer = Observer(self.runtime)
         self.judge = JudgeRunner(lambda: self.runtime.engine, metrics=self.observer.metrics,
-                                 prices_of=prices_by_name(self.observer.deployments))
+                                 prices_of=prices_by_name(self.observer.deployments),
+                                 evidence_log=self.observer.evidence)
         self.runtime.conversations.judge_of = lambda: self.judge  # signals compared with its grades
-        self.runtime.conversations.metrics = self.observer.metrics  # signals counted by kind and language
+        self.runtime.conversations.observer = self.observer  # signals counted and logged
         self._in_proxy_loop(self._start)
 
     def _in_proxy_loop(self, start) -> None:

@@ -2,7 +2,11 @@
 the logging policy saw?
 
 Each logged attempt is an event (context, chosen deployment, the probability the logging policy
-gave it, observed reward). For a target policy's probabilities pi(a | x) over the same candidates:
+gave it, observed reward). The reward of an answer that quality evidence spoke about after it was
+served (a conversation signal, a judge's grade, feedback: the log's ``evidence`` lines) is that
+evidence, the weighted mean of its values; otherwise it is the reward logged with the outcome (a
+success's quality estimate then, which says nothing of that answer). For a target policy's
+probabilities pi(a | x) over the same candidates:
 
 - inverse propensity (IPS): mean of w * r with w = pi(a_logged | x) / p_logged;
 - self-normalised IPS: sum(w * r) / sum(w) (a ratio estimate, its interval by the delta method);
@@ -20,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from ..numbers import clamp01
@@ -41,6 +45,8 @@ class LoggedEvent:
     attempt: int = 0
     # Each candidate's (input, output) USD per 1M tokens as the proxy priced it (decision_log.py).
     prices: Mapping[str, tuple] = field(default_factory=dict)
+    # The evidence the reward is (the pieces' count; 0: the reward is the one logged with the outcome).
+    evidence: int = 0
 
 
 @dataclass(frozen=True)
@@ -134,6 +140,7 @@ def evaluate(events: Sequence[LoggedEvent], target: TargetPolicy) -> dict:
     return {
         "events": n,
         "skipped_no_propensity": skipped,
+        "valued_by_evidence": sum(1 for e in usable if e.evidence),
         "agreement": agree / n if n else math.nan,
         "logged": _estimate(logged_m, logged_se).as_dict(),
         "ips": _estimate(ips_m, ips_se).as_dict(),
@@ -147,12 +154,20 @@ class LogError(ValueError):
     pass
 
 
-def read_log(lines: Iterable[str], source: str = "<log>") -> list[LoggedEvent]:
+# The record types of a decision log (decision_log.py); those the evaluation does not read are skipped.
+RECORD_TYPES = ("decision", "outcome", "evidence", "local_first")
+
+
+def read_log(lines: Iterable[str], source: str = "<log>", evidence: bool = True) -> list[LoggedEvent]:
     """Events from a decision log (aisia_plugin/decision_log.py): each decision line joined with
-    the outcome line of the same request id and attempt. A line that is not JSON is an error
-    naming the file and line; decisions with no outcome (still in flight, or refused) are left out."""
+    the outcome line of the same request id and attempt; with `evidence`, a successful answer's
+    reward is the weighted mean of the evidence lines about it (same request id and deployment),
+    when there are any. A line that is not JSON, or no decision-log record, is an error naming the
+    file and line; decisions with no outcome (still in flight, or refused) are left out."""
     decisions: dict = {}
     events: list[LoggedEvent] = []
+    spoken: dict = defaultdict(lambda: [0.0, 0.0, 0])  # (request id, deployment) -> [sum w*v, sum w, count]
+    answered: set = set()  # the events' indexes of a successful attempt (evidence is about an answer)
     for lineno, line in enumerate(lines, start=1):
         line = line.strip()
         if not line:
@@ -161,8 +176,18 @@ def read_log(lines: Iterable[str], source: str = "<log>") -> list[LoggedEvent]:
             rec = json.loads(line)
         except json.JSONDecodeError as exc:
             raise LogError(f"{source}:{lineno}: not JSON ({exc.msg})") from None
-        if not isinstance(rec, dict) or rec.get("type") not in ("decision", "outcome"):
-            raise LogError(f"{source}:{lineno}: not a decision-log record (no 'type': decision or outcome)")
+        if not isinstance(rec, dict) or rec.get("type") not in RECORD_TYPES:
+            raise LogError(f"{source}:{lineno}: not a decision-log record (no 'type': {', '.join(RECORD_TYPES)})")
+        if rec["type"] == "evidence":
+            value, weight = rec.get("value"), rec.get("weight")
+            if _finite_number(value) and _finite_number(weight) and 0.0 <= value <= 1.0 and weight > 0.0:
+                acc = spoken[(str(rec.get("request_id")), str(rec.get("deployment")))]
+                acc[0] += weight * value
+                acc[1] += weight
+                acc[2] += 1
+            continue
+        if rec["type"] not in ("decision", "outcome"):
+            continue
         key = (str(rec.get("request_id")), int(rec.get("attempt") or 0))
         if rec["type"] == "decision":
             if rec.get("deployment") is not None and not rec.get("refused"):
@@ -173,12 +198,26 @@ def read_log(lines: Iterable[str], source: str = "<log>") -> list[LoggedEvent]:
         if dec is None or dec.get("deployment") != rec.get("deployment") or not isinstance(reward, (int, float)):
             continue
         prob = dec.get("probability")
+        if rec.get("success") is True:
+            answered.add(len(events))
         events.append(LoggedEvent(
             request_id=key[0], alias=str(dec.get("alias") or ""), domain=dec.get("domain"),
             candidates=tuple(dec.get("candidates") or (dec["deployment"],)), chosen=dec["deployment"],
             propensity=float(prob) if isinstance(prob, (int, float)) else math.nan, reward=float(reward),
             features=dec.get("features") or {}, attempt=key[1], prices=_prices(dec.get("prices"))))
-    return events
+    if not evidence or not spoken:
+        return events
+    valued = []
+    for i, e in enumerate(events):
+        acc = spoken.get((e.request_id, e.chosen)) if i in answered else None
+        if acc is not None:
+            e = replace(e, reward=clamp01(acc[0] / acc[1]), evidence=acc[2])
+        valued.append(e)
+    return valued
+
+
+def _finite_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _prices(raw) -> dict:
