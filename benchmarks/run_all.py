@@ -636,15 +636,18 @@ def conversation_lines() -> list[str]:
                 "`benchmarks/results/conversations.json` is absent (run `benchmarks/conversation_bench.py`).", ""]
     out = ["## Conversations through a real proxy (issue 40)", "",
            "Simulated users converse with a chat client (a system message, the whole history re-sent each turn, no "
-           "session id, no feedback call): after a wrong answer most say so in their own language or regenerate, "
-           "after a right one some thank; the routers learn only from what the proxy sees. Quality and cost over the "
+           "session id, no feedback call but `ours+feedback`'s): after a wrong answer most say so in their own "
+           "language or regenerate, after a right one some thank; the routers learn only from what the proxy sees "
+           "(`ours+judge`: and from a simulated judge grading 2 % of the answers, its cost counted). Quality and cost "
+           "over the "
            "last half of the conversations, as shares of the always-best deployment's; the definitions in "
            "[results/conversations.md](results/conversations.md). From `benchmarks/conversation_bench.py`, not run by "
            "run_all.", ""]
     for res in rep["workloads"]:
         out += [f"### {conversation_bench.title(res)}", "", f"{res['description']}. Conditions: "
                 f"{conversation_bench.conditions_text(res['conditions'])}.", ""]
-        out += conversation_bench.table(res) + [""] + conversation_bench.acceptance(res)
+        out += (conversation_bench.table(res) + [""] + conversation_bench.arm_notes(res)
+                + conversation_bench.acceptance(res))
     return out
 
 

@@ -236,3 +236,33 @@ def test_replay_logged_without_the_config_prices_as_the_proxy_logged(tmp_path, a
     assert code == 0, err
     assert "the log gives no price for big, mini" in err and "--deployments CONFIG" in err, err
     assert json.loads(out)["agreement"] < 1.0  # one default price for both: not the proxy's choices
+
+
+def test_replay_logged_values_answers_by_the_evidence_the_log_wrote(tmp_path, aisia):
+    """The decision log's own evidence lines (DecisionLog.evidence) are read by the CLI: each
+    answer a signal spoke about is valued by it; --no-evidence keeps the logged rewards, and
+    applies to --logged only."""
+    from aisia_plugin.decision import CandidateScore, Decision
+    from aisia_plugin.decision_log import DecisionLog
+
+    path = tmp_path / "decisions.jsonl"
+    log = DecisionLog(str(path))
+    for i in range(6):
+        d = Decision("mini", "openai/gpt-4o-mini", "cost", "cheapest", 2, 1.0,
+                     [CandidateScore("big", 0.0), CandidateScore("mini", 1.0)], probability=1.0, alias="auto/cheap")
+        log.decision(f"r{i}", d)
+        log.outcome(f"r{i}", "mini", alias="auto/cheap", success=True, reward=0.9)
+    for i in range(3):  # the next turns of three conversations said the answer was wrong
+        log.evidence(f"r{i}", "mini", alias="auto/cheap", domain=None, source="signal", value=0.0, weight=1.0,
+                     kind="correction", language="en")
+    log.close()
+    code, out, err = aisia("replay", "--logged", path, "--alias", "auto/cheap", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["valued_by_evidence"] == 3 and report["logged"]["value"] == pytest.approx(0.45)
+    code, out, err = aisia("replay", "--logged", path, "--alias", "auto/cheap", "--json", "--no-evidence")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["valued_by_evidence"] == 0 and report["logged"]["value"] == pytest.approx(0.9)
+    code, out, err = aisia("replay", "--scenario", "stationary", "--no-evidence")
+    assert code == 2 and "--no-evidence applies to --logged only" in err

@@ -97,6 +97,8 @@ def _run(args) -> int:
         from .replay_logged import run_logged
 
         return run_logged(args)
+    if args.no_evidence:
+        raise _Refused(2, "aisia replay: --no-evidence applies to --logged only (a trace's outcomes carry their grades)")
     if bool(args.data) == bool(args.scenario):
         raise _Refused(2, "aisia replay: give one of --data FILE.jsonl (a trace), --scenario NAME (a synthetic one) "
                           "or --logged FILE.jsonl (a decision log)")
