@@ -477,7 +477,9 @@ def markdown(report: dict) -> str:
            f"naming the frontier deployment, `sample_rate: {JUDGE_SAMPLE_RATE:g}`: a simulated judge that agrees with the "
            f"truth on {GRADER_AGREEMENT:.0%} of the answers it grades (an assumption of this benchmark), its calls priced "
            "as the frontier's and counted in the arm's cost. `ours+feedback`: the same with the client posting each task "
-           "answer's verdict to `/aisia/feedback` (1 or 0), every answer rated: the most a router can be told.", ""]
+           "answer's verdict to `/aisia/feedback` (1 or 0), every answer rated: the most a router can be told.", "",
+           "Quality against cost for each 1,500-conversation workload, every router beside the line of mixing the "
+           "fixed arms: [conversations.png](conversations.png) (written with matplotlib).", ""]
     for res in report["workloads"]:
         u = res["users"]
         out += [f"## {title(res)}", "",
@@ -512,6 +514,62 @@ def arm_notes(res: dict) -> list[str]:
     return lines + [""] if lines else []
 
 
+# The routers the picture marks, each with its marker (the fixed arms are the mixing line's corners).
+PLOTTED = {"ours": ("o", "ours (signals)"), "ours+judge": ("D", "ours + 2 % judge"),
+           "ours+feedback": ("s", "ours + feedback"), "oracle": ("*", "oracle"), "random": ("x", "random"),
+           "litellm-adaptive": ("^", "LiteLLM adaptive"), "litellm-complexity": ("v", "LiteLLM complexity")}
+
+
+def plot(report: dict, path: Path) -> bool:
+    """Quality against cost (shares of the always-best deployment's) per 1,500-conversation
+    workload: each router a marker, the fixed arms joined by the mixing line (what a random
+    mixture of them reaches at each cost). False when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    shown = [r for r in report["workloads"] if r["conversations"] >= FULL_CONVERSATIONS and r.get("always_best")]
+    if not shown:
+        return False
+    cols = 3
+    rows = (len(shown) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.6 * rows), squeeze=False)
+    for ax, res in zip(axes.flat, shown):
+        arms = res["arms"]
+        fixed = sorted((a["cost_share"], a["quality_share"]) for k, a in arms.items()
+                       if k.startswith("always:") and a.get("quality_share") is not None)
+        hull = [(c, mixing_quality(fixed, c)) for c in [i / 100 for i in range(0, 101)]]
+        ax.plot([c for c, _ in hull], [q for _, q in hull], "-", color="0.6", lw=1, label="mixing the fixed arms")
+        ax.plot([c for c, _ in fixed], [q for _, q in fixed], "o", color="0.6", mfc="white")
+        for k, (name, (marker, label)) in enumerate(PLOTTED.items()):
+            a = arms.get(name)
+            if a and a.get("quality_share") is not None:  # (a colour per router, the same in every panel)
+                ax.plot(a["cost_share"], a["quality_share"], marker, color=f"C{k}", ms=8 if marker != "*" else 12,
+                        label=label)
+        ax.set_title(title(res).replace(" (1500 conversations", " (1,500").replace(", no system message", ", no system"),
+                     fontsize=10)
+        ax.set_xlim(-0.02, 1.05)
+        ax.set_ylim(0.3, 1.03)
+        ax.grid(alpha=0.3)
+        ax.set_xlabel("cost / always-best", fontsize=9)
+        ax.set_ylabel("quality / always-best", fontsize=9)
+    for ax in list(axes.flat)[len(shown):]:
+        ax.axis("off")
+    handles, labels = {}, {}  # every router any panel shows, once
+    for ax in axes.flat:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, h)
+    handles, labels = list(handles.values()), list(handles)
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.08 if rows > 1 else 0.14, 1, 1))
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
+
 def ordered(workloads: list[dict]) -> list[dict]:
     """Workloads in WORKLOADS' order, each with its system message before without."""
     names = list(WORKLOADS)
@@ -541,6 +599,7 @@ def main(argv=None) -> int:
         report = json.loads((bench.RESULTS / f"{args.out}.json").read_text())
         report["workloads"] = ordered(report["workloads"])
         bench.write_results(args.out, report, markdown(report))
+        plot(report, bench.RESULTS / f"{args.out}.png")
         return 0
     names = list(WORKLOADS) if args.workloads == "all" else args.workloads.split(",")
     unknown = [w for w in names if w not in WORKLOADS]
@@ -580,6 +639,7 @@ def main(argv=None) -> int:
     print(md)
     if not args.no_write:
         bench.write_results(args.out, report, md)
+        plot(report, bench.RESULTS / f"{args.out}.png")
     return 0
 
 

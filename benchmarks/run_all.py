@@ -641,8 +641,9 @@ def conversation_lines() -> list[str]:
            "(`ours+judge`: and from a simulated judge grading 2 % of the answers, its cost counted). Quality and cost "
            "over the "
            "last half of the conversations, as shares of the always-best deployment's; the definitions in "
-           "[results/conversations.md](results/conversations.md). From `benchmarks/conversation_bench.py`, not run by "
-           "run_all.", ""]
+           "[results/conversations.md](results/conversations.md), as a picture: "
+           "[results/conversations.png](results/conversations.png). From `benchmarks/conversation_bench.py`, not run "
+           "by run_all.", ""]
     for res in rep["workloads"]:
         out += [f"### {conversation_bench.title(res)}", "", f"{res['description']}. Conditions: "
                 f"{conversation_bench.conditions_text(res['conditions'])}.", ""]

@@ -229,3 +229,12 @@ def test_results_md_quotes_the_committed_conversation_results():
 
     section = "\n".join(run_all.conversation_lines())
     assert section in run_all.RESULTS_MD.read_text(encoding="utf-8"), "stale: run benchmarks/run_all.py --render-only"
+
+
+def test_the_picture_shows_each_full_workload_and_nothing_for_short_runs_alone(tmp_path):
+    report = json.loads((Path(conversation_bench.bench.RESULTS) / "conversations.json").read_text())
+    assert conversation_bench.plot(report, tmp_path / "all.png")
+    assert (tmp_path / "all.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    short = {"workloads": [w for w in report["workloads"] if w["conversations"] < 1500]}
+    assert short["workloads"] and not conversation_bench.plot(short, tmp_path / "short.png")
+    assert not (tmp_path / "short.png").exists()
