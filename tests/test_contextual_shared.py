@@ -275,6 +275,39 @@ def learn_some(models, rng, n, tick0=0.0, gamma=0.99, deps="pq", *more):
             m.learn(dep, LearnContext(x, base, PV, NV), y, tick0 + i, gamma)
 
 
+def test_a_fold_whose_rows_are_out_of_contract_is_an_outage_not_an_exception(redis_module):
+    """A column of the fold's answer with a name FoldRow does not read: fold() returns False (an
+    outage, logged) instead of raising, and keeps its fold for the next call, which applies it."""
+    pol = policy(contextual_fold_ms=600000)
+    rng = random.Random(7)
+    ref = ContextualModels()
+
+    async def main():
+        store = await started(pol, redis_module.url)
+        learn_some(store.contextual, rng, 6, 1.0, 0.99, "pq", ref)
+        real = store._eval
+
+        async def bad_rows(name, keys, args):
+            reply = await real(name, keys, args)
+            if name != "contextual":
+                return reply
+            named = scripts.read_reply(scripts.FoldReply, reply, "contextual")
+            return [b"status", named.status, b"rows", [[b"bogus", b"1"]]] if named.rows else reply
+
+        store._eval = bad_rows
+        failed = await store.fold()
+        pending = store._ctx_unacked is not None
+        store._eval = real
+        store._retry_at = 0.0  # the backoff's wait, skipped
+        applied = await store.fold()
+        left = store._ctx_unacked
+        await store.aclose()
+        return failed, pending, applied, left
+
+    failed, pending, applied, left = asyncio.run(main())
+    assert (failed, pending, applied, left) == (False, True, True, None)
+
+
 def test_a_fold_resent_after_a_lost_reply_is_counted_once(redis_module):
     pol = policy(contextual_fold_ms=600000)
     rng = random.Random(5)

@@ -1087,7 +1087,8 @@ class RedisStore:
                     try:
                         raw = await self._eval("contextual", [self.key("ctxdeps")], args)
                         reply = scripts.read_reply(scripts.FoldReply, raw, "contextual")
-                    except Exception as exc:  # (a ReplyError too: logged, and this method never raises)
+                        rows = [scripts.read_reply(scripts.FoldRow, r, "contextual") for r in reply.rows or ()]
+                    except Exception as exc:  # (a ReplyError too, its rows' included: logged, never raised)
                         self._outage(exc)
                         return False
                     self._recovered()
@@ -1096,7 +1097,7 @@ class RedisStore:
                             self._ctx_known[dep.decode("utf-8", "replace")] = ""
                         again = True
                         break
-                    self._fold_rows(reply.rows, gamma)
+                    self._fold_rows(rows, gamma)
                 if not again:
                     self._fold_acked()
                     return True
@@ -1164,11 +1165,10 @@ class RedisStore:
             self._ctx_acked.popleft()
 
     def _fold_rows(self, rows, gamma: float) -> None:
-        """One call of the fold is in Redis: install the columns its reply carries."""
+        """One call of the fold is in Redis: install the columns its reply carries (``scripts.FoldRow``s)."""
         fold = self._ctx_unacked
         folded = {d.dep for d in fold.deltas} if fold is not None else set()
-        for raw in rows:
-            row = scripts.read_reply(scripts.FoldRow, raw, "contextual")
+        for row in rows:
             dep, version = row.deployment.decode("utf-8", "replace"), row.version.decode()
             resent = self._ctx_resend.pop(dep, ())
             if not int(row.full):
