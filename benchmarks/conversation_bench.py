@@ -46,7 +46,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import re
 import subprocess
 import sys
 import time
@@ -247,28 +246,25 @@ async def run_arm(proxy: Proxy, arm: Arm, workload: Workload, registry_holder: d
     return records, {**run, "grades": list(registry.grades)}
 
 
-# The proxy's judge series (metrics.py), as /aisia/metrics exports them: name, one label, value.
-_JUDGE_SAMPLE = re.compile(r'^aisia_judge_(calls|spend_usd|agreement)_total(?:\{\w+="([^"]*)"\})? (\S+)$')
-
-
 async def judge_counts(admin, settle_s: float = 30.0) -> dict:
-    """The proxy's own account of its judge (``/aisia/metrics``): calls by outcome, spend, and
-    agreement with the conversation signals by result; read once the judge's queue has settled
-    (two equal reads a second apart, within `settle_s`)."""
+    """The proxy's own account of its judge (``/aisia/metrics``, read with prometheus_client's
+    parser): calls by outcome, spend, and agreement with the conversation signals by result; read
+    once the judge's queue has settled (two equal reads a second apart, within `settle_s`)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     last, deadline = None, time.monotonic() + settle_s
     while True:
         r = await admin.get("/aisia/metrics")
         r.raise_for_status()
         counts: dict = {"calls": {}, "spend_usd": 0.0, "agreement": {}}
-        for line in r.text.splitlines():
-            found = _JUDGE_SAMPLE.match(line)
-            if found is None:
-                continue
-            series, label, value = found.groups()
-            if series == "spend_usd":
-                counts["spend_usd"] = float(value)
-            elif float(value):
-                counts[series][label] = float(value)
+        for family in text_string_to_metric_families(r.text):
+            for sample in family.samples:
+                if sample.name == "aisia_judge_spend_usd_total":
+                    counts["spend_usd"] = sample.value
+                elif sample.name == "aisia_judge_calls_total" and sample.value:
+                    counts["calls"][sample.labels["outcome"]] = sample.value
+                elif sample.name == "aisia_judge_agreement_total" and sample.value:
+                    counts["agreement"][sample.labels["result"]] = sample.value
         if counts == last or time.monotonic() > deadline:
             return counts
         last = counts
@@ -297,7 +293,7 @@ def measure(records: list[TurnRecord], workload: Workload, n: int, grades: Optio
             served[r.deployment] = served.get(r.deployment, 0) + 1
     judged = [usd for conversation, usd in grades or () if conversation is not None and conversation >= n // 2]
     judge = {"judge_calls": len(judged), "judge_usd": sum(judged), "judge_calls_all": len(grades),
-             "judge_usd_all": sum(usd for _, usd in grades)} if grades else {}
+             "judge_usd_all": sum(usd for _, usd in grades)} if grades is not None else {}
     return {"conversations": n - n // 2, "requests": len(half), "answers_scored": len(scored),
             "quality": sum(r.correct for r in scored) / len(scored) if scored else None,
             "cost_usd": sum(r.cost_usd for r in half) + sum(judged), **judge,
@@ -393,7 +389,8 @@ def run_workload(workload: Workload, arm_names: list[str], n: int, seed: int, co
                 finally:
                     proxy.stop()
                 grades = run.pop("grades")
-                results[arm.name] = {**measure(records, workload, n, grades if arm.policy else None), **run,
+                judged = grades if "judge" in run else None  # (the judge's arm: its figures even at 0 calls)
+                results[arm.name] = {**measure(records, workload, n, judged), **run,
                                      "commit": commit,
                                      "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
                 r = results[arm.name]

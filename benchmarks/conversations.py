@@ -481,11 +481,15 @@ def request_key(messages: Sequence[Mapping]) -> str:
     return hashlib.sha256(json.dumps(canon, ensure_ascii=False).encode()).hexdigest()
 
 
+def uniform(key: str) -> float:
+    """A draw in [0, 1) fixed by `key` (sha256: the same in every process and version)."""
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2.0 ** 64
+
+
 def luck(seed: int, qid: str, attempt: int) -> float:
     """The uniform draw of an answer attempt, shared by every deployment (common random numbers:
     a question hard for one is hard for all): right iff luck < the deployment's accuracy."""
-    h = hashlib.sha256(f"luck:{seed}:{qid}:{attempt}".encode()).digest()
-    return int.from_bytes(h[:8], "big") / 2.0 ** 64
+    return uniform(f"luck:{seed}:{qid}:{attempt}")
 
 
 @dataclass
@@ -584,8 +588,7 @@ def grader_reply(registry: TruthRegistry, answer: str, seed: int) -> tuple[str, 
     conversation, correct = registry.answer_of(answer)
     verdict = correct
     if correct is not None:
-        h = hashlib.sha256(f"grader:{seed}:{_words(answer)}".encode()).digest()
-        agrees = int.from_bytes(h[:8], "big") / 2.0 ** 64 < GRADER_AGREEMENT
+        agrees = uniform(f"grader:{seed}:{_words(answer)}") < GRADER_AGREEMENT
         verdict = correct if agrees else not correct
     return json.dumps({"score": GRADES[verdict]}), conversation
 
