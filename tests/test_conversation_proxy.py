@@ -137,15 +137,17 @@ def logged(proxy) -> list:
 
 
 def test_a_signal_is_a_decision_log_line_that_values_the_answer_it_judged(client, proxy):
+    def evidence_lines():
+        return [r for r in logged(proxy) if r["type"] == "evidence"]
+
     history = opened(client, "c/x")
-    before = counts(proxy)
+    before, earlier = counts(proxy), len(evidence_lines())  # (the module's other tests wrote some)
     history.append({"role": "user", "content": "No, that's wrong."})
     ask(client, "c/y", history)
     settled_counts(proxy, {"cv-x": before["cv-x"] + 1, "cv-y": before["cv-y"]})
-    wait_for(lambda: any(r["type"] == "evidence" for r in logged(proxy)), "an evidence line", limit_s=10)
+    wait_for(lambda: len(evidence_lines()) > earlier, "this complaint's evidence line", limit_s=10)
     records = logged(proxy)
-    lines = [r for r in records if r["type"] == "evidence"]
-    line = lines[-1]
+    (line,) = [r for r in records if r["type"] == "evidence"][earlier:]
     assert (line["source"], line["kind"], line["language"], line["deployment"], line["alias"]) == \
         ("signal", "correction", "en", "cv-x", "c/x")
     assert line["value"] == 0.0 and line["weight"] > 0
