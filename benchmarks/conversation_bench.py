@@ -451,7 +451,7 @@ def conditions_text(c: dict) -> str:
             f"{c['cpu_count']} cores shared with other jobs (load {c['load_average_1_5_15']}), Python {c['python']}, "
             f"LiteLLM {c['litellm']}, {c['concurrency']} conversations in flight, fake upstreams answering in "
             f"{UPSTREAM_LATENCY_MS:g} ms; wall time {c['wall_s']:.0f} s"
-            + (f"; arms added later: {c['added']}" if c.get("added") else ""))
+            + (f"; arms run later: {c['added']}" if c.get("added") else ""))
 
 
 def title(res: dict) -> str:
@@ -574,6 +574,26 @@ def ordered(workloads: list[dict]) -> list[dict]:
                                             not r["system_message"], -r["conversations"]))
 
 
+def merged(old_workloads: list[dict], results: list[dict]) -> list[dict]:
+    """--merge: the earlier workloads with this run's. A workload run again with its fixed arms
+    replaces the old one; arms run alone join its table (an arm run again replaces its row), and
+    each such later run is listed in its conditions after the earlier ones."""
+    fresh = {title(r): r for r in results}
+    kept = []
+    for old in old_workloads:
+        new = fresh.get(title(old))
+        if new is not None and new["conversations"] == old["conversations"] and not any(
+                a.startswith("always:") for a in new["arms"]):
+            new["arms"] = {**old["arms"], **new["arms"]}
+            new.update(compare(new["arms"]))
+            c, before = new["conditions"], old["conditions"].get("added")
+            run = f"{c['arms']} at commit {c['commit']}, {c['date']}, load {c['load_average_1_5_15']}, {c['wall_s']:.0f} s"
+            new["conditions"] = {**old["conditions"], "added": f"{before}; then {run}" if before else run}
+        elif new is None:
+            kept.append(old)
+    return kept + results
+
+
 def git_commit() -> tuple[str, bool]:
     def git(*args):
         return subprocess.run(["git", *args], cwd=bench.REPO, capture_output=True, text=True).stdout.strip()
@@ -616,21 +636,8 @@ def main(argv=None) -> int:
                                              arms=args.arms, wall_s=round(time.monotonic() - t0, 1))
         results.append(res)
     previous = bench.RESULTS / f"{args.out}.json"
-    if args.merge and previous.exists():  # a workload run again replaces the old one; an arm run alone joins its table
-        fresh = {title(r): r for r in results}
-        kept = []
-        for old in json.loads(previous.read_text())["workloads"]:
-            new = fresh.get(title(old))
-            if new is not None and new["conversations"] == old["conversations"] and not any(
-                    a.startswith("always:") for a in new["arms"]):
-                new["arms"] = {**old["arms"], **new["arms"]}
-                new.update(compare(new["arms"]))
-                c = new["conditions"]
-                new["conditions"] = {**old["conditions"], "added": f"{c['arms']} at commit {c['commit']}, {c['date']}, "
-                                                                   f"load {c['load_average_1_5_15']}, {c['wall_s']:.0f} s"}
-            elif new is None:
-                kept.append(old)
-        results = kept + results
+    if args.merge and previous.exists():
+        results = merged(json.loads(previous.read_text())["workloads"], results)
     report = {"workloads": ordered(results)}
     md = markdown(report)
     print(md)

@@ -4,6 +4,7 @@ one small run through a real proxy judges every turn."""
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 from dataclasses import replace
@@ -11,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
 
 import conversation_bench  # noqa: E402
 from conversations import (  # noqa: E402
@@ -238,3 +240,32 @@ def test_the_picture_shows_each_full_workload_and_nothing_for_short_runs_alone(t
     short = {"workloads": [w for w in report["workloads"] if w["conversations"] < 1500]}
     assert short["workloads"] and not conversation_bench.plot(short, tmp_path / "short.png")
     assert not (tmp_path / "short.png").exists()
+
+
+def _rerun(old: dict, arm: str, quality: float, commit: str) -> dict:
+    """A run of `old`'s workload with `arm` alone, as run_workload and main leave it."""
+    new = {k: v for k, v in old.items() if k not in ("arms", "conditions", "always_best")}
+    new["arms"] = {arm: {**old["arms"][arm], "quality": quality, "commit": commit}}
+    new["conditions"] = {**old["conditions"], "commit": commit, "arms": arm, "wall_s": 40.0, "date": "later"}
+    new["conditions"].pop("added", None)
+    return new
+
+
+def test_a_merge_keeps_every_later_run_and_replaces_only_the_rerun_arm():
+    committed = json.loads((REPO / "benchmarks" / "results" / "conversations.json").read_text())["workloads"]
+    first = copy.deepcopy(committed[0])
+    first["conditions"].pop("added", None)
+    others = {k: v for k, v in first["arms"].items() if k != "ours"}
+    once = conversation_bench.merged([first], [_rerun(first, "ours+judge", 0.5, "aaaaaaa")])
+    twice = conversation_bench.merged(copy.deepcopy(once), [_rerun(first, "ours", 0.6, "bbbbbbb")])
+    (w,) = twice
+    assert w["arms"]["ours"]["quality"] == 0.6 and w["arms"]["ours+judge"]["quality"] == 0.5
+    assert {k: v["quality"] for k, v in w["arms"].items() if k not in ("ours", "ours+judge")} == \
+        {k: v["quality"] for k, v in others.items() if k != "ours+judge"}
+    added = w["conditions"]["added"]
+    assert added.startswith("ours+judge at commit aaaaaaa") and "; then ours at commit bbbbbbb" in added
+    assert w["conditions"]["commit"] == first["conditions"]["commit"]  # the workload's own run stays named
+    assert w["arms"]["ours"]["quality_share"] == pytest.approx(0.6 / w["arms"][w["always_best"]]["quality"])
+    # A workload run again with its fixed arms replaces the old one whole; another is kept.
+    whole = _rerun(first, "always:frontier", 0.9, "ccccccc")
+    assert conversation_bench.merged([first, committed[1]], [whole]) == [committed[1], whole]
