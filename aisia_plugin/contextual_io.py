@@ -2,9 +2,10 @@
 models an engine reads. The files are JSON data (contextual.check_model validates them), never
 executed.
 
-A prior model file is read once, when an engine is built (like the policy itself): a path
-relative to the working directory of the process. A file that cannot be read or is no model is
-a ModelFileError naming the file and every problem's place."""
+A prior model file is read when the policy loads (policy/loader.py refuses one that cannot be
+read, at its field) and when an engine is built: a path relative to the working directory of
+the process. A file that cannot be read or is no model is a ModelFileError naming the file and
+every problem's place."""
 
 from __future__ import annotations
 

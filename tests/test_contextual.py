@@ -25,6 +25,7 @@ from aisia_plugin.engine import Engine
 from aisia_plugin.features import RequestFeatures
 from aisia_plugin.outcome import Outcome
 from aisia_plugin.policy import load_policy
+from aisia_plugin.policy.errors import PolicyError
 from aisia_plugin.policy.models import TaskFitness
 from aisia_plugin.state.memory import MemoryState
 from aisia_plugin.task_fitness import TaskFitnessTable
@@ -392,10 +393,12 @@ def test_train_writes_a_model_a_policy_starts_from(tmp_path, capsys):
         pred = {r.id: r.terms["predicted"] for r in d.scores}
         other = "a" if best == "b" else "b"
         assert pred[best] > pred[other] + 0.3, pred
-    # a broken model file is refused with its place
+    # a broken model file is refused with its place: the policy's field, then the file's
     out.write_text(json.dumps({"format": "aisia-contextual-model", "version": 1, "feature_bits": 3, "deployments": {}}))
-    with pytest.raises(ModelFileError, match="feature_bits"):
-        Engine(load_policy([started]))
+    with pytest.raises(PolicyError, match=r"started\.yaml:5:\d+: aliases\.auto\.contextual\.prior_model: .*feature_bits"):
+        load_policy([started])
+    with pytest.raises(ModelFileError, match="feature_bits"):  # an engine built from a policy loaded before
+        Engine(engine.policy)
 
 
 def test_train_usage_errors(tmp_path, capsys):

@@ -674,3 +674,50 @@ def test_a_spend_target_over_a_deployment_counted_at_0_is_warned_at_its_line(ais
     assert "priced-1" not in line
     code, out, _ = aisia("validate", "--strict", "--deployments", config, team)
     assert code == 1
+
+
+def test_a_prior_model_file_that_cannot_be_read_is_the_policys_error_at_its_field(aisia, write_file, tmp_path):
+    """`contextual.prior_model` is read as the engine reads it, when the policy loads: a missing
+    or broken file is refused by `aisia validate` and by the loader the proxy uses, at the field
+    (operator's alias or a team's), never at the proxy's start or a team's first request."""
+    from aisia_plugin.contextual import ContextualModels
+    from aisia_plugin.contextual_io import save_model_file
+    from aisia_plugin.policy import PolicyError, load_policy_with_locations
+
+    good, missing = tmp_path / "model.json", tmp_path / "no-such-model.json"
+    save_model_file(ContextualModels(), good)
+    operator = write_file(f"""\
+        version: 1
+        aliases:
+          auto:
+            contextual:
+              prior_model: {missing}
+        """, "operator.yaml")
+    team = write_file(f"""\
+        version: 1
+        aliases:
+          auto:
+            contextual:
+              prior_model: {good}
+        teams:
+          t1:
+            aliases:
+              auto:
+                contextual:
+                  prior_model: {missing}
+        """, "team.yaml")
+    for path, line, field in ((operator, 5, "aliases.auto.contextual.prior_model"),
+                              (team, 11, "teams.t1.aliases.auto.contextual.prior_model")):
+        code, out, err = aisia("validate", path)
+        assert code == 1 and f"{path}:{line}:" in out and f"{field}: {missing}: cannot read the model file" in out, out
+        with pytest.raises(PolicyError, match=re.escape(f"{path}:{line}:")):
+            load_policy_with_locations([path])
+    fine = write_file(f"""\
+        version: 1
+        aliases:
+          auto:
+            contextual:
+              prior_model: {good}
+        """, "fine.yaml")
+    assert aisia("validate", fine)[0] == 0
+    assert load_policy_with_locations([fine]).layers == {}

@@ -142,6 +142,7 @@ def load_policy_with_locations(paths=None, *, known_strategies: set[str] | None 
         raise PolicyError(issues)
     layers, found = build_layers(base, merged_locs, raw_layers, policy, fill=fill_defaults, merge=_merge_into,
                                  check=lambda doc, locs: semantic_issues(doc, locs, known_strategies))
+    found += _model_file_issues(policy, raw_layers, merged_locs)
     if found:
         raise PolicyError(found)
     from ..plugins import strategy_settings
@@ -195,6 +196,39 @@ def _engine_issues(policy: Policy, locs: Locations) -> list[PolicyIssue]:
         return [PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0, pos.column if pos else 0,
                             dotted(path), str(exc), "semantic")]
     return []
+
+
+def _model_file_issues(policy: Policy, raw_layers: dict, locs: Locations) -> list[PolicyIssue]:
+    """Each ``contextual.prior_model`` the operator's aliases or a layer's name, read as the
+    engine will read it (contextual_io.load_model_file, relative to this process's working
+    directory): a file that cannot be read or is no model is the policy's error, at its field,
+    not a failure of the proxy's start or of a team's first request."""
+    from ..contextual import ModelFileError
+    from ..contextual_io import load_model_file
+
+    named = [(("aliases", alias, "contextual", "prior_model"), ap.contextual.prior_model)
+             for alias, ap in policy.aliases.items() if ap.contextual is not None and ap.contextual.prior_model]
+    for section, layers in raw_layers.items():
+        for name, layer in (layers.items() if isinstance(layers, dict) else ()):
+            aliases = layer.get("aliases") if isinstance(layer, dict) else None
+            for alias, fields in (aliases.items() if isinstance(aliases, dict) else ()):
+                contextual = fields.get("contextual") if isinstance(fields, dict) else None
+                path = contextual.get("prior_model") if isinstance(contextual, dict) else None
+                if isinstance(path, str) and path:
+                    named.append(((section, name, "aliases", alias, "contextual", "prior_model"), path))
+    issues, problems = [], {}
+    for field, path in named:
+        if path not in problems:
+            try:
+                load_model_file(path)
+                problems[path] = None
+            except ModelFileError as exc:
+                problems[path] = "; ".join(exc.problems)
+        if problems[path] is not None:
+            pos = position_of(locs, field)
+            issues.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0, pos.column if pos else 0,
+                                      dotted(field), problems[path], "semantic"))
+    return issues
 
 
 @lru_cache(maxsize=1)
