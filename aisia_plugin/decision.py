@@ -87,6 +87,15 @@ class Deployment:
         deployment)."""
         return (input_tokens * self.input_cost_per_1m + output_tokens * self.output_cost_per_1m) / 1e6
 
+    def counted_usd(self, reported, input_tokens, output_tokens):
+        """A call's cost as the router counts it (spend targets, the decision log, the judge's
+        daily cap): LiteLLM's bill, `reported`, except for a deployment LiteLLM does not price,
+        whose calls it logs at 0 or None (an unpriced model is not free): its tokens at the price
+        the router ranks it at (`reported` when no token count is known)."""
+        if self.priced_by_litellm is not False or (input_tokens is None and output_tokens is None):
+            return reported
+        return self.cost_usd(input_tokens or 0, output_tokens or 0)
+
 
 @dataclass(slots=True)
 class Candidate:

@@ -246,6 +246,35 @@ async def test_the_days_cap_stops_the_sampling_and_a_judge_off_samples_nothing(t
         await runner.aclose()
 
 
+async def test_a_judge_litellm_does_not_price_counts_at_the_routers_price_so_the_cap_binds(tmp_path, upstream):
+    # LiteLLM reports response_cost 0.0 (not None) for a model its cost map does not list: the
+    # call is counted as the router counts any unpriced call (Deployment.counted_usd, the
+    # policy's costs table), or the day's cap would never close. (Found by a review.)
+    from aisia_plugin.litellm.judge import deployment_by_name
+    from aisia_plugin.litellm.runtime import Runtime
+    from aisia_plugin.policy.loader import load_policy_with_locations
+
+    engine = _engine(tmp_path, daily_usd_cap=0.0001)
+    router = litellm.Router(model_list=[{
+        "model_name": "grader",
+        "litellm_params": {"model": "openai/grader-v1", "api_base": upstream.base_url, "api_key": "sk-fake"},
+        "model_info": {"id": "grader-1"}}])
+    (dep,) = deps = Runtime(load_policy_with_locations([policies_dir()])).deployments(router.model_list)
+    assert dep.priced_by_litellm is False and dep.input_cost_per_1m > 0
+    runner, reg = _runner(engine, router, deployment_of=deployment_by_name(lambda: deps),
+                          clock=lambda: 19000 * 86400.0)
+    try:
+        assert runner.offer(_served()) is True
+        await runner.drain()
+        assert runner.counts == {"graded": 1}
+        spent = dep.cost_usd(PROMPT_TOKENS, COMPLETION_TOKENS)
+        assert spent > 0.0001 and runner.cap.spent_usd == pytest.approx(spent)
+        assert reg.get_sample_value("aisia_judge_spend_usd_total") == pytest.approx(spent)
+        assert runner.offer(_served(key="fp-2")) is False and runner.counts["over_cap"] == 1
+    finally:
+        await runner.aclose()
+
+
 def test_an_offer_outside_a_running_loop_neither_raises_nor_queues(tmp_path, upstream):
     engine = _engine(tmp_path)
     runner, reg = _runner(engine, _router(upstream))
@@ -288,7 +317,7 @@ async def test_a_success_event_of_an_alias_call_becomes_the_offered_record(upstr
     # fingerprint as the conversation's Turn keeps it.
     from aisia_plugin.conversation import answer_fingerprint
     from aisia_plugin.decision import Decision
-    from aisia_plugin.litellm.judge import prices_by_name, served_answer
+    from aisia_plugin.litellm.judge import deployment_by_name, served_answer
     from helpers import deployment
 
     upstream.reply = "Canberra."
@@ -302,6 +331,6 @@ async def test_a_success_event_of_an_alias_call_becomes_the_offered_record(upstr
     upstream.reply = ""
     empty = await _router(upstream).acompletion(model="grader", messages=messages)
     assert served_answer({"messages": messages}, empty, decision, "cheap-1") is None
-    prices = prices_by_name(lambda: [deployment("grader-1", 3.0, model_name="grader"),
-                                     deployment("grader-2", 9.0, model_name="grader")])
-    assert prices("grader-2") == (9.0, 9.0) and prices("grader") == (3.0, 3.0) and prices("nope") is None
+    graders = [deployment("grader-1", 3.0, model_name="grader"), deployment("grader-2", 9.0, model_name="grader")]
+    named = deployment_by_name(lambda: graders)
+    assert named("grader-2") is graders[1] and named("grader") is graders[0] and named("nope") is None

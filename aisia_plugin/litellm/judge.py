@@ -47,20 +47,20 @@ class JudgeRunner:
     """The judge of one process. `engine_of()` gives the current engine (its policy's
     ``quality.judge`` is read on every offer and call, so a reload applies at once; the grade
     is recorded through it); `router_of()` the LiteLLM Router that calls the judge deployment
-    (the proxy's by default); `metrics` a ``RouterMetrics`` (None: not counted); `prices_of(name)`
-    the judge deployment's (input, output) USD per 1M tokens, for a call LiteLLM reports no cost
-    for (None: such a call counts 0); `evidence_log` is told each grade recorded
+    (the proxy's by default); `metrics` a ``RouterMetrics`` (None: not counted); `deployment_of(name)`
+    the judge deployment's ``Deployment`` record, whose price counts a call LiteLLM reports no
+    cost for or does not price (``Deployment.counted_usd``; None: such a call counts 0); `evidence_log` is told each grade recorded
     (``Observer.evidence``: its decision-log line); `clock` and `rng` as ``time.time`` and
     ``random.Random``."""
 
     def __init__(self, engine_of: Callable, router_of: Callable = proxy_router, metrics=None,
-                 prices_of: Optional[Callable] = None, clock: Callable[[], float] = time.time,
+                 deployment_of: Optional[Callable] = None, clock: Callable[[], float] = time.time,
                  rng: Optional[random.Random] = None, evidence_log: Optional[Callable] = None):
         self.engine_of = engine_of
         self.router_of = router_of
         self.metrics = metrics
         self.evidence_log = evidence_log
-        self.prices_of = prices_of
+        self.deployment_of = deployment_of
         self.rng = rng if rng is not None else random.Random()
         self.cap = DailyCap(0.0, clock)
         self.agreement = AgreementBook()
@@ -194,10 +194,13 @@ class JudgeRunner:
     def _spent(self, deployment: str, response) -> None:
         hidden = getattr(response, "_hidden_params", None) or {}
         usage = getattr(response, "usage", None)
-        prices = self.prices_of(deployment) if self.prices_of is not None else None
-        cost = call_cost(hidden.get("response_cost") if isinstance(hidden, dict) else None,
-                         getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None),
-                         *(prices or (None, None)))
+        tokens = getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None)
+        reported = hidden.get("response_cost") if isinstance(hidden, dict) else None
+        dep = self.deployment_of(deployment) if self.deployment_of is not None else None
+        if dep is None:
+            cost = call_cost(reported, *tokens, None, None)
+        else:
+            cost = call_cost(dep.counted_usd(reported, *tokens), *tokens, dep.input_cost_per_1m, dep.output_cost_per_1m)
         self.cap.spend(cost)
         if self.metrics is not None:
             self.metrics.judge_spent(cost)
@@ -228,21 +231,20 @@ def served_answer(kwargs, response, decision, deployment_id: str,
                         request_id=request_id)
 
 
-def prices_by_name(deployments_of: Callable) -> Callable:
-    """A ``prices_of`` for ``JudgeRunner``: the (input, output) USD per 1M tokens of the
-    deployment a judge name designates (its id, else the first of its model_name), among
-    ``deployments_of()`` (the core's ``Deployment`` records: the router's own prices, its costs
-    table's when LiteLLM has none)."""
-    def prices_of(name: str):
+def deployment_by_name(deployments_of: Callable) -> Callable:
+    """A ``deployment_of`` for ``JudgeRunner``: the deployment a judge name designates (its id,
+    else the first of its model_name), among ``deployments_of()`` (the core's ``Deployment``
+    records: the router's own prices, its costs table's when LiteLLM has none)."""
+    def deployment_of(name: str):
         found = None
         for d in deployments_of():
             if d.id == name:
-                return d.input_cost_per_1m, d.output_cost_per_1m
+                return d
             if found is None and d.model_name == name:
-                found = (d.input_cost_per_1m, d.output_cost_per_1m)
+                found = d
         return found
 
-    return prices_of
+    return deployment_of
 
 
 def _reply_text(response) -> Optional[str]:

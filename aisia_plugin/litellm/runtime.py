@@ -187,16 +187,14 @@ class Runtime:
         return dep
 
     def counted_cost(self, outcome):
-        """The outcome with the cost the router counts (spend targets, the decision log): LiteLLM's
-        bill, except for a deployment LiteLLM does not price, whose calls it logs at 0 or None
-        (an unpriced model is not free): those are counted at the price the router ranked and
-        budgeted it at (the policy's table, said once at start), from the tokens LiteLLM reports."""
+        """The outcome with the cost the router counts (``Deployment.counted_usd``: an unpriced
+        model's calls at the price the router ranked and budgeted it at, the policy's table, said
+        once at start, from the tokens LiteLLM reports)."""
         hit = self._deployments.get(outcome.deployment_id)
-        if hit is None or hit[2].priced_by_litellm is not False:
+        if hit is None:
             return outcome
-        if outcome.input_tokens is None and outcome.output_tokens is None:
-            return outcome
-        return replace(outcome, cost_usd=hit[2].cost_usd(outcome.input_tokens or 0, outcome.output_tokens or 0))
+        cost = hit[2].counted_usd(outcome.cost_usd, outcome.input_tokens, outcome.output_tokens)
+        return outcome if cost is outcome.cost_usd else replace(outcome, cost_usd=cost)
 
     def known(self, deployment_id: Optional[str]) -> Optional[Deployment]:
         """The core's view of a deployment a decision met, by id; None for one never met."""

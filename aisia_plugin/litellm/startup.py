@@ -187,11 +187,11 @@ class ProxyLife:
             log.warning("aisia: %s", mismatch)
         from .observability import Observer
 
-        from .judge import JudgeRunner, prices_by_name
+        from .judge import JudgeRunner, deployment_by_name
 
         self.observer = Observer(self.runtime)
         self.judge = JudgeRunner(lambda: self.runtime.engine, metrics=self.observer.metrics,
-                                 prices_of=prices_by_name(self.observer.deployments),
+                                 deployment_of=deployment_by_name(self.observer.deployments),
                                  evidence_log=self.observer.evidence)
         self.runtime.conversations.judge_of = lambda: self.judge  # signals compared with its grades
         self.runtime.conversations.observer = self.observer  # signals counted and logged
