@@ -311,6 +311,35 @@ def test_a_judge_naming_no_deployment_makes_the_plugin_stand_aside_with_the_loca
         assert ok.fault is None
 
 
+def test_the_judges_deployment_removed_while_the_aliases_are_served_does_not_take_them_down(tmp_path, upstream):
+    # The judge is optional: its model deleted from a running proxy's Router (the Router changes,
+    # reconcile re-plans) leaves the aliases served (their candidates are still there) and the
+    # judge grading nothing; a policy reload naming that judge is still refused. (Found by a review.)
+    from aisia_plugin.litellm.callback import AisiaPlugin
+    from aisia_plugin.litellm.groups import AliasCollision
+    from aisia_plugin.policy.loader import load_policy_with_locations
+
+    team = tmp_path / "team.yaml"
+    team.write_text("version: 1\nquality:\n  judge:\n    deployment: grader\n")
+    plugin = AisiaPlugin(load_policy_with_locations([policies_dir(), team]))
+    plugin.boot()
+    router = litellm.Router(model_list=[
+        {"model_name": name, "litellm_params": {"model": f"openai/{name}-v1", "api_base": upstream.base_url,
+                                                "api_key": "sk-fake"}, "model_info": {"id": f"{name}-1"}}
+        for name in ("grader", "cheap")])
+    plugin.ensure_groups(router, startup=True)
+    assert plugin.fault is None and "auto" in plugin.available_aliases()
+    router.delete_deployment(id="grader-1")
+    plugin.reconcile(router)
+    assert plugin.fault is None and "auto" in plugin.available_aliases()
+    assert [m["model_name"] for m in router.model_list] == ["cheap"]
+    # A proxy starting with that Router is refused, as before.
+    fresh = AisiaPlugin(load_policy_with_locations([policies_dir(), team]))
+    fresh.boot()
+    with pytest.raises(AliasCollision, match="quality.judge.deployment: names no deployment"):
+        fresh.ensure_groups(router, startup=True)
+
+
 async def test_a_success_event_of_an_alias_call_becomes_the_offered_record(upstream):
     # What the callback's success event holds (the request's messages, the response as sent)
     # and the attempt's decision, as served_answer reads them; its key is the answer's

@@ -48,6 +48,9 @@ def collision_issues(collisions: Iterable[Conflict], locations) -> list[PolicyIs
     return out
 
 
+JUDGE_FIELD = ("quality", "judge", "deployment")  # a Conflict's path when the judge names no deployment
+
+
 def _collides(alias: str, what: str) -> Conflict:
     return Conflict(("aliases", alias), f"the alias collides with the LiteLLM {what}; rename the alias")
 
@@ -89,7 +92,7 @@ def plan(policy: Policy, deployments: Iterable[Deployment], model_names: Iterabl
             empty.append(alias)
     judge = policy.quality.judge.deployment
     if judge is not None and judge_target(judge, deps) is None:
-        collisions.append(Conflict(("quality", "judge", "deployment"), judge_missing(judge, deps, policy.aliases)))
+        collisions.append(Conflict(JUDGE_FIELD, judge_missing(judge, deps, policy.aliases)))
     return AliasGroups(members, empty, collisions)
 
 

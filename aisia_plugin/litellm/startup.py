@@ -20,7 +20,7 @@ from ..policy.errors import PolicyError
 from ..policy.loader import LoadedPolicy, load_policy_with_locations, peek_setting
 from ..state import open_store
 from . import compat
-from .groups import AliasCollision, collision_issues, group_entries, merged_groups, plan
+from .groups import JUDGE_FIELD, AliasCollision, collision_issues, group_entries, merged_groups, plan
 from .logs import log_policy_error, log_started, policy_error_text, use_litellm_handler
 from .runtime import Runtime, proxy_workers
 
@@ -125,6 +125,7 @@ class ProxyLife:
         self.loaded = loaded
         self.runtime: Optional[Runtime] = None
         self._router_mark: Any = None  # what the installed groups were computed from
+        self._judge_met: Any = None  # the policy last installed with its judge present (reconcile)
         self._installed_router: Any = None  # the Router the aliases were last installed into
         self._our_groups: set[str] = set()
         self.group_installs = 0  # how many times the aliases were (re)installed into the Router
@@ -390,7 +391,11 @@ class ProxyLife:
         if self.runtime is None or self.fault_kind in ("policy", "store") or self._mark(router) == self._router_mark:
             return
         try:
-            self.ensure_groups(router)
+            # A judge whose deployment left the Router after its policy was installed grades
+            # nothing more (its calls fail and teach nothing); it does not take the aliases down,
+            # whose candidates are still there. A policy never installed with its judge (missing
+            # at start) still requires it, as at start.
+            self.ensure_groups(router, judge_required=self._judge_met is not self.runtime.policy)
         except AliasCollision as exc:
             self._withdraw(router, "collision", str(exc))
             return
@@ -422,10 +427,13 @@ class ProxyLife:
         self._admin_mounted = True
 
     # -- the aliases as Router groups --------------------------------------------------------
-    def ensure_groups(self, router, *, startup: bool = False, runtime: Optional[Runtime] = None) -> None:
+    def ensure_groups(self, router, *, startup: bool = False, runtime: Optional[Runtime] = None,
+                      judge_required: bool = True) -> None:
         """Install (or re-install) the aliases' priority groups when the Router, its model list or
         its groups changed since the last installation; cheap otherwise. Raises AliasCollision
-        when an alias has the name of one of the user's models (the model keeps its name)."""
+        when an alias has the name of one of the user's models (the model keeps its name), or,
+        when `judge_required` (at start and on a policy reload), when ``quality.judge`` names no
+        deployment; otherwise such a judge is logged and the aliases are served."""
         rt = runtime or self.runtime
         self._installed_router = router
         if self._mark(router) == self._router_mark:
@@ -436,8 +444,17 @@ class ProxyLife:
         existing = router.get_settings().get("routing_groups") or []
         foreign = [g["group_name"] for g in existing if g.get("group_name") not in self._our_groups]
         planned = plan(rt.policy, deps, names, getattr(router, "model_group_alias", None), foreign)
-        if planned.collisions:
-            raise AliasCollision(collision_issues(planned.collisions, rt.loaded.locations))
+        conflicts = planned.collisions
+        if not judge_required:
+            judge = [c for c in conflicts if c.path == JUDGE_FIELD]
+            conflicts = [c for c in conflicts if c.path != JUDGE_FIELD]
+            if judge and not conflicts:
+                log.warning("aisia: %s; the judge grades nothing until it is back (the aliases are served)",
+                            collision_issues(judge, rt.loaded.locations)[0])
+        if conflicts:
+            raise AliasCollision(collision_issues(conflicts, rt.loaded.locations))
+        if judge_required:
+            self._judge_met = rt.policy  # installed with its judge (or none): the Router may lose it later
         entries = group_entries(planned.members)
         router.update_settings(routing_groups=merged_groups(existing, self._our_groups, entries))
         self._our_groups = set(planned.members)
