@@ -52,18 +52,20 @@ class AisiaPlugin(ProxyLife, CustomLogger):
         if problem is not None:
             self.observer.refused(model, problem.reason)
             raise http_error(400, problem.message, "invalid_request_error", param=problem.param)
+        # Our own id of the request: LiteLLM's call id is the client's x-litellm-call-id, shared by many.
+        rid = events.stamp_request_id(data)
+        rt = self.runtime
+        call = rt.open_call(rid, model, None)
+        if (bad := scope_call(rt, call, user_api_key_dict, data)) is not None:  # tenant, layer, limits, pacing
+            raise http_error(bad.status_code, bad.text, bad.kind)
+        ap = rt.scopes.policy(call.layer).aliases.get(model, ap)  # the alias as the caller's layer sets it
         # LiteLLM's retries are the alias's failover: each one reaches the filter, which moves on
         # to a deployment not yet tried for this request. A client's own num_retries is kept.
         if data.get("num_retries") is None:
             data["num_retries"] = ap.failover.attempts
-        # Our own id of the request: LiteLLM's call id is the client's x-litellm-call-id, shared by many.
-        rid = events.stamp_request_id(data)
-        rt = self.runtime
-        call = rt.open_call(rid, model, rt.session(ap, data, user_api_key_dict))
-        if (bad := scope_call(rt, call, user_api_key_dict, data)) is not None:  # tenant, layer, limits, pacing
-            raise http_error(bad.status_code, bad.text, bad.kind)
+        call.session = rt.session(ap, data, user_api_key_dict)  # an lkgp alias's conversation
         rt.conversations.opened(call, data, user_api_key_dict)  # the answer it judges, in the background
-        escalation.opened(call, rt.scopes.policy(call.layer).aliases.get(model, ap), data, call_type)  # local-first
+        escalation.opened(call, ap, data, call_type)  # local-first
         return data
 
     # -- 2. the decision, per attempt: DECIDED ---------------------------------------------------
