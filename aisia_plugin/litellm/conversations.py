@@ -325,9 +325,11 @@ class Conversations:
         store, turn = self.runtime.store, found.turn
         if all(evidence_of(s, section.weights) is None for s in found.signals):
             return  # every kind said weighs 0 (no_complaint by default): nothing to claim
-        # Judged once: the first process to claim this answer records its signals.
+        # Judged once: the first process to claim this answer records its signals. The claim
+        # outlives the stored turn: a turn is pushed out of its conversation after
+        # conversation_max_turns newer answers, each within conversation_ttl_s of the last.
         claim = await store.count_up(f"judged:{key}:{turn.turn_index}:{turn.answer_fingerprint}",
-                                     section.conversation_ttl_s)
+                                     section.conversation_ttl_s * (section.conversation_max_turns + 1))
         if claim != 1:
             return
         await self._evidence(caller, turn, found.signals, section)

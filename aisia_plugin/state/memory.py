@@ -81,33 +81,48 @@ class ServedRequests:
 
 class ExpiringCounts:
     """Named counters, each living ``ttl_s`` from its first count: a signed-out session's mark
-    until its cookie would have expired, a key's refused requests in the current window. Bounded
-    in number: past ``limit`` the expired go, then the oldest."""
+    until its cookie would have expired, a key's refused requests in the current window, a
+    conversation answer's claim, a key's signals in the hour. Bounded per kind (a name's part
+    before its first ':', which the code chooses: ``judged``, ``signals``, ``session-revoked``...):
+    past ``limit`` in a kind, its expired go, then its oldest. So a flood of one kind (a tenant's
+    follow-ups claiming answers) never drops another kind's counter (a key's hourly signal bound,
+    a revoked session)."""
 
     def __init__(self, limit: int = 100000):
         self.limit = limit
-        self._counts: dict[str, list] = {}  # name -> [count, monotonic expiry], oldest first
+        self._kinds: dict[str, dict[str, list]] = {}  # kind -> {name -> [count, monotonic expiry]}, oldest first
+
+    def _table(self, name: str) -> dict[str, list]:
+        kind = name.split(":", 1)[0]
+        table = self._kinds.get(kind)
+        if table is None:
+            table = self._kinds[kind] = {}
+        return table
 
     def count_up(self, name: str, ttl_s: float) -> int:
         now = time.monotonic()
-        hit = self._counts.get(name)
+        counts = self._table(name)
+        hit = counts.get(name)
         if hit is None or hit[1] <= now:
-            self._counts.pop(name, None)
-            if len(self._counts) >= self.limit:
-                self._trim(now)
-            hit = self._counts[name] = [0, now + ttl_s]
+            counts.pop(name, None)
+            if len(counts) >= self.limit:
+                self._trim(counts, now)
+            hit = counts[name] = [0, now + ttl_s]
         hit[0] += 1
         return hit[0]
 
     def counted(self, name: str) -> int:
-        hit = self._counts.get(name)
+        hit = self._table(name).get(name)
         return hit[0] if hit is not None and hit[1] > time.monotonic() else 0
 
-    def _trim(self, now: float) -> None:
-        for name in [n for n, (_, expiry) in self._counts.items() if expiry <= now]:
-            del self._counts[name]
-        while len(self._counts) >= self.limit:
-            del self._counts[next(iter(self._counts))]
+    def _trim(self, counts: dict[str, list], now: float) -> None:
+        # A kind's counters mostly share one lifetime, so the oldest expire first: dropped from the
+        # front while expired (not a scan of the whole table on each new name), then the oldest.
+        while counts:
+            oldest = next(iter(counts))
+            if counts[oldest][1] > now and len(counts) < self.limit:
+                break
+            del counts[oldest]
 
 
 # What a dump() writes at its top level; an object with none of them is some other JSON.

@@ -1,0 +1,141 @@
+"""The conversation signals' bounds over time and under other tenants' traffic
+(litellm/conversations.py on the memory store, docs/signals.md "Once" and "A hostile client's
+bound"): pure units over a memory store and a real engine (no proxy). Found by a review."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from types import SimpleNamespace
+
+from aisia_plugin.conversation import Caller, answer_fingerprint, conversation_key
+from aisia_plugin.engine import Engine
+from aisia_plugin.litellm.conversations import Conversations
+from aisia_plugin.policy import load_policy
+from aisia_plugin.state import memory
+from aisia_plugin.state.memory import MemoryState
+
+RIDS = itertools.count()
+SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
+Q1 = {"role": "user", "content": "What is the capital of Australia?"}
+A1 = {"role": "assistant", "content": "Sydney."}
+WRONG = {"role": "user", "content": "That's wrong."}
+
+
+def user(text):
+    return {"role": "user", "content": text}
+
+
+def assistant(text):
+    return {"role": "assistant", "content": text}
+
+
+def reply(content, finish_reason="stop"):
+    return SimpleNamespace(choices=[SimpleNamespace(finish_reason=finish_reason, message=SimpleNamespace(
+        content=content, tool_calls=None))])
+
+
+def runtime(**signals):
+    policy = load_policy()
+    if signals:
+        policy = policy.model_copy(update={"signals": policy.signals.model_copy(update=signals)})
+    store = MemoryState()
+    return SimpleNamespace(policy=policy, store=store, engine=Engine(policy, store=store))
+
+
+def new_call(key="k"):
+    return SimpleNamespace(key=key, alias="auto", conversation=None, turn_noted=False, request_id=f"rv{next(RIDS)}")
+
+
+def signal_evidence(rt, dep):
+    row = rt.store.stats().get(dep)
+    return row["quality"]["evidence"]["signal"] if row else 0.0
+
+
+UNANSWERED = object()
+
+
+def ask(conv, messages, answer=UNANSWERED, deployment="cheap", key="k", finish_reason="stop", **body):
+    """One request: opened (its judging step) and, given an `answer`, answered by `deployment`."""
+    call = new_call(key)
+    data = {"messages": messages, **body}
+    conv.opened(call, data, None)
+    if answer is not UNANSWERED:
+        conv.answered(call, data, reply(answer, finish_reason), deployment, None)
+    return call
+
+
+def test_a_stored_answer_is_judged_once_while_its_conversation_keeps_it(monkeypatch):
+    """docs/signals.md, Once: "Each stored answer is judged once". The claim lives
+    conversation_ttl_s from the *first judgement*, the stored turns conversation_ttl_s from the
+    conversation's *last answer*: in a conversation still going after an hour, the first answer
+    is still stored, its claim has expired, and a complaint about it (worded anew, so no
+    regenerate) judges it a second time."""
+    clock = [1000.0]
+    monkeypatch.setattr(memory, "time", SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
+
+    async def run():
+        rt = runtime()
+        conv = Conversations(rt)
+        ask(conv, [SYSTEM, Q1], "Sydney.", "cheap")
+        await conv.drain()
+        clock[0] += 10
+        ask(conv, [SYSTEM, Q1, A1, WRONG], "Canberra.", "frontier")  # judges cheap's answer: 1
+        await conv.drain()
+        assert signal_evidence(rt, "cheap") == 1
+        clock[0] += 3000  # the conversation goes on: its list lives an hour from this answer
+        ask(conv, [SYSTEM, Q1, A1, WRONG, assistant("Canberra."), user("And of New Zealand?")], "Wellington.",
+            "frontier")
+        await conv.drain()
+        clock[0] += 700  # 3710 s after the first judgement, 700 s after the last answer
+        assert any(t["answer_fingerprint"] == answer_fingerprint("Sydney.")
+                   for t in await rt.store.list_of("conversation:" + conversation_key(Caller("k"), [SYSTEM, Q1])))
+        ask(conv, [SYSTEM, Q1, A1, user("That's wrong!")])  # the same stored answer, judged again
+        await conv.drain()
+        return signal_evidence(rt, "cheap")
+    assert asyncio.run(run()) == 1
+
+
+def test_a_keys_hourly_signal_bound_survives_other_tenants_traffic():
+    """docs/signals.md: "a single API key's signals about one deployment count as evidence at most
+    signals.max_signals_per_key_hour times (20 by default) per hour". On the memory store (the
+    default backend) the bound's counter shares ExpiringCounts (100,000 names, past which the
+    *oldest* live counter is dropped) with every conversation's judged: claim: 100,000 follow-ups
+    of other tenants within the hour (28 a second) drop the hostile key's counter, and its next
+    complaints count again (40 in the hour, not 20)."""
+    async def run():
+        rt = runtime()
+        conv = Conversations(rt)
+
+        async def complain(i):
+            q = user(f"Question number {i} about geography?")
+            ask(conv, [q], f"Answer {i}.", "cheap", key="hostile")
+            await conv.drain()
+            ask(conv, [q, assistant(f"Answer {i}."), WRONG], key="hostile")
+            await conv.drain()
+
+        for i in range(25):
+            await complain(i)
+        assert signal_evidence(rt, "cheap") == 20  # the bound holds
+        for i in range(rt.store.counts.limit):  # other tenants' follow-ups claim their answers
+            await rt.store.count_up(f"judged:c:other{i}:0:f", 3600.0)
+        for i in range(25, 50):
+            await complain(i)
+        return signal_evidence(rt, "cheap")
+    assert asyncio.run(run()) == 20
+
+
+def test_counters_are_bounded_per_kind_so_one_kinds_flood_drops_none_of_another(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(memory, "time", SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
+    counts = memory.ExpiringCounts(limit=3)
+    counts.count_up("session-revoked:s1", 100.0)
+    counts.count_up("signals:k:cheap", 100.0)
+    for i in range(10):  # other tenants' claims, past the bound of their kind
+        counts.count_up(f"judged:c{i}:0:f", 50.0)
+    assert counts.counted("session-revoked:s1") == 1 and counts.counted("signals:k:cheap") == 1
+    assert [counts.counted(f"judged:c{i}:0:f") for i in range(10)] == [0] * 7 + [1] * 3  # the oldest went
+    clock[0] = 60.0  # the claims expired: a new one takes the place of the expired, not of a live one
+    counts.count_up("judged:new:0:f", 50.0)
+    assert counts.counted("judged:new:0:f") == 1 and counts.counted("session-revoked:s1") == 1
