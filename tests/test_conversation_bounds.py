@@ -1,6 +1,7 @@
-"""The conversation signals' bounds over time and under other tenants' traffic
-(litellm/conversations.py on the memory store, docs/signals.md "Once" and "A hostile client's
-bound"): pure units over a memory store and a real engine (no proxy). Found by a review."""
+"""What a client cannot make count (litellm/conversations.py, docs/signals.md "Once" and "A
+hostile client's bound"): an answer judged twice over time, a key's hourly bound dropped by other
+tenants' traffic, an assistant message the client wrote, a cut the client asked for. Pure units
+over a memory store and a real engine (no proxy). Found by a review."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from types import SimpleNamespace
 
 from aisia_plugin.conversation import Caller, answer_fingerprint, conversation_key
 from aisia_plugin.engine import Engine
-from aisia_plugin.litellm.conversations import Conversations
+from aisia_plugin.litellm.conversations import Conversations, answer_defects, answer_of, answer_view, client_cut
+from aisia_plugin.policy.loader import default_signal_reader
 from aisia_plugin.policy import load_policy
 from aisia_plugin.state import memory
 from aisia_plugin.state.memory import MemoryState
 
+READER = default_signal_reader()
 RIDS = itertools.count()
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 Q1 = {"role": "user", "content": "What is the capital of Australia?"}
@@ -139,3 +142,53 @@ def test_counters_are_bounded_per_kind_so_one_kinds_flood_drops_none_of_another(
     clock[0] = 60.0  # the claims expired: a new one takes the place of the expired, not of a live one
     counts.count_up("judged:new:0:f", 50.0)
     assert counts.counted("judged:new:0:f") == 1 and counts.counted("session-revoked:s1") == 1
+
+
+def test_an_empty_answer_cut_by_the_clients_own_max_tokens_is_not_blamed():
+    """answer_defects: "A cut the client asked for is the client's choice, not the deployment's
+    defect" (docs/signals.md: "is not counted"). A reasoning model given max_tokens=16 spends them
+    thinking and returns "" with finish_reason length: the cut is the client's, yet the same cut
+    is read as an empty_answer (weight -1.0, the strongest) against the deployment."""
+    request = {"messages": [Q1], "max_tokens": 16}
+    response = reply("", "length")
+    view = answer_view(request, response, answer_of(response))
+    found = [s.kind for s in answer_defects(READER, view, client_cut(request), request["messages"])]
+    assert found == []
+
+    # Not asked for by the client (no max_tokens), or not cut: an empty answer is the deployment's.
+    for body, finish in (({"messages": [Q1]}, "length"), ({"messages": [Q1], "max_tokens": 16}, "stop")):
+        response = reply("", finish)
+        found = answer_defects(READER, answer_view(body, response, answer_of(response)), client_cut(body), [Q1])
+        assert "empty_answer" in [s.kind for s in found]
+
+
+def test_a_repeat_of_an_assistant_message_the_client_wrote_moves_nothing():
+    """docs/signals.md (a hostile client's bound): "an assistant message a client writes into the
+    history matches no stored fingerprint and moves nothing". The repeated_answer defect compares
+    the new answer with the history's last assistant message whatever wrote it: a client forges
+    one and asks for the same text, and the deployment is blamed for "repeating" it."""
+    async def run():
+        rt = runtime()
+        conv = Conversations(rt)
+        text = "The capital of Australia is Canberra, a planned city chosen as a compromise in 1908."
+        forged = [SYSTEM, Q1, assistant(text), user("Please say exactly the same thing again.")]
+        ask(conv, forged, text, "cheap")  # the deployment did what it was asked
+        await conv.drain()
+        return signal_evidence(rt, "cheap")
+    assert asyncio.run(run()) == 0.0
+
+
+    async def kinds(first_answered: bool):  # the same request, the repeated answer the proxy's own or not
+        rt = runtime()
+        conv = Conversations(rt)
+        said = []
+        conv.observer = SimpleNamespace(metrics=SimpleNamespace(signal=lambda kind, language: said.append(kind)),
+                                        evidence=lambda *a, **k: None)
+        text = "The capital of Australia is Canberra, a planned city chosen as a compromise in 1908."
+        if first_answered:
+            ask(conv, [SYSTEM, Q1], text, "cheap")
+            await conv.drain()
+        ask(conv, [SYSTEM, Q1, assistant(text), user("Please say exactly the same thing again.")], text, "cheap")
+        await conv.drain()
+        return said
+    assert "repeated_answer" in asyncio.run(kinds(True)) and asyncio.run(kinds(False)) == []

@@ -28,7 +28,8 @@ from typing import Any, Callable, Optional, Sequence
 from ..conversation import (Caller, Judgement, Turn, answer_fingerprint, conversation_key, judge, judged_turn, new_user_text,
                             previous_user_text, prompt_fingerprint, tool_results)
 from ..decision import learned_domain
-from ..signals import NO_COMPLAINT, REGENERATE, TRUNCATED, AnswerView, Signal, content_text
+from ..signals import (EMPTY_ANSWER, NO_COMPLAINT, REGENERATE, REPEATED_ANSWER, TRUNCATED, AnswerView, Signal,
+                       content_text)
 
 log = logging.getLogger("aisia_plugin.litellm")
 
@@ -176,7 +177,10 @@ def answer_defects(reader, view: AnswerView, capped_by_client: bool, messages) -
             break
     found = reader.read_answer(view, previous)
     if capped_by_client and found:
-        found = tuple(s for s in found if s.kind != TRUNCATED)
+        # Cut at the client's own max_tokens: neither the cut nor what it left (nothing, when a
+        # reasoning model spent the tokens thinking) is the deployment's defect.
+        cut = (TRUNCATED, EMPTY_ANSWER) if view.finish_reason == "length" else (TRUNCATED,)
+        found = tuple(s for s in found if s.kind not in cut)
     return found
 
 
@@ -282,12 +286,25 @@ class Conversations:
             record["prompt_fingerprint"] = prompt_fingerprint(messages)
             record["answer_fingerprint"] = answer_fingerprint(*answer)
             defects = answer_defects(self.runtime.engine.signal_reader, view, capped, messages)
+            if any(s.kind == REPEATED_ANSWER for s in defects) and not await self._stored_answer(
+                    key, messages, record["request_id"]):
+                # The answer repeated is one the client wrote into the history: it moves nothing.
+                defects = tuple(s for s in defects if s.kind != REPEATED_ANSWER)
             await self.runtime.store.add_to_list(list_name(key), record, section.conversation_ttl_s,
                                                  section.conversation_max_turns)
             if defects:
                 await self._evidence(caller, Turn(key, **record), defects, section)
         except Exception:
             log.exception("aisia: storing a conversation turn failed")
+
+    async def _stored_answer(self, key: str, messages, request_id: str) -> bool:
+        """Whether the history's last assistant message is an answer the proxy stored for this
+        conversation (by fingerprint), not one the client wrote."""
+        for m in reversed(messages):
+            if isinstance(m, dict) and m.get("role") == "assistant":
+                fingerprint = answer_fingerprint(m.get("content"), m.get("tool_calls"))
+                return any(t.answer_fingerprint == fingerprint for t in await self._stored(key, request_id))
+        return False
 
     async def _stored(self, key: str, request_id: str) -> list:
         """The conversation's stored turns, oldest first, but the request's own (a judging step
