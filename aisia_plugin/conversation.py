@@ -162,9 +162,12 @@ def previous_user_text(messages: Sequence) -> Optional[str]:
 
 
 def new_user_text(messages: Sequence) -> Optional[str]:
-    """The new user message: the last one, when nothing but tool results follows it."""
+    """The new user message: the last one, when nothing but tool results follows it (after an
+    answer that called tools, an agent loop's step, it was read when it was new)."""
     end = last_user_index(messages)
-    return content_text(messages[end].get("content")) if end >= 0 else None
+    if end < 0 or any(_role(m) != "tool" for m in messages[end + 1:]):
+        return None
+    return content_text(messages[end].get("content"))
 
 
 def question_text(messages: Sequence, reader) -> Optional[str]:

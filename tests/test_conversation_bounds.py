@@ -1,6 +1,7 @@
 """What a client cannot make count (litellm/conversations.py, docs/signals.md "Once" and "A
 hostile client's bound"): an answer judged twice over time, a key's hourly bound dropped by other
-tenants' traffic, an assistant message the client wrote, a cut the client asked for. Pure units
+tenants' traffic, an assistant message the client wrote, a cut the client asked for, an earlier
+complaint read again in an agent loop. Pure units
 over a memory store and a real engine (no proxy). Found by a review."""
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ import itertools
 import time
 from types import SimpleNamespace
 
-from aisia_plugin.conversation import Caller, answer_fingerprint, conversation_key
+from aisia_plugin.conversation import Caller, Turn, answer_fingerprint, conversation_key, prompt_fingerprint
 from aisia_plugin.engine import Engine
-from aisia_plugin.litellm.conversations import Conversations, answer_defects, answer_of, answer_view, client_cut
+from aisia_plugin.litellm.conversations import Conversations, answer_defects, answer_of, answer_view, attribute, client_cut
 from aisia_plugin.policy.loader import default_signal_reader
+from aisia_plugin.signals import CORRECTION
 from aisia_plugin.policy import load_policy
 from aisia_plugin.state import memory
 from aisia_plugin.state.memory import MemoryState
@@ -192,3 +194,26 @@ def test_a_repeat_of_an_assistant_message_the_client_wrote_moves_nothing():
         await conv.drain()
         return said
     assert "repeated_answer" in asyncio.run(kinds(True)) and asyncio.run(kinds(False)) == []
+
+
+def test_an_agent_loops_tool_results_do_not_reread_the_earlier_user_message():
+    """attribute(): "in an agent loop, the tool results of the answer's calls" judge it;
+    conversation.new_user_text: "the last one, when nothing but tool results follows it". In
+    [.., A1, "That's wrong ...", tool call, tool result] an assistant message follows the user's
+    complaint: the complaint was about A1 (judged when it was sent) and must not blame the tool
+    call the *next* deployment made, nor count a second time."""
+    call = {"role": "assistant", "content": None,
+            "tool_calls": [{"id": "c1", "type": "function",
+                            "function": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}}]}
+    ok = {"role": "tool", "tool_call_id": "c1", "content": "{\"temp\": 12, \"sky\": \"rain\"}"}
+    q = user("What's the weather in Paris?")
+    a = assistant("It is sunny.")
+    complaint = user("That's wrong, check the weather tool.")
+    key = conversation_key(Caller("k"), [SYSTEM, q])
+    first = Turn(key, 0, "cheap", prompt_fingerprint([SYSTEM, q]), answer_fingerprint("It is sunny."), "auto")
+    tool_turn = Turn(key, 1, "frontier", prompt_fingerprint([SYSTEM, q, a, complaint]),
+                     answer_fingerprint(None, call["tool_calls"]), "auto")
+    found = attribute([SYSTEM, q, a, complaint, call, ok], [first, tool_turn], READER)
+    # A tool result that says nothing wrong: no signal about the tool call at all.
+    assert found is None or CORRECTION not in [s.kind for s in found.signals], (
+        f"the earlier complaint blamed {found.turn.deployment_id}'s tool call: {found.signals}")
