@@ -1,7 +1,7 @@
 """What a client cannot make count (litellm/conversations.py, docs/signals.md "Once" and "A
 hostile client's bound"): an answer judged twice over time, a key's hourly bound dropped by other
 tenants' traffic, an assistant message the client wrote, a cut the client asked for, an earlier
-complaint read again in an agent loop. Pure units
+complaint read again in an agent loop, an answer with no content read as none. Pure units
 over a memory store and a real engine (no proxy). Found by a review."""
 
 from __future__ import annotations
@@ -217,3 +217,23 @@ def test_an_agent_loops_tool_results_do_not_reread_the_earlier_user_message():
     # A tool result that says nothing wrong: no signal about the tool call at all.
     assert found is None or CORRECTION not in [s.kind for s in found.signals], (
         f"the earlier complaint blamed {found.turn.deployment_id}'s tool call: {found.signals}")
+
+
+def test_an_answer_with_no_content_and_no_tool_call_is_an_empty_answer():
+    """docs/signals.md: empty_answer fires when "no text and no tool call", weight -1.0. A chat
+    response whose message content is None (an Azure content filter, a provider's empty reply)
+    and has no tool call is that, but answer_of() reads it as no answer at all: no empty_answer
+    is recorded and the turn is not stored (a complaint or a regenerate after it judges nothing),
+    while the same answer with content "" is blamed."""
+    async def run(content):
+        rt = runtime()
+        conv = Conversations(rt)
+        ask(conv, [SYSTEM, Q1], content, "cheap", finish_reason="content_filter")
+        await conv.drain()
+        return signal_evidence(rt, "cheap")
+    assert asyncio.run(run("")) == 1
+    assert asyncio.run(run(None)) == 1
+    # An audio answer (no text, the sound in message.audio) is not read as an empty one.
+    audio = SimpleNamespace(choices=[SimpleNamespace(finish_reason="stop", message=SimpleNamespace(
+        content=None, tool_calls=None, audio={"id": "a1", "data": "UklGR..."}))])
+    assert answer_of(audio) is None

@@ -134,7 +134,12 @@ def answer_of(response) -> Optional[tuple]:
                                        "arguments": getattr(function, "arguments", None)}})
     content = getattr(message, "content", None)
     if content is None and not calls:
-        return None
+        if getattr(message, "audio", None) is not None or getattr(message, "function_call", None) is not None:
+            return None  # an answer in another form than text (audio, a legacy function call): not read
+        # No text and no call (a content filter's stop, a provider's empty reply): an empty answer,
+        # as "" is; a structured-output refusal says why.
+        refusal = getattr(message, "refusal", None)
+        content = refusal if isinstance(refusal, str) else ""
     return content, calls
 
 
