@@ -31,11 +31,16 @@ RESULTS = (KEPT, ESCALATED_RESULT, ESCALATION_FAILED, NOT_LOCAL)
 class Side:
     """A call's side of local-first: LOCAL or CLOUD; `added_logprobs`: the plugin asked the local
     deployment for log-probabilities the client did not ask for (removed from the answer);
-    `note`: what became of the local answer, one line (the ``x-aisia-reason`` header's start)."""
+    `note`: what became of the local answer, one line (the ``x-aisia-reason`` header's start);
+    `kept`: whether the client got the local answer (None until it is known); `judge_sample`: the
+    local answer's sample for the judge, held until it is known to be kept (a judge grades what a
+    user read)."""
 
     side: str
     added_logprobs: bool = False
     note: Optional[str] = None
+    kept: Optional[bool] = None
+    judge_sample: Optional[object] = None
 
 
 def side_of(settings, stream: bool) -> Optional[str]:

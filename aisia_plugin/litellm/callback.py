@@ -168,7 +168,7 @@ class AisiaPlugin(ProxyLife, CustomLogger):
             # releases the decision's contextual features.
             served = served_answer(kwargs, response_obj, attempt.decision, outcome.deployment_id, call.request_id)
             if served is not None:
-                self.judge.offer(served)
+                escalation.judge_when_read(self, call, served, events.is_stream(kwargs))
         if not call.turn_noted:  # (a stream: its answer is whole only here)
             rt.conversations.answered(call, kwargs, response_obj, outcome.deployment_id,
                                       attempt.decision)

@@ -122,14 +122,14 @@ async def after_answer(plugin, data: dict, response) -> Optional[Any]:
     dep = rt.known(attempt.deployment_id)
     if ap is None or dep is None or not dep.local:
         plugin.observer.local_first(first, attempt, NOT_LOCAL, None, None)
-        return _kept(mark, response)
+        return _kept(plugin, mark, response)
     settings = ap.local_first
     conf = assess(rt, settings, data, response, dep.id, learned_domain(attempt.decision))
     explained = conf.explain(settings.min_confidence)
     if not escalates(conf, settings.min_confidence):
         mark.note = kept_note(dep.id, explained)
         plugin.observer.local_first(first, attempt, KEPT, conf, None)
-        return _kept(mark, response)
+        return _kept(plugin, mark, response)
     if settings.evidence_weight > 0:  # evidence against the local deployment for that prompt
         rt.after(_evidence, plugin, first.request_id, dep.id, first.alias, learned_domain(attempt.decision),
                  conf.value, float(settings.evidence_weight))
@@ -137,16 +137,32 @@ async def after_answer(plugin, data: dict, response) -> Optional[Any]:
     if cloud is None:
         mark.note = f"local-first: {dep.id} {explained}: the escalation failed, the local answer is kept"
         plugin.observer.local_first(first, attempt, ESCALATION_FAILED, conf, None)
-        return _kept(mark, response)
+        return _kept(plugin, mark, response)
     served = escalation.attempts[-1].deployment_id if escalation.attempts else None
     mark.note = escalation.local_first.note = escalation_note(dep.id, explained, served)
     first.turn_noted = True  # the client never saw the local answer: the conversation keeps the cloud one
+    mark.kept, mark.judge_sample = False, None  # nor does the judge grade it
     first.latest = escalation  # the response headers (and feedback) are the cloud call's
     plugin.observer.local_first(first, attempt, ESCALATED_RESULT, conf, escalation)
     return cloud
 
 
-def _kept(mark: Side, response):
+def judge_when_read(plugin, call, served, stream: bool) -> None:
+    """Offer the judge `served`, an answer of `call`, once the client is known to read it: at
+    once, but for a local-first call's local answer, which an escalation may replace: when
+    ``after_answer`` keeps it (it may decide before or after LiteLLM's success event arrives)."""
+    mark = call.local_first
+    if mark is None or mark.side != LOCAL or stream or mark.kept:
+        plugin.judge.offer(served)
+    elif mark.kept is None:
+        mark.judge_sample = served  # offered by _kept; dropped by an escalation
+
+
+def _kept(plugin, mark: Side, response):
+    mark.kept = True
+    if mark.judge_sample is not None and plugin.judge is not None:
+        plugin.judge.offer(mark.judge_sample)
+    mark.judge_sample = None
     if mark.added_logprobs:
         strip_logprobs(response)
     return None
