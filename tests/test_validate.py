@@ -721,3 +721,39 @@ def test_a_prior_model_file_that_cannot_be_read_is_the_policys_error_at_its_fiel
         """, "fine.yaml")
     assert aisia("validate", fine)[0] == 0
     assert load_policy_with_locations([fine]).layers == {}
+
+
+def test_setting_one_tiers_prior_keeps_the_other_tiers_defaults(aisia, write_file):
+    # Each tier's prior has its own default: `by_tier: {pro: 0.9}` changes the pro tier only
+    # (before, the other tiers fell to `untiered`, 0.5). (Found by a review.)
+    from aisia_plugin.decision import Deployment
+    from aisia_plugin.policy import load_policy
+    from aisia_plugin.quality import prior_quality
+
+    path = write_file("version: 1\nquality:\n  prior:\n    by_tier:\n      pro: 0.9\n")
+    assert aisia("validate", "--strict", path)[0] == 0
+    prior = load_policy([path]).quality.prior
+    tiers = {t: prior_quality(Deployment(t, t, f"x/{t}", "x", tier=t), None, prior)
+             for t in ("ultra", "pro", "standard", "free")}
+    assert tiers == {"ultra": 0.85, "pro": 0.9, "standard": 0.65, "free": 0.55}
+
+
+def test_a_prior_variance_validate_accepts_decides_and_learns(aisia, write_file):
+    # 1e-320 validated and made the next decision raise once an outcome was learned (1 / it is
+    # inf): the schema's floor is 1e-6, which decides and learns. (Found by a review.)
+    from aisia_plugin.decision import Deployment
+    from aisia_plugin.engine import Engine
+    from aisia_plugin.outcome import Outcome
+    from aisia_plugin.policy import load_policy
+
+    tiny = write_file("version: 1\naliases:\n  auto:\n    contextual:\n      prior_variance: 1.0e-320\n", "tiny.yaml")
+    code, out, _ = aisia("validate", tiny)
+    assert code == 1 and f"{tiny}:5:" in out and "aliases.auto.contextual.prior_variance" in out, out
+    floor = write_file("version: 1\naliases:\n  auto:\n    contextual:\n      prior_variance: 1.0e-6\n", "floor.yaml")
+    assert aisia("validate", "--strict", floor)[0] == 0
+    engine = Engine(load_policy([floor]))
+    deps = [Deployment("a", "a", "openai/a", "openai"), Deployment("b", "b", "openai/b", "openai")]
+    for i in range(5):
+        d = engine.decide("auto", [{"role": "user", "content": f"hello world number {i}"}], deps)
+        engine.record(d, Outcome(d.deployment_id, True, quality=1.0))
+    assert engine.decide("auto", [{"role": "user", "content": "hello"}], deps).deployment_id in ("a", "b")
