@@ -378,10 +378,11 @@ def _signal(entry: LexiconEntry) -> Signal:
 
 
 class SignalReader:
-    """Compiled once from a policy's ``signals`` section; its readers never raise on a message."""
+    """Compiled once from a policy's ``signals`` section; its readers never raise on a message.
+    It reads whatever it is given: ``signals.enabled`` switches the conversation tracking that
+    calls it for learning (litellm/conversations.py), not local-first's reading of an answer."""
 
     def __init__(self, section: Signals):
-        self.enabled = bool(section.enabled)
         self.max_scan_chars = int(section.max_scan_chars)
         self.short_message_words = int(section.short_message_words)
         self.lead_chars = int(section.lead_chars)
@@ -413,7 +414,7 @@ class SignalReader:
     def read_followup(self, text) -> tuple[Signal, ...]:
         """The lexicon signals of a new user message (correction, dissatisfaction, satisfaction),
         one per kind (the first entry in policy order that fired), negative before positive."""
-        if not self.enabled or not isinstance(text, str) or not text.strip():
+        if not isinstance(text, str) or not text.strip():
             return ()
         found = self._user.found(self._mask.blank(_utf8(self.followup_text(text))))
         first: dict[str, LexiconEntry] = {}
@@ -427,7 +428,7 @@ class SignalReader:
         """A rephrase: the new user message asks the previous user message's question again
         (similar at or above rephrase_min_similarity, both long enough, not the same text twice
         from a client that re-sent it, which the caller tells by the history)."""
-        if not self.enabled or not isinstance(new_text, str) or not isinstance(previous_text, str):
+        if not isinstance(new_text, str) or not isinstance(previous_text, str):
             return None
         new = normalised(own_words(bounded(new_text, self.max_scan_chars)), self.max_scan_chars)
         old = normalised(own_words(bounded(previous_text, self.max_scan_chars)), self.max_scan_chars)
@@ -443,8 +444,6 @@ class SignalReader:
     def read_answer(self, answer: AnswerView, previous_answer: Optional[str] = None) -> tuple[Signal, ...]:
         """The signals an answer carries by itself: truncated, empty, invalid JSON, refusal, and a
         repeat of ``previous_answer`` (the assistant message before it in the conversation)."""
-        if not self.enabled:
-            return ()
         out: list[Signal] = []
         text = answer.text if isinstance(answer.text, str) else ""
         if answer.finish_reason == "length":
@@ -470,8 +469,6 @@ class SignalReader:
 
     def read_tool_result(self, content) -> Optional[Signal]:
         """A tool result (a ``tool`` message of the next request) that says the call failed."""
-        if not self.enabled:
-            return None
         text = content_text(content)
         if not text.strip():
             return None
@@ -483,7 +480,7 @@ class SignalReader:
         """An answer that opens by hedging ("I'm not sure", "je ne suis pas sûr"), read on its
         first ``answer_lead_chars`` characters like a refusal; None otherwise. Read by
         local-first's confidence only (docs/local-first.md): no conversation signal."""
-        if not self.enabled or not isinstance(text, str) or not text.strip():
+        if not isinstance(text, str) or not text.strip():
             return None
         found = self._hedging.found(_utf8(normalised(text[:self.answer_lead_chars], self.answer_lead_chars)))
         return Signal(HEDGING, found[0].language, found[0].name) if found else None

@@ -247,13 +247,44 @@ def test_a_section_is_compiled_once():
     assert reader_for(other) is not reader_for(policy.signals) and reader_for(other).lead_chars == 50
 
 
-def test_a_disabled_section_reads_nothing():
-    policy = load_policy()
-    off = SignalReader(policy.signals.model_copy(update={"enabled": False}))
-    assert off.read_followup("that's wrong") == ()
-    assert off.read_answer(AnswerView("")) == ()
-    assert off.read_tool_result("Error: x") is None
-    assert off.rephrase_of("How can I reverse a Python list?", "How do I reverse a list in Python?") is None
+def test_a_disabled_section_learns_nothing_and_local_first_still_reads_an_answer(tmp_path):
+    # signals.enabled: false switches the conversation tracking off (no turn stored, nothing read
+    # of a follow-up), not local-first's reading of a local answer's defects, which its penalties
+    # weigh (before, the reader itself read nothing and the penalties were silently ignored).
+    import asyncio
+    from types import SimpleNamespace
+
+    import litellm
+
+    from aisia_plugin.engine import Engine
+    from aisia_plugin.litellm.conversations import Conversations
+    from aisia_plugin.litellm.escalation import assess
+    from aisia_plugin.state.memory import MemoryState
+
+    path = tmp_path / "off.yaml"
+    path.write_text("version: 1\nsignals:\n  enabled: false\naliases:\n  auto/offline:\n"
+                    "    local_first:\n      enabled: true\n")
+    policy = load_policy([path])
+    store = MemoryState()
+    rt = SimpleNamespace(policy=policy, store=store, engine=Engine(policy, store=store))
+
+    async def converse():
+        conv = Conversations(rt)
+        call = SimpleNamespace(key="k", alias="auto", conversation=None, turn_noted=False, request_id="r1")
+        data = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Sydney."},
+                             {"role": "user", "content": "That's wrong."}]}
+        conv.opened(call, data, None)
+        conv.answered(call, data, litellm.ModelResponse(choices=[{"message": {"role": "assistant", "content": ""}}]),
+                      "local-a", None)
+        await conv.drain()
+        return call.conversation, store.stats()
+    assert asyncio.run(converse()) == (None, {})
+    settings = policy.aliases["auto/offline"].local_first
+    for text, defect in (("I'm sorry, but I can't help with that.", "refusal"), ("", "empty_answer")):
+        response = litellm.ModelResponse(choices=[{"message": {"role": "assistant", "content": text},
+                                                   "finish_reason": "stop"}])
+        found = assess(rt, settings, {"messages": [{"role": "user", "content": "hi"}]}, response, "local-a", None)
+        assert defect in found.defects
 
 
 # -- conversation identity and attribution -----------------------------------------------------
