@@ -757,3 +757,22 @@ def test_a_prior_variance_validate_accepts_decides_and_learns(aisia, write_file)
         d = engine.decide("auto", [{"role": "user", "content": f"hello world number {i}"}], deps)
         engine.record(d, Outcome(d.deployment_id, True, quality=1.0))
     assert engine.decide("auto", [{"role": "user", "content": "hello"}], deps).deployment_id in ("a", "b")
+
+
+def test_a_judges_default_language_needs_instructions_and_a_default_rubric(aisia, write_file):
+    # judging.rubric_for falls back to the default language's 'default' rubric: a default language
+    # without one would grade nothing in a language of no rubric of its own. (Found by a review.)
+    path = write_file("""\
+        version: 1
+        quality:
+          judge:
+            deployment: gpt-4o
+            default_language: nl
+            languages:
+              nl:
+                instructions: 'Beoordeel het antwoord. Antwoord met {"score": N}.'
+        """)
+    code, out, _ = aisia("validate", path)
+    assert code == 1 and f"{path}:7:" in out and "quality.judge.languages.nl: the default language 'nl' needs" in out, out
+    path.write_text(path.read_text() + "        rubrics: {default: 'Is het juist?'}\n")
+    assert aisia("validate", "--strict", path)[0] == 0

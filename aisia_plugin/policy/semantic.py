@@ -12,7 +12,7 @@ import re
 
 from ..schema_defaults import defaults_of
 from .errors import PolicyIssue, dotted
-from ..judging import alias_as_judge
+from ..judging import DEFAULT_RUBRIC, alias_as_judge
 from ..signals import matches_empty
 from .patterns import PatternError, compile_pattern
 from .yamlpos import Locations, position_of
@@ -199,6 +199,14 @@ def _check_judge(judge: dict, aliases: dict, report) -> None:
                f"default language '{default}' is not among quality.judge.languages "
                f"({', '.join(sorted(languages)) or 'none'}): a prompt in no known language would not be graded",
                key="default_language" not in judge)
+    elif isinstance(name, str) and isinstance(languages, dict) and isinstance(default, str):
+        spec = languages.get(default)
+        spec = spec if isinstance(spec, dict) else {}
+        rubrics = spec.get("rubrics") if isinstance(spec.get("rubrics"), dict) else {}
+        if not spec.get("instructions") or not rubrics.get(DEFAULT_RUBRIC):  # judging.rubric_for's last resort
+            report(("quality", "judge", "languages", default), f"the default language '{default}' needs "
+                   f"instructions and a 'default' rubric: a prompt in no language with its own would not be graded",
+                   key=True)
 
 
 def _check_weights(weights: dict, path: tuple, report) -> None:
