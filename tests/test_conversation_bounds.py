@@ -1,7 +1,7 @@
 """What a client cannot make count (litellm/conversations.py, docs/signals.md "Once" and "A
 hostile client's bound"): an answer judged twice over time, a key's hourly bound dropped by other
 tenants' traffic, an assistant message the client wrote, a cut the client asked for, an earlier
-complaint read again in an agent loop, an answer with no content read as none. Pure units
+complaint read again in an agent loop, an answer with no content read as none, a few-shot prompt sent again read as a regenerate. Pure units
 over a memory store and a real engine (no proxy). Found by a review."""
 
 from __future__ import annotations
@@ -237,3 +237,39 @@ def test_an_answer_with_no_content_and_no_tool_call_is_an_empty_answer():
     audio = SimpleNamespace(choices=[SimpleNamespace(finish_reason="stop", message=SimpleNamespace(
         content=None, tool_calls=None, audio={"id": "a1", "data": "UklGR..."}))])
     assert answer_of(audio) is None
+
+
+def test_a_repeated_few_shot_prompt_is_no_regenerate():
+    """attribute(): "None on a conversation's first turn (a one-shot prompt sent again is no
+    regenerate: API clients repeat prompts)". A one-shot prompt with few-shot examples (assistant
+    messages the client wrote, never an answer of the proxy's) sent again by an API client is
+    read as a regenerate: the previous answer, which the client never saw as a conversation's
+    turn, is blamed (-0.7) each time."""
+    async def run():
+        rt = runtime()
+        conv = Conversations(rt)
+        prompt = [SYSTEM, user("Classify the sentiment: I love this phone."), assistant("positive"),
+                  user("Classify the sentiment: The battery died after an hour.")]
+        ask(conv, prompt, "negative", "cheap")
+        await conv.drain()
+        ask(conv, list(prompt), "negative", "frontier")  # the same job again (a batch, a retry)
+        await conv.drain()
+        return signal_evidence(rt, "cheap")
+    assert asyncio.run(run()) == 0.0
+
+
+def test_a_regenerate_in_a_conversation_still_blames_the_answer_it_replaces():
+    async def run():
+        rt = runtime()
+        conv = Conversations(rt)
+        ask(conv, [SYSTEM, Q1], "Sydney.", "cheap")
+        await conv.drain()
+        second = [SYSTEM, Q1, A1, user("And of New Zealand?")]
+        ask(conv, second, "Auckland.", "cheap")
+        await conv.drain()
+        before = signal_evidence(rt, "cheap")
+        ask(conv, list(second), "Wellington.", "frontier")  # the user asks for another answer
+        await conv.drain()
+        return before, signal_evidence(rt, "cheap")
+    before, after = asyncio.run(run())
+    assert after == before + 1

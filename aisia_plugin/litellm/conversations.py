@@ -55,7 +55,8 @@ def attribute(messages: Sequence, stored: Sequence[Turn], reader) -> Optional[At
     the answer it replaces; else the new user message is read (correction, dissatisfaction,
     satisfaction; a rephrase of the previous question) and, in an agent loop, the tool results of
     the answer's calls. None on a conversation's first turn (a one-shot prompt sent again is no
-    regenerate: API clients repeat prompts), when no stored answer matches (a client's own text),
+    regenerate: API clients repeat prompts; nor is a prompt whose earlier answers the client
+    wrote, a few-shot one), when no stored answer matches (a client's own text),
     or when nothing was said in an agent loop's tool results. A new user message in which no
     signal is read is itself one: ``no_complaint`` (the user went on), weak evidence its weight
     says how far to count."""
@@ -71,6 +72,10 @@ def attribute(messages: Sequence, stored: Sequence[Turn], reader) -> Optional[At
     if found is None:
         return None
     if found.regenerate:
+        if not any(t.answer_fingerprint == judged.answer_fingerprint for t in stored):
+            # The history's answers are the client's own (a few-shot prompt): the same job sent
+            # again, as a one-shot prompt is, not a conversation's regenerate.
+            return None
         return Attribution(found.turn, (Signal(REGENERATE, "", "the same history sent again"),))
     new_text = new_user_text(messages)
     said = list(reader.read_followup(new_text) if new_text else ())
