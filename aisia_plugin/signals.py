@@ -271,6 +271,35 @@ def _drop_between(text: str, mark: str) -> str:
     return " ".join(parts[0::2]) + tail
 
 
+_OPENING_QUOTES, _CLOSING_QUOTES, _AFTER_QUOTE = "'\u2018", "'\u2019", ".,;:!?)\u00bb"
+
+
+def _drop_single_quoted(text: str) -> str:
+    """The text without its mentions between single quotes ("translate 'this is wrong'", "comment
+    dit-on 'c'est faux'"): from a word that opens with a quote to the next word that closes with
+    one (its punctuation after the quote kept). An apostrophe inside a word (that's, c'est) opens
+    nothing, and an unclosed quote keeps the text after it. One pass over each line's words."""
+    if "'" not in text and "\u2018" not in text:
+        return text
+    lines = []
+    for line in text.split("\n"):
+        words, kept, start = line.split(" "), [], None
+        for i, word in enumerate(words):
+            if start is None:
+                if len(word) < 2 or word[0] not in _OPENING_QUOTES:
+                    kept.append(word)
+                    continue
+                start = i
+            bare = word.rstrip(_AFTER_QUOTE)
+            if bare[-1:] in _CLOSING_QUOTES and (i > start or len(bare) > 2):
+                kept.append(word[len(bare):])
+                start = None
+        if start is not None:
+            kept.extend(words[start:])
+        lines.append(" ".join(kept))
+    return "\n".join(lines)
+
+
 def _first_sentence(text: str) -> str:
     """The text up to its first sentence end (. ! ? or a line break followed by a space or the
     end), or all of it."""
@@ -406,7 +435,8 @@ class SignalReader:
 
     def followup_text(self, text: str) -> str:
         """The part of a user message the lexicons read (steps 1 and 2 of the module docstring)."""
-        text = _drop_between(normalised(own_words(bounded(text, self.max_scan_chars)), self.max_scan_chars), '"')
+        text = _drop_single_quoted(_drop_between(normalised(own_words(bounded(text, self.max_scan_chars)),
+                                                            self.max_scan_chars), '"'))
         if word_count(text) > self.short_message_words:
             text = _first_sentence(text[:self.lead_chars])
         return text

@@ -520,3 +520,11 @@ def test_similarity_is_the_dice_coefficient_of_string_trigrams():
         for b in texts:
             assert similarity(a, b) == reference(a, b), (a, b)
             assert similarity(a, b, 7) == reference(a, b, 7), (a, b)
+
+
+@pytest.mark.parametrize("item", [i for i in load_items() if i.get("batch") == "review-1"], ids=lambda i: i["text"][:40])
+def test_what_a_review_found_read_as_a_complaint_reads_none(item):
+    # Agreement opening with "no", a mention between single quotes, reported speech, a question
+    # about usage: each was read as a correction or a dissatisfaction before the third round.
+    kinds = {s.kind for s in default_signal_reader().read_followup(item["text"])}
+    assert not kinds & {CORRECTION, DISSATISFACTION}, kinds
