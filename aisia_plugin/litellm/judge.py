@@ -248,9 +248,25 @@ def deployment_by_name(deployments_of: Callable) -> Callable:
 
 
 def _reply_text(response) -> Optional[str]:
-    """The judge's reply: the first choice's message text (None when there is none)."""
-    try:
-        content = response.choices[0].message.content
-    except (AttributeError, IndexError, TypeError):
-        return None
-    return content if isinstance(content, str) else None
+    """The text a response gives a user (an alias's answer, the judge's reply): a chat
+    completion's first message, a text completion's first choice, or the Responses API's output
+    messages' text parts, joined; None when there is none (a tool call alone, an embedding)."""
+    choices = getattr(response, "choices", None)
+    if choices:
+        first = choices[0]
+        message = getattr(first, "message", None)
+        text = getattr(message, "content", None) if message is not None else getattr(first, "text", None)
+        return text if isinstance(text, str) else None
+    parts = []
+    for item in getattr(response, "output", None) or ():
+        if _field(item, "type") != "message":
+            continue
+        for part in _field(item, "content") or ():
+            if _field(part, "type") == "output_text" and isinstance(_field(part, "text"), str):
+                parts.append(_field(part, "text"))
+    return "".join(parts) if parts else None
+
+
+def _field(obj, name: str):
+    """A field of a response part, an object or a dict (LiteLLM gives both)."""
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
