@@ -776,3 +776,15 @@ def test_a_judges_default_language_needs_instructions_and_a_default_rubric(aisia
     assert code == 1 and f"{path}:7:" in out and "quality.judge.languages.nl: the default language 'nl' needs" in out, out
     path.write_text(path.read_text() + "        rubrics: {default: 'Is het juist?'}\n")
     assert aisia("validate", "--strict", path)[0] == 0
+
+
+def test_a_setting_a_layers_strategy_does_not_read_is_warned_at_the_layers_line(aisia, write_file):
+    # As for the operator's alias: the layer's alias as it takes effect (the operator's strategy,
+    # or the layer's own), the warning at the line the layer wrote. (Found by a review.)
+    team = write_file("version: 1\nteams:\n  t1:\n    aliases:\n      auto:\n        exploration_c: 2.0\n"
+                      "      auto/fast:\n        strategy: ucb1\n        exploration_c: 2.0\n", "team.yaml")
+    code, out, _ = aisia("validate", "--strict", team)
+    assert code == 1, out
+    assert f"{team}:6:9: teams.t1.aliases.auto.exploration_c: warning: has no effect: strategy 'contextual'" in out
+    assert "auto/fast.exploration_c" not in out  # ucb1 reads it
+    assert aisia("validate", team)[0] == 0  # a warning, not an error

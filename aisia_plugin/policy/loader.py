@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -148,7 +149,38 @@ def load_policy_with_locations(paths=None, *, known_strategies: set[str] | None 
     from ..plugins import strategy_settings
 
     warnings = inert_settings(base, merged_locs, strategy_settings)
+    warnings += _inert_layer_settings(base, raw_layers, merged_locs, strategy_settings)
     return LoadedPolicy(policy, merged_locs, files, default_files, warnings, layers)
+
+
+def _inert_layer_settings(base: dict, raw_layers: dict, locs: Locations, settings_of) -> list[PolicyIssue]:
+    """``inert_settings`` of each layer's aliases as they take effect (the operator's alias with the
+    layer's fields over it), for the settings the layer itself writes, at the layer's lines."""
+    out = []
+    operator = base.get("aliases") if isinstance(base.get("aliases"), dict) else {}
+    for section, layers in raw_layers.items():
+        for name, layer in (layers.items() if isinstance(layers, dict) else ()):
+            aliases = layer.get("aliases") if isinstance(layer, dict) else None
+            prefix = (section, name)
+            for alias, fields in (aliases.items() if isinstance(aliases, dict) else ()):
+                mine, theirs = _map_of(fields), _map_of(operator.get(alias))
+                effective = {**theirs, **mine}
+                for key in ("budget", "contextual"):  # (one level deeper, as the merge does)
+                    if isinstance(mine.get(key), dict) and isinstance(theirs.get(key), dict):
+                        effective[key] = {**theirs[key], **mine[key]}
+                at = {path[len(prefix):]: where for path, where in locs.items()
+                      if path[:len(prefix) + 2] == (*prefix, "aliases", alias)}
+                for issue in inert_settings({"aliases": {alias: effective}}, at, settings_of):
+                    head, written = dotted(("aliases", alias)) + ".", mine
+                    for part in issue.path[len(head):].split(".") if issue.path.startswith(head) else ():
+                        written = written.get(part) if isinstance(written, dict) else None  # what the layer wrote
+                    if written is not None:
+                        out.append(replace(issue, path=f"{section}.{name}.{issue.path}"))
+    return out
+
+
+def _map_of(value) -> dict:
+    return value if isinstance(value, dict) else {}
 
 
 def peek_setting(path: tuple, paths=None):
