@@ -788,3 +788,14 @@ def test_a_setting_a_layers_strategy_does_not_read_is_warned_at_the_layers_line(
     assert f"{team}:6:9: teams.t1.aliases.auto.exploration_c: warning: has no effect: strategy 'contextual'" in out
     assert "auto/fast.exploration_c" not in out  # ucb1 reads it
     assert aisia("validate", team)[0] == 0  # a warning, not an error
+
+
+def test_removing_a_lexicon_entry_the_shipped_lexicons_do_not_have_is_warned(aisia, write_file):
+    # `thank: null` (meant: the shipped `thanks`) removed nothing, with no word, and `thanks`
+    # kept firing. (Found by a review.)
+    path = write_file("version: 1\nsignals:\n  lexicons:\n    en:\n      satisfaction:\n        thank: null\n")
+    code, out, _ = aisia("validate", "--strict", path)
+    assert code == 1 and f"{path}:6:9: signals.lexicons.en.satisfaction.thank: warning: removes nothing: the " \
+                          "shipped lexicons have no en satisfaction entry 'thank'; did you mean 'thanks'?" in out, out
+    path.write_text("version: 1\nsignals:\n  lexicons:\n    en:\n      satisfaction:\n        thanks: null\n")
+    assert aisia("validate", "--strict", path)[0] == 0

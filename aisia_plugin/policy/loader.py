@@ -18,6 +18,7 @@ themselves (`aisia validate policies/`) count as the user's and are not layered 
 
 from __future__ import annotations
 
+import difflib
 import os
 import stat
 from dataclasses import replace
@@ -97,11 +98,13 @@ def load_policy_with_locations(paths=None, *, known_strategies: set[str] | None 
     merged, merged_locs = _read_and_merge(files, _read_named, issues)
     default_files: list[Path] = []
     layered = merged.get("defaults", True) is not False
+    removals: list[PolicyIssue] = []
     if layered:
         mine = {f.resolve() for f in files}
         default_files = [f for f in expand_paths([policies_dir()])[0] if f.resolve() not in mine]
         if default_files:
             base, base_locs = _read_and_merge(default_files, _read_shipped, issues)
+            removals = _removals_of_nothing(base, merged, merged_locs)
             # The user's values win over the defaults: no conflict is possible at this step.
             _merge_into(base, merged, (), base_locs, merged_locs, True, issues, "")
             merged, merged_locs = base, base_locs
@@ -148,9 +151,30 @@ def load_policy_with_locations(paths=None, *, known_strategies: set[str] | None 
         raise PolicyError(found)
     from ..plugins import strategy_settings
 
-    warnings = inert_settings(base, merged_locs, strategy_settings)
+    warnings = removals + inert_settings(base, merged_locs, strategy_settings)
     warnings += _inert_layer_settings(base, raw_layers, merged_locs, strategy_settings)
     return LoadedPolicy(policy, merged_locs, files, default_files, warnings, layers)
+
+
+def _removals_of_nothing(shipped: dict, mine: dict, locs: Locations) -> list[PolicyIssue]:
+    """Warnings for a lexicon entry the user's files remove (``name: null``) that the shipped
+    lexicons do not have (a misspelt name removes nothing, and the entry meant keeps firing)."""
+    out = []
+    theirs = _map_of(_map_of(shipped.get("signals")).get("lexicons"))
+    for language, categories in _map_of(_map_of(mine.get("signals")).get("lexicons")).items():
+        for category, entries in _map_of(categories).items():
+            known = _map_of(_map_of(theirs.get(language)).get(category))
+            for entry, pattern in _map_of(entries).items():
+                if pattern is None and entry not in known:
+                    path = ("signals", "lexicons", language, category, entry)
+                    close = difflib.get_close_matches(str(entry), [str(k) for k in known], n=1, cutoff=0.6)
+                    hint = f"; did you mean '{close[0]}'?" if close else ""
+                    pos = position_of(locs, path, key=True)
+                    out.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0,
+                                           pos.column if pos else 0, dotted(path),
+                                           f"removes nothing: the shipped lexicons have no {language} {category} "
+                                           f"entry '{entry}'{hint}", "warning"))
+    return out
 
 
 def _inert_layer_settings(base: dict, raw_layers: dict, locs: Locations, settings_of) -> list[PolicyIssue]:
