@@ -204,9 +204,10 @@ class _EntrySet:
                 raise SignalPatternError(f"signal pattern {entry.language}.{entry.category}.{entry.name}: RE2 "
                                          "cannot add it to a set", entry)
         if not rset.Compile():
-            raise SignalPatternError("the signal patterns do not fit RE2's memory budget together (simplify "
-                                     "them: bounded repeats such as [^.]{0,60} multiply a program's size)",
-                                     entries[-1])
+            largest = max(entries, key=_program_size)  # the likeliest to blame (bounded repeats multiply a program)
+            raise SignalPatternError(f"the signal patterns do not fit RE2's memory budget together; the largest "
+                                     f"is {largest.language}.{largest.category}.{largest.name} (simplify them: "
+                                     "bounded repeats such as [^.]{0,60} multiply a program's size)", largest)
         self._match = rset.Match
 
     def found(self, data: bytes) -> list[LexiconEntry]:
@@ -214,6 +215,14 @@ class _EntrySet:
             return []
         hits = self._match(data)
         return [self.entries[k] for k in sorted(hits)] if hits else []
+
+
+def _program_size(entry: LexiconEntry) -> int:
+    """The size of an entry's own RE2 program (0 when RE2 refuses it alone)."""
+    try:
+        return re2.compile(entry.pattern, _options()).programsize
+    except re2.error:
+        return 0
 
 
 class _Mask:

@@ -799,3 +799,13 @@ def test_removing_a_lexicon_entry_the_shipped_lexicons_do_not_have_is_warned(ais
                           "shipped lexicons have no en satisfaction entry 'thank'; did you mean 'thanks'?" in out, out
     path.write_text("version: 1\nsignals:\n  lexicons:\n    en:\n      satisfaction:\n        thanks: null\n")
     assert aisia("validate", "--strict", path)[0] == 0
+
+
+def test_lexicons_over_re2s_memory_budget_are_blamed_on_the_largest_entry_at_its_line(aisia, write_file):
+    # Before, the last entry compiled was named: a shipped one of another language, in a file the
+    # operator never touched. (Found by a review.)
+    lines = ["version: 1", "signals:", "  lexicons:", "    en:", "      correction:"]
+    lines += [f"        big{i}: '\\bw{i}x[^.!?\\n]{{0,{970 + i}}}\\bq{i}[^.!?\\n]{{0,1000}}\\bz{i}'" for i in range(30)]
+    path = write_file("\n".join(lines) + "\n", "team.yaml")
+    code, out, _ = aisia("validate", path)
+    assert code == 1 and f"{path}:35:9: signals.lexicons.en.correction.big29: the signal patterns do not fit" in out, out
