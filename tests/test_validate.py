@@ -809,3 +809,13 @@ def test_lexicons_over_re2s_memory_budget_are_blamed_on_the_largest_entry_at_its
     path = write_file("\n".join(lines) + "\n", "team.yaml")
     code, out, _ = aisia("validate", path)
     assert code == 1 and f"{path}:35:9: signals.lexicons.en.correction.big29: the signal patterns do not fit" in out, out
+
+
+def test_a_name_yaml_reads_as_a_boolean_says_to_quote_it(aisia, write_file):
+    # Norwegian's code, `no:`, is YAML's false: the error says why the name reads 'False'.
+    path = write_file("version: 1\nsignals:\n  lexicons:\n    no:\n      correction:\n        feil: '\\bdet er feil\\b'\n")
+    code, out, _ = aisia("validate", path)
+    assert code == 1 and f"{path}:4:5: signals.lexicons.False: invalid name 'False'" in out
+    assert "YAML reads an unquoted no, yes, on or off as a boolean: quote the name ('no')" in out
+    path.write_text(path.read_text().replace("    no:", "    'no':"))
+    assert aisia("validate", path)[0] == 0

@@ -107,6 +107,8 @@ def _to_issue(err: jsonschema.ValidationError, locations: Locations, file: str, 
             msg = f"invalid name '{bad}': names here must match {err.validator_value}"
         else:
             msg = f"invalid name '{bad}': {err.message}"
+        if str(bad) in ("True", "False"):  # YAML reads an unquoted no, yes, on, off (Norwegian's code too) as a boolean
+            msg += "; YAML reads an unquoted no, yes, on or off as a boolean: quote the name ('no')"
         return PolicyIssue(file, pos.line if pos else 0, pos.column if pos else 0, dotted(path + (bad,)), msg)
     if validator == "required":
         # Point at the key of the mapping that lacks the field (its value starts at its first
