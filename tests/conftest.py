@@ -24,6 +24,31 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from aisia_plugin.cli import main
 
 
+# LiteLLM's process-wide callback lists: every Router adds its own methods to them (and a test's
+# plugin or logger may stay), and LiteLLM refuses any callback past 100 ("would exceed
+# MAX_CALLBACKS"). Left to grow over the suite, a later module's plugin was silently not called.
+LITELLM_CALLBACK_LISTS = ("callbacks", "success_callback", "failure_callback", "input_callback", "service_callback",
+                          "_async_success_callback", "_async_failure_callback", "_async_input_callback")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _litellm_callbacks_as_before():
+    """Each test module leaves LiteLLM's callback lists as it found them (empty before LiteLLM's
+    first import)."""
+    import sys
+
+    before = sys.modules.get("litellm")
+    saved = {name: list(getattr(before, name, None) or ()) for name in LITELLM_CALLBACK_LISTS} if before else {}
+    yield
+    litellm = sys.modules.get("litellm")
+    if litellm is None:
+        return
+    for name in LITELLM_CALLBACK_LISTS:
+        current = getattr(litellm, name, None)
+        if isinstance(current, list):
+            current[:] = saved.get(name, [])
+
+
 @pytest.fixture
 def aisia(capsys):
     """Run the command line in this process: ``aisia("validate", path)`` is
