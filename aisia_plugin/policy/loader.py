@@ -32,7 +32,7 @@ from .errors import PolicyError, PolicyIssue, dotted
 from .layers import LayerRef, build_layers, split_layers, typed_sections
 from .models import Policy
 from .schema import fill_defaults, schema_issues
-from .semantic import inert_settings, semantic_issues
+from .semantic import _map, inert_settings, semantic_issues
 from .yamlpos import Locations, Pos, load_yaml_with_positions, position_of
 
 POLICY_ENV = "AISIA_POLICY"
@@ -156,15 +156,23 @@ def load_policy_with_locations(paths=None, *, known_strategies: set[str] | None 
     return LoadedPolicy(policy, merged_locs, files, default_files, warnings, layers)
 
 
+def _layer_aliases(raw_layers: dict):
+    """(section, layer name, alias, its fields as the layer writes them) of every layer."""
+    for section, layers in raw_layers.items():
+        for name, layer in _map(layers).items():
+            for alias, fields in _map(_map(layer).get("aliases")).items():
+                yield section, name, alias, fields
+
+
 def _removals_of_nothing(shipped: dict, mine: dict, locs: Locations) -> list[PolicyIssue]:
     """Warnings for a lexicon entry the user's files remove (``name: null``) that the shipped
     lexicons do not have (a misspelt name removes nothing, and the entry meant keeps firing)."""
     out = []
-    theirs = _map_of(_map_of(shipped.get("signals")).get("lexicons"))
-    for language, categories in _map_of(_map_of(mine.get("signals")).get("lexicons")).items():
-        for category, entries in _map_of(categories).items():
-            known = _map_of(_map_of(theirs.get(language)).get(category))
-            for entry, pattern in _map_of(entries).items():
+    theirs = _map(_map(shipped.get("signals")).get("lexicons"))
+    for language, categories in _map(_map(mine.get("signals")).get("lexicons")).items():
+        for category, entries in _map(categories).items():
+            known = _map(_map(theirs.get(language)).get(category))
+            for entry, pattern in _map(entries).items():
                 if pattern is None and entry not in known:
                     path = ("signals", "lexicons", language, category, entry)
                     close = difflib.get_close_matches(str(entry), [str(k) for k in known], n=1, cutoff=0.6)
@@ -181,30 +189,23 @@ def _inert_layer_settings(base: dict, raw_layers: dict, locs: Locations, setting
     """``inert_settings`` of each layer's aliases as they take effect (the operator's alias with the
     layer's fields over it), for the settings the layer itself writes, at the layer's lines."""
     out = []
-    operator = base.get("aliases") if isinstance(base.get("aliases"), dict) else {}
-    for section, layers in raw_layers.items():
-        for name, layer in (layers.items() if isinstance(layers, dict) else ()):
-            aliases = layer.get("aliases") if isinstance(layer, dict) else None
-            prefix = (section, name)
-            for alias, fields in (aliases.items() if isinstance(aliases, dict) else ()):
-                mine, theirs = _map_of(fields), _map_of(operator.get(alias))
-                effective = {**theirs, **mine}
-                for key in ("budget", "contextual"):  # (one level deeper, as the merge does)
-                    if isinstance(mine.get(key), dict) and isinstance(theirs.get(key), dict):
-                        effective[key] = {**theirs[key], **mine[key]}
-                at = {path[len(prefix):]: where for path, where in locs.items()
-                      if path[:len(prefix) + 2] == (*prefix, "aliases", alias)}
-                for issue in inert_settings({"aliases": {alias: effective}}, at, settings_of):
-                    head, written = dotted(("aliases", alias)) + ".", mine
-                    for part in issue.path[len(head):].split(".") if issue.path.startswith(head) else ():
-                        written = written.get(part) if isinstance(written, dict) else None  # what the layer wrote
-                    if written is not None:
-                        out.append(replace(issue, path=f"{section}.{name}.{issue.path}"))
+    operator = _map(base.get("aliases"))
+    for section, name, alias, fields in _layer_aliases(raw_layers):
+        prefix = (section, name)
+        mine, theirs = _map(fields), _map(operator.get(alias))
+        effective = {**theirs, **mine}
+        for key in ("budget", "contextual"):  # (one level deeper, as the merge does)
+            if isinstance(mine.get(key), dict) and isinstance(theirs.get(key), dict):
+                effective[key] = {**theirs[key], **mine[key]}
+        at = {path[len(prefix):]: where for path, where in locs.items()
+              if path[:len(prefix) + 2] == (*prefix, "aliases", alias)}
+        for issue in inert_settings({"aliases": {alias: effective}}, at, settings_of):
+            head, written = dotted(("aliases", alias)) + ".", mine
+            for part in issue.path[len(head):].split(".") if issue.path.startswith(head) else ():
+                written = written.get(part) if isinstance(written, dict) else None  # what the layer wrote
+            if written is not None:
+                out.append(replace(issue, path=f"{section}.{name}.{issue.path}"))
     return out
-
-
-def _map_of(value) -> dict:
-    return value if isinstance(value, dict) else {}
 
 
 def peek_setting(path: tuple, paths=None):
@@ -264,14 +265,10 @@ def _model_file_issues(policy: Policy, raw_layers: dict, locs: Locations) -> lis
 
     named = [(("aliases", alias, "contextual", "prior_model"), ap.contextual.prior_model)
              for alias, ap in policy.aliases.items() if ap.contextual is not None and ap.contextual.prior_model]
-    for section, layers in raw_layers.items():
-        for name, layer in (layers.items() if isinstance(layers, dict) else ()):
-            aliases = layer.get("aliases") if isinstance(layer, dict) else None
-            for alias, fields in (aliases.items() if isinstance(aliases, dict) else ()):
-                contextual = fields.get("contextual") if isinstance(fields, dict) else None
-                path = contextual.get("prior_model") if isinstance(contextual, dict) else None
-                if isinstance(path, str) and path:
-                    named.append(((section, name, "aliases", alias, "contextual", "prior_model"), path))
+    for section, name, alias, fields in _layer_aliases(raw_layers):
+        path = _map(_map(fields).get("contextual")).get("prior_model")
+        if isinstance(path, str) and path:
+            named.append(((section, name, "aliases", alias, "contextual", "prior_model"), path))
     issues, problems = [], {}
     for field, path in named:
         if path not in problems:
