@@ -95,6 +95,13 @@ HARD_CASES = [
     ("Thanks in advance!", set()),
     ("Can you write a haiku about autumn? Thanks!", set()),
     ("Merci d'avance.", set()),
+    # "tem razão" is the user agreeing only when it is said to the assistant (second person, or
+    # opening a clause); of someone else, as a question, it judges nothing
+    ("Meu professor disse que isso está errado, ele tem razão?", set()),
+    ("Ele tem razão.", set()),
+    ("Ah, tem razão!", {SATISFACTION}),
+    ("Tem razão", {SATISFACTION}),
+    ("Você tem razão, eu me enganei.", {SATISFACTION}),
     # a negative wins over thanks
     ("thanks, but that's wrong", {CORRECTION}),
     ("Merci mais ça ne marche pas", {DISSATISFACTION}),
