@@ -547,10 +547,10 @@ def test_every_setting_of_the_shipped_policies_acts(aisia):
 
 def test_every_builtin_strategy_says_which_settings_it_reads():
     from aisia_plugin.plugins import strategies
-    from aisia_plugin.policy.semantic import TUNING
+    from aisia_plugin.policy.semantic import STRATEGY_SETTINGS
 
     for name, strategy in strategies().items():
-        assert strategy.settings <= set(TUNING), name
+        assert strategy.settings <= set(STRATEGY_SETTINGS), name
         assert "exploration" in strategy.settings, name
 
 
@@ -788,6 +788,32 @@ def test_a_setting_a_layers_strategy_does_not_read_is_warned_at_the_layers_line(
     assert f"{team}:6:9: teams.t1.aliases.auto.exploration_c: warning: has no effect: strategy 'contextual'" in out
     assert "auto/fast.exploration_c" not in out  # ucb1 reads it
     assert aisia("validate", team)[0] == 0  # a warning, not an error
+
+
+def test_a_contextual_section_a_non_contextual_alias_cannot_decide_with_is_warned(aisia, write_file):
+    # auto/fast (latency) never reads its section's tolerance, exploration or cold start; its
+    # prior_model and variances are read whatever the strategy (the shared models' seed, aisia
+    # train), so they pass. The same in a team's layer, and on a contextual alias nothing is said.
+    path = write_file("version: 1\naliases:\n  auto/fast:\n    contextual:\n      quality_tolerance: 0.1\n"
+                      "      prior_variance: 0.5\n      cold_start: {count: 3}\n  auto:\n    contextual:\n"
+                      "      quality_tolerance: 0.1\nteams:\n  t1:\n    aliases:\n      auto/cheap:\n"
+                      "        contextual: {exploration: 0.5}\n", "p.yaml")
+    code, out, _ = aisia("validate", "--strict", path)
+    assert code == 1, out
+    assert out.splitlines()[:3] == [
+        f"{path}:5:7: aliases.auto/fast.contextual.quality_tolerance: warning: has no effect: strategy 'latency' does "
+        "not read the contextual section's quality_tolerance (only the contextual strategy decides with it; "
+        "prior_model, prior_variance and noise_variance are read whatever the strategy); remove it, or choose "
+        "strategy contextual",
+        f"{path}:7:7: aliases.auto/fast.contextual.cold_start: warning: has no effect: strategy 'latency' does not "
+        "read the contextual section's cold_start (only the contextual strategy decides with it; prior_model, "
+        "prior_variance and noise_variance are read whatever the strategy); remove it, or choose strategy contextual",
+        f"{path}:15:22: teams.t1.aliases.auto/cheap.contextual.exploration: warning: has no effect: strategy 'cost' "
+        "does not read the contextual section's exploration (only the contextual strategy decides with it; "
+        "prior_model, prior_variance and noise_variance are read whatever the strategy); remove it, or choose "
+        "strategy contextual"], out
+    assert "prior_variance: warning" not in out and "aliases.auto.contextual" not in out
+    assert aisia("validate", path)[0] == 0  # a warning, not an error
 
 
 def test_removing_a_lexicon_entry_the_shipped_lexicons_do_not_have_is_warned(aisia, write_file):

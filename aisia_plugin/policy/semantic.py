@@ -224,6 +224,15 @@ PACING = ("pacing_rate", "max_multiplier", "min_multiplier")
 TUNING = ("exploration", "exploration_c", "cost_weight", "latency_weight", "mode_pack", "tier_hint", "lkgp_enabled")
 
 
+# The `contextual` section's keys only a strategy that reads `contextual` (its `settings`) uses when
+# it decides. The section's other keys are read whatever the alias's strategy: `prior_model` seeds the
+# models every contextual alias shares (contextual_io.prior_paths), `prior_variance` and
+# `noise_variance` are the priors `aisia train --alias` fits with.
+CONTEXTUAL_CHOICE = ("exploration", "quality_tolerance", "cold_start")
+
+# What a strategy's `settings` may name: the tuning keys, and the `contextual` section.
+STRATEGY_SETTINGS = TUNING + ("contextual",)
+
 # Half-lives that forgetting switched off leaves unread (engine.py: both gammas are 1 then).
 HALF_LIVES = (("bandit", "forgetting", "half_life_requests"), ("quality", "half_life_requests"))
 
@@ -273,6 +282,17 @@ def inert_settings(data: dict, locs: Locations, settings_of) -> list[PolicyIssue
                                        pos.column if pos else 0, dotted(("aliases", name, key)),
                                        f"has no effect: strategy '{strategy}' does not read {key} (it reads {used}); "
                                        "remove it, or choose a strategy that uses it", "warning"))
+        section = alias.get("contextual")
+        for key in CONTEXTUAL_CHOICE if isinstance(section, dict) and "contextual" not in reads else ():
+            if section.get(key) is not None:
+                path = ("aliases", name, "contextual", key)
+                pos = position_of(locs, path, key=True)
+                out.append(PolicyIssue(pos.file if pos else "<policy>", pos.line if pos else 0,
+                                       pos.column if pos else 0, dotted(path),
+                                       f"has no effect: strategy '{strategy}' does not read the contextual section's "
+                                       f"{key} (only the contextual strategy decides with it; prior_model, "
+                                       "prior_variance and noise_variance are read whatever the strategy); remove "
+                                       "it, or choose strategy contextual", "warning"))
         budget = alias.get("budget")
         if not (isinstance(budget, dict) and budget.get("target_usd_per_1k_requests") is not None):
             for key in PACING if isinstance(budget, dict) else ():  # how a target moves, without a target

@@ -128,9 +128,10 @@ class ContextualStrategy:
     description = ("Thompson sampling on each candidate's predicted reward for this prompt (a per-deployment "
                    "Bayesian linear model of hashed words, bigrams and request features, its mean as prior), "
                    "plus cost and latency bonuses")
-    # The alias settings it reads besides `contextual` (`exploration`: an epsilon floor under
-    # Thompson sampling's own exploration).
-    settings = frozenset({"exploration", "cost_weight", "latency_weight"})
+    # The alias settings it reads (`exploration`: an epsilon floor under Thompson sampling's own
+    # exploration; `contextual`: its section's exploration, tolerance and cold start, which no other
+    # built-in strategy reads).
+    settings = frozenset({"exploration", "cost_weight", "latency_weight", "contextual"})
 
     def __init__(self):
         # The vector of the last request seen: a retry decides again on the same features object.
