@@ -80,15 +80,23 @@ def _role(message) -> str:
     return message.get("role", "") if isinstance(message, dict) else ""
 
 
+def _calls(tool_calls) -> list:
+    """The function part of each tool call (its id is the client's to regenerate); a value that is
+    no list of calls (a hostile history's ``"tool_calls": 1``) holds none."""
+    if not isinstance(tool_calls, (list, tuple)):
+        return []
+    return [(c.get("function") or {}) if isinstance(c, dict) else c for c in tool_calls]
+
+
 def _essence(message) -> dict:
     """What identifies a message: its role, content and tool calls (not the ids or metadata a
     client may regenerate on each send)."""
     if not isinstance(message, dict):
         return {"role": "", "content": ""}
     out = {"role": _role(message), "content": message.get("content")}
-    calls = message.get("tool_calls")
+    calls = _calls(message.get("tool_calls"))
     if calls:
-        out["tool_calls"] = [(c.get("function") or {}) if isinstance(c, dict) else c for c in calls]
+        out["tool_calls"] = calls
     return out
 
 
@@ -124,9 +132,10 @@ def prompt_fingerprint(messages: Sequence) -> str:
 def answer_fingerprint(content, tool_calls=None) -> str:
     """An answer as it comes back in the next request's history: its text, else its tool calls."""
     text = content_text(content)
-    if text.strip() or not tool_calls:
+    calls = _calls(tool_calls)
+    if text.strip() or not calls:
         return _digest(" ".join(text.split()))
-    return _digest([(c.get("function") or {}) if isinstance(c, dict) else c for c in tool_calls])
+    return _digest(calls)
 
 
 def is_regenerate(earlier: Sequence, new: Sequence) -> bool:

@@ -337,3 +337,31 @@ def test_keys_and_fingerprints_keep_their_stored_values():
     assert prompt_fingerprint(messages) == "ee4fc3eb800bf25bb7df7b92bdc81c94"
     assert answer_fingerprint(" Sydney.\n") == "a80b9ff39a5f9fd9c32c78c36e1e1461"
     assert answer_fingerprint(None, [call]) == "25b0a7e2d76a5b80283386ad85af9c3d"
+
+
+def test_a_history_whose_tool_calls_are_no_list_is_read_as_none_without_a_traceback(caplog):
+    # The conversation step reads the client's body before LiteLLM validates it: `"tool_calls": 1`
+    # was iterated, and the TypeError logged with a traceback on every such request (found by a
+    # review). A value that is no list of calls holds none; a real list keeps its fingerprint.
+    import logging
+
+    assert answer_fingerprint("", 1) == answer_fingerprint("", None) == answer_fingerprint("")
+    assert answer_fingerprint("", "abc") == answer_fingerprint("")
+    calls = [{"id": "x", "function": {"name": "f", "arguments": "{}"}}]
+    assert answer_fingerprint("", calls) == answer_fingerprint("", [{"id": "y", "function": calls[0]["function"]}]) \
+        != answer_fingerprint("")
+
+    async def run():
+        rt = runtime()
+        conv = Conversations(rt)
+        with caplog.at_level(logging.DEBUG, logger="aisia_plugin"):
+            for odd in (1, True, "abc", {"function": {}}):
+                call = new_call()
+                conv.opened(call, {"messages": [Q1, {"role": "assistant", "content": "Hi.", "tool_calls": odd},
+                                                WRONG]}, None)
+                conv.answered(call, {"messages": [Q1, {"role": "assistant", "content": "", "tool_calls": odd},
+                                                  WRONG]}, reply("Canberra."), "cheap", None)
+                await conv.drain()
+    asyncio.run(run())
+    tracebacks = [r for r in caplog.records if r.exc_info]
+    assert not tracebacks, [(r.getMessage(), r.exc_info[1]) for r in tracebacks]
