@@ -596,15 +596,18 @@ class ContextualModels:
             self.scale[k] = s = 1.0  # (a slot holding nothing holds nothing after: still not live)
         return float(s)
 
-    def learn(self, dep: str, ctx: LearnContext, reward: float, tick: float, gamma: float) -> None:
-        """One observed reward of `dep` for the request `ctx` was made from."""
-        if not math.isfinite(reward):
+    def learn(self, dep: str, ctx: LearnContext, reward: float, tick: float, gamma: float,
+              weight: float = 1.0) -> None:
+        """One observed reward of `dep` for the request `ctx` was made from, counted as `weight`
+        observations (in (0, 1]: its noise variance divided by it)."""
+        if not (math.isfinite(reward) and math.isfinite(weight) and weight > 0.0):
             return
         with self._lock:
             self.gamma = gamma
-            self._learn(dep, ctx, reward, tick, gamma)
+            self._learn(dep, ctx, reward, tick, gamma, min(weight, 1.0))
 
-    def _learn(self, dep: str, ctx: LearnContext, reward: float, tick: float, gamma: float) -> None:
+    def _learn(self, dep: str, ctx: LearnContext, reward: float, tick: float, gamma: float,
+               weight: float = 1.0) -> None:
         k = self.column(dep, ctx.prior_variance)
         s = self._bring_to(k, tick, gamma)
         idx, inv = np.unique(ctx.vector.idx, return_inverse=True)
@@ -617,7 +620,7 @@ class ContextualModels:
         mean = self.h[idx, k] * s / prec
         var = 1.0 / prec
         pred = ctx.base + float(x @ mean)
-        total = ctx.noise_variance + float((x * x) @ var)
+        total = ctx.noise_variance / weight + float((x * x) @ var)
         r = clamp01(reward) - pred
         mean = mean + var * x * (r / total)
         var = var - var * var * x * x / total

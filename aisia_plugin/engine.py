@@ -450,10 +450,13 @@ class Engine:
         if context is not None and getattr(context, "domain", None) is not None:
             domain = context.domain  # the domain the answer's decision learned it under
         dom = domain if (domain and self.policy.bandit.per_domain.enabled) else None
-        w = self.shares.admit(deployment_id, key, w, self.quality.strength)
-        self.store.record_quality(QualityRecord(deployment_id, v, w, source, dom), self.rules)
-        if context is not None and w > 0.0:
-            self.contextual.learn(deployment_id, context, v, self.store.tick(), self.quality_gamma)
+        admitted = self.shares.admit(deployment_id, key, w, self.quality.strength, dom, self.clock())
+        self.store.record_quality(QualityRecord(deployment_id, v, admitted, source, dom), self.rules)
+        if context is not None and admitted > 0.0:
+            # As much of an observation as the key's share let count: a piece the share rule cut
+            # to a sliver teaches the prompt's part a sliver (found by a review).
+            self.contextual.learn(deployment_id, context, v, self.store.tick(), self.quality_gamma,
+                                  weight=admitted / w)
         return v
 
     def record(self, decision_or_alias, outcome: Outcome, *, domain: Optional[str] = None,

@@ -1,8 +1,13 @@
 """How much one API key's quality evidence may weigh: no single key moves a deployment's quality
 for everyone beyond a bound (docs/security.md#tenants).
 
-The rule, per deployment, over its last ``ShareRule.window`` pieces of evidence that named a key
-(feedback, conversation signals; in this process): let ``mine`` be the weight this key's pieces
+The rule, per deployment, over its recent pieces of evidence that named a key and counted
+(feedback, conversation signals; in this process): those of the last ``ShareRule.horizon_s`` (a
+day), at most the last ``ShareRule.window`` of them. Likewise per (deployment, domain) for a piece
+recorded in a domain's record too (the least of the two weights counts: the domain's record
+decides that domain's prompts for every tenant). A piece refused (of weight 0) is not noted: a
+key past its bound that kept sending would push the other keys' pieces out and find itself alone
+(found by a review); the others' pieces leave with time instead. let ``mine`` be the weight this key's pieces
 carried in that window, ``others`` the weight every other key's carried, and ``strength`` the
 prior's pseudo-observations (``quality.prior.strength``). Once others > 0 (another key has spoken
 about the deployment), the key's next piece counts with
@@ -16,10 +21,11 @@ quality.py) lies within s = 0.10 of what the prior and the other keys' evidence 
 The weight shrinks as the key's share grows, to 0 at the bound; other keys' evidence makes room
 again. A key alone with a deployment (no other key's evidence in the window) is its only user:
 its evidence counts fully, as a single tenant's must for quality to be learned at all, and leaves
-the window as other keys' evidence arrives. The same principle as the breaker's per-key outlier
+the window as other keys' evidence arrives. A key the other keys left is bounded until their
+pieces are a day old, then alone; a hostile key cannot hasten that by sending more. The same principle as the breaker's per-key outlier
 rule (blame.OutlierRule): a key's word is weighed against its peers'.
 
-Each deployment's window (``_Window``) holds its pieces, (key, weight counted) oldest first, with
+Each deployment's window (``_Window``) holds its pieces, (key, weight counted, when) oldest first, with
 each key's running sum of weight, each key's count of pieces weighing > 0 and the running total,
 all updated as a piece enters and as the oldest leaves: admitting a piece is O(1), amortised, for
 the sums are taken afresh from the pieces once every ``window`` pieces dropped (adding and
@@ -30,7 +36,7 @@ key alone counts fully whatever the sums' rounding; a key whose count falls to 0
 calls, less the same run with none), ``admit`` took about 413k instructions a call when it scanned
 the window (about 1 % of an alias request through the proxy, 40 M) and takes about 16k now.
 
-Pure: plain data, no clock; the caller says which key."""
+Pure: plain data; the caller says which key and what time it is."""
 
 from __future__ import annotations
 
@@ -38,7 +44,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Optional
 
-MAX_DEPLOYMENTS = 4096  # deployments come from the config: a bound, never reached
+# Windows kept: one per deployment and one per (deployment, domain) its evidence named. Deployments
+# come from the config and domains from the policy: a bound, never reached.
+MAX_WINDOWS = 65536
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +56,11 @@ class ShareRule:
 
     max_share: float = 0.10
     window: int = 1000
+    # Seconds a piece stays recent. A refused piece is not noted, so a key's own pieces never push
+    # the other keys' out; they leave with time instead: a key that other keys have left alone with
+    # the deployment counts fully again a day after they last spoke (its evidence was bounded
+    # meanwhile), and a hostile key must wait out a day of the others' silence, however much it sends.
+    horizon_s: float = 86400.0
 
 
 class _Window:
@@ -61,7 +74,7 @@ class _Window:
 
     def __init__(self, size: int):
         self.size = size  # the most pieces held: ShareRule.window
-        self.pieces: deque[tuple[str, float]] = deque()
+        self.pieces: deque[tuple[str, float, float]] = deque()  # (key, weight, when noted)
         self.sums: dict[str, float] = {}
         self.speaking: dict[str, int] = {}
         self.total = 0.0
@@ -78,18 +91,42 @@ class _Window:
         mine = self.sums.get(key, 0.0)
         return mine, (max(0.0, self.total - mine) if self.others_spoke(key) else 0.0)
 
-    def append(self, key: str, weight: float) -> None:
-        """Note a piece, dropping the oldest once the window is full."""
+    def standing(self, key: str) -> tuple[float, float, bool]:
+        """(this key's weight, every other key's weight, whether another key has a piece weighing
+        > 0) as the window will be when the key's next piece enters: without its oldest piece
+        once it is full."""
+        mine, total = self.sums.get(key, 0.0), self.total
+        speakers, me_speaking = len(self.speaking), key in self.speaking
+        if len(self.pieces) >= self.size and self.pieces[0][1] > 0.0:
+            oldest, weight, _ = self.pieces[0]  # leaves as the piece enters
+            total -= weight
+            if oldest == key:
+                mine -= weight
+            if self.speaking[oldest] == 1:  # its key's last weighed piece: that key falls silent
+                speakers -= 1
+                me_speaking = me_speaking and oldest != key
+        return mine, max(0.0, total - mine), speakers > me_speaking
+
+    def age(self, before: float) -> None:
+        """Drop the pieces noted before `before` (they are no longer recent)."""
+        while self.pieces and self.pieces[0][2] < before:
+            self._drop_oldest()
+
+    def append(self, key: str, weight: float, now: float = 0.0) -> None:
+        """Note a piece that counts (weight > 0), dropping the oldest once the window is full. A
+        piece refused (weight 0) is not noted: it would push the other keys' pieces out, and a key
+        past its bound that kept sending would find itself alone (found by a review)."""
+        if weight <= 0.0:
+            return
         if len(self.pieces) >= self.size:
             self._drop_oldest()
-        self.pieces.append((key, weight))
-        if weight > 0.0:
-            self.sums[key] = self.sums.get(key, 0.0) + weight
-            self.speaking[key] = self.speaking.get(key, 0) + 1
-            self.total += weight
+        self.pieces.append((key, weight, now))
+        self.sums[key] = self.sums.get(key, 0.0) + weight
+        self.speaking[key] = self.speaking.get(key, 0) + 1
+        self.total += weight
 
     def _drop_oldest(self) -> None:
-        key, weight = self.pieces.popleft()
+        key, weight, _ = self.pieces.popleft()
         if weight > 0.0:
             left = self.speaking[key] - 1
             if left:
@@ -108,11 +145,11 @@ class _Window:
         once every `size` dropped pieces, the drift stays within a window's steps, for O(1)
         amortised per piece."""
         sums: dict[str, float] = {}
-        for k, w in self.pieces:
+        for k, w, _ in self.pieces:
             if w > 0.0:
                 sums[k] = sums.get(k, 0.0) + w
         self.sums = sums
-        self.total = sum(w for _, w in self.pieces)
+        self.total = sum(w for _, w, _ in self.pieces)
         self.evicted = 0
 
 
@@ -123,31 +160,52 @@ class EvidenceShares:
 
     def __init__(self, rule: ShareRule = ShareRule()):
         self.rule = rule
-        self._recent: dict[str, _Window] = {}
+        self._recent: dict = {}  # deployment id, or (deployment id, domain) -> its _Window
 
     def weights(self, deployment_id: str, key: str) -> tuple[float, float]:
         """(this key's weight, every other key's weight) in the deployment's window."""
         recent = self._recent.get(deployment_id)
         return (0.0, 0.0) if recent is None else recent.weights(key)
 
-    def admit(self, deployment_id: str, key: Optional[str], base: float, strength: float) -> float:
+    def _window(self, name) -> _Window:
+        recent = self._recent.get(name)
+        if recent is None:
+            if len(self._recent) >= MAX_WINDOWS:
+                self._recent.clear()
+            recent = self._recent[name] = _Window(max(1, self.rule.window))
+        return recent
+
+    def admit(self, deployment_id: str, key: Optional[str], base: float, strength: float,
+              domain: Optional[str] = None, now: float = 0.0) -> float:
         """The weight `key`'s next piece of evidence about the deployment counts with (`base`, the
-        source's weight, at most), noted in the window. No key (an in-process caller): `base`."""
+        source's weight, at most), noted in the window. With a `domain` (the piece is recorded in
+        the deployment's record of that domain too, which decides that domain's prompts for every
+        tenant), the least of what the deployment's window and the domain's allow: one key's
+        share is bounded in each record the piece moves. `now`: the caller's clock, in seconds
+        (what ``ShareRule.horizon_s`` is counted on). No key (an in-process caller): `base`."""
         if key is None:
             return base
-        recent = self._recent.get(deployment_id)
-        if recent is None:
-            if len(self._recent) >= MAX_DEPLOYMENTS:
-                self._recent.clear()
-            recent = self._recent[deployment_id] = _Window(max(1, self.rule.window))
-        w = base
-        if recent.others_spoke(key):
-            mine, others = recent.weights(key)
-            s = self.rule.max_share
-            w = min(base, max(0.0, s / (1.0 - s) * (strength + others) - mine))
-        recent.append(key, w)
+        s = self.rule.max_share
+        windows = [self._window(deployment_id)]
+        if domain is not None:
+            windows.append(self._window((deployment_id, domain)))
+        for window in windows:
+            window.age(now - self.rule.horizon_s)
+        mine, others, others_spoke = windows[0].standing(key)
+        w = base  # alone with the deployment: its only user, counted fully in every record
+        if others_spoke:
+            # Among other keys: bounded in each record the piece moves, a domain's too, even one
+            # no other key has spoken of yet (the first to speak of a domain does not own it).
+            for window in windows:
+                mine, others, _ = window.standing(key)
+                w = min(w, max(0.0, s / (1.0 - s) * (strength + others) - mine))
+        for window in windows:
+            window.append(key, w, now)
         return w
 
     def forget(self, deployment_id: str) -> None:
-        """An operator reset the deployment: its recent evidence is gone with its record."""
+        """An operator reset the deployment: its recent evidence is gone with its record (its
+        domains' windows too)."""
         self._recent.pop(deployment_id, None)
+        for name in [n for n in self._recent if isinstance(n, tuple) and n[0] == deployment_id]:
+            del self._recent[name]
