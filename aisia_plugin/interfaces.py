@@ -88,11 +88,13 @@ class StateStore(Protocol):
         """The counter `name` now: 0 when never counted or expired; None when a shared store
         cannot be reached."""
 
-    async def add_to_list(self, name: str, item: dict, ttl_s: float, keep: int) -> Optional[bool]:
+    async def add_to_list(self, name: str, item: dict, ttl_s: float, keep: int, owner: str = "") -> Optional[bool]:
         """Append `item` (plain JSON data) to the list `name`, shared by every process of the
         store: the list lives `ttl_s` from its last append and keeps its `keep` newest items (a
-        conversation's answered turns, litellm/conversations.py). True when kept; None when a
-        shared store cannot be reached."""
+        conversation's answered turns, litellm/conversations.py). `owner` (the writer's key
+        hash): a store that bounds how many lists it holds drops the largest owner's first, never
+        another owner's for one owner's flood. True when kept; None when a shared store cannot be
+        reached."""
 
     async def list_of(self, name: str) -> Optional[list]:
         """The list `name`, oldest first: empty when never written or expired; None when a shared

@@ -302,7 +302,7 @@ def test_the_words_the_model_reads_are_the_question_too():
     """The contextual model's prompt is what the request asks, as its domain is: on a new question
     after a math one it read the math question's words as well (the last two user messages), so a
     general question after a hard one looked hard (docs/quality.md#how-steady-it-is)."""
-    from aisia_plugin.contextual import _text_of, request_vector
+    from aisia_plugin.contextual import _text_of
     engine = Engine(load_policy())
     assert _text_of(engine.features([SYSTEM, MATH_Q, MATH_A, GENERAL_Q])) == GENERAL_Q["content"]
     assert _text_of(engine.features([SYSTEM, MATH_Q, MATH_A, WRONG])) == MATH_Q["content"] + "\n" + WRONG["content"]
@@ -365,3 +365,30 @@ def test_a_history_whose_tool_calls_are_no_list_is_read_as_none_without_a_traceb
     asyncio.run(run())
     tracebacks = [r for r in caplog.records if r.exc_info]
     assert not tracebacks, [(r.getMessage(), r.exc_info[1]) for r in tracebacks]
+
+
+def test_one_keys_flood_of_conversations_never_silences_another_keys_complaint():
+    # On the memory store, one key's new conversations past the store's bound on lists dropped
+    # the least recently written of all: another tenant's answer, then its complaint judged
+    # nothing (found by two reviews). The flooding key's own go first now.
+    def ask(conv, messages, answer=None, deployment="cheap", key="k"):
+        call = SimpleNamespace(key=key, alias="auto", conversation=None, turn_noted=False, request_id=f"r{next(RIDS)}")
+        conv.opened(call, {"messages": messages}, None)
+        if answer is not None:
+            conv.answered(call, {"messages": messages}, reply(answer), deployment, None)
+
+    async def run():
+        rt = runtime()
+        rt.store.lists.limit = 300  # (20,000 in a proxy: the same rule, sooner)
+        conv = Conversations(rt)
+        ask(conv, [Q1], "Sydney.", "cheap", key="victim")
+        await conv.drain()
+        for i in range(2 * rt.store.lists.limit):
+            ask(conv, [{"role": "user", "content": f"Prompt {i}"}], f"Answer {i}.", "frontier", key="hostile")
+            if i % 100 == 0:
+                await conv.drain()
+        await conv.drain()
+        ask(conv, [Q1, A1, WRONG], key="victim")
+        await conv.drain()
+        return signal_evidence(rt, "cheap")
+    assert asyncio.run(run()) == 1

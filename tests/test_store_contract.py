@@ -32,6 +32,7 @@ from aisia_plugin.policy import load_policy
 from aisia_plugin.quality import QualityRecord
 from aisia_plugin.state import open_store
 from aisia_plugin.state.memory import MemoryState
+from aisia_plugin.state.memory import MemoryState
 from aisia_plugin.state.redis import _apply as apply_op
 from redis_server import redis_module  # noqa: F401  (a fixture)
 
@@ -559,3 +560,18 @@ async def test_evidence_moves_quality_and_never_the_health_and_the_stats_show_it
     assert q["estimate"] == pytest.approx((strength * prior + 1.0) / (strength + 2.5), rel=1e-3)
     assert row["domains"]["coding"]["quality"]["evidence"]["judge"] == 1.0
     assert row["count"] == 20  # the health beside it, unchanged
+
+
+async def test_one_owners_flood_of_lists_never_drops_another_owners_live_list(h):
+    """The memory store holds a bounded number of lists: past it, it dropped the least recently
+    written of all, so one key's new conversations (20,000 within the hour) silenced every other
+    tenant's (found by a review; Redis keeps them all). It now drops the largest owner's first."""
+    assert await h.store.add_to_list("conv:victim", {"turn": 0}, 3600, 32, "victim-key") is True
+    limit = h.store.lists.limit if isinstance(h.store, MemoryState) else 2000
+    for i in range(limit + 10):
+        await h.store.add_to_list(f"conv:flood{i}", {"turn": 0}, 3600, 32, "hostile-key")
+    assert await h.store.list_of("conv:victim") == [{"turn": 0}]
+    assert await h.store.list_of(f"conv:flood{limit + 9}") == [{"turn": 0}]  # the newest kept
+    if isinstance(h.store, MemoryState):
+        assert await h.store.list_of("conv:flood0") == []  # the flooder's own oldest went
+        assert h.store.lists._count < h.store.lists.limit + 1

@@ -301,7 +301,7 @@ class Conversations:
                 # The answer repeated is one the client wrote into the history: it moves nothing.
                 defects = tuple(s for s in defects if s.kind != REPEATED_ANSWER)
             await self.runtime.store.add_to_list(list_name(key), record, section.conversation_ttl_s,
-                                                 section.conversation_max_turns)
+                                                 section.conversation_max_turns, caller.key_hash)
             if defects:
                 await self._evidence(caller, Turn(key, **record), defects, section)
         except Exception:

@@ -513,10 +513,12 @@ class RedisStore:
     def list_key(self, name: str) -> str:
         return f"{self.tag}list:{name}"
 
-    async def add_to_list(self, name: str, item: dict, ttl_s: float, keep: int) -> Optional[bool]:
+    async def add_to_list(self, name: str, item: dict, ttl_s: float, keep: int, owner: str = "") -> Optional[bool]:
         """Append `item` for every process: RPUSH, LTRIM to the `keep` newest and EXPIRE, in one
         MULTI (the list never lives without its TTL); None while Redis cannot be reached
-        (nothing is kept to write later: a turn not stored is a turn not judged)."""
+        (nothing is kept to write later: a turn not stored is a turn not judged). `owner` is
+        not needed: Redis holds every list until it expires (its memory is the operator's
+        maxmemory)."""
         if self._client is None or (self._down and time.monotonic() < self._retry_at):
             return None
         k = self.list_key(name)
