@@ -32,7 +32,6 @@ from aisia_plugin.policy import load_policy
 from aisia_plugin.quality import QualityRecord
 from aisia_plugin.state import open_store
 from aisia_plugin.state.memory import MemoryState
-from aisia_plugin.state.memory import MemoryState
 from aisia_plugin.state.redis import _apply as apply_op
 from redis_server import redis_module  # noqa: F401  (a fixture)
 
