@@ -169,3 +169,25 @@ async def test_snapshot_is_loaded_at_start_and_written_on_close(tmp_path):
     path.write_text("{not json")
     with pytest.raises(ValueError, match="snap.json"):
         await open_store(policy).start()
+
+
+def test_a_deployment_id_holding_a_colon_keeps_its_records_through_the_snapshot():
+    # An Ollama name is an id with a ':' ("llama3.2:3b", a deployment's model_name when it has no
+    # model_info.id). load() split every key at its last ':' unless told the ids, which the proxy's
+    # start does not: the arm and the evidence came back as deployment "llama3.2", domain "3b",
+    # and "llama3.2:3b" started cold (found by a review).
+    from aisia_plugin.quality import QualityStats
+
+    st = MemoryState()
+    arm, q = ArmStats(pulls=3.0, total_reward=2.7, count=3), QualityStats(weight=1.0, total=0.0, feedback=1.0, tick=3.0)
+    for dep in ("llama3.2:3b", "plain"):
+        st.put_arm(dep, None, arm)
+        st.put_arm(dep, "coding", ArmStats(pulls=1.0, total_reward=0.5, count=1))
+        st.quality.setdefault(None, {})[dep] = q
+        st.quality.setdefault("coding", {})[dep] = q
+    st.put_arm("orphan:math", None, arm)  # an id whose part before ':' is no deployment
+    again = MemoryState.load(json.loads(json.dumps(st.dump())))
+    for dep in ("llama3.2:3b", "plain"):
+        assert again.arm(dep) == arm and again.arm(dep, "coding") == ArmStats(pulls=1.0, total_reward=0.5, count=1)
+        assert again.quality_of(dep) == q and again.quality_of(dep, "coding") == q
+    assert again.arm("llama3.2", "3b") is None and again.arm("orphan:math") == arm

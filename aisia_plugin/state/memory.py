@@ -142,6 +142,20 @@ def _not_a_state(data: dict) -> str:
             "is what state.snapshot_path holds")
 
 
+def _record_key(key: str, section: dict, known: set) -> tuple[str, Optional[str]]:
+    """(deployment, domain) of a dumped record's key: "dep" its global record, "dep:domain" its
+    domain's. Ids hold ':' too ("llama3.2:3b", an Ollama name), so the key is split at its last ':'
+    only when it is not itself a known id and what precedes is a deployment: a known id, or one
+    whose global record the section holds (a domain's record is written with its deployment's).
+    Before, every key was split: "llama3.2:3b" came back as deployment "llama3.2" in a domain "3b"
+    (found by a review)."""
+    if ":" in key and key not in known:
+        dep, dom = key.rsplit(":", 1)
+        if dep in known or dep in section:
+            return dep, dom
+    return key, None
+
+
 class ExpiringLists:
     """Named lists, each living ``ttl_s`` from its last append and keeping its ``keep`` newest
     items (a conversation's turns). Bounded in number: past ``limit`` the expired go, then the
@@ -505,10 +519,7 @@ class MemoryState:
             notes.append(f"ticks: {raw_ticks!r} is not a number in [0, 1e+15]: read as 0.0")
         known = set(deployment_ids)
         for key, raw in (data.get("bandit") or {}).items():
-            dep, dom = key, None
-            # A key "dep:domain" is split at the last ':' unless the whole key is a known id.
-            if ":" in key and key not in known:
-                dep, dom = key.rsplit(":", 1)
+            dep, dom = _record_key(key, data["bandit"], known)
             st.put_arm(dep, dom, read_arm(raw, mine))
             named("bandit", key)
         for key, raw in (data.get("breakers") or {}).items():
@@ -520,9 +531,7 @@ class MemoryState:
             notes.extend(f"lkgp {k!r}: {v!r} is not a deployment id: ignored" for k, v in lkgp.items()
                          if not isinstance(v, str))
         for key, raw in (data.get("quality") or {}).items():
-            dep, dom = key, None
-            if ":" in key and key not in known:
-                dep, dom = key.rsplit(":", 1)
+            dep, dom = _record_key(key, data["quality"], known)
             fields = raw if isinstance(raw, dict) else {}
             if not isinstance(raw, dict) and mine is not None:
                 mine.append(f"record: {raw!r} is not a mapping of fields: read as no evidence")
