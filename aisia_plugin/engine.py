@@ -86,7 +86,10 @@ class Engine:
         # store shows them beside the evidence in its stats.
         self.quality = QualityPriors(policy.quality, self.quality_gamma)
         self.shares = EvidenceShares()  # each key's share of a deployment's recent evidence (key_share.py)
-        if hasattr(self.store, "quality_prior"):
+        # The store's stats show the first engine's priors: another engine over the same store (a
+        # team layer's, a reload's) does not replace them with priors that know no deployment yet;
+        # the proxy's runtime attaches its operator's engine's own (Runtime.attach_priors).
+        if hasattr(self.store, "quality_prior") and self.store.quality_prior is None:
             self.store.quality_prior = self.quality
         self._pools: dict[tuple, _AliasPool] = {}
         # Per alias, its settings as a decision uses them (resolved once, shared by its contexts).
@@ -461,7 +464,7 @@ class Engine:
 
     def record(self, decision_or_alias, outcome: Outcome, *, domain: Optional[str] = None,
                session: Optional[str] = None, verdict: Optional[Verdict] = None,
-               team: Optional[str] = None) -> float | None:
+               team: Optional[str] = None, evidence_domain: Optional[str] = None) -> float | None:
         """Learn from one outcome (its cost paced on `team`'s record of the alias, pacing.pace_key):
         its verdict (``blame``), its reward, and one record handed to
         the store to apply atomically (``learning.apply_outcome``). Returns the reward, or None
@@ -469,8 +472,8 @@ class Engine:
         if isinstance(decision_or_alias, Decision):
             alias, domain = decision_or_alias.alias, decision_or_alias.domain
             evidence_domain = learned_domain(decision_or_alias)
-        else:
-            alias, evidence_domain = decision_or_alias, domain
+        else:  # an alias: `evidence_domain` (default `domain`) is where an outcome's grade is recorded
+            alias, evidence_domain = decision_or_alias, evidence_domain or domain
         ap = self.policy.aliases.get(alias)
         kind, value = self.judge(ap, outcome, domain, verdict)
         per_domain = domain if (domain and self.policy.bandit.per_domain.enabled) else None

@@ -137,6 +137,10 @@ class QualityPriors:
             for dep in list(known)[:len(known) - 100000]:
                 del known[dep]
 
+    def known(self) -> list:
+        """The deployments met so far (what ``know`` remembers), oldest first."""
+        return list(self._known.values())
+
     def prior(self, deployment_id: str, domain: Optional[str]) -> float:
         """The prior of a deployment by id (``untiered`` for one never met)."""
         d = self._known.get(deployment_id)

@@ -62,7 +62,7 @@ def run_logged(args) -> int:
     from ..deployments import DeploymentError, read_config_file
     from ..litellm.costs import proxy_deployments
     from ..policy import PolicyError, load_policy
-    from ..replay.offpolicy import LogError, engine_target, evaluate, read_log
+    from ..replay.offpolicy import LogError, engine_target, evaluate, read_logs
 
     for flag in ("sweep", "plot"):
         if getattr(args, flag, None):
@@ -90,10 +90,12 @@ def run_logged(args) -> int:
     # The configured path stands for every worker's file too (decisions.<pid>.jsonl beside it).
     files = logged_files(args.logged) or [args.logged]
     try:
-        events = []
+        texts = []
         for name in files:
             with open(name, encoding="utf-8") as fh:
-                events.extend(read_log(fh, name, evidence=use_evidence))
+                texts.append((name, fh.read().splitlines()))
+        # One log: evidence a worker wrote about another worker's answer is joined to it.
+        events = read_logs(texts, evidence=use_evidence)
     except LogError as exc:
         _err(str(exc))
         return 1

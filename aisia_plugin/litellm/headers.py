@@ -7,6 +7,7 @@ is sent only when the policy asks for it (``proxy.verbose_reason_header``), and 
 from __future__ import annotations
 
 from ..breaker import FailureKind
+from ..decision import learned_domain
 from .lifecycle import Attempt, Call
 from .runtime import one_line
 
@@ -36,10 +37,13 @@ def _and(parts: list[str]) -> str:
 def rests_on_prior(engine, decision, served) -> bool:
     """Whether a decision's choice of `served` rests on its declared prior quality alone: its
     strategy reads quality, and no signal, judge's grade or feedback was recorded about that
-    deployment (in the decision's domain when quality is learned per domain) yet."""
+    deployment yet in the record its strategy read (when quality is learned per domain, the
+    domain the decision read quality in, ``learned_domain``: for the contextual strategy a
+    question of no domain reads the `_other` record, not the detected domain's None)."""
     if engine is None or not served or decision.strategy not in READS_QUALITY:
         return False
-    dom = decision.domain if (decision.domain and engine.policy.bandit.per_domain.enabled) else None
+    read = learned_domain(decision)
+    dom = read if (read and engine.policy.bandit.per_domain.enabled) else None
     q = engine.store.quality_of(served, dom)
     return q is None or q.feedback + q.judge + q.signal <= 0.0
 

@@ -113,6 +113,7 @@ class Runtime:
         self.policy: Policy = loaded.policy
         self.store = store if store is not None else open_store(self.policy)
         self.engine = Engine(self.policy, clock=self.store.clock, store=self.store)
+        self.attach_priors(None)
         self._deployments: dict[str, tuple[Any, Any, Deployment]] = {}
         self._names: dict[str, tuple] = {}
         self._providers: dict[str, str] = {}  # deployment id -> its provider (what blame calls "another provider")
@@ -132,11 +133,24 @@ class Runtime:
         patterns takes a while: a reload builds it in a thread."""
         return Engine(policy, clock=self.store.clock, store=self.store)
 
+    def attach_priors(self, previous: Optional[Engine]) -> None:
+        """Show the operator's engine's priors in the store's stats (a layer's engine never
+        replaces them), knowing the deployments the `previous` engine had met: after a reload the
+        stats showed every deployment at the untiered prior until traffic passed again (found
+        by a review)."""
+        if not hasattr(self.store, "quality_prior"):
+            return
+        if previous is not None and previous is not self.engine:
+            self.engine.quality.know(previous.quality.known())
+        self.store.quality_prior = self.engine.quality
+
     def swap(self, loaded: LoadedPolicy, engine: Optional[Engine] = None) -> None:
         """Serve another policy."""
         self.loaded = loaded
         self.policy = loaded.policy
+        previous = self.engine
         self.engine = engine if engine is not None else self.new_engine(self.policy)
+        self.attach_priors(previous)
         self.scopes.clear()
         self.outlier = OutlierRule.of(self.policy.circuit_breaker)
         self._deployments.clear()

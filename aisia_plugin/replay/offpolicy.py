@@ -47,6 +47,10 @@ class LoggedEvent:
     prices: Mapping[str, tuple] = field(default_factory=dict)
     # The evidence the reward is (the pieces' count; 0: the reward is the one logged with the outcome).
     evidence: int = 0
+    # Whether the call answered (the outcome line's `success`): a failed call is the deployment's
+    # health; an answer valued 0 by its evidence is its quality, never a failure.
+    success: bool = True
+    ts: float = 0.0  # when it was decided (the decision line's `ts`)
 
 
 @dataclass(frozen=True)
@@ -162,58 +166,104 @@ def read_log(lines: Iterable[str], source: str = "<log>", evidence: bool = True)
     """Events from a decision log (aisia_plugin/decision_log.py): each decision line joined with
     the outcome line of the same request id and attempt; with `evidence`, a successful answer's
     reward is the weighted mean of the evidence lines about it (same request id and deployment),
-    when there are any. A line that is not JSON, or no decision-log record, is an error naming the
-    file and line; decisions with no outcome (still in flight, or refused) are left out."""
+    when there are any. A line that is not JSON, or no decision-log record, or a field of the wrong
+    type, is an error naming the file and line; decisions with no outcome (still in flight, or
+    refused) are left out."""
+    return read_logs([(source, lines)], evidence)
+
+
+def read_logs(sources: Iterable[tuple[str, Iterable[str]]], evidence: bool = True) -> list[LoggedEvent]:
+    """``read_log`` over several files read as one log, (name, lines) each: a proxy's workers
+    each write their own, and the evidence about an answer one worker served is often written by
+    another (the next turn, the feedback, reached it). With more than one file the events are in
+    the order they were decided (the decision lines' times)."""
     decisions: dict = {}
     events: list[LoggedEvent] = []
     spoken: dict = defaultdict(lambda: [0.0, 0.0, 0])  # (request id, deployment) -> [sum w*v, sum w, count]
-    answered: set = set()  # the events' indexes of a successful attempt (evidence is about an answer)
-    for lineno, line in enumerate(lines, start=1):
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise LogError(f"{source}:{lineno}: not JSON ({exc.msg})") from None
-        if not isinstance(rec, dict) or rec.get("type") not in RECORD_TYPES:
-            raise LogError(f"{source}:{lineno}: not a decision-log record (no 'type': {', '.join(RECORD_TYPES)})")
-        if rec["type"] == "evidence":
-            value, weight = rec.get("value"), rec.get("weight")
-            if _finite_number(value) and _finite_number(weight) and 0.0 <= value <= 1.0 and weight > 0.0:
-                acc = spoken[(str(rec.get("request_id")), str(rec.get("deployment")))]
-                acc[0] += weight * value
-                acc[1] += weight
-                acc[2] += 1
-            continue
-        if rec["type"] not in ("decision", "outcome"):
-            continue
-        key = (str(rec.get("request_id")), int(rec.get("attempt") or 0))
-        if rec["type"] == "decision":
-            if rec.get("deployment") is not None and not rec.get("refused"):
-                decisions[key] = rec
-            continue
-        dec = decisions.pop(key, None)
-        reward = rec.get("reward")
-        if dec is None or dec.get("deployment") != rec.get("deployment") or not isinstance(reward, (int, float)):
-            continue
-        prob = dec.get("probability")
-        if rec.get("success") is True:
-            answered.add(len(events))
-        events.append(LoggedEvent(
-            request_id=key[0], alias=str(dec.get("alias") or ""), domain=dec.get("domain"),
-            candidates=tuple(dec.get("candidates") or (dec["deployment"],)), chosen=dec["deployment"],
-            propensity=float(prob) if isinstance(prob, (int, float)) else math.nan, reward=float(reward),
-            features=dec.get("features") or {}, attempt=key[1], prices=_prices(dec.get("prices"))))
+    files = 0
+    for source, lines in sources:
+        files += 1
+        for lineno, line in enumerate(lines, start=1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise LogError(f"{source}:{lineno}: not JSON ({exc.msg})") from None
+            if not isinstance(rec, dict) or rec.get("type") not in RECORD_TYPES:
+                raise LogError(f"{source}:{lineno}: not a decision-log record (no 'type': {', '.join(RECORD_TYPES)})")
+            if rec["type"] == "evidence":
+                value, weight = rec.get("value"), rec.get("weight")
+                if _finite_number(value) and _finite_number(weight) and 0.0 <= value <= 1.0 and weight > 0.0:
+                    acc = spoken[(str(rec.get("request_id")), str(rec.get("deployment")))]
+                    acc[0] += weight * value
+                    acc[1] += weight
+                    acc[2] += 1
+                continue
+            if rec["type"] not in ("decision", "outcome"):
+                continue
+            problem = _odd_field(rec)
+            if problem is not None:
+                raise LogError(f"{source}:{lineno}: {rec['type']} record: {problem}")
+            key = (str(rec.get("request_id")), int(rec.get("attempt") or 0))
+            if rec["type"] == "decision":
+                if rec.get("deployment") is not None and not rec.get("refused"):
+                    decisions[key] = rec
+                continue
+            dec = decisions.pop(key, None)
+            reward = rec.get("reward")
+            if dec is None or dec.get("deployment") != rec.get("deployment") or not _finite_number(reward):
+                continue
+            prob = dec.get("probability")
+            # Old logs hold the task type beside the decision only.
+            features = dec.get("features") or ({"task_type": dec["task_type"]} if dec.get("task_type") else {})
+            ts = dec.get("ts")
+            events.append(LoggedEvent(
+                request_id=key[0], alias=str(dec.get("alias") or ""), domain=dec.get("domain"),
+                candidates=tuple(dec.get("candidates") or (dec["deployment"],)), chosen=dec["deployment"],
+                propensity=float(prob) if _finite_number(prob) else math.nan, reward=float(reward),
+                features=features, attempt=key[1], prices=_prices(dec.get("prices")),
+                success=rec.get("success") is True, ts=float(ts) if _finite_number(ts) else 0.0))
+    if files > 1:
+        events.sort(key=lambda e: e.ts)
     if not evidence or not spoken:
         return events
     valued = []
-    for i, e in enumerate(events):
-        acc = spoken.get((e.request_id, e.chosen)) if i in answered else None
+    for e in events:
+        acc = spoken.get((e.request_id, e.chosen)) if e.success else None  # (evidence is about an answer)
         if acc is not None:
             e = replace(e, reward=clamp01(acc[0] / acc[1]), evidence=acc[2])
         valued.append(e)
     return valued
+
+
+_FEATURE_TYPES = {"task_type": (str,), "has_code": (bool,), "length_bucket": (str,), "modality": (str,),
+                  "input_tokens": (int, float), "has_tools": (bool,)}
+
+
+def _odd_field(rec: dict) -> Optional[str]:
+    """What is wrong with a decision or outcome line's fields the evaluation reads (None: nothing)."""
+    attempt = rec.get("attempt")
+    if attempt is not None and not (_finite_number(attempt) and 0 <= attempt < 1e6 and attempt == int(attempt)):
+        return f"attempt: {attempt!r} is not a count"
+    for name in ("request_id", "deployment", "alias", "domain"):
+        v = rec.get(name)
+        if v is not None and not isinstance(v, (str, int)):
+            return f"{name}: {v!r} is not a string"
+    candidates = rec.get("candidates")
+    if candidates is not None and not (isinstance(candidates, list) and all(isinstance(c, str) for c in candidates)):
+        return f"candidates: {candidates!r} is not a list of deployment ids"
+    features = rec.get("features")
+    if features is not None:
+        if not isinstance(features, dict):
+            return f"features: {features!r} is not an object"
+        for name, types in _FEATURE_TYPES.items():
+            v = features.get(name)
+            if v is not None and not (isinstance(v, types) and (not isinstance(v, (int, float)) or isinstance(v, bool)
+                                                                or (math.isfinite(v) and 0 <= v < 1e12))):
+                return f"features.{name}: {v!r} is not a {'number' if float in types else types[0].__name__}"
+    return None
 
 
 def _finite_number(v) -> bool:
@@ -253,6 +303,7 @@ def engine_target(policy, deployments, *, alias: Optional[str] = None, seed: int
     Thompson sampling estimates it by sampling."""
     import random
 
+    from ..decision import learned_domain
     from ..engine import Engine
     from ..features import RequestFeatures
     from ..outcome import Outcome
@@ -283,7 +334,11 @@ def engine_target(policy, deployments, *, alias: Optional[str] = None, seed: int
             rest = [c.id for c in pool if c.id != d.deployment_id]
             for c in rest:
                 out[c] = (1.0 - p) / len(rest)
-        engine.record(name, Outcome(e.chosen, success=e.reward > 0, quality=e.reward), domain=e.domain)
+        # As the proxy learns: a failed call its health; an answer's value its quality, recorded
+        # under the domain the policy reads the request's quality in (learned_domain: for a
+        # question of no domain, the contextual strategy's `_other` record), never a failure.
+        engine.record(name, Outcome(e.chosen, success=e.success, quality=e.reward if e.success else None),
+                      domain=e.domain, evidence_domain=learned_domain(d) if d.refused is None else e.domain)
         return out
 
     return target
