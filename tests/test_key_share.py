@@ -43,22 +43,6 @@ def test_the_window_forgets_the_oldest_pieces_and_a_refused_piece_pushes_none_ou
     assert sh.weights("d", "a") == (2.0, 2.0) and [k for k, _, _ in sh._recent["d"].pieces] == ["a", "b", "b", "a"]
 
 
-@pytest.mark.parametrize("hostile_pieces", [600, 3000])
-def test_a_key_past_its_bound_cannot_flood_the_other_keys_out_of_the_window(hostile_pieces):
-    # The window holds 1,000 pieces: 500 rounds of two pieces filled it exactly, past that the
-    # refused pieces pushed the peer's out and the hostile key, alone, counted fully (0.748).
-    eng = Engine(load_policy(), clock=lambda: 0.0, rng=random.Random(1))
-    dep = "frontier-1"
-    for _ in range(30):
-        eng.record_quality(dep, "auto", None, 0.95, "feedback", key="peer")
-    before = eng.quality_estimate(dep, None)
-    for _ in range(hostile_pieces):
-        eng.record_quality(dep, "auto", None, 0.0, "feedback", key="hostile")
-        eng.record_quality(dep, "auto", None, 0.0, "signal", key="hostile")
-    moved = before - eng.quality_estimate(dep, None)
-    assert 0.0 < moved <= ShareRule().max_share + 1e-9
-
-
 def test_a_keys_share_is_bounded_in_a_domains_record_too():
     # The evidence of a math answer is recorded in the deployment's math record as well, which
     # decides every tenant's math prompts: a peer's 30 pieces about general answers left the
@@ -88,7 +72,9 @@ def test_a_keys_share_is_bounded_in_a_domains_record_too():
     assert list(eng.shares._recent) == ["solo-dep", ("solo-dep", "coding")]
 
 
-@pytest.mark.parametrize("hostile_pieces", [5, 50, 500])
+# 600 and 3,000 rounds: past the window's 1,000 pieces, where the refused pieces pushed the peer's
+# out and the hostile key, alone, counted fully (0.748 moved, found by a review).
+@pytest.mark.parametrize("hostile_pieces", [5, 50, 500, 600, 3000])
 def test_a_key_giving_0_on_every_answer_moves_the_estimate_by_at_most_the_bound(hostile_pieces):
     eng = Engine(load_policy(), clock=lambda: 0.0, rng=random.Random(1))
     dep = "frontier-1"
