@@ -174,17 +174,21 @@ class ExpiringLists:
 
     def add(self, name: str, item, ttl_s: float, keep: int, owner: str = "") -> None:
         now = time.monotonic()
-        hit = self._take(name)
-        if hit is None or hit[1] <= now:
+        table = self._owners.get(owner)
+        hit = table.pop(name, None) if table is not None else None  # (re-inserted last: most recent)
+        if hit is None:  # a new list (or one of that name another owner wrote: it changes hands)
+            self._take(name)
             if self._count >= self.limit:
                 self._trim(now)
+            self._count += 1
+            self._owner_of[name] = owner
+            table = self._owners.setdefault(owner, {})
+        if hit is None or hit[1] <= now:
             hit = [[], 0.0]
         hit[0].append(item)
         del hit[0][:-max(1, keep)]
         hit[1] = now + ttl_s
-        self._owners.setdefault(owner, {})[name] = hit
-        self._owner_of[name] = owner
-        self._count += 1
+        table[name] = hit
 
     def items(self, name: str) -> list:
         owner = self._owner_of.get(name)
