@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from . import blame, plugins
@@ -40,6 +41,14 @@ from .state.memory import MemoryState
 from .contextual_io import contextual_models_for
 from .task_fitness import TaskFitnessTable
 from .weights import normalise, weights_for_alias
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedEvidence:
+    """A piece of quality evidence as recorded: its value and the weight it counted with."""
+
+    value: float
+    weight: float
 
 
 class UnknownAlias(KeyError):
@@ -430,13 +439,14 @@ class Engine:
 
     def record_quality(self, deployment_id: str, alias: Optional[str], domain: Optional[str], value: float,
                        source: str, weight: Optional[float] = None, *, context=None,
-                       key: Optional[str] = None) -> Optional[float]:
+                       key: Optional[str] = None) -> Optional[RecordedEvidence]:
         """Record one piece of quality evidence about a deployment's answer: `value` in [0, 1]
         from `source` (``feedback``, ``judge`` or ``signal``), weighing `weight` observations
         (None: the policy's ``quality.evidence`` weight of the source). It moves the
         deployment's quality estimate (in `domain` too, when per-domain learning is on) and so
         the score of its next successes; never its health, its breaker or the tick. Returns the
-        value recorded, or None when it was no number in [0, 1] (nothing recorded). `alias`
+        value recorded and the weight it counted with (the key's share rule applied: what the
+        decision log writes), or None when it was no number in [0, 1] (nothing recorded). `alias`
         names the alias that served the answer (unused yet: kept for the signals' attribution).
         `context`, the answer's decision's ``Decision.context`` when the caller kept it (the
         contextual strategy's request vector), teaches the deployment's contextual model the
@@ -460,7 +470,7 @@ class Engine:
             # to a sliver teaches the prompt's part a sliver (found by a review).
             self.contextual.learn(deployment_id, context, v, self.store.tick(), self.quality_gamma,
                                   weight=admitted / w)
-        return v
+        return RecordedEvidence(v, admitted)
 
     def record(self, decision_or_alias, outcome: Outcome, *, domain: Optional[str] = None,
                session: Optional[str] = None, verdict: Optional[Verdict] = None,

@@ -8,6 +8,8 @@ import asyncio
 import itertools
 from types import SimpleNamespace
 
+import pytest
+
 from aisia_plugin.conversation import Caller, Turn, answer_fingerprint, conversation_key, prompt_fingerprint
 from aisia_plugin.decision import Deployment
 from aisia_plugin.engine import Engine
@@ -392,3 +394,36 @@ def test_one_keys_flood_of_conversations_never_silences_another_keys_complaint()
         await conv.drain()
         return signal_evidence(rt, "cheap")
     assert asyncio.run(run()) == 1
+
+
+def test_the_evidence_line_carries_the_weight_the_key_share_let_count():
+    # The decision log's evidence line wrote the signal's weight before the key's share rule cut
+    # it: `aisia replay --logged` valued a bounded key's complaint in full (found by a review).
+    class Observer:
+        def __init__(self):
+            self.lines = []
+            self.metrics = SimpleNamespace(signal=lambda kind, language: None)
+
+        def evidence(self, request_id, deployment_id, **fields):
+            self.lines.append((deployment_id, fields["weight"]))
+
+    async def run():
+        rt = runtime()
+        conv = Conversations(rt)
+        conv.observer = Observer()
+        for _ in range(30):  # another key's evidence about the deployment
+            rt.engine.record_quality("cheap", "auto", None, 0.95, "feedback", key="peer")
+        for i in range(12):  # this key's complaints: the first count in full, then the rule cuts them
+            q = {"role": "user", "content": f"Question {i}?"}
+            call = new_call()
+            conv.opened(call, {"messages": [q]}, None)
+            conv.answered(call, {"messages": [q]}, reply(f"Answer {i}."), "cheap", None)
+            await conv.drain()
+            conv.opened(new_call(), {"messages": [q, {"role": "assistant", "content": f"Answer {i}."}, WRONG]}, None)
+            await conv.drain()
+        return conv.observer.lines, rt.engine.shares.weights("cheap", "k")[0]
+    lines, counted = asyncio.run(run())
+    weights = [w for dep, w in lines if dep == "cheap"]
+    assert len(weights) == 12 and weights[0] == load_policy().quality.evidence.signal
+    assert min(weights) < weights[0]  # cut by the share rule, as written
+    assert sum(weights) == pytest.approx(counted)

@@ -66,7 +66,7 @@ def test_a_keys_share_is_bounded_in_a_domains_record_too():
     assert eng.shares.weights(("cheap", "coding"), "first")[0] == pytest.approx(0.1 / 0.9 * eng.quality.strength)
     assert eng.quality.strength == 3.0  # (the figure above)
     # Alone with the deployment, a key is its only user: counted fully in every record.
-    assert eng.record_quality("solo-dep", "auto", "coding", 0.0, "feedback", key="solo") == 0.0
+    assert eng.record_quality("solo-dep", "auto", "coding", 0.0, "feedback", key="solo").value == 0.0
     assert eng.shares.weights(("solo-dep", "coding"), "solo") == (1.0, 0.0)
     eng.shares.forget("cheap")
     assert list(eng.shares._recent) == ["solo-dep", ("solo-dep", "coding")]

@@ -97,7 +97,7 @@ def test_feedback_moves_the_estimate_and_the_next_successes_reward():
     for _ in range(1000):
         e.record("auto", Outcome(pro.id, True))
     for _ in range(10):
-        assert e.record_quality(pro.id, "auto", None, 0.0, "feedback") == 0.0
+        assert e.record_quality(pro.id, "auto", None, 0.0, "feedback").value == 0.0
     assert e.quality_estimate(pro.id) == pytest.approx(0.75 * 10 / 20)
     assert e.store.arm(pro.id).count == 1000  # evidence is no call: the health is untouched
     assert e.record("auto", Outcome(pro.id, True)) == pytest.approx(0.375)

@@ -539,10 +539,10 @@ async def test_evidence_moves_quality_and_never_the_health_and_the_stats_show_it
     for i in range(20):
         h.store.record_outcome(OutcomeRecord("a", float(i), None, 0.7, 0.5, "auto", "coding"), rules)
     before = h.store.arm("a"), h.store.arm("a", "coding"), h.store.tick(), h.store.breaker("a")
-    assert engine.record_quality("a", "auto", "coding", 0.0, "feedback") == 0.0
+    assert engine.record_quality("a", "auto", "coding", 0.0, "feedback").value == 0.0
     await h.midpoint()
-    assert engine.record_quality("a", "auto", "coding", 1.0, "judge") == 1.0
-    assert engine.record_quality("a", "auto", None, 0.0, "signal") == 0.0
+    assert engine.record_quality("a", "auto", "coding", 1.0, "judge").value == 1.0
+    assert engine.record_quality("a", "auto", None, 0.0, "signal").value == 0.0
     await h.sync()
     other = await h.other()
     assert (other.arm("a"), other.arm("a", "coding"), other.tick(), other.breaker("a")) == before

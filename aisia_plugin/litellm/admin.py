@@ -318,11 +318,12 @@ def mount_feedback(app, plugin: "PluginHost") -> None:
                             "feedback already given, or made with another key)")
         # The score is quality evidence about the serving deployment (docs/quality.md).
         alias, dep = served.get("alias"), served.get("deployment_id")
-        reward = rt.engine.record_quality(dep, alias, served.get("domain"), float(score), "feedback", key=key)
-        if reward is not None and plugin.observer is not None:
+        recorded = rt.engine.record_quality(dep, alias, served.get("domain"), float(score), "feedback", key=key)
+        if recorded is not None and plugin.observer is not None:
             plugin.observer.evidence(rid, dep, alias=alias, domain=served.get("domain"), source="feedback",
-                                     value=reward, weight=rt.engine.quality.weight("feedback"))
-        return {"request_id": rid, "deployment_id": dep, "alias": alias, "reward": reward}
+                                     value=recorded.value, weight=recorded.weight)
+        return {"request_id": rid, "deployment_id": dep, "alias": alias,
+                "reward": recorded.value if recorded is not None else None}
 
     app.add_api_route("/aisia/feedback", feedback, methods=["POST"], include_in_schema=False)
 

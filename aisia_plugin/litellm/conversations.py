@@ -380,12 +380,13 @@ class Conversations:
             value, factor = evidence
             # The judged turn's domain and prompt vector, not the new turn's: the model learns per prompt.
             weight = factor * source_weight
-            engine.record_quality(turn.deployment_id, turn.alias, turn.domain, value, "signal", weight,
-                                  key=caller.key_hash or None, context=self.context_of(turn))
-            if self.observer is not None:
+            recorded = engine.record_quality(turn.deployment_id, turn.alias, turn.domain, value, "signal", weight,
+                                             key=caller.key_hash or None, context=self.context_of(turn))
+            if self.observer is not None and recorded is not None:
                 self.observer.metrics.signal(signal.kind, signal.language)
+                # The weight it counted with: a key's share of the evidence may have cut it.
                 self.observer.evidence(turn.request_id, turn.deployment_id, alias=turn.alias, domain=turn.domain,
-                                       source="signal", value=value, weight=weight, kind=signal.kind,
+                                       source="signal", value=value, weight=recorded.weight, kind=signal.kind,
                                        language=signal.language)
             if judge_runner is not None and signal.kind != NO_COMPLAINT:  # agreement: what users said
                 judge_runner.signalled(turn.answer_fingerprint, factor if value else -factor)

@@ -171,9 +171,10 @@ def _kept(plugin, mark: Side, response):
 def _evidence(plugin, request_id: str, deployment_id: str, alias: str, domain: Optional[str], value: float,
               weight: float) -> None:
     """The local answer's confidence as signal evidence against its deployment, and its decision-log line."""
-    if plugin.runtime.engine.record_quality(deployment_id, alias, domain, value, "signal", weight) is not None:
+    recorded = plugin.runtime.engine.record_quality(deployment_id, alias, domain, value, "signal", weight)
+    if recorded is not None:
         plugin.observer.evidence(request_id, deployment_id, alias=alias, domain=domain, source="signal",
-                                 value=value, weight=weight, kind="local_first_escalated")
+                                 value=value, weight=recorded.weight, kind="local_first_escalated")
 
 
 async def _cloud_answer(plugin, first, data: dict, mark: Side) -> tuple:

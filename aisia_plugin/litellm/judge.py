@@ -182,12 +182,13 @@ class JudgeRunner:
         if grade is None:
             return UNPARSED
         engine = self.engine_of()
-        if engine.record_quality(served.deployment_id, served.alias, served.domain, grade, "judge",
-                                 context=served.context) is None:
+        recorded = engine.record_quality(served.deployment_id, served.alias, served.domain, grade, "judge",
+                                         context=served.context)
+        if recorded is None:
             return UNPARSED
         if self.evidence_log is not None:
             self.evidence_log(served.request_id, served.deployment_id, alias=served.alias, domain=served.domain,
-                              source="judge", value=grade, weight=engine.quality.weight("judge"))
+                              source="judge", value=grade, weight=recorded.weight)
         self._agreed(self.agreement.judged(served.answer_key, grade))
         return GRADED
 
