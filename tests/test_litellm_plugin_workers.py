@@ -123,20 +123,27 @@ def worker_and(proxy, call):
 
 def test_every_worker_resolves_every_request_id_for_feedback_once(proxy, redis_module):  # noqa: F811
     served = []
-    # At least 12 requests, each on a new connection, until both workers have served some: which
-    # worker accepts a connection is the kernel's choice, and on a loaded machine one worker took
-    # all of 12 in a row (CI, 2026-12-06).
-    while len(served) < 12 or (len({pid for _, pid in served}) < 2 and len(served) < 120):
-        pid, r = worker_and(proxy, lambda c: c.post("/v1/chat/completions", json={
-            "model": "test/shared", "messages": [{"role": "user", "content": "hello"}]}))
-        assert r.status_code == 200, r.text[:300]
-        served.append((r.headers["x-aisia-request-id"], pid))
     crossed = 0
-    for rid, served_by in served:
-        pid, r = worker_and(proxy, lambda c: c.post("/aisia/feedback", json={"request_id": rid, "score": 0.9}))
-        assert r.status_code == 200, (rid, served_by, pid, r.text[:300])
-        assert r.json()["request_id"] == rid and r.json()["deployment_id"] in ("w-a", "w-b")
-        crossed += pid != served_by
+    # Requests, each on a new connection, until both workers have served some, then each one's
+    # feedback on a new connection, until some feedback went to the worker that had not served its
+    # request: which worker accepts a connection is the kernel's choice, and on a loaded machine
+    # one worker took all of 12 requests in a row, or each feedback went back to its server
+    # (CI, 2026-12-06 and 2026-12-07).
+    for _ in range(10):
+        batch = []
+        while len(batch) < 12 or (len({pid for _, pid in served + batch}) < 2 and len(batch) < 120):
+            pid, r = worker_and(proxy, lambda c: c.post("/v1/chat/completions", json={
+                "model": "test/shared", "messages": [{"role": "user", "content": "hello"}]}))
+            assert r.status_code == 200, r.text[:300]
+            batch.append((r.headers["x-aisia-request-id"], pid))
+        for rid, served_by in batch:
+            pid, r = worker_and(proxy, lambda c: c.post("/aisia/feedback", json={"request_id": rid, "score": 0.9}))
+            assert r.status_code == 200, (rid, served_by, pid, r.text[:300])
+            assert r.json()["request_id"] == rid and r.json()["deployment_id"] in ("w-a", "w-b")
+            crossed += pid != served_by
+        served += batch
+        if crossed:
+            break
     assert crossed > 0  # some feedback went to the worker that had not served the request
     assert len({pid for _, pid in served}) == 2
     for rid, _ in served[:4]:  # once: on any worker
