@@ -7,10 +7,11 @@ day), at most the last ``ShareRule.window`` of them. Likewise per (deployment, d
 recorded in a domain's record too (the least of the two weights counts: the domain's record
 decides that domain's prompts for every tenant). A piece refused (of weight 0) is not noted: a
 key past its bound that kept sending would push the other keys' pieces out and find itself alone
-(found by a review); the others' pieces leave with time instead. let ``mine`` be the weight this key's pieces
-carried in that window, ``others`` the weight every other key's carried, and ``strength`` the
-prior's pseudo-observations (``quality.prior.strength``). Once others > 0 (another key has spoken
-about the deployment), the key's next piece counts with
+(found by a review); the others' pieces leave with time instead.
+
+Let ``mine`` be the weight this key's pieces carried in that window, ``others`` the weight every
+other key's carried, and ``strength`` the prior's pseudo-observations (``quality.prior.strength``).
+Once others > 0 (another key has spoken about the deployment), the key's next piece counts with
 
     w = min(base, max(0, s / (1 - s) x (strength + others) - mine))
 
@@ -22,19 +23,20 @@ The weight shrinks as the key's share grows, to 0 at the bound; other keys' evid
 again. A key alone with a deployment (no other key's evidence in the window) is its only user:
 its evidence counts fully, as a single tenant's must for quality to be learned at all, and leaves
 the window as other keys' evidence arrives. A key the other keys left is bounded until their
-pieces are a day old, then alone; a hostile key cannot hasten that by sending more. The same principle as the breaker's per-key outlier
-rule (blame.OutlierRule): a key's word is weighed against its peers'.
+pieces are a day old, then alone; a hostile key cannot hasten that by sending more. The same
+principle as the breaker's per-key outlier rule (blame.OutlierRule): a key's word is weighed
+against its peers'.
 
-Each deployment's window (``_Window``) holds its pieces, (key, weight counted, when) oldest first, with
-each key's running sum of weight, each key's count of pieces weighing > 0 and the running total,
-all updated as a piece enters and as the oldest leaves: admitting a piece is O(1), amortised, for
-the sums are taken afresh from the pieces once every ``window`` pieces dropped (adding and
-subtracting leaves rounding that would otherwise build up). Whether others > 0 is read from the
-counts (another key has a piece weighing > 0 in the window), never from a float difference, so a
-key alone counts fully whatever the sums' rounding; a key whose count falls to 0 leaves both maps
-(its weight is exactly 0). Measured with callgrind (a window of 1,000 pieces from 7 keys, then 100
-calls, less the same run with none), ``admit`` took about 413k instructions a call when it scanned
-the window (about 1 % of an alias request through the proxy, 40 M) and takes about 16k now.
+Each deployment's window (``_Window``) holds its pieces, (key, weight counted, when) oldest first,
+with each key's running sum of weight, each key's count of pieces and the running total, all
+updated as a piece enters and as the oldest leaves: admitting a piece is O(1), amortised, for the
+sums are taken afresh from the pieces once every ``window`` pieces dropped (adding and subtracting
+leaves rounding that would otherwise build up). Whether others > 0 is read from the counts
+(another key has a piece in the window), never from a float difference, so a key alone counts
+fully whatever the sums' rounding; a key whose count falls to 0 leaves both maps (its weight is
+exactly 0). Measured with callgrind (a window of 1,000 pieces from 7 keys, then 100 calls, less
+the same run with none), ``admit`` took about 413k instructions a call when it scanned the window
+(about 1 % of an alias request through the proxy, 40 M) and takes about 16k now.
 
 Pure: plain data; the caller says which key and what time it is."""
 
@@ -65,44 +67,41 @@ class ShareRule:
 
 class _Window:
     """One deployment's recent keyed evidence and its running sums. ``pieces``: (key, weight
-    counted), oldest first, at most ``rule.window``; ``sums``: each key's weight in the window;
-    ``speaking``: how many of each key's pieces weigh > 0, which decides others > 0 exactly (a
-    count, never a float difference); ``total``: every key's weight. A key with no piece of weight
-    > 0 in the window has no entry in either map: its weight is exactly 0."""
+    counted, when noted), oldest first, at most ``rule.window``, each weighing > 0 (a refused piece
+    is not noted); ``sums``: each key's weight in the window; ``counts``: each key's number of
+    pieces, which decides others > 0 exactly (a count, never a float difference); ``total``: every
+    key's weight. A key with no piece in the window has no entry in either map: its weight is
+    exactly 0."""
 
-    __slots__ = ("size", "pieces", "sums", "speaking", "total", "evicted")
+    __slots__ = ("size", "pieces", "sums", "counts", "total", "evicted")
 
     def __init__(self, size: int):
         self.size = size  # the most pieces held: ShareRule.window
-        self.pieces: deque[tuple[str, float, float]] = deque()  # (key, weight, when noted)
+        self.pieces: deque[tuple[str, float, float]] = deque()
         self.sums: dict[str, float] = {}
-        self.speaking: dict[str, int] = {}
+        self.counts: dict[str, int] = {}
         self.total = 0.0
         self.evicted = 0  # pieces dropped since the sums were last computed afresh
 
-    def others_spoke(self, key: str) -> bool:
-        """Whether another key has a piece of weight > 0 here (others > 0), from the counts."""
-        return len(self.speaking) > (key in self.speaking)
-
     def weights(self, key: str) -> tuple[float, float]:
         """(this key's weight, every other key's weight): others is 0.0 exactly when no other key
-        has a piece weighing > 0 here, else the total less mine, within the total's rounding (at 0
-        or above: a 2e-16 piece beside a sum of 50 may read 0.0, so others_spoke decides)."""
+        has a piece here, else the total less mine, within the total's rounding (at 0 or above: a
+        2e-16 piece beside a sum of 50 may read 0.0, so the counts decide)."""
         mine = self.sums.get(key, 0.0)
-        return mine, (max(0.0, self.total - mine) if self.others_spoke(key) else 0.0)
+        others_spoke = len(self.counts) > (key in self.counts)
+        return mine, (max(0.0, self.total - mine) if others_spoke else 0.0)
 
     def standing(self, key: str) -> tuple[float, float, bool]:
-        """(this key's weight, every other key's weight, whether another key has a piece weighing
-        > 0) as the window will be when the key's next piece enters: without its oldest piece
-        once it is full."""
+        """(this key's weight, every other key's weight, whether another key has a piece) as the
+        window will be when the key's next piece enters: without its oldest piece once it is full."""
         mine, total = self.sums.get(key, 0.0), self.total
-        speakers, me_speaking = len(self.speaking), key in self.speaking
-        if len(self.pieces) >= self.size and self.pieces[0][1] > 0.0:
+        speakers, me_speaking = len(self.counts), key in self.counts
+        if len(self.pieces) >= self.size:
             oldest, weight, _ = self.pieces[0]  # leaves as the piece enters
             total -= weight
             if oldest == key:
                 mine -= weight
-            if self.speaking[oldest] == 1:  # its key's last weighed piece: that key falls silent
+            if self.counts[oldest] == 1:  # its key's last piece: that key falls silent
                 speakers -= 1
                 me_speaking = me_speaking and oldest != key
         return mine, max(0.0, total - mine), speakers > me_speaking
@@ -112,29 +111,24 @@ class _Window:
         while self.pieces and self.pieces[0][2] < before:
             self._drop_oldest()
 
-    def append(self, key: str, weight: float, now: float = 0.0) -> None:
-        """Note a piece that counts (weight > 0), dropping the oldest once the window is full. A
-        piece refused (weight 0) is not noted: it would push the other keys' pieces out, and a key
-        past its bound that kept sending would find itself alone (found by a review)."""
-        if weight <= 0.0:
-            return
+    def append(self, key: str, weight: float, now: float) -> None:
+        """Note a piece that counts (weight > 0), dropping the oldest once the window is full."""
         if len(self.pieces) >= self.size:
             self._drop_oldest()
         self.pieces.append((key, weight, now))
         self.sums[key] = self.sums.get(key, 0.0) + weight
-        self.speaking[key] = self.speaking.get(key, 0) + 1
+        self.counts[key] = self.counts.get(key, 0) + 1
         self.total += weight
 
     def _drop_oldest(self) -> None:
         key, weight, _ = self.pieces.popleft()
-        if weight > 0.0:
-            left = self.speaking[key] - 1
-            if left:
-                self.speaking[key] = left
-                self.sums[key] -= weight
-            else:  # the key's last weighed piece: its weight is exactly 0, not a rounding residue
-                del self.speaking[key], self.sums[key]
-            self.total -= weight
+        left = self.counts[key] - 1
+        if left:
+            self.counts[key] = left
+            self.sums[key] -= weight
+        else:  # the key's last piece: its weight is exactly 0, not a rounding residue
+            del self.counts[key], self.sums[key]
+        self.total -= weight
         self.evicted += 1
         if self.evicted >= self.size:
             self._sum_afresh()
@@ -146,8 +140,7 @@ class _Window:
         amortised per piece."""
         sums: dict[str, float] = {}
         for k, w, _ in self.pieces:
-            if w > 0.0:
-                sums[k] = sums.get(k, 0.0) + w
+            sums[k] = sums.get(k, 0.0) + w
         self.sums = sums
         self.total = sum(w for _, w, _ in self.pieces)
         self.evicted = 0
@@ -191,16 +184,16 @@ class EvidenceShares:
             windows.append(self._window((deployment_id, domain)))
         for window in windows:
             window.age(now - self.rule.horizon_s)
-        mine, others, others_spoke = windows[0].standing(key)
+        standings = [window.standing(key) for window in windows]
         w = base  # alone with the deployment: its only user, counted fully in every record
-        if others_spoke:
+        if standings[0][2]:
             # Among other keys: bounded in each record the piece moves, a domain's too, even one
             # no other key has spoken of yet (the first to speak of a domain does not own it).
-            for window in windows:
-                mine, others, _ = window.standing(key)
+            for mine, others, _ in standings:
                 w = min(w, max(0.0, s / (1.0 - s) * (strength + others) - mine))
-        for window in windows:
-            window.append(key, w, now)
+        if w > 0.0:  # a refused piece is not noted (see the module's docstring)
+            for window in windows:
+                window.append(key, w, now)
         return w
 
     def forget(self, deployment_id: str) -> None:
