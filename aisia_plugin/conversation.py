@@ -94,8 +94,8 @@ def _essence(message) -> dict:
     if not isinstance(message, dict):
         return {"role": "", "content": ""}
     out = {"role": _role(message), "content": message.get("content")}
-    calls = message.get("tool_calls")
-    if calls and (calls := _calls(calls)):
+    calls = _calls(message.get("tool_calls"))
+    if calls:
         out["tool_calls"] = calls
     return out
 
@@ -132,8 +132,8 @@ def prompt_fingerprint(messages: Sequence) -> str:
 def answer_fingerprint(content, tool_calls=None) -> str:
     """An answer as it comes back in the next request's history: its text, else its tool calls."""
     text = content_text(content)
-    calls = _calls(tool_calls) if tool_calls and not text.strip() else None
-    if not calls:
+    calls = _calls(tool_calls)
+    if text.strip() or not calls:
         return _digest(" ".join(text.split()))
     return _digest(calls)
 

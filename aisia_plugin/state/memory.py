@@ -169,8 +169,7 @@ class ExpiringLists:
         self.limit = limit
         # owner -> {name -> [items, monotonic expiry]}, least recently written first
         self._owners: dict[str, dict[str, list]] = {}
-        self._owner_of: dict[str, str] = {}  # name -> its owner
-        self._count = 0
+        self._owner_of: dict[str, str] = {}  # name -> its owner (its size: how many lists are held)
 
     def add(self, name: str, item, ttl_s: float, keep: int, owner: str = "") -> None:
         now = time.monotonic()
@@ -178,9 +177,8 @@ class ExpiringLists:
         hit = table.pop(name, None) if table is not None else None  # (re-inserted last: most recent)
         if hit is None:  # a new list (or one of that name another owner wrote: it changes hands)
             self._take(name)
-            if self._count >= self.limit:
+            if len(self._owner_of) >= self.limit:
                 self._trim(now)
-            self._count += 1
             self._owner_of[name] = owner
             table = self._owners.setdefault(owner, {})
         if hit is None or hit[1] <= now:
@@ -204,7 +202,6 @@ class ExpiringLists:
         hit = table.pop(name)
         if not table:
             del self._owners[owner]
-        self._count -= 1
         return hit
 
     def _trim(self, now: float) -> None:
@@ -214,9 +211,7 @@ class ExpiringLists:
             table = self._owners[owner]
             while table and table[next(iter(table))][1] <= now:
                 self._take(next(iter(table)))
-                if owner not in self._owners:
-                    break
-        while self._count >= self.limit:
+        while len(self._owner_of) >= self.limit:
             largest = max(self._owners.values(), key=len)
             self._take(next(iter(largest)))
 
