@@ -184,7 +184,9 @@ def test_replay_logged_joins_evidence_written_by_another_workers_file(tmp_path, 
      "probability": 1.0},
     {"type": "decision", "request_id": "r", "attempt": 0, "alias": "auto/cheap", "deployment": "mini",
      "probability": 1.0, "candidates": ["mini"], "features": ["coding"]},
-], ids=["attempt-not-a-number", "features-not-an-object"])
+    {"type": "decision", "request_id": "r", "attempt": 0, "alias": "auto/cheap", "deployment": "mini",
+     "probability": 1.0, "candidates": ["mini"], "features": {"input_tokens": True}},
+], ids=["attempt-not-a-number", "features-not-an-object", "input-tokens-a-boolean"])
 def test_replay_logged_refuses_an_odd_log_line_with_a_clear_error(tmp_path, aisia, line):
     """`aisia replay --logged`: "Exit status ... 1 invalid policy, log or deployments file"; a
     line that is no decision-log record is "an error naming the file and line" (read_log). A

@@ -172,7 +172,7 @@ def read_log(lines: Iterable[str], source: str = "<log>", evidence: bool = True)
     return read_logs([(source, lines)], evidence)
 
 
-def read_logs(sources: Iterable[tuple[str, Iterable[str]]], evidence: bool = True) -> list[LoggedEvent]:
+def read_logs(sources: Sequence[tuple[str, Iterable[str]]], evidence: bool = True) -> list[LoggedEvent]:
     """``read_log`` over several files read as one log, (name, lines) each: a proxy's workers
     each write their own, and the evidence about an answer one worker served is often written by
     another (the next turn, the feedback, reached it). With more than one file the events are in
@@ -180,9 +180,7 @@ def read_logs(sources: Iterable[tuple[str, Iterable[str]]], evidence: bool = Tru
     decisions: dict = {}
     events: list[LoggedEvent] = []
     spoken: dict = defaultdict(lambda: [0.0, 0.0, 0])  # (request id, deployment) -> [sum w*v, sum w, count]
-    files = 0
     for source, lines in sources:
-        files += 1
         for lineno, line in enumerate(lines, start=1):
             line = line.strip()
             if not line:
@@ -225,7 +223,7 @@ def read_logs(sources: Iterable[tuple[str, Iterable[str]]], evidence: bool = Tru
                 propensity=float(prob) if _finite_number(prob) else math.nan, reward=float(reward),
                 features=features, attempt=key[1], prices=_prices(dec.get("prices")),
                 success=rec.get("success") is True, ts=float(ts) if _finite_number(ts) else 0.0))
-    if files > 1:
+    if len(sources) > 1:
         events.sort(key=lambda e: e.ts)
     if not evidence or not spoken:
         return events
@@ -238,8 +236,9 @@ def read_logs(sources: Iterable[tuple[str, Iterable[str]]], evidence: bool = Tru
     return valued
 
 
-_FEATURE_TYPES = {"task_type": (str,), "has_code": (bool,), "length_bucket": (str,), "modality": (str,),
-                  "input_tokens": (int, float), "has_tools": (bool,)}
+# A decision line's features the replay decides with, by kind.
+_TEXT_FEATURES = ("task_type", "length_bucket", "modality")
+_FLAG_FEATURES = ("has_code", "has_tools")
 
 
 def _odd_field(rec: dict) -> Optional[str]:
@@ -255,14 +254,19 @@ def _odd_field(rec: dict) -> Optional[str]:
     if candidates is not None and not (isinstance(candidates, list) and all(isinstance(c, str) for c in candidates)):
         return f"candidates: {candidates!r} is not a list of deployment ids"
     features = rec.get("features")
-    if features is not None:
-        if not isinstance(features, dict):
-            return f"features: {features!r} is not an object"
-        for name, types in _FEATURE_TYPES.items():
-            v = features.get(name)
-            if v is not None and not (isinstance(v, types) and (not isinstance(v, (int, float)) or isinstance(v, bool)
-                                                                or (math.isfinite(v) and 0 <= v < 1e12))):
-                return f"features.{name}: {v!r} is not a {'number' if float in types else types[0].__name__}"
+    if features is None:
+        return None
+    if not isinstance(features, dict):
+        return f"features: {features!r} is not an object"
+    for name in _TEXT_FEATURES:
+        if features.get(name) is not None and not isinstance(features[name], str):
+            return f"features.{name}: {features[name]!r} is not a string"
+    for name in _FLAG_FEATURES:
+        if features.get(name) is not None and not isinstance(features[name], bool):
+            return f"features.{name}: {features[name]!r} is not true or false"
+    tokens = features.get("input_tokens")
+    if tokens is not None and not (_finite_number(tokens) and 0 <= tokens < 1e12):
+        return f"features.input_tokens: {tokens!r} is not a count"
     return None
 
 
@@ -338,7 +342,7 @@ def engine_target(policy, deployments, *, alias: Optional[str] = None, seed: int
         # under the domain the policy reads the request's quality in (learned_domain: for a
         # question of no domain, the contextual strategy's `_other` record), never a failure.
         engine.record(name, Outcome(e.chosen, success=e.success, quality=e.reward if e.success else None),
-                      domain=e.domain, evidence_domain=learned_domain(d) if d.refused is None else e.domain)
+                      domain=e.domain, evidence_domain=learned_domain(d))
         return out
 
     return target
