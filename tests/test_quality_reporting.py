@@ -280,3 +280,23 @@ def test_a_reload_keeps_the_stats_priors_of_the_deployments_already_met(tmp_path
     rt.swap(load_policy_with_locations([tmp_path / "p.yaml"]))
     assert rt.store.quality_prior is rt.engine.quality
     assert rt.store.stats()["big"]["quality"] == before
+
+
+def test_replay_logged_learns_no_quality_from_a_plain_success():
+    """The proxy learns quality from evidence only: a success nobody spoke about is logged with
+    the reward the deployment's estimate gave it, not a grade. The replayed policy fed those
+    rewards to its engine as a judge's grades, so what it chose followed them (here a cheap
+    deployment whose plain successes were logged at 0.95, against 0.05: the logged rewards of
+    another router's estimates). It now learns them as the proxy did: health, no quality."""
+    deps = [Deployment("dear", "dear", "p/dear", "p", input_cost_per_1m=10.0, output_cost_per_1m=10.0),
+            Deployment("cheap", "cheap", "p/cheap", "p", input_cost_per_1m=0.1, output_cost_per_1m=0.1)]
+
+    def chosen(cheap_reward):
+        lines = []
+        for i in range(200):
+            dep = "cheap" if i % 2 else "dear"
+            lines += [_decided(f"r{i}", dep), _served(f"r{i}", dep, reward=cheap_reward if dep == "cheap" else 0.5)]
+        _, asked = _target_probabilities(lines, load_policy(), deps, "auto")
+        return asked
+
+    assert chosen(0.95) == chosen(0.05)

@@ -338,10 +338,12 @@ def engine_target(policy, deployments, *, alias: Optional[str] = None, seed: int
             rest = [c.id for c in pool if c.id != d.deployment_id]
             for c in rest:
                 out[c] = (1.0 - p) / len(rest)
-        # As the proxy learns: a failed call its health; an answer's value its quality, recorded
-        # under the domain the policy reads the request's quality in (learned_domain: for a
-        # question of no domain, the contextual strategy's `_other` record), never a failure.
-        engine.record(name, Outcome(e.chosen, success=e.success, quality=e.reward if e.success else None),
+        # As the proxy learns: a failed call its health; the evidence about an answer its quality,
+        # recorded under the domain the policy reads the request's quality in (learned_domain: for
+        # a question of no domain, the contextual strategy's `_other` record), never a failure; a
+        # success nobody spoke about no quality (its logged reward is the estimate of its day).
+        graded = e.success and e.evidence > 0
+        engine.record(name, Outcome(e.chosen, success=e.success, quality=e.reward if graded else None),
                       domain=e.domain, evidence_domain=learned_domain(d))
         return out
 
