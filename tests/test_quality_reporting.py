@@ -12,6 +12,9 @@ import json
 
 import pytest
 
+from proxy_harness import deployment, upstreams_fixture
+from router_harness import PluginRouters
+
 from aisia_plugin.decision import Deployment
 from aisia_plugin.policy import load_policy
 from aisia_plugin.replay.offpolicy import engine_target, evaluate, read_log
@@ -30,6 +33,10 @@ def _served(rid, dep, reward=0.7):
 def _evidence(rid, dep, value, *, alias="auto", domain=None, kind="correction"):
     return {"v": 1, "type": "evidence", "request_id": rid, "deployment": dep, "alias": alias, "domain": domain,
             "source": "signal", "kind": kind, "language": "en", "value": value, "weight": 1.0}
+
+
+DEAR_AND_CHEAP = [Deployment("dear", "dear", "p/dear", "p", input_cost_per_1m=10.0, output_cost_per_1m=10.0),
+                  Deployment("cheap", "cheap", "p/cheap", "p", input_cost_per_1m=0.1, output_cost_per_1m=0.1)]
 
 
 def _target_probabilities(lines, policy, deps, alias):
@@ -78,8 +85,6 @@ def test_replay_logged_contextual_learns_the_evidence_of_questions_of_no_domain(
     on general traffic (most of it) the replayed contextual policy never learns anything from the
     log. Here the cheap deployment's answers are all valued 0.05 and the dear one's 1.0: with a
     detected domain the replay learns to leave the cheap one, without one it keeps choosing it."""
-    deps = [Deployment("dear", "dear", "p/dear", "p", input_cost_per_1m=10.0, output_cost_per_1m=10.0),
-            Deployment("cheap", "cheap", "p/cheap", "p", input_cost_per_1m=0.1, output_cost_per_1m=0.1)]
 
     def last_share_of_cheap(domain):
         lines = []
@@ -88,7 +93,7 @@ def test_replay_logged_contextual_learns_the_evidence_of_questions_of_no_domain(
             lines += [_decided(f"r{i}", dep, domain=domain), _served(f"r{i}", dep),
                       _evidence(f"r{i}", dep, 0.05 if dep == "cheap" else 1.0, domain=domain or "_other",
                                 kind="correction" if dep == "cheap" else "satisfaction")]
-        _, asked = _target_probabilities(lines, load_policy(), deps, "auto")
+        _, asked = _target_probabilities(lines, load_policy(), DEAR_AND_CHEAP, "auto")
         return sum(pi.get("cheap", 0.0) for pi in asked[-20:]) / 20
 
     assert last_share_of_cheap("math") < 0.5  # learned, with a domain
@@ -110,14 +115,8 @@ aliases:
 """
 
 
-@pytest.fixture(scope="module")
-def upstreams():
-    from proxy_harness import start_upstreams, stop_upstreams
-
-    running = start_upstreams([{"name": n, "input_cost_per_1m": c, "output_cost_per_1m": c}
+upstreams = upstreams_fixture([{"name": n, "input_cost_per_1m": c, "output_cost_per_1m": c}
                                for n, c in (("rca", 0.1), ("rcb", 0.2))])
-    yield {u.name: u for u in running}
-    stop_upstreams(running)
 
 
 async def test_the_proxys_decision_line_carries_the_features_replay_decides_with(tmp_path, upstreams):
@@ -126,10 +125,6 @@ async def test_the_proxys_decision_line_carries_the_features_replay_decides_with
     without ``features``, and read_log reads them only from there: every replayed request is a
     ``default`` task of 0 input tokens without code, whatever was asked (the line's own
     top-level task_type is "coding")."""
-    from router_harness import PluginRouters
-
-    from proxy_harness import deployment
-
     log_path = tmp_path / "d.jsonl"
     policy = tmp_path / "p.yaml"
     policy.write_text(POLICY.replace("DECISIONS", json.dumps(str(log_path))))
@@ -288,15 +283,13 @@ def test_replay_logged_learns_no_quality_from_a_plain_success():
     rewards to its engine as a judge's grades, so what it chose followed them (here a cheap
     deployment whose plain successes were logged at 0.95, against 0.05: the logged rewards of
     another router's estimates). It now learns them as the proxy did: health, no quality."""
-    deps = [Deployment("dear", "dear", "p/dear", "p", input_cost_per_1m=10.0, output_cost_per_1m=10.0),
-            Deployment("cheap", "cheap", "p/cheap", "p", input_cost_per_1m=0.1, output_cost_per_1m=0.1)]
 
     def chosen(cheap_reward):
         lines = []
         for i in range(200):
             dep = "cheap" if i % 2 else "dear"
             lines += [_decided(f"r{i}", dep), _served(f"r{i}", dep, reward=cheap_reward if dep == "cheap" else 0.5)]
-        _, asked = _target_probabilities(lines, load_policy(), deps, "auto")
+        _, asked = _target_probabilities(lines, load_policy(), DEAR_AND_CHEAP, "auto")
         return asked
 
     assert chosen(0.95) == chosen(0.05)
