@@ -479,11 +479,13 @@ class Engine:
         """Learn from one outcome (its cost paced on `team`'s record of the alias, pacing.pace_key):
         its verdict (``blame``), its reward, and one record handed to
         the store to apply atomically (``learning.apply_outcome``). Returns the reward, or None
-        when the failure does not count against the deployment (the caller's, a rate limit)."""
+        when the failure does not count against the deployment (the caller's, a rate limit).
+        Given a decision, its alias, domain and ``learned_domain`` say where; given an alias,
+        `domain` and `evidence_domain` do (where an outcome's grade is recorded: default `domain`)."""
         if isinstance(decision_or_alias, Decision):
             alias, domain = decision_or_alias.alias, decision_or_alias.domain
             evidence_domain = learned_domain(decision_or_alias)
-        else:  # an alias: `evidence_domain` (default `domain`) is where an outcome's grade is recorded
+        else:
             alias, evidence_domain = decision_or_alias, evidence_domain or domain
         ap = self.policy.aliases.get(alias)
         kind, value = self.judge(ap, outcome, domain, verdict)
