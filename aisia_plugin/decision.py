@@ -577,8 +577,7 @@ class Decision:
 
     __slots__ = ("deployment_id", "model", "strategy", "_reason", "candidates_considered", "final_score",
                  "_probability", "alias", "domain", "task_type", "refused", "status_code",
-                 "probe", "_scores", "_build_scores", "_more_scores", "context", "features", "_explainer",
-                 "_facts")
+                 "probe", "_scores", "_build_scores", "_more_scores", "context", "_explainer", "_facts")
 
     def __init__(self, deployment_id: Optional[str], model: Optional[str], strategy: str, reason,
                  candidates_considered: int, final_score: Optional[float], scores: Optional[list] = None,
@@ -613,9 +612,6 @@ class Decision:
         # What a learning strategy needs back with the outcome (the contextual strategy: the
         # request's feature vector); None for the others.
         self.context = None
-        # The request's features as the engine read them (features.RequestFeatures; the decision
-        # log writes them for aisia replay --logged); None for a decision made outside an engine.
-        self.features = None
 
     @property
     def probability(self) -> Optional[float]:

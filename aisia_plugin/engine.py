@@ -382,7 +382,6 @@ class Engine:
         return entry
 
     def _finish(self, decision: Decision, feats) -> Decision:
-        decision.features = feats
         observe = self._hook.observe_decision
         if observe.get_hookimpls():  # nobody observes: nothing to call
             plugins.call_each(observe, decision=decision, features=feats)

@@ -74,7 +74,7 @@ async def choose(rt: Runtime, observer, router, call: Call, healthy: list, messa
                 "half-open: its probe is kept for a request without a timeout of its own" if client_timeout
                 else PROBE_TAKEN)
             continue
-        observer.decided(call, decision, attempt, time.perf_counter() - started, messages)
+        observer.decided(call, decision, attempt, time.perf_counter() - started, messages, tools)
         return decision
 
 

@@ -117,13 +117,13 @@ class Observer:
         return self.runtime.deployments(_model_list())
 
     # -- events ------------------------------------------------------------------------------
-    def decided(self, call: "Call", decision, attempt: int, elapsed_s: float, messages=None) -> None:
+    def decided(self, call: "Call", decision, attempt: int, elapsed_s: float, messages=None, tools=None) -> None:
         """A decision's metrics, routing-page point and log line, after the hook (runtime.AfterResponse)."""
         self.runtime.after(self._decided, call.request_id, decision, attempt, elapsed_s, messages, time.time(),
-                           call.tenant.team if call.tenant is not None else None)
+                           call.tenant.team if call.tenant is not None else None, tools)
 
     def _decided(self, request_id: str, decision, attempt: int, elapsed_s: float, messages, at: float,
-                 team: Optional[str] = None) -> None:
+                 team: Optional[str] = None, tools=None) -> None:
         try:
             self.metrics.decision(decision, elapsed_s, failover=attempt > 0)
             if decision.deployment_id is not None and not decision.refused:
@@ -137,11 +137,12 @@ class Observer:
                     from ..features import message_text
 
                     prompt = message_text(messages)
-                # Each candidate's price as the proxy priced it and the request's features as the
-                # decision read them, for aisia replay --logged.
+                # Each candidate's price as the proxy priced it, and the request's features (read
+                # again here, after the response: the decision keeps none), for aisia replay --logged.
                 prices = {d.id: (d.input_cost_per_1m, d.output_cost_per_1m) for d in self.deployments()}
+                features = self.runtime.engine.features(messages, tools) if messages is not None else None
                 self.decision_log.decision(request_id, decision, attempt=attempt, prompt=prompt, ts=at, prices=prices,
-                                           features=decision.features)
+                                           features=features)
         except Exception:
             log.exception("aisia: recording a decision's metrics failed")
 
