@@ -28,7 +28,7 @@ from .decision import (NO_SIGNALS, AliasSettings, CandidateScore, Decision, Depl
 from .deployments import selects
 from .features import RequestFeatures
 from .interfaces import StateStore
-from .key_share import EvidenceShares
+from .key_share import KeyPulls
 from .learning import LearningRules, learns_from, outcome_record
 from .outcome import Outcome, reward
 from .pacing import BY_TARGET, TeamPace, above_floor, multiplier_of, pace_key, rule_of, team_multiplier
@@ -94,7 +94,7 @@ class Engine:
         # Each deployment's prior quality and each evidence source's weight (quality.py); the
         # store shows them beside the evidence in its stats.
         self.quality = QualityPriors(policy.quality, self.quality_gamma)
-        self.shares = EvidenceShares()  # each key's share of a deployment's recent evidence (key_share.py)
+        self.key_pulls = KeyPulls()  # each key's pull on a deployment's estimate (key_share.py)
         # The store's stats show the first engine's priors: another engine over the same store (a
         # team layer's, a reload's) does not replace them with priors that know no deployment yet;
         # the proxy's runtime attaches its operator's engine's own (Runtime.attach_priors).
@@ -445,14 +445,14 @@ class Engine:
         (None: the policy's ``quality.evidence`` weight of the source). It moves the
         deployment's quality estimate (in `domain` too, when per-domain learning is on) and so
         the score of its next successes; never its health, its breaker or the tick. Returns the
-        value recorded and the weight it counted with (the key's share rule applied: what the
+        value recorded and the weight it counted with (the key's pull rule applied: what the
         decision log writes), or None when it was no number in [0, 1] (nothing recorded). `alias`
         names the alias that served the answer (unused yet: kept for the signals' attribution).
         `context`, the answer's decision's ``Decision.context`` when the caller kept it (the
         contextual strategy's request vector), teaches the deployment's contextual model the
         value for that prompt as well: what a plain success, scored alike for every prompt,
-        cannot teach it. `key`, the hash of the API key the evidence came from, weighs it by that
-        key's share of the deployment's recent evidence (key_share.py: one key moves a
+        cannot teach it. `key`, the hash of the API key the evidence came from, weighs it against
+        the other keys' recent evidence about the deployment (key_share.py: one key moves a
         deployment's quality by at most 0.10)."""
         if source not in SOURCES:
             raise ValueError(f"quality evidence source must be one of {', '.join(SOURCES)}, not {source!r}")
@@ -463,11 +463,14 @@ class Engine:
         if context is not None and getattr(context, "domain", None) is not None:
             domain = context.domain  # the domain the answer's decision learned it under
         dom = domain if (domain and self.policy.bandit.per_domain.enabled) else None
-        admitted = self.shares.admit(deployment_id, key, w, self.quality.strength, dom, self.clock())
+        admitted = self.key_pulls.admit(deployment_id, key, w, v, self.quality.strength,
+                                     self.quality.prior(deployment_id, None), dom,
+                                     self.quality.prior(deployment_id, dom) if dom is not None else None,
+                                     self.clock(), self.store.tick(), self.quality_gamma)
         self.store.record_quality(QualityRecord(deployment_id, v, admitted, source, dom), self.rules)
         if context is not None and admitted > 0.0:
-            # As much of an observation as the key's share let count: a piece the share rule cut
-            # to a sliver teaches the prompt's part a sliver (found by a review).
+            # As much of an observation as the key's pull let count: a piece the rule cut to a
+            # sliver teaches the prompt's part a sliver (found by a review).
             self.contextual.learn(deployment_id, context, v, self.store.tick(), self.quality_gamma,
                                   weight=admitted / w)
         return RecordedEvidence(v, admitted)

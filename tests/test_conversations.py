@@ -421,7 +421,7 @@ def test_the_evidence_line_carries_the_weight_the_key_share_let_count():
             await conv.drain()
             conv.opened(new_call(), {"messages": [q, {"role": "assistant", "content": f"Answer {i}."}, WRONG]}, None)
             await conv.drain()
-        return conv.observer.lines, rt.engine.shares.weights("cheap", "k")[0]
+        return conv.observer.lines, rt.engine.key_pulls.weights("cheap", "k")[0]
     lines, counted = asyncio.run(run())
     weights = [w for dep, w in lines if dep == "cheap"]
     assert len(weights) == 12 and weights[0] == load_policy().quality.evidence.signal

@@ -2,7 +2,7 @@
 feedback 0 on every answer, bursts of failures of its own making) moves another team's choices
 by less than the stated bound (docs/security.md#tenants): the other team's share of requests to
 the better deployment moves by at most 0.10, and the better deployment's quality estimate by at
-most 0.10 (key_share.ShareRule.max_share).
+most 0.10 (key_share.PullRule.max_pull).
 
 Keys and teams come from LiteLLM's ``custom_auth`` (tests/custom_auth_roles.py returns the team
 fields a database-backed proxy would). On main this failed: the hostile key's three prompts took
@@ -91,7 +91,6 @@ def quality(proxy, dep: str) -> float:
 def test_a_hostile_key_moves_another_teams_choices_and_quality_by_less_than_the_bound(proxy):
     plain_round(proxy, 16, "warm", grade=True)
     before = plain_round(proxy, 20, "before", grade=False)
-    q_before = quality(proxy, "iso-good")
     # The hostile key: three 540 KB prompts, 0 on every answer, and bursts of failures of its own
     # making (a client timeout of 1 ms).
     hostile_answers = []
@@ -99,14 +98,19 @@ def test_a_hostile_key_moves_another_teams_choices_and_quality_by_less_than_the_
         hostile_answers.append(send(proxy, HOSTILE, f"{k} {HUGE}"))
     for k in range(20):
         hostile_answers.append(send(proxy, HOSTILE, f"hostile {k}: what is the capital of France?"))
+    # Its evidence's move, read around its feedback alone: every request (its own and the plain
+    # team's) is a tick of forgetting, which takes each estimate a little toward its prior (about
+    # 0.0001 over these 23), whoever sends it; evidence never moves the tick.
     for r in hostile_answers:
-        served(proxy, r)
+        served(proxy, r)  # (its outcome learned: its tick counted)
+    q_before = quality(proxy, "iso-good")
+    for r in hostile_answers:
         feedback(proxy, HOSTILE, r, 0.0)
+    q_after = quality(proxy, "iso-good")  # (feedback is applied before its route answers)
     for k in range(12):
         r = send(proxy, HOSTILE, f"burst {k}", timeout=0.001)
         assert r.status_code >= 400
     after = plain_round(proxy, 20, "after", grade=False)
-    q_after = quality(proxy, "iso-good")  # (feedback is applied before its route answers)
     share = lambda deps: deps.count("iso-good") / len(deps)  # noqa: E731
     print(f"plain team, share to iso-good: before {share(before):.2f}, after {share(after):.2f}; "
           f"iso-good quality {q_before:.3f} -> {q_after:.3f}")

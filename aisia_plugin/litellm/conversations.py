@@ -384,7 +384,7 @@ class Conversations:
                                              key=caller.key_hash or None, context=self.context_of(turn))
             if self.observer is not None and recorded is not None:
                 self.observer.metrics.signal(signal.kind, signal.language)
-                # The weight it counted with: a key's share of the evidence may have cut it.
+                # The weight it counted with: the key's pull rule may have cut it.
                 self.observer.evidence(turn.request_id, turn.deployment_id, alias=turn.alias, domain=turn.domain,
                                        source="signal", value=value, weight=recorded.weight, kind=signal.kind,
                                        language=signal.language)
