@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import subprocess
 import sys
@@ -57,6 +58,8 @@ import bench  # first: LiteLLM offline, the repository importable
 import yaml
 from conversations import (GRADER_AGREEMENT, WORKLOADS, Conversation, QuestionBank, TruthRegistry, Turn, Workload,
                            answer_text, grader_reply, quoted_answer)
+from team_keys import CALLBACK as TEAM_KEYS_AUTH
+from team_keys import team_keys
 
 from aisia_plugin.demo.proxy import Proxy, deployment
 from aisia_plugin.demo.upstream import UpstreamSpec, start_upstreams, stop_upstreams, usage_of
@@ -70,6 +73,7 @@ UPSTREAM_LATENCY_MS = 15.0
 TRUSTED_KEY_SIGNALS_PER_HOUR = 100000  # the bench's one key stands for a chat front-end (team_policy)
 JUDGE_SAMPLE_RATE = 0.02  # ours+judge: the share of answers graded (issue 40's "2 % judge")
 JUDGE_DAILY_USD_CAP = 1000.0  # far above what a run spends: the cap never binds here
+TEAMS = 3  # ours:teams: the users spread over this many teams' keys
 
 
 # -- the arms -------------------------------------------------------------------------------------
@@ -77,13 +81,16 @@ JUDGE_DAILY_USD_CAP = 1000.0  # far above what a run spends: the cap never binds
 class Arm:
     """``proxy``: the kind of proxy it runs on (ours, plain, adaptive, complexity); ``model(turn,
     rng)``: the model name it asks the proxy for; ``policy``: settings laid over the team policy
-    (``ours`` only); ``feedback``: the client posts each task answer's verdict to the proxy."""
+    (``ours`` only); ``feedback``: the client posts each task answer's verdict to the proxy;
+    ``teams``: the conversations spread over that many teams' keys (LiteLLM's custom_auth,
+    team_keys.py), each conversation through one of them (0: all through the master key)."""
 
     name: str
     proxy: str
     model: Callable[[Turn, random.Random], str]
     policy: Optional[dict] = None
     feedback: bool = False
+    teams: int = 0
 
 
 def arms_of(workload: Workload, names: list[str], n: int) -> list[Arm]:
@@ -98,6 +105,8 @@ def arms_of(workload: Workload, names: list[str], n: int) -> list[Arm]:
             out.append(Arm(name, "ours", lambda t, r: "auto", policy={"quality": {"judge": judge}}))
         elif name == "ours+feedback":
             out.append(Arm(name, "ours", lambda t, r: "auto", feedback=True))
+        elif name == "ours:teams":
+            out.append(Arm(name, "ours", lambda t, r: "auto", teams=TEAMS))
         elif name == "always":
             out += [Arm(f"always:{d}", "plain", lambda t, r, d=d: d) for d in ids]
         elif name.startswith("always:") and name[7:] in ids:
@@ -112,7 +121,7 @@ def arms_of(workload: Workload, names: list[str], n: int) -> list[Arm]:
         elif name in ("litellm-complexity", "litellm-complexity-medium-up"):
             out.append(Arm(name, name[len("litellm-"):], lambda t, r: COMPLEXITY))
         else:
-            raise SystemExit(f"unknown arm {name!r} (known: {', '.join(BASE_ARMS)}, always:<deployment id>)")
+            raise SystemExit(f"unknown arm {name!r} (known: {', '.join(BASE_ARMS)}, ours:teams, always:<deployment id>)")
     return out
 
 
@@ -186,12 +195,13 @@ async def run_arm(proxy: Proxy, arm: Arm, workload: Workload, registry_holder: d
     bank = QuestionBank()
     conversations = [Conversation(i, workload, bank, seed, n) for i in range(n)]  # drawn in order: seeded
     records: list[TurnRecord] = []
-    client = AsyncOpenAI(base_url=proxy.base_url, api_key=proxy.master_key, max_retries=0, timeout=120)
+    keys = team_keys(arm.teams) if arm.teams else [proxy.master_key]
+    clients = [AsyncOpenAI(base_url=proxy.base_url, api_key=k, max_retries=0, timeout=120) for k in keys]
     admin = httpx.AsyncClient(base_url=proxy.url, headers={"Authorization": f"Bearer {proxy.master_key}"}, timeout=30)
     queue = list(range(n))[::-1]
     feedback = {"posted": 0, "refused": 0}
 
-    async def ask(model: str, turn: Turn):
+    async def ask(client, model: str, turn: Turn):
         """The reply, and the plugin's id of the request when the arm posts feedback."""
         if not arm.feedback:
             return await client.chat.completions.create(model=model, messages=turn.request_messages()), None
@@ -208,11 +218,12 @@ async def run_arm(proxy: Proxy, arm: Arm, workload: Workload, registry_holder: d
         while queue:
             conv = conversations[queue.pop()]
             rng = random.Random(f"arm:{seed}:{arm.name}:{conv.index}")
+            client = clients[conv.index % len(clients)]  # (its team's key)
             while (turn := conv.next_turn()) is not None:
                 key = registry.expect(turn)
                 model = arm.model(turn, rng)
                 try:
-                    reply, request_id = await ask(model, turn)
+                    reply, request_id = await ask(client, model, turn)
                 except Exception as exc:  # counted, and the user leaves
                     registry.take(key)
                     records.append(TurnRecord(conv.index, turn.number, turn.kind, turn.task and turn.task.group,
@@ -241,7 +252,8 @@ async def run_arm(proxy: Proxy, arm: Arm, workload: Workload, registry_holder: d
         if arm.policy and "judge" in arm.policy.get("quality", {}):
             run["judge"] = await judge_counts(admin)
     finally:
-        await client.close()
+        for client in clients:
+            await client.close()
         await admin.aclose()
     return records, {**run, "grades": list(registry.grades)}
 
@@ -378,11 +390,17 @@ def run_workload(workload: Workload, arm_names: list[str], n: int, seed: int, co
                 folder = work / workload.name / arm.name.replace(":", "-")
                 folder.mkdir(parents=True, exist_ok=True)
                 env = None
+                config = proxy_config(workload, upstreams, kind)
                 if kind == "ours":
                     (policy := folder / "team-policy.yaml").write_text(team_policy(workload, arm.policy))
                     env = {"AISIA_POLICY": str(policy)}
+                if arm.teams:  # the teams' keys, authenticated by team_keys.py (this folder)
+                    config["general_settings"] = {"custom_auth": TEAM_KEYS_AUTH}
+                    here = str(Path(__file__).resolve().parent)
+                    env = {**(env or {}), "PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH"))
+                                                                        if p)}
                 bench.progress(f"{workload.name} / {arm.name}: starting a {kind} proxy")
-                proxy = Proxy(proxy_config(workload, upstreams, kind), folder, env=env, timeout_s=180)
+                proxy = Proxy(config, folder, env=env, timeout_s=180)
                 proxy.start()
                 try:
                     records, run = asyncio.run(run_arm(proxy, arm, workload, holder, n, seed, concurrency))
@@ -474,7 +492,10 @@ def markdown(report: dict) -> str:
            f"naming the frontier deployment, `sample_rate: {JUDGE_SAMPLE_RATE:g}`: a simulated judge that agrees with the "
            f"truth on {GRADER_AGREEMENT:.0%} of the answers it grades (an assumption of this benchmark), its calls priced "
            "as the frontier's and counted in the arm's cost. `ours+feedback`: the same with the client posting each task "
-           "answer's verdict to `/aisia/feedback` (1 or 0), every answer rated: the most a router can be told.", "",
+           "answer's verdict to `/aisia/feedback` (1 or 0), every answer rated: the most a router can be told. "
+           f"`ours:teams` (where shown): `ours` with the conversations spread over {TEAMS} teams' API keys (LiteLLM's "
+           "`custom_auth`, benchmarks/team_keys.py), as a platform's teams would share the proxy: each key's evidence is "
+           "weighed against the others' (docs/security.md#tenants).", "",
            "Quality against cost for each 1,500-conversation workload, every router beside the line of mixing the "
            "fixed arms: [conversations.png](conversations.png) (written with matplotlib).", ""]
     for res in report["workloads"]:
