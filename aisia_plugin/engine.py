@@ -464,9 +464,9 @@ class Engine:
             domain = context.domain  # the domain the answer's decision learned it under
         dom = domain if (domain and self.policy.bandit.per_domain.enabled) else None
         admitted = self.key_pulls.admit(deployment_id, key, w, v, self.quality.strength,
-                                     self.quality.prior(deployment_id, None), dom,
-                                     self.quality.prior(deployment_id, dom) if dom is not None else None,
-                                     self.clock(), self.store.tick(), self.quality_gamma)
+                                        self.quality.prior(deployment_id, None), dom,
+                                        self.quality.prior(deployment_id, dom) if dom is not None else None,
+                                        self.clock(), self.store.tick(), self.quality_gamma)
         self.store.record_quality(QualityRecord(deployment_id, v, admitted, source, dom), self.rules)
         if context is not None and admitted > 0.0:
             # As much of an observation as the key's pull let count: a piece the rule cut to a

@@ -124,16 +124,21 @@ class _Window:
         """What a weight held here is multiplied by to read it at `tick` (forgotten by `gamma`),
         the window first brought to `tick` when its units drift far or `gamma` changed."""
         if gamma != self.gamma:
-            self._rebase(tick, self.gamma)
+            self._rebase(tick)
             self.gamma = gamma
-        f = gamma ** (tick - self.ref) if gamma < 1.0 else 1.0
+        f = self._forgotten(tick)
         if f < _REBASE_BELOW:
-            self._rebase(tick, gamma)
+            self._rebase(tick)
             f = 1.0
         return f
 
-    def _rebase(self, tick: float, gamma: float) -> None:
-        f = gamma ** (tick - self.ref) if gamma < 1.0 else 1.0
+    def _forgotten(self, tick: float) -> float:
+        """What is left at `tick` of a weight of 1 at the reference tick, by the window's gamma."""
+        return self.gamma ** (tick - self.ref) if self.gamma < 1.0 else 1.0
+
+    def _rebase(self, tick: float) -> None:
+        """The weights brought to `tick`, the new reference (by the window's gamma so far)."""
+        f = self._forgotten(tick)
         self.pieces = deque((k, w * f, v, when) for k, w, v, when in self.pieces)
         self.ref = tick
         self._sum_afresh()

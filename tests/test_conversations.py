@@ -425,5 +425,5 @@ def test_the_evidence_line_carries_the_weight_the_key_share_let_count():
     lines, counted = asyncio.run(run())
     weights = [w for dep, w in lines if dep == "cheap"]
     assert len(weights) == 12 and weights[0] == load_policy().quality.evidence.signal
-    assert min(weights) < weights[0]  # cut by the share rule, as written
+    assert min(weights) < weights[0]  # cut by the pull rule, as written
     assert sum(weights) == pytest.approx(counted)
