@@ -597,17 +597,20 @@ class ContextualModels:
         return float(s)
 
     def learn(self, dep: str, ctx: LearnContext, reward: float, tick: float, gamma: float,
-              weight: float = 1.0) -> None:
+              weight: float = 1.0, bound=None) -> float:
         """One observed reward of `dep` for the request `ctx` was made from, counted as `weight`
-        observations (in (0, 1]: its noise variance divided by it)."""
+        observations (in (0, 1]: its noise variance divided by it). `bound`: the
+        ``key_share.PromptBound`` of the key the reward came from (None: no key), its part of
+        the prompt weights kept and, with a limit, held to it (``_within_pull``). Returns the
+        weight it counted with (0.0: none)."""
         if not (math.isfinite(reward) and math.isfinite(weight) and weight > 0.0):
-            return
+            return 0.0
         with self._lock:
             self.gamma = gamma
-            self._learn(dep, ctx, reward, tick, gamma, min(weight, 1.0))
+            return self._learn(dep, ctx, reward, tick, gamma, min(weight, 1.0), bound)
 
     def _learn(self, dep: str, ctx: LearnContext, reward: float, tick: float, gamma: float,
-               weight: float = 1.0) -> None:
+               weight: float = 1.0, bound=None) -> float:
         k = self.column(dep, ctx.prior_variance)
         s = self._bring_to(k, tick, gamma)
         idx, inv = np.unique(ctx.vector.idx, return_inverse=True)
@@ -620,14 +623,25 @@ class ContextualModels:
         mean = self.h[idx, k] * s / prec
         var = 1.0 / prec
         pred = ctx.base + float(x @ mean)
-        total = ctx.noise_variance / weight + float((x * x) @ var)
+        spread = float((x * x) @ var)
+        total = ctx.noise_variance / weight + spread
         r = clamp01(reward) - pred
+        counted = weight
+        if bound is not None:
+            within = self._within_pull(k, s, bound, tick, gamma, idx, x, mean, var, r, total)
+            if within is None:
+                return 0.0
+            if within > total:  # cut short
+                total, counted = within, ctx.noise_variance / (within - spread)
+        h_before, prec_before = prec * mean, prec
         mean = mean + var * x * (r / total)
         var = var - var * var * x * x / total
         prec = 1.0 / var
         self.dp[idx, k] = (prec - p0) / s
         self.h[idx, k] = prec * mean / s
         self.count[k] += 1.0
+        if bound is not None:
+            bound.pull.add(idx, prec * mean - h_before, prec - prec_before)
         if tracking:  # what this outcome changed, as stored (differences of float32: exact in float64)
             pend = self._pending[k]
             if pend is None:
@@ -635,6 +649,43 @@ class ContextualModels:
             pend[idx] += self.hd[idx, :, k] - before
             self._pending_count[k] += 1.0
         self.materialise(k, idx)
+        return counted
+
+    def _within_pull(self, k: int, s: float, bound, tick: float, gamma: float, idx: np.ndarray, x: np.ndarray,
+                     mean: np.ndarray, var: np.ndarray, r: float, total: float) -> Optional[float]:
+        """The update's ``total`` (noise variance over weight plus the prompt's spread) that keeps
+        the key's pull on the prompt weights within its bound, at most the piece's own weight;
+        None when nothing may count (key_share.py: per slot, its mean less its mean without the
+        key's pieces, ``(h - H) / (P - Q)``, makes the pull ``D``; a prompt of norm 1 moves by at
+        most ``|D|``).
+
+        The update's changes of h and P are the key's (added to H and Q), so a slot's mean
+        without the key does not change, and with t = 1 / total its mean becomes m + var x r t:
+        the slot's part of D is a + t b with a its pull now and b = var x r, linear in t. The
+        largest t in (0, 1 / total] with ``|D(t)| <= max(limit, |D(0)|)`` is a quadratic's root."""
+        held_slots, held_h, held_q = bound.pull.at(tick, gamma)
+        if bound.limit is None:
+            return total  # alone with the deployment: kept, not bounded
+        p0 = float(self.p0[k])
+        a = np.zeros(len(idx))
+        d0 = 0.0
+        if len(held_slots):
+            hk = self.hd[held_slots, :, k].astype(np.float64) * s
+            prec = hk[:, 1] + p0
+            pulls = hk[:, 0] / prec - (hk[:, 0] - held_h) / np.maximum(prec - held_q, p0)
+            d0 = float(pulls @ pulls)
+            pos = np.searchsorted(idx, held_slots)
+            pos[pos >= len(idx)] = 0
+            here = idx[pos] == held_slots  # the held slots this prompt has
+            a[pos[here]] = pulls[here]
+        b = var * x * r
+        qa, qb, qc = float(b @ b), 2.0 * float(a @ b), d0 - max(bound.limit * bound.limit, d0)
+        if qa <= 0.0:
+            return total
+        root = (-qb + math.sqrt(max(qb * qb - 4.0 * qa * qc, 0.0))) / (2.0 * qa)
+        if root <= 0.0:
+            return None
+        return max(total, 1.0 / root)
 
     # -- another model's rows -----------------------------------------------------------------------
     def seed(self, prior: "ContextualModels") -> None:

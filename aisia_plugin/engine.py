@@ -470,9 +470,10 @@ class Engine:
         self.store.record_quality(QualityRecord(deployment_id, v, admitted, source, dom), self.rules)
         if context is not None and admitted > 0.0:
             # As much of an observation as the key's pull let count: a piece the rule cut to a
-            # sliver teaches the prompt's part a sliver (found by a review).
+            # sliver teaches the prompt's part a sliver (found by a review); and the key's part
+            # of the prompt weights is bounded too (key_share.py).
             self.contextual.learn(deployment_id, context, v, self.store.tick(), self.quality_gamma,
-                                  weight=admitted / w)
+                                  weight=admitted / w, bound=self.key_pulls.prompt_bound(deployment_id, key))
         return RecordedEvidence(v, admitted)
 
     def record(self, decision_or_alias, outcome: Outcome, *, domain: Optional[str] = None,

@@ -31,6 +31,22 @@ much it sends. (The rule before bounded each key's *share of the weight* at s: t
 pull too, but two to nine keys bounded one another to a few pieces of evidence a day between
 them, so quality was hardly learned where a few teams shared a deployment; docs/security.md.)
 
+The contextual model's prompt weights (contextual.py: per deployment, a mean per hashed slot of
+the prompt's words and features, added to the estimate for a prompt that has them) are bounded
+the same way, per deployment, for the keys in its window. The model keeps each slot's
+precision-weighted mean h and precision P as sums over the pieces it learned (forgotten alike);
+the key's pieces added H and Q of them (``PromptPull``), so without the key the slot's mean
+would be ``(h - H) / (P - Q)``, as ``mu`` is the estimate without the key. The key's pull on the
+slots, each slot's mean less that one, makes a vector ``D``; a prompt ``y`` (norm 1: each of its
+three groups of features has a squared norm of 1/3) moves by the key's evidence ``y . D``, at
+most ``|D|`` (Cauchy-Schwarz). Once another key has spoken about the deployment, a piece teaches
+the model with the largest weight that keeps ``|D|`` within s (or, past it, from growing:
+``ContextualModels._within_pull``), so a key moves the prompt part of any prediction by at most
+s from what the other keys' evidence gives, a word repeated in the prompt counting as often as it
+appears (its norm then above 1). A piece that agrees with what the others' evidence predicts for
+its prompt hardly moves the means: keys that agree learn together. Alone with the deployment, a
+key's part is kept but not bounded; it leaves with the key's last piece in the window.
+
 The rule reads the window, not the store's record: with N workers or replicas, each process
 bounds the pieces it admits against the other keys' evidence it saw, and the pulls add up to
 about s over the shared record (each process's prior counts once more: ``s x (N - 1) x strength
@@ -61,6 +77,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from typing import NamedTuple, Optional
+
+import numpy as np
 
 # Windows kept: one per deployment and one per (deployment, domain) its evidence named. Deployments
 # come from the config and domains from the policy: a bound, never reached.
@@ -97,6 +115,44 @@ class Standing(NamedTuple):
     others_spoke: bool
 
 
+class PromptPull:
+    """One key's part of a deployment's prompt weights: per slot of the contextual model, the
+    precision-weighted mean (h) and the precision its pieces added, as true values at ``tick``,
+    forgotten as the model forgets its own (both decay by gamma per tick of the store)."""
+
+    __slots__ = ("held", "tick")
+
+    def __init__(self):
+        self.held: dict[int, tuple[float, float]] = {}  # slot -> (h, precision) added
+        self.tick = 0.0
+
+    def at(self, tick: float, gamma: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(slots, h, precision) brought to `tick`."""
+        if tick > self.tick:
+            if gamma < 1.0 and self.held:
+                f = gamma ** (tick - self.tick)
+                self.held = {slot: (h * f, p * f) for slot, (h, p) in self.held.items()}
+            self.tick = tick
+        n = len(self.held)
+        hp = np.array(list(self.held.values()), dtype=np.float64).reshape(n, 2)
+        return np.fromiter(self.held.keys(), dtype=np.int64, count=n), hp[:, 0], hp[:, 1]
+
+    def add(self, slots: np.ndarray, h: np.ndarray, precision: np.ndarray) -> None:
+        """A piece added `h` and `precision` (true values at ``tick``) at `slots`."""
+        held = self.held
+        for slot, dh, dp in zip(slots.tolist(), h.tolist(), precision.tolist()):
+            was = held.get(slot)
+            held[slot] = (dh, dp) if was is None else (was[0] + dh, was[1] + dp)
+
+
+class PromptBound(NamedTuple):
+    """What a keyed piece teaching the prompt weights is held to: the key's part so far and the
+    largest norm it may reach (None: the key is alone with the deployment and counts fully)."""
+
+    pull: PromptPull
+    limit: Optional[float]
+
+
 class _Window:
     """One deployment's recent keyed evidence and its running sums. ``pieces``: (key, weight
     counted in the units of ``ref``, value, when noted), oldest first, at most ``rule.window``,
@@ -106,7 +162,8 @@ class _Window:
     A key with no piece in the window has no entry in the maps: its weight is exactly 0. ``ref``
     and ``gamma``: a weight ``w`` held here weighs ``w x gamma ** (tick - ref)`` at ``tick``."""
 
-    __slots__ = ("size", "pieces", "sums", "values", "counts", "total", "value_total", "evicted", "ref", "gamma")
+    __slots__ = ("size", "pieces", "sums", "values", "counts", "total", "value_total", "evicted", "ref", "gamma",
+                 "prompt")
 
     def __init__(self, size: int):
         self.size = size  # the most pieces held: PullRule.window
@@ -119,6 +176,9 @@ class _Window:
         self.evicted = 0  # pieces dropped since the sums were last computed afresh
         self.ref = 0.0
         self.gamma = 1.0
+        # Each key's part of the deployment's prompt weights (a deployment's window only), kept
+        # while the key has a piece here.
+        self.prompt: dict[str, PromptPull] = {}
 
     def factor(self, tick: float, gamma: float) -> float:
         """What a weight held here is multiplied by to read it at `tick` (forgotten by `gamma`),
@@ -198,6 +258,7 @@ class _Window:
             self.values[key] -= weight * value
         else:  # the key's last piece: its weight is exactly 0, not a rounding residue
             del self.counts[key], self.sums[key], self.values[key]
+            self.prompt.pop(key, None)
         self.total -= weight
         self.value_total -= weight * value
         self.evicted += 1
@@ -299,6 +360,19 @@ class KeyPulls:
             for (window, _), f in zip(windows, factors):
                 window.append(key, w, value, now, f)
         return w
+
+    def prompt_bound(self, deployment_id: str, key: Optional[str]) -> Optional[PromptBound]:
+        """What `key`'s piece about the deployment, just admitted (``admit``), is held to when it
+        teaches the contextual model's prompt weights (the module's docstring); None without a
+        key or when the piece was not admitted (nothing to teach)."""
+        window = self._recent.get(deployment_id)
+        if key is None or window is None or key not in window.counts:
+            return None
+        pull = window.prompt.get(key)
+        if pull is None:
+            pull = window.prompt[key] = PromptPull()
+        others_spoke = len(window.counts) > 1
+        return PromptBound(pull, self.rule.max_pull if others_spoke else None)
 
     def forget(self, deployment_id: str) -> None:
         """An operator reset the deployment: its recent evidence is gone with its record (its

@@ -308,12 +308,14 @@ def test_a_piece_the_rule_cut_to_a_sliver_teaches_the_contextual_model_a_sliver(
     assert 0.0 < moved["sliver"] < moved["full"] * 1e-3, moved
 
 
-def test_a_key_complaining_about_its_own_prompts_moves_the_estimate_within_the_bound():
-    """The figures of docs/security.md's limit on the prompt weights (pytest -s prints them): 200
+def test_a_key_complaining_about_its_own_prompts_moves_the_estimate_and_the_prompt_part_within_the_bound():
+    """The figures of docs/security.md's bound on the prompt weights (pytest -s prints them): 200
     pieces of feedback at 0.9 from 20 keys about the cheap deployment's coding answers, with no
     prompt (or, second, with prompts of their own), then 40 complaints from one key about its own
-    "parse these files" prompts. The coding estimate moves within the bound; the prompt weights'
-    part of another tenant's similar prompt is not bounded per key (0.29 and 0.26 on 2026-12-07)."""
+    "parse these files" prompts. The coding estimate moves within the bound, and so does the
+    prompt weights' part of another tenant's similar prompt (0.29 and 0.26 before the prompt
+    weights were bounded per key, 2026-12-07; 0.054 and 0.042 after), while the key alone with the
+    deployment moves it freely (a single tenant's evidence counts fully)."""
     from aisia_plugin.decision import Deployment
 
     deps = [Deployment("cheap", "cheap", "openai/cheap", "openai"),
@@ -325,11 +327,12 @@ def test_a_key_complaining_about_its_own_prompts_moves_the_estimate_within_the_b
     hostile = [f"Write Python code that can parse these files: {w}.csv" for w in ("alpha", "beta", "gamma", "delta")]
     others = ["Write a Java class for a binary search tree", "Write SQL to join two tables by id",
               "Fix this Rust borrow checker error in my loop", "Write a bash script that renames photos"]
-    for others_prompts in (False, True):
+    parts = {}
+    for others_prompts in (False, True, None):  # None: no other key at all
         eng = Engine(load_policy(), clock=lambda: 0.0, rng=random.Random(1))
         victim = eng.decide("auto", ask("Write Python code to parse Markdown tables"), deps).context
         domain = eng.decide("auto", ask(hostile[0]), deps).domain
-        for i in range(200):
+        for i in range(200 if others_prompts is not None else 0):
             ctx = eng.decide("auto", ask(others[i % 4]), deps).context if others_prompts else None
             eng.record_quality("cheap", "auto", domain, 0.9, "feedback", key=f"peer{i % 20}", context=ctx)
 
@@ -341,6 +344,112 @@ def test_a_key_complaining_about_its_own_prompts_moves_the_estimate_within_the_b
             ctx = eng.decide("auto", ask(hostile[i % 4]), deps).context
             eng.record_quality("cheap", "auto", None, 0.0, "signal", context=ctx, key="hostile")
         moved = estimate - eng.quality_estimate("cheap", domain)
+        parts[others_prompts] = before - prompt_part()
         print(f"others' prompts {others_prompts}: the {domain} estimate moved {moved:.3f}, "
-              f"the victim's prompt part {before - prompt_part():.3f}")
-        assert 0.0 < moved <= PullRule().max_pull + 1e-9
+              f"the victim's prompt part {parts[others_prompts]:.3f}")
+        if others_prompts is not None:
+            assert 0.0 < moved <= PullRule().max_pull + 1e-9
+            # The victim's prompt has no repeated word: its vector's norm is 1.
+            assert 0.0 < parts[others_prompts] <= PullRule().max_pull + 1e-9
+    assert parts[None] > 2 * PullRule().max_pull  # alone, the key's evidence counted fully (0.29)
+
+
+def _pull_norm(models, dep: str, pull, tick: float, gamma: float) -> float:
+    """The key's pull on the prompt weights at `tick`, from the model's natural parameters (each
+    slot's h and precision, forgotten to `tick`): per slot the key holds, the mean less the mean
+    without its h and precision."""
+    import numpy as np
+
+    k = models.ids[dep]
+    slots, h_key, q_key = pull.at(tick, gamma)
+    f = models.scale[k] * gamma ** (tick - models.tick[k])
+    prec = models.p0[k] + models.dp[slots, k].astype(float) * f
+    h = models.h[slots, k].astype(float) * f
+    return float(np.linalg.norm(h / prec - (h - h_key) / np.maximum(prec - q_key, models.p0[k])))
+
+
+@pytest.mark.parametrize("gamma", [1.0, 0.999])
+def test_a_keys_pull_on_the_prompt_weights_is_held_to_the_bound_by_the_largest_weight_that_keeps_it(gamma):
+    # The model alone (contextual.py), its tick moving on: a peer's praise of varied prompts, a
+    # hostile key's mostly low grades on prompts sharing some of their words. After each piece the hostile key's
+    # pull, read from the model's slot means, is within 0.10 (or, once past it alone, does not
+    # grow); a piece cut short brings it to the bound exactly (the largest weight that keeps it).
+    from types import SimpleNamespace
+
+    from aisia_plugin.contextual import ContextualModels, LearnContext, request_vector
+    from aisia_plugin.key_share import PromptBound, PromptPull
+
+    rng = random.Random(7)
+    words = ("parse csv files rows columns python json tables markdown split header quote escape "
+             "values numbers dates write read stream encode").split()
+    models = ContextualModels()
+
+    def context(n_words: int):
+        text = " ".join(rng.choice(words) for _ in range(n_words))
+        feats = SimpleNamespace(text=text, task_type="coding", length_bucket="short", modality="text")
+        return LearnContext(request_vector(feats, "coding", "coding"), 0.6, 0.1, 0.25)
+
+    peer, hostile = PromptPull(), PromptPull()
+    cut = refused = 0
+    alone_past = 0.0
+    tick = 0.0
+    for i in range(600):
+        tick += 1.0
+        if i % 3 == 0:
+            models.learn("cheap", context(rng.randint(3, 12)), 1.0, tick, gamma, bound=PromptBound(peer, 0.1))
+            continue
+        # Among keys, then alone (the other keys' pieces a day old) long enough to pass the
+        # bound, then among keys again: held where it stands.
+        limit = None if 300 <= i < 420 else 0.1
+        weight = rng.choice([1.0, 0.5, 0.2])
+        was = _pull_norm(models, "cheap", hostile, tick, gamma) if hostile.held else 0.0
+        value = rng.choice([0.0, 0.0, 0.2, 1.0])  # mostly the opposite of the peer, not always
+        got = models.learn("cheap", context(rng.randint(3, 12)), value, tick, gamma, weight=weight,
+                           bound=PromptBound(hostile, limit))
+        now = _pull_norm(models, "cheap", hostile, tick, gamma)
+        assert 0.0 <= got <= weight * (1 + 1e-12)
+        if limit is None:
+            assert got == weight
+            alone_past = max(alone_past, now)
+            continue
+        assert now <= max(0.1, was) * (1 + 1e-6) + 1e-9, (i, was, now)
+        if 0.0 < got < weight * (1 - 1e-9):
+            cut += 1
+            assert now == pytest.approx(max(0.1, was), rel=1e-4), (i, was, now)
+        refused += got == 0.0
+    assert alone_past > 0.1  # alone it went past the bound, then was held where it stood
+    assert cut > 10 and refused > 10, (cut, refused)
+    assert _pull_norm(models, "cheap", hostile, tick, gamma) <= max(0.1, alone_past) * (1 + 1e-6)
+
+
+def test_keys_that_agree_about_prompts_move_the_prompt_part_further_together_than_one_may():
+    # Three keys complaining about the cheap deployment's math answers, 40 times each, after other
+    # keys' praise without prompts: each key is held to 0.10 of pull, and together they move a
+    # similar prompt's part beyond it (0.135 on 2026-12-07; one key with the same prompts: 0.047).
+    from aisia_plugin.decision import Deployment
+
+    deps = [Deployment("cheap", "cheap", "openai/cheap", "openai"),
+            Deployment("frontier", "frontier", "openai/frontier", "openai")]
+    rng = random.Random(3)
+    words = "integral derivative matrix prime theorem solve equation limit series probability vector proof".split()
+
+    def moved(keys):
+        eng = Engine(load_policy(), clock=lambda: 0.0, rng=random.Random(1))
+        victim = eng.decide("auto", [{"role": "user", "content": "Compute the integral of this series"}], deps).context
+        for i in range(200):
+            eng.record_quality("cheap", "auto", None, 0.9, "feedback", key=f"peer{i % 20}")
+
+        def part():
+            return eng.contextual.predict_residual(["cheap"], victim.vector, eng.store.tick(), eng.quality_gamma,
+                                                   victim.prior_variance)[0][0]
+        before = part()
+        for _ in range(40):
+            for key in keys:
+                text = "Solve this: " + " ".join(rng.sample(words, 5))
+                ctx = eng.decide("auto", [{"role": "user", "content": text}], deps).context
+                eng.record_quality("cheap", "auto", None, 0.0, "signal", context=ctx, key=key)
+        return before - part()
+    one, three = moved(["a"]), moved(["a", "b", "c"])
+    print(f"one key {one:.3f}, three keys {three:.3f}")
+    assert 0.0 < one <= PullRule().max_pull + 1e-9
+    assert three > PullRule().max_pull > one

@@ -182,7 +182,10 @@ def test_two_workers_log_every_decision_once_each_in_its_own_file_and_replay_rea
     from aisia_plugin.decision_log import logged_files
 
     served = {}
-    for _ in range(16):
+    # At least 16 requests, each on a new connection, and more until both workers served some:
+    # which worker accepts a connection is the kernel's choice, and on a loaded machine one worker
+    # took all 16 (CI, 2026-12-06).
+    while len(served) < 16 or (len(set(served.values())) < 2 and len(served) < 160):
         pid, r = worker_and(memory_proxy, lambda c: c.post("/v1/chat/completions", json={
             "model": "test/shared", "messages": [{"role": "user", "content": "hello"}]}))
         assert r.status_code == 200, r.text[:300]

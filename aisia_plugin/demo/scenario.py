@@ -335,11 +335,18 @@ class Demo:
         if not found:
             raise DemoError(f"the aisia LiteLLM plugin ({PLUGIN_CALLBACK}) is not installed in this environment; "
                             f"reinstall the package (pip install -e .)")
-        port = self._port()
         try:
             self.upstreams = start_upstreams(demo_specs(self.seed))
         except OSError as exc:
             raise DemoError(str(exc)) from None
+        # The proxy's port is chosen once the providers listen: they bind to port 0, and the
+        # system may hand one of them the port a free-port probe has just released.
+        try:
+            port = self._port()
+        except DemoError:
+            stop_upstreams(self.upstreams)
+            self.upstreams = []
+            raise
         # The demo's policy, then a layer of its own that writes the decision log in its folder.
         self.workdir.mkdir(parents=True, exist_ok=True)
         logging_policy = self.workdir / LOGGING_POLICY
