@@ -118,31 +118,37 @@ class Standing(NamedTuple):
 class PromptPull:
     """One key's part of a deployment's prompt weights: per slot of the contextual model, the
     precision-weighted mean (h) and the precision its pieces added, as true values at ``tick``,
-    forgotten as the model forgets its own (both decay by gamma per tick of the store)."""
+    forgotten as the model forgets its own (both decay by gamma per tick of the store). Numpy
+    arrays over the slots it touched, ascending: a key's part may hold thousands of them, and a
+    piece reads them all and merges its own in."""
 
-    __slots__ = ("held", "tick")
+    __slots__ = ("slots", "hq", "tick")
 
     def __init__(self):
-        self.held: dict[int, tuple[float, float]] = {}  # slot -> (h, precision) added
+        self.slots = np.zeros(0, dtype=np.int64)
+        self.hq = np.zeros((0, 2))  # per slot: (h, precision) added
         self.tick = 0.0
 
     def at(self, tick: float, gamma: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(slots, h, precision) brought to `tick`."""
+        """(slots, h, precision) brought to `tick` (views: read them before the next ``add``)."""
         if tick > self.tick:
-            if gamma < 1.0 and self.held:
-                f = gamma ** (tick - self.tick)
-                self.held = {slot: (h * f, p * f) for slot, (h, p) in self.held.items()}
+            if gamma < 1.0 and len(self.slots):
+                self.hq *= gamma ** (tick - self.tick)
             self.tick = tick
-        n = len(self.held)
-        hp = np.array(list(self.held.values()), dtype=np.float64).reshape(n, 2)
-        return np.fromiter(self.held.keys(), dtype=np.int64, count=n), hp[:, 0], hp[:, 1]
+        return self.slots, self.hq[:, 0], self.hq[:, 1]
 
     def add(self, slots: np.ndarray, h: np.ndarray, precision: np.ndarray) -> None:
-        """A piece added `h` and `precision` (true values at ``tick``) at `slots`."""
-        held = self.held
-        for slot, dh, dp in zip(slots.tolist(), h.tolist(), precision.tolist()):
-            was = held.get(slot)
-            held[slot] = (dh, dp) if was is None else (was[0] + dh, was[1] + dp)
+        """A piece added `h` and `precision` (true values at ``tick``) at `slots` (ascending, each
+        once)."""
+        added = np.column_stack((h, precision))
+        pos = np.searchsorted(self.slots, slots)
+        held = pos < len(self.slots)
+        held[held] = self.slots[pos[held]] == slots[held]
+        self.hq[pos[held]] += added[held]
+        new = ~held
+        if new.any():  # inserted where they sort (np.insert keeps the given order at one place)
+            self.slots = np.insert(self.slots, pos[new], slots[new])
+            self.hq = np.insert(self.hq, pos[new], added[new], axis=0)
 
 
 class PromptBound(NamedTuple):

@@ -402,7 +402,7 @@ def test_a_keys_pull_on_the_prompt_weights_is_held_to_the_bound_by_the_largest_w
         # bound, then among keys again: held where it stands.
         limit = None if 300 <= i < 420 else 0.1
         weight = rng.choice([1.0, 0.5, 0.2])
-        was = _pull_norm(models, "cheap", hostile, tick, gamma) if hostile.held else 0.0
+        was = _pull_norm(models, "cheap", hostile, tick, gamma) if len(hostile.slots) else 0.0
         value = rng.choice([0.0, 0.0, 0.2, 1.0])  # mostly the opposite of the peer, not always
         got = models.learn("cheap", context(rng.randint(3, 12)), value, tick, gamma, weight=weight,
                            bound=PromptBound(hostile, limit))
