@@ -27,7 +27,7 @@ callback), `plain` (the same name on the plugin's proxy, before it serves any al
   the routing group costs LiteLLM by itself; then on that group with a callback that overrides
   nothing (`bare`) and with callback_floor.py's, which overrides the plugin's hooks and does nothing
   in them (`floor`): what LiteLLM charges any router built as such a callback
-  (results/proxy_group_count.md).
+  (results/proxy_group_count.md), and the shipped `auto` beside them (`wide`).
 
     .venv/bin/python benchmarks/profile_proxy.py --modes group --deployments 1 --requests 150 --warmup 100"""
 
@@ -185,7 +185,8 @@ COUNT_ARMS = {"litellm": ((False, False, False), PLAIN), "plain": ((True, False,
 GROUP_ARMS = {"litellm": ((False, False, True), PLAIN), "native": ((False, False, True), ALIAS),
               "bare_plain": ((BARE, False, True), PLAIN), "bare": ((BARE, False, True), ALIAS),
               "floor_plain": ((FLOOR, False, True), PLAIN), "floor": ((FLOOR, False, True), ALIAS),
-              "plain": ((True, False, False), PLAIN), "alias": ((True, False, False), ALIAS)}
+              "plain": ((True, False, False), PLAIN), "alias": ((True, False, False), ALIAS),
+              "wide": ((True, False, False), "auto")}
 
 
 def counted(base_url: str, sizes, n: int, warmup: int, work: Path, arms: dict) -> dict:
@@ -255,16 +256,17 @@ def group_mode(base_url: str, sizes, n: int, warmup: int, work: Path) -> str:
         base = per["litellm"]
         rows.append([str(size)] + [f"{v / 1e6:.3f}" for v in per.values()]
                     + [f"{per[a] / base:.4f}" for a in list(GROUP_ARMS)[1:]]
-                    + [f"{per['alias'] / per['floor']:.4f}"])
+                    + [f"{per['alias'] / per['floor']:.4f}", f"{per['wide'] / per['floor']:.4f}"])
     text = _count_text(n, warmup, "`litellm`: a plain name on a proxy without the plugin; `native`: the alias's name "
                        "on that proxy, LiteLLM's own routing group of the shape the plugin installs (priority, the "
                        "alias's one member); `bare_plain`, `bare`: the plain name and the alias on a proxy with that "
                        "group and a callback that overrides nothing (what LiteLLM does for any callback); "
                        "`floor_plain`, `floor`: the same with callback_floor.py's callback, which overrides the "
                        "plugin's hooks and does nothing in them (what LiteLLM charges any router built as such a "
-                       "callback); `plain`, `alias`: the same on a proxy with the plugin.",
+                       "callback); `plain`, `alias`: the same on a proxy with the plugin; `wide`: the shipped "
+                       "`auto` on it (the contextual strategy, over every deployment).",
                        ["deployments"] + list(GROUP_ARMS) + [f"{a} / litellm" for a in list(GROUP_ARMS)[1:]]
-                       + ["alias / floor"], rows)
+                       + ["alias / floor", "wide / floor"], rows)
     _write_counts("proxy_group_count", "The alias against LiteLLM's own routing group, in instructions", n, warmup,
                   results, text)
     return text
