@@ -453,3 +453,48 @@ def test_keys_that_agree_about_prompts_move_the_prompt_part_further_together_tha
     print(f"one key {one:.3f}, three keys {three:.3f}")
     assert 0.0 < one <= PullRule().max_pull + 1e-9
     assert three > PullRule().max_pull > one
+
+
+def test_an_operators_reset_forgets_the_keys_recent_evidence_with_the_deployments():
+    # The reset forgets the deployment's quality evidence in the store; the keys' window kept it,
+    # and a key's next piece was weighed against evidence the estimate no longer held (found by a
+    # review): after the reset it is the only key speaking, and counts fully.
+    from aisia_plugin.litellm.runtime import Runtime
+    from aisia_plugin.policy.loader import load_policy_with_locations
+    from aisia_plugin.resources import policies_dir
+    from aisia_plugin.state.memory import MemoryState
+
+    rt = Runtime(load_policy_with_locations([policies_dir()]), store=MemoryState())
+    eng = rt.engine
+    for _ in range(30):
+        eng.record_quality("cheap", "auto", None, 0.9, "feedback", key="peer")
+    held = [eng.record_quality("cheap", "auto", None, 0.0, "feedback", key="other").weight for _ in range(10)]
+    assert held[-1] < eng.quality.weight("feedback")  # bounded by the peer's evidence
+    rt.reset("cheap")
+    assert eng.quality_estimate("cheap", None) == pytest.approx(eng.quality.prior("cheap", None))
+    after = eng.record_quality("cheap", "auto", None, 0.0, "feedback", key="other")
+    assert after.weight == eng.quality.weight("feedback")
+
+
+def test_a_local_first_escalations_evidence_is_weighed_as_the_callers():
+    # A local-first escalation records the local answer's low confidence as signal evidence against
+    # the local deployment; it named no key, so a client sending prompts the local model answers
+    # unsure of moved its quality without a bound (found by a review). It is the caller's now.
+    from types import SimpleNamespace
+
+    from aisia_plugin.litellm.escalation import _evidence
+    from aisia_plugin.litellm.runtime import Runtime
+    from aisia_plugin.policy.loader import load_policy_with_locations
+    from aisia_plugin.resources import policies_dir
+    from aisia_plugin.state.memory import MemoryState
+
+    rt = Runtime(load_policy_with_locations([policies_dir()]), store=MemoryState())
+    logged = []
+    plugin = SimpleNamespace(runtime=rt, observer=SimpleNamespace(evidence=lambda *a, **kw: logged.append(kw)))
+    for _ in range(30):
+        rt.engine.record_quality("gpu", "auto", None, 0.9, "feedback", key="peer")
+    estimate = rt.engine.quality_estimate("gpu", None)
+    for i in range(200):
+        _evidence(plugin, f"r{i}", "gpu", "auto", None, 0.05, 1.0, "hostile")
+    assert len(logged) == 200 and logged[-1]["weight"] < 1.0
+    assert estimate - rt.engine.quality_estimate("gpu", None) <= PullRule().max_pull + 1e-9

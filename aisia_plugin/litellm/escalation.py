@@ -132,7 +132,7 @@ async def after_answer(plugin, data: dict, response) -> Optional[Any]:
         return _kept(plugin, mark, response)
     if settings.evidence_weight > 0:  # evidence against the local deployment for that prompt
         rt.after(_evidence, plugin, first.request_id, dep.id, first.alias, learned_domain(attempt.decision),
-                 conf.value, float(settings.evidence_weight))
+                 conf.value, float(settings.evidence_weight), first.key)
     escalation, cloud = await _cloud_answer(plugin, first, data, mark)
     if cloud is None:
         mark.note = f"local-first: {dep.id} {explained}: the escalation failed, the local answer is kept"
@@ -169,9 +169,11 @@ def _kept(plugin, mark: Side, response):
 
 
 def _evidence(plugin, request_id: str, deployment_id: str, alias: str, domain: Optional[str], value: float,
-              weight: float) -> None:
-    """The local answer's confidence as signal evidence against its deployment, and its decision-log line."""
-    recorded = plugin.runtime.engine.record_quality(deployment_id, alias, domain, value, "signal", weight)
+              weight: float, key: Optional[str]) -> None:
+    """The local answer's confidence as signal evidence against its deployment, and its decision-log
+    line. Weighed as the caller's (`key`, its hash): a client choosing prompts the local model
+    answers unsure of moves its quality within one key's bound (docs/security.md#tenants)."""
+    recorded = plugin.runtime.engine.record_quality(deployment_id, alias, domain, value, "signal", weight, key=key)
     if recorded is not None:
         plugin.observer.evidence(request_id, deployment_id, alias=alias, domain=domain, source="signal",
                                  value=value, weight=recorded.weight, kind="local_first_escalated")

@@ -220,10 +220,12 @@ class Runtime:
         return self._names.get(deployment_id or "", (deployment_id,))
 
     def reset(self, deployment_id: str) -> None:
-        """Forget what was learned of a deployment (an operator knows it is fixed): its arms and
-        breaker in the store, its recent calls here."""
+        """Forget what was learned of a deployment (an operator knows it is fixed): its arms,
+        quality evidence and breaker in the store, its recent calls and the keys' recent evidence
+        here (the keys' pulls were read against the evidence just forgotten)."""
         self.store.reset(deployment_id)
         self.store.forget_peer_calls(deployment_id)
+        self.engine.key_pulls.forget(deployment_id)
 
     def deployment_provider(self, deployment_id: Optional[str]) -> str:
         """The deployment's provider ('' when unknown): two failures of one request on two
