@@ -633,7 +633,8 @@ class ContextualModels:
                 return 0.0
             if within > total:  # cut short
                 total, counted = within, ctx.noise_variance / (within - spread)
-        h_before, prec_before = prec * mean, prec
+        if bound is not None:
+            h_before, prec_before = prec * mean, prec
         mean = mean + var * x * (r / total)
         var = var - var * var * x * x / total
         prec = 1.0 / var

@@ -215,8 +215,11 @@ class _Window:
         within the total's rounding (at 0 or above: a 2e-16 piece beside a sum of 50 may read
         0.0, so the counts decide)."""
         mine = self.sums.get(key, 0.0)
-        others_spoke = len(self.counts) > (key in self.counts)
-        return mine, (max(0.0, self.total - mine) if others_spoke else 0.0)
+        return mine, (max(0.0, self.total - mine) if self.others_spoke(key) else 0.0)
+
+    def others_spoke(self, key: str) -> bool:
+        """Whether a key other than `key` has a piece here (read from the counts: exact)."""
+        return len(self.counts) > (key in self.counts)
 
     def standing(self, key: str, f: float) -> Standing:
         """The key's standing as the window will be when its next piece enters (without its
@@ -377,8 +380,7 @@ class KeyPulls:
         pull = window.prompt.get(key)
         if pull is None:
             pull = window.prompt[key] = PromptPull()
-        others_spoke = len(window.counts) > 1
-        return PromptBound(pull, self.rule.max_pull if others_spoke else None)
+        return PromptBound(pull, self.rule.max_pull if window.others_spoke(key) else None)
 
     def forget(self, deployment_id: str) -> None:
         """An operator reset the deployment: its recent evidence is gone with its record (its
