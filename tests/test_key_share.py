@@ -499,3 +499,28 @@ def test_a_local_first_escalations_evidence_is_weighed_as_the_callers():
     counted, _ = rt.engine.key_pulls.weights("gpu", "hostile")
     assert 0.0 < counted < 200 * 0.5  # the key's pieces were weighed: most of their weight refused
     assert estimate - rt.engine.quality_estimate("gpu", None) <= PullRule().max_pull + 1e-9
+
+
+def test_a_hot_reload_keeps_the_keys_recent_evidence():
+    # A reload builds a new engine over the same store: the quality estimate it reads is the one
+    # learned before, so the keys' window must come with it. With an empty window a key the others
+    # held to its bound was alone again after each reload, and its next pieces counted fully.
+    from aisia_plugin.litellm.runtime import Runtime
+    from aisia_plugin.policy.loader import load_policy_with_locations
+    from aisia_plugin.resources import policies_dir
+    from aisia_plugin.state.memory import MemoryState
+
+    loaded = load_policy_with_locations([policies_dir()])
+    rt = Runtime(loaded, store=MemoryState())
+    for _ in range(30):
+        rt.engine.record_quality("cheap", "auto", None, 0.9, "feedback", key="peer")
+    estimate = rt.engine.quality_estimate("cheap", None)
+    for _ in range(50):
+        rt.engine.record_quality("cheap", "auto", None, 0.0, "feedback", key="hostile")
+    before = rt.engine
+    rt.swap(loaded, rt.new_engine(loaded.policy))  # what the policy watcher does (reload.py)
+    assert rt.engine is not before
+    after = [rt.engine.record_quality("cheap", "auto", None, 0.0, "feedback", key="hostile").weight
+             for _ in range(50)]
+    assert max(after) < rt.engine.quality.weight("feedback")  # weighed against the peer's evidence
+    assert estimate - rt.engine.quality_estimate("cheap", None) <= PullRule().max_pull + 1e-9

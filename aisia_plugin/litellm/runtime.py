@@ -151,6 +151,10 @@ class Runtime:
         previous = self.engine
         self.engine = engine if engine is not None else self.new_engine(self.policy)
         self.attach_priors(previous)
+        # The new engine reads the estimates and prompt weights learned before (the store's), so it
+        # weighs each key against the same recent evidence: with an empty window, a key held to its
+        # bound was alone again after every reload (key_share.py).
+        self.engine.key_pulls = previous.key_pulls
         self.scopes.clear()
         self.outlier = OutlierRule.of(self.policy.circuit_breaker)
         self._deployments.clear()
