@@ -18,7 +18,9 @@ callback), `plain` (the same name on the plugin's proxy, before it serves any al
   machine's load does not move: each proxy under callgrind, instrumented only around the measured
   requests (``callgrind_control``), net of its idle rate. Two more arms, what production's ``auto``
   costs: `wide` (the shipped ``auto``, every deployment its candidate) and `group` (LiteLLM alone,
-  every deployment under one model name).
+  every deployment under one model name). Each arm is counted in ``--rounds`` rounds one after the
+  other (3), and the median reported beside every round: a proxy's background job whose period is
+  longer than the idle windows lands in one round, not in the figure.
 
     .venv/bin/python benchmarks/profile_proxy.py --modes count --deployments 1,16,200 --requests 60
 
@@ -177,6 +179,17 @@ def count(proxy: Proxy, client: httpx.Client, model: str, n: int) -> dict:
     return {"per_request": (busy - idle * (time.monotonic() - started)) / n, "idle_per_s": idle, "failed": failed}
 
 
+def rounds_of(counts: list) -> dict:
+    """An arm's rounds (``count`` each, one after the other on the same proxy) as one figure:
+    their median, with every round kept. A background job of the proxy's with a period longer
+    than the idle windows (a minute's, a full collection) lands in one round and not the next:
+    the median is not moved by one such round, and the rounds' spread shows how far it moved one."""
+    per = [c["per_request"] for c in counts]
+    return {"per_request": statistics.median(per), "rounds": per,
+            "idle_per_s": statistics.median(c["idle_per_s"] for c in counts),
+            "failed": sum(c["failed"] for c in counts)}
+
+
 # Per arm: (plugin loaded, every deployment under one name, LiteLLM's own routing group under the
 # alias's name), and the model asked for. Arms of one configuration share its proxy.
 COUNT_ARMS = {"litellm": ((False, False, False), PLAIN), "plain": ((True, False, False), PLAIN),
@@ -189,8 +202,9 @@ GROUP_ARMS = {"litellm": ((False, False, True), PLAIN), "native": ((False, False
               "wide": ((True, False, False), "auto")}
 
 
-def counted(base_url: str, sizes, n: int, warmup: int, work: Path, arms: dict) -> dict:
-    """size -> arm -> ``count`` of its proxy under callgrind (one proxy per configuration)."""
+def counted(base_url: str, sizes, n: int, warmup: int, work: Path, arms: dict, rounds: int = 1) -> dict:
+    """size -> arm -> ``rounds_of`` its `rounds` counts, its proxy under callgrind (one proxy
+    per configuration)."""
     run_litellm_as(work / "litellm-callgrind", f"#!/bin/sh\nexec valgrind --tool=callgrind --instr-atstart=no "
                    f"--callgrind-out-file=callgrind.out.%p {sys.executable} {proxy_mod.litellm_executable()} \"$@\"\n")
     results = {}
@@ -207,18 +221,27 @@ def counted(base_url: str, sizes, n: int, warmup: int, work: Path, arms: dict) -
                     if key == config:
                         check(client, running["proxy"], model)
                         drive(client, running["proxy"], model, warmup)
-                        got[arm] = count(running["proxy"], client, model, n)
+                        got[arm] = rounds_of([count(running["proxy"], client, model, n) for _ in range(rounds)])
                         bench.progress(f"count: {size} deployments, {arm}: {got[arm]['per_request'] / 1e6:.3f} M "
-                                       "instructions per request")
+                                       "instructions per request (rounds: "
+                                       + ", ".join(f"{r / 1e6:.3f}" for r in got[arm]["rounds"]) + ")")
     return results
 
 
-def _count_text(n: int, warmup: int, what: str, header: list, rows: list) -> str:
+def _count_text(n: int, warmup: int, what: str, header: list, rows: list, results: dict) -> str:
+    rounds = max(len(got["rounds"]) for by_arm in results.values() for got in by_arm.values())
+    spread = [f"| {size} | {arm} | " + " | ".join(f"{r / 1e6:.3f}" for r in got["rounds"])
+              + f" | {(max(got['rounds']) - min(got['rounds'])) / got['per_request']:.4f} |"
+              for size, by_arm in results.items() for arm, got in by_arm.items()]
     return "\n".join([
         f"Instructions per request of the whole proxy process (M; callgrind, every thread), {n} sequential "
-        f"requests per arm after {warmup} warm-up requests and 20 instrumented ones, counted until the proxy was "
-        f"back to its idle rate (measured just before them, {WINDOW_S:g} s windows), net of that rate. {what}", ""]
-        + bench.md_table(header, rows, "---:")) + "\n"
+        f"requests per arm and round after {warmup} warm-up requests and 20 instrumented ones, counted until the "
+        f"proxy was back to its idle rate (measured just before them, {WINDOW_S:g} s windows), net of that rate; "
+        f"the median of {rounds} such rounds, run one after the other on the arm's proxy. {what}", ""]
+        + bench.md_table(header, rows, "---:")
+        + ["", "Each round (M per request) and the rounds' spread, (max - min) / median:", "",
+           "| deployments | arm | " + " | ".join(f"round {k + 1}" for k in range(rounds)) + " | spread |",
+           "|---|---|" + "---:|" * (rounds + 1), *spread]) + "\n"
 
 
 def _write_counts(name: str, title: str, n: int, warmup: int, results: dict, text: str) -> None:
@@ -226,9 +249,9 @@ def _write_counts(name: str, title: str, n: int, warmup: int, results: dict, tex
                                **bench.conditions()}, f"# {title}\n\n" + text)
 
 
-def count_mode(base_url: str, sizes, n: int, warmup: int, work: Path) -> str:
+def count_mode(base_url: str, sizes, n: int, warmup: int, work: Path, rounds: int = 1) -> str:
     """The count mode's table: instructions per request per arm and model-list size."""
-    results, rows = counted(base_url, sizes, n, warmup, work, COUNT_ARMS), []
+    results, rows = counted(base_url, sizes, n, warmup, work, COUNT_ARMS, rounds), []
     for size, got in results.items():
         got.setdefault("group", got["litellm"])
         base, group = got["litellm"]["per_request"], got["group"]["per_request"]
@@ -238,19 +261,19 @@ def count_mode(base_url: str, sizes, n: int, warmup: int, work: Path) -> str:
     text = _count_text(n, warmup, "`wide`: the shipped `auto`, over every deployment; `group`: LiteLLM without the "
                        "plugin, every deployment under one model name (at 1 deployment: the litellm arm).",
                        ["deployments", "litellm", "plain", "alias", "wide", "group", "plain / litellm",
-                        "alias / litellm", "wide / group"], rows)
+                        "alias / litellm", "wide / group"], rows, results)
     _write_counts("proxy_count", "Whole-proxy instructions per request", n, warmup, results, text)
     return text
 
 
-def group_mode(base_url: str, sizes, n: int, warmup: int, work: Path) -> str:
+def group_mode(base_url: str, sizes, n: int, warmup: int, work: Path, rounds: int = 1) -> str:
     """The group mode's table: the alias against LiteLLM serving the same name as its own routing
     group, without the plugin (what a routing group costs LiteLLM by itself), with a callback that
     overrides nothing, and with callback_floor.py's (what LiteLLM charges any callback router)."""
     if overridden(CallbackFloor) != overridden(AisiaPlugin):
         raise SystemExit(f"callback_floor.py overrides {sorted(overridden(CallbackFloor))}, the plugin "
                          f"{sorted(overridden(AisiaPlugin))}: the floor must override the same hooks")
-    results, rows = counted(base_url, sizes, n, warmup, work, GROUP_ARMS), []
+    results, rows = counted(base_url, sizes, n, warmup, work, GROUP_ARMS, rounds), []
     for size, got in results.items():
         per = {a: got[a]["per_request"] for a in GROUP_ARMS}
         base = per["litellm"]
@@ -266,7 +289,7 @@ def group_mode(base_url: str, sizes, n: int, warmup: int, work: Path) -> str:
                        "callback); `plain`, `alias`: the same on a proxy with the plugin; `wide`: the shipped "
                        "`auto` on it (the contextual strategy, over every deployment).",
                        ["deployments"] + list(GROUP_ARMS) + [f"{a} / litellm" for a in list(GROUP_ARMS)[1:]]
-                       + ["alias / floor", "wide / floor"], rows)
+                       + ["alias / floor", "wide / floor"], rows, results)
     _write_counts("proxy_group_count", "The alias against LiteLLM's own routing group, in instructions", n, warmup,
                   results, text)
     return text
@@ -278,6 +301,8 @@ def main(argv=None) -> int:
                            modes=("timing,cprofile", "timing: wall time per call of TIMED, no profiler; cprofile: "
                                   "profiles and their differences; count: instructions per request (callgrind); "
                                   "group: the alias against LiteLLM's own routing group, counted likewise"),
+                           rounds=(3, "count and group modes: rounds per arm, one after the other (the median is "
+                                   "reported, each round beside it)"),
                            write=(False, "write benchmarks/results/proxy_profile.md"))
     work = Path(tempfile.mkdtemp(prefix="aisia-profile-"))
     sections = {}
@@ -285,7 +310,7 @@ def main(argv=None) -> int:
     with upstream() as base_url:
         for mode, run in (("count", count_mode), ("group", group_mode)):
             if mode in args.modes.split(","):
-                sections[mode] = run(base_url, sizes, args.requests, args.warmup, work / mode)
+                sections[mode] = run(base_url, sizes, args.requests, args.warmup, work / mode, args.rounds)
         metered(work, TIMED)  # Proxy.start runs the metering wrapper instead of litellm
         for mode in (m for m in args.modes.split(",") if m not in ("count", "group")):
             bench.progress(f"{mode}: starting the proxies under the profiling wrapper ...")
