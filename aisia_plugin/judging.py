@@ -38,7 +38,9 @@ class ServedAnswer:
     the decision's ``Decision.context`` (the contextual strategy's request vector, None for the
     other strategies), ``answer_key``, what names this answer for the agreement with the
     conversation signals (the conversation's ``Turn.answer_fingerprint``; None: not compared),
-    and ``request_id``, the proxy's id of the request it answered (its grade's decision-log line)."""
+    ``request_id``, the proxy's id of the request it answered (its grade's decision-log line), and
+    ``caller_key``, the hash of the API key that asked: the judge reads the caller's prompt, which
+    may be written to sway it, so its grade is weighed as that key's evidence (key_share.py)."""
 
     deployment_id: str
     alias: str
@@ -48,6 +50,7 @@ class ServedAnswer:
     context: Any = None
     answer_key: Optional[str] = None
     request_id: Optional[str] = None
+    caller_key: Optional[str] = None
 
 
 # -- the judge's deployment -----------------------------------------------------------------------

@@ -232,6 +232,32 @@ async def test_a_full_queue_drops_the_sample_and_counts_it_without_waiting(tmp_p
         await runner.aclose()
 
 
+async def test_a_keys_prompts_written_to_sway_the_judge_move_the_estimate_within_its_bound(tmp_path, upstream):
+    # The judge reads the caller's prompt: a client can write it to sway the grade. Its grades
+    # count as the caller's key's evidence, weighed against the other keys' (key_share.py); they
+    # named no key before, and a key whose answers the judge graded 2/10 took the estimate from
+    # the peers' 0.9 to the grade's side without bound.
+    from aisia_plugin.key_share import PullRule
+
+    engine = _engine(tmp_path, daily_usd_cap=1000)
+    for _ in range(30):
+        engine.record_quality("cheap-1", "auto", None, 0.9, "feedback", key="peer")
+    before = engine.quality_estimate("cheap-1", None)
+    runner, _ = _runner(engine, _router(upstream))
+    try:
+        for i in range(40):
+            assert runner.offer(replace(_served(key=f"fp-{i}"), caller_key="hostile")) is True
+            await runner.drain()
+        assert runner.counts == {"graded": 40}
+        counted, _ = engine.key_pulls.weights("cheap-1", "hostile")
+        assert 0.0 < counted < 40 * engine.quality.weight("judge")  # weighed: most of its weight refused
+        after = engine.quality_estimate("cheap-1", None)
+        print(f"the estimate {before:.3f} -> {after:.3f}")
+        assert before - after <= PullRule().max_pull + 1e-9
+    finally:
+        await runner.aclose()
+
+
 async def test_the_days_cap_stops_the_sampling_and_a_judge_off_samples_nothing(tmp_path, upstream):
     engine = _engine(tmp_path, daily_usd_cap=COST / 2)
     runner, reg = _runner(engine, _router(upstream), clock=lambda: 19000 * 86400.0)
@@ -354,9 +380,10 @@ async def test_a_success_event_of_an_alias_call_becomes_the_offered_record(upstr
     response = await _router(upstream).acompletion(model="grader", messages=messages)
     decision = Decision("cheap-1", "openai/cheap", "contextual", "best", 2, 0.7, alias="auto", domain="reasoning")
     decision.context = ("the request vector",)
-    served = served_answer({"messages": messages}, response, decision, "cheap-1")
+    served = served_answer({"messages": messages}, response, decision, "cheap-1", "req-1", "key-hash")
     assert served == ServedAnswer("cheap-1", "auto", "reasoning", messages, "Canberra.",
-                                  context=("the request vector",), answer_key=answer_fingerprint("Canberra."))
+                                  context=("the request vector",), answer_key=answer_fingerprint("Canberra."),
+                                  request_id="req-1", caller_key="key-hash")
     upstream.reply = ""
     empty = await _router(upstream).acompletion(model="grader", messages=messages)
     assert served_answer({"messages": messages}, empty, decision, "cheap-1") is None

@@ -166,7 +166,8 @@ class AisiaPlugin(ProxyLife, CustomLogger):
         if self.judge is not None and self.judge.settings().deployment is not None:
             # A sample for the judge, graded in the background; offered before the learning step
             # releases the decision's contextual features.
-            served = served_answer(kwargs, response_obj, attempt.decision, outcome.deployment_id, call.request_id)
+            served = served_answer(kwargs, response_obj, attempt.decision, outcome.deployment_id, call.request_id,
+                                   call.key)
             if served is not None:
                 escalation.judge_when_read(self, call, served, events.is_stream(kwargs))
         if not call.turn_noted:  # (a stream: its answer is whole only here)

@@ -182,8 +182,9 @@ class JudgeRunner:
         if grade is None:
             return UNPARSED
         engine = self.engine_of()
+        # The caller's key: its prompt was written to the judge as much as to the deployment.
         recorded = engine.record_quality(served.deployment_id, served.alias, served.domain, grade, "judge",
-                                         context=served.context)
+                                         context=served.context, key=served.caller_key or None)
         if recorded is None:
             return UNPARSED
         if self.evidence_log is not None:
@@ -217,11 +218,12 @@ class JudgeRunner:
 
 
 def served_answer(kwargs, response, decision, deployment_id: str,
-                  request_id: Optional[str] = None) -> Optional[ServedAnswer]:
+                  request_id: Optional[str] = None, caller_key: Optional[str] = None) -> Optional[ServedAnswer]:
     """The record ``JudgeRunner.offer`` takes, from an alias call's LiteLLM success event
     (``async_log_success_event(kwargs, response_obj, ...)``: the request's messages, the response
     as sent, a stream's assembled) and its ``Decision``. Read before the learning step drops the
-    decision's ``context``; `request_id`, the proxy's id of the request. None when there is no
+    decision's ``context``; `request_id`, the proxy's id of the request; `caller_key`, the hash of
+    the key that asked (whose evidence the grade counts as). None when there is no
     text answer to grade (a tool call alone, an embedding): the judge grades what a user read."""
     text = _reply_text(response)
     messages = kwargs.get("messages") if isinstance(kwargs, dict) else None
@@ -229,7 +231,7 @@ def served_answer(kwargs, response, decision, deployment_id: str,
         return None
     return ServedAnswer(deployment_id, decision.alias, learned_domain(decision), messages, text,
                         context=getattr(decision, "context", None), answer_key=answer_fingerprint(text),
-                        request_id=request_id)
+                        request_id=request_id, caller_key=caller_key)
 
 
 def deployment_by_name(deployments_of: Callable) -> Callable:
