@@ -202,7 +202,7 @@ GROUP_ARMS = {"litellm": ((False, False, True), PLAIN), "native": ((False, False
               "wide": ((True, False, False), "auto")}
 
 
-def counted(base_url: str, sizes, n: int, warmup: int, work: Path, arms: dict, rounds: int = 1) -> dict:
+def counted(base_url: str, sizes, n: int, warmup: int, work: Path, arms: dict, rounds: int) -> dict:
     """size -> arm -> ``rounds_of`` its `rounds` counts, its proxy under callgrind (one proxy
     per configuration)."""
     run_litellm_as(work / "litellm-callgrind", f"#!/bin/sh\nexec valgrind --tool=callgrind --instr-atstart=no "
@@ -249,7 +249,7 @@ def _write_counts(name: str, title: str, n: int, warmup: int, results: dict, tex
                                **bench.conditions()}, f"# {title}\n\n" + text)
 
 
-def count_mode(base_url: str, sizes, n: int, warmup: int, work: Path, rounds: int = 1) -> str:
+def count_mode(base_url: str, sizes, n: int, warmup: int, work: Path, rounds: int) -> str:
     """The count mode's table: instructions per request per arm and model-list size."""
     results, rows = counted(base_url, sizes, n, warmup, work, COUNT_ARMS, rounds), []
     for size, got in results.items():
@@ -266,7 +266,7 @@ def count_mode(base_url: str, sizes, n: int, warmup: int, work: Path, rounds: in
     return text
 
 
-def group_mode(base_url: str, sizes, n: int, warmup: int, work: Path, rounds: int = 1) -> str:
+def group_mode(base_url: str, sizes, n: int, warmup: int, work: Path, rounds: int) -> str:
     """The group mode's table: the alias against LiteLLM serving the same name as its own routing
     group, without the plugin (what a routing group costs LiteLLM by itself), with a callback that
     overrides nothing, and with callback_floor.py's (what LiteLLM charges any callback router)."""
@@ -304,6 +304,8 @@ def main(argv=None) -> int:
                            rounds=(3, "count and group modes: rounds per arm, one after the other (the median is "
                                    "reported, each round beside it)"),
                            write=(False, "write benchmarks/results/proxy_profile.md"))
+    if args.rounds < 1:
+        raise SystemExit(f"--rounds {args.rounds}: at least 1 round per arm")
     work = Path(tempfile.mkdtemp(prefix="aisia-profile-"))
     sections = {}
     sizes = [int(x) for x in str(args.deployments).split(",")]
