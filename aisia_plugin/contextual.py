@@ -633,8 +633,7 @@ class ContextualModels:
                 return 0.0
             if within > total:  # cut short
                 total, counted = within, ctx.noise_variance / (within - spread)
-        if bound is not None:
-            h_before, prec_before = prec * mean, prec
+        h_before, prec_before = prec * mean, prec  # (the key's part adds what this piece changes)
         mean = mean + var * x * (r / total)
         var = var - var * var * x * x / total
         prec = 1.0 / var
