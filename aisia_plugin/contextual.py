@@ -178,7 +178,7 @@ def _w32(val: np.ndarray) -> np.ndarray:
     return np.array((val, val * val), dtype=np.float32)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # (treated as immutable, not frozen: built per request; as bandit.ArmStats)
 class RequestVector:
     """A request's sparse feature vector: slot indices (repeats allowed) and their values."""
 
@@ -190,7 +190,7 @@ class RequestVector:
 
     def __post_init__(self):
         if self.w32 is None:
-            object.__setattr__(self, "w32", _w32(self.val))
+            self.w32 = _w32(self.val)
 
     @property
     def sq(self) -> np.ndarray:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from typing import Any, Optional
 
 from ..confidence import confidence, escalates
@@ -184,7 +183,7 @@ async def _cloud_answer(plugin, first, data: dict, mark: Side) -> tuple:
     on the CLOUD side through the proxy's Router; (the call, None) when it failed."""
     rt = plugin.runtime
     router = plugin._installed_router or _proxy_router()
-    rid = uuid.uuid4().hex
+    rid = events.new_request_id()
     request = {k: v for k, v in data.items() if k not in _NOT_RESENT}
     for key in ("litellm_metadata", "metadata"):  # the request's key metadata kept: billed to the same key
         meta = data.get(key)

@@ -5,7 +5,7 @@ One success or failure event arrives per attempt (a retry is a new attempt of th
 
 from __future__ import annotations
 
-import uuid
+import secrets
 from datetime import datetime
 from typing import Any, Iterable, Mapping, Optional
 
@@ -187,11 +187,18 @@ def request_id_in(meta: Mapping) -> Optional[str]:
     return str(rid) if rid else None
 
 
+def new_request_id() -> str:
+    """A fresh id of the plugin's: 128 random bits as 32 hex digits (``secrets.token_hex``, the
+    bits ``uuid.uuid4().hex`` draws without building a UUID object, about 14k instructions of
+    every alias request)."""
+    return secrets.token_hex(16)
+
+
 def stamp_request_id(data: dict) -> str:
-    """Give a request the plugin's own id, in the metadata LiteLLM hands every attempt of it
-    (``litellm_metadata`` where the route uses it, else ``metadata``, made when missing): a
-    random UUID4's hex."""
-    rid = uuid.uuid4().hex
+    """Give a request the plugin's own id (``new_request_id``), in the metadata LiteLLM hands
+    every attempt of it (``litellm_metadata`` where the route uses it, else ``metadata``, made
+    when missing)."""
+    rid = new_request_id()
     meta = data.get("litellm_metadata")
     if not isinstance(meta, dict):
         meta = data.get("metadata")
