@@ -29,11 +29,8 @@ from .signals import NEGATIVE_FOLLOWUP, content_text
 _DIGEST_BYTES = 16  # 128-bit fingerprints: collisions are out of reach, and a Turn stays small
 # A fingerprint's JSON of each part: json.dumps(part, sort_keys=True, ensure_ascii=False,
 # separators=(",", ":"), default=str), whose bytes stored fingerprints hold (replicas of two
-# versions share conversations). Written by json's own C encoder with those settings, built once:
-# json.dumps and JSONEncoder.encode build it anew on every call (about 1 us, four times a request).
-# No circular-reference check (markers None): the parts are parsed JSON, and a structure nested
-# too deep ends in RecursionError, which the conversation steps catch as any error.
-_JSON_ENCODE = json.encoder.c_make_encoder(None, str, json.encoder.encode_basestring, None, ":", ",", True, False, True)
+# versions share conversations), by one encoder (json.dumps builds one per call).
+_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 @dataclass  # (treated as immutable, not frozen: built per request; as bandit.ArmStats)
@@ -73,7 +70,7 @@ class JudgedTurn:
 def _digest(*parts) -> str:
     h = hashlib.blake2b(digest_size=_DIGEST_BYTES)
     for part in parts:
-        data = "".join(_JSON_ENCODE(part, 0))
+        data = _JSON.encode(part)
         h.update(len(data).to_bytes(8, "big"))  # length-prefixed: ("ab", "c") != ("a", "bc")
         h.update(data.encode("utf-8", "replace"))
     return h.hexdigest()
