@@ -104,6 +104,9 @@ class RedisServer:
         if tls:
             self.cert, self.key = self_signed_certificate(self.dir)
         self.port = port or free_port(cluster)
+        # A port this helper picked may be taken between its check and redis-server's bind (another
+        # test's process, a cluster node's bus port): the first start then moves to another one.
+        self._may_move = port is None
         self.user, self.password = user, password
         self.extra = tuple(extra)
         self.proc: Optional[subprocess.Popen] = None
@@ -141,6 +144,18 @@ class RedisServer:
     def start(self, timeout: float = 10.0) -> "RedisServer":
         if self.proc is not None and self.proc.poll() is None:
             return self
+        moves = 0
+        while True:
+            try:
+                return self._start_once(timeout)
+            except RedisServerError as e:
+                if not (self._may_move and "Address already in use" in str(e)) or moves == 4:
+                    raise
+            moves += 1
+            self.port = free_port(self.cluster)
+            (self.dir / "nodes.conf").unlink(missing_ok=True)  # a node that never ran: nothing to keep
+
+    def _start_once(self, timeout: float) -> "RedisServer":
         self.proc = subprocess.Popen(self.args(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -149,6 +164,7 @@ class RedisServer:
                 log = (self.dir / "redis.log").read_text(errors="replace")[-2000:] if (self.dir / "redis.log").exists() else ""
                 raise RedisServerError(f"redis-server on port {self.port} exited: {err} {log}")
             if self.ping():
+                self._may_move = False  # it ran on this port: a restart keeps it
                 return self
             time.sleep(0.02)
         self.kill()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import time
 
@@ -89,6 +90,31 @@ def test_a_cluster_named_by_redis_cluster_nodes(redis_env, tmp_path):
         assert _store_learns_through(target)["x"]["count"] == 10
     finally:
         cluster.stop()
+
+
+def test_a_cluster_node_whose_bus_port_is_taken_before_it_binds_moves_to_another_port(tmp_path):
+    # The race a full run met once: the bus port (port + 10000) free when the helper picked the
+    # port, taken by the time redis-server bound it. The helper's first start moves; one it was
+    # told to use (a restart on the same port) does not.
+    import redis_server as helper
+
+    node = RedisServer(tmp_path / "node", cluster=True)
+    picked = node.port
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", picked + 10000))
+        squatter.listen()
+        node.start()
+        try:
+            assert node.port != picked and node.ping()
+            moved = node.port
+            node.kill()
+            node.start()  # a restart keeps the port it ran on
+            assert node.port == moved and node.ping()
+        finally:
+            node.stop()
+        fixed = RedisServer(tmp_path / "fixed", cluster=True, port=picked)
+        with pytest.raises(helper.RedisServerError, match="Address already in use"):
+            fixed.start()
 
 
 def test_the_master_named_by_redis_sentinel_nodes(redis_env, tmp_path):
