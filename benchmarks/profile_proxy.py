@@ -230,9 +230,15 @@ def counted(base_url: str, sizes, n: int, warmup: int, work: Path, arms: dict, r
 
 def _count_text(n: int, warmup: int, what: str, header: list, rows: list, results: dict) -> str:
     rounds = max(len(got["rounds"]) for by_arm in results.values() for got in by_arm.values())
-    spread = [f"| {size} | {arm} | " + " | ".join(f"{r / 1e6:.3f}" for r in got["rounds"])
-              + f" | {(max(got['rounds']) - min(got['rounds'])) / got['per_request']:.4f} |"
-              for size, by_arm in results.items() for arm, got in by_arm.items()]
+    spread = []
+    for size, by_arm in results.items():
+        listed = []
+        for arm, got in by_arm.items():
+            if any(got is other for other in listed):
+                continue  # an arm standing for another (the count mode's `group` at 1 deployment) is listed once
+            listed.append(got)
+            spread.append(f"| {size} | {arm} | " + " | ".join(f"{r / 1e6:.3f}" for r in got["rounds"])
+                          + f" | {(max(got['rounds']) - min(got['rounds'])) / got['per_request']:.4f} |")
     return "\n".join([
         f"Instructions per request of the whole proxy process (M; callgrind, every thread), {n} sequential "
         f"requests per arm and round after {warmup} warm-up requests and 20 instrumented ones, counted until the "

@@ -35,3 +35,16 @@ def test_the_floor_changes_nothing_and_sends_headers_only_on_alias_answers():
     pre, kept, alias_headers, plain_headers = asyncio.run(run())
     assert pre is data and kept is rows
     assert alias_headers == HEADERS and plain_headers is None
+
+
+def test_the_counts_list_each_arms_rounds_once_where_one_arm_stands_for_another():
+    # The count mode's `group` at one deployment is the litellm arm's count (one proxy serves both).
+    import profile_proxy
+
+    litellm = {"per_request": 39e6, "rounds": [39.1e6, 39e6, 38.9e6]}
+    alias = {"per_request": 40.5e6, "rounds": [40.5e6, 40.6e6, 40.4e6]}
+    text = profile_proxy._count_text(60, 200, "", ["deployments"], [["1"]],
+                                     {1: {"litellm": litellm, "alias": alias, "group": litellm}})
+    rounds = [line for line in text.splitlines() if line.startswith("| 1 | ")]
+    assert rounds == ["| 1 | litellm | 39.100 | 39.000 | 38.900 | 0.0051 |",
+                      "| 1 | alias | 40.500 | 40.600 | 40.400 | 0.0049 |"]
