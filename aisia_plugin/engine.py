@@ -14,10 +14,11 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from . import blame, plugins
+from .answer_time import TokenTimes
 from .bandit import ArmStats, gamma_for
 from .blame import Verdict
 from .capabilities import lacking, refusal, request_needs
@@ -61,7 +62,8 @@ _SLA_TARGET_P95_MS = float(defaults_of("Sla")["target_p95_ms"])
 
 class Engine:
     def __init__(self, policy: Policy, *, clock: Callable[[], float] = time.time,
-                 rng: Optional[random.Random] = None, store: Optional[StateStore] = None):
+                 rng: Optional[random.Random] = None, store: Optional[StateStore] = None,
+                 token_times: Optional[TokenTimes] = None):
         self.policy = policy
         self.clock = clock
         self.rng = rng if rng is not None else random.Random()
@@ -95,6 +97,9 @@ class Engine:
         # store shows them beside the evidence in its stats.
         self.quality = QualityPriors(policy.quality, self.quality_gamma)
         self.key_pulls = KeyPulls()  # each key's pull on a deployment's estimate (key_share.py)
+        # Each deployment's time per output token, which brings a success's latency to the
+        # reference length (answer_time.py); the proxy's engines share one.
+        self.token_times = token_times if token_times is not None else TokenTimes()
         # The store's stats show the first engine's priors: another engine over the same store (a
         # team layer's, a reload's) does not replace them with priors that know no deployment yet;
         # the proxy's runtime attaches its operator's engine's own (Runtime.attach_priors).
@@ -409,6 +414,15 @@ class Engine:
         plain = self.quality_estimate(outcome.deployment_id, domain) if outcome.quality is None else 0.0
         return kind, reward(outcome, self.policy.reward, target, plain)
 
+    def at_reference_length(self, outcome: Outcome) -> Outcome:
+        """A success as it teaches latency: its time at the reference answer length
+        (``bandit.latency_reference_tokens``; answer_time.py), so that no client's choice of
+        length moves a deployment's latency for the others."""
+        seconds = self.token_times.at_reference_length(outcome.deployment_id, outcome.latency_s,
+                                                       outcome.output_tokens, not outcome.stream,
+                                                       self.policy.bandit.latency_reference_tokens)
+        return outcome if seconds == outcome.latency_s else replace(outcome, latency_s=seconds)
+
     def quality_estimate(self, deployment_id: str, domain: Optional[str] = None) -> float:
         """The deployment's quality estimate (quality.py): its prior in `domain` moved by the
         evidence recorded there (the per-domain record when per-domain learning is on, else the
@@ -491,10 +505,12 @@ class Engine:
         else:
             alias, evidence_domain = decision_or_alias, evidence_domain or domain
         ap = self.policy.aliases.get(alias)
-        kind, value = self.judge(ap, outcome, domain, verdict)
+        # What it teaches: a success's latency at the reference length (the observers see it as measured).
+        taught = self.at_reference_length(outcome) if outcome.success else outcome
+        kind, value = self.judge(ap, taught, domain, verdict)
         per_domain = domain if (domain and self.policy.bandit.per_domain.enabled) else None
         tick = self.store.record_outcome(outcome_record(
-            outcome.deployment_id, self.clock(), kind, value if value is not None else 0.0, outcome.latency_s,
+            outcome.deployment_id, self.clock(), kind, value if value is not None else 0.0, taught.latency_s,
             pin_key(alias, session) if alias else None, per_domain, outcome.retry_after_s, None,
             pace_key(alias, team) if alias in self.pace_rules else None, outcome.cost_usd), self.rules)
         if outcome.quality is not None and value is not None and kind is None:

@@ -70,7 +70,8 @@ LAYERS = (
                        "aisia_plugin.numbers", "aisia_plugin.decision", "aisia_plugin.re2compat",
                        "aisia_plugin.globs", "aisia_plugin.resources", "aisia_plugin.schema_defaults",
                        "aisia_plugin.pacing", "aisia_plugin.quality", "aisia_plugin.blame", "aisia_plugin.key_share",
-                       "aisia_plugin.capabilities", "aisia_plugin.confidence", "aisia_plugin.local_first")),
+                       "aisia_plugin.capabilities", "aisia_plugin.confidence", "aisia_plugin.local_first",
+                       "aisia_plugin.answer_time")),
 )
 
 def _module_files() -> dict[str, Path]:

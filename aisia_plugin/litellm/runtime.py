@@ -12,6 +12,7 @@ from collections import OrderedDict, deque
 from dataclasses import replace
 from typing import Any, Mapping, Optional
 
+from ..answer_time import TokenTimes
 from ..blame import PROVIDER, OutlierRule, key_outlier, outlier_verdict
 from ..decision import Decision, Deployment, learned_domain
 from ..deployments import build_deployment
@@ -112,7 +113,10 @@ class Runtime:
         self.loaded = loaded
         self.policy: Policy = loaded.policy
         self.store = store if store is not None else open_store(self.policy)
-        self.engine = Engine(self.policy, clock=self.store.clock, store=self.store)
+        # Each deployment's time per output token (answer_time.py): one for every engine (the
+        # teams' layers', a reload's), as the arms it adjusts are the store's.
+        self.token_times = TokenTimes()
+        self.engine = self.new_engine(self.policy)
         self.attach_priors(None)
         self._deployments: dict[str, tuple[Any, Any, Deployment]] = {}
         self._names: dict[str, tuple] = {}
@@ -131,7 +135,7 @@ class Runtime:
     def new_engine(self, policy: Policy) -> Engine:
         """An engine for `policy` over this store (what was learned is kept). Compiling its
         patterns takes a while: a reload builds it in a thread."""
-        return Engine(policy, clock=self.store.clock, store=self.store)
+        return Engine(policy, clock=self.store.clock, store=self.store, token_times=self.token_times)
 
     def attach_priors(self, previous: Optional[Engine]) -> None:
         """Show the operator's engine's priors in the store's stats (a layer's engine never
@@ -226,10 +230,11 @@ class Runtime:
     def reset(self, deployment_id: str) -> None:
         """Forget what was learned of a deployment (an operator knows it is fixed): its arms,
         quality evidence and breaker in the store, its recent calls and the keys' recent evidence
-        here (the keys' pulls were read against the evidence just forgotten)."""
+        here (the keys' pulls were read against the evidence just forgotten), and its time per token."""
         self.store.reset(deployment_id)
         self.store.forget_peer_calls(deployment_id)
         self.engine.key_pulls.forget(deployment_id)
+        self.token_times.forget(deployment_id)
 
     def deployment_provider(self, deployment_id: Optional[str]) -> str:
         """The deployment's provider ('' when unknown): two failures of one request on two

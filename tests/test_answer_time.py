@@ -1,0 +1,115 @@
+"""answer_time.py: a success's latency at the reference answer length, and what a key asking for
+long answers can do to another tenant's `auto/fast` choice with it (docs/security.md#tenants)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from aisia_plugin.answer_time import (MIN_SPREAD_TOKENS, TokenTimeFit, TokenTimes, at_reference_length, fitted,
+                                      per_token_s)
+from helpers import deployment
+from aisia_plugin.engine import Engine
+from aisia_plugin.outcome import Outcome
+from aisia_plugin.policy import load_policy
+
+
+def _fit(points) -> TokenTimeFit:
+    fit = TokenTimeFit()
+    for tokens, seconds in points:
+        fit = fitted(fit, tokens, seconds)
+    return fit
+
+
+def test_the_line_finds_the_time_per_token_of_answers_of_different_lengths():
+    rng = random.Random(7)
+    # 0.4 s fixed, 20 ms a token, a little noise; most answers short, a few long.
+    points = [(t, 0.4 + 0.02 * t + rng.gauss(0, 0.02)) for t in
+              [rng.randint(20, 120) for _ in range(150)] + [rng.randint(1500, 4000) for _ in range(10)]]
+    assert per_token_s(_fit(points)) == pytest.approx(0.02, rel=0.02)
+
+
+def test_no_line_is_read_from_answers_of_one_length_nor_a_falling_one():
+    assert per_token_s(_fit([(100, 1.0 + 0.001 * k) for k in range(50)])) == 0.0
+    spread = MIN_SPREAD_TOKENS * 0.9  # two lengths whose standard deviation is just under the spread
+    assert per_token_s(_fit([(100.0, 1.0), (100.0 + 2 * spread, 5.0)] * 20)) == 0.0
+    assert per_token_s(_fit([(t, 10.0 - 0.001 * t) for t in range(10, 2000, 50)])) == 0.0  # longer, faster: no line
+    assert per_token_s(TokenTimeFit()) == 0.0
+
+
+def test_an_answer_counts_at_the_reference_length_between_its_time_and_its_time_scaled():
+    # 0.5 s + 10 ms a token: 4,000 tokens take 40.5 s, 256 take 3.06 s.
+    assert at_reference_length(40.5, 4000, 0.01, 256) == pytest.approx(3.06)
+    assert at_reference_length(0.6, 10, 0.01, 256) == pytest.approx(3.06)
+    # A line too steep or too flat moves it no further than the bounds any line allows.
+    assert at_reference_length(40.5, 4000, 1.0, 256) == pytest.approx(40.5 * 256 / 4000)
+    assert at_reference_length(0.6, 10, 1.0, 256) == pytest.approx(0.6 * 256 / 10)
+    assert at_reference_length(40.5, 4000, 1e-9, 256) == pytest.approx(40.5, rel=1e-6)
+    # As measured: no length, no line, the reference off.
+    assert at_reference_length(40.5, None, 0.01, 256) == 40.5
+    assert at_reference_length(40.5, 4000, 0.0, 256) == 40.5
+    assert at_reference_length(40.5, 4000, 0.01, 0) == 40.5
+
+
+def test_a_deployments_first_long_answer_is_read_against_the_line_it_makes():
+    times = TokenTimes()
+    for k in range(30):
+        assert times.at_reference_length("a", 0.5 + 0.01 * 40, 40, True, 256) == pytest.approx(0.9)
+    # The first long answer: its own point and the short ones make the line.
+    assert times.at_reference_length("a", 0.5 + 0.01 * 4000, 4000, True, 256) == pytest.approx(0.5 + 0.01 * 256)
+    assert times.per_token_s("a") == pytest.approx(0.01)
+    # A stream is moved by the line but does not fit it (its end waits on the client's reading).
+    before = times.per_token_s("a")
+    slow = times.at_reference_length("a", 300.0, 4000, False, 256)
+    assert times.per_token_s("a") == before and slow == pytest.approx(300.0 - 0.01 * (4000 - 256))
+    times.forget("a")
+    assert times.per_token_s("a") == 0.0
+    assert times.at_reference_length("b", None, 10, True, 256) is None
+
+
+POLICY = """
+version: 1
+defaults: false
+aliases:
+  t/fast:
+    description: the fastest
+    strategy: latency
+    exploration: 0
+bandit: {latency_reference_tokens: %d}
+"""
+DEPLOYMENTS = [deployment("p1-quick"), deployment("p2-slow")]
+SPEED = {"p1-quick": (0.3, 0.010), "p2-slow": (0.6, 0.012)}  # fixed seconds, seconds per output token
+
+
+def _answer(engine: Engine, dep: str, tokens: int) -> None:
+    fixed, per_token = SPEED[dep]
+    engine.record("t/fast", Outcome(dep, True, latency_s=fixed + per_token * tokens, output_tokens=tokens))
+
+
+def _share_to_quick(engine: Engine, n: int = 40) -> float:
+    picks = [engine.decide("t/fast", [{"role": "user", "content": f"q {k}"}], DEPLOYMENTS).deployment_id
+             for k in range(n)]
+    return picks.count("p1-quick") / n
+
+
+@pytest.mark.parametrize("reference", [256, 0])
+def test_a_key_asking_for_long_answers_does_not_move_the_others_fast_choice(tmp_path, reference):
+    (tmp_path / "policy.yaml").write_text(POLICY % reference)
+    engine = Engine(load_policy([tmp_path / "policy.yaml"]), rng=random.Random(1))
+    rng = random.Random(3)
+    for _ in range(20):  # the other tenants' answers: 60 to 200 tokens on both
+        for dep in SPEED:
+            _answer(engine, dep, rng.randint(60, 200))
+    before = _share_to_quick(engine)
+    for _ in range(30):  # a key's answers of 4,000 tokens on the faster deployment
+        _answer(engine, "p1-quick", 4000)
+    after = _share_to_quick(engine)
+    latency = engine.store.stats()["p1-quick"]["avg_latency"]
+    print(f"reference {reference}: share to the faster {before:.2f} -> {after:.2f}; its latency {latency:.2f} s")
+    assert before == 1.0
+    if reference:
+        assert after == 1.0
+        assert latency == pytest.approx(0.3 + 0.010 * 256, rel=0.01)  # its time for 256 tokens
+    else:  # the seed's latency as measured: 40.3 s answers make the faster one the slower
+        assert after == 0.0
