@@ -1,26 +1,27 @@
-"""How long a deployment takes for an answer of the reference length (docs/design.md#latency-at-the-reference-length).
+"""How long a deployment takes for an answer, whatever length a client asked for
+(docs/design.md#latency-and-answer-length).
 
 An answer's time grows with its length: a fixed part (the provider's queue, the prompt, the first
 token) plus a time per output token. The length is the client's to choose (its ``max_tokens``,
-what it asks for), and the learned latency is every tenant's: one key asking for answers of 4,000
-tokens on the faster of two deployments took the other keys' ``auto/fast`` share of it from 98 %
-to 7 % (an in-process measurement, 2026-12-07). So the latency a success teaches is the time its
-answer would have taken at the reference length (``bandit.latency_reference_tokens``, the
-length the cost estimate assumes too): its measured time less the deployment's time per token
-times the tokens beyond the reference (plus, for a shorter answer, times the tokens short of it).
+what it asks for), and the learned latency is every tenant's: one key's 30 answers of 4,000 tokens
+on the faster of two deployments took its latency from 0.99 s to 20.3 s, and every other tenant's
+``auto/fast`` choice left it (tests/test_answer_time.py). So an answer longer than the cap
+(``bandit.latency_length_cap_tokens``) teaches the time an answer of the cap's length would have
+taken there: its measured time less the deployment's time per token times the tokens beyond the
+cap. A key's answers then move a deployment's latency at most to what the cap's length takes
+there, however long they are; answers within the cap teach their time as measured.
 
 The time per token is a least-squares line of an answer's seconds on its output tokens, fitted per
 deployment over its recent answers (each weighs ``1 - 1 / FIT_MEMORY`` of the one after it), read
 only once the answers' lengths spread over at least ``MIN_SPREAD_TOKENS`` (their standard
-deviation): answers all of one length say nothing of it, and need no moving. Only whole answers
-a client did not read as they came fit the line (not a stream, whose last chunk waits on the
-client's reading).
+deviation). An answer fits the line before it is read against it, so a deployment's first long
+answer is read against the line it makes with the shorter ones. Only whole answers fit it (not a
+stream, whose last chunk waits on the client's reading).
 
-Whatever the fitted time per token, an answer's time at the reference length is kept between its
-measured time and that time scaled to the reference (``seconds x reference / tokens``): for any
-fixed part and time per token of zero or more, the true one lies there. So a line fitted wrong
-(too few answers, a prompt's length that grows with its answer's) moves a sample no further than
-that, and a line not known yet leaves it as measured.
+Whatever the line, a long answer's time at the cap is kept between its time scaled to the cap
+(``seconds x cap / tokens``) and its measured time: for any fixed part and time per token of zero
+or more, the true one lies there. So a line fitted wrong (too few answers, prompts that grow with
+their answers) moves a sample no further than that, and no line leaves it as measured.
 
 Pure: plain data, no clock; the engine keeps one ``TokenTimes`` per process (the runtime shares it
 between its engines)."""
@@ -68,17 +69,13 @@ def per_token_s(fit: TokenTimeFit, min_spread: float = MIN_SPREAD_TOKENS) -> flo
     return slope if slope > 0.0 and math.isfinite(slope) else 0.0
 
 
-def at_reference_length(seconds: float, tokens: Optional[float], per_token: float, reference: float) -> float:
-    """An answer's time at the reference length: `seconds` moved by `per_token` times the tokens
-    between its length and the reference, kept between `seconds` and ``seconds x reference /
-    tokens`` (module docstring). As measured when its length is unknown, no line is known or the
-    reference is 0 (off)."""
-    if not tokens or tokens <= 0 or per_token <= 0.0 or reference <= 0 or not math.isfinite(seconds):
+def at_length_cap(seconds: float, tokens: Optional[float], per_token: float, cap: float) -> float:
+    """An answer's time as it teaches latency: as measured within the `cap` (or when its length is
+    unknown, or the cap is 0: off); beyond it, `seconds` less `per_token` times the tokens past
+    the cap, kept between ``seconds x cap / tokens`` and `seconds` (module docstring)."""
+    if not tokens or cap <= 0 or tokens <= cap or not math.isfinite(seconds):
         return seconds
-    moved = seconds - per_token * (tokens - reference)
-    scaled = seconds * reference / tokens
-    low, high = (scaled, seconds) if scaled < seconds else (seconds, scaled)
-    return min(max(moved, low), high)
+    return min(max(seconds - per_token * (tokens - cap), seconds * cap / tokens), seconds)
 
 
 class TokenTimes:
@@ -87,21 +84,20 @@ class TokenTimes:
     def __init__(self):
         self._fits: dict[str, TokenTimeFit] = {}
 
-    def at_reference_length(self, deployment_id: str, seconds: Optional[float], tokens: Optional[int],
-                            whole: bool, reference: int) -> Optional[float]:
-        """`seconds` of an answer of `tokens` output tokens at the `reference` length; the answer
-        fits the deployment's line first when `whole` (not a stream), so that the first long
-        answer of a deployment is already read against a line."""
-        if seconds is None or not math.isfinite(seconds) or seconds < 0 or reference <= 0:
+    def at_length_cap(self, deployment_id: str, seconds: Optional[float], tokens: Optional[int], whole: bool,
+                      cap: int) -> Optional[float]:
+        """`seconds` of an answer of `tokens` output tokens as it teaches latency
+        (``at_length_cap``); a `whole` answer (not a stream) fits the deployment's line first."""
+        if seconds is None or not math.isfinite(seconds) or seconds < 0 or cap <= 0:
             return seconds
         fit = self._fits.get(deployment_id)
         if whole and tokens is not None and tokens > 0:
             if fit is None and len(self._fits) >= MAX_DEPLOYMENTS:
                 self._fits.clear()
             fit = self._fits[deployment_id] = fitted(fit or TokenTimeFit(), float(tokens), seconds)
-        if fit is None:
+        if fit is None or not tokens or tokens <= cap:
             return seconds
-        return at_reference_length(seconds, tokens, per_token_s(fit), reference)
+        return at_length_cap(seconds, tokens, per_token_s(fit), cap)
 
     def per_token_s(self, deployment_id: str) -> float:
         fit = self._fits.get(deployment_id)

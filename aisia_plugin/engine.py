@@ -97,8 +97,8 @@ class Engine:
         # store shows them beside the evidence in its stats.
         self.quality = QualityPriors(policy.quality, self.quality_gamma)
         self.key_pulls = KeyPulls()  # each key's pull on a deployment's estimate (key_share.py)
-        # Each deployment's time per output token, which brings a success's latency to the
-        # reference length (answer_time.py); the proxy's engines share one.
+        # Each deployment's time per output token, which brings a long answer's latency to the
+        # length cap (answer_time.py); the proxy's engines share one.
         self.token_times = token_times if token_times is not None else TokenTimes()
         # The store's stats show the first engine's priors: another engine over the same store (a
         # team layer's, a reload's) does not replace them with priors that know no deployment yet;
@@ -414,13 +414,12 @@ class Engine:
         plain = self.quality_estimate(outcome.deployment_id, domain) if outcome.quality is None else 0.0
         return kind, reward(outcome, self.policy.reward, target, plain)
 
-    def at_reference_length(self, outcome: Outcome) -> Outcome:
-        """A success as it teaches latency: its time at the reference answer length
-        (``bandit.latency_reference_tokens``; answer_time.py), so that no client's choice of
-        length moves a deployment's latency for the others."""
-        seconds = self.token_times.at_reference_length(outcome.deployment_id, outcome.latency_s,
-                                                       outcome.output_tokens, not outcome.stream,
-                                                       self.policy.bandit.latency_reference_tokens)
+    def at_length_cap(self, outcome: Outcome) -> Outcome:
+        """A success as it teaches latency: an answer longer than ``bandit.latency_length_cap_tokens``
+        counts the time that length takes on its deployment (answer_time.py), so that a client's
+        choice of length moves a deployment's latency for the others at most that far."""
+        seconds = self.token_times.at_length_cap(outcome.deployment_id, outcome.latency_s, outcome.output_tokens,
+                                                 not outcome.stream, self.policy.bandit.latency_length_cap_tokens)
         return outcome if seconds == outcome.latency_s else replace(outcome, latency_s=seconds)
 
     def quality_estimate(self, deployment_id: str, domain: Optional[str] = None) -> float:
@@ -505,8 +504,8 @@ class Engine:
         else:
             alias, evidence_domain = decision_or_alias, evidence_domain or domain
         ap = self.policy.aliases.get(alias)
-        # What it teaches: a success's latency at the reference length (the observers see it as measured).
-        taught = self.at_reference_length(outcome) if outcome.success else outcome
+        # What it teaches: a long answer's latency at the length cap (the observers see it as measured).
+        taught = self.at_length_cap(outcome) if outcome.success else outcome
         kind, value = self.judge(ap, taught, domain, verdict)
         per_domain = domain if (domain and self.policy.bandit.per_domain.enabled) else None
         tick = self.store.record_outcome(outcome_record(

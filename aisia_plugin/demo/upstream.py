@@ -67,6 +67,8 @@ class UpstreamSpec:
     name: str
     model: Optional[str] = None  # the model id it reports; defaults to the name
     latency_ms: float = 0.0
+    # Added per output token of the answer: a long answer takes longer (a stream's, spread over its words).
+    ms_per_token: float = 0.0
     error_rate: float = 0.0
     input_cost_per_1m: float = 1.0
     output_cost_per_1m: float = 2.0
@@ -91,8 +93,8 @@ class UpstreamSpec:
     def __post_init__(self):
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", self.name or ""):
             raise ValueError(f"upstream name {self.name!r}: use letters, digits, '.', '_' or '-'")
-        if self.latency_ms < 0:
-            raise ValueError(f"upstream {self.name}: latency_ms must be >= 0")
+        if self.latency_ms < 0 or self.ms_per_token < 0:
+            raise ValueError(f"upstream {self.name}: latency_ms and ms_per_token must be >= 0")
         if not 0.0 <= self.error_rate <= 1.0:
             raise ValueError(f"upstream {self.name}: error_rate must be in [0, 1]")
         for domain, s in dict(self.strengths).items():
@@ -438,6 +440,8 @@ class _Handler(BaseHTTPRequestHandler):
         if mode == "malformed":
             self._malformed(cid, stream)
         elif not stream:
+            if spec.ms_per_token:
+                time.sleep(spec.ms_per_token * usage["completion_tokens"] / 1000.0)
             completion = self._completion(cid, created, text, usage)
             if mode == "stream_break":
                 self._cut_short(json.dumps(completion).encode())
@@ -506,7 +510,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._event({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
         if mode == "repeat":
             words = ["again"] * _REPEATS
+        pause = self.state.spec.ms_per_token * usage["completion_tokens"] / 1000.0 / max(len(words), 1)
         for i, w in enumerate(words):
+            if pause:
+                time.sleep(pause)
             if mode == "stream_break" and i == 2:
                 self._drop()  # mid-stream: no final chunk, no [DONE], no terminating chunk
                 return
@@ -689,7 +696,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m aisia_plugin.demo.upstream",
                                 description="Run simulated OpenAI-compatible upstreams on 127.0.0.1 until Ctrl-C.")
     p.add_argument("--spec", action="append", default=[], metavar="NAME[:key=value,...]",
-                   help="one upstream (repeatable); keys: model, latency_ms, error_rate, input_cost_per_1m, "
+                   help="one upstream (repeatable); keys: model, latency_ms, ms_per_token, error_rate, input_cost_per_1m, "
                         "output_cost_per_1m, default_strength, strength.DOMAIN, reply_words, seed, port, local, echo")
     p.add_argument("--demo", action="store_true", help="run the demo's simulated providers")
     p.add_argument("--json", action="store_true", help="print one JSON object per upstream instead of a table")

@@ -152,7 +152,7 @@ class Bandit(BaseModel):
     cost_scale_per_1m: float
     latency_scale_s: float
     latency_ema_weight: float
-    latency_reference_tokens: int
+    latency_length_cap_tokens: int
     initial_latency_s: float
     thompson_success_threshold: float
     thompson_bonuses: bool
