@@ -1,0 +1,92 @@
+"""Through a real LiteLLM proxy: a key asking for long answers moves another team's `auto/fast`-like
+choice (the latency strategy) no further than the length cap says (docs/design.md#latency-and-answer-length):
+each of its answers teaches at most the time 256 tokens take on the deployment.
+
+The faster deployment answers in 20 ms plus 1 ms per output token, the other in 1 s plus as
+much; the usual answer is 40 tokens. The hostile key aims answers of 1,500 tokens (about 1.5 s
+each) at the faster one through an alias of that one candidate. Learned as measured
+(`latency_length_cap_tokens: 0` in this policy), eight of them took its latency from 0.066 s to
+1.28 s and the other team's share of it from 1.0 to 0.0; with the cap, to 0.259 s and 1.0."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from fault_helpers import admin_get, explain_rows, start_custom_auth_proxy
+from proxy_harness import start_upstreams, stop_upstreams
+
+pytestmark = pytest.mark.proxy
+
+ALIAS, ONLY = "t/fast", "t/quick-only"
+HOSTILE, PLAIN = "sk-lat-hostile", "sk-lat-plain"
+KEYS = {HOSTILE: {"role": "internal_user", "team_id": "team-hostile"},
+        PLAIN: {"role": "internal_user", "team_id": "team-plain"}}
+POLICY = f"""\
+version: 1
+defaults: false
+aliases:
+  {ALIAS}:
+    description: the lowest p95 latency
+    strategy: latency
+    exploration: 0
+    candidates: {{models: [lat-quick, lat-other]}}
+  {ONLY}:
+    description: one deployment (any alias of one candidate lets a key aim at it)
+    strategy: ucb1
+    candidates: {{models: [lat-quick]}}
+bandit: {{initial_latency_s: 0}}  # both measured first (pool order, then the unmeasured one)
+"""
+LONG_WORDS, USUAL_WORDS = 1500, 40
+
+
+def answer_of_asked_length(name: str, messages: list) -> str:
+    """A long answer when the prompt asks for one, else a usual one (a token a word)."""
+    asked = str(messages[-1].get("content", ""))
+    return " ".join(["word"] * (LONG_WORDS if "at length" in asked else USUAL_WORDS))
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory):
+    running = start_upstreams([
+        {"name": "lat-quick", "latency_ms": 20, "ms_per_token": 1.0, "responder": answer_of_asked_length},
+        {"name": "lat-other", "latency_ms": 1000, "ms_per_token": 1.0, "responder": answer_of_asked_length}])
+    p = start_custom_auth_proxy(tmp_path_factory.mktemp("latency-isolation"), {u.name: u for u in running}, POLICY,
+                                KEYS, litellm_settings={"request_timeout": 120})
+    yield p
+    p.stop()
+    stop_upstreams(running)
+
+
+def served(proxy, key: str, text: str, alias: str = ALIAS) -> str:
+    r = httpx.post(proxy.base_url + "/chat/completions", timeout=120, headers={"Authorization": f"Bearer {key}"},
+                   json={"model": alias, "messages": [{"role": "user", "content": text}]})
+    assert r.status_code == 200, r.text
+    explain_rows(proxy, r.headers["x-aisia-request-id"])  # its outcome learned
+    return r.headers["x-litellm-model-id"]
+
+
+def latency_of(proxy, dep: str) -> float:
+    return admin_get(proxy, "/admin/bandit/stats")[dep]["avg_latency"]
+
+
+def test_a_keys_long_answers_move_the_others_latency_choice_at_most_to_the_caps_length(proxy):
+    # Warm-up: both measured, the first calls' connection set-up forgotten by the EMA.
+    for k in range(20):
+        served(proxy, PLAIN, f"first question {k}")
+    before = [served(proxy, PLAIN, f"question {k}") for k in range(10)]
+    usual = latency_of(proxy, "lat-quick")
+    # Through `auto/fast` itself its long answers would spread over both deployments; an alias of
+    # one candidate aims them at the faster one.
+    hostile = [served(proxy, HOSTILE, f"tell me at length, take {k}", ONLY) for k in range(8)]
+    taught = latency_of(proxy, "lat-quick")
+    after = [served(proxy, PLAIN, f"another question {k}") for k in range(10)]
+    print(f"lat-quick learned {usual:.3f} s, {taught:.3f} s after the long answers; "
+          f"the plain team's share to it {before.count('lat-quick') / 10:.1f} -> {after.count('lat-quick') / 10:.1f}")
+    assert hostile == ["lat-quick"] * 8
+    assert before == after == ["lat-quick"] * 10
+    # Each long answer (about 1.52 s) taught at most the time of 256 tokens there (about 0.28 s,
+    # with the proxy's own time); learned as measured, 8 of them at weight 0.2 reach 1.3 s.
+    assert usual < 0.2
+    assert taught < 0.45
+    assert latency_of(proxy, "lat-other") > 1.0
