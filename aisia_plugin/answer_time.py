@@ -11,12 +11,17 @@ taken there: its measured time less the deployment's time per token times the to
 cap. A key's answers then move a deployment's latency at most to what the cap's length takes
 there, however long they are; answers within the cap teach their time as measured.
 
-The time per token is a least-squares line of an answer's seconds on its output tokens, fitted per
-deployment over its recent answers (each weighs ``1 - 1 / FIT_MEMORY`` of the one after it), read
-only once the answers' lengths spread over at least ``MIN_SPREAD_TOKENS`` (their standard
-deviation). An answer fits the line before it is read against it, so a deployment's first long
-answer is read against the line it makes with the shorter ones. Only whole answers fit it (not a
-stream, whose last chunk waits on the client's reading).
+The time per token is a least-squares plane of an answer's seconds on its output tokens and its
+prompt's tokens, fitted per deployment over its recent answers (each weighs ``1 - 1 / FIT_MEMORY``
+of the one after it), read only once the answers' lengths spread over at least
+``MIN_SPREAD_TOKENS`` (their standard deviation). The prompt's tokens are in it because a prompt
+takes time to read too: fitted on the answers' lengths alone, a key's huge prompts with short
+answers (slow, and short: eight of 130,000 tokens to each of its answers of 4,000) flattened the
+line to 0, and its long answers then counted in full (tests/test_answer_time.py). Where the two lengths move together (too closely to tell apart), the line of the answers'
+lengths alone is read. An answer fits before it is read against the fit, so a deployment's first
+long answer is read against the line it makes with the shorter ones. Only whole answers fit (not
+a stream, whose last chunk waits on the client's reading), and only those whose two lengths are
+known.
 
 Whatever the line, a long answer's time at the cap is kept between its time scaled to the cap
 (``seconds x cap / tokens``) and its measured time: for any fixed part and time per token of zero
@@ -39,33 +44,54 @@ MAX_DEPLOYMENTS = 65536  # fits kept (deployments come from the config: a bound,
 
 @dataclass(slots=True)
 class TokenTimeFit:
-    """The weighted sums of one deployment's line: the weight, and the weighted output tokens,
-    squared tokens, seconds and tokens x seconds of its recent answers."""
+    """The weighted sums of one deployment's fit over its recent answers: their weight; the
+    weighted prompt tokens (i), output tokens (o) and seconds (y); and the weighted i*i, o*o, i*o,
+    i*y and o*y."""
 
     weight: float = 0.0
-    tokens: float = 0.0
-    tokens_sq: float = 0.0
+    inputs: float = 0.0
+    outputs: float = 0.0
     seconds: float = 0.0
-    cross: float = 0.0
+    inputs_sq: float = 0.0
+    outputs_sq: float = 0.0
+    inputs_outputs: float = 0.0
+    inputs_seconds: float = 0.0
+    outputs_seconds: float = 0.0
 
 
-def fitted(fit: TokenTimeFit, tokens: float, seconds: float, memory: float = FIT_MEMORY) -> TokenTimeFit:
-    """The fit after one more answer of `tokens` output tokens that took `seconds`."""
-    keep = 1.0 - 1.0 / memory
-    return TokenTimeFit(fit.weight * keep + 1.0, fit.tokens * keep + tokens, fit.tokens_sq * keep + tokens * tokens,
-                        fit.seconds * keep + seconds, fit.cross * keep + tokens * seconds)
+def fitted(fit: TokenTimeFit, inputs: float, outputs: float, seconds: float,
+           memory: float = FIT_MEMORY) -> TokenTimeFit:
+    """The fit after one more answer: `outputs` tokens to a prompt of `inputs` tokens, in `seconds`."""
+    k = 1.0 - 1.0 / memory
+    return TokenTimeFit(fit.weight * k + 1.0, fit.inputs * k + inputs, fit.outputs * k + outputs,
+                        fit.seconds * k + seconds, fit.inputs_sq * k + inputs * inputs,
+                        fit.outputs_sq * k + outputs * outputs, fit.inputs_outputs * k + inputs * outputs,
+                        fit.inputs_seconds * k + inputs * seconds, fit.outputs_seconds * k + outputs * seconds)
+
+
+# Prompt and answer lengths whose correlation's square is above this are told apart no more: the
+# answers' lengths alone are read.
+_TOGETHER = 0.99
 
 
 def per_token_s(fit: TokenTimeFit, min_spread: float = MIN_SPREAD_TOKENS) -> float:
-    """The line's seconds per output token (0 or more); 0 until the lengths spread enough."""
-    if fit.weight <= 1.0:
+    """The fit's seconds per output token (0 or more), its prompt's tokens held apart; 0 until the
+    answers' lengths spread enough."""
+    w = fit.weight
+    if w <= 1.0:
         return 0.0
-    mean_t = fit.tokens / fit.weight
-    var_t = fit.tokens_sq / fit.weight - mean_t * mean_t
-    if not var_t >= min_spread * min_spread:
+    mi, mo, my = fit.inputs / w, fit.outputs / w, fit.seconds / w
+    coo = fit.outputs_sq / w - mo * mo
+    if not coo >= min_spread * min_spread:
         return 0.0
-    cov = fit.cross / fit.weight - mean_t * fit.seconds / fit.weight
-    slope = cov / var_t
+    cii = fit.inputs_sq / w - mi * mi
+    cio = fit.inputs_outputs / w - mi * mo
+    coy = fit.outputs_seconds / w - mo * my
+    det = cii * coo - cio * cio
+    if cii > 0.0 and det > (1.0 - _TOGETHER) * cii * coo:
+        slope = (cii * coy - cio * (fit.inputs_seconds / w - mi * my)) / det
+    else:  # the prompts' lengths do not vary, or move with the answers': the answers' alone
+        slope = coy / coo
     return slope if slope > 0.0 and math.isfinite(slope) else 0.0
 
 
@@ -84,20 +110,20 @@ class TokenTimes:
     def __init__(self):
         self._fits: dict[str, TokenTimeFit] = {}
 
-    def at_length_cap(self, deployment_id: str, seconds: Optional[float], tokens: Optional[int], whole: bool,
-                      cap: int) -> Optional[float]:
-        """`seconds` of an answer of `tokens` output tokens as it teaches latency
-        (``at_length_cap``); a `whole` answer (not a stream) fits the deployment's line first."""
+    def at_length_cap(self, deployment_id: str, seconds: Optional[float], inputs: Optional[int],
+                      outputs: Optional[int], whole: bool, cap: int) -> Optional[float]:
+        """`seconds` of an answer of `outputs` tokens to a prompt of `inputs` tokens as it teaches
+        latency (``at_length_cap``); a `whole` answer (not a stream) fits the deployment's plane first."""
         if seconds is None or not math.isfinite(seconds) or seconds < 0 or cap <= 0:
             return seconds
         fit = self._fits.get(deployment_id)
-        if whole and tokens is not None and tokens > 0:
+        if whole and outputs is not None and outputs > 0 and inputs is not None and inputs >= 0:
             if fit is None and len(self._fits) >= MAX_DEPLOYMENTS:
                 self._fits.clear()
-            fit = self._fits[deployment_id] = fitted(fit or TokenTimeFit(), float(tokens), seconds)
-        if fit is None or not tokens or tokens <= cap:
+            fit = self._fits[deployment_id] = fitted(fit or TokenTimeFit(), float(inputs), float(outputs), seconds)
+        if fit is None or not outputs or outputs <= cap:
             return seconds
-        return at_length_cap(seconds, tokens, per_token_s(fit), cap)
+        return at_length_cap(seconds, outputs, per_token_s(fit), cap)
 
     def per_token_s(self, deployment_id: str) -> float:
         fit = self._fits.get(deployment_id)

@@ -15,9 +15,10 @@ from aisia_plugin.policy import load_policy
 
 
 def _fit(points) -> TokenTimeFit:
+    """(output tokens, seconds) or (output tokens, seconds, prompt tokens; else 50) of each answer."""
     fit = TokenTimeFit()
-    for tokens, seconds in points:
-        fit = fitted(fit, tokens, seconds)
+    for tokens, seconds, *prompt in points:
+        fit = fitted(fit, prompt[0] if prompt else 50.0, tokens, seconds)
     return fit
 
 
@@ -27,6 +28,24 @@ def test_the_line_finds_the_time_per_token_of_answers_of_different_lengths():
     points = [(t, 0.4 + 0.02 * t + rng.gauss(0, 0.02)) for t in
               [rng.randint(20, 120) for _ in range(150)] + [rng.randint(1500, 4000) for _ in range(10)]]
     assert per_token_s(_fit(points)) == pytest.approx(0.02, rel=0.02)
+
+
+def test_huge_prompts_with_short_answers_do_not_flatten_the_line():
+    # 0.3 s + 1 ms per prompt token + 10 ms per output token. The usual answers: 40 to 120 tokens to
+    # prompts of 50; a key's: eight prompts of 130,000 tokens with answers of 1 token (130 s each) to
+    # each answer of 4,000 tokens to a short prompt.
+    rng = random.Random(5)
+    speed = lambda i, o: 0.3 + 0.001 * i + 0.010 * o  # noqa: E731
+    usual = [(o, speed(50, o), 50) for o in (rng.randint(40, 120) for _ in range(100))]
+    hostile = ([(1, speed(130_000, 1), 130_000)] * 8 + [(4000, speed(50, 4000), 50)]) * 5
+    fit = _fit(usual + hostile)
+    assert per_token_s(fit) == pytest.approx(0.010, rel=0.01)
+    # Read on the answers' lengths alone (every prompt the same to the fit), the line is flat.
+    alone = _fit([(o, y, 0) for o, y, _ in usual + hostile])
+    assert per_token_s(alone) == 0.0
+    # Prompts that grow with their answers: the answers' lengths alone.
+    together = _fit([(o, speed(2 * o, o), 2 * o) for o in range(20, 400, 7)])
+    assert per_token_s(together) == pytest.approx(0.012, rel=0.01)
 
 
 def test_no_line_is_read_from_answers_of_one_length_nor_a_falling_one():
@@ -55,17 +74,20 @@ def test_a_long_answer_counts_as_one_of_the_caps_length_between_its_time_scaled_
 def test_a_deployments_first_long_answer_is_read_against_the_line_it_makes():
     times = TokenTimes()
     for k in range(30):
-        assert times.at_length_cap("a", 0.5 + 0.01 * 40, 40, True, 256) == pytest.approx(0.9)
+        assert times.at_length_cap("a", 0.5 + 0.01 * 40, 30, 40, True, 256) == pytest.approx(0.9)
     # The first long answer: its own point and the short ones make the line.
-    assert times.at_length_cap("a", 0.5 + 0.01 * 4000, 4000, True, 256) == pytest.approx(0.5 + 0.01 * 256)
+    assert times.at_length_cap("a", 0.5 + 0.01 * 4000, 30, 4000, True, 256) == pytest.approx(0.5 + 0.01 * 256)
     assert times.per_token_s("a") == pytest.approx(0.01)
     # A stream is read against the line but does not fit it (its end waits on the client's reading).
     before = times.per_token_s("a")
-    slow = times.at_length_cap("a", 300.0, 4000, False, 256)
+    slow = times.at_length_cap("a", 300.0, 30, 4000, False, 256)
     assert times.per_token_s("a") == before and slow == pytest.approx(300.0 - 0.01 * (4000 - 256))
     times.forget("a")
     assert times.per_token_s("a") == 0.0
-    assert times.at_length_cap("b", None, 10, True, 256) is None
+    assert times.at_length_cap("b", None, 30, 10, True, 256) is None
+    # An answer whose prompt's length is unknown does not fit (it is read against the fit).
+    times.at_length_cap("c", 40.0, None, 4000, True, 256)
+    assert times.per_token_s("c") == 0.0
 
 
 POLICY = """
@@ -86,7 +108,8 @@ SPEED = {"p1-quick": (0.3, 0.005), "p2-slow": (1.5, 0.010)}
 
 def _answer(engine: Engine, dep: str, tokens: int) -> None:
     fixed, per_token = SPEED[dep]
-    engine.record("t/fast", Outcome(dep, True, latency_s=fixed + per_token * tokens, output_tokens=tokens))
+    engine.record("t/fast", Outcome(dep, True, latency_s=fixed + per_token * tokens, input_tokens=20,
+                                    output_tokens=tokens))
 
 
 def _share_to_quick(engine: Engine, n: int = 40) -> float:
