@@ -19,9 +19,10 @@ takes time to read too: fitted on the answers' lengths alone, a key's huge promp
 answers (slow, and short: eight of 130,000 tokens to each of its answers of 4,000) flattened the
 line to 0, and its long answers then counted in full (tests/test_answer_time.py). Where the two lengths move together (too closely to tell apart), the line of the answers'
 lengths alone is read. An answer fits before it is read against the fit, so a deployment's first
-long answer is read against the line it makes with the shorter ones. Only whole answers fit (not
-a stream, whose last chunk waits on the client's reading), and only those whose two lengths are
-known.
+long answer is read against the line it makes with the shorter ones; one whose prompt's length is
+unknown does not fit. A stream fits too (most chat clients stream: a key's long streams must be
+capped as its whole answers are): its time runs to its last chunk, which a client reading slowly
+delays, and that only steepens the line, which brings long answers lower, never higher.
 
 Whatever the line, a long answer's time at the cap is kept between its time scaled to the cap
 (``seconds x cap / tokens``) and its measured time: for any fixed part and time per token of zero
@@ -111,13 +112,13 @@ class TokenTimes:
         self._fits: dict[str, TokenTimeFit] = {}
 
     def at_length_cap(self, deployment_id: str, seconds: Optional[float], inputs: Optional[int],
-                      outputs: Optional[int], whole: bool, cap: int) -> Optional[float]:
+                      outputs: Optional[int], cap: int) -> Optional[float]:
         """`seconds` of an answer of `outputs` tokens to a prompt of `inputs` tokens as it teaches
-        latency (``at_length_cap``); a `whole` answer (not a stream) fits the deployment's plane first."""
+        latency (``at_length_cap``), once it has fitted the deployment's plane."""
         if seconds is None or not math.isfinite(seconds) or seconds < 0 or cap <= 0:
             return seconds
         fit = self._fits.get(deployment_id)
-        if whole and outputs is not None and outputs > 0 and inputs is not None and inputs >= 0:
+        if outputs is not None and outputs > 0 and inputs is not None and inputs >= 0:
             if fit is None and len(self._fits) >= MAX_DEPLOYMENTS:
                 self._fits.clear()
             fit = self._fits[deployment_id] = fitted(fit or TokenTimeFit(), float(inputs), float(outputs), seconds)

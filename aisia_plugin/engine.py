@@ -419,8 +419,7 @@ class Engine:
         counts the time that length takes on its deployment (answer_time.py), so that a client's
         choice of length moves a deployment's latency for the others at most that far."""
         seconds = self.token_times.at_length_cap(outcome.deployment_id, outcome.latency_s, outcome.input_tokens,
-                                                 outcome.output_tokens, not outcome.stream,
-                                                 self.policy.bandit.latency_length_cap_tokens)
+                                                 outcome.output_tokens, self.policy.bandit.latency_length_cap_tokens)
         return outcome if seconds == outcome.latency_s else replace(outcome, latency_s=seconds)
 
     def quality_estimate(self, deployment_id: str, domain: Optional[str] = None) -> float:

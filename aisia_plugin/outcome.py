@@ -27,8 +27,6 @@ class Outcome:
     input_tokens: Optional[int] = None
     output_tokens: Optional[int] = None
     retry_after_s: Optional[float] = None
-    # Streamed to the client: its latency ran to the last chunk, which waits on the client's reading.
-    stream: bool = False
 
 
 def reward(outcome: Outcome, cfg: Reward, target_p95_ms: float, plain_quality: float) -> float:

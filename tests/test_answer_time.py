@@ -74,19 +74,19 @@ def test_a_long_answer_counts_as_one_of_the_caps_length_between_its_time_scaled_
 def test_a_deployments_first_long_answer_is_read_against_the_line_it_makes():
     times = TokenTimes()
     for k in range(30):
-        assert times.at_length_cap("a", 0.5 + 0.01 * 40, 30, 40, True, 256) == pytest.approx(0.9)
+        assert times.at_length_cap("a", 0.5 + 0.01 * 40, 30, 40, 256) == pytest.approx(0.9)
     # The first long answer: its own point and the short ones make the line.
-    assert times.at_length_cap("a", 0.5 + 0.01 * 4000, 30, 4000, True, 256) == pytest.approx(0.5 + 0.01 * 256)
+    assert times.at_length_cap("a", 0.5 + 0.01 * 4000, 30, 4000, 256) == pytest.approx(0.5 + 0.01 * 256)
     assert times.per_token_s("a") == pytest.approx(0.01)
-    # A stream is read against the line but does not fit it (its end waits on the client's reading).
-    before = times.per_token_s("a")
-    slow = times.at_length_cap("a", 300.0, 30, 4000, False, 256)
-    assert times.per_token_s("a") == before and slow == pytest.approx(300.0 - 0.01 * (4000 - 256))
+    # A long answer read slowly (a stream whose client takes 300 s): the line steepens, and the
+    # answer counts far below its time, however slowly it was read: at least 300 x 256 / 4000.
+    slow = times.at_length_cap("a", 300.0, 30, 4000, 256)
+    assert times.per_token_s("a") > 0.01 and 300.0 * 256 / 4000 <= slow < 300.0 - 0.01 * (4000 - 256)
     times.forget("a")
     assert times.per_token_s("a") == 0.0
-    assert times.at_length_cap("b", None, 30, 10, True, 256) is None
+    assert times.at_length_cap("b", None, 30, 10, 256) is None
     # An answer whose prompt's length is unknown does not fit (it is read against the fit).
-    times.at_length_cap("c", 40.0, None, 4000, True, 256)
+    times.at_length_cap("c", 40.0, None, 4000, 256)
     assert times.per_token_s("c") == 0.0
 
 

@@ -169,11 +169,11 @@ class AisiaPlugin(ProxyLife, CustomLogger):
             served = served_answer(kwargs, response_obj, attempt.decision, outcome.deployment_id, call.request_id,
                                    call.key)
             if served is not None:
-                escalation.judge_when_read(self, call, served, outcome.stream)
+                escalation.judge_when_read(self, call, served, events.is_stream(kwargs))
         if not call.turn_noted:  # (a stream: its answer is whole only here)
             rt.conversations.answered(call, kwargs, response_obj, outcome.deployment_id,
                                       attempt.decision)
-        stream = outcome.stream  # (a time to first token is learned for a stream only)
+        stream = events.is_stream(kwargs)  # (a time to first token is learned for a stream only)
         self._learn_attempt(call, attempt, outcome, stream,
                             events.time_to_first_token(kwargs, start_time) if stream else None)
 

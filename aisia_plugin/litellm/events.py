@@ -77,7 +77,7 @@ def success(kwargs: Mapping, start_time: Any, end_time: Any) -> Outcome:
     tokens_in, tokens_out = _number(slo.get("prompt_tokens")), _number(slo.get("completion_tokens"))
     return Outcome(deployment_id(kwargs) or "", True, latency_s=latency, status_code=200, cost_usd=cost,
                    input_tokens=int(tokens_in) if tokens_in is not None else None,
-                   output_tokens=int(tokens_out) if tokens_out is not None else None, stream=is_stream(kwargs))
+                   output_tokens=int(tokens_out) if tokens_out is not None else None)
 
 
 def _retry_after(exc: BaseException) -> Optional[float]:
