@@ -122,9 +122,7 @@ class TokenTimes:
             if fit is None and len(self._fits) >= MAX_DEPLOYMENTS:
                 self._fits.clear()
             fit = self._fits[deployment_id] = fitted(fit or TokenTimeFit(), float(inputs), float(outputs), seconds)
-        if fit is None or not outputs or outputs <= cap:
-            return seconds
-        return at_length_cap(seconds, outputs, per_token_s(fit), cap)
+        return at_length_cap(seconds, outputs, per_token_s(fit) if fit is not None else 0.0, cap)
 
     def per_token_s(self, deployment_id: str) -> float:
         fit = self._fits.get(deployment_id)
