@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from . import blame, plugins
-from .answer_time import TokenTimes
+from .answer_time import LengthCaps, TokenTimes
 from .bandit import ArmStats, gamma_for
 from .blame import Verdict
 from .capabilities import lacking, refusal, request_needs
@@ -97,8 +97,8 @@ class Engine:
         # store shows them beside the evidence in its stats.
         self.quality = QualityPriors(policy.quality, self.quality_gamma)
         self.key_pulls = KeyPulls()  # each key's pull on a deployment's estimate (key_share.py)
-        # Each deployment's time per output token, which brings a long answer's latency to the
-        # length cap (answer_time.py); the proxy's engines share one.
+        # Each deployment's times per output and per prompt token, which bring a long answer's
+        # latency to the length caps (answer_time.py); the proxy's engines share one.
         self.token_times = token_times if token_times is not None else TokenTimes()
         # The store's stats show the first engine's priors: another engine over the same store (a
         # team layer's, a reload's) does not replace them with priors that know no deployment yet;
@@ -415,11 +415,14 @@ class Engine:
         return kind, reward(outcome, self.policy.reward, target, plain)
 
     def at_length_cap(self, outcome: Outcome) -> Outcome:
-        """A success as it teaches latency: an answer longer than ``bandit.latency_length_cap_tokens``
-        counts the time that length takes on its deployment (answer_time.py), so that a client's
-        choice of length moves a deployment's latency for the others at most that far."""
-        seconds = self.token_times.at_length_cap(outcome.deployment_id, outcome.latency_s, outcome.input_tokens,
-                                                 outcome.output_tokens, self.policy.bandit.latency_length_cap_tokens)
+        """A success as it teaches latency: an answer longer than ``bandit.latency_length_cap_tokens``,
+        or to a prompt longer than ``bandit.latency_prompt_cap_tokens``, counts the time those
+        lengths take on its deployment (answer_time.py), so that a client's choice of lengths moves
+        a deployment's latency for the others at most that far."""
+        bandit = self.policy.bandit
+        seconds = self.token_times.at_length_cap(
+            outcome.deployment_id, outcome.latency_s, outcome.input_tokens, outcome.output_tokens,
+            LengthCaps(bandit.latency_length_cap_tokens, bandit.latency_prompt_cap_tokens))
         return outcome if seconds == outcome.latency_s else replace(outcome, latency_s=seconds)
 
     def quality_estimate(self, deployment_id: str, domain: Optional[str] = None) -> float:

@@ -1,5 +1,6 @@
-"""answer_time.py: a long answer's latency at the length cap, and what a key asking for long answers
-can do to another tenant's `auto/fast` choice with it (docs/design.md#latency-and-answer-length)."""
+"""answer_time.py: a long answer's latency at the length caps (of the answer and of its prompt), and
+what a key asking for long answers or sending huge prompts can do to another tenant's `auto/fast`
+choice with it (docs/design.md#latency-and-answer-length)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import random
 
 import pytest
 
-from aisia_plugin.answer_time import MIN_SPREAD_TOKENS, TokenTimeFit, TokenTimes, at_length_cap, fitted, per_token_s
+from aisia_plugin.answer_time import (MIN_SPREAD_TOKENS, NO_LINE, LengthCaps, TokenSeconds, TokenTimeFit, TokenTimes,
+                                     at_length_cap, fitted, token_seconds)
 from helpers import deployment
 from aisia_plugin.engine import Engine
 from aisia_plugin.outcome import Outcome
@@ -27,7 +29,7 @@ def test_the_line_finds_the_time_per_token_of_answers_of_different_lengths():
     # 0.4 s fixed, 20 ms a token, a little noise; most answers short, a few long.
     points = [(t, 0.4 + 0.02 * t + rng.gauss(0, 0.02)) for t in
               [rng.randint(20, 120) for _ in range(150)] + [rng.randint(1500, 4000) for _ in range(10)]]
-    assert per_token_s(_fit(points)) == pytest.approx(0.02, rel=0.02)
+    assert token_seconds(_fit(points)).output == pytest.approx(0.02, rel=0.02)
 
 
 def test_huge_prompts_with_short_answers_do_not_flatten_the_line():
@@ -39,55 +41,95 @@ def test_huge_prompts_with_short_answers_do_not_flatten_the_line():
     usual = [(o, speed(50, o), 50) for o in (rng.randint(40, 120) for _ in range(100))]
     hostile = ([(1, speed(130_000, 1), 130_000)] * 8 + [(4000, speed(50, 4000), 50)]) * 5
     fit = _fit(usual + hostile)
-    assert per_token_s(fit) == pytest.approx(0.010, rel=0.01)
+    assert token_seconds(fit) == pytest.approx(TokenSeconds(0.010, 0.001), rel=0.01)
     # Read on the answers' lengths alone (every prompt the same to the fit), the line is flat.
     alone = _fit([(o, y, 0) for o, y, _ in usual + hostile])
-    assert per_token_s(alone) == 0.0
+    assert token_seconds(alone) == (0.0, 0.0)
     # Prompts that grow with their answers: the answers' lengths alone.
     together = _fit([(o, speed(2 * o, o), 2 * o) for o in range(20, 400, 7)])
-    assert per_token_s(together) == pytest.approx(0.012, rel=0.01)
+    assert token_seconds(together).output == pytest.approx(0.012, rel=0.01)
+    assert token_seconds(together).prompt == 0.0
+
+
+def test_answers_of_one_length_to_prompts_of_many_read_the_prompts_line():
+    # 0.2 s + 0.05 ms per prompt token; every answer 40 tokens (its own time in the fixed part).
+    rng = random.Random(11)
+    fit = _fit([(40, 0.2 + 0.00005 * i, i) for i in (rng.randint(20, 3000) for _ in range(100))])
+    assert token_seconds(fit) == pytest.approx(TokenSeconds(0.0, 0.00005), rel=0.01)
 
 
 def test_no_line_is_read_from_answers_of_one_length_nor_a_falling_one():
-    assert per_token_s(_fit([(100, 1.0 + 0.001 * k) for k in range(50)])) == 0.0
+    assert token_seconds(_fit([(100, 1.0 + 0.001 * k) for k in range(50)])) == NO_LINE
     spread = MIN_SPREAD_TOKENS * 0.9  # two lengths whose standard deviation is just under the spread
-    assert per_token_s(_fit([(100.0, 1.0), (100.0 + 2 * spread, 5.0)] * 20)) == 0.0
-    assert per_token_s(_fit([(t, 10.0 - 0.001 * t) for t in range(10, 2000, 50)])) == 0.0  # longer, faster: no line
-    assert per_token_s(TokenTimeFit()) == 0.0
+    assert token_seconds(_fit([(100.0, 1.0), (100.0 + 2 * spread, 5.0)] * 20)) == NO_LINE
+    assert token_seconds(_fit([(40, 1.0, 100.0), (40, 5.0, 100.0 + 2 * spread)] * 20)) == NO_LINE  # the prompts'
+    assert token_seconds(_fit([(t, 10.0 - 0.001 * t) for t in range(10, 2000, 50)])) == NO_LINE  # longer, faster: no line
+    assert token_seconds(_fit([(40, 10.0 - 0.001 * i, i) for i in range(10, 2000, 50)])) == NO_LINE
+    assert token_seconds(TokenTimeFit()) == NO_LINE
 
 
 def test_a_long_answer_counts_as_one_of_the_caps_length_between_its_time_scaled_and_its_time():
+    caps, line = LengthCaps(256, 4096), TokenSeconds(0.01, 0.0)
     # 0.5 s + 10 ms a token: 4,000 tokens take 40.5 s, 256 take 3.06 s.
-    assert at_length_cap(40.5, 4000, 0.01, 256) == pytest.approx(3.06)
+    assert at_length_cap(40.5, 4000, 50, line, caps) == pytest.approx(3.06)
     # Within the cap: as measured.
-    assert at_length_cap(0.6, 10, 0.01, 256) == 0.6
-    assert at_length_cap(3.06, 256, 0.01, 256) == 3.06
+    assert at_length_cap(0.6, 10, 50, line, caps) == 0.6
+    assert at_length_cap(3.06, 256, 50, line, caps) == 3.06
     # A line too steep or too flat moves it no further than the bounds any line allows.
-    assert at_length_cap(40.5, 4000, 1.0, 256) == pytest.approx(40.5 * 256 / 4000)
-    assert at_length_cap(40.5, 4000, 1e-9, 256) == pytest.approx(40.5, rel=1e-6)
+    assert at_length_cap(40.5, 4000, 50, TokenSeconds(1.0, 0.0), caps) == pytest.approx(40.5 * 256 / 4000)
+    assert at_length_cap(40.5, 4000, 50, TokenSeconds(1e-9, 0.0), caps) == pytest.approx(40.5, rel=1e-6)
     # As measured: no length, no line, the cap off.
-    assert at_length_cap(40.5, None, 0.01, 256) == 40.5
-    assert at_length_cap(40.5, 4000, 0.0, 256) == 40.5
-    assert at_length_cap(40.5, 4000, 0.01, 0) == 40.5
+    assert at_length_cap(40.5, None, 50, line, caps) == 40.5
+    assert at_length_cap(40.5, 4000, 50, NO_LINE, caps) == 40.5
+    assert at_length_cap(40.5, 4000, 50, line, LengthCaps(0, 4096)) == 40.5
+
+
+def test_an_answer_to_a_huge_prompt_counts_as_one_to_a_prompt_of_the_caps_length():
+    caps, plane = LengthCaps(256, 4096), TokenSeconds(0.01, 0.0001)
+    # 0.5 s + 0.1 ms a prompt token + 10 ms an output token: 100 tokens to 60,000 take 7.5 s; to
+    # 4,096 tokens, 1.9096 s.
+    assert at_length_cap(7.5, 100, 60_000, plane, caps) == pytest.approx(1.9096)
+    # Both past their caps: 4,000 tokens to 60,000 take 46.5 s; 256 to 4,096, 3.4696 s.
+    assert at_length_cap(46.5, 4000, 60_000, plane, caps) == pytest.approx(3.4696)
+    # The bounds: at least its time scaled by the smaller share of a length within its cap.
+    assert at_length_cap(7.5, 100, 60_000, TokenSeconds(0.0, 1.0), caps) == pytest.approx(7.5 * 4096 / 60_000)
+    assert at_length_cap(46.5, 4000, 60_000, TokenSeconds(1.0, 1.0), caps) == pytest.approx(46.5 * 256 / 4000)
+    # As measured: within the prompt cap, its length unknown, the prompt cap off, no prompt line.
+    assert at_length_cap(1.5, 100, 4096, plane, caps) == 1.5
+    assert at_length_cap(7.5, 100, None, plane, caps) == 7.5
+    assert at_length_cap(7.5, 100, 60_000, plane, LengthCaps(256, 0)) == 7.5
+    assert at_length_cap(7.5, 100, 60_000, TokenSeconds(0.01, 0.0), caps) == 7.5
 
 
 def test_a_deployments_first_long_answer_is_read_against_the_line_it_makes():
-    times = TokenTimes()
+    times, caps = TokenTimes(), LengthCaps(256, 4096)
     for k in range(30):
-        assert times.at_length_cap("a", 0.5 + 0.01 * 40, 30, 40, 256) == pytest.approx(0.9)
+        assert times.at_length_cap("a", 0.5 + 0.01 * 40, 30, 40, caps) == pytest.approx(0.9)
     # The first long answer: its own point and the short ones make the line.
-    assert times.at_length_cap("a", 0.5 + 0.01 * 4000, 30, 4000, 256) == pytest.approx(0.5 + 0.01 * 256)
-    assert times.per_token_s("a") == pytest.approx(0.01)
+    assert times.at_length_cap("a", 0.5 + 0.01 * 4000, 30, 4000, caps) == pytest.approx(0.5 + 0.01 * 256)
+    assert times.token_seconds("a").output == pytest.approx(0.01)
     # A long answer read slowly (a stream whose client takes 300 s): the line steepens, and the
     # answer counts far below its time, however slowly it was read: at least 300 x 256 / 4000.
-    slow = times.at_length_cap("a", 300.0, 30, 4000, 256)
-    assert times.per_token_s("a") > 0.01 and 300.0 * 256 / 4000 <= slow < 300.0 - 0.01 * (4000 - 256)
+    slow = times.at_length_cap("a", 300.0, 30, 4000, caps)
+    assert times.token_seconds("a").output > 0.01 and 300.0 * 256 / 4000 <= slow < 300.0 - 0.01 * (4000 - 256)
     times.forget("a")
-    assert times.per_token_s("a") == 0.0
-    assert times.at_length_cap("b", None, 30, 10, 256) is None
+    assert times.token_seconds("a") == NO_LINE
+    assert times.at_length_cap("b", None, 30, 10, caps) is None
     # An answer whose prompt's length is unknown does not fit (it is read against the fit).
-    times.at_length_cap("c", 40.0, None, 4000, 256)
-    assert times.per_token_s("c") == 0.0
+    times.at_length_cap("c", 40.0, None, 4000, caps)
+    assert times.token_seconds("c") == NO_LINE
+    # Both caps off: nothing fits, every time as measured.
+    assert times.at_length_cap("d", 40.0, 30, 4000, LengthCaps(0, 0)) == 40.0
+    assert times.token_seconds("d") == NO_LINE
+
+
+def test_a_deployments_first_huge_prompt_is_read_against_the_prompts_line_it_makes():
+    times, caps = TokenTimes(), LengthCaps(256, 4096)
+    rng = random.Random(2)
+    for _ in range(40):  # the usual prompts: 20 to 400 tokens, answers of 40; 0.3 s + 0.1 ms a prompt token
+        i = rng.randint(20, 400)
+        assert times.at_length_cap("a", 0.3 + 0.0001 * i, i, 40, caps) == pytest.approx(0.3 + 0.0001 * i)
+    assert times.at_length_cap("a", 0.3 + 0.0001 * 60_000, 60_000, 40, caps) == pytest.approx(0.3 + 0.0001 * 4096)
 
 
 POLICY = """
@@ -98,18 +140,19 @@ aliases:
     description: the fastest
     strategy: latency
     exploration: 0
-bandit: {latency_length_cap_tokens: %d}
+bandit: {latency_length_cap_tokens: %d, latency_prompt_cap_tokens: %d}
 """
 DEPLOYMENTS = [deployment("p1-quick"), deployment("p2-slow")]
 # Fixed seconds, seconds per output token: the faster one's 256 tokens (1.58 s) still beat the other's
-# usual answers (about 2.8 s).
+# usual answers (about 2.8 s). Both read a prompt's token in 0.1 ms.
 SPEED = {"p1-quick": (0.3, 0.005), "p2-slow": (1.5, 0.010)}
+PROMPT_S = 0.0001
 
 
-def _answer(engine: Engine, dep: str, tokens: int) -> None:
+def _answer(engine: Engine, dep: str, tokens: int, prompt: int = 20) -> None:
     fixed, per_token = SPEED[dep]
-    engine.record("t/fast", Outcome(dep, True, latency_s=fixed + per_token * tokens, input_tokens=20,
-                                    output_tokens=tokens))
+    engine.record("t/fast", Outcome(dep, True, latency_s=fixed + per_token * tokens + PROMPT_S * prompt,
+                                    input_tokens=prompt, output_tokens=tokens))
 
 
 def _share_to_quick(engine: Engine, n: int = 40) -> float:
@@ -118,25 +161,34 @@ def _share_to_quick(engine: Engine, n: int = 40) -> float:
     return picks.count("p1-quick") / n
 
 
-@pytest.mark.parametrize("cap", [256, 0])
-def test_a_key_asking_for_long_answers_moves_the_others_fast_choice_at_most_to_the_caps_length(tmp_path, cap):
-    (tmp_path / "policy.yaml").write_text(POLICY % cap)
+LONG_ANSWERS, HUGE_PROMPTS = (4000, 20), (100, 60_000)  # a key's (output tokens, prompt tokens)
+
+
+@pytest.mark.parametrize("hostile, caps, capped", [
+    (LONG_ANSWERS, LengthCaps(256, 4096), True), (LONG_ANSWERS, LengthCaps(0, 4096), False),
+    (HUGE_PROMPTS, LengthCaps(256, 4096), True), (HUGE_PROMPTS, LengthCaps(256, 0), False)])
+def test_a_keys_long_answers_or_huge_prompts_move_the_others_fast_choice_at_most_to_the_caps_lengths(
+        tmp_path, hostile, caps, capped):
+    (tmp_path / "policy.yaml").write_text(POLICY % caps)
     engine = Engine(load_policy([tmp_path / "policy.yaml"]), rng=random.Random(1))
     rng = random.Random(3)
-    for _ in range(20):  # the other tenants' answers: 60 to 200 tokens on both
+    for _ in range(20):  # the other tenants' answers: 60 to 200 tokens to prompts of 20 to 400, on both
         for dep in SPEED:
-            _answer(engine, dep, rng.randint(60, 200))
+            _answer(engine, dep, rng.randint(60, 200), rng.randint(20, 400))
     before = _share_to_quick(engine)
     usual = engine.store.stats()["p1-quick"]["avg_latency"]
-    for _ in range(30):  # a key's answers of 4,000 tokens on the faster deployment
-        _answer(engine, "p1-quick", 4000)
+    tokens, prompt = hostile
+    for _ in range(30):  # a key's 30 answers on the faster deployment: 20.3 s or 6.8 s each
+        _answer(engine, "p1-quick", tokens, prompt)
     after = _share_to_quick(engine)
     latency = engine.store.stats()["p1-quick"]["avg_latency"]
-    print(f"cap {cap}: share to the faster {before:.2f} -> {after:.2f}; its latency {usual:.2f} -> {latency:.2f} s, "
-          f"the other's {engine.store.stats()['p2-slow']['avg_latency']:.2f} s")
+    print(f"{tokens} tokens to {prompt}, caps {tuple(caps)}: share to the faster {before:.2f} -> {after:.2f}; "
+          f"its latency {usual:.2f} -> {latency:.2f} s, the other's {engine.store.stats()['p2-slow']['avg_latency']:.2f} s")
     assert before == 1.0
-    if cap:
+    fixed, per_token = SPEED["p1-quick"]
+    if capped:  # at most its time for 256 tokens to a prompt of 4,096
         assert after == 1.0
-        assert latency == pytest.approx(0.3 + 0.005 * 256, rel=0.01)  # at most its time for 256 tokens
-    else:  # the seed's latency as measured: its 20.3 s answers make the faster one the slower
+        assert latency == pytest.approx(fixed + per_token * min(tokens, 256) + PROMPT_S * min(prompt, 4096), rel=0.01)
+    else:  # the seed's latency as measured: its answers make the faster one the slower
         assert after == 0.0
+        assert latency == pytest.approx(fixed + per_token * tokens + PROMPT_S * prompt, rel=0.01)

@@ -69,6 +69,8 @@ class UpstreamSpec:
     latency_ms: float = 0.0
     # Added per output token of the answer: a long answer takes longer (a stream's, spread over its words).
     ms_per_token: float = 0.0
+    # Added per prompt token before the answer: a long prompt takes longer to read.
+    ms_per_prompt_token: float = 0.0
     error_rate: float = 0.0
     input_cost_per_1m: float = 1.0
     output_cost_per_1m: float = 2.0
@@ -93,8 +95,8 @@ class UpstreamSpec:
     def __post_init__(self):
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", self.name or ""):
             raise ValueError(f"upstream name {self.name!r}: use letters, digits, '.', '_' or '-'")
-        if self.latency_ms < 0 or self.ms_per_token < 0:
-            raise ValueError(f"upstream {self.name}: latency_ms and ms_per_token must be >= 0")
+        if self.latency_ms < 0 or self.ms_per_token < 0 or self.ms_per_prompt_token < 0:
+            raise ValueError(f"upstream {self.name}: latency_ms, ms_per_token and ms_per_prompt_token must be >= 0")
         if not 0.0 <= self.error_rate <= 1.0:
             raise ValueError(f"upstream {self.name}: error_rate must be in [0, 1]")
         for domain, s in dict(self.strengths).items():
@@ -435,6 +437,8 @@ class _Handler(BaseHTTPRequestHandler):
         if spec.echo:
             text += " echo: " + prompt
         usage = usage_of(messages, text)
+        if spec.ms_per_prompt_token:
+            time.sleep(spec.ms_per_prompt_token * usage["prompt_tokens"] / 1000.0)
         cid = "chatcmpl-" + uuid.uuid4().hex[:24]
         created = int(time.time())
         if mode == "malformed":
@@ -696,7 +700,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m aisia_plugin.demo.upstream",
                                 description="Run simulated OpenAI-compatible upstreams on 127.0.0.1 until Ctrl-C.")
     p.add_argument("--spec", action="append", default=[], metavar="NAME[:key=value,...]",
-                   help="one upstream (repeatable); keys: model, latency_ms, ms_per_token, error_rate, input_cost_per_1m, "
+                   help="one upstream (repeatable); keys: model, latency_ms, ms_per_token, ms_per_prompt_token, error_rate, input_cost_per_1m, "
                         "output_cost_per_1m, default_strength, strength.DOMAIN, reply_words, seed, port, local, echo")
     p.add_argument("--demo", action="store_true", help="run the demo's simulated providers")
     p.add_argument("--json", action="store_true", help="print one JSON object per upstream instead of a table")

@@ -113,7 +113,7 @@ class Runtime:
         self.loaded = loaded
         self.policy: Policy = loaded.policy
         self.store = store if store is not None else open_store(self.policy)
-        # Each deployment's time per output token (answer_time.py): one for every engine (the
+        # Each deployment's times per output and prompt token (answer_time.py): one for every engine (the
         # teams' layers', a reload's), as the arms it adjusts are the store's.
         self.token_times = TokenTimes()
         self.engine = self.new_engine(self.policy)

@@ -153,6 +153,7 @@ class Bandit(BaseModel):
     latency_scale_s: float
     latency_ema_weight: float
     latency_length_cap_tokens: int
+    latency_prompt_cap_tokens: int
     initial_latency_s: float
     thompson_success_threshold: float
     thompson_bonuses: bool
