@@ -8,31 +8,35 @@ is every tenant's: one key's 30 answers of 4,000 tokens on the faster of two dep
 latency from 0.96 s to 20.3 s, and every other tenant's ``auto/fast`` choice left it; one key's
 prompts of 60,000 tokens likewise (tests/test_answer_time.py). So an answer longer than the output
 cap (``bandit.latency_length_cap_tokens``), or to a prompt longer than the prompt cap
-(``bandit.latency_prompt_cap_tokens``), teaches the time it would have taken at the caps there: its
-measured time less the deployment's time per token of each length times that length's tokens
-beyond its cap. A key's answers then move a deployment's latency at most to what the caps' lengths
-take there, however long they and their prompts are; answers within both caps teach their time as
-measured.
+(``bandit.latency_prompt_cap_tokens``), teaches the time it would have taken at the caps there:
+the deployment's time at the caps (its plane, below) plus the answer's distance from the plane
+scaled by ``k``, the smallest ``cap / tokens`` of a length past its cap. Put otherwise: its
+measured time scaled by ``k``, plus what that scaling took off the parts that do not grow past a
+cap (the fixed part, a length within its cap). An answer on the plane then counts as one at the
+caps, however long it and its prompt are; what lies off the plane (a stream read slowly past the
+sockets' buffers: 26-57 s added to 30,000 tokens in two runs of benchmarks/slow_reader.py)
+counts scaled by ``k`` (0.22-0.49 s of them), not in full (taken off the plane as a whole, a stream of 4,000 tokens
+with 57 s of reading counted 55.7 s instead of 6.2 s: tests/test_answer_time.py). Answers within
+both caps teach their time as measured.
 
-The times per token are a least-squares plane of an answer's seconds on its output tokens and its
-prompt's tokens, fitted per deployment over its recent answers (each weighs ``1 - 1 / FIT_MEMORY``
-of the one after it); a length's time per token is read only once its lengths spread over at least
-``MIN_SPREAD_TOKENS`` (their standard deviation). Both are in one plane because each takes time:
-fitted on the answers' lengths alone, a key's huge prompts with short answers (slow, and short:
-eight of 130,000 tokens to each of its answers of 4,000) flattened the line to 0, and its long
-answers then counted in full (tests/test_answer_time.py). Where only one length spreads, its line
-is read; where the two move together (too closely to tell apart), the line of the answers' lengths
-alone. An answer fits before it is read against the fit, so a deployment's first long answer is
-read against the line it makes with the shorter ones; one whose prompt's length is unknown does not
-fit. A stream fits too (most chat clients stream: a key's long streams must be capped as its whole
-answers are): its time runs to its last chunk, which a client reading slowly delays, and that only
-steepens the line, which brings long answers lower, never higher.
+The plane is a least-squares fit of an answer's seconds on its output tokens and its prompt's
+tokens, per deployment over its recent answers (each weighs ``1 - 1 / FIT_MEMORY`` of the one
+after it); a length's time per token is read only once its lengths spread over at least
+``MIN_SPREAD_TOKENS`` (their standard deviation), and the fixed part is what the times per token
+leave of the mean time. Both lengths are in one plane because each takes time: fitted on the
+answers' lengths alone, a key's huge prompts with short answers (slow, and short: eight of 130,000
+tokens to each of its answers of 4,000) flattened the line to 0, its fixed part became their mean
+time, and its long answers counted in full (tests/test_answer_time.py). Where
+only one length spreads, its line is read; where the two move together (too closely to tell
+apart), the line of the answers' lengths alone; where neither spreads, the mean time. An answer
+fits before it is read against the fit, so a deployment's first long answer is read against the
+line it makes with the shorter ones; one whose prompt's length is unknown does not fit. A stream
+fits too (most chat clients stream: a key's long streams must be capped as its whole answers are).
 
-Whatever the plane, an answer's time at the caps is kept between its time scaled by the smaller of
-``cap / tokens`` of the lengths past their caps and its measured time: for any fixed part and
-times per token of zero or more, the true one lies there. So a plane fitted wrong (too few answers,
-prompts that grow with their answers) moves a sample no further than that, and no plane leaves it
-as measured.
+Whatever the plane, the result is kept between the answer's time scaled by ``k`` and its measured
+time: for any fixed part and times per token of zero or more, the true time at the caps lies
+there. So a plane fitted wrong (too few answers, prompts that grow with their answers) moves a
+sample no further than that.
 
 Pure: plain data, no clock; the engine keeps one ``TokenTimes`` per process (the runtime shares it
 between its engines)."""
@@ -80,14 +84,13 @@ def fitted(fit: TokenTimeFit, inputs: float, outputs: float, seconds: float,
 _TOGETHER = 0.99
 
 
-class TokenSeconds(NamedTuple):
-    """A deployment's seconds per output token and per prompt token (0 where no line is read)."""
+class TimeLine(NamedTuple):
+    """A deployment's answer time as the plane fitted on its recent answers: a fixed part plus
+    seconds per output token and per prompt token (each 0 or more)."""
 
-    output: float
-    prompt: float
-
-
-NO_LINE = TokenSeconds(0.0, 0.0)
+    fixed_s: float
+    output_s: float
+    prompt_s: float
 
 
 class LengthCaps(NamedTuple):
@@ -102,47 +105,56 @@ def _slope(value: float) -> float:
     return value if value > 0.0 and math.isfinite(value) else 0.0
 
 
-def token_seconds(fit: TokenTimeFit, min_spread: float = MIN_SPREAD_TOKENS) -> TokenSeconds:
-    """The fit's seconds per output token and per prompt token (each 0 or more): the plane where
-    both lengths spread and do not move together; else the line of the one that spreads (the
-    answers' where both do), the other's 0; nothing until a length spreads enough."""
+def time_line(fit: TokenTimeFit, min_spread: float = MIN_SPREAD_TOKENS) -> Optional[TimeLine]:
+    """The fit's plane (None before any answer): the plane where both lengths spread and do not
+    move together; else the line of the one that spreads (the answers' where both do), the other's
+    seconds per token 0; a flat line (the mean time) until a length spreads enough. The fixed part
+    is what the slopes leave of the mean time (0 or more)."""
     w = fit.weight
-    if w <= 1.0:
-        return NO_LINE
+    if w <= 0.0:
+        return None
     mi, mo, my = fit.inputs / w, fit.outputs / w, fit.seconds / w
     coo = fit.outputs_sq / w - mo * mo
     cii = fit.inputs_sq / w - mi * mi
     floor = min_spread * min_spread
-    outputs_spread, inputs_spread = coo >= floor, cii >= floor
-    if not (outputs_spread or inputs_spread):
-        return NO_LINE
+    outputs_spread, inputs_spread = w > 1.0 and coo >= floor, w > 1.0 and cii >= floor
     coy = fit.outputs_seconds / w - mo * my
     ciy = fit.inputs_seconds / w - mi * my
     cio = fit.inputs_outputs / w - mi * mo
     det = cii * coo - cio * cio
     if outputs_spread and inputs_spread and det > (1.0 - _TOGETHER) * cii * coo:
-        return TokenSeconds(_slope((cii * coy - cio * ciy) / det), _slope((coo * ciy - cio * coy) / det))
-    if outputs_spread:  # the prompts' lengths do not vary, or move with the answers': the answers' alone
-        return TokenSeconds(_slope(coy / coo), 0.0)
-    return TokenSeconds(0.0, _slope(ciy / cii))
+        output_s, prompt_s = _slope((cii * coy - cio * ciy) / det), _slope((coo * ciy - cio * coy) / det)
+    elif outputs_spread:  # the prompts' lengths do not vary, or move with the answers': the answers' alone
+        output_s, prompt_s = _slope(coy / coo), 0.0
+    elif inputs_spread:
+        output_s, prompt_s = 0.0, _slope(ciy / cii)
+    else:
+        output_s = prompt_s = 0.0
+    fixed = my - output_s * mo - prompt_s * mi
+    return TimeLine(fixed if fixed > 0.0 and math.isfinite(fixed) else 0.0, output_s, prompt_s)
 
 
-def at_length_cap(seconds: float, outputs: Optional[float], inputs: Optional[float], per_token: TokenSeconds,
+def at_length_cap(seconds: float, outputs: Optional[float], inputs: Optional[float], line: Optional[TimeLine],
                   caps: LengthCaps) -> float:
     """An answer's time as it teaches latency: as measured within both caps (or where a length is
-    unknown, or its cap 0: off); beyond them, `seconds` less each length's seconds per token times
-    its tokens past its cap, kept between ``seconds x min(cap / tokens)`` and `seconds` (module
-    docstring)."""
-    if not math.isfinite(seconds):
+    unknown, or its cap 0: off, or no answer has fitted yet); beyond them, the plane's time at the
+    caps plus the answer's distance from the plane scaled by `k`, the smallest ``cap / tokens`` of
+    a length past its cap: its time scaled by `k`, plus what that scaling took off the parts that
+    do not grow past a cap (the fixed part, a length within its cap). Kept between ``seconds x k``
+    and `seconds` (module docstring)."""
+    if line is None or not math.isfinite(seconds):
         return seconds
-    excess, scale = 0.0, 1.0
-    for tokens, cap, per in ((outputs, caps.output, per_token.output), (inputs, caps.prompt, per_token.prompt)):
-        if tokens and cap > 0 and tokens > cap:
-            excess += per * (tokens - cap)
-            scale = min(scale, cap / tokens)
-    if scale == 1.0:
+    outputs, inputs = outputs or 0, inputs or 0
+    k, outputs_kept, inputs_kept = 1.0, outputs, inputs
+    if 0 < caps.output < outputs:
+        k, outputs_kept = caps.output / outputs, caps.output
+    if 0 < caps.prompt < inputs:
+        k, inputs_kept = min(k, caps.prompt / inputs), caps.prompt
+    if k == 1.0:
         return seconds
-    return min(max(seconds - excess, seconds * scale), seconds)
+    taught = (k * seconds + (1.0 - k) * line.fixed_s + line.output_s * (outputs_kept - k * outputs)
+              + line.prompt_s * (inputs_kept - k * inputs))
+    return min(max(taught, seconds * k), seconds)
 
 
 class TokenTimes:
@@ -162,11 +174,11 @@ class TokenTimes:
             if fit is None and len(self._fits) >= MAX_DEPLOYMENTS:
                 self._fits.clear()
             fit = self._fits[deployment_id] = fitted(fit or TokenTimeFit(), float(inputs), float(outputs), seconds)
-        return at_length_cap(seconds, outputs, inputs, token_seconds(fit) if fit is not None else NO_LINE, caps)
+        return at_length_cap(seconds, outputs, inputs, self.time_line(deployment_id), caps)
 
-    def token_seconds(self, deployment_id: str) -> TokenSeconds:
+    def time_line(self, deployment_id: str) -> Optional[TimeLine]:
         fit = self._fits.get(deployment_id)
-        return token_seconds(fit) if fit is not None else NO_LINE
+        return time_line(fit) if fit is not None else None
 
     def forget(self, deployment_id: str) -> None:
         self._fits.pop(deployment_id, None)

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from aisia_plugin.answer_time import (MIN_SPREAD_TOKENS, NO_LINE, LengthCaps, TokenSeconds, TokenTimeFit, TokenTimes,
-                                     at_length_cap, fitted, token_seconds)
+from aisia_plugin.answer_time import (MIN_SPREAD_TOKENS, LengthCaps, TimeLine, TokenTimeFit, TokenTimes, at_length_cap,
+                                     fitted, time_line)
 from helpers import deployment
 from aisia_plugin.engine import Engine
 from aisia_plugin.outcome import Outcome
@@ -24,12 +24,19 @@ def _fit(points) -> TokenTimeFit:
     return fit
 
 
+def _slopes(fit: TokenTimeFit) -> tuple[float, float]:
+    line = time_line(fit)
+    return line.output_s, line.prompt_s
+
+
 def test_the_line_finds_the_time_per_token_of_answers_of_different_lengths():
     rng = random.Random(7)
     # 0.4 s fixed, 20 ms a token, a little noise; most answers short, a few long.
     points = [(t, 0.4 + 0.02 * t + rng.gauss(0, 0.02)) for t in
               [rng.randint(20, 120) for _ in range(150)] + [rng.randint(1500, 4000) for _ in range(10)]]
-    assert token_seconds(_fit(points)).output == pytest.approx(0.02, rel=0.02)
+    line = time_line(_fit(points))
+    assert line.output_s == pytest.approx(0.02, rel=0.02)
+    assert line.fixed_s == pytest.approx(0.4, abs=0.05)
 
 
 def test_huge_prompts_with_short_answers_do_not_flatten_the_line():
@@ -41,64 +48,66 @@ def test_huge_prompts_with_short_answers_do_not_flatten_the_line():
     usual = [(o, speed(50, o), 50) for o in (rng.randint(40, 120) for _ in range(100))]
     hostile = ([(1, speed(130_000, 1), 130_000)] * 8 + [(4000, speed(50, 4000), 50)]) * 5
     fit = _fit(usual + hostile)
-    assert token_seconds(fit) == pytest.approx(TokenSeconds(0.010, 0.001), rel=0.01)
+    assert time_line(fit) == pytest.approx(TimeLine(0.3, 0.010, 0.001), rel=0.01)
     # Read on the answers' lengths alone (every prompt the same to the fit), the line is flat.
     alone = _fit([(o, y, 0) for o, y, _ in usual + hostile])
-    assert token_seconds(alone) == (0.0, 0.0)
+    assert _slopes(alone) == (0.0, 0.0)
     # Prompts that grow with their answers: the answers' lengths alone.
     together = _fit([(o, speed(2 * o, o), 2 * o) for o in range(20, 400, 7)])
-    assert token_seconds(together).output == pytest.approx(0.012, rel=0.01)
-    assert token_seconds(together).prompt == 0.0
+    assert _slopes(together) == (pytest.approx(0.012, rel=0.01), 0.0)
 
 
 def test_answers_of_one_length_to_prompts_of_many_read_the_prompts_line():
-    # 0.2 s + 0.05 ms per prompt token; every answer 40 tokens (its own time in the fixed part).
+    # 0.2 s + 0.05 ms per prompt token; every answer 40 tokens (its time in the fixed part).
     rng = random.Random(11)
     fit = _fit([(40, 0.2 + 0.00005 * i, i) for i in (rng.randint(20, 3000) for _ in range(100))])
-    assert token_seconds(fit) == pytest.approx(TokenSeconds(0.0, 0.00005), rel=0.01)
+    assert time_line(fit) == pytest.approx(TimeLine(0.2, 0.0, 0.00005), rel=0.01)
 
 
 def test_no_line_is_read_from_answers_of_one_length_nor_a_falling_one():
-    assert token_seconds(_fit([(100, 1.0 + 0.001 * k) for k in range(50)])) == NO_LINE
+    flat = time_line(_fit([(100, 1.0 + 0.001 * k) for k in range(50)]))
+    assert (flat.output_s, flat.prompt_s) == (0.0, 0.0) and 1.0 < flat.fixed_s < 1.049  # the (weighted) mean time
     spread = MIN_SPREAD_TOKENS * 0.9  # two lengths whose standard deviation is just under the spread
-    assert token_seconds(_fit([(100.0, 1.0), (100.0 + 2 * spread, 5.0)] * 20)) == NO_LINE
-    assert token_seconds(_fit([(40, 1.0, 100.0), (40, 5.0, 100.0 + 2 * spread)] * 20)) == NO_LINE  # the prompts'
-    assert token_seconds(_fit([(t, 10.0 - 0.001 * t) for t in range(10, 2000, 50)])) == NO_LINE  # longer, faster: no line
-    assert token_seconds(_fit([(40, 10.0 - 0.001 * i, i) for i in range(10, 2000, 50)])) == NO_LINE
-    assert token_seconds(TokenTimeFit()) == NO_LINE
+    assert _slopes(_fit([(100.0, 1.0), (100.0 + 2 * spread, 5.0)] * 20)) == (0.0, 0.0)
+    assert _slopes(_fit([(40, 1.0, 100.0), (40, 5.0, 100.0 + 2 * spread)] * 20)) == (0.0, 0.0)  # the prompts'
+    assert _slopes(_fit([(t, 10.0 - 0.001 * t) for t in range(10, 2000, 50)])) == (0.0, 0.0)  # longer, faster
+    assert _slopes(_fit([(40, 10.0 - 0.001 * i, i) for i in range(10, 2000, 50)])) == (0.0, 0.0)
+    assert time_line(TokenTimeFit()) is None
 
 
-def test_a_long_answer_counts_as_one_of_the_caps_length_between_its_time_scaled_and_its_time():
-    caps, line = LengthCaps(256, 4096), TokenSeconds(0.01, 0.0)
+def test_a_long_answer_counts_as_one_of_the_caps_length_plus_its_distance_from_the_line_scaled():
+    caps, line = LengthCaps(256, 4096), TimeLine(0.5, 0.01, 0.0)
     # 0.5 s + 10 ms a token: 4,000 tokens take 40.5 s, 256 take 3.06 s.
     assert at_length_cap(40.5, 4000, 50, line, caps) == pytest.approx(3.06)
+    # 57 s off the line (a stream read slowly past the buffers, benchmarks/slow_reader.py): 57 x
+    # 256 / 4000 of it counts.
+    assert at_length_cap(40.5 + 57, 4000, 50, line, caps) == pytest.approx(3.06 + 57 * 256 / 4000)
     # Within the cap: as measured.
     assert at_length_cap(0.6, 10, 50, line, caps) == 0.6
     assert at_length_cap(3.06, 256, 50, line, caps) == 3.06
-    # A line too steep or too flat moves it no further than the bounds any line allows.
-    assert at_length_cap(40.5, 4000, 50, TokenSeconds(1.0, 0.0), caps) == pytest.approx(40.5 * 256 / 4000)
-    assert at_length_cap(40.5, 4000, 50, TokenSeconds(1e-9, 0.0), caps) == pytest.approx(40.5, rel=1e-6)
-    # As measured: no length, no line, the cap off.
+    # A fixed part too small or too large moves it no further than its time scaled, and its time.
+    assert at_length_cap(40.5, 4000, 50, TimeLine(0.0, 0.01, 0.0), caps) == pytest.approx(40.5 * 256 / 4000)
+    assert at_length_cap(40.5, 4000, 50, TimeLine(100.0, 0.01, 0.0), caps) == 40.5
+    # As measured: no length, no answer fitted yet, the cap off.
     assert at_length_cap(40.5, None, 50, line, caps) == 40.5
-    assert at_length_cap(40.5, 4000, 50, NO_LINE, caps) == 40.5
+    assert at_length_cap(40.5, 4000, 50, None, caps) == 40.5
     assert at_length_cap(40.5, 4000, 50, line, LengthCaps(0, 4096)) == 40.5
 
 
 def test_an_answer_to_a_huge_prompt_counts_as_one_to_a_prompt_of_the_caps_length():
-    caps, plane = LengthCaps(256, 4096), TokenSeconds(0.01, 0.0001)
+    caps, plane = LengthCaps(256, 4096), TimeLine(0.5, 0.01, 0.0001)
     # 0.5 s + 0.1 ms a prompt token + 10 ms an output token: 100 tokens to 60,000 take 7.5 s; to
     # 4,096 tokens, 1.9096 s.
     assert at_length_cap(7.5, 100, 60_000, plane, caps) == pytest.approx(1.9096)
     # Both past their caps: 4,000 tokens to 60,000 take 46.5 s; 256 to 4,096, 3.4696 s.
     assert at_length_cap(46.5, 4000, 60_000, plane, caps) == pytest.approx(3.4696)
-    # The bounds: at least its time scaled by the smaller share of a length within its cap.
-    assert at_length_cap(7.5, 100, 60_000, TokenSeconds(0.0, 1.0), caps) == pytest.approx(7.5 * 4096 / 60_000)
-    assert at_length_cap(46.5, 4000, 60_000, TokenSeconds(1.0, 1.0), caps) == pytest.approx(46.5 * 256 / 4000)
-    # As measured: within the prompt cap, its length unknown, the prompt cap off, no prompt line.
+    # The bounds: at least its time scaled by the smaller share of a length within its cap, at most its time.
+    assert at_length_cap(7.5, 100, 60_000, TimeLine(0.0, 0.0, 1.0), caps) == pytest.approx(7.5 * 4096 / 60_000)
+    assert at_length_cap(46.5, 4000, 60_000, TimeLine(0.0, 1.0, 1.0), caps) == 46.5
+    # As measured: within the prompt cap, its length unknown, the prompt cap off.
     assert at_length_cap(1.5, 100, 4096, plane, caps) == 1.5
     assert at_length_cap(7.5, 100, None, plane, caps) == 7.5
     assert at_length_cap(7.5, 100, 60_000, plane, LengthCaps(256, 0)) == 7.5
-    assert at_length_cap(7.5, 100, 60_000, TokenSeconds(0.01, 0.0), caps) == 7.5
 
 
 def test_a_deployments_first_long_answer_is_read_against_the_line_it_makes():
@@ -107,20 +116,34 @@ def test_a_deployments_first_long_answer_is_read_against_the_line_it_makes():
         assert times.at_length_cap("a", 0.5 + 0.01 * 40, 30, 40, caps) == pytest.approx(0.9)
     # The first long answer: its own point and the short ones make the line.
     assert times.at_length_cap("a", 0.5 + 0.01 * 4000, 30, 4000, caps) == pytest.approx(0.5 + 0.01 * 256)
-    assert times.token_seconds("a").output == pytest.approx(0.01)
+    assert times.time_line("a") == pytest.approx(TimeLine(0.5, 0.01, 0.0))
     # A long answer read slowly (a stream whose client takes 300 s): the line steepens, and the
     # answer counts far below its time, however slowly it was read: at least 300 x 256 / 4000.
     slow = times.at_length_cap("a", 300.0, 30, 4000, caps)
-    assert times.token_seconds("a").output > 0.01 and 300.0 * 256 / 4000 <= slow < 300.0 - 0.01 * (4000 - 256)
+    assert times.time_line("a").output_s > 0.01 and 300.0 * 256 / 4000 <= slow < 300.0 - 0.01 * (4000 - 256)
     times.forget("a")
-    assert times.token_seconds("a") == NO_LINE
+    assert times.time_line("a") is None
     assert times.at_length_cap("b", None, 30, 10, caps) is None
     # An answer whose prompt's length is unknown does not fit (it is read against the fit).
     times.at_length_cap("c", 40.0, None, 4000, caps)
-    assert times.token_seconds("c") == NO_LINE
+    assert times.time_line("c") is None
     # Both caps off: nothing fits, every time as measured.
     assert times.at_length_cap("d", 40.0, 30, 4000, LengthCaps(0, 0)) == 40.0
-    assert times.token_seconds("d") == NO_LINE
+    assert times.time_line("d") is None
+
+
+def test_a_long_stream_read_slowly_counts_its_delay_scaled_to_the_cap_against_a_known_line():
+    # The line known from answers of every length read at once (a key may send those first); then
+    # a 4,000-token stream whose client's reading adds 57 s (benchmarks/slow_reader.py, 30,000
+    # tokens read at 40 KiB/s). Taken off the line as a whole it would count 60 s.
+    times, caps = TokenTimes(), LengthCaps(256, 4096)
+    rng = random.Random(4)
+    for _ in range(100):
+        n = rng.choice([rng.randint(20, 200), rng.randint(1000, 4000)])
+        times.at_length_cap("a", 0.5 + 0.01 * n, 30, n, caps)
+    slow = times.at_length_cap("a", 0.5 + 0.01 * 4000 + 57, 30, 4000, caps)
+    print(f"a slow read adding 57 s to 4,000 tokens counts {slow:.2f} s (256 tokens take 3.06 s)")
+    assert 3.06 < slow < 3.06 + 57 * 256 / 4000 + 0.1
 
 
 def test_a_deployments_first_huge_prompt_is_read_against_the_prompts_line_it_makes():
