@@ -20,8 +20,9 @@ def test_a_short_run_measures_each_stream_at_once_and_read_slowly():
     rows = slow_reader.measure([300], read_kib_per_s=100.0)
     assert [r["tokens"] for r in rows] == [300]
     row = rows[0]
-    # 300 words as LiteLLM's chunks: some 60 KiB, the same whichever way it is read.
-    assert 30 < row["kib"] < 120 and row["slowly"]["kib"] == row["kib"]
+    # 300 words as LiteLLM's chunks: some 60 KiB, about the same whichever way it is read (the
+    # chunks' ids and times may differ in length).
+    assert 30 < row["kib"] < 120 and row["slowly"]["kib"] == pytest.approx(row["kib"], rel=0.02)
     # Read at 100 KiB/s, 4 KiB at a time: the client takes at least its size over the pace.
     assert row["slowly"]["client_s"] >= row["kib"] / 100.0 * 0.9
     # The plugin measured both calls, no longer than the client waited for them.
