@@ -4,20 +4,18 @@
 An answer's time grows with its length and its prompt's: a fixed part (the provider's queue, the
 first token) plus a time per output token and a time per prompt token. Both lengths are the
 client's to choose (its ``max_tokens``, what it asks for, what it sends), and the learned latency
-is every tenant's: one key's 30 answers of 4,000 tokens on the faster of two deployments took its
-latency from 0.96 s to 20.3 s, and every other tenant's ``auto/fast`` choice left it; one key's
-prompts of 60,000 tokens likewise (tests/test_answer_time.py). So an answer longer than the output
-cap (``bandit.latency_length_cap_tokens``), or to a prompt longer than the prompt cap
-(``bandit.latency_prompt_cap_tokens``), teaches the time it would have taken at the caps there:
-the deployment's time at the caps (its plane, below) plus the answer's distance from the plane
-scaled by ``k``, the smallest ``cap / tokens`` of a length past its cap. Put otherwise: its
+is every tenant's: a key's long answers or huge prompts on the faster of two deployments made it
+the slower one for every other tenant's ``auto/fast`` (tests/test_answer_time.py). So an answer
+longer than the output cap (``bandit.latency_length_cap_tokens``), or to a prompt longer than the
+prompt cap (``bandit.latency_prompt_cap_tokens``), teaches the time it would have taken at the caps
+there: the deployment's time at the caps (its plane, below) plus the answer's distance from the
+plane scaled by ``k``, the smallest ``cap / tokens`` of a length past its cap. Put otherwise: its
 measured time scaled by ``k``, plus what that scaling took off the parts that do not grow past a
 cap (the fixed part, a length within its cap). An answer on the plane then counts as one at the
 caps, however long it and its prompt are; what lies off the plane (a stream read slowly past the
-sockets' buffers: 26-57 s added to 30,000 tokens in two runs of benchmarks/slow_reader.py)
-counts scaled by ``k`` (0.22-0.49 s of them), not in full (taken off the plane as a whole, a stream of 4,000 tokens
-with 57 s of reading counted 55.7 s instead of 6.2 s: tests/test_answer_time.py). Answers within
-both caps teach their time as measured.
+sockets' buffers, benchmarks/slow_reader.py) counts scaled by ``k``, not in full (the design's
+figures: docs/design.md#latency-and-answer-length). Answers within both caps teach their time as
+measured.
 
 The plane is a least-squares fit of an answer's seconds on its output tokens and its prompt's
 tokens, per deployment over its recent answers (each weighs ``1 - 1 / FIT_MEMORY`` of the one

@@ -25,6 +25,7 @@ import bench  # first: LiteLLM offline, the repository importable
 import httpx
 
 from aisia_plugin.demo.proxy import deployment, start_proxy
+from aisia_plugin.demo.report import explained_decisions
 from aisia_plugin.demo.upstream import start_upstreams, stop_upstreams
 
 ALIAS = "bench/one"
@@ -49,9 +50,7 @@ def outcome_latency(proxy, request_id: str, limit_s: float = 60.0) -> float:
     """The latency the plugin measured for the request (learned after the response, in the background)."""
     deadline = time.monotonic() + limit_s
     while True:
-        r = httpx.get(proxy.url + "/aisia/explain", params={"limit": 1000}, timeout=60,
-                      headers={"Authorization": f"Bearer {proxy.master_key}"})
-        rows = [e for e in r.json()["decisions"] if e["request_id"] == request_id and e.get("outcome")]
+        rows = [e for e in explained_decisions(proxy) if e["request_id"] == request_id and e.get("outcome")]
         if rows:
             return float(rows[-1]["outcome"]["latency_s"])
         if time.monotonic() > deadline:
@@ -77,8 +76,12 @@ def stream(proxy, tokens: int, pause_s: float) -> dict:
 
 def measure(lengths: list[int], read_kib_per_s: float) -> list[dict]:
     """Per answer length, its stream read at once and read at `read_kib_per_s`, on a new proxy."""
+    with tempfile.TemporaryDirectory(prefix="aisia-slow-reader-") as folder:
+        return _measure(Path(folder), lengths, read_kib_per_s)
+
+
+def _measure(work: Path, lengths: list[int], read_kib_per_s: float) -> list[dict]:
     pause = CHUNK / 1024 / read_kib_per_s
-    work = Path(tempfile.mkdtemp(prefix="aisia-slow-reader-"))
     (work / "policy.yaml").write_text(POLICY)
     upstreams = start_upstreams([{"name": "upstream", "latency_ms": 20, "responder": words_asked}])
     config = {"model_list": [deployment("upstream", upstreams[0])],

@@ -8,10 +8,10 @@ the other in 1 s plus as much; the usual answer is 40 tokens, the usual prompt a
 key aims streamed answers of 1,500 tokens (about 1.5 s each) at the faster one through an alias
 of that one candidate. Learned as measured (`latency_length_cap_tokens: 0` in this policy), eight
 of them took its latency from 0.07 s to 1.59-1.64 s and the other team's share of it from 1.0 to 0.0;
-with the cap, to 0.32-0.38 s and 1.0
-(whole answers instead of streams: 1.28 s and 0.259 s). Then streamed answers to prompts of 40,000
-tokens (2 s each): learned as measured (`latency_prompt_cap_tokens: 0`), 1.77 s and 1.0 -> 0.0;
-with the prompt cap, 0.23-0.25 s and 1.0."""
+with the cap, to 0.32-0.38 s and 1.0 (whole answers instead of streams, under the rule's first
+form: 1.28 s and 0.259 s). Then streamed answers to prompts of 40,000 tokens (2 s each): learned
+as measured (`latency_prompt_cap_tokens: 0`), 1.77 s and 1.0 -> 0.0; with the prompt cap,
+0.23-0.25 s and 1.0."""
 
 from __future__ import annotations
 

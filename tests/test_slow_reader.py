@@ -28,4 +28,3 @@ def test_a_short_run_measures_each_stream_at_once_and_read_slowly():
     # The plugin measured both calls, no longer than the client waited for them.
     for way in ("at_once", "slowly"):
         assert 0 < row[way]["measured_s"] <= row[way]["client_s"] + 0.05
-    assert row["added_s"] == pytest.approx(row["slowly"]["measured_s"] - row["at_once"]["measured_s"])
