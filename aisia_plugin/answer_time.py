@@ -155,6 +155,23 @@ def at_length_cap(seconds: float, outputs: Optional[float], inputs: Optional[flo
     return min(max(taught, seconds * k), seconds)
 
 
+# A stream whose client held it back for this share of its time or more teaches no latency.
+CLIENT_HELD_SHARE = 0.5
+
+
+def held_by_client(seconds: Optional[float], held_s: Optional[float]) -> bool:
+    """Whether a stream of `seconds` whose client held it back `held_s` of them (litellm/streams.py:
+    the proxy waited on the client's reading) teaches no latency: held for ``CLIENT_HELD_SHARE`` of
+    its time or more. Its time then says how the client read, not how the provider answered:
+    subtracting the hold would not give the provider's time either, since the provider writes
+    ahead into the buffers while the client holds the stream (its time would read too short, and a
+    client reading slowly would make a deployment look fast). A stream held for less counts as
+    measured, so what a client's reading adds to a stream that teaches is less than the rest of its
+    time: less than the time the proxy spent on the provider's side, never more than twice it
+    (docs/design.md#a-stream-its-client-holds)."""
+    return held_s is not None and seconds is not None and held_s > 0.0 and held_s >= CLIENT_HELD_SHARE * seconds
+
+
 class TokenTimes:
     """Each deployment's fit, in this process."""
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from . import blame, plugins
-from .answer_time import LengthCaps, TokenTimes
+from .answer_time import LengthCaps, TokenTimes, held_by_client
 from .bandit import ArmStats, gamma_for
 from .blame import Verdict
 from .capabilities import lacking, refusal, request_needs
@@ -418,7 +418,10 @@ class Engine:
         """A success as it teaches latency: an answer longer than ``bandit.latency_length_cap_tokens``,
         or to a prompt longer than ``bandit.latency_prompt_cap_tokens``, counts the time those
         lengths take on its deployment (answer_time.py), so that a client's choice of lengths moves
-        a deployment's latency for the others at most that far."""
+        a deployment's latency for the others at most that far. A stream its client held back for
+        half its time or more teaches none, and is not fitted (``answer_time.held_by_client``)."""
+        if held_by_client(outcome.latency_s, outcome.client_held_s):
+            return replace(outcome, latency_s=None)
         bandit = self.policy.bandit
         seconds = self.token_times.at_length_cap(
             outcome.deployment_id, outcome.latency_s, outcome.input_tokens, outcome.output_tokens,

@@ -27,6 +27,9 @@ class Outcome:
     input_tokens: Optional[int] = None
     output_tokens: Optional[int] = None
     retry_after_s: Optional[float] = None
+    # A stream's: the seconds of `latency_s` its client held it back (the proxy waited on its
+    # reading); None where not measured. What it teaches: answer_time.held_by_client.
+    client_held_s: Optional[float] = None
 
 
 def reward(outcome: Outcome, cfg: Reward, target_p95_ms: float, plain_quality: float) -> float:

@@ -11,8 +11,9 @@ measures from what size on. One simulated upstream over HTTP (20 ms, then the an
 fast as it can write them) behind a real proxy with the plugin; per answer length, a stream read
 at once and the same stream read at `--read-kib-per-s` (4 KiB at a time, a pause after each),
 with the ``httpx`` client over loopback. Per stream: its size, the client's time, the latency the
-plugin measured for the call (its explain log's outcome) and, for the slow read, what the reading
-added to it. Writes benchmarks/results/slow_reader.{json,md}. Loopback's buffers are the kernel's
+plugin measured for the call (its explain log's outcome), how much of it the proxy waited on the
+client (the hold, aisia_plugin/litellm/streams.py) and whether the stream then taught its latency
+(docs/design.md#a-stream-its-client-holds) and, for the slow read, what the reading added to it. Writes benchmarks/results/slow_reader.{json,md}. Loopback's buffers are the kernel's
 (they grow with the connection); over a network, the path's buffers add to them."""
 
 from __future__ import annotations
@@ -46,13 +47,14 @@ def words_asked(name: str, messages: list) -> str:
     return " ".join(f"w{k}" for k in range(int(str(messages[-1]["content"]).split()[-1])))
 
 
-def outcome_latency(proxy, request_id: str, limit_s: float = 60.0) -> float:
-    """The latency the plugin measured for the request (learned after the response, in the background)."""
+def explained_outcome(proxy, request_id: str, limit_s: float = 60.0) -> dict:
+    """The request's outcome as the plugin explains it (learned after the response, in the
+    background): the latency it measured, how long the client held the stream, whether it taught."""
     deadline = time.monotonic() + limit_s
     while True:
         rows = [e for e in explained_decisions(proxy) if e["request_id"] == request_id and e.get("outcome")]
         if rows:
-            return float(rows[-1]["outcome"]["latency_s"])
+            return rows[-1]["outcome"]
         if time.monotonic() > deadline:
             raise SystemExit(f"slow_reader: no outcome for {request_id} after {limit_s:.0f} s")
         time.sleep(0.2)
@@ -71,7 +73,9 @@ def stream(proxy, tokens: int, pause_s: float) -> dict:
                 time.sleep(pause_s)
         request_id = r.headers["x-aisia-request-id"]
     wall = time.monotonic() - started
-    return {"kib": size / 1024, "client_s": wall, "measured_s": outcome_latency(proxy, request_id)}
+    outcome = explained_outcome(proxy, request_id)
+    return {"kib": size / 1024, "client_s": wall, "measured_s": float(outcome["latency_s"]),
+            "held_s": outcome.get("client_held_s"), "learned": outcome.get("latency_learned")}
 
 
 def measure(lengths: list[int], read_kib_per_s: float) -> list[dict]:
@@ -99,12 +103,20 @@ def _measure(work: Path, lengths: list[int], read_kib_per_s: float) -> list[dict
             rows.append({"tokens": n, "kib": fast["kib"], "at_once": fast, "slowly": slow,
                          "added_s": slow["measured_s"] - fast["measured_s"]})
             print(f"{n:>7} tokens, {fast['kib']:>6.0f} KiB: measured {fast['measured_s']:.2f} s read at once, "
-                  f"{slow['measured_s']:.2f} s read in {slow['client_s']:.0f} s; the reading added "
-                  f"{rows[-1]['added_s']:+.2f} s", flush=True)
+                  f"{slow['measured_s']:.2f} s read in {slow['client_s']:.0f} s (held {_held(slow)}, "
+                  f"{_taught(slow)}); the reading added {rows[-1]['added_s']:+.2f} s", flush=True)
     finally:
         proxy.stop()
         stop_upstreams(upstreams)
     return rows
+
+
+def _held(way: dict) -> str:
+    return "-" if way.get("held_s") is None else f"{way['held_s']:.2f} s"
+
+
+def _taught(way: dict) -> str:
+    return {True: "taught", False: "not taught"}.get(way.get("learned"), "taught (not timed)")
 
 
 def main(argv=None) -> int:
@@ -113,16 +125,19 @@ def main(argv=None) -> int:
     rows = measure([int(t) for t in a.tokens.split(",") if t.strip()], a.read_kib_per_s)
     report = {"conditions": bench.conditions(read_kib_per_s=a.read_kib_per_s, chunk_bytes=CHUNK,
                                              network="loopback"), "streams": rows}
-    table = bench.md_table(["answer tokens", "stream KiB", "measured, read at once (s)", "client's time, slow (s)",
-                            "measured, read slowly (s)", "added by the reading (s)"],
+    table = bench.md_table(["answer tokens", "stream KiB", "measured, read at once (s)", "held, at once",
+                            "client's time, slow (s)", "measured, read slowly (s)", "added by the reading (s)",
+                            "held, slowly", "read slowly, its latency"],
                            [[f"{r['tokens']:,}", f"{r['kib']:,.0f}", f"{r['at_once']['measured_s']:.2f}",
-                             f"{r['slowly']['client_s']:.0f}", f"{r['slowly']['measured_s']:.2f}",
-                             f"{r['added_s']:+.2f}"] for r in rows], "---:")
+                             _held(r["at_once"]), f"{r['slowly']['client_s']:.0f}", f"{r['slowly']['measured_s']:.2f}",
+                             f"{r['added_s']:+.2f}", _held(r["slowly"]), _taught(r["slowly"])] for r in rows], "---:")
     md = "\n".join([f"# A slow reader and a stream's measured latency ({report['conditions']['date']})", "",
                     f"`benchmarks/slow_reader.py`: the slow reader takes {a.read_kib_per_s:g} KiB/s, {CHUNK} bytes at a "
                     f"time, over loopback; LiteLLM {report['conditions']['litellm']}, load "
                     f"{report['conditions']['load_average_1_5_15']}. Measured: the call's latency as the plugin "
-                    "measured it (its explain log's outcome: LiteLLM's start of the call to its last chunk). "
+                    "measured it (its explain log's outcome: LiteLLM's start of the call to its last chunk); held: "
+                    "how much of it the proxy waited on the client's reading, and whether the stream then taught "
+                    "its latency (docs/design.md#a-stream-its-client-holds). "
                     "Client and proxy share the machine's cores: a slow reader leaves the proxy more of them, "
                     "so a stream the buffers hold whole can be measured faster read slowly.", "", *table, ""])
     if not a.no_write:

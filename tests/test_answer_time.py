@@ -9,7 +9,7 @@ import random
 import pytest
 
 from aisia_plugin.answer_time import (MIN_SPREAD_TOKENS, LengthCaps, TimeLine, TokenTimeFit, TokenTimes, at_length_cap,
-                                     fitted, time_line)
+                                     fitted, held_by_client, time_line)
 from helpers import deployment
 from aisia_plugin.engine import Engine
 from aisia_plugin.outcome import Outcome
@@ -215,3 +215,30 @@ def test_a_keys_long_answers_or_huge_prompts_move_the_others_fast_choice_at_most
     else:  # the seed's latency as measured: its answers make the faster one the slower
         assert after == 0.0
         assert latency == pytest.approx(fixed + per_token * tokens + PROMPT_S * prompt, rel=0.01)
+
+
+def test_a_stream_held_back_by_its_client_for_half_its_time_or_more_teaches_no_latency():
+    assert not held_by_client(10.0, None)  # not timed (a whole answer, a stream the proxy could not time)
+    assert not held_by_client(10.0, 0.0) and not held_by_client(10.0, 4.99)
+    assert held_by_client(10.0, 5.0) and held_by_client(10.0, 9.0)
+    assert not held_by_client(None, 3.0)
+
+
+def test_a_held_stream_moves_neither_the_latency_nor_the_line_and_a_stream_held_less_counts_as_measured(tmp_path):
+    (tmp_path / "policy.yaml").write_text(POLICY % LengthCaps(256, 4096))
+    engine = Engine(load_policy([tmp_path / "policy.yaml"]), rng=random.Random(1))
+    rng = random.Random(5)
+    for _ in range(20):
+        _answer(engine, "p1-quick", rng.randint(60, 200), rng.randint(20, 400))
+    usual = engine.store.stats()["p1-quick"]["avg_latency"]
+    line = engine.token_times.time_line("p1-quick")
+    # A key's streams of 100 tokens (0.8 s from the provider), each held 60 s by its client.
+    for _ in range(30):
+        engine.record("t/fast", Outcome("p1-quick", True, latency_s=60.8, input_tokens=20, output_tokens=100,
+                                        client_held_s=60.0))
+    assert engine.store.stats()["p1-quick"]["avg_latency"] == usual
+    assert engine.token_times.time_line("p1-quick") == line
+    # Held 0.3 s of 1.1 s: what the client added is less than the rest; the stream counts as measured.
+    engine.record("t/fast", Outcome("p1-quick", True, latency_s=1.1, input_tokens=20, output_tokens=100,
+                                    client_held_s=0.3))
+    assert engine.store.stats()["p1-quick"]["avg_latency"] > usual

@@ -9,7 +9,8 @@ Router groups and standing aside are the base class's (startup.ProxyLife). In a 
 3. ``async_pre_call_deployment_hook``: SENT; the failure hook and event of an attempt: ``Call.fail``
    judges whose failure it is; the success hook and event: pending failures settled, LEARNED;
 4. ``async_post_call_success_hook``: a local-first answer kept or escalated (escalation.py);
-   ``async_post_call_response_headers_hook``: ANSWERED, the ``x-aisia-*`` headers;
+   ``async_post_call_response_headers_hook``: ANSWERED, the ``x-aisia-*`` headers, a stream's
+   provider side timed as its client reads it (streams.py);
 5. ``async_post_call_failure_hook``: a refusal or an exhausted failover becomes one clear error.
 """
 
@@ -17,12 +18,14 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import Optional
 
 from litellm.integrations.custom_logger import CustomLogger
 
+from ..answer_time import held_by_client
 from ..policy.loader import LoadedPolicy
-from . import checks, escalation, events
+from . import checks, escalation, events, streams
 from .deciding import choose, handed_to_litellm
 from .headers import response_headers
 from .judge import served_answer
@@ -174,6 +177,8 @@ class AisiaPlugin(ProxyLife, CustomLogger):
             rt.conversations.answered(call, kwargs, response_obj, outcome.deployment_id,
                                       attempt.decision)
         stream = events.is_stream(kwargs)  # (a time to first token is learned for a stream only)
+        if stream and attempt.client_hold is not None:  # how long its client held it back (streams.py)
+            outcome = replace(outcome, client_held_s=attempt.client_hold.seconds)
         self._learn_attempt(call, attempt, outcome, stream,
                             events.time_to_first_token(kwargs, start_time) if stream else None)
 
@@ -248,6 +253,9 @@ class AisiaPlugin(ProxyLife, CustomLogger):
             if stream:
                 result["stream"] = True
                 result["time_to_first_token_s"] = ttft
+                if outcome.client_held_s is not None:
+                    result["client_held_s"] = outcome.client_held_s
+                    result["latency_learned"] = not held_by_client(outcome.latency_s, outcome.client_held_s)
             if verdict is not None:
                 result["failure"] = {"kind": verdict.kind.value, "fault": verdict.fault, "reason": verdict.reason,
                                      "error": events.describe_failure(outcome)}
@@ -283,6 +291,8 @@ class AisiaPlugin(ProxyLife, CustomLogger):
             if served is not None:
                 rt.note_served(call, served)
             rt.conversations.answered(call, data, response, a.deployment_id, a.decision)
+            if data.get("stream") is True:  # its provider's side timed as the client reads it
+                a.client_hold = streams.watch(response)
         return response_headers(call, a, rt.policy.proxy.verbose_reason_header, rt.engine)
 
     # -- 5. errors: the request forgotten --------------------------------------------------------

@@ -123,6 +123,9 @@ class Attempt:
     deployment_id: Optional[str] = None  # the deployment LiteLLM sent the request to
     started: Optional[float] = None  # time.monotonic() when it was sent
     state: AttemptState = DECIDED
+    # A stream's: how long its client held it back, added up as it is read (streams.Hold; None:
+    # not a stream, or not timed).
+    client_hold: Optional[object] = None
 
     @property
     def recorded(self) -> bool:
