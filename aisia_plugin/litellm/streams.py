@@ -22,7 +22,7 @@ tests/test_held_stream.py fails if a LiteLLM release moves the source."""
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 STALL_S = 0.05  # a wait between two chunks at least this long is the client's (see the docstring)
 
@@ -41,20 +41,21 @@ class _TimedSource:
     between returning a chunk and being asked for the next is added to `hold`. Anything else
     (``aclose``, ``close``, the response) is the source's own."""
 
-    __slots__ = ("_source", "_chunks", "_hold", "_returned")
+    __slots__ = ("_source", "_chunks", "_hold", "_returned", "_clock")
 
-    def __init__(self, source, hold: Hold):
+    def __init__(self, source, hold: Hold, clock: Callable[[], float] = time.monotonic):
         self._source = source
         self._chunks = None
         self._hold = hold
         self._returned: Optional[float] = None
+        self._clock = clock
 
     def __aiter__(self):
         return self
 
     async def __anext__(self):
         if self._returned is not None:
-            waited = time.monotonic() - self._returned
+            waited = self._clock() - self._returned
             if waited >= STALL_S:
                 self._hold.seconds += waited
         if self._chunks is None:
@@ -62,9 +63,11 @@ class _TimedSource:
         try:
             return await self._chunks.__anext__()
         finally:
-            self._returned = time.monotonic()
+            self._returned = self._clock()
 
     def __getattr__(self, name: str) -> Any:
+        if name in _TimedSource.__slots__ or name.startswith("__"):  # (unset: a copy being made)
+            raise AttributeError(name)
         return getattr(self._source, name)
 
 
@@ -75,7 +78,7 @@ class _TimedSource:
 _SOURCES = ("_async_generator", "completion_stream")
 
 
-def watch(response) -> Optional[Hold]:
+def watch(response, clock: Callable[[], float] = time.monotonic) -> Optional[Hold]:
     """Time `response`'s provider side (a LiteLLM stream, as the headers hook sees it): the Hold
     the reading adds up, or None when it cannot be timed (module docstring)."""
     stream = getattr(response, "inner", response)  # the Router's HiddenParamsAsyncIteratorWrapper
@@ -87,6 +90,6 @@ def watch(response) -> Optional[Hold]:
             if isinstance(source, _TimedSource) or not hasattr(source, "__aiter__"):
                 return None
             hold = Hold()
-            setattr(stream, name, _TimedSource(source, hold))
+            setattr(stream, name, _TimedSource(source, hold, clock))
             return hold
     return None
