@@ -4,15 +4,16 @@ provider's stream, for the client to take the ones it had (docs/design.md#a-stre
 LiteLLM's time for a stream runs from the call's start to its last chunk, and the proxy pulls the
 provider's chunks only as fast as it hands them on: once the buffers between the proxy and the
 client are full, a client that reads slowly stretches that time as far as the proxy's timeout.
-So the plugin times the provider's side of an alias's stream: ``watch`` wraps the source LiteLLM's
-stream reads its chunks from (``_SOURCES``, open by the time the response headers are sent) and
-adds up, on the attempt, every wait of ``STALL_S`` or more between
-handing a chunk on and asking for the next. The proxy's own work on a chunk (LiteLLM's chunk
-building, the JSON, the write) takes well under a millisecond; a wait on the client's reading
-lasts until the server's write buffer has drained (asyncio's flow control, which uvicorn follows:
-writing pauses above 64 KiB buffered and resumes below 16 KiB, 48 KiB read by the client), so a client that reads slowly shows as such waits, and one that reads
-in small sips can hide at most ``STALL_S`` per 48 KiB (about 240 tokens) of the stream.
-``answer_time.held_by_client`` then decides what the stream teaches.
+So the plugin times the provider's side of an alias's stream: ``watch`` wraps the source
+LiteLLM's stream reads its chunks from (``_SOURCES``, open by the time the response headers are
+sent) and adds up, on the attempt, every wait of ``STALL_S`` or more between handing a chunk on
+and asking for the next. The proxy's own work on a chunk (LiteLLM's chunk building, the JSON, the
+write) takes well under a millisecond; a wait on the client's reading lasts until the server's
+write buffer has drained (asyncio's flow control, which uvicorn follows: writing pauses above
+64 KiB buffered and resumes below 16 KiB, 48 KiB read by the client), so a client that reads
+slowly shows as such waits, and one that reads in small sips can hide at most ``STALL_S`` per
+48 KiB (about 240 tokens) of the stream. ``answer_time.held_by_client`` then decides what the
+stream teaches.
 
 An alias's stream only (the headers hook returns before this for any other request); a stream
 whose source LiteLLM has not opened yet when the headers are sent, or that is no
